@@ -1,0 +1,22 @@
+//! hyperplan-shared: the model every side of hyperplan speaks.
+//!
+//! Resources and quantities, the cluster file, job files, Volcano HyperNode and Job
+//! manifests, the placement report `hyperplan simulate` prints, and the generators
+//! and helpers (fat-tree clusters, hostlists) that users and tests share.
+
+pub mod cluster;
+pub mod error;
+pub mod fattree;
+pub mod hostlist;
+pub mod hypernode;
+pub mod job;
+pub mod quantity;
+pub mod report;
+pub mod resources;
+mod yaml;
+
+pub use cluster::{ClusterSpec, NodeSpec, load_cluster_file, parse_cluster};
+pub use error::FileError;
+pub use hypernode::{HyperNodeSpec, LabelExpression, Member, MemberType, Selector};
+pub use job::{JobSpec, NetworkTopology, PartitionPolicy, TaskSpec, TopologyMode, load_job_file, parse_jobs};
+pub use resources::{CPU, MEMORY, Resources};
