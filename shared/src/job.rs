@@ -1,6 +1,14 @@
 //! Job specs: hyperplan's own job file and Volcano `batch.volcano.sh/v1alpha1` Jobs.
 
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::error::FileError;
+use crate::hypernode::check_kind;
 use crate::resources::Resources;
+use crate::yaml::{self, Located, Node, Value, join_index, located_error};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TopologyMode {
@@ -71,4 +79,464 @@ impl JobSpec {
                 .sum()
         })
     }
+}
+
+/// The `apiVersion` of Volcano Jobs.
+pub const VOLCANO_JOB_API_VERSION: &str = "batch.volcano.sh/v1alpha1";
+
+/// NUMA topology policies the kubelet knows.
+const TOPOLOGY_POLICIES: [&str; 4] = ["none", "best-effort", "restricted", "single-numa-node"];
+
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum RawMode {
+    /// Volcano's default.
+    #[default]
+    Hard,
+    Soft,
+}
+
+/// `networkTopology` in both formats (Volcano has exactly these fields).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawTopology {
+    #[serde(default)]
+    mode: RawMode,
+    highest_tier_allowed: Option<u32>,
+    highest_tier_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawPartition {
+    total_partitions: Located<u32>,
+    partition_size: Located<u32>,
+    /// Volcano's default is 0 (the gang then needs every partition).
+    min_partitions: Option<Located<u32>>,
+    network_topology: Option<Located<RawTopology>>,
+}
+
+/// hyperplan's own job format.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawJob {
+    name: Located<String>,
+    #[serde(default)]
+    priority: i32,
+    min_available: Option<Located<u32>>,
+    #[serde(default)]
+    submit_time: u64,
+    network_topology: Option<Located<RawTopology>>,
+    tasks: Located<Vec<RawTask>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawTask {
+    name: Located<String>,
+    replicas: Located<u32>,
+    runtime: Option<u64>,
+    #[serde(default)]
+    resources: Resources,
+    partition_policy: Option<Located<RawPartition>>,
+    topology_policy: Option<Located<String>>,
+    #[serde(default)]
+    command: Vec<String>,
+}
+
+/// A Volcano Job; fields hyperplan has no use for are ignored.
+#[derive(Deserialize)]
+struct VolcanoJob {
+    metadata: VolcanoMetadata,
+    spec: VolcanoJobSpec,
+}
+
+#[derive(Deserialize)]
+struct VolcanoMetadata {
+    name: Located<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VolcanoJobSpec {
+    min_available: Option<Located<u32>>,
+    network_topology: Option<Located<RawTopology>>,
+    tasks: Located<Vec<VolcanoTask>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VolcanoTask {
+    name: Option<Located<String>>,
+    replicas: Located<u32>,
+    partition_policy: Option<Located<RawPartition>>,
+    topology_policy: Option<Located<String>>,
+    template: Option<PodTemplate>,
+}
+
+#[derive(Deserialize)]
+struct PodTemplate {
+    spec: Option<PodSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PodSpec {
+    #[serde(default)]
+    containers: Vec<Container>,
+    #[serde(default)]
+    init_containers: Vec<Container>,
+}
+
+#[derive(Deserialize)]
+struct Container {
+    #[serde(default)]
+    command: Vec<String>,
+    resources: Option<ContainerResources>,
+}
+
+#[derive(Deserialize)]
+struct ContainerResources {
+    #[serde(default)]
+    requests: Resources,
+    #[serde(default)]
+    limits: Resources,
+}
+
+impl Container {
+    /// Kubernetes: a resource with a limit but no request is requested at its limit.
+    fn requests(&self) -> Resources {
+        let Some(r) = &self.resources else {
+            return Resources::new();
+        };
+        let mut out = r.limits.clone();
+        out.0
+            .extend(r.requests.0.iter().map(|(k, v)| (k.clone(), *v)));
+        out
+    }
+}
+
+impl PodSpec {
+    /// What one pod asks for: the sum over containers, or the largest init container
+    /// when that is more (they run before the others, one at a time).
+    fn requests(&self) -> Resources {
+        let mut sum = Resources::new();
+        for c in &self.containers {
+            sum.add(&c.requests());
+        }
+        for c in &self.init_containers {
+            for (k, v) in c.requests().0 {
+                let e = sum.0.entry(k).or_insert(0);
+                *e = (*e).max(v);
+            }
+        }
+        sum
+    }
+}
+
+fn build_topology(
+    raw: Option<Located<RawTopology>>,
+    path: &Path,
+) -> Result<Option<NetworkTopology>, FileError> {
+    let Some(t) = raw else { return Ok(None) };
+    if t.value.highest_tier_allowed.is_some() && t.value.highest_tier_name.is_some() {
+        return Err(located_error(
+            path,
+            &t,
+            "expected highestTierAllowed or highestTierName, not both",
+        ));
+    }
+    let mode = match t.value.mode {
+        RawMode::Hard => TopologyMode::Hard,
+        RawMode::Soft => TopologyMode::Soft,
+    };
+    Ok(Some(NetworkTopology {
+        mode,
+        highest_tier_allowed: t.value.highest_tier_allowed,
+        highest_tier_name: t.value.highest_tier_name,
+    }))
+}
+
+/// The parts of a task both formats share, validated into a [`TaskSpec`].
+struct TaskParts {
+    name: Located<String>,
+    replicas: Located<u32>,
+    runtime: Option<u64>,
+    resources: Resources,
+    partition_policy: Option<Located<RawPartition>>,
+    topology_policy: Option<Located<String>>,
+    command: Vec<String>,
+}
+
+fn at_least_one(value: &Located<u32>, path: &Path) -> Result<(), FileError> {
+    if value.value == 0 {
+        return Err(located_error(path, value, "expected at least 1, got 0"));
+    }
+    Ok(())
+}
+
+fn build_task(t: TaskParts, path: &Path) -> Result<TaskSpec, FileError> {
+    if t.name.value.trim().is_empty() {
+        return Err(located_error(
+            path,
+            &t.name,
+            "expected a task name, got an empty string",
+        ));
+    }
+    at_least_one(&t.replicas, path)?;
+    let partition_policy = match t.partition_policy {
+        None => None,
+        Some(p) => {
+            at_least_one(&p.value.total_partitions, path)?;
+            at_least_one(&p.value.partition_size, path)?;
+            let total = p.value.total_partitions.value;
+            let size = p.value.partition_size.value;
+            if u64::from(total) * u64::from(size) != u64::from(t.replicas.value) {
+                return Err(located_error(
+                    path,
+                    &p,
+                    format!(
+                        "expected totalPartitions × partitionSize to equal replicas ({}), got {total} × {size} = {}",
+                        t.replicas.value,
+                        u64::from(total) * u64::from(size)
+                    ),
+                ));
+            }
+            let min_partitions = match &p.value.min_partitions {
+                Some(m) if m.value > total => {
+                    return Err(located_error(
+                        path,
+                        m,
+                        format!(
+                            "expected at most totalPartitions ({total}), got {}",
+                            m.value
+                        ),
+                    ));
+                }
+                Some(m) => m.value,
+                None => 0,
+            };
+            Some(PartitionPolicy {
+                total_partitions: total,
+                partition_size: size,
+                min_partitions,
+                network_topology: build_topology(p.value.network_topology, path)?,
+            })
+        }
+    };
+    if let Some(policy) = &t.topology_policy
+        && !TOPOLOGY_POLICIES.contains(&policy.value.as_str())
+    {
+        return Err(located_error(
+            path,
+            policy,
+            format!(
+                "expected one of none, best-effort, restricted, single-numa-node, got {:?}",
+                policy.value
+            ),
+        ));
+    }
+    Ok(TaskSpec {
+        name: t.name.value,
+        replicas: t.replicas.value,
+        runtime: t.runtime,
+        resources: t.resources,
+        partition_policy,
+        topology_policy: t.topology_policy.map(|p| p.value),
+        command: t.command,
+    })
+}
+
+/// The parts of a job both formats share.
+struct JobParts {
+    name: Located<String>,
+    priority: i32,
+    min_available: Option<Located<u32>>,
+    submit_time: u64,
+    network_topology: Option<Located<RawTopology>>,
+    tasks: Located<Vec<TaskParts>>,
+}
+
+fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), FileError> {
+    if j.name.value.trim().is_empty() {
+        return Err(located_error(
+            path,
+            &j.name,
+            "expected a job name, got an empty string",
+        ));
+    }
+    if j.tasks.value.is_empty() {
+        return Err(located_error(path, &j.tasks, "expected at least one task"));
+    }
+    let tasks_at = Located {
+        value: (),
+        pos: j.tasks.pos,
+        field: j.tasks.field.clone(),
+    };
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut tasks = Vec::with_capacity(j.tasks.value.len());
+    let mut replicas: u64 = 0;
+    for t in j.tasks.value {
+        if let Some(first) = seen.insert(t.name.value.clone(), t.name.pos.line) {
+            return Err(located_error(
+                path,
+                &t.name,
+                format!(
+                    "duplicate task name {:?} (first at line {first})",
+                    t.name.value
+                ),
+            ));
+        }
+        replicas += u64::from(t.replicas.value);
+        tasks.push(build_task(t, path)?);
+    }
+    if replicas > u64::from(u32::MAX) {
+        return Err(located_error(
+            path,
+            &tasks_at,
+            format!(
+                "expected at most {} replicas in all, got {replicas}",
+                u32::MAX
+            ),
+        ));
+    }
+    if let Some(m) = &j.min_available {
+        if m.value == 0 {
+            return Err(located_error(path, m, "expected at least 1, got 0"));
+        }
+        if u64::from(m.value) > replicas {
+            return Err(located_error(
+                path,
+                m,
+                format!(
+                    "expected at most the job's {replicas} replicas, got {}",
+                    m.value
+                ),
+            ));
+        }
+    }
+    let spec = JobSpec {
+        name: j.name.value.clone(),
+        priority: j.priority,
+        min_available: j.min_available.map(|m| m.value),
+        submit_time: j.submit_time,
+        network_topology: build_topology(j.network_topology, path)?,
+        tasks,
+    };
+    Ok((spec, j.name))
+}
+
+impl RawJob {
+    fn parts(self) -> JobParts {
+        let tasks = self.tasks.value.into_iter().map(|t| TaskParts {
+            name: t.name,
+            replicas: t.replicas,
+            runtime: t.runtime,
+            resources: t.resources,
+            partition_policy: t.partition_policy,
+            topology_policy: t.topology_policy,
+            command: t.command,
+        });
+        JobParts {
+            name: self.name,
+            priority: self.priority,
+            min_available: self.min_available,
+            submit_time: self.submit_time,
+            network_topology: self.network_topology,
+            tasks: Located {
+                value: tasks.collect(),
+                pos: self.tasks.pos,
+                field: self.tasks.field,
+            },
+        }
+    }
+}
+
+impl VolcanoJob {
+    fn parts(self) -> JobParts {
+        let spec = self.spec;
+        let tasks = spec.tasks.value.into_iter().enumerate().map(|(i, t)| {
+            // Volcano's admission webhook names unnamed tasks `default<index>`.
+            let name = t.name.unwrap_or_else(|| Located {
+                value: format!("default{i}"),
+                pos: t.replicas.pos,
+                field: join_index(&spec.tasks.field, i),
+            });
+            let pod = t.template.and_then(|tpl| tpl.spec);
+            TaskParts {
+                name,
+                replicas: t.replicas,
+                runtime: None,
+                resources: pod.as_ref().map(PodSpec::requests).unwrap_or_default(),
+                partition_policy: t.partition_policy,
+                topology_policy: t.topology_policy,
+                command: pod
+                    .and_then(|p| p.containers.into_iter().next())
+                    .map(|c| c.command)
+                    .unwrap_or_default(),
+            }
+        });
+        JobParts {
+            name: self.metadata.name,
+            priority: 0,
+            // Volcano treats minAvailable 0 as unset (every replica).
+            min_available: spec.min_available.filter(|m| m.value > 0),
+            submit_time: 0,
+            network_topology: spec.network_topology,
+            tasks: Located {
+                value: tasks.collect(),
+                pos: spec.tasks.pos,
+                field: spec.tasks.field,
+            },
+        }
+    }
+}
+
+/// One job document (or list item) in either format, chosen by `apiVersion`/`kind`.
+fn parse_one(
+    node: &Node,
+    field: &str,
+    path: &Path,
+) -> Result<(JobSpec, Located<String>), FileError> {
+    let parts = if node.get("apiVersion").is_some() || node.get("kind").is_some() {
+        check_kind(node, field, VOLCANO_JOB_API_VERSION, "Job", path)?;
+        yaml::from_node::<VolcanoJob>(node, field, path)?.parts()
+    } else {
+        yaml::from_node::<RawJob>(node, field, path)?.parts()
+    };
+    build_job(parts, path)
+}
+
+/// Reads a job file: one job, a list of jobs, or several YAML documents (each a job
+/// or a list), in hyperplan's format or as Volcano `batch.volcano.sh/v1alpha1` Jobs.
+/// Job names must be unique within the file.
+pub fn parse_jobs(text: &str, path: &Path) -> Result<Vec<JobSpec>, FileError> {
+    let mut jobs = Vec::new();
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    for doc in yaml::parse_documents(text, path)? {
+        let parsed = match &doc.value {
+            Value::Seq(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| parse_one(item, &join_index("", i), path))
+                .collect::<Result<Vec<_>, _>>()?,
+            _ => vec![parse_one(&doc, "", path)?],
+        };
+        for (job, name) in parsed {
+            if let Some(first) = seen.insert(job.name.clone(), name.pos.line) {
+                return Err(located_error(
+                    path,
+                    &name,
+                    format!("duplicate job name {:?} (first at line {first})", job.name),
+                ));
+            }
+            jobs.push(job);
+        }
+    }
+    Ok(jobs)
+}
+
+/// Reads and parses a job file; a file that cannot be read is reported at `0:0`.
+pub fn load_job_file(path: &Path) -> Result<Vec<JobSpec>, FileError> {
+    parse_jobs(&yaml::read_file(path)?, path)
 }

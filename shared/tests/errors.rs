@@ -1,0 +1,180 @@
+//! Rendered error messages for broken user files: `FILE:LINE:COLUMN: FIELD: message`.
+
+use std::path::Path;
+
+use hyperplan_shared::hypernode::parse_hypernode_manifests;
+use hyperplan_shared::{parse_cluster, parse_jobs};
+
+fn cluster_error(text: &str) -> String {
+    match parse_cluster(text, Path::new("cluster.yaml")) {
+        Ok(c) => format!("unexpectedly parsed: {c:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn job_error(text: &str) -> String {
+    match parse_jobs(text, Path::new("jobs.yaml")) {
+        Ok(j) => format!("unexpectedly parsed: {j:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn manifest_error(text: &str) -> String {
+    match parse_hypernode_manifests(text, Path::new("fabric.yaml")) {
+        Ok(h) => format!("unexpectedly parsed: {h:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+const NODE: &str = "nodes:\n  - name: gpu001\n    resources: {cpu: 128, memory: 1Ti}\n";
+
+#[test]
+fn yaml_syntax_error() {
+    insta::assert_snapshot!(cluster_error(
+        "nodes:\n  - name: gpu001\n    resources: {cpu: 128\n"
+    ));
+}
+
+#[test]
+fn unknown_field_in_cluster_file() {
+    insta::assert_snapshot!(cluster_error(
+        "nodes:\n  - name: gpu001\n    resources: {cpu: 1}\n    topology: leaf-1\n"
+    ));
+}
+
+#[test]
+fn negative_cpu_quantity() {
+    insta::assert_snapshot!(cluster_error(
+        "nodes:\n  - name: gpu001\n    resources:\n      cpu: -2\n"
+    ));
+}
+
+#[test]
+fn bad_memory_unit() {
+    insta::assert_snapshot!(cluster_error(
+        "nodes:\n  - name: gpu001\n    resources: {cpu: 1, memory: 16GB}\n"
+    ));
+}
+
+#[test]
+fn duplicate_node_name() {
+    insta::assert_snapshot!(cluster_error(&format!(
+        "{NODE}  - name: gpu001\n    resources: {{cpu: 1}}\n"
+    )));
+}
+
+#[test]
+fn used_exceeds_resources() {
+    insta::assert_snapshot!(cluster_error(&format!(
+        "{NODE}    used: {{cpu: 100, memory: 2Ti}}\n"
+    )));
+}
+
+#[test]
+fn missing_hypernode_file() {
+    insta::assert_snapshot!(cluster_error(&format!(
+        "{NODE}hyperNodeFiles:\n  - no-such-fabric.yaml\n"
+    )));
+}
+
+#[test]
+fn duplicate_hypernode_name() {
+    let h = "  - {name: leaf-1, tier: 1, members: [{type: Node, selector: {exactMatch: {name: gpu001}}}]}\n";
+    insta::assert_snapshot!(cluster_error(&format!("{NODE}hyperNodes:\n{h}{h}")));
+}
+
+#[test]
+fn two_selectors_in_a_member() {
+    insta::assert_snapshot!(cluster_error(&format!(
+        "{NODE}hyperNodes:\n  - name: leaf-1\n    tier: 1\n    members:\n      - type: Node\n        selector:\n          exactMatch: {{name: gpu001}}\n          regexMatch: {{pattern: gpu}}\n"
+    )));
+}
+
+#[test]
+fn wrong_kind_in_manifest() {
+    insta::assert_snapshot!(manifest_error(
+        "apiVersion: topology.volcano.sh/v1alpha1\nkind: HyperNode\nmetadata: {name: a}\nspec: {tier: 1, members: [{type: Node, selector: {exactMatch: {name: n}}}]}\n---\napiVersion: topology.volcano.sh/v1alpha1\nkind: Hypernode\nmetadata: {name: b}\n"
+    ));
+}
+
+const JOB_HEAD: &str = "name: train-a\ntasks:\n  - name: worker\n";
+
+#[test]
+fn replicas_not_partitions_times_size() {
+    insta::assert_snapshot!(job_error(&format!(
+        "{JOB_HEAD}    replicas: 16\n    partitionPolicy: {{totalPartitions: 2, partitionSize: 4}}\n"
+    )));
+}
+
+#[test]
+fn min_partitions_above_total() {
+    insta::assert_snapshot!(job_error(&format!(
+        "{JOB_HEAD}    replicas: 8\n    partitionPolicy: {{totalPartitions: 2, partitionSize: 4, minPartitions: 3}}\n"
+    )));
+}
+
+#[test]
+fn min_available_above_replicas() {
+    insta::assert_snapshot!(job_error(
+        "name: train-a\nminAvailable: 17\ntasks:\n  - {name: worker, replicas: 16}\n"
+    ));
+}
+
+#[test]
+fn both_tier_limits() {
+    insta::assert_snapshot!(job_error(&format!(
+        "{JOB_HEAD}    replicas: 8\n    partitionPolicy:\n      totalPartitions: 2\n      partitionSize: 4\n      networkTopology: {{mode: hard, highestTierAllowed: 1, highestTierName: leaf}}\n"
+    )));
+}
+
+#[test]
+fn zero_replicas() {
+    insta::assert_snapshot!(job_error(&format!("{JOB_HEAD}    replicas: 0\n")));
+}
+
+#[test]
+fn duplicate_job_names_across_documents() {
+    insta::assert_snapshot!(job_error(
+        "name: a\ntasks: [{name: t, replicas: 1}]\n---\n- name: b\n  tasks: [{name: t, replicas: 1}]\n- name: a\n  tasks: [{name: t, replicas: 1}]\n"
+    ));
+}
+
+#[test]
+fn duplicate_task_names() {
+    insta::assert_snapshot!(job_error(
+        "name: a\ntasks:\n  - {name: t, replicas: 1}\n  - {name: t, replicas: 2}\n"
+    ));
+}
+
+#[test]
+fn unknown_topology_policy() {
+    insta::assert_snapshot!(job_error(&format!(
+        "{JOB_HEAD}    replicas: 1\n    topologyPolicy: numa\n"
+    )));
+}
+
+#[test]
+fn unknown_topology_mode() {
+    insta::assert_snapshot!(job_error(
+        "name: a\nnetworkTopology: {mode: strict}\ntasks: [{name: t, replicas: 1}]\n"
+    ));
+}
+
+#[test]
+fn negative_runtime() {
+    insta::assert_snapshot!(job_error(&format!(
+        "{JOB_HEAD}    replicas: 1\n    runtime: -5\n"
+    )));
+}
+
+#[test]
+fn volcano_job_bad_request() {
+    insta::assert_snapshot!(job_error(
+        "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n    - replicas: 2\n      template:\n        spec:\n          containers:\n            - resources:\n                requests: {memory: 1.5}\n"
+    ));
+}
+
+#[test]
+fn missing_task_field() {
+    insta::assert_snapshot!(job_error("name: a\ntasks:\n  - {name: t}\n"));
+}

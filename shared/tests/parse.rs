@@ -1,0 +1,210 @@
+//! Happy-path parsing of the fixture files: cluster with manifest files, jobs in both formats.
+
+use std::path::{Path, PathBuf};
+
+use hyperplan_shared::hypernode::parse_hypernode_manifests;
+use hyperplan_shared::*;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+#[test]
+fn cluster_with_manifest_files() -> TestResult {
+    let c = load_cluster_file(&fixture("cluster.yaml"))?;
+    let names: Vec<&str> = c.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["gpu001", "gpu002", "gpu003"]);
+    let n = &c.nodes[0];
+    assert_eq!(n.resources.get(CPU), 128_000);
+    assert_eq!(n.resources.get(MEMORY), 1 << 40);
+    assert_eq!(n.resources.get("nvidia.com/gpu"), 8);
+    assert_eq!(n.used.get(CPU), 64_000);
+    assert_eq!(n.used.get("nvidia.com/gpu"), 4);
+    assert_eq!(n.labels.get("leaf").map(String::as_str), Some("l1"));
+    assert_eq!(c.nodes[1].resources, c.nodes[0].resources);
+    assert!(c.nodes[1].used.is_empty());
+    assert_eq!(c.nodes[2].resources.get(CPU), 1500);
+    assert_eq!(c.nodes[2].resources.get(MEMORY), 1_500_000_000);
+
+    let hn: Vec<(&str, u32)> = c
+        .hyper_nodes
+        .iter()
+        .map(|h| (h.name.as_str(), h.tier))
+        .collect();
+    assert_eq!(hn, [("leaf-1", 1), ("leaf-2", 1), ("spine-1", 2)]);
+    assert_eq!(c.hyper_nodes[0].tier_name.as_deref(), Some("leaf"));
+    assert_eq!(
+        c.hyper_nodes[0].members,
+        [Member {
+            kind: MemberType::Node,
+            selector: Selector::Regex {
+                pattern: "^gpu00[1-2]$".into()
+            }
+        }]
+    );
+    assert_eq!(
+        c.hyper_nodes[1].members,
+        [Member {
+            kind: MemberType::Node,
+            selector: Selector::Exact {
+                name: "gpu003".into()
+            }
+        }]
+    );
+    let spine = &c.hyper_nodes[2];
+    assert_eq!(spine.tier_name, None);
+    assert_eq!(spine.members.len(), 3);
+    assert_eq!(spine.members[1].kind, MemberType::HyperNode);
+    let Selector::Label {
+        match_labels,
+        match_expressions,
+    } = &spine.members[2].selector
+    else {
+        return Err("expected a label selector".into());
+    };
+    assert_eq!(match_labels.get("spine").map(String::as_str), Some("s1"));
+    assert_eq!(match_expressions.len(), 2);
+    assert_eq!(match_expressions[0].values, ["l1", "l2"]);
+    assert!(spine.members[2].selector.matches_labels(&c.nodes[0].labels));
+
+    assert_eq!(
+        c.label_discovery.get("fabric"),
+        Some(&vec![
+            "spine".to_string(),
+            "leaf".to_string(),
+            "kubernetes.io/hostname".to_string()
+        ])
+    );
+    Ok(())
+}
+
+#[test]
+fn multi_document_manifests_skip_empty_documents() -> TestResult {
+    let text = std::fs::read_to_string(fixture("fabric.yaml"))?;
+    let specs = parse_hypernode_manifests(&text, Path::new("fabric.yaml"))?;
+    let names: Vec<&str> = specs.iter().map(|h| h.name.as_str()).collect();
+    assert_eq!(names, ["leaf-2", "spine-1"]);
+    // Writing them back gives manifests that read back the same.
+    let again = parse_hypernode_manifests(
+        &hyperplan_shared::hypernode::to_hypernode_manifests(&specs),
+        Path::new("x.yaml"),
+    )?;
+    assert_eq!(again, specs);
+    Ok(())
+}
+
+#[test]
+fn jobs_in_both_formats() -> TestResult {
+    let jobs = load_job_file(&fixture("jobs.yaml"))?;
+    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["train-a", "small-1", "small-2", "network-topology-job"]
+    );
+
+    let a = &jobs[0];
+    assert_eq!(
+        (a.priority, a.min_available, a.submit_time),
+        (5, Some(16), 30)
+    );
+    assert_eq!(
+        a.network_topology,
+        Some(NetworkTopology {
+            mode: TopologyMode::Hard,
+            highest_tier_allowed: Some(2),
+            highest_tier_name: None
+        })
+    );
+    let w = &a.tasks[0];
+    assert_eq!(
+        (w.name.as_str(), w.replicas, w.runtime),
+        ("worker", 16, Some(3600))
+    );
+    assert_eq!(w.resources.get("nvidia.com/gpu"), 8);
+    assert_eq!(w.resources.get(MEMORY), 128 << 30);
+    assert_eq!(w.topology_policy.as_deref(), Some("single-numa-node"));
+    assert_eq!(w.command, ["/usr/bin/env"]);
+    let p = w.partition_policy.as_ref().ok_or("partition policy")?;
+    assert_eq!(
+        (p.total_partitions, p.partition_size, p.min_partitions),
+        (2, 8, 2)
+    );
+    assert_eq!(
+        p.network_topology
+            .as_ref()
+            .and_then(|t| t.highest_tier_allowed),
+        Some(1)
+    );
+
+    let s1 = &jobs[1];
+    assert_eq!(s1.min_available, None);
+    assert_eq!(s1.gang_minimum(), 1);
+    let t = s1.network_topology.as_ref().ok_or("topology")?;
+    assert_eq!(
+        (t.mode, t.highest_tier_name.as_deref()),
+        (TopologyMode::Soft, Some("spine"))
+    );
+    assert_eq!(s1.tasks[0].resources.get(CPU), 500);
+    assert_eq!(jobs[2].replicas(), 3);
+
+    let v = &jobs[3];
+    assert_eq!(
+        (v.priority, v.min_available, v.submit_time),
+        (0, Some(4), 0)
+    );
+    assert_eq!(
+        v.network_topology
+            .as_ref()
+            .and_then(|t| t.highest_tier_allowed),
+        Some(2)
+    );
+    let t0 = &v.tasks[0];
+    assert_eq!((t0.name.as_str(), t0.replicas, t0.runtime), ("t0", 8, None));
+    // 4 + 0.5 CPU requested; the 8-CPU init container is larger and wins. Memory: the
+    // first container's limit stands in for its missing request.
+    assert_eq!(t0.resources.get(CPU), 8000);
+    assert_eq!(t0.resources.get(MEMORY), (8 << 30) + (1 << 30));
+    assert_eq!(t0.command, ["nginx", "-g", "daemon off;"]);
+    assert_eq!(
+        t0.partition_policy
+            .as_ref()
+            .map(|p| (p.total_partitions, p.partition_size)),
+        Some((2, 4))
+    );
+    assert_eq!(v.tasks[1].name, "default1");
+    assert!(v.tasks[1].resources.is_empty());
+    Ok(())
+}
+
+#[test]
+fn unreadable_file_is_reported_at_line_zero() {
+    let err = load_cluster_file(Path::new("does/not/exist.yaml"))
+        .err()
+        .map(|e| (e.line, e.column, e.field));
+    assert_eq!(err, Some((0, 0, "-".to_string())));
+}
+
+#[test]
+fn scalars_keep_their_source_text() -> TestResult {
+    let text = "nodes:\n  - name: &n 007\n    labels: {a: &v 010, b: *v, c: yes, d: 1.50}\n    resources: {cpu: &c 1.50, nvidia.com/gpu: 0x10}\n  - name: n2\n    resources: {cpu: *c}\n";
+    let c = parse_cluster(text, Path::new("c.yaml"))?;
+    let n = &c.nodes[0];
+    assert_eq!(n.name, "007");
+    let labels: Vec<(&str, &str)> = n
+        .labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        labels,
+        [("a", "010"), ("b", "010"), ("c", "yes"), ("d", "1.50")]
+    );
+    assert_eq!(n.resources.get(CPU), 1500);
+    assert_eq!(n.resources.get("nvidia.com/gpu"), 16);
+    assert_eq!(c.nodes[1].resources.get(CPU), 1500);
+    Ok(())
+}
