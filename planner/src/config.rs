@@ -1,0 +1,187 @@
+//! Planner configuration (`planner.toml`). The `[scoring]` section takes Volcano's
+//! network-topology-aware plugin arguments under their own names, as quoted TOML keys:
+//!
+//! ```toml
+//! [scoring]
+//! weight = 1
+//! "hypernode.binpack.cpu" = 5
+//! "hypernode.binpack.memory" = 1
+//! "hypernode.binpack.resources" = "nvidia.com/gpu"
+//! "hypernode.binpack.resources.nvidia.com/gpu" = 2
+//! "hypernode.binpack.normal-pod.enable" = true
+//! "hypernode.binpack.normal-pod.fading" = 0.8
+//! ```
+//!
+//! Invalid values fall back to Volcano's defaults, as the plugin does (a negative
+//! weight becomes 1, a negative fading 0.8, a non-bool `enable` is ignored).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bevy_ecs::prelude::Resource;
+use serde::Deserialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}:{line}:{column}: {message}")]
+    Parse { path: String, line: usize, column: usize, message: String },
+}
+
+/// Everything the planner core reads from its configuration.
+#[derive(Clone, Debug, Default, PartialEq, Resource)]
+pub struct PlannerConfig {
+    pub scoring: ScoringConfig,
+}
+
+/// Volcano's network-topology-aware plugin arguments, resolved (§5.1 defaults).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScoringConfig {
+    pub weight: f64,
+    /// Bin-pack weight per resource name; only these resources ever score.
+    pub binpack_weights: BTreeMap<String, f64>,
+    pub normal_pod_enable: bool,
+    pub normal_pod_fading: f64,
+}
+
+impl Default for ScoringConfig {
+    fn default() -> Self {
+        let mut binpack_weights = BTreeMap::new();
+        binpack_weights.insert(hyperplan_shared::CPU.to_string(), 1.0);
+        binpack_weights.insert(hyperplan_shared::MEMORY.to_string(), 1.0);
+        Self { weight: 1.0, binpack_weights, normal_pod_enable: true, normal_pod_fading: 0.8 }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    scoring: BTreeMap<String, toml::Value>,
+}
+
+impl PlannerConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses `planner.toml` text; `origin` names the file in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let (line, column) = e
+                .span()
+                .map(|s| line_col(text, s.start))
+                .unwrap_or((0, 0));
+            ConfigError::Parse {
+                path: origin.to_string(),
+                line,
+                column,
+                message: e.message().to_string(),
+            }
+        })?;
+        Ok(Self { scoring: ScoringConfig::from_args(&raw.scoring) })
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+fn number(v: &toml::Value) -> Option<f64> {
+    match v {
+        toml::Value::Integer(i) => Some(*i as f64),
+        toml::Value::Float(f) => Some(*f),
+        toml::Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// A weight argument: missing or negative → `default`, as the plugin does.
+fn weight_arg(args: &BTreeMap<String, toml::Value>, key: &str, default: f64) -> f64 {
+    match args.get(key).and_then(number) {
+        Some(w) if w >= 0.0 => w,
+        _ => default,
+    }
+}
+
+impl ScoringConfig {
+    /// Resolves Volcano plugin arguments (string keys as in the plugin's `arguments`).
+    pub fn from_args(args: &BTreeMap<String, toml::Value>) -> Self {
+        let mut binpack_weights = BTreeMap::new();
+        binpack_weights.insert(
+            hyperplan_shared::CPU.to_string(),
+            weight_arg(args, "hypernode.binpack.cpu", 1.0),
+        );
+        binpack_weights.insert(
+            hyperplan_shared::MEMORY.to_string(),
+            weight_arg(args, "hypernode.binpack.memory", 1.0),
+        );
+        if let Some(toml::Value::String(list)) = args.get("hypernode.binpack.resources") {
+            for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                let key = format!("hypernode.binpack.resources.{name}");
+                binpack_weights.insert(name.to_string(), weight_arg(args, &key, 1.0));
+            }
+        }
+        let normal_pod_enable = match args.get("hypernode.binpack.normal-pod.enable") {
+            Some(toml::Value::Boolean(b)) => *b,
+            Some(toml::Value::String(s)) => s.parse().unwrap_or(true),
+            _ => true,
+        };
+        let normal_pod_fading = match args.get("hypernode.binpack.normal-pod.fading").and_then(number) {
+            Some(f) if f >= 0.0 => f,
+            _ => 0.8,
+        };
+        Self {
+            weight: weight_arg(args, "weight", 1.0),
+            binpack_weights,
+            normal_pod_enable,
+            normal_pod_fading,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn volcano_argument_names_and_invalid_values() -> Result<(), ConfigError> {
+        let cfg = PlannerConfig::parse(
+            r#"
+[scoring]
+weight = 2
+"hypernode.binpack.cpu" = 5
+"hypernode.binpack.memory" = -1
+"hypernode.binpack.resources" = "nvidia.com/gpu, rdma/hca"
+"hypernode.binpack.resources.nvidia.com/gpu" = 2
+"hypernode.binpack.resources.unlisted" = 9
+"hypernode.binpack.normal-pod.fading" = -0.5
+"hypernode.binpack.normal-pod.enable" = 7
+"#,
+            "planner.toml",
+        )?;
+        let s = cfg.scoring;
+        assert_eq!(s.weight, 2.0);
+        assert_eq!(s.binpack_weights["cpu"], 5.0);
+        assert_eq!(s.binpack_weights["memory"], 1.0);
+        assert_eq!(s.binpack_weights["nvidia.com/gpu"], 2.0);
+        assert_eq!(s.binpack_weights["rdma/hca"], 1.0);
+        assert!(!s.binpack_weights.contains_key("unlisted"));
+        assert_eq!(s.normal_pod_fading, 0.8);
+        assert!(s.normal_pod_enable);
+        Ok(())
+    }
+
+    #[test]
+    fn unknown_section_names_line() {
+        let err = PlannerConfig::parse("[scoring]\nweight = 1\n[bogus]\nx = 1\n", "p.toml");
+        let msg = err.map(|_| ()).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.starts_with("p.toml:3:"), "{msg}");
+    }
+}

@@ -1,0 +1,231 @@
+//! The allocate system: jobs in order (priority, then submit time, then name), each
+//! searched with the two-level gradient search, committed whole or not at all.
+
+mod binpack;
+mod gang;
+mod gradient;
+mod node_score;
+mod rank;
+mod reason;
+mod search;
+
+use std::cmp::Reverse;
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::{NetworkTopology, TopologyMode};
+
+use super::capacity::Capacity;
+use super::commands::Command;
+use super::components::{Job, JobPhase, JobState, NodeSlot, SubJob, SubJobState, Task, TaskPhase, TaskState};
+use super::queues::{Now, Outbox};
+use super::topology::TopologyIndex;
+use crate::config::PlannerConfig;
+
+pub use gang::{JobCtx, SubJobCtx, TaskSlot};
+pub use gradient::gradients;
+pub use node_score::tier_score;
+pub use search::Search;
+
+/// A job with tasks left over after a commit (minAvailable < replicas) is tried again
+/// in the same tick, from its allocated HyperNode; this bounds the retries.
+const PASSES_PER_JOB: usize = 2;
+
+#[allow(clippy::too_many_arguments)]
+pub fn allocate(
+    index: Res<TopologyIndex>,
+    config: Res<PlannerConfig>,
+    now: Res<Now>,
+    mut cap: ResMut<Capacity>,
+    mut out: ResMut<Outbox>,
+    mut jobs: Query<(Entity, &Job, &mut JobState)>,
+    mut sub_jobs: Query<(&SubJob, &mut SubJobState)>,
+    mut tasks: Query<(&Task, &mut TaskState)>,
+    nodes: Query<&NodeSlot>,
+) {
+    let _span = tracing::info_span!("allocate").entered();
+    let mut order: Vec<(Reverse<i32>, u64, String, Entity)> = jobs
+        .iter()
+        .filter(|(_, _, st)| matches!(st.phase, JobPhase::Pending | JobPhase::Running))
+        .map(|(e, j, _)| (Reverse(j.spec.priority), j.spec.submit_time, j.spec.name.clone(), e))
+        .collect();
+    order.sort();
+    for (_, _, _, entity) in order {
+        for pass in 0..PASSES_PER_JOB {
+            let Ok((_, job, mut state)) = jobs.get_mut(entity) else { break };
+            let mut ctx = build_ctx(entity, job, &state, &index, &cap, &sub_jobs, &tasks, &nodes, &mut out);
+            if ctx.pending().next().is_none() {
+                break;
+            }
+            let mut search = Search::new(&index, &mut cap, &config.scoring);
+            let Some(decision) = search.allocate_job(&mut ctx) else {
+                if pass == 0 && state.phase == JobPhase::Pending {
+                    explain(&mut ctx, &mut state, &index, &cap, &config, &mut out);
+                }
+                break;
+            };
+            // Commit: ranks in topology order, then the AllocatedHyperNode bookkeeping.
+            for t in rank::rank_order(&ctx, &index) {
+                let slot = &ctx.tasks[t];
+                let Some(n) = slot.node else { continue };
+                if let Ok((_, mut ts)) = tasks.get_mut(slot.entity) {
+                    ts.phase = TaskPhase::Running;
+                    ts.node = Some(index.node_entities[n.ix()]);
+                    ts.rank = Some(state.next_rank);
+                    ts.start_time = Some(now.0);
+                    ts.dispatched = false;
+                    state.next_rank += 1;
+                }
+            }
+            if let Some(h) = decision.job_hn {
+                let a = index.lca_opt(ctx.allocated, Some(h));
+                state.allocated_hyper_node = a.map(|a| index.hns[a.ix()].name.clone());
+            }
+            for (sj, h) in decision.sub_job_hn {
+                let s = &ctx.sub_jobs[sj];
+                if let Ok((_, mut sst)) = sub_jobs.get_mut(s.entity) {
+                    let a = index.lca_opt(s.allocated, Some(h));
+                    sst.allocated_hyper_node = a.map(|a| index.hns[a.ix()].name.clone());
+                }
+            }
+            if state.phase == JobPhase::Pending {
+                state.phase = JobPhase::Running;
+                state.start_time = Some(now.0);
+                state.reason = None;
+            }
+        }
+    }
+}
+
+/// Sets the pending reason, or rejects the job when it could not run even on the empty
+/// cluster (checked once per topology generation: it costs a whole search).
+fn explain(
+    ctx: &mut JobCtx,
+    state: &mut JobState,
+    index: &TopologyIndex,
+    cap: &Capacity,
+    config: &PlannerConfig,
+    out: &mut Outbox,
+) {
+    let mut rejected = None;
+    if state.checked_generation != Some(index.generation) {
+        state.checked_generation = Some(index.generation);
+        rejected = reason::impossible(ctx, index, cap);
+        if rejected.is_none() {
+            let mut empty = cap.emptied();
+            let mut trial = ctx.clone();
+            let fits = Search::new(index, &mut empty, &config.scoring).allocate_job(&mut trial).is_some();
+            if !fits {
+                let why = reason::pending(ctx, index, &cap.emptied());
+                rejected = Some(format!("even on the empty cluster: {why}"));
+            }
+        }
+    }
+    match rejected {
+        Some(why) => {
+            state.phase = JobPhase::Rejected;
+            out.0.push(Command::Reject { job: ctx.name.clone(), reason: why.clone() });
+            state.reason = Some(why);
+        }
+        None => state.reason = Some(reason::pending(ctx, index, cap)),
+    }
+}
+
+/// Resolves a network topology to (hard tier limit, has a topology): soft becomes hard at
+/// `soft_tier` (Volcano §2.4), a tier name is looked up, an unknown name leaves no limit.
+fn effective_tier(
+    nt: Option<&NetworkTopology>,
+    soft_tier: u32,
+    index: &TopologyIndex,
+    job: &str,
+    out: &mut Outbox,
+    warn: bool,
+) -> (Option<u32>, bool) {
+    let Some(nt) = nt else { return (None, false) };
+    match nt.mode {
+        TopologyMode::Soft => (Some(soft_tier), true),
+        TopologyMode::Hard => {
+            if let Some(t) = nt.highest_tier_allowed {
+                return (Some(t), true);
+            }
+            let Some(name) = &nt.highest_tier_name else { return (None, true) };
+            match index.tier_names.get(name) {
+                Some(&t) => (Some(t), true),
+                None => {
+                    if warn {
+                        out.0.push(Command::Warn(format!(
+                            "job {job}: highestTierName {name:?} names no tier (known: {}); placed without a tier limit",
+                            index.tier_names.keys().cloned().collect::<Vec<_>>().join(", ")
+                        )));
+                    }
+                    (None, true)
+                }
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_ctx(
+    entity: Entity,
+    job: &Job,
+    state: &JobState,
+    index: &TopologyIndex,
+    cap: &Capacity,
+    sub_jobs: &Query<(&SubJob, &mut SubJobState)>,
+    tasks: &Query<(&Task, &mut TaskState)>,
+    nodes: &Query<&NodeSlot>,
+    out: &mut Outbox,
+) -> JobCtx {
+    let root_tier = index.root_tier();
+    // Warn about an unknown tier name once per job: on its first pass while pending.
+    let warn = state.phase == JobPhase::Pending && state.checked_generation.is_none() && state.next_rank == 0;
+    let (tier, with_topology) =
+        effective_tier(job.spec.network_topology.as_ref(), root_tier, index, &job.spec.name, out, warn);
+    let hn = |name: &Option<String>| name.as_ref().and_then(|n| index.hn_by_name.get(n).copied());
+    let mut task_index = std::collections::HashMap::with_capacity(job.tasks.len());
+    let mut slots = Vec::with_capacity(job.tasks.len());
+    for (i, &te) in job.tasks.iter().enumerate() {
+        let Ok((task, ts)) = tasks.get(te) else { continue };
+        let node = match ts.phase {
+            TaskPhase::Pending => None,
+            // Finished tasks count as placed for the gang but hold nothing.
+            TaskPhase::Running | TaskPhase::Finished => {
+                ts.node.and_then(|n| nodes.get(n).ok()).map(|s| s.0)
+            }
+        };
+        task_index.insert(te, i);
+        slots.push(TaskSlot { entity: te, role: task.role, node, new: false });
+    }
+    let mut sjs = Vec::with_capacity(job.sub_jobs.len());
+    for &se in &job.sub_jobs {
+        let Ok((sj, sst)) = sub_jobs.get(se) else { continue };
+        let (t, with) = match sj.group {
+            None => (tier, with_topology),
+            Some(_) => effective_tier(sj.network_topology.as_ref(), tier.unwrap_or(root_tier), index, &job.spec.name, out, warn),
+        };
+        sjs.push(SubJobCtx {
+            entity: se,
+            id: sj.id.clone(),
+            min_available: sj.min_available,
+            group: sj.group,
+            match_index: sj.match_index,
+            tier: t,
+            with_topology: with,
+            allocated: hn(&sst.allocated_hyper_node),
+            tasks: sj.tasks.iter().filter_map(|t| task_index.get(t).copied()).collect(),
+        });
+    }
+    JobCtx {
+        entity,
+        name: job.spec.name.clone(),
+        gang_min: job.gang_min,
+        group_min: job.partition_groups.iter().map(|(_, m)| *m).collect(),
+        tier,
+        with_topology,
+        allocated: hn(&state.allocated_hyper_node),
+        shapes: job.spec.tasks.iter().map(|t| cap.shape(&t.resources)).collect(),
+        role_names: job.spec.tasks.iter().map(|t| t.name.clone()).collect(),
+        tasks: slots,
+        sub_jobs: sjs,
+    }
+}

@@ -1,0 +1,108 @@
+//! Why a job is not placed, in words a person can act on: which HyperNode came
+//! closest and how much room it has, or why the job can never run.
+
+use crate::core::capacity::Capacity;
+use crate::core::ids::HnIdx;
+use crate::core::topology::TopologyIndex;
+
+use super::gang::JobCtx;
+use super::search::{role_pending, room};
+
+/// Reasons that do not depend on what is running: a task no node can ever hold.
+pub fn impossible(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> Option<String> {
+    let pending = role_pending(job, None);
+    for (role, shape) in job.shapes.iter().enumerate() {
+        if pending[role] == 0 {
+            continue;
+        }
+        if let Some(m) = &shape.missing {
+            return Some(format!("task {}: no node offers resource {m}", job.role_names[role]));
+        }
+        let fits_somewhere = (0..index.node_count()).any(|n| cap.fits_empty(crate::core::ids::NodeIdx(n as u32), shape));
+        if !fits_somewhere {
+            return Some(format!(
+                "task {} ({}) is bigger than every node",
+                job.role_names[role],
+                cap.describe(shape)
+            ));
+        }
+    }
+    if let Some(t) = job.tier
+        && t < index.min_tier()
+    {
+        return Some(format!("highestTierAllowed {t} is below every tier (the lowest is {})", index.min_tier()));
+    }
+    None
+}
+
+/// The pending reason for the current capacity: the best HyperNode within the limit and
+/// how many of the job's tasks it could take.
+pub fn pending(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> String {
+    let need = job.gang_min.saturating_sub(job.placed()).max(1) as u64;
+    let pending = role_pending(job, None);
+    let what = describe_tasks(job, cap, &pending);
+    let counts: Vec<Option<Vec<u64>>> = job
+        .shapes
+        .iter()
+        .enumerate()
+        .map(|(r, s)| (pending[r] > 0).then(|| cap.fit_counts_per_hn(index, s)))
+        .collect();
+    let limit = job.tier.unwrap_or(index.root_tier());
+    if job.tier.is_none() || limit >= index.root_tier() {
+        let have = room(&counts, &pending, index.root);
+        if have < need {
+            return format!("the cluster has free room for {have} of the {need} tasks needed ({what})");
+        }
+    } else {
+        let best = index
+            .hns
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.tier <= limit)
+            .map(|(i, h)| (room(&counts, &pending, HnIdx(i as u32)), std::cmp::Reverse(&h.name), i))
+            .max();
+        if let Some((have, _, i)) = best
+            && have < need
+        {
+            return format!(
+                "no HyperNode up to tier {limit} has free room for {need} tasks ({what}); best is {} with {have}",
+                index.hns[i].name
+            );
+        }
+    }
+    // Enough room in total: the partitions or the gang shape do not fit together.
+    for sj in job.sub_job_order() {
+        let s = &job.sub_jobs[sj];
+        if let (Some(t), Some(_)) = (s.tier, s.group) {
+            let p = role_pending(job, Some(sj));
+            let need = s.min_available.saturating_sub(job.sj_placed(sj)).max(1) as u64;
+            let best = index
+                .hns
+                .iter()
+                .enumerate()
+                .filter(|(_, h)| h.tier <= t)
+                .map(|(i, h)| (room(&counts, &p, HnIdx(i as u32)), std::cmp::Reverse(&h.name), i))
+                .max();
+            if let Some((have, _, i)) = best
+                && have < need
+            {
+                return format!(
+                    "partition {}: no HyperNode up to tier {t} has free room for {need} tasks; best is {} with {have}",
+                    s.id, index.hns[i].name
+                );
+            }
+        }
+    }
+    format!("the gang of {} tasks ({what}) does not fit within one allowed HyperNode at once", job.gang_min)
+}
+
+fn describe_tasks(job: &JobCtx, cap: &Capacity, pending: &[u64]) -> String {
+    let parts: Vec<String> = job
+        .shapes
+        .iter()
+        .enumerate()
+        .filter(|(r, _)| pending[*r] > 0)
+        .map(|(r, s)| format!("{} × {} {{{}}}", pending[r], job.role_names[r], cap.describe(s)))
+        .collect();
+    parts.join(", ")
+}

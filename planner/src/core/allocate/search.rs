@@ -1,0 +1,319 @@
+//! The two-level search (Volcano allocateForJob / allocateForSubJob /
+//! allocateResourcesForTasks, §4) over live capacity, with an undo log instead of
+//! statement copies: a trial places tasks for real and rolls back what it does not keep.
+
+use std::collections::BTreeMap;
+
+use crate::config::ScoringConfig;
+use crate::core::capacity::Capacity;
+use crate::core::ids::{HnIdx, NodeIdx};
+use crate::core::topology::TopologyIndex;
+
+use super::binpack::{dim_weights, fill_ratio};
+use super::gang::JobCtx;
+use super::gradient::gradients;
+use super::node_score::{fading_score, lca_score};
+
+/// What a committed attempt decided, for the AllocatedHyperNode bookkeeping (§4.2.5).
+#[derive(Debug, Default)]
+pub struct Decision {
+    /// The job-level gradient HyperNode (`None` on the flat path).
+    pub job_hn: Option<HnIdx>,
+    /// Per sub-job index: the HyperNode its tasks were placed under.
+    pub sub_job_hn: Vec<(usize, HnIdx)>,
+}
+
+pub struct Search<'a> {
+    pub index: &'a TopologyIndex,
+    pub cap: &'a mut Capacity,
+    pub cfg: &'a ScoringConfig,
+    weights: Vec<f64>,
+    /// Undo log: task index placed in this attempt.
+    log: Vec<usize>,
+    sub_job_hn: Vec<(usize, HnIdx)>,
+}
+
+impl<'a> Search<'a> {
+    pub fn new(index: &'a TopologyIndex, cap: &'a mut Capacity, cfg: &'a ScoringConfig) -> Self {
+        let weights = dim_weights(cap, cfg);
+        Self { index, cap, cfg, weights, log: Vec::new(), sub_job_hn: Vec::new() }
+    }
+
+    fn place(&mut self, job: &mut JobCtx, t: usize, n: NodeIdx) {
+        let role = job.tasks[t].role;
+        self.cap.take(self.index, n, &job.shapes[role]);
+        job.tasks[t].node = Some(n);
+        job.tasks[t].new = true;
+        self.log.push(t);
+    }
+
+    fn rollback(&mut self, job: &mut JobCtx, mark: usize, sj_mark: usize) {
+        while self.log.len() > mark {
+            let Some(t) = self.log.pop() else { break };
+            if let Some(n) = job.tasks[t].node.take() {
+                self.cap.give(self.index, n, &job.shapes[job.tasks[t].role]);
+            }
+            job.tasks[t].new = false;
+        }
+        self.sub_job_hn.truncate(sj_mark);
+    }
+
+    /// One allocation attempt for a job. On success the placements stay applied (to
+    /// `job` and the capacity) and the decision is returned; otherwise nothing changed.
+    pub fn allocate_job(&mut self, job: &mut JobCtx) -> Option<Decision> {
+        self.log.clear();
+        self.sub_job_hn.clear();
+        if job.tier.is_none() && !job.has_partitions() {
+            return self.allocate_flat(job);
+        }
+        let need = job.gang_min.saturating_sub(job.placed()).max(1) as u64;
+        let counts = self.role_counts(job);
+        let pending = role_pending(job, None);
+        let grads = gradients(self.index, self.index.root, job.tier, job.allocated, |h| {
+            room(&counts, &pending, h) >= need
+        });
+        let single = job.sub_jobs.len() == 1 && job.allocated.is_none() && job.sub_jobs[0].allocated.is_none();
+        for mut tier in grads {
+            if single {
+                // The only sub-job scores H itself (every lower HyperNode already failed
+                // in an earlier gradient), so try in score order and keep the first fit.
+                let request = self.sub_job_request(job, 0);
+                let mut keyed: Vec<(f64, HnIdx)> =
+                    tier.iter().map(|&h| (fill_ratio(self.cap, &self.weights, h, &request), h)).collect();
+                keyed.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                for (_, h) in keyed {
+                    if self.try_job_in(job, h).is_some() {
+                        return Some(self.decision(Some(h)));
+                    }
+                }
+                continue;
+            }
+            tier.sort();
+            let mut best: Option<(f64, HnIdx)> = None;
+            for &h in &tier {
+                if let Some(score) = self.try_job_in(job, h) {
+                    if best.is_none_or(|(s, _)| score > s) {
+                        best = Some((score, h));
+                    }
+                    self.rollback(job, 0, 0);
+                }
+            }
+            if let Some((_, h)) = best {
+                // Replay the winner; the search is deterministic, so it lands the same way.
+                if self.try_job_in(job, h).is_some() {
+                    return Some(self.decision(Some(h)));
+                }
+            }
+        }
+        None
+    }
+
+    fn decision(&self, job_hn: Option<HnIdx>) -> Decision {
+        Decision { job_hn, sub_job_hn: self.sub_job_hn.clone() }
+    }
+
+    /// Jobs without a hard topology and without partitions: all nodes, one pass.
+    fn allocate_flat(&mut self, job: &mut JobCtx) -> Option<Decision> {
+        let placed = self.place_tasks(job, 0, self.index.root);
+        if placed > 0 && job.job_ready() {
+            Some(self.decision(None))
+        } else {
+            self.rollback(job, 0, 0);
+            None
+        }
+    }
+
+    /// Trial of job-level HyperNode `h`: sub-jobs in order until the job is ready.
+    /// Returns the summed sub-job scores, leaving the placements applied; rolls back
+    /// and returns `None` when the job cannot become ready under `h`.
+    fn try_job_in(&mut self, job: &mut JobCtx, h: HnIdx) -> Option<f64> {
+        let (mark, sj_mark) = (self.log.len(), self.sub_job_hn.len());
+        let mut score = 0.0;
+        for sj in job.sub_job_order() {
+            if job.job_ready() {
+                break;
+            }
+            if let Some(s) = self.allocate_sub_job(job, sj, h) {
+                score += s;
+            }
+        }
+        if self.log.len() > mark && job.job_ready() {
+            Some(score)
+        } else {
+            self.rollback(job, mark, sj_mark);
+            None
+        }
+    }
+
+    /// Volcano allocateForSubJob: the sub-job's own gradients inside the job's `h_job`;
+    /// in each gradient the HyperNodes are tried best bin-pack score first.
+    fn allocate_sub_job(&mut self, job: &mut JobCtx, sj: usize, h_job: HnIdx) -> Option<f64> {
+        let s = &job.sub_jobs[sj];
+        let need = s.min_available.saturating_sub(job.sj_placed(sj)).max(1) as u64;
+        let pending = role_pending(job, Some(sj));
+        let grads = {
+            let (index, cap) = (self.index, &*self.cap);
+            gradients(index, h_job, s.tier, s.allocated, |h| {
+                let mut total = 0u64;
+                for (role, &p) in pending.iter().enumerate() {
+                    if p == 0 {
+                        continue;
+                    }
+                    let mut c = 0u64;
+                    'groups: for &g in &index.hns[h.ix()].groups {
+                        for &n in &index.groups[g.ix()].nodes {
+                            c += cap.fit_count(n, &job.shapes[role]);
+                            if c >= p {
+                                break 'groups;
+                            }
+                        }
+                    }
+                    total += c.min(p);
+                }
+                total >= need
+            })
+        };
+        let request = self.sub_job_request(job, sj);
+        let total_tasks = job.sub_jobs[sj].tasks.len().max(1) as f64;
+        for tier in grads {
+            let mut keyed: Vec<(f64, f64, HnIdx)> = tier
+                .iter()
+                .map(|&h| {
+                    let on_h = job.sub_jobs[sj]
+                        .tasks
+                        .iter()
+                        .filter(|&&t| job.tasks[t].node.is_some_and(|n| self.index.hns[h.ix()].nodes.contains(n.ix())))
+                        .count() as f64;
+                    (fill_ratio(self.cap, &self.weights, h, &request), on_h / total_tasks, h)
+                })
+                .collect();
+            keyed.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2)));
+            let max = keyed.first().map(|k| k.0);
+            for (ratio, bonus, h) in keyed {
+                let (mark, sj_mark) = (self.log.len(), self.sub_job_hn.len());
+                let placed = self.place_tasks(job, sj, h);
+                if placed > 0 && job.sj_ready(sj) {
+                    self.sub_job_hn.push((sj, h));
+                    let tie = if Some(ratio) == max { bonus } else { 0.0 };
+                    return Some(100.0 * self.cfg.weight * (ratio + tie));
+                }
+                self.rollback(job, mark, sj_mark);
+            }
+        }
+        None
+    }
+
+    /// Σ of the requests of every task of the sub-job (Volcano counts running ones too).
+    fn sub_job_request(&self, job: &JobCtx, sj: usize) -> Vec<u64> {
+        let mut r = vec![0u64; self.cap.d];
+        for &t in &job.sub_jobs[sj].tasks {
+            for (k, v) in job.shapes[job.tasks[t].role].req.iter().enumerate() {
+                r[k] = r[k].saturating_add(*v);
+            }
+        }
+        r
+    }
+
+    /// Per role with pending tasks: how many of its tasks fit in each HyperNode now.
+    fn role_counts(&self, job: &JobCtx) -> Vec<Option<Vec<u64>>> {
+        let pending = role_pending(job, None);
+        job.shapes
+            .iter()
+            .enumerate()
+            .map(|(r, s)| (pending[r] > 0).then(|| self.cap.fit_counts_per_hn(self.index, s)))
+            .collect()
+    }
+
+    /// Volcano allocateResourcesForTasks: each pending task of the sub-job to the best
+    /// node under `h`. Returns how many were placed.
+    fn place_tasks(&mut self, job: &mut JobCtx, sj: usize, h: HnIdx) -> u32 {
+        let index = self.index;
+        let groups = &index.hns[h.ix()].groups;
+        let with_topology = job.sub_jobs[sj].with_topology;
+        let mut allocated = job.sub_jobs[sj].allocated;
+        let total_tasks = job.sub_jobs[sj].tasks.len().max(1) as f64;
+        // Tasks of this sub-job per leaf HyperNode (the LCA tie-break).
+        let mut on_leaf: BTreeMap<HnIdx, u32> = BTreeMap::new();
+        for &t in &job.sub_jobs[sj].tasks {
+            if let Some(leaf) = job.tasks[t].node.and_then(|n| index.leaf_of(n)) {
+                *on_leaf.entry(leaf).or_default() += 1;
+            }
+        }
+        // Per role, per group of `h`: position of the first node that may still fit.
+        // Capacity only shrinks while placing, so cursors only move forward.
+        let mut cursors: Vec<Option<Vec<u32>>> = vec![None; job.shapes.len()];
+        let mut failed = vec![false; job.shapes.len()];
+        let pending: Vec<usize> = job.sj_pending(sj).collect();
+        let mut placed = 0;
+        for t in pending {
+            let role = job.tasks[t].role;
+            if failed[role] {
+                continue;
+            }
+            let shape = &job.shapes[role];
+            let cursor = cursors[role].get_or_insert_with(|| vec![0; groups.len()]);
+            let mut best: Option<(f64, f64, NodeIdx)> = None;
+            for (gi, &g) in groups.iter().enumerate() {
+                let nodes = &index.groups[g.ix()].nodes;
+                let mut pos = cursor[gi] as usize;
+                while pos < nodes.len() && !self.cap.fits(nodes[pos], shape) {
+                    pos += 1;
+                }
+                cursor[gi] = pos as u32;
+                let Some(&n) = nodes.get(pos) else { continue };
+                let (score, bonus) = if with_topology {
+                    let leaf = index.groups[g.ix()].leaf;
+                    let bonus = leaf.and_then(|l| on_leaf.get(&l)).map_or(0.0, |c| *c as f64 / total_tasks);
+                    (lca_score(index, g, allocated), bonus)
+                } else {
+                    (fading_score(index, self.cap, self.cfg, &self.weights, g, &shape.req), 0.0)
+                };
+                let better = match best {
+                    None => true,
+                    Some((s, b, m)) => score > s || (score == s && (bonus > b || (bonus == b && n < m))),
+                };
+                if better {
+                    best = Some((score, bonus, n));
+                }
+            }
+            match best {
+                Some((_, _, n)) => {
+                    self.place(job, t, n);
+                    placed += 1;
+                    if let Some(leaf) = index.leaf_of(n) {
+                        *on_leaf.entry(leaf).or_default() += 1;
+                        if with_topology {
+                            allocated = index.lca_opt(Some(leaf), allocated);
+                        }
+                    }
+                }
+                None => {
+                    failed[role] = true;
+                    if !job.need_continue(sj) {
+                        break;
+                    }
+                }
+            }
+        }
+        placed
+    }
+}
+
+/// Pending tasks per role, of the whole job or of one sub-job.
+pub fn role_pending(job: &JobCtx, sj: Option<usize>) -> Vec<u64> {
+    let mut p = vec![0u64; job.shapes.len()];
+    match sj {
+        Some(s) => job.sj_pending(s).for_each(|t| p[job.tasks[t].role] += 1),
+        None => job.pending().for_each(|t| p[t.role] += 1),
+    }
+    p
+}
+
+/// How many of the pending tasks fit in `h` (per role, capped at what is pending).
+pub fn room(counts: &[Option<Vec<u64>>], pending: &[u64], h: HnIdx) -> u64 {
+    counts
+        .iter()
+        .zip(pending)
+        .map(|(c, p)| c.as_ref().map_or(0, |c| c[h.ix()].min(*p)))
+        .sum()
+}

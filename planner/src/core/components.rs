@@ -1,0 +1,163 @@
+//! ECS components: nodes, HyperNodes, jobs, sub-jobs and tasks. Relationships are
+//! explicit entity references, never names looked up in maps.
+
+use std::collections::BTreeMap;
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::{HyperNodeSpec, JobSpec, NetworkTopology, Resources};
+
+use super::ids::NodeIdx;
+
+/// A machine the planner may place tasks on.
+#[derive(Component, Clone, Debug)]
+pub struct Node {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub allocatable: Resources,
+    /// Taken by work hyperplan does not manage.
+    pub external_used: Resources,
+}
+
+/// The node's dense index in the current topology index.
+#[derive(Component, Clone, Copy, Debug)]
+pub struct NodeSlot(pub NodeIdx);
+
+/// Who owns a HyperNode: discovery sources reconcile only their own.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    /// Inline `hyperNodes` and `hyperNodeFiles` of the cluster file.
+    Static,
+    /// Label discovery.
+    Label,
+}
+
+impl Source {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Source::Static => "static",
+            Source::Label => "label",
+        }
+    }
+}
+
+#[derive(Component, Clone, Debug)]
+pub struct HyperNode {
+    pub spec: HyperNodeSpec,
+    pub source: Source,
+}
+
+/// Lifecycle of a job as people see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobPhase {
+    /// Gang minimum not placed yet.
+    Pending,
+    /// Gang minimum placed (tasks may still be waiting for room).
+    Running,
+    /// Every placed task finished.
+    Finished,
+    /// Can never run, even on the empty cluster.
+    Rejected,
+    Cancelled,
+}
+
+#[derive(Component, Clone, Debug)]
+pub struct Job {
+    pub spec: JobSpec,
+    pub gang_min: u32,
+    pub sub_jobs: Vec<Entity>,
+    /// In task order: spec order, then replica index.
+    pub tasks: Vec<Entity>,
+    /// Sub-job groups from partition policies: (task spec index, minPartitions).
+    pub partition_groups: Vec<(usize, u32)>,
+}
+
+#[derive(Component, Clone, Debug)]
+pub struct JobState {
+    pub phase: JobPhase,
+    pub reason: Option<String>,
+    pub start_time: Option<u64>,
+    pub end_time: Option<u64>,
+    /// Volcano's job-level AllocatedHyperNode, by name (stable across re-indexing).
+    pub allocated_hyper_node: Option<String>,
+    /// The topology generation this job was last found unplaceable on the empty cluster
+    /// for, so the (costly) check runs once per topology.
+    pub checked_generation: Option<u64>,
+    pub next_rank: u32,
+}
+
+impl JobState {
+    pub fn new() -> Self {
+        Self {
+            phase: JobPhase::Pending,
+            reason: None,
+            start_time: None,
+            end_time: None,
+            allocated_hyper_node: None,
+            checked_generation: None,
+            next_rank: 0,
+        }
+    }
+}
+
+impl Default for JobState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[derive(Component, Clone, Debug)]
+pub struct SubJob {
+    pub job: Entity,
+    /// `<job>/<task>-<partition>` or `<job>`.
+    pub id: String,
+    pub min_available: u32,
+    /// Index into `Job::partition_groups`; `None` for the job's default sub-job.
+    pub group: Option<usize>,
+    pub match_index: u32,
+    pub network_topology: Option<NetworkTopology>,
+    pub tasks: Vec<Entity>,
+}
+
+#[derive(Component, Clone, Debug, Default)]
+pub struct SubJobState {
+    pub allocated_hyper_node: Option<String>,
+}
+
+#[derive(Component, Clone, Debug)]
+pub struct Task {
+    pub job: Entity,
+    pub sub_job: Entity,
+    /// `<task name>-<index>`.
+    pub name: String,
+    /// Index of the task spec in the job (the "role").
+    pub role: usize,
+    pub request: Resources,
+    pub runtime: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskPhase {
+    Pending,
+    Running,
+    Finished,
+}
+
+#[derive(Component, Clone, Debug)]
+pub struct TaskState {
+    pub phase: TaskPhase,
+    pub node: Option<Entity>,
+    pub rank: Option<u32>,
+    pub start_time: Option<u64>,
+    /// The placement has been handed to the driver (a `Place` command).
+    pub dispatched: bool,
+}
+
+impl TaskState {
+    pub fn pending() -> Self {
+        Self { phase: TaskPhase::Pending, node: None, rank: None, start_time: None, dispatched: false }
+    }
+    /// Holds resources on its node.
+    pub fn is_running(&self) -> bool {
+        self.phase == TaskPhase::Running
+    }
+}

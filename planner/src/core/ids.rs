@@ -1,0 +1,31 @@
+//! Typed dense indices for the hot paths. They are rebuilt with the topology index, so
+//! they never outlive a tick's snapshot; entities and names are the stable handles.
+
+/// A node's dense index; nodes are numbered in name order, so comparing indices
+/// compares names (ties break by name for free).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeIdx(pub u32);
+
+/// A HyperNode's dense index in the topology index (the virtual root included).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HnIdx(pub u32);
+
+/// A group of nodes that sit in exactly the same HyperNodes; they score alike.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GroupIdx(pub u32);
+
+impl NodeIdx {
+    pub fn ix(self) -> usize {
+        self.0 as usize
+    }
+}
+impl HnIdx {
+    pub fn ix(self) -> usize {
+        self.0 as usize
+    }
+}
+impl GroupIdx {
+    pub fn ix(self) -> usize {
+        self.0 as usize
+    }
+}

@@ -1,0 +1,211 @@
+//! The ingest system: applies queued events to the world (nodes, HyperNode sources,
+//! jobs and their sub-jobs and tasks, completions, cancellations).
+
+use std::collections::HashMap;
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::{HyperNodeSpec, JobSpec, NodeSpec};
+
+use super::commands::Command;
+use super::components::{Job, JobPhase, JobState, Node, SubJob, SubJobState, Task, TaskPhase, TaskState};
+use super::events::Event;
+use super::queues::{Inbox, LabelTypes, Now, Outbox, TopologyDirty};
+
+/// Jobs by name, for events that name a job.
+#[derive(Debug, Default, Resource)]
+pub struct JobNames(pub HashMap<String, Entity>);
+
+/// The static HyperNode specs last loaded; discovery reconciles them into entities.
+#[derive(Debug, Default, Resource)]
+pub struct StaticSpecs(pub Vec<HyperNodeSpec>);
+
+pub fn ingest(world: &mut World) {
+    let _span = tracing::info_span!("ingest").entered();
+    let events = std::mem::take(&mut world.resource_mut::<Inbox>().0);
+    for event in events {
+        match event {
+            Event::NodeUp(spec) => node_up(world, spec),
+            Event::NodeGone { name } => {
+                let found = find_node(world, &name);
+                if let Some(e) = found {
+                    world.despawn(e);
+                    world.resource_mut::<TopologyDirty>().0 = true;
+                }
+            }
+            Event::StaticHyperNodes(specs) => {
+                world.resource_mut::<StaticSpecs>().0 = specs;
+                world.resource_mut::<TopologyDirty>().0 = true;
+            }
+            Event::LabelDiscovery(types) => {
+                world.resource_mut::<LabelTypes>().0 = types;
+                world.resource_mut::<TopologyDirty>().0 = true;
+            }
+            Event::Submit(spec) => submit(world, spec),
+            Event::Cancel { job } => cancel(world, &job),
+            Event::TaskFinished { job, task } => task_finished(world, &job, &task),
+        }
+    }
+}
+
+fn find_node(world: &mut World, name: &str) -> Option<Entity> {
+    let mut q = world.query::<(Entity, &Node)>();
+    q.iter(world).find(|(_, n)| n.name == name).map(|(e, _)| e)
+}
+
+fn node_up(world: &mut World, spec: NodeSpec) {
+    let node = Node { name: spec.name, labels: spec.labels, allocatable: spec.resources, external_used: spec.used };
+    match find_node(world, &node.name) {
+        Some(e) => {
+            world.entity_mut(e).insert(node);
+        }
+        None => {
+            world.spawn(node);
+        }
+    }
+    world.resource_mut::<TopologyDirty>().0 = true;
+}
+
+fn submit(world: &mut World, spec: JobSpec) {
+    if world.resource::<JobNames>().0.contains_key(&spec.name) {
+        let msg = format!("job {}: a job of that name exists; submission ignored", spec.name);
+        world.resource_mut::<Outbox>().0.push(Command::Warn(msg));
+        return;
+    }
+    let job_e = world.spawn_empty().id();
+    let mut sub_jobs: Vec<Entity> = Vec::new();
+    let mut tasks: Vec<Entity> = Vec::new();
+    let mut partition_groups = Vec::new();
+    let mut default_sj: Option<Entity> = None;
+    let default_tasks: u32 =
+        spec.tasks.iter().filter(|t| t.partition_policy.is_none()).map(|t| t.replicas).sum();
+    let has_partitions = spec.tasks.iter().any(|t| t.partition_policy.is_some());
+    let gang_min = spec.gang_minimum();
+    // Sub-job entity → its tasks, filled as tasks are spawned.
+    let mut members: Vec<(Entity, Vec<Entity>)> = Vec::new();
+    for (role, t) in spec.tasks.iter().enumerate() {
+        let mut partition_sjs = Vec::new();
+        if let Some(p) = &t.partition_policy {
+            let group = partition_groups.len();
+            partition_groups.push((role, p.min_partitions));
+            for part in 0..p.total_partitions {
+                let sj = world
+                    .spawn((
+                        SubJob {
+                            job: job_e,
+                            id: format!("{}/{}-{part}", spec.name, t.name),
+                            min_available: p.partition_size,
+                            group: Some(group),
+                            match_index: part,
+                            network_topology: p.network_topology.clone(),
+                            tasks: Vec::new(),
+                        },
+                        SubJobState::default(),
+                    ))
+                    .id();
+                sub_jobs.push(sj);
+                members.push((sj, Vec::new()));
+                partition_sjs.push(members.len() - 1);
+            }
+        }
+        for i in 0..t.replicas {
+            let slot = match &t.partition_policy {
+                Some(p) => partition_sjs[(i / p.partition_size.max(1)) as usize],
+                None => match default_sj {
+                    Some(e) => members.iter().position(|(x, _)| *x == e).unwrap_or(0),
+                    None => {
+                        let e = world
+                            .spawn((
+                                SubJob {
+                                    job: job_e,
+                                    id: spec.name.clone(),
+                                    min_available: if has_partitions { default_tasks } else { gang_min },
+                                    group: None,
+                                    match_index: 0,
+                                    network_topology: spec.network_topology.clone(),
+                                    tasks: Vec::new(),
+                                },
+                                SubJobState::default(),
+                            ))
+                            .id();
+                        default_sj = Some(e);
+                        sub_jobs.push(e);
+                        members.push((e, Vec::new()));
+                        members.len() - 1
+                    }
+                },
+            };
+            let sj = members[slot].0;
+            let te = world
+                .spawn((
+                    Task {
+                        job: job_e,
+                        sub_job: sj,
+                        name: format!("{}-{i}", t.name),
+                        role,
+                        request: t.resources.clone(),
+                        runtime: t.runtime,
+                    },
+                    TaskState::pending(),
+                ))
+                .id();
+            members[slot].1.push(te);
+            tasks.push(te);
+        }
+    }
+    for (sj, ts) in members {
+        if let Some(mut s) = world.get_mut::<SubJob>(sj) {
+            s.tasks = ts;
+        }
+    }
+    world.resource_mut::<JobNames>().0.insert(spec.name.clone(), job_e);
+    world.entity_mut(job_e).insert((
+        Job { spec, gang_min, sub_jobs, tasks, partition_groups },
+        JobState::new(),
+    ));
+}
+
+fn cancel(world: &mut World, name: &str) {
+    let Some(&job_e) = world.resource::<JobNames>().0.get(name) else {
+        world.resource_mut::<Outbox>().0.push(Command::Warn(format!("cancel: no job {name}")));
+        return;
+    };
+    let tasks = world.get::<Job>(job_e).map(|j| j.tasks.clone()).unwrap_or_default();
+    for t in tasks {
+        if let Some(mut ts) = world.get_mut::<TaskState>(t)
+            && ts.phase == TaskPhase::Running
+        {
+            ts.phase = TaskPhase::Finished;
+        }
+    }
+    let now = world.resource::<Now>().0;
+    if let Some(mut st) = world.get_mut::<JobState>(job_e)
+        && !matches!(st.phase, JobPhase::Finished | JobPhase::Rejected)
+    {
+        st.phase = JobPhase::Cancelled;
+        st.end_time = Some(now);
+    }
+}
+
+fn task_finished(world: &mut World, job: &str, task: &str) {
+    let Some(&job_e) = world.resource::<JobNames>().0.get(job) else { return };
+    let tasks = world.get::<Job>(job_e).map(|j| j.tasks.clone()).unwrap_or_default();
+    let mut all_done = true;
+    for t in tasks {
+        let is_it = world.get::<Task>(t).is_some_and(|x| x.name == task);
+        if let Some(mut ts) = world.get_mut::<TaskState>(t) {
+            if is_it && ts.phase == TaskPhase::Running {
+                ts.phase = TaskPhase::Finished;
+            }
+            all_done &= ts.phase != TaskPhase::Running;
+        }
+    }
+    let now = world.resource::<Now>().0;
+    if let Some(mut st) = world.get_mut::<JobState>(job_e)
+        && all_done
+        && st.phase == JobPhase::Running
+    {
+        // Tasks never placed beyond the gang minimum are dropped with the job.
+        st.phase = JobPhase::Finished;
+        st.end_time = Some(now);
+    }
+}

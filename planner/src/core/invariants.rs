@@ -1,0 +1,128 @@
+//! Invariants the planner keeps after every tick; tests call [`check`] after each tick.
+//!
+//! - no resource is given twice: on every node, running tasks plus external use stay
+//!   within what the node has;
+//! - a gang is placed whole or not at all: a job with placed tasks has its gang minimum
+//!   and minPartitions whole partitions, and no partition is placed in part;
+//! - a hard tier limit is never crossed: the placed tasks of a hard (sub-)job all sit
+//!   under one HyperNode of an allowed tier.
+
+use std::collections::HashMap;
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::{NetworkTopology, Resources, TopologyMode};
+
+use super::components::{Job, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
+use super::ids::NodeIdx;
+use super::topology::TopologyIndex;
+
+/// Returns every violation found (empty when all hold).
+pub fn check(world: &mut World) -> Vec<String> {
+    let mut bad = Vec::new();
+    let mut used: HashMap<Entity, Resources> = HashMap::new();
+    let mut tq = world.query::<(&Task, &TaskState)>();
+    for (task, ts) in tq.iter(world) {
+        if ts.phase == TaskPhase::Running {
+            match ts.node {
+                Some(n) => used.entry(n).or_default().add(&task.request),
+                None => bad.push(format!("task {} runs on no node", task.name)),
+            }
+        }
+    }
+    let mut nq = world.query::<(Entity, &Node)>();
+    for (e, node) in nq.iter(world) {
+        let mut total = node.external_used.clone();
+        if let Some(u) = used.get(&e) {
+            total.add(u);
+        }
+        for (name, v) in total.iter() {
+            if v > node.allocatable.get(name) && used.contains_key(&e) {
+                bad.push(format!("node {}: {name} given twice: {v} used of {}", node.name, node.allocatable.get(name)));
+            }
+        }
+    }
+
+    let mut jq = world.query::<&Job>();
+    let index = world.resource::<TopologyIndex>();
+    for job in jq.iter(world) {
+        let placed = |ts: &[Entity]| -> Vec<Option<NodeIdx>> {
+            ts.iter()
+                .filter_map(|t| world.get::<TaskState>(*t))
+                .filter(|s| s.phase != TaskPhase::Pending)
+                .map(|s| s.node.and_then(|n| world.get::<NodeSlot>(n)).map(|s| s.0))
+                .collect()
+        };
+        let all = placed(&job.tasks);
+        if all.is_empty() {
+            continue;
+        }
+        let name = &job.spec.name;
+        if (all.len() as u32) < job.gang_min {
+            bad.push(format!("job {name}: {} tasks placed, gang minimum {}", all.len(), job.gang_min));
+        }
+        let running: Vec<NodeIdx> = job
+            .tasks
+            .iter()
+            .filter_map(|t| world.get::<TaskState>(*t))
+            .filter(|s| s.phase == TaskPhase::Running)
+            .filter_map(|s| s.node.and_then(|n| world.get::<NodeSlot>(n)).map(|s| s.0))
+            .collect();
+        check_tier(index, name, job.spec.network_topology.as_ref(), &running, &mut bad);
+        let mut whole = vec![0u32; job.partition_groups.len()];
+        for &se in &job.sub_jobs {
+            let Some(sj) = world.get::<SubJob>(se) else { continue };
+            let Some(g) = sj.group else { continue };
+            let n = placed(&sj.tasks).len() as u32;
+            if n > 0 && n < sj.min_available {
+                bad.push(format!("sub-job {}: {n} of {} tasks placed", sj.id, sj.min_available));
+            }
+            if n >= sj.min_available {
+                whole[g] += 1;
+            }
+            let sj_running: Vec<NodeIdx> = sj
+                .tasks
+                .iter()
+                .filter_map(|t| world.get::<TaskState>(*t))
+                .filter(|s| s.phase == TaskPhase::Running)
+                .filter_map(|s| s.node.and_then(|n| world.get::<NodeSlot>(n)).map(|s| s.0))
+                .collect();
+            check_tier(index, &sj.id, sj.network_topology.as_ref(), &sj_running, &mut bad);
+        }
+        for (g, &(_, min)) in job.partition_groups.iter().enumerate() {
+            if whole[g] < min {
+                bad.push(format!("job {name}: {} whole partitions, minPartitions {min}", whole[g]));
+            }
+        }
+    }
+    bad
+}
+
+fn check_tier(
+    index: &TopologyIndex,
+    who: &str,
+    nt: Option<&NetworkTopology>,
+    nodes: &[NodeIdx],
+    bad: &mut Vec<String>,
+) {
+    let Some(nt) = nt.filter(|n| n.mode == TopologyMode::Hard) else { return };
+    let limit = match (&nt.highest_tier_allowed, &nt.highest_tier_name) {
+        (Some(t), _) => *t,
+        (None, Some(n)) => match index.tier_names.get(n) {
+            Some(t) => *t,
+            None => return,
+        },
+        (None, None) => return,
+    };
+    let Some(first) = nodes.first() else { return };
+    let lowest = index.groups[index.node_group[first.ix()].ix()]
+        .hyper_nodes
+        .iter()
+        .filter(|h| nodes.iter().all(|n| index.hns[h.ix()].nodes.contains(n.ix())))
+        .map(|h| index.hns[h.ix()].tier)
+        .min();
+    match lowest {
+        Some(t) if t <= limit => {}
+        Some(t) => bad.push(format!("{who}: placed across tier {t}, hard limit {limit}")),
+        None => bad.push(format!("{who}: placed on nodes no HyperNode holds together")),
+    }
+}

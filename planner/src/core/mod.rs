@@ -1,0 +1,101 @@
+//! The planner core: a bevy_ecs `World` and one ordered `Schedule`. No I/O and no clock:
+//! drivers push [`Event`]s, call [`Planner::tick`] with `now`, and carry out the
+//! [`Command`]s it returns. The daemon and the simulator drive the very same Schedule.
+//!
+//! A tick: ingest → discovery → topology index → resource cache → recover → allocate →
+//! dispatch.
+
+pub mod allocate;
+pub mod capacity;
+pub mod commands;
+pub mod components;
+mod discovery;
+pub mod events;
+pub mod ids;
+mod ingest;
+pub mod invariants;
+pub mod queues;
+mod recover;
+mod reindex;
+pub mod topology;
+pub mod view;
+
+use bevy_ecs::prelude::*;
+use bevy_ecs::schedule::SingleThreadedExecutor;
+
+pub use commands::{Command, Placement};
+pub use events::Event;
+
+use crate::config::PlannerConfig;
+use capacity::Capacity;
+use queues::{Inbox, LabelTypes, Now, Outbox, TopologyDirty};
+use topology::TopologyIndex;
+
+pub struct Planner {
+    world: World,
+    schedule: Schedule,
+}
+
+impl std::fmt::Debug for Planner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Planner").finish_non_exhaustive()
+    }
+}
+
+impl Planner {
+    pub fn new(config: PlannerConfig) -> Self {
+        let mut world = World::new();
+        world.insert_resource(config);
+        world.insert_resource(Inbox::default());
+        world.insert_resource(Outbox::default());
+        world.insert_resource(Now::default());
+        world.insert_resource(TopologyDirty(true));
+        world.insert_resource(LabelTypes::default());
+        world.insert_resource(ingest::JobNames::default());
+        world.insert_resource(ingest::StaticSpecs::default());
+        world.insert_resource(TopologyIndex::default());
+        world.insert_resource(Capacity::default());
+        let mut schedule = Schedule::default();
+        schedule.set_executor(SingleThreadedExecutor::new());
+        schedule.add_systems(
+            (
+                ingest::ingest,
+                discovery::discovery,
+                reindex::reindex,
+                capacity::refresh_capacity,
+                recover::recover,
+                allocate::allocate,
+                dispatch::dispatch,
+            )
+                .chain(),
+        );
+        Self { world, schedule }
+    }
+
+    /// Queues an event for the next tick.
+    pub fn push(&mut self, event: Event) {
+        self.world.resource_mut::<Inbox>().0.push(event);
+    }
+
+    /// Runs one tick at time `now` (seconds) and returns what the driver must do.
+    pub fn tick(&mut self, now: u64) -> Vec<Command> {
+        let _span = tracing::info_span!("tick", now).entered();
+        self.world.resource_mut::<Now>().0 = now;
+        self.schedule.run(&mut self.world);
+        std::mem::take(&mut self.world.resource_mut::<Outbox>().0)
+    }
+
+    pub fn world(&self) -> &World {
+        &self.world
+    }
+
+    pub fn world_mut(&mut self) -> &mut World {
+        &mut self.world
+    }
+
+    pub fn index(&self) -> &TopologyIndex {
+        self.world.resource::<TopologyIndex>()
+    }
+}
+
+mod dispatch;

@@ -1,0 +1,26 @@
+//! Small ECS resources that connect a tick to its driver: events in, commands out, `now`.
+
+use bevy_ecs::prelude::Resource;
+
+use super::commands::Command;
+use super::events::Event;
+
+/// Events queued since the last tick, applied by `ingest`.
+#[derive(Debug, Default, Resource)]
+pub struct Inbox(pub Vec<Event>);
+
+/// Commands produced by this tick, drained by the driver.
+#[derive(Debug, Default, Resource)]
+pub struct Outbox(pub Vec<Command>);
+
+/// The tick's time in seconds, given by the driver (the core never reads a clock).
+#[derive(Debug, Default, Clone, Copy, Resource)]
+pub struct Now(pub u64);
+
+/// Set when nodes or HyperNodes change: the topology index must be rebuilt.
+#[derive(Debug, Default, Resource)]
+pub struct TopologyDirty(pub bool);
+
+/// Label discovery configuration (type → label keys, top first).
+#[derive(Debug, Default, Resource)]
+pub struct LabelTypes(pub std::collections::BTreeMap<String, Vec<String>>);

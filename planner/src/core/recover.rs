@@ -1,0 +1,78 @@
+//! The recover system (Volcano §6): clear an AllocatedHyperNode that no longer exists or
+//! holds no running task, and recover an empty one from where the tasks run — the
+//! lowest-tier HyperNode that holds all of them (ties by name).
+
+use bevy_ecs::prelude::*;
+
+use super::components::{Job, JobPhase, JobState, NodeSlot, SubJob, SubJobState, TaskState};
+use super::ids::HnIdx;
+use super::topology::TopologyIndex;
+
+pub fn recover(
+    index: Res<TopologyIndex>,
+    mut jobs: Query<(&Job, &mut JobState)>,
+    mut sub_jobs: Query<(&SubJob, &mut SubJobState)>,
+    tasks: Query<&TaskState>,
+    slots: Query<&NodeSlot>,
+) {
+    let _span = tracing::info_span!("recover").entered();
+    for (job, mut state) in &mut jobs {
+        if !matches!(state.phase, JobPhase::Running | JobPhase::Pending) {
+            continue;
+        }
+        let with_topology = job.spec.network_topology.is_some()
+            || job.spec.tasks.iter().any(|t| t.partition_policy.as_ref().is_some_and(|p| p.network_topology.is_some()));
+        // Remove: job level.
+        let running_nodes = |ts: &[Entity]| -> Vec<super::ids::NodeIdx> {
+            ts.iter()
+                .filter_map(|t| tasks.get(*t).ok())
+                .filter(|t| t.is_running())
+                .filter_map(|t| t.node.and_then(|n| slots.get(n).ok()).map(|s| s.0))
+                .collect()
+        };
+        let job_nodes = running_nodes(&job.tasks);
+        if let Some(a) = &state.allocated_hyper_node
+            && (!index.hn_by_name.contains_key(a) || job_nodes.is_empty())
+        {
+            state.allocated_hyper_node = None;
+        }
+        let mut changed = false;
+        let mut sub_values: Vec<HnIdx> = Vec::new();
+        for &se in &job.sub_jobs {
+            let Ok((sj, mut sst)) = sub_jobs.get_mut(se) else { continue };
+            let nodes = running_nodes(&sj.tasks);
+            if let Some(a) = &sst.allocated_hyper_node
+                && (!index.hn_by_name.contains_key(a) || nodes.is_empty())
+            {
+                sst.allocated_hyper_node = None;
+                changed = true;
+            }
+            let has_topology = sj.network_topology.is_some();
+            if with_topology && has_topology && sst.allocated_hyper_node.is_none() && !nodes.is_empty() {
+                if let Some(h) = lowest_common_holder(&index, &nodes) {
+                    sst.allocated_hyper_node = Some(index.hns[h.ix()].name.clone());
+                    changed = true;
+                }
+            }
+            if let Some(h) = sst.allocated_hyper_node.as_ref().and_then(|a| index.hn_by_name.get(a)) {
+                sub_values.push(*h);
+            }
+        }
+        if with_topology && (state.allocated_hyper_node.is_none() || changed) && !sub_values.is_empty() {
+            let lca = sub_values.iter().copied().map(Some).reduce(|a, b| index.lca_opt(a, b)).flatten();
+            state.allocated_hyper_node = lca.map(|h| index.hns[h.ix()].name.clone());
+        }
+    }
+}
+
+/// The lowest-tier HyperNode (ties by name) whose nodes include every one of `nodes`.
+fn lowest_common_holder(index: &TopologyIndex, nodes: &[super::ids::NodeIdx]) -> Option<HnIdx> {
+    let mut candidates: Vec<HnIdx> = index.groups[index.node_group[nodes[0].ix()].ix()].hyper_nodes.clone();
+    for n in &nodes[1..] {
+        candidates.retain(|h| index.hns[h.ix()].nodes.contains(n.ix()));
+        if candidates.is_empty() {
+            return None;
+        }
+    }
+    candidates.into_iter().min_by(|a, b| index.hns[a.ix()].tier.cmp(&index.hns[b.ix()].tier).then(a.cmp(b)))
+}

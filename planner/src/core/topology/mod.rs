@@ -1,0 +1,8 @@
+//! The network topology as the allocator sees it: HyperNodes validated into one tree
+//! under a virtual root, dense node indices, node bitsets, node groups, and LCA.
+
+mod index;
+pub mod label;
+mod lca;
+
+pub use index::{Group, HnInfo, TopologyIndex, VIRTUAL_ROOT};

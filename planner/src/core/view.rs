@@ -1,0 +1,58 @@
+//! Read-only views of the world for people and scripts: the job reports that
+//! `hyperplan simulate` prints (and the daemon's status will carry).
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::report::{JobReport, JobStatus, TaskReport};
+
+use super::components::{Job, JobPhase, JobState, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
+use super::topology::TopologyIndex;
+
+/// Every job, in (priority, submit time, name) order.
+pub fn job_reports(world: &mut World) -> Vec<JobReport> {
+    let mut q = world.query::<(&Job, &JobState)>();
+    let mut jobs: Vec<(&Job, &JobState)> = q.iter(world).collect();
+    jobs.sort_by(|a, b| {
+        b.0.spec
+            .priority
+            .cmp(&a.0.spec.priority)
+            .then(a.0.spec.submit_time.cmp(&b.0.spec.submit_time))
+            .then_with(|| a.0.spec.name.cmp(&b.0.spec.name))
+    });
+    let index = world.resource::<TopologyIndex>();
+    jobs.iter().map(|(job, st)| report(world, index, job, st)).collect()
+}
+
+fn report(world: &World, index: &TopologyIndex, job: &Job, st: &JobState) -> JobReport {
+    let status = match st.phase {
+        JobPhase::Pending | JobPhase::Cancelled if st.start_time.is_none() => JobStatus::Pending,
+        JobPhase::Rejected => JobStatus::Rejected,
+        _ => JobStatus::Placed,
+    };
+    let tasks = job
+        .tasks
+        .iter()
+        .filter_map(|&t| Some((world.get::<Task>(t)?, world.get::<TaskState>(t)?)))
+        .map(|(task, ts)| {
+            let placed = ts.phase != TaskPhase::Pending;
+            let node = ts.node.filter(|_| placed);
+            let slot = node.and_then(|n| world.get::<NodeSlot>(n));
+            TaskReport {
+                name: task.name.clone(),
+                rank: ts.rank.filter(|_| placed),
+                sub_job: world.get::<SubJob>(task.sub_job).map(|s| s.id.clone()).unwrap_or_default(),
+                node: node.and_then(|n| world.get::<Node>(n)).map(|n| n.name.clone()),
+                hyper_nodes: slot.map(|s| index.hyper_node_names_of(s.0)).unwrap_or_default(),
+            }
+        })
+        .collect();
+    JobReport {
+        name: job.spec.name.clone(),
+        status,
+        reason: st.reason.clone(),
+        submit_time: job.spec.submit_time,
+        start_time: st.start_time,
+        end_time: st.end_time,
+        allocated_hyper_node: st.allocated_hyper_node.clone(),
+        tasks,
+    }
+}

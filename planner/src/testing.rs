@@ -1,0 +1,285 @@
+//! Builders for scenario tests and benches: `ClusterBuilder::fat_tree(..)`,
+//! `JobBuilder::gang(..)`, and a simulation runner that checks the invariants after
+//! every tick.
+
+use std::collections::BTreeMap;
+
+use hyperplan_shared::quantity::parse_quantity;
+use hyperplan_shared::report::Report;
+use hyperplan_shared::{
+    ClusterSpec, HyperNodeSpec, JobSpec, Member, MemberType, NetworkTopology, NodeSpec, PartitionPolicy, Resources,
+    Selector, TaskSpec, TopologyMode,
+};
+
+use crate::config::PlannerConfig;
+use crate::core::capacity::Capacity;
+use crate::core::topology::TopologyIndex;
+use crate::core::invariants;
+
+/// `cpu=8,memory=32Gi,nvidia.com/gpu=8` → resources. Test input: panics on bad text.
+pub fn res(s: &str) -> Resources {
+    let mut r = Resources::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part.split_once('=').unwrap_or((part, "0"));
+        match parse_quantity(k, v) {
+            Ok(q) => {
+                r.0.insert(k.to_string(), q);
+            }
+            Err(e) => panic!("bad test resource {part:?}: {e}"),
+        }
+    }
+    r
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ClusterBuilder {
+    spec: ClusterSpec,
+    node_resources: Option<Resources>,
+}
+
+const TIER_NAMES: &[&str] = &["leaf", "spine", "pod", "top"];
+
+impl ClusterBuilder {
+    /// `n` nodes `n01..`, no HyperNodes.
+    pub fn flat(n: u32) -> Self {
+        let mut b = Self::default();
+        for i in 1..=n {
+            b.spec.nodes.push(node(&format!("n{i:02}")));
+        }
+        b
+    }
+
+    /// A fat tree: `fanout[0]` nodes per leaf (tier 1), `fanout[i]` children per
+    /// HyperNode of tier i+1, and `top` HyperNodes of the highest tier (no single top
+    /// above them). Names: nodes `n01..`, HyperNodes `leaf-1..`, `spine-1..`, `pod-1..`.
+    pub fn fat_tree(fanout: &[u32], top: u32) -> Self {
+        let mut b = Self::default();
+        let total: u32 = fanout.iter().product::<u32>() * top;
+        let width = total.to_string().len().max(2);
+        for i in 1..=total {
+            b.spec.nodes.push(node(&format!("n{i:0width$}")));
+        }
+        // Level 0: node names; each level groups the previous one.
+        let mut below: Vec<String> = b.spec.nodes.iter().map(|n| n.name.clone()).collect();
+        for (tier, &f) in fanout.iter().enumerate() {
+            let kind = if tier == 0 { MemberType::Node } else { MemberType::HyperNode };
+            let tier_name = TIER_NAMES.get(tier).copied().unwrap_or("tier");
+            let mut above = Vec::new();
+            for (k, chunk) in below.chunks(f.max(1) as usize).enumerate() {
+                let name = format!("{tier_name}-{}", k + 1);
+                b.spec.hyper_nodes.push(HyperNodeSpec {
+                    name: name.clone(),
+                    tier: tier as u32 + 1,
+                    tier_name: Some(tier_name.to_string()),
+                    members: chunk
+                        .iter()
+                        .map(|c| Member { kind, selector: Selector::Exact { name: c.clone() } })
+                        .collect(),
+                });
+                above.push(name);
+            }
+            below = above;
+        }
+        b
+    }
+
+    /// Every node gets these resources (default `cpu=8,memory=32Gi,nvidia.com/gpu=8`).
+    pub fn node_resources(mut self, r: &str) -> Self {
+        let r = res(r);
+        for n in &mut self.spec.nodes {
+            n.resources = r.clone();
+        }
+        self.node_resources = Some(r);
+        self
+    }
+
+    /// Marks resources of node `i` (0-based) as used by outside work.
+    pub fn used(mut self, i: usize, r: &str) -> Self {
+        if let Some(n) = self.spec.nodes.get_mut(i) {
+            n.used = res(r);
+        }
+        self
+    }
+
+    /// Marks node `i` (0-based) as fully used.
+    pub fn busy(mut self, i: usize) -> Self {
+        if let Some(n) = self.spec.nodes.get_mut(i) {
+            n.used = n.resources.clone();
+        }
+        self
+    }
+
+    pub fn label(mut self, i: usize, k: &str, v: &str) -> Self {
+        if let Some(n) = self.spec.nodes.get_mut(i) {
+            n.labels.insert(k.into(), v.into());
+        }
+        self
+    }
+
+    pub fn add_node(mut self, name: &str, r: &str) -> Self {
+        let mut n = node(name);
+        n.resources = res(r);
+        self.spec.nodes.push(n);
+        self
+    }
+
+    pub fn hyper_node(mut self, spec: HyperNodeSpec) -> Self {
+        self.spec.hyper_nodes.push(spec);
+        self
+    }
+
+    pub fn label_discovery(mut self, type_name: &str, labels: &[&str]) -> Self {
+        self.spec.label_discovery.insert(type_name.into(), labels.iter().map(|s| s.to_string()).collect());
+        self
+    }
+
+    pub fn build(self) -> ClusterSpec {
+        self.spec
+    }
+
+    /// The topology index and resource cache the planner would build for this cluster.
+    pub fn build_index(self) -> (TopologyIndex, Capacity) {
+        let mut planner = crate::sim::planner_for(&self.spec, PlannerConfig::default());
+        planner.tick(0);
+        let world = planner.world();
+        (world.resource::<TopologyIndex>().clone(), world.resource::<Capacity>().clone())
+    }
+}
+
+fn node(name: &str) -> NodeSpec {
+    NodeSpec {
+        name: name.into(),
+        labels: BTreeMap::new(),
+        resources: res("cpu=8,memory=32Gi,nvidia.com/gpu=8"),
+        used: Resources::new(),
+    }
+}
+
+/// A HyperNode of `tier` over exact members.
+pub fn hn(name: &str, tier: u32, kind: MemberType, members: &[&str]) -> HyperNodeSpec {
+    HyperNodeSpec {
+        name: name.into(),
+        tier,
+        tier_name: None,
+        members: members.iter().map(|m| Member { kind, selector: Selector::Exact { name: m.to_string() } }).collect(),
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct JobBuilder {
+    spec: JobSpec,
+}
+
+impl JobBuilder {
+    /// A job with one task `worker` of `replicas` × `resources`, gang = all replicas.
+    pub fn gang(name: &str, replicas: u32, resources: &str) -> Self {
+        Self {
+            spec: JobSpec {
+                name: name.into(),
+                priority: 0,
+                min_available: None,
+                submit_time: 0,
+                network_topology: None,
+                tasks: vec![TaskSpec {
+                    name: "worker".into(),
+                    replicas,
+                    runtime: None,
+                    resources: res(resources),
+                    partition_policy: None,
+                    topology_policy: None,
+                    command: Vec::new(),
+                }],
+            },
+        }
+    }
+
+    pub fn hard(mut self, tier: u32) -> Self {
+        self.spec.network_topology =
+            Some(NetworkTopology { mode: TopologyMode::Hard, highest_tier_allowed: Some(tier), highest_tier_name: None });
+        self
+    }
+
+    pub fn hard_name(mut self, tier_name: &str) -> Self {
+        self.spec.network_topology = Some(NetworkTopology {
+            mode: TopologyMode::Hard,
+            highest_tier_allowed: None,
+            highest_tier_name: Some(tier_name.into()),
+        });
+        self
+    }
+
+    pub fn soft(mut self) -> Self {
+        self.spec.network_topology =
+            Some(NetworkTopology { mode: TopologyMode::Soft, highest_tier_allowed: None, highest_tier_name: None });
+        self
+    }
+
+    pub fn min_available(mut self, n: u32) -> Self {
+        self.spec.min_available = Some(n);
+        self
+    }
+
+    pub fn priority(mut self, p: i32) -> Self {
+        self.spec.priority = p;
+        self
+    }
+
+    pub fn submit(mut self, t: u64) -> Self {
+        self.spec.submit_time = t;
+        self
+    }
+
+    /// Runtime of every task (seconds).
+    pub fn runtime(mut self, r: u64) -> Self {
+        for t in &mut self.spec.tasks {
+            t.runtime = Some(r);
+        }
+        self
+    }
+
+    /// Splits the first task into `total` partitions of `size` (replicas set to match);
+    /// `tier` is the partitions' hard limit.
+    pub fn partitions(mut self, total: u32, size: u32, min: u32, tier: Option<u32>) -> Self {
+        if let Some(t) = self.spec.tasks.first_mut() {
+            t.replicas = total * size;
+            t.partition_policy = Some(PartitionPolicy {
+                total_partitions: total,
+                partition_size: size,
+                min_partitions: min,
+                network_topology: tier.map(|t| NetworkTopology {
+                    mode: TopologyMode::Hard,
+                    highest_tier_allowed: Some(t),
+                    highest_tier_name: None,
+                }),
+            });
+        }
+        self
+    }
+
+    /// Adds another task (role).
+    pub fn task(mut self, name: &str, replicas: u32, resources: &str) -> Self {
+        self.spec.tasks.push(TaskSpec {
+            name: name.into(),
+            replicas,
+            runtime: None,
+            resources: res(resources),
+            partition_policy: None,
+            topology_policy: None,
+            command: Vec::new(),
+        });
+        self
+    }
+
+    pub fn build(self) -> JobSpec {
+        self.spec
+    }
+}
+
+/// Simulates and panics if any invariant breaks after any tick.
+pub fn run(cluster: &ClusterSpec, jobs: &[JobSpec], config: PlannerConfig) -> Report {
+    crate::sim::simulate_with(cluster, jobs, config, |planner| {
+        let bad = invariants::check(planner.world_mut());
+        assert!(bad.is_empty(), "invariants broken: {bad:#?}");
+    })
+}
+
