@@ -24,7 +24,9 @@ pub enum Generate {
     /// spine (tier 2), 8 spines under each pod (tier 3), and one top HyperNode (tier 4)
     /// over the pods. HyperNodes are written as Volcano HyperNode manifests in a file
     /// beside the cluster file (listed in its `hyperNodeFiles`), or inline on stdout.
-    #[command(after_help = "Example:\n  hyperplan cluster generate fat-tree --nodes 10000 --fanout 16,32,8 \\\n    --node-resources cpu=128,memory=1Ti,nvidia.com/gpu=8 --busy 0.1 --seed 7 -o big.yaml")]
+    #[command(
+        after_help = "Example:\n  hyperplan cluster generate fat-tree --nodes 10000 --fanout 16,32,8 \\\n    --node-resources cpu=128,memory=1Ti,nvidia.com/gpu=8 --busy 0.1 --seed 7 -o big.yaml"
+    )]
     FatTree {
         /// Number of nodes.
         #[arg(long)]
@@ -53,9 +55,24 @@ pub enum Generate {
 
 pub fn run(cmd: Command) -> anyhow::Result<()> {
     let Command::Generate { kind } = cmd;
-    let Generate::FatTree { nodes, fanout, node_resources, busy, seed, prefix, output } = kind;
+    let Generate::FatTree {
+        nodes,
+        fanout,
+        node_resources,
+        busy,
+        seed,
+        prefix,
+        output,
+    } = kind;
     let node_resources = parse_resource_list(&node_resources).context("--node-resources")?;
-    let mut spec = fattree::generate(&FatTreeParams { nodes, fanout, node_resources, busy, seed, prefix })?;
+    let mut spec = fattree::generate(&FatTreeParams {
+        nodes,
+        fanout,
+        node_resources,
+        busy,
+        seed,
+        prefix,
+    })?;
     match output {
         None => print!("{}", fattree::to_cluster_yaml(&spec)),
         Some(path) => {

@@ -26,7 +26,9 @@ pub enum Output {
 /// tier name) are warnings on stderr and in the report; unreadable files are errors
 /// naming FILE:LINE:COLUMN and the field.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Example:\n  hyperplan simulate --cluster examples/cluster.yaml --jobs examples/jobs.yaml --output json")]
+#[command(
+    after_help = "Example:\n  hyperplan simulate --cluster examples/cluster.yaml --jobs examples/jobs.yaml --output json"
+)]
 pub struct Args {
     /// Cluster file (nodes, hyperNodes, hyperNodeFiles, discovery).
     #[arg(long, value_name = "FILE")]

@@ -26,7 +26,12 @@ pub enum ConfigError {
     #[error("{path}: cannot read: {source}")]
     Read { path: String, source: std::io::Error },
     #[error("{path}:{line}:{column}: {message}")]
-    Parse { path: String, line: usize, column: usize, message: String },
+    Parse {
+        path: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
 }
 
 /// Everything the planner core reads from its configuration.
@@ -50,7 +55,12 @@ impl Default for ScoringConfig {
         let mut binpack_weights = BTreeMap::new();
         binpack_weights.insert(hyperplan_shared::CPU.to_string(), 1.0);
         binpack_weights.insert(hyperplan_shared::MEMORY.to_string(), 1.0);
-        Self { weight: 1.0, binpack_weights, normal_pod_enable: true, normal_pod_fading: 0.8 }
+        Self {
+            weight: 1.0,
+            binpack_weights,
+            normal_pod_enable: true,
+            normal_pod_fading: 0.8,
+        }
     }
 }
 
@@ -63,18 +73,17 @@ struct RawConfig {
 
 impl PlannerConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         Self::parse(&text, &path.display().to_string())
     }
 
     /// Parses `planner.toml` text; `origin` names the file in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
-            let (line, column) = e
-                .span()
-                .map(|s| line_col(text, s.start))
-                .unwrap_or((0, 0));
+            let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
             ConfigError::Parse {
                 path: origin.to_string(),
                 line,
@@ -82,7 +91,9 @@ impl PlannerConfig {
                 message: e.message().to_string(),
             }
         })?;
-        Ok(Self { scoring: ScoringConfig::from_args(&raw.scoring) })
+        Ok(Self {
+            scoring: ScoringConfig::from_args(&raw.scoring),
+        })
     }
 }
 

@@ -10,7 +10,10 @@ use anyhow::Context;
 use clap::Parser;
 
 #[derive(Parser, Debug)]
-#[command(version, about = "hyperplan planner daemon (configuration check; the network daemon is not built yet)")]
+#[command(
+    version,
+    about = "hyperplan planner daemon (configuration check; the network daemon is not built yet)"
+)]
 struct Args {
     /// Planner configuration (TOML; see systemd/planner.toml).
     #[arg(long, default_value = "/etc/hyperplan/planner.toml")]

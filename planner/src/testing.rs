@@ -13,8 +13,8 @@ use hyperplan_shared::{
 
 use crate::config::PlannerConfig;
 use crate::core::capacity::Capacity;
-use crate::core::topology::TopologyIndex;
 use crate::core::invariants;
+use crate::core::topology::TopologyIndex;
 
 /// `cpu=8,memory=32Gi,nvidia.com/gpu=8` → resources. Test input: panics on bad text.
 pub fn res(s: &str) -> Resources {
@@ -62,7 +62,11 @@ impl ClusterBuilder {
         // Level 0: node names; each level groups the previous one.
         let mut below: Vec<String> = b.spec.nodes.iter().map(|n| n.name.clone()).collect();
         for (tier, &f) in fanout.iter().enumerate() {
-            let kind = if tier == 0 { MemberType::Node } else { MemberType::HyperNode };
+            let kind = if tier == 0 {
+                MemberType::Node
+            } else {
+                MemberType::HyperNode
+            };
             let tier_name = TIER_NAMES.get(tier).copied().unwrap_or("tier");
             let mut above = Vec::new();
             for (k, chunk) in below.chunks(f.max(1) as usize).enumerate() {
@@ -73,7 +77,10 @@ impl ClusterBuilder {
                     tier_name: Some(tier_name.to_string()),
                     members: chunk
                         .iter()
-                        .map(|c| Member { kind, selector: Selector::Exact { name: c.clone() } })
+                        .map(|c| Member {
+                            kind,
+                            selector: Selector::Exact { name: c.clone() },
+                        })
                         .collect(),
                 });
                 above.push(name);
@@ -129,7 +136,9 @@ impl ClusterBuilder {
     }
 
     pub fn label_discovery(mut self, type_name: &str, labels: &[&str]) -> Self {
-        self.spec.label_discovery.insert(type_name.into(), labels.iter().map(|s| s.to_string()).collect());
+        self.spec
+            .label_discovery
+            .insert(type_name.into(), labels.iter().map(|s| s.to_string()).collect());
         self
     }
 
@@ -142,7 +151,10 @@ impl ClusterBuilder {
         let mut planner = crate::sim::planner_for(&self.spec, PlannerConfig::default());
         planner.tick(0);
         let world = planner.world();
-        (world.resource::<TopologyIndex>().clone(), world.resource::<Capacity>().clone())
+        (
+            world.resource::<TopologyIndex>().clone(),
+            world.resource::<Capacity>().clone(),
+        )
     }
 }
 
@@ -161,7 +173,13 @@ pub fn hn(name: &str, tier: u32, kind: MemberType, members: &[&str]) -> HyperNod
         name: name.into(),
         tier,
         tier_name: None,
-        members: members.iter().map(|m| Member { kind, selector: Selector::Exact { name: m.to_string() } }).collect(),
+        members: members
+            .iter()
+            .map(|m| Member {
+                kind,
+                selector: Selector::Exact { name: m.to_string() },
+            })
+            .collect(),
     }
 }
 
@@ -194,8 +212,11 @@ impl JobBuilder {
     }
 
     pub fn hard(mut self, tier: u32) -> Self {
-        self.spec.network_topology =
-            Some(NetworkTopology { mode: TopologyMode::Hard, highest_tier_allowed: Some(tier), highest_tier_name: None });
+        self.spec.network_topology = Some(NetworkTopology {
+            mode: TopologyMode::Hard,
+            highest_tier_allowed: Some(tier),
+            highest_tier_name: None,
+        });
         self
     }
 
@@ -209,8 +230,11 @@ impl JobBuilder {
     }
 
     pub fn soft(mut self) -> Self {
-        self.spec.network_topology =
-            Some(NetworkTopology { mode: TopologyMode::Soft, highest_tier_allowed: None, highest_tier_name: None });
+        self.spec.network_topology = Some(NetworkTopology {
+            mode: TopologyMode::Soft,
+            highest_tier_allowed: None,
+            highest_tier_name: None,
+        });
         self
     }
 
@@ -282,4 +306,3 @@ pub fn run(cluster: &ClusterSpec, jobs: &[JobSpec], config: PlannerConfig) -> Re
         assert!(bad.is_empty(), "invariants broken: {bad:#?}");
     })
 }
-

@@ -100,20 +100,13 @@ pub fn parse_cluster(text: &str, path: &Path) -> Result<ClusterSpec, FileError> 
     for node in raw.nodes {
         let name = node.name;
         if name.value.trim().is_empty() {
-            return Err(located_error(
-                path,
-                &name,
-                "expected a node name, got an empty string",
-            ));
+            return Err(located_error(path, &name, "expected a node name, got an empty string"));
         }
         if let Some(first) = seen.insert(name.value.clone(), name.pos.line) {
             return Err(located_error(
                 path,
                 &name,
-                format!(
-                    "duplicate node name {:?} (first at line {first})",
-                    name.value
-                ),
+                format!("duplicate node name {:?} (first at line {first})", name.value),
             ));
         }
         for (resource, amount) in &node.used.0 {
@@ -146,11 +139,7 @@ pub fn parse_cluster(text: &str, path: &Path) -> Result<ClusterSpec, FileError> 
     for entry in &raw.hyper_node_files {
         let file = dir.join(&entry.value);
         if entry.value.trim().is_empty() {
-            return Err(located_error(
-                path,
-                entry,
-                "expected a file name, got an empty string",
-            ));
+            return Err(located_error(path, entry, "expected a file name, got an empty string"));
         }
         if !file.is_file() {
             return Err(located_error(

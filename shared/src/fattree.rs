@@ -69,17 +69,8 @@ pub fn generate(params: &FatTreeParams) -> Result<ClusterSpec, FatTreeError> {
         Some(0) => return Err(FatTreeError::ZeroLeafFanout),
         Some(_) => {}
     }
-    if let Some((i, &v)) = params
-        .fanout
-        .iter()
-        .enumerate()
-        .skip(1)
-        .find(|(_, v)| **v < 2)
-    {
-        return Err(FatTreeError::UpperFanoutTooSmall {
-            level: i + 1,
-            value: v,
-        });
+    if let Some((i, &v)) = params.fanout.iter().enumerate().skip(1).find(|(_, v)| **v < 2) {
+        return Err(FatTreeError::UpperFanoutTooSmall { level: i + 1, value: v });
     }
     if !(0.0..=1.0).contains(&params.busy) {
         return Err(FatTreeError::BadBusy(params.busy.to_string()));
@@ -87,9 +78,7 @@ pub fn generate(params: &FatTreeParams) -> Result<ClusterSpec, FatTreeError> {
 
     let n = params.nodes as usize;
     let node_width = width(n);
-    let node_names: Vec<String> = (1..=n)
-        .map(|i| format!("{}{i:0node_width$}", params.prefix))
-        .collect();
+    let node_names: Vec<String> = (1..=n).map(|i| format!("{}{i:0node_width$}", params.prefix)).collect();
     let mut labels: Vec<BTreeMap<String, String>> = vec![BTreeMap::new(); n];
 
     // `children`: the member names of the level below; `span[i]`: the nodes under child i.
@@ -111,11 +100,7 @@ pub fn generate(params: &FatTreeParams) -> Result<ClusterSpec, FatTreeError> {
         let w = width(count);
         let mut next_children = Vec::with_capacity(count);
         let mut next_spans = Vec::with_capacity(count);
-        for (j, (group, group_spans)) in children
-            .chunks(fanout)
-            .zip(spans.chunks(fanout))
-            .enumerate()
-        {
+        for (j, (group, group_spans)) in children.chunks(fanout).zip(spans.chunks(fanout)).enumerate() {
             // The extra level past the fanout list is the single root.
             let is_top = level == params.fanout.len();
             let hn = if is_top {
@@ -123,8 +108,7 @@ pub fn generate(params: &FatTreeParams) -> Result<ClusterSpec, FatTreeError> {
             } else {
                 format!("{name}-{:0w$}", j + 1)
             };
-            let span =
-                group_spans.first().map_or(0, |s| s.start)..group_spans.last().map_or(0, |s| s.end);
+            let span = group_spans.first().map_or(0, |s| s.start)..group_spans.last().map_or(0, |s| s.end);
             for l in &mut labels[span.clone()] {
                 l.insert(name.clone(), hn.clone());
             }
@@ -215,11 +199,7 @@ pub fn to_cluster_yaml(spec: &ClusterSpec) -> String {
     if !spec.hyper_nodes.is_empty() {
         out.push_str("hyperNodes:\n");
         for h in &spec.hyper_nodes {
-            out.push_str(&format!(
-                "  - name: {}\n    tier: {}\n",
-                scalar(&h.name),
-                h.tier
-            ));
+            out.push_str(&format!("  - name: {}\n    tier: {}\n", scalar(&h.name), h.tier));
             if let Some(t) = &h.tier_name {
                 out.push_str(&format!("    tierName: {}\n", scalar(t)));
             }
@@ -232,10 +212,7 @@ pub fn to_cluster_yaml(spec: &ClusterSpec) -> String {
     if !spec.label_discovery.is_empty() {
         out.push_str("discovery:\n  label:\n");
         for (kind, keys) in &spec.label_discovery {
-            let levels: Vec<String> = keys
-                .iter()
-                .map(|k| format!("{{nodeLabel: {}}}", scalar(k)))
-                .collect();
+            let levels: Vec<String> = keys.iter().map(|k| format!("{{nodeLabel: {}}}", scalar(k))).collect();
             out.push_str(&format!("    {}: [{}]\n", scalar(kind), levels.join(", ")));
         }
     }
@@ -273,10 +250,7 @@ mod tests {
     #[test]
     fn ten_thousand_nodes() -> TestResult {
         let spec = generate(&params(10_000, &[16, 32, 8])?)?;
-        assert_eq!(
-            per_tier(&spec),
-            BTreeMap::from([(1, 625), (2, 20), (3, 3), (4, 1)])
-        );
+        assert_eq!(per_tier(&spec), BTreeMap::from([(1, 625), (2, 20), (3, 3), (4, 1)]));
         assert_eq!(spec.nodes.len(), 10_000);
         assert_eq!(spec.nodes[0].name, "node00001");
         assert_eq!(spec.nodes[9_999].name, "node10000");
@@ -366,22 +340,13 @@ mod tests {
         };
         assert_eq!(with(&|p| p.nodes = 0), Some(FatTreeError::NoNodes));
         assert_eq!(with(&|p| p.fanout.clear()), Some(FatTreeError::NoFanout));
-        assert_eq!(
-            with(&|p| p.fanout = vec![0]),
-            Some(FatTreeError::ZeroLeafFanout)
-        );
+        assert_eq!(with(&|p| p.fanout = vec![0]), Some(FatTreeError::ZeroLeafFanout));
         assert_eq!(
             with(&|p| p.fanout = vec![4, 1]),
             Some(FatTreeError::UpperFanoutTooSmall { level: 2, value: 1 })
         );
-        assert!(matches!(
-            with(&|p| p.busy = 1.5),
-            Some(FatTreeError::BadBusy(_))
-        ));
-        assert!(matches!(
-            with(&|p| p.busy = f64::NAN),
-            Some(FatTreeError::BadBusy(_))
-        ));
+        assert!(matches!(with(&|p| p.busy = 1.5), Some(FatTreeError::BadBusy(_))));
+        assert!(matches!(with(&|p| p.busy = f64::NAN), Some(FatTreeError::BadBusy(_))));
         assert_eq!(with(&|p| p.fanout = vec![1, 2]), None);
         Ok(())
     }
@@ -407,10 +372,7 @@ mod tests {
         let spec = ClusterSpec {
             nodes: vec![NodeSpec {
                 name: "001".into(),
-                labels: BTreeMap::from([
-                    ("on".into(), "yes".into()),
-                    ("a b".into(), "x: y".into()),
-                ]),
+                labels: BTreeMap::from([("on".into(), "yes".into()), ("a b".into(), "x: y".into())]),
                 resources: Resources::new(),
                 used: Resources::new(),
             }],
@@ -430,10 +392,7 @@ mod tests {
                     },
                 }],
             }],
-            label_discovery: BTreeMap::from([(
-                "fabric".into(),
-                vec!["spine".into(), "leaf".into()],
-            )]),
+            label_discovery: BTreeMap::from([("fabric".into(), vec!["spine".into(), "leaf".into()])]),
         };
         assert_eq!(
             crate::parse_cluster(&to_cluster_yaml(&spec), Path::new("q.yaml"))?,

@@ -152,8 +152,7 @@ fn expand_brackets(body: &str) -> Result<Vec<String>, HostlistError> {
             reason: reason.to_string(),
         };
         let (lo, hi) = item.split_once('-').unwrap_or((item, item));
-        let is_number =
-            |s: &str| !s.is_empty() && s.len() <= 18 && s.bytes().all(|b| b.is_ascii_digit());
+        let is_number = |s: &str| !s.is_empty() && s.len() <= 18 && s.bytes().all(|b| b.is_ascii_digit());
         if !is_number(lo) || !is_number(hi) {
             return Err(bad("expected a number or a range such as 001-016"));
         }
@@ -226,17 +225,12 @@ mod tests {
         let v: Vec<String> = (17..=32).map(|i| format!("gpu{i:03}")).collect();
         assert_eq!(compress(&names(&v)), "gpu[017-032]");
         assert_eq!(
-            compress(&[
-                "gpu004", "gpu001", "gpu002", "gpu003", "gpu009", "cpu7", "gpu002"
-            ]),
+            compress(&["gpu004", "gpu001", "gpu002", "gpu003", "gpu009", "cpu7", "gpu002"]),
             "gpu[001-004,009],cpu7"
         );
         assert_eq!(compress(&["n9", "n10", "n11", "n13"]), "n[9-11,13]");
         assert_eq!(compress(&["gpu099", "gpu100", "gpu101"]), "gpu[099-101]");
-        assert_eq!(
-            compress(&["login", "gpu1", "login", "gpu2"]),
-            "login,gpu[1-2]"
-        );
+        assert_eq!(compress(&["login", "gpu1", "login", "gpu2"]), "login,gpu[1-2]");
         assert_eq!(compress(&["a5"]), "a5");
         assert_eq!(compress(&[]), "");
         assert_eq!(compress(&["n01", "n1", "n2"]), "n01,n[1-2]");
@@ -248,10 +242,7 @@ mod tests {
             expand("gpu[001-003,020],cpu7")?,
             ["gpu001", "gpu002", "gpu003", "gpu020", "cpu7"]
         );
-        assert_eq!(
-            expand("r[1-2]n[01-02]")?,
-            ["r1n01", "r1n02", "r2n01", "r2n02"]
-        );
+        assert_eq!(expand("r[1-2]n[01-02]")?, ["r1n01", "r1n02", "r2n01", "r2n02"]);
         assert_eq!(expand("n[8-10]")?, ["n8", "n9", "n10"]);
         assert_eq!(expand("plain")?, ["plain"]);
         assert_eq!(expand("a[1]b")?, ["a1b"]);
@@ -274,10 +265,7 @@ mod tests {
         ] {
             assert!(expand(bad).is_err(), "{bad} should fail");
         }
-        assert!(matches!(
-            expand("n[0-999]m[0-9999]"),
-            Err(HostlistError::TooLarge(_))
-        ));
+        assert!(matches!(expand("n[0-999]m[0-9999]"), Err(HostlistError::TooLarge(_))));
     }
 
     #[test]

@@ -206,11 +206,7 @@ fn build(
         ));
     }
     if members.value.is_empty() {
-        return Err(located_error(
-            path,
-            &members,
-            "expected at least one member",
-        ));
+        return Err(located_error(path, &members, "expected at least one member"));
     }
     let mut out = Vec::with_capacity(members.value.len());
     for m in members.value {
@@ -271,17 +267,11 @@ fn build_member(raw: RawMember, path: &Path) -> Result<Member, FileError> {
     } else if let Some(label) = sel.value.label_match {
         let mut match_expressions = Vec::new();
         for e in label.value.match_expressions {
-            if !matches!(
-                e.operator.value.as_str(),
-                "In" | "NotIn" | "Exists" | "DoesNotExist"
-            ) {
+            if !matches!(e.operator.value.as_str(), "In" | "NotIn" | "Exists" | "DoesNotExist") {
                 return Err(located_error(
                     path,
                     &e.operator,
-                    format!(
-                        "expected In, NotIn, Exists or DoesNotExist, got {:?}",
-                        e.operator.value
-                    ),
+                    format!("expected In, NotIn, Exists or DoesNotExist, got {:?}", e.operator.value),
                 ));
             }
             match_expressions.push(LabelExpression {
@@ -302,13 +292,7 @@ fn build_member(raw: RawMember, path: &Path) -> Result<Member, FileError> {
 
 /// Checks that a document is `apiVersion: <api_version>`, `kind: <kind>`.
 /// `base` is the document's own field path ("" for a document root).
-pub(crate) fn check_kind(
-    doc: &Node,
-    base: &str,
-    api_version: &str,
-    kind: &str,
-    path: &Path,
-) -> Result<(), FileError> {
+pub(crate) fn check_kind(doc: &Node, base: &str, api_version: &str, kind: &str, path: &Path) -> Result<(), FileError> {
     if !matches!(doc.value, yaml::Value::Map(_)) {
         return Err(file_error(
             path,
@@ -333,12 +317,7 @@ pub(crate) fn check_kind(
                 let got = node
                     .scalar_text()
                     .map_or_else(|| "not a string".to_string(), |s| format!("{s:?}"));
-                return Err(file_error(
-                    path,
-                    node.pos,
-                    field,
-                    format!("expected {want}, got {got}"),
-                ));
+                return Err(file_error(path, node.pos, field, format!("expected {want}, got {got}")));
             }
             Some(_) => {}
         }
@@ -346,10 +325,7 @@ pub(crate) fn check_kind(
     Ok(())
 }
 
-pub(crate) fn parse_manifests_located(
-    text: &str,
-    path: &Path,
-) -> Result<Vec<LocatedHyperNode>, FileError> {
+pub(crate) fn parse_manifests_located(text: &str, path: &Path) -> Result<Vec<LocatedHyperNode>, FileError> {
     let mut out = Vec::new();
     for doc in yaml::parse_documents(text, path)? {
         check_kind(&doc, "", HYPERNODE_API_VERSION, "HyperNode", path)?;
@@ -378,10 +354,7 @@ pub(crate) fn check_unique(hyper_nodes: &[LocatedHyperNode]) -> Result<(), FileE
             return Err(located_error(
                 &h.path,
                 &h.name,
-                format!(
-                    "duplicate HyperNode name {:?} (first defined at {at})",
-                    h.spec.name
-                ),
+                format!("duplicate HyperNode name {:?} (first defined at {at})", h.spec.name),
             ));
         }
     }

@@ -210,8 +210,7 @@ impl Container {
             return Resources::new();
         };
         let mut out = r.limits.clone();
-        out.0
-            .extend(r.requests.0.iter().map(|(k, v)| (k.clone(), *v)));
+        out.0.extend(r.requests.0.iter().map(|(k, v)| (k.clone(), *v)));
         out
     }
 }
@@ -234,10 +233,7 @@ impl PodSpec {
     }
 }
 
-fn build_topology(
-    raw: Option<Located<RawTopology>>,
-    path: &Path,
-) -> Result<Option<NetworkTopology>, FileError> {
+fn build_topology(raw: Option<Located<RawTopology>>, path: &Path) -> Result<Option<NetworkTopology>, FileError> {
     let Some(t) = raw else { return Ok(None) };
     if t.value.highest_tier_allowed.is_some() && t.value.highest_tier_name.is_some() {
         return Err(located_error(
@@ -307,10 +303,7 @@ fn build_task(t: TaskParts, path: &Path) -> Result<TaskSpec, FileError> {
                     return Err(located_error(
                         path,
                         m,
-                        format!(
-                            "expected at most totalPartitions ({total}), got {}",
-                            m.value
-                        ),
+                        format!("expected at most totalPartitions ({total}), got {}", m.value),
                     ));
                 }
                 Some(m) => m.value,
@@ -359,11 +352,7 @@ struct JobParts {
 
 fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), FileError> {
     if j.name.value.trim().is_empty() {
-        return Err(located_error(
-            path,
-            &j.name,
-            "expected a job name, got an empty string",
-        ));
+        return Err(located_error(path, &j.name, "expected a job name, got an empty string"));
     }
     if j.tasks.value.is_empty() {
         return Err(located_error(path, &j.tasks, "expected at least one task"));
@@ -381,10 +370,7 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
             return Err(located_error(
                 path,
                 &t.name,
-                format!(
-                    "duplicate task name {:?} (first at line {first})",
-                    t.name.value
-                ),
+                format!("duplicate task name {:?} (first at line {first})", t.name.value),
             ));
         }
         replicas += u64::from(t.replicas.value);
@@ -394,10 +380,7 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
         return Err(located_error(
             path,
             &tasks_at,
-            format!(
-                "expected at most {} replicas in all, got {replicas}",
-                u32::MAX
-            ),
+            format!("expected at most {} replicas in all, got {replicas}", u32::MAX),
         ));
     }
     if let Some(m) = &j.min_available {
@@ -408,10 +391,7 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
             return Err(located_error(
                 path,
                 m,
-                format!(
-                    "expected at most the job's {replicas} replicas, got {}",
-                    m.value
-                ),
+                format!("expected at most the job's {replicas} replicas, got {}", m.value),
             ));
         }
     }
@@ -493,11 +473,7 @@ impl VolcanoJob {
 }
 
 /// One job document (or list item) in either format, chosen by `apiVersion`/`kind`.
-fn parse_one(
-    node: &Node,
-    field: &str,
-    path: &Path,
-) -> Result<(JobSpec, Located<String>), FileError> {
+fn parse_one(node: &Node, field: &str, path: &Path) -> Result<(JobSpec, Located<String>), FileError> {
     let parts = if node.get("apiVersion").is_some() || node.get("kind").is_some() {
         check_kind(node, field, VOLCANO_JOB_API_VERSION, "Job", path)?;
         yaml::from_node::<VolcanoJob>(node, field, path)?.parts()

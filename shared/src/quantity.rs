@@ -65,9 +65,7 @@ pub fn parse_quantity(resource: &str, text: &str) -> Result<u64, QuantityError> 
     };
     let s = text.trim();
     let s = s.strip_prefix('+').unwrap_or(s);
-    let number_end = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
+    let number_end = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
     let (number, suffix) = s.split_at(number_end);
     let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
     if whole.is_empty() && frac.is_empty() || frac.contains('.') {
@@ -103,8 +101,7 @@ pub fn parse_quantity(resource: &str, text: &str) -> Result<u64, QuantityError> 
         .ok_or_else(too_large)?;
     if numerator % denominator != 0 {
         return Err(invalid(match resource {
-            CPU => "a CPU quantity in whole millicores (1m at the finest), such as 1.5 or 500m"
-                .to_string(),
+            CPU => "a CPU quantity in whole millicores (1m at the finest), such as 1.5 or 500m".to_string(),
             MEMORY => "a memory quantity of whole bytes, such as 1.5Gi or 512Mi".to_string(),
             other => format!("a whole count of {other} such as 8"),
         }));
@@ -119,14 +116,7 @@ pub fn format_quantity(resource: &str, base: u64) -> String {
         CPU if base.is_multiple_of(1000) => (base / 1000).to_string(),
         CPU => format!("{base}m"),
         MEMORY if base > 0 => {
-            for (k, suffix) in [
-                (6u32, "Ei"),
-                (5, "Pi"),
-                (4, "Ti"),
-                (3, "Gi"),
-                (2, "Mi"),
-                (1, "Ki"),
-            ] {
+            for (k, suffix) in [(6u32, "Ei"), (5, "Pi"), (4, "Ti"), (3, "Gi"), (2, "Mi"), (1, "Ki")] {
                 let unit = 1u64 << (10 * k);
                 if base.is_multiple_of(unit) {
                     return format!("{}{suffix}", base / unit);
@@ -251,10 +241,7 @@ impl<'de> Deserialize<'de> for LocatedResources {
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 ResourcesVisitor.expecting(f)
             }
-            fn visit_map<A: MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<LocatedResources, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LocatedResources, A::Error> {
                 let mut out = LocatedResources::default();
                 while let Some(name) = map.next_key::<String>()? {
                     if name.trim().is_empty() {
@@ -385,12 +372,7 @@ mod tests {
         assert_eq!(format_quantity("memory", 1_500_000_000), "1500000000");
         assert_eq!(format_quantity("memory", 0), "0");
         assert_eq!(format_quantity("nvidia.com/gpu", 8), "8");
-        for (r, v) in [
-            ("cpu", 1500u64),
-            ("memory", 3 << 29),
-            ("memory", 12345),
-            ("gpu", 3),
-        ] {
+        for (r, v) in [("cpu", 1500u64), ("memory", 3 << 29), ("memory", 12345), ("gpu", 3)] {
             assert_eq!(ok(r, &format_quantity(r, v)), v);
         }
     }

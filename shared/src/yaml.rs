@@ -15,8 +15,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use serde::de::{
-    self, DeserializeOwned, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, SeqAccess,
-    Visitor,
+    self, DeserializeOwned, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, SeqAccess, Visitor,
 };
 use serde_saphyr::{MessageFormatter, Spanned, UserMessageFormatter};
 
@@ -69,11 +68,7 @@ impl Node {
     /// The scalar's text (what the user wrote), if this is a non-null scalar.
     pub fn scalar_text(&self) -> Option<&str> {
         match &self.value {
-            Value::Bool(_, s)
-            | Value::UInt(_, s)
-            | Value::Int(_, s)
-            | Value::Float(_, s)
-            | Value::Str(s) => Some(s),
+            Value::Bool(_, s) | Value::UInt(_, s) | Value::Int(_, s) | Value::Float(_, s) | Value::Str(s) => Some(s),
             _ => None,
         }
     }
@@ -82,11 +77,7 @@ impl Node {
     fn describe(&self) -> String {
         match &self.value {
             Value::Null => "nothing".to_string(),
-            Value::Bool(_, s)
-            | Value::UInt(_, s)
-            | Value::Int(_, s)
-            | Value::Float(_, s)
-            | Value::Str(s) => {
+            Value::Bool(_, s) | Value::UInt(_, s) | Value::Int(_, s) | Value::Float(_, s) | Value::Str(s) => {
                 format!("{s:?}")
             }
             Value::Seq(_) => "a list".to_string(),
@@ -146,12 +137,7 @@ impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for LocatedSeed<S> {
 }
 
 /// Builds a [`FileError`]; an empty field path becomes `-` (the whole document).
-pub(crate) fn file_error(
-    path: &Path,
-    pos: Pos,
-    field: &str,
-    message: impl Into<String>,
-) -> FileError {
+pub(crate) fn file_error(path: &Path, pos: Pos, field: &str, message: impl Into<String>) -> FileError {
     FileError {
         path: path.to_path_buf(),
         line: pos.line,
@@ -166,24 +152,14 @@ pub(crate) fn file_error(
 }
 
 /// Shorthand for an error about a [`Located`] value.
-pub(crate) fn located_error<T>(
-    path: &Path,
-    at: &Located<T>,
-    message: impl Into<String>,
-) -> FileError {
+pub(crate) fn located_error<T>(path: &Path, at: &Located<T>, message: impl Into<String>) -> FileError {
     file_error(path, at.pos, &at.field, message)
 }
 
 /// Reads a whole file; an I/O problem is reported at `0:0` for field `-`.
 pub(crate) fn read_file(path: &Path) -> Result<String, FileError> {
-    std::fs::read_to_string(path).map_err(|e| {
-        file_error(
-            path,
-            Pos::default(),
-            "",
-            format!("cannot read the file: {e}"),
-        )
-    })
+    std::fs::read_to_string(path)
+        .map_err(|e| file_error(path, Pos::default(), "", format!("cannot read the file: {e}")))
 }
 
 /// Joins a map key onto a field path.
@@ -205,8 +181,7 @@ pub(crate) fn join_index(parent: &str, index: usize) -> String {
 
 /// Parses every document of `text` (empty documents are skipped).
 pub(crate) fn parse_documents(text: &str, path: &Path) -> Result<Vec<Node>, FileError> {
-    let docs: Vec<Spanned<Tree>> =
-        serde_saphyr::from_multiple(text).map_err(|e| syntax_error(path, &e))?;
+    let docs: Vec<Spanned<Tree>> = serde_saphyr::from_multiple(text).map_err(|e| syntax_error(path, &e))?;
     let mut out = Vec::with_capacity(docs.len());
     for doc in docs {
         out.push(convert(doc, text, path, "")?);
@@ -225,10 +200,7 @@ fn syntax_error(path: &Path, e: &serde_saphyr::Error) -> FileError {
         .unwrap_or_default();
     let raw = UserMessageFormatter.format_message(e.without_snippet());
     // Neutralise control characters, as serde-saphyr's own renderer does.
-    let message: String = raw
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
+    let message: String = raw.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     file_error(path, pos, "", message)
 }
 
@@ -348,12 +320,7 @@ fn convert(s: Spanned<Tree>, text: &str, path: &Path, field: &str) -> Result<Nod
                 let kpos = pos_of(&k);
                 let key_node = convert(k, text, path, field)?;
                 let Some(key_text) = key_node.scalar_text().map(str::to_string) else {
-                    return Err(file_error(
-                        path,
-                        kpos,
-                        field,
-                        "expected a plain (scalar) key",
-                    ));
+                    return Err(file_error(path, kpos, field, "expected a plain (scalar) key"));
                 };
                 let child = join_key(field, &key_text);
                 if let Some((first, _)) = out.iter().find(|(k, _)| k.text == key_text) {
@@ -384,11 +351,7 @@ fn convert(s: Spanned<Tree>, text: &str, path: &Path, field: &str) -> Result<Nod
 // Step 2: Node tree → typed values.
 
 /// Deserializes `node` as `T`; `field` is the node's own path ("" for a document root).
-pub(crate) fn from_node<T: DeserializeOwned>(
-    node: &Node,
-    field: &str,
-    path: &Path,
-) -> Result<T, FileError> {
+pub(crate) fn from_node<T: DeserializeOwned>(node: &Node, field: &str, path: &Path) -> Result<T, FileError> {
     T::deserialize(NodeDe {
         node,
         field: field.to_string(),
@@ -505,10 +468,7 @@ impl de::Error for DeError {
     }
 
     fn unknown_field(field: &str, expected: &'static [&'static str]) -> Self {
-        DeError::new(format!(
-            "unknown field `{field}`, expected {}",
-            one_of(expected)
-        ))
+        DeError::new(format!("unknown field `{field}`, expected {}", one_of(expected)))
     }
 
     fn missing_field(field: &'static str) -> Self {
@@ -583,11 +543,7 @@ impl<'de, 'a> Deserializer<'de> for NodeDe<'a> {
         }
     }
 
-    fn deserialize_newtype_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        visitor: V,
-    ) -> Result<V::Value, DeError> {
+    fn deserialize_newtype_struct<V: Visitor<'de>>(self, name: &'static str, visitor: V) -> Result<V::Value, DeError> {
         if name == LOCATED_MARKER {
             let r = visitor.visit_seq(LocatedDe {
                 de: Some(self.node),
@@ -607,10 +563,7 @@ impl<'de, 'a> Deserializer<'de> for NodeDe<'a> {
     ) -> Result<V::Value, DeError> {
         let r = match self.node.scalar_text() {
             Some(text) => visitor.visit_enum(IntoDeserializer::<DeError>::into_deserializer(text)),
-            None => Err(DeError::new(format!(
-                "expected a name, got {}",
-                self.node.describe()
-            ))),
+            None => Err(DeError::new(format!("expected a name, got {}", self.node.describe()))),
         };
         self.wrap(r)
     }
@@ -633,10 +586,7 @@ struct SeqDe<'a, I> {
 impl<'de, 'a, I: Iterator<Item = (usize, &'a Node)>> SeqAccess<'de> for SeqDe<'a, I> {
     type Error = DeError;
 
-    fn next_element_seed<T: DeserializeSeed<'de>>(
-        &mut self,
-        seed: T,
-    ) -> Result<Option<T::Value>, DeError> {
+    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, DeError> {
         match self.items.next() {
             Some((i, node)) => seed
                 .deserialize(NodeDe {
@@ -658,17 +608,12 @@ struct MapDe<'a, I> {
 impl<'de, 'a, I: Iterator<Item = &'a (Key, Node)>> MapAccess<'de> for MapDe<'a, I> {
     type Error = DeError;
 
-    fn next_key_seed<K: DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
-    ) -> Result<Option<K::Value>, DeError> {
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, DeError> {
         let Some((key, value)) = self.entries.next() else {
             return Ok(None);
         };
         let field = join_key(self.parent, &key.text);
-        let r = seed.deserialize(IntoDeserializer::<DeError>::into_deserializer(
-            key.text.as_str(),
-        ));
+        let r = seed.deserialize(IntoDeserializer::<DeError>::into_deserializer(key.text.as_str()));
         let k = r.map_err(|e| e.at(key.pos, &field))?;
         self.value = Some((value, field));
         Ok(Some(k))
@@ -677,9 +622,7 @@ impl<'de, 'a, I: Iterator<Item = &'a (Key, Node)>> MapAccess<'de> for MapDe<'a, 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, DeError> {
         match self.value.take() {
             Some((node, field)) => seed.deserialize(NodeDe { node, field }),
-            None => Err(DeError::new(
-                "internal: value requested before key".to_string(),
-            )),
+            None => Err(DeError::new("internal: value requested before key".to_string())),
         }
     }
 }
@@ -694,19 +637,12 @@ struct LocatedDe<'a> {
 impl<'de, 'a> SeqAccess<'de> for LocatedDe<'a> {
     type Error = DeError;
 
-    fn next_element_seed<T: DeserializeSeed<'de>>(
-        &mut self,
-        seed: T,
-    ) -> Result<Option<T::Value>, DeError> {
+    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, DeError> {
         let Some(node) = self.de else { return Ok(None) };
         self.step += 1;
         match self.step {
-            1 => seed
-                .deserialize(node.pos.line.into_deserializer())
-                .map(Some),
-            2 => seed
-                .deserialize(node.pos.column.into_deserializer())
-                .map(Some),
+            1 => seed.deserialize(node.pos.line.into_deserializer()).map(Some),
+            2 => seed.deserialize(node.pos.column.into_deserializer()).map(Some),
             3 => seed.deserialize(self.field.into_deserializer()).map(Some),
             _ => {
                 self.de = None;

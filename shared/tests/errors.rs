@@ -30,9 +30,7 @@ const NODE: &str = "nodes:\n  - name: gpu001\n    resources: {cpu: 128, memory: 
 
 #[test]
 fn yaml_syntax_error() {
-    insta::assert_snapshot!(cluster_error(
-        "nodes:\n  - name: gpu001\n    resources: {cpu: 128\n"
-    ));
+    insta::assert_snapshot!(cluster_error("nodes:\n  - name: gpu001\n    resources: {cpu: 128\n"));
 }
 
 #[test]
@@ -65,9 +63,7 @@ fn duplicate_node_name() {
 
 #[test]
 fn used_exceeds_resources() {
-    insta::assert_snapshot!(cluster_error(&format!(
-        "{NODE}    used: {{cpu: 100, memory: 2Ti}}\n"
-    )));
+    insta::assert_snapshot!(cluster_error(&format!("{NODE}    used: {{cpu: 100, memory: 2Ti}}\n")));
 }
 
 #[test]
@@ -162,9 +158,7 @@ fn unknown_topology_mode() {
 
 #[test]
 fn negative_runtime() {
-    insta::assert_snapshot!(job_error(&format!(
-        "{JOB_HEAD}    replicas: 1\n    runtime: -5\n"
-    )));
+    insta::assert_snapshot!(job_error(&format!("{JOB_HEAD}    replicas: 1\n    runtime: -5\n")));
 }
 
 #[test]

@@ -8,9 +8,7 @@ use hyperplan_shared::*;
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
 #[test]
@@ -30,11 +28,7 @@ fn cluster_with_manifest_files() -> TestResult {
     assert_eq!(c.nodes[2].resources.get(CPU), 1500);
     assert_eq!(c.nodes[2].resources.get(MEMORY), 1_500_000_000);
 
-    let hn: Vec<(&str, u32)> = c
-        .hyper_nodes
-        .iter()
-        .map(|h| (h.name.as_str(), h.tier))
-        .collect();
+    let hn: Vec<(&str, u32)> = c.hyper_nodes.iter().map(|h| (h.name.as_str(), h.tier)).collect();
     assert_eq!(hn, [("leaf-1", 1), ("leaf-2", 1), ("spine-1", 2)]);
     assert_eq!(c.hyper_nodes[0].tier_name.as_deref(), Some("leaf"));
     assert_eq!(
@@ -50,9 +44,7 @@ fn cluster_with_manifest_files() -> TestResult {
         c.hyper_nodes[1].members,
         [Member {
             kind: MemberType::Node,
-            selector: Selector::Exact {
-                name: "gpu003".into()
-            }
+            selector: Selector::Exact { name: "gpu003".into() }
         }]
     );
     let spine = &c.hyper_nodes[2];
@@ -101,16 +93,10 @@ fn multi_document_manifests_skip_empty_documents() -> TestResult {
 fn jobs_in_both_formats() -> TestResult {
     let jobs = load_job_file(&fixture("jobs.yaml"))?;
     let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
-    assert_eq!(
-        names,
-        ["train-a", "small-1", "small-2", "network-topology-job"]
-    );
+    assert_eq!(names, ["train-a", "small-1", "small-2", "network-topology-job"]);
 
     let a = &jobs[0];
-    assert_eq!(
-        (a.priority, a.min_available, a.submit_time),
-        (5, Some(16), 30)
-    );
+    assert_eq!((a.priority, a.min_available, a.submit_time), (5, Some(16), 30));
     assert_eq!(
         a.network_topology,
         Some(NetworkTopology {
@@ -120,23 +106,15 @@ fn jobs_in_both_formats() -> TestResult {
         })
     );
     let w = &a.tasks[0];
-    assert_eq!(
-        (w.name.as_str(), w.replicas, w.runtime),
-        ("worker", 16, Some(3600))
-    );
+    assert_eq!((w.name.as_str(), w.replicas, w.runtime), ("worker", 16, Some(3600)));
     assert_eq!(w.resources.get("nvidia.com/gpu"), 8);
     assert_eq!(w.resources.get(MEMORY), 128 << 30);
     assert_eq!(w.topology_policy.as_deref(), Some("single-numa-node"));
     assert_eq!(w.command, ["/usr/bin/env"]);
     let p = w.partition_policy.as_ref().ok_or("partition policy")?;
+    assert_eq!((p.total_partitions, p.partition_size, p.min_partitions), (2, 8, 2));
     assert_eq!(
-        (p.total_partitions, p.partition_size, p.min_partitions),
-        (2, 8, 2)
-    );
-    assert_eq!(
-        p.network_topology
-            .as_ref()
-            .and_then(|t| t.highest_tier_allowed),
+        p.network_topology.as_ref().and_then(|t| t.highest_tier_allowed),
         Some(1)
     );
 
@@ -152,14 +130,9 @@ fn jobs_in_both_formats() -> TestResult {
     assert_eq!(jobs[2].replicas(), 3);
 
     let v = &jobs[3];
+    assert_eq!((v.priority, v.min_available, v.submit_time), (0, Some(4), 0));
     assert_eq!(
-        (v.priority, v.min_available, v.submit_time),
-        (0, Some(4), 0)
-    );
-    assert_eq!(
-        v.network_topology
-            .as_ref()
-            .and_then(|t| t.highest_tier_allowed),
+        v.network_topology.as_ref().and_then(|t| t.highest_tier_allowed),
         Some(2)
     );
     let t0 = &v.tasks[0];
@@ -194,15 +167,8 @@ fn scalars_keep_their_source_text() -> TestResult {
     let c = parse_cluster(text, Path::new("c.yaml"))?;
     let n = &c.nodes[0];
     assert_eq!(n.name, "007");
-    let labels: Vec<(&str, &str)> = n
-        .labels
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    assert_eq!(
-        labels,
-        [("a", "010"), ("b", "010"), ("c", "yes"), ("d", "1.50")]
-    );
+    let labels: Vec<(&str, &str)> = n.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(labels, [("a", "010"), ("b", "010"), ("c", "yes"), ("d", "1.50")]);
     assert_eq!(n.resources.get(CPU), 1500);
     assert_eq!(n.resources.get("nvidia.com/gpu"), 16);
     assert_eq!(c.nodes[1].resources.get(CPU), 1500);

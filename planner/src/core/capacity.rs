@@ -36,8 +36,7 @@ pub struct Capacity {
 impl Capacity {
     /// `per_node[i]` = (allocatable, used) of node `NodeIdx(i)`.
     pub fn build(index: &TopologyIndex, per_node: &[(&Resources, Resources)]) -> Self {
-        let mut dims: Vec<String> =
-            per_node.iter().flat_map(|(a, _)| a.0.keys().cloned()).collect();
+        let mut dims: Vec<String> = per_node.iter().flat_map(|(a, _)| a.0.keys().cloned()).collect();
         dims.push(hyperplan_shared::CPU.into());
         dims.push(hyperplan_shared::MEMORY.into());
         dims.sort();
@@ -67,7 +66,14 @@ impl Capacity {
                 }
             }
         }
-        Self { dims, d, alloc, free, hn_alloc, hn_used }
+        Self {
+            dims,
+            d,
+            alloc,
+            free,
+            hn_alloc,
+            hn_used,
+        }
     }
 
     /// The same cluster with nothing running: for "could this ever run?" checks.
@@ -107,13 +113,21 @@ impl Capacity {
             return 0;
         }
         let f = &self.free[n.ix() * self.d..(n.ix() + 1) * self.d];
-        f.iter().zip(&s.req).filter(|(_, r)| **r > 0).map(|(f, r)| f / r).min().unwrap_or(u32::MAX as u64)
+        f.iter()
+            .zip(&s.req)
+            .filter(|(_, r)| **r > 0)
+            .map(|(f, r)| f / r)
+            .min()
+            .unwrap_or(u32::MAX as u64)
     }
 
     /// Would this shape fit on the empty node (is the node big enough at all)?
     pub fn fits_empty(&self, n: NodeIdx, s: &Shape) -> bool {
         s.missing.is_none()
-            && self.alloc[n.ix() * self.d..(n.ix() + 1) * self.d].iter().zip(&s.req).all(|(a, r)| r <= a)
+            && self.alloc[n.ix() * self.d..(n.ix() + 1) * self.d]
+                .iter()
+                .zip(&s.req)
+                .all(|(a, r)| r <= a)
     }
 
     pub fn take(&mut self, index: &TopologyIndex, n: NodeIdx, s: &Shape) {
@@ -153,7 +167,11 @@ impl Capacity {
     pub fn fit_counts_per_hn(&self, index: &TopologyIndex, s: &Shape) -> Vec<u64> {
         let mut per_group = vec![0u64; index.groups.len()];
         for (g, group) in index.groups.iter().enumerate() {
-            per_group[g] = group.nodes.iter().map(|&n| self.fit_count(n, s)).fold(0u64, u64::saturating_add);
+            per_group[g] = group
+                .nodes
+                .iter()
+                .map(|&n| self.fit_count(n, s))
+                .fold(0u64, u64::saturating_add);
         }
         let mut per_hn = vec![0u64; index.hns.len()];
         for (g, group) in index.groups.iter().enumerate() {

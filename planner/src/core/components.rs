@@ -154,7 +154,13 @@ pub struct TaskState {
 
 impl TaskState {
     pub fn pending() -> Self {
-        Self { phase: TaskPhase::Pending, node: None, rank: None, start_time: None, dispatched: false }
+        Self {
+            phase: TaskPhase::Pending,
+            node: None,
+            rank: None,
+            start_time: None,
+            dispatched: false,
+        }
     }
     /// Holds resources on its node.
     pub fn is_running(&self) -> bool {

@@ -31,7 +31,10 @@ pub fn discovery(world: &mut World) {
         label::discover(&types, nodes.iter().map(|(n, l)| (n.as_str(), l)), &mut warnings)
     };
     reconcile(world, Source::Label, labelled);
-    world.resource_mut::<Outbox>().0.extend(warnings.into_iter().map(Command::Warn));
+    world
+        .resource_mut::<Outbox>()
+        .0
+        .extend(warnings.into_iter().map(Command::Warn));
 }
 
 fn reconcile(world: &mut World, source: Source, desired: Vec<HyperNodeSpec>) {
@@ -48,11 +51,17 @@ fn reconcile(world: &mut World, source: Source, desired: Vec<HyperNodeSpec>) {
                 let e = *e;
                 let same = world.get::<HyperNode>(e).is_some_and(|h| h.spec == spec);
                 if !same {
-                    world.entity_mut(e).insert(HyperNode { spec, source: source.clone() });
+                    world.entity_mut(e).insert(HyperNode {
+                        spec,
+                        source: source.clone(),
+                    });
                 }
             }
             None => {
-                world.spawn(HyperNode { spec, source: source.clone() });
+                world.spawn(HyperNode {
+                    spec,
+                    source: source.clone(),
+                });
             }
         }
     }

@@ -20,7 +20,9 @@ pub fn dispatch(
             continue;
         }
         ts.dispatched = true;
-        let (Ok(job), Some(Ok(node))) = (jobs.get(task.job), ts.node.map(|n| nodes.get(n))) else { continue };
+        let (Ok(job), Some(Ok(node))) = (jobs.get(task.job), ts.node.map(|n| nodes.get(n))) else {
+            continue;
+        };
         placed.push(Placement {
             job: job.spec.name.clone(),
             task: task.name.clone(),

@@ -8,12 +8,19 @@ use hyperplan_shared::{HyperNodeSpec, JobSpec, NodeSpec};
 pub enum Event {
     /// A node appears (or its spec changes: same name replaces).
     NodeUp(NodeSpec),
-    NodeGone { name: String },
+    NodeGone {
+        name: String,
+    },
     /// The static HyperNodes (inline + manifest files) as a whole; replaces the previous set.
     StaticHyperNodes(Vec<HyperNodeSpec>),
     /// Label discovery configuration (Volcano `networkTopologyTypes`); replaces the previous.
     LabelDiscovery(BTreeMap<String, Vec<String>>),
     Submit(JobSpec),
-    Cancel { job: String },
-    TaskFinished { job: String, task: String },
+    Cancel {
+        job: String,
+    },
+    TaskFinished {
+        job: String,
+        task: String,
+    },
 }

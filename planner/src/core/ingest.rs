@@ -53,7 +53,12 @@ fn find_node(world: &mut World, name: &str) -> Option<Entity> {
 }
 
 fn node_up(world: &mut World, spec: NodeSpec) {
-    let node = Node { name: spec.name, labels: spec.labels, allocatable: spec.resources, external_used: spec.used };
+    let node = Node {
+        name: spec.name,
+        labels: spec.labels,
+        allocatable: spec.resources,
+        external_used: spec.used,
+    };
     match find_node(world, &node.name) {
         Some(e) => {
             world.entity_mut(e).insert(node);
@@ -76,8 +81,12 @@ fn submit(world: &mut World, spec: JobSpec) {
     let mut tasks: Vec<Entity> = Vec::new();
     let mut partition_groups = Vec::new();
     let mut default_sj: Option<Entity> = None;
-    let default_tasks: u32 =
-        spec.tasks.iter().filter(|t| t.partition_policy.is_none()).map(|t| t.replicas).sum();
+    let default_tasks: u32 = spec
+        .tasks
+        .iter()
+        .filter(|t| t.partition_policy.is_none())
+        .map(|t| t.replicas)
+        .sum();
     let has_partitions = spec.tasks.iter().any(|t| t.partition_policy.is_some());
     let gang_min = spec.gang_minimum();
     // Sub-job entity → its tasks, filled as tasks are spawned.
@@ -159,14 +168,23 @@ fn submit(world: &mut World, spec: JobSpec) {
     }
     world.resource_mut::<JobNames>().0.insert(spec.name.clone(), job_e);
     world.entity_mut(job_e).insert((
-        Job { spec, gang_min, sub_jobs, tasks, partition_groups },
+        Job {
+            spec,
+            gang_min,
+            sub_jobs,
+            tasks,
+            partition_groups,
+        },
         JobState::new(),
     ));
 }
 
 fn cancel(world: &mut World, name: &str) {
     let Some(&job_e) = world.resource::<JobNames>().0.get(name) else {
-        world.resource_mut::<Outbox>().0.push(Command::Warn(format!("cancel: no job {name}")));
+        world
+            .resource_mut::<Outbox>()
+            .0
+            .push(Command::Warn(format!("cancel: no job {name}")));
         return;
     };
     let tasks = world.get::<Job>(job_e).map(|j| j.tasks.clone()).unwrap_or_default();
@@ -187,7 +205,9 @@ fn cancel(world: &mut World, name: &str) {
 }
 
 fn task_finished(world: &mut World, job: &str, task: &str) {
-    let Some(&job_e) = world.resource::<JobNames>().0.get(job) else { return };
+    let Some(&job_e) = world.resource::<JobNames>().0.get(job) else {
+        return;
+    };
     let tasks = world.get::<Job>(job_e).map(|j| j.tasks.clone()).unwrap_or_default();
     let mut all_done = true;
     for t in tasks {

@@ -37,7 +37,11 @@ pub fn check(world: &mut World) -> Vec<String> {
         }
         for (name, v) in total.iter() {
             if v > node.allocatable.get(name) && used.contains_key(&e) {
-                bad.push(format!("node {}: {name} given twice: {v} used of {}", node.name, node.allocatable.get(name)));
+                bad.push(format!(
+                    "node {}: {name} given twice: {v} used of {}",
+                    node.name,
+                    node.allocatable.get(name)
+                ));
             }
         }
     }
@@ -58,7 +62,11 @@ pub fn check(world: &mut World) -> Vec<String> {
         }
         let name = &job.spec.name;
         if (all.len() as u32) < job.gang_min {
-            bad.push(format!("job {name}: {} tasks placed, gang minimum {}", all.len(), job.gang_min));
+            bad.push(format!(
+                "job {name}: {} tasks placed, gang minimum {}",
+                all.len(),
+                job.gang_min
+            ));
         }
         let running: Vec<NodeIdx> = job
             .tasks
@@ -90,7 +98,10 @@ pub fn check(world: &mut World) -> Vec<String> {
         }
         for (g, &(_, min)) in job.partition_groups.iter().enumerate() {
             if whole[g] < min {
-                bad.push(format!("job {name}: {} whole partitions, minPartitions {min}", whole[g]));
+                bad.push(format!(
+                    "job {name}: {} whole partitions, minPartitions {min}",
+                    whole[g]
+                ));
             }
         }
     }
@@ -104,7 +115,9 @@ fn check_tier(
     nodes: &[NodeIdx],
     bad: &mut Vec<String>,
 ) {
-    let Some(nt) = nt.filter(|n| n.mode == TopologyMode::Hard) else { return };
+    let Some(nt) = nt.filter(|n| n.mode == TopologyMode::Hard) else {
+        return;
+    };
     let limit = match (&nt.highest_tier_allowed, &nt.highest_tier_name) {
         (Some(t), _) => *t,
         (None, Some(n)) => match index.tier_names.get(n) {

@@ -21,7 +21,11 @@ pub fn recover(
             continue;
         }
         let with_topology = job.spec.network_topology.is_some()
-            || job.spec.tasks.iter().any(|t| t.partition_policy.as_ref().is_some_and(|p| p.network_topology.is_some()));
+            || job.spec.tasks.iter().any(|t| {
+                t.partition_policy
+                    .as_ref()
+                    .is_some_and(|p| p.network_topology.is_some())
+            });
         // Remove: job level.
         let running_nodes = |ts: &[Entity]| -> Vec<super::ids::NodeIdx> {
             ts.iter()
@@ -39,7 +43,9 @@ pub fn recover(
         let mut changed = false;
         let mut sub_values: Vec<HnIdx> = Vec::new();
         for &se in &job.sub_jobs {
-            let Ok((sj, mut sst)) = sub_jobs.get_mut(se) else { continue };
+            let Ok((sj, mut sst)) = sub_jobs.get_mut(se) else {
+                continue;
+            };
             let nodes = running_nodes(&sj.tasks);
             if let Some(a) = &sst.allocated_hyper_node
                 && (!index.hn_by_name.contains_key(a) || nodes.is_empty())
@@ -59,7 +65,12 @@ pub fn recover(
             }
         }
         if with_topology && (state.allocated_hyper_node.is_none() || changed) && !sub_values.is_empty() {
-            let lca = sub_values.iter().copied().map(Some).reduce(|a, b| index.lca_opt(a, b)).flatten();
+            let lca = sub_values
+                .iter()
+                .copied()
+                .map(Some)
+                .reduce(|a, b| index.lca_opt(a, b))
+                .flatten();
             state.allocated_hyper_node = lca.map(|h| index.hns[h.ix()].name.clone());
         }
     }
@@ -74,5 +85,7 @@ fn lowest_common_holder(index: &TopologyIndex, nodes: &[super::ids::NodeIdx]) ->
             return None;
         }
     }
-    candidates.into_iter().min_by(|a, b| index.hns[a.ix()].tier.cmp(&index.hns[b.ix()].tier).then(a.cmp(b)))
+    candidates
+        .into_iter()
+        .min_by(|a, b| index.hns[a.ix()].tier.cmp(&index.hns[b.ix()].tier).then(a.cmp(b)))
 }

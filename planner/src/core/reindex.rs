@@ -19,12 +19,19 @@ pub fn reindex(world: &mut World) {
     let nodes: Vec<(Entity, &Node)> = nq.iter(world).collect();
     let hns: Vec<&HyperNode> = hq.iter(world).collect();
     let index = TopologyIndex::build(&nodes, &hns, generation);
-    tracing::debug!(nodes = index.node_count(), hyper_nodes = index.hns.len(), "topology index rebuilt");
+    tracing::debug!(
+        nodes = index.node_count(),
+        hyper_nodes = index.hns.len(),
+        "topology index rebuilt"
+    );
     for (i, &e) in index.node_entities.iter().enumerate() {
         world.entity_mut(e).insert(NodeSlot(super::ids::NodeIdx(i as u32)));
     }
     let warnings = index.warnings.clone();
     world.insert_resource(index);
-    world.resource_mut::<Outbox>().0.extend(warnings.into_iter().map(Command::Warn));
+    world
+        .resource_mut::<Outbox>()
+        .0
+        .extend(warnings.into_iter().map(Command::Warn));
     world.resource_mut::<TopologyDirty>().0 = false;
 }

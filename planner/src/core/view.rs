@@ -39,7 +39,10 @@ fn report(world: &World, index: &TopologyIndex, job: &Job, st: &JobState) -> Job
             TaskReport {
                 name: task.name.clone(),
                 rank: ts.rank.filter(|_| placed),
-                sub_job: world.get::<SubJob>(task.sub_job).map(|s| s.id.clone()).unwrap_or_default(),
+                sub_job: world
+                    .get::<SubJob>(task.sub_job)
+                    .map(|s| s.id.clone())
+                    .unwrap_or_default(),
                 node: node.and_then(|n| world.get::<Node>(n)).map(|n| n.name.clone()),
                 hyper_nodes: slot.map(|s| index.hyper_node_names_of(s.0)).unwrap_or_default(),
             }

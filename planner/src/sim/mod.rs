@@ -68,7 +68,8 @@ pub fn simulate_with(
             .iter()
             .flat_map(|j| {
                 j.tasks.iter().flat_map(move |t| {
-                    (0..t.replicas).filter_map(move |i| t.runtime.map(|r| ((j.name.as_str(), format!("{}-{i}", t.name)), r)))
+                    (0..t.replicas)
+                        .filter_map(move |i| t.runtime.map(|r| ((j.name.as_str(), format!("{}-{i}", t.name)), r)))
                 })
             })
             .collect();
@@ -114,5 +115,9 @@ pub fn simulate_with(
         }
         summary.makespan = summary.makespan.max(j.end_time.unwrap_or(0));
     }
-    Report { jobs, summary, warnings }
+    Report {
+        jobs,
+        summary,
+        warnings,
+    }
 }

@@ -26,7 +26,11 @@ pub fn render_table(report: &Report) -> String {
             j.name.clone(),
             status,
             j.allocated_hyper_node.clone().unwrap_or_else(|| "-".into()),
-            if names.is_empty() { "-".into() } else { hostlist::compress(&names) },
+            if names.is_empty() {
+                "-".into()
+            } else {
+                hostlist::compress(&names)
+            },
             j.reason.clone().unwrap_or_default(),
         ]);
     }

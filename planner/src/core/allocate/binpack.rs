@@ -30,7 +30,10 @@ pub fn fill_ratio(cap: &Capacity, weights: &[f64], h: HnIdx, request: &[u64]) ->
 
 /// Per-dimension bin-pack weights from the config (0 for unweighted resources).
 pub fn dim_weights(cap: &Capacity, cfg: &ScoringConfig) -> Vec<f64> {
-    cap.dims.iter().map(|d| cfg.binpack_weights.get(d).copied().unwrap_or(0.0)).collect()
+    cap.dims
+        .iter()
+        .map(|d| cfg.binpack_weights.get(d).copied().unwrap_or(0.0))
+        .collect()
 }
 
 #[cfg(test)]
@@ -40,10 +43,15 @@ mod tests {
 
     #[test]
     fn weights_change_the_mix_and_overflow_scores_zero() {
-        let (index, cap) = ClusterBuilder::flat(2).node_resources("cpu=10,memory=100").used(0, "cpu=5").build_index();
+        let (index, cap) = ClusterBuilder::flat(2)
+            .node_resources("cpu=10,memory=100")
+            .used(0, "cpu=5")
+            .build_index();
         let mut cfg = ScoringConfig::default();
         let w = dim_weights(&cap, &cfg);
-        let req = cap.shape(&hyperplan_shared::Resources::new().with("cpu", 5000).with("memory", 50)).req;
+        let req = cap
+            .shape(&hyperplan_shared::Resources::new().with("cpu", 5000).with("memory", 50))
+            .req;
         let root = index.root;
         // cpu (5+5)/20 = 0.5, memory 50/200 = 0.25 → mean 0.375
         assert!((fill_ratio(&cap, &w, root, &req) - 0.375).abs() < 1e-9);

@@ -62,11 +62,19 @@ impl JobCtx {
     }
 
     pub fn sj_placed(&self, sj: usize) -> u32 {
-        self.sub_jobs[sj].tasks.iter().filter(|&&t| self.tasks[t].node.is_some()).count() as u32
+        self.sub_jobs[sj]
+            .tasks
+            .iter()
+            .filter(|&&t| self.tasks[t].node.is_some())
+            .count() as u32
     }
 
     pub fn sj_pending(&self, sj: usize) -> impl Iterator<Item = usize> + '_ {
-        self.sub_jobs[sj].tasks.iter().copied().filter(|&t| self.tasks[t].node.is_none())
+        self.sub_jobs[sj]
+            .tasks
+            .iter()
+            .copied()
+            .filter(|&t| self.tasks[t].node.is_none())
     }
 
     fn sj_whole(&self, sj: usize) -> bool {
@@ -88,7 +96,11 @@ impl JobCtx {
 
     /// Volcano: without partition policies a sub-job is ready when its job is.
     pub fn sj_ready(&self, sj: usize) -> bool {
-        if self.has_partitions() { self.sj_whole(sj) } else { self.job_ready() }
+        if self.has_partitions() {
+            self.sj_whole(sj)
+        } else {
+            self.job_ready()
+        }
     }
 
     /// Volcano's NeedContinueAllocating: keep trying other tasks after one did not fit?
@@ -126,7 +138,10 @@ impl JobCtx {
                 ready_count[g] += 1;
             }
         }
-        let mut order: Vec<usize> = base.into_iter().filter(|&s| self.sj_pending(s).next().is_some()).collect();
+        let mut order: Vec<usize> = base
+            .into_iter()
+            .filter(|&s| self.sj_pending(s).next().is_some())
+            .collect();
         order.sort_by_key(|&s| !required[s]); // stable: keeps the base order within each class
         order
     }

@@ -68,7 +68,9 @@ mod tests {
     use crate::testing::ClusterBuilder;
 
     fn names(index: &TopologyIndex, g: &[Vec<HnIdx>]) -> Vec<Vec<String>> {
-        g.iter().map(|t| t.iter().map(|h| index.hns[h.ix()].name.clone()).collect()).collect()
+        g.iter()
+            .map(|t| t.iter().map(|h| index.hns[h.ix()].name.clone()).collect())
+            .collect()
     }
 
     #[test]
@@ -77,10 +79,7 @@ mod tests {
         let g = gradients(&index, index.root, Some(2), None, |_| true);
         assert_eq!(
             names(&index, &g),
-            vec![
-                vec!["leaf-1", "leaf-2", "leaf-3", "leaf-4"],
-                vec!["spine-1", "spine-2"],
-            ]
+            vec![vec!["leaf-1", "leaf-2", "leaf-3", "leaf-4"], vec!["spine-1", "spine-2"],]
         );
         let soft = gradients(&index, index.root, Some(index.root_tier()), None, |_| true);
         assert_eq!(soft.len(), 4);

@@ -51,7 +51,9 @@ pub fn allocate(
     order.sort();
     for (_, _, _, entity) in order {
         for pass in 0..PASSES_PER_JOB {
-            let Ok((_, job, mut state)) = jobs.get_mut(entity) else { break };
+            let Ok((_, job, mut state)) = jobs.get_mut(entity) else {
+                break;
+            };
             let mut ctx = build_ctx(entity, job, &state, &index, &cap, &sub_jobs, &tasks, &nodes, &mut out);
             if ctx.pending().next().is_none() {
                 break;
@@ -113,7 +115,9 @@ fn explain(
         if rejected.is_none() {
             let mut empty = cap.emptied();
             let mut trial = ctx.clone();
-            let fits = Search::new(index, &mut empty, &config.scoring).allocate_job(&mut trial).is_some();
+            let fits = Search::new(index, &mut empty, &config.scoring)
+                .allocate_job(&mut trial)
+                .is_some();
             if !fits {
                 let why = reason::pending(ctx, index, &cap.emptied());
                 rejected = Some(format!("even on the empty cluster: {why}"));
@@ -123,7 +127,10 @@ fn explain(
     match rejected {
         Some(why) => {
             state.phase = JobPhase::Rejected;
-            out.0.push(Command::Reject { job: ctx.name.clone(), reason: why.clone() });
+            out.0.push(Command::Reject {
+                job: ctx.name.clone(),
+                reason: why.clone(),
+            });
             state.reason = Some(why);
         }
         None => state.reason = Some(reason::pending(ctx, index, cap)),
@@ -147,7 +154,9 @@ fn effective_tier(
             if let Some(t) = nt.highest_tier_allowed {
                 return (Some(t), true);
             }
-            let Some(name) = &nt.highest_tier_name else { return (None, true) };
+            let Some(name) = &nt.highest_tier_name else {
+                return (None, true);
+            };
             match index.tier_names.get(name) {
                 Some(&t) => (Some(t), true),
                 None => {
@@ -179,8 +188,14 @@ fn build_ctx(
     let root_tier = index.root_tier();
     // Warn about an unknown tier name once per job: on its first pass while pending.
     let warn = state.phase == JobPhase::Pending && state.checked_generation.is_none() && state.next_rank == 0;
-    let (tier, with_topology) =
-        effective_tier(job.spec.network_topology.as_ref(), root_tier, index, &job.spec.name, out, warn);
+    let (tier, with_topology) = effective_tier(
+        job.spec.network_topology.as_ref(),
+        root_tier,
+        index,
+        &job.spec.name,
+        out,
+        warn,
+    );
     let hn = |name: &Option<String>| name.as_ref().and_then(|n| index.hn_by_name.get(n).copied());
     let mut task_index = std::collections::HashMap::with_capacity(job.tasks.len());
     let mut slots = Vec::with_capacity(job.tasks.len());
@@ -189,19 +204,29 @@ fn build_ctx(
         let node = match ts.phase {
             TaskPhase::Pending => None,
             // Finished tasks count as placed for the gang but hold nothing.
-            TaskPhase::Running | TaskPhase::Finished => {
-                ts.node.and_then(|n| nodes.get(n).ok()).map(|s| s.0)
-            }
+            TaskPhase::Running | TaskPhase::Finished => ts.node.and_then(|n| nodes.get(n).ok()).map(|s| s.0),
         };
         task_index.insert(te, i);
-        slots.push(TaskSlot { entity: te, role: task.role, node, new: false });
+        slots.push(TaskSlot {
+            entity: te,
+            role: task.role,
+            node,
+            new: false,
+        });
     }
     let mut sjs = Vec::with_capacity(job.sub_jobs.len());
     for &se in &job.sub_jobs {
         let Ok((sj, sst)) = sub_jobs.get(se) else { continue };
         let (t, with) = match sj.group {
             None => (tier, with_topology),
-            Some(_) => effective_tier(sj.network_topology.as_ref(), tier.unwrap_or(root_tier), index, &job.spec.name, out, warn),
+            Some(_) => effective_tier(
+                sj.network_topology.as_ref(),
+                tier.unwrap_or(root_tier),
+                index,
+                &job.spec.name,
+                out,
+                warn,
+            ),
         };
         sjs.push(SubJobCtx {
             entity: se,

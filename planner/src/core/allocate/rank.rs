@@ -16,7 +16,14 @@ pub fn rank_order(job: &JobCtx, index: &TopologyIndex) -> Vec<usize> {
         .map(|(t, n)| {
             let g = &index.groups[index.node_group[n.ix()].ix()];
             // Highest tier first, the virtual root left out.
-            let path: Vec<HnIdx> = g.per_tier.iter().rev().flatten().copied().filter(|h| *h != index.root).collect();
+            let path: Vec<HnIdx> = g
+                .per_tier
+                .iter()
+                .rev()
+                .flatten()
+                .copied()
+                .filter(|h| *h != index.root)
+                .collect();
             (path, n, t)
         })
         .collect();

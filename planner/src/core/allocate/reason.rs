@@ -18,7 +18,8 @@ pub fn impossible(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> Option
         if let Some(m) = &shape.missing {
             return Some(format!("task {}: no node offers resource {m}", job.role_names[role]));
         }
-        let fits_somewhere = (0..index.node_count()).any(|n| cap.fits_empty(crate::core::ids::NodeIdx(n as u32), shape));
+        let fits_somewhere =
+            (0..index.node_count()).any(|n| cap.fits_empty(crate::core::ids::NodeIdx(n as u32), shape));
         if !fits_somewhere {
             return Some(format!(
                 "task {} ({}) is bigger than every node",
@@ -30,7 +31,10 @@ pub fn impossible(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> Option
     if let Some(t) = job.tier
         && t < index.min_tier()
     {
-        return Some(format!("highestTierAllowed {t} is below every tier (the lowest is {})", index.min_tier()));
+        return Some(format!(
+            "highestTierAllowed {t} is below every tier (the lowest is {})",
+            index.min_tier()
+        ));
     }
     None
 }
@@ -93,7 +97,10 @@ pub fn pending(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> String {
             }
         }
     }
-    format!("the gang of {} tasks ({what}) does not fit within one allowed HyperNode at once", job.gang_min)
+    format!(
+        "the gang of {} tasks ({what}) does not fit within one allowed HyperNode at once",
+        job.gang_min
+    )
 }
 
 fn describe_tasks(job: &JobCtx, cap: &Capacity, pending: &[u64]) -> String {

@@ -36,7 +36,14 @@ pub struct Search<'a> {
 impl<'a> Search<'a> {
     pub fn new(index: &'a TopologyIndex, cap: &'a mut Capacity, cfg: &'a ScoringConfig) -> Self {
         let weights = dim_weights(cap, cfg);
-        Self { index, cap, cfg, weights, log: Vec::new(), sub_job_hn: Vec::new() }
+        Self {
+            index,
+            cap,
+            cfg,
+            weights,
+            log: Vec::new(),
+            sub_job_hn: Vec::new(),
+        }
     }
 
     fn place(&mut self, job: &mut JobCtx, t: usize, n: NodeIdx) {
@@ -78,8 +85,10 @@ impl<'a> Search<'a> {
                 // The only sub-job scores H itself (every lower HyperNode already failed
                 // in an earlier gradient), so try in score order and keep the first fit.
                 let request = self.sub_job_request(job, 0);
-                let mut keyed: Vec<(f64, HnIdx)> =
-                    tier.iter().map(|&h| (fill_ratio(self.cap, &self.weights, h, &request), h)).collect();
+                let mut keyed: Vec<(f64, HnIdx)> = tier
+                    .iter()
+                    .map(|&h| (fill_ratio(self.cap, &self.weights, h, &request), h))
+                    .collect();
                 keyed.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
                 for (_, h) in keyed {
                     if self.try_job_in(job, h).is_some() {
@@ -109,7 +118,10 @@ impl<'a> Search<'a> {
     }
 
     fn decision(&self, job_hn: Option<HnIdx>) -> Decision {
-        Decision { job_hn, sub_job_hn: self.sub_job_hn.clone() }
+        Decision {
+            job_hn,
+            sub_job_hn: self.sub_job_hn.clone(),
+        }
     }
 
     /// Jobs without a hard topology and without partitions: all nodes, one pass.
@@ -182,7 +194,11 @@ impl<'a> Search<'a> {
                     let on_h = job.sub_jobs[sj]
                         .tasks
                         .iter()
-                        .filter(|&&t| job.tasks[t].node.is_some_and(|n| self.index.hns[h.ix()].nodes.contains(n.ix())))
+                        .filter(|&&t| {
+                            job.tasks[t]
+                                .node
+                                .is_some_and(|n| self.index.hns[h.ix()].nodes.contains(n.ix()))
+                        })
                         .count() as f64;
                     (fill_ratio(self.cap, &self.weights, h, &request), on_h / total_tasks, h)
                 })
@@ -263,10 +279,15 @@ impl<'a> Search<'a> {
                 let Some(&n) = nodes.get(pos) else { continue };
                 let (score, bonus) = if with_topology {
                     let leaf = index.groups[g.ix()].leaf;
-                    let bonus = leaf.and_then(|l| on_leaf.get(&l)).map_or(0.0, |c| *c as f64 / total_tasks);
+                    let bonus = leaf
+                        .and_then(|l| on_leaf.get(&l))
+                        .map_or(0.0, |c| *c as f64 / total_tasks);
                     (lca_score(index, g, allocated), bonus)
                 } else {
-                    (fading_score(index, self.cap, self.cfg, &self.weights, g, &shape.req), 0.0)
+                    (
+                        fading_score(index, self.cap, self.cfg, &self.weights, g, &shape.req),
+                        0.0,
+                    )
                 };
                 let better = match best {
                     None => true,

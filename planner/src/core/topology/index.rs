@@ -109,8 +109,11 @@ impl TopologyIndex {
         nodes.sort_by(|a, b| a.1.name.cmp(&b.1.name));
         let node_names: Vec<String> = nodes.iter().map(|(_, n)| n.name.clone()).collect();
         let node_entities: Vec<Entity> = nodes.iter().map(|(e, _)| *e).collect();
-        let node_by_name: HashMap<String, NodeIdx> =
-            node_names.iter().enumerate().map(|(i, n)| (n.clone(), NodeIdx(i as u32))).collect();
+        let node_by_name: HashMap<String, NodeIdx> = node_names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), NodeIdx(i as u32)))
+            .collect();
         let mut warnings = Vec::new();
 
         // One spec per name: the first source (static before label) wins.
@@ -129,15 +132,21 @@ impl TopologyIndex {
             }
             dup
         });
-        let spec_by_name: HashMap<&str, usize> =
-            specs.iter().enumerate().map(|(i, s)| (s.spec.name.as_str(), i)).collect();
+        let spec_by_name: HashMap<&str, usize> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.spec.name.as_str(), i))
+            .collect();
         let n_specs = specs.len();
 
         // 1. Resolve members; a member that matches nothing or a bad regex breaks the HyperNode.
         let mut broken: Vec<Option<String>> = vec![None; n_specs];
         let mut resolved: Vec<Resolved> = Vec::with_capacity(n_specs);
         for (i, hn) in specs.iter().enumerate() {
-            let mut r = Resolved { nodes: Vec::new(), children: Vec::new() };
+            let mut r = Resolved {
+                nodes: Vec::new(),
+                children: Vec::new(),
+            };
             for (m, member) in hn.spec.members.iter().enumerate() {
                 let before = (r.nodes.len(), r.children.len());
                 match (member.kind, &member.selector) {
@@ -156,9 +165,8 @@ impl TopologyIndex {
                         ),
                         Err(e) => {
                             let first = e.to_string().lines().last().unwrap_or_default().trim().to_string();
-                            broken[i].get_or_insert(format!(
-                                "members[{m}]: regex {pattern:?} does not compile: {first}"
-                            ));
+                            broken[i]
+                                .get_or_insert(format!("members[{m}]: regex {pattern:?} does not compile: {first}"));
                             continue;
                         }
                     },
@@ -228,8 +236,11 @@ impl TopologyIndex {
                 }
                 if state[c] == 1 {
                     let pos = walk.iter().position(|&x| x == c).unwrap_or(0);
-                    let cycle: Vec<&str> =
-                        walk[pos..].iter().chain(std::iter::once(&c)).map(|&x| specs[x].spec.name.as_str()).collect();
+                    let cycle: Vec<&str> = walk[pos..]
+                        .iter()
+                        .chain(std::iter::once(&c))
+                        .map(|&x| specs[x].spec.name.as_str())
+                        .collect();
                     for &x in &walk[pos..] {
                         broken[x].get_or_insert(format!("cycle {}", cycle.join(" → ")));
                     }
@@ -362,7 +373,12 @@ impl TopologyIndex {
                     .map(|t| sig.iter().copied().find(|h| hns[h.ix()].tier == *t))
                     .collect::<Vec<_>>();
                 let leaf = sig.iter().copied().find(|h| hns[h.ix()].tier == min_tier);
-                groups.push(Group { leaf, per_tier, hyper_nodes: sig, nodes: Vec::new() });
+                groups.push(Group {
+                    leaf,
+                    per_tier,
+                    hyper_nodes: sig,
+                    nodes: Vec::new(),
+                });
             }
             groups[g.ix()].nodes.push(NodeIdx(n as u32));
             node_group.push(g);
@@ -373,7 +389,11 @@ impl TopologyIndex {
             }
         }
 
-        let hn_by_name = hns.iter().enumerate().map(|(i, h)| (h.name.clone(), HnIdx(i as u32))).collect();
+        let hn_by_name = hns
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.name.clone(), HnIdx(i as u32)))
+            .collect();
         TopologyIndex {
             generation,
             node_names,

@@ -33,7 +33,9 @@ pub fn discover<'a>(
         }
         let mut seen = std::collections::BTreeSet::new();
         if !labels.iter().all(|l| seen.insert(l)) {
-            warnings.push(format!("label discovery: type {type_name:?} lists a label twice; skipped"));
+            warnings.push(format!(
+                "label discovery: type {type_name:?} lists a label twice; skipped"
+            ));
             continue;
         }
         let mut tiers: Vec<&str> = labels.iter().map(String::as_str).collect();
@@ -50,7 +52,10 @@ pub fn discover<'a>(
         let prefix = clean(type_name);
         for (node, node_labels) in nodes.clone() {
             // Values present from tier 1 upward, stopping at the first missing one.
-            let values: Vec<&str> = tiers.iter().map_while(|l| node_labels.get(*l).map(String::as_str)).collect();
+            let values: Vec<&str> = tiers
+                .iter()
+                .map_while(|l| node_labels.get(*l).map(String::as_str))
+                .collect();
             for tier in 0..values.len() {
                 // Path from the highest present label down to this tier.
                 let path: Vec<String> = values[tier..].iter().rev().map(|v| v.to_string()).collect();
@@ -78,7 +83,10 @@ pub fn discover<'a>(
                 tier_name: Some(key),
                 members: members
                     .into_iter()
-                    .map(|(kind, name)| Member { kind, selector: Selector::Exact { name } })
+                    .map(|(kind, name)| Member {
+                        kind,
+                        selector: Selector::Exact { name },
+                    })
                     .collect(),
             }
         })
@@ -99,7 +107,13 @@ fn hn_name(prefix: &str, path: &[String]) -> String {
 /// Volcano's clean(): letters lower-cased, digits, `.` and `-` kept, the rest → `-`.
 fn clean(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .collect()
 }
 
@@ -114,15 +128,25 @@ mod tests {
     #[test]
     fn same_rack_value_under_two_spines_is_two_hypernodes() {
         let nodes = vec![
-            ("n1".to_string(), labels(&[("spine", "s1"), ("rack", "r1"), ("kubernetes.io/hostname", "n1")])),
-            ("n2".to_string(), labels(&[("spine", "s2"), ("rack", "r1"), ("kubernetes.io/hostname", "n2")])),
+            (
+                "n1".to_string(),
+                labels(&[("spine", "s1"), ("rack", "r1"), ("kubernetes.io/hostname", "n1")]),
+            ),
+            (
+                "n2".to_string(),
+                labels(&[("spine", "s2"), ("rack", "r1"), ("kubernetes.io/hostname", "n2")]),
+            ),
             ("n3".to_string(), labels(&[("rack", "r9")])),
             ("n4".to_string(), labels(&[("spine", "s1")])), // no tier-1 label: contributes nothing
         ];
         let mut types = BTreeMap::new();
         types.insert(
             "Fabric".to_string(),
-            vec!["spine".to_string(), "rack".to_string(), "kubernetes.io/hostname".to_string()],
+            vec![
+                "spine".to_string(),
+                "rack".to_string(),
+                "kubernetes.io/hostname".to_string(),
+            ],
         );
         let mut warnings = Vec::new();
         let hns = discover(&types, nodes.iter().map(|(n, l)| (n.as_str(), l)), &mut warnings);
@@ -137,7 +161,13 @@ mod tests {
                         _ => String::new(),
                     })
                     .collect();
-                format!("{} t{} {} [{}]", h.name, h.tier, h.tier_name.clone().unwrap_or_default(), members.join(","))
+                format!(
+                    "{} t{} {} [{}]",
+                    h.name,
+                    h.tier,
+                    h.tier_name.clone().unwrap_or_default(),
+                    members.join(",")
+                )
             })
             .collect();
         assert_eq!(

@@ -58,7 +58,10 @@ mod tests {
         let (index, _) = ClusterBuilder::fat_tree(&[2, 2, 2], 1).build_index();
         let h = |n: &str| index.hn(n).map(|x| x.0);
         let (Some(l1), Some(l2), Some(l3)) = (h("leaf-1"), h("leaf-2"), h("leaf-3")) else {
-            panic!("fat tree lacks leaves: {:?}", index.hns.iter().map(|h| &h.name).collect::<Vec<_>>());
+            panic!(
+                "fat tree lacks leaves: {:?}",
+                index.hns.iter().map(|h| &h.name).collect::<Vec<_>>()
+            );
         };
         assert_eq!(index.hns[index.lca(l1, l2).ix()].name, "spine-1");
         assert_eq!(index.hns[index.lca(l1, l3).ix()].name, "pod-1");

@@ -1,0 +1,34 @@
+# hyperplan — the two commands a new machine needs:
+#   make demo   plan the example jobs on the example cluster and print the placement table
+#   make test   run the whole test suite
+# Both first install the system packages the build needs (Debian/Ubuntu, via apt-get).
+
+APT_PACKAGES := pkg-config libhwloc-dev libudev-dev
+CARGO ?= cargo
+
+.PHONY: deps demo test bench lint ci
+
+deps:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make: installing system packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+demo: deps
+	$(CARGO) run -q -p hyperplan -- simulate --cluster examples/cluster.yaml --jobs examples/jobs.yaml
+
+test: deps
+	$(CARGO) test --workspace
+
+bench: deps
+	$(CARGO) bench --bench placement
+
+lint:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) fmt --all --check
+
+ci: test lint
