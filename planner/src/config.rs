@@ -190,6 +190,16 @@ weight = 2
     }
 
     #[test]
+    fn shipped_example_parses_to_the_defaults_plus_gpu() -> Result<(), ConfigError> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../systemd/planner.toml");
+        let cfg = PlannerConfig::load(&path)?;
+        let mut expected = ScoringConfig::default();
+        expected.binpack_weights.insert("nvidia.com/gpu".into(), 1.0);
+        assert_eq!(cfg.scoring, expected);
+        Ok(())
+    }
+
+    #[test]
     fn unknown_section_names_line() {
         let err = PlannerConfig::parse("[scoring]\nweight = 1\n[bogus]\nx = 1\n", "p.toml");
         let msg = err.map(|_| ()).err().map(|e| e.to_string()).unwrap_or_default();

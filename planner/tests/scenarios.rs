@@ -311,19 +311,17 @@ fn time_moves_from_event_to_event_and_waiting_jobs_start_when_room_frees() {
 #[test]
 fn pending_reason_names_the_best_hypernode() {
     let c = tree().busy(0).busy(2).busy(4).build();
-    let jobs = vec![
-        JobBuilder::gang("j", 2, "cpu=8,nvidia.com/gpu=8")
-            .hard(1)
-            .runtime(10)
-            .build(),
-    ];
+    let j = JobBuilder::gang("j", 2, "cpu=8,nvidia.com/gpu=8")
+        .hard(1)
+        .runtime(10)
+        .build();
     // Another job holds leaf-4 for a while, so j waits and then runs.
     let holder = JobBuilder::gang("holder", 2, "cpu=8")
         .hard(1)
         .runtime(100)
         .priority(1)
         .build();
-    let r = run(&c, &[holder, jobs[0].clone()], cfg());
+    let r = run(&c, &[holder, j], cfg());
     assert_eq!(job(&r, "j").start_time, Some(100));
     // Without runtimes, j stays pending with a reason that names the best leaf.
     let c2 = tree().busy(0).busy(2).busy(4).busy(6).build();

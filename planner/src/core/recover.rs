@@ -54,11 +54,14 @@ pub fn recover(
                 changed = true;
             }
             let has_topology = sj.network_topology.is_some();
-            if with_topology && has_topology && sst.allocated_hyper_node.is_none() && !nodes.is_empty() {
-                if let Some(h) = lowest_common_holder(&index, &nodes) {
-                    sst.allocated_hyper_node = Some(index.hns[h.ix()].name.clone());
-                    changed = true;
-                }
+            if with_topology
+                && has_topology
+                && sst.allocated_hyper_node.is_none()
+                && !nodes.is_empty()
+                && let Some(h) = lowest_common_holder(&index, &nodes)
+            {
+                sst.allocated_hyper_node = Some(index.hns[h.ix()].name.clone());
+                changed = true;
             }
             if let Some(h) = sst.allocated_hyper_node.as_ref().and_then(|a| index.hn_by_name.get(a)) {
                 sub_values.push(*h);

@@ -119,7 +119,8 @@ fn explain(
                 .allocate_job(&mut trial)
                 .is_some();
             if !fits {
-                let why = reason::pending(ctx, index, &cap.emptied());
+                // A failed attempt rolls back everything: `empty` is still empty.
+                let why = reason::pending(ctx, index, &empty);
                 rejected = Some(format!("even on the empty cluster: {why}"));
             }
         }

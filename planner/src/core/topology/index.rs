@@ -220,9 +220,9 @@ impl TopologyIndex {
             }
         }
         // A broken claimant's children are free again.
-        for c in 0..n_specs {
-            if parent[c].is_some_and(|p| broken[p].is_some()) {
-                parent[c] = None;
+        for p in parent.iter_mut() {
+            if p.is_some_and(|p| broken[p].is_some()) {
+                *p = None;
             }
         }
         // 3. Cycles: follow parent links; every HyperNode on a cycle breaks.
@@ -254,9 +254,9 @@ impl TopologyIndex {
                 state[x] = 2;
             }
         }
-        for c in 0..n_specs {
-            if parent[c].is_some_and(|p| broken[p].is_some()) {
-                parent[c] = None;
+        for p in parent.iter_mut() {
+            if p.is_some_and(|p| broken[p].is_some()) {
+                *p = None;
             }
         }
         for (i, why) in broken.iter().enumerate() {

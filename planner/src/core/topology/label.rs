@@ -16,6 +16,9 @@ const HOSTNAME_LABELS: &[&str] = &["kubernetes.io/hostname", "hostname", "host"]
 /// Volcano limits type names to 20 characters.
 const MAX_TYPE_NAME: usize = 20;
 
+/// A discovered HyperNode before naming: tier, label key, members.
+type Found = (u32, String, Vec<(MemberType, String)>);
+
 /// Discovers HyperNodes. `nodes` are `(name, labels)`; the result is sorted by name.
 pub fn discover<'a>(
     types: &BTreeMap<String, Vec<String>>,
@@ -23,7 +26,7 @@ pub fn discover<'a>(
     warnings: &mut Vec<String>,
 ) -> Vec<HyperNodeSpec> {
     // path (type, values top-down) → (tier, label key, member names)
-    let mut found: BTreeMap<(String, Vec<String>), (u32, String, Vec<(MemberType, String)>)> = BTreeMap::new();
+    let mut found: BTreeMap<(String, Vec<String>), Found> = BTreeMap::new();
     for (type_name, labels) in types {
         if type_name.len() > MAX_TYPE_NAME {
             warnings.push(format!(
@@ -127,7 +130,7 @@ mod tests {
 
     #[test]
     fn same_rack_value_under_two_spines_is_two_hypernodes() {
-        let nodes = vec![
+        let nodes = [
             (
                 "n1".to_string(),
                 labels(&[("spine", "s1"), ("rack", "r1"), ("kubernetes.io/hostname", "n1")]),
@@ -185,7 +188,7 @@ mod tests {
 
     #[test]
     fn last_label_kept_with_warning_when_not_a_hostname() {
-        let nodes = vec![("n1".to_string(), labels(&[("spine", "s1"), ("leaf", "l1")]))];
+        let nodes = [("n1".to_string(), labels(&[("spine", "s1"), ("leaf", "l1")]))];
         let mut types = BTreeMap::new();
         types.insert("t".to_string(), vec!["spine".to_string(), "leaf".to_string()]);
         let mut warnings = Vec::new();
