@@ -314,3 +314,31 @@ fn help_teaches() {
         assert!(help.contains(needle), "missing {needle} in:\n{help}");
     }
 }
+
+#[test]
+fn volcano_job_manifest_is_accepted() {
+    let v = json(&hyperplan(
+        root(),
+        &[
+            "simulate",
+            "--cluster",
+            "examples/cluster.yaml",
+            "--jobs",
+            "examples/volcano-job.yaml",
+            "--output",
+            "json",
+        ],
+    ));
+    let j = &v["jobs"][0];
+    assert_eq!(j["name"], "volcano-llm");
+    assert_eq!(j["status"], "placed");
+    assert_eq!(j["allocatedHyperNode"], "leaf-1");
+    // 8 pods × (4 GPUs, 30.5 CPUs) on 8-GPU nodes: two per node.
+    let nodes: std::collections::BTreeSet<&str> = j["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["node"].as_str())
+        .collect();
+    assert_eq!(nodes.len(), 4, "{nodes:?}");
+}

@@ -82,6 +82,8 @@ pub struct JobState {
     /// The topology generation this job was last found unplaceable on the empty cluster
     /// for, so the (costly) check runs once per topology.
     pub checked_generation: Option<u64>,
+    /// The capacity epoch of the last attempt that placed nothing (see `CapacityEpoch`).
+    pub failed_epoch: Option<u64>,
     pub next_rank: u32,
 }
 
@@ -94,6 +96,7 @@ impl JobState {
             end_time: None,
             allocated_hyper_node: None,
             checked_generation: None,
+            failed_epoch: None,
             next_rank: 0,
         }
     }

@@ -9,7 +9,7 @@ use hyperplan_shared::{HyperNodeSpec, JobSpec, NodeSpec};
 use super::commands::Command;
 use super::components::{Job, JobPhase, JobState, Node, SubJob, SubJobState, Task, TaskPhase, TaskState};
 use super::events::Event;
-use super::queues::{Inbox, LabelTypes, Now, Outbox, TopologyDirty};
+use super::queues::{CapacityEpoch, Inbox, LabelTypes, Now, Outbox, TopologyDirty};
 
 /// Jobs by name, for events that name a job.
 #[derive(Debug, Default, Resource)]
@@ -22,6 +22,9 @@ pub struct StaticSpecs(pub Vec<HyperNodeSpec>);
 pub fn ingest(world: &mut World) {
     let _span = tracing::info_span!("ingest").entered();
     let events = std::mem::take(&mut world.resource_mut::<Inbox>().0);
+    if events.iter().any(|e| !matches!(e, Event::Submit(_))) {
+        world.resource_mut::<CapacityEpoch>().0 += 1;
+    }
     for event in events {
         match event {
             Event::NodeUp(spec) => node_up(world, spec),

@@ -28,7 +28,7 @@ pub use events::Event;
 
 use crate::config::PlannerConfig;
 use capacity::Capacity;
-use queues::{Inbox, LabelTypes, Now, Outbox, TopologyDirty};
+use queues::{CapacityEpoch, Inbox, LabelTypes, Now, Outbox, TopologyDirty};
 use topology::TopologyIndex;
 
 pub struct Planner {
@@ -49,6 +49,7 @@ impl Planner {
         world.insert_resource(Inbox::default());
         world.insert_resource(Outbox::default());
         world.insert_resource(Now::default());
+        world.insert_resource(CapacityEpoch::default());
         world.insert_resource(TopologyDirty(true));
         world.insert_resource(LabelTypes::default());
         world.insert_resource(ingest::JobNames::default());

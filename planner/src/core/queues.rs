@@ -24,3 +24,9 @@ pub struct TopologyDirty(pub bool);
 /// Label discovery configuration (type → label keys, top first).
 #[derive(Debug, Default, Resource)]
 pub struct LabelTypes(pub std::collections::BTreeMap<String, Vec<String>>);
+
+/// Bumped whenever capacity may have grown (a task finished, a job was cancelled, a node
+/// or HyperNode changed). Within one epoch free capacity only shrinks, so a job that
+/// could not be placed need not be searched again until the epoch moves.
+#[derive(Debug, Default, Clone, Copy, Resource)]
+pub struct CapacityEpoch(pub u64);

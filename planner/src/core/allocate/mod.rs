@@ -17,7 +17,7 @@ use hyperplan_shared::{NetworkTopology, TopologyMode};
 use super::capacity::Capacity;
 use super::commands::Command;
 use super::components::{Job, JobPhase, JobState, NodeSlot, SubJob, SubJobState, Task, TaskPhase, TaskState};
-use super::queues::{Now, Outbox};
+use super::queues::{CapacityEpoch, Now, Outbox};
 use super::topology::TopologyIndex;
 use crate::config::PlannerConfig;
 
@@ -35,6 +35,7 @@ pub fn allocate(
     index: Res<TopologyIndex>,
     config: Res<PlannerConfig>,
     now: Res<Now>,
+    epoch: Res<CapacityEpoch>,
     mut cap: ResMut<Capacity>,
     mut out: ResMut<Outbox>,
     mut jobs: Query<(Entity, &Job, &mut JobState)>,
@@ -54,12 +55,16 @@ pub fn allocate(
             let Ok((_, job, mut state)) = jobs.get_mut(entity) else {
                 break;
             };
+            if state.failed_epoch == Some(epoch.0) {
+                break; // nothing freed since it last failed: it would fail again
+            }
             let mut ctx = build_ctx(entity, job, &state, &index, &cap, &sub_jobs, &tasks, &nodes, &mut out);
             if ctx.pending().next().is_none() {
                 break;
             }
             let mut search = Search::new(&index, &mut cap, &config.scoring);
             let Some(decision) = search.allocate_job(&mut ctx) else {
+                state.failed_epoch = Some(epoch.0);
                 if pass == 0 && state.phase == JobPhase::Pending {
                     explain(&mut ctx, &mut state, &index, &cap, &config, &mut out);
                 }
