@@ -68,13 +68,7 @@ pub fn check(world: &mut World) -> Vec<String> {
                 job.gang_min
             ));
         }
-        let running: Vec<NodeIdx> = job
-            .tasks
-            .iter()
-            .filter_map(|t| world.get::<TaskState>(*t))
-            .filter(|s| s.phase == TaskPhase::Running)
-            .filter_map(|s| s.node.and_then(|n| world.get::<NodeSlot>(n)).map(|s| s.0))
-            .collect();
+        let running = running_nodes(world, &job.tasks);
         check_tier(index, name, job.spec.network_topology.as_ref(), &running, &mut bad);
         let mut whole = vec![0u32; job.partition_groups.len()];
         for &se in &job.sub_jobs {
@@ -87,13 +81,7 @@ pub fn check(world: &mut World) -> Vec<String> {
             if n >= sj.min_available {
                 whole[g] += 1;
             }
-            let sj_running: Vec<NodeIdx> = sj
-                .tasks
-                .iter()
-                .filter_map(|t| world.get::<TaskState>(*t))
-                .filter(|s| s.phase == TaskPhase::Running)
-                .filter_map(|s| s.node.and_then(|n| world.get::<NodeSlot>(n)).map(|s| s.0))
-                .collect();
+            let sj_running = running_nodes(world, &sj.tasks);
             check_tier(index, &sj.id, sj.network_topology.as_ref(), &sj_running, &mut bad);
         }
         for (g, &(_, min)) in job.partition_groups.iter().enumerate() {
@@ -106,6 +94,16 @@ pub fn check(world: &mut World) -> Vec<String> {
         }
     }
     bad
+}
+
+/// Nodes of the tasks among `tasks` that hold resources now.
+fn running_nodes(world: &World, tasks: &[Entity]) -> Vec<NodeIdx> {
+    tasks
+        .iter()
+        .filter_map(|t| world.get::<TaskState>(*t))
+        .filter(|s| s.phase == TaskPhase::Running)
+        .filter_map(|s| s.node.and_then(|n| world.get::<NodeSlot>(n)).map(|s| s.0))
+        .collect()
 }
 
 fn check_tier(

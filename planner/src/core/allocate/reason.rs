@@ -58,14 +58,7 @@ pub fn pending(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> String {
             return format!("the cluster has free room for {have} of the {need} tasks needed ({what})");
         }
     } else {
-        let best = index
-            .hns
-            .iter()
-            .enumerate()
-            .filter(|(_, h)| h.tier <= limit)
-            .map(|(i, h)| (room(&counts, &pending, HnIdx(i as u32)), std::cmp::Reverse(&h.name), i))
-            .max();
-        if let Some((have, _, i)) = best
+        if let Some((have, i)) = best_hn(index, &counts, &pending, limit)
             && have < need
         {
             return format!(
@@ -80,14 +73,7 @@ pub fn pending(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> String {
         if let (Some(t), Some(_)) = (s.tier, s.group) {
             let p = role_pending(job, Some(sj));
             let need = s.min_available.saturating_sub(job.sj_placed(sj)).max(1) as u64;
-            let best = index
-                .hns
-                .iter()
-                .enumerate()
-                .filter(|(_, h)| h.tier <= t)
-                .map(|(i, h)| (room(&counts, &p, HnIdx(i as u32)), std::cmp::Reverse(&h.name), i))
-                .max();
-            if let Some((have, _, i)) = best
+            if let Some((have, i)) = best_hn(index, &counts, &p, t)
                 && have < need
             {
                 return format!(
@@ -101,6 +87,19 @@ pub fn pending(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> String {
         "the gang of {} tasks ({what}) does not fit within one allowed HyperNode at once",
         job.gang_min
     )
+}
+
+/// The HyperNode up to tier `limit` with room for most of the pending tasks (ties by
+/// name) and how many it can take.
+fn best_hn(index: &TopologyIndex, counts: &[Option<Vec<u64>>], pending: &[u64], limit: u32) -> Option<(u64, usize)> {
+    index
+        .hns
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| h.tier <= limit)
+        .map(|(i, h)| (room(counts, pending, HnIdx(i as u32)), std::cmp::Reverse(&h.name), i))
+        .max()
+        .map(|(have, _, i)| (have, i))
 }
 
 fn describe_tasks(job: &JobCtx, cap: &Capacity, pending: &[u64]) -> String {
