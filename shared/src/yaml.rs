@@ -181,12 +181,26 @@ pub(crate) fn join_index(parent: &str, index: usize) -> String {
 
 /// Parses every document of `text` (empty documents are skipped).
 pub(crate) fn parse_documents(text: &str, path: &Path) -> Result<Vec<Node>, FileError> {
-    let docs: Vec<Spanned<Tree>> = serde_saphyr::from_multiple(text).map_err(|e| syntax_error(path, &e))?;
+    let docs: Vec<Spanned<Tree>> =
+        serde_saphyr::from_multiple_with_options(text, options_for(text)).map_err(|e| syntax_error(path, &e))?;
     let mut out = Vec::with_capacity(docs.len());
     for doc in docs {
         out.push(convert(doc, text, path, "")?);
     }
     Ok(out)
+}
+
+/// Parser limits that grow with the input: a 50,000-node cluster file is ~1.1 M YAML
+/// nodes, past serde-saphyr's defaults, while alias expansion (the real bomb) keeps its
+/// default caps. Text already in memory cannot make more events than it has bytes.
+fn options_for(text: &str) -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_events = budget.max_events.max(text.len());
+    budget.max_nodes = budget.max_nodes.max(text.len());
+    budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(text.len());
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options
 }
 
 /// A serde-saphyr error (syntax, duplicate key, limits) as a [`FileError`].

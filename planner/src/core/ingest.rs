@@ -15,6 +15,10 @@ use super::queues::{CapacityEpoch, Inbox, LabelTypes, Now, Outbox, TopologyDirty
 #[derive(Debug, Default, Resource)]
 pub struct JobNames(pub HashMap<String, Entity>);
 
+/// Nodes by name, for events that name a node (a scan would make loading quadratic).
+#[derive(Debug, Default, Resource)]
+pub struct NodeNames(pub HashMap<String, Entity>);
+
 /// The static HyperNode specs last loaded; discovery reconciles them into entities.
 #[derive(Debug, Default, Resource)]
 pub struct StaticSpecs(pub Vec<HyperNodeSpec>);
@@ -29,7 +33,7 @@ pub fn ingest(world: &mut World) {
         match event {
             Event::NodeUp(spec) => node_up(world, spec),
             Event::NodeGone { name } => {
-                let found = find_node(world, &name);
+                let found = world.resource_mut::<NodeNames>().0.remove(&name);
                 if let Some(e) = found {
                     world.despawn(e);
                     world.resource_mut::<TopologyDirty>().0 = true;
@@ -50,11 +54,6 @@ pub fn ingest(world: &mut World) {
     }
 }
 
-fn find_node(world: &mut World, name: &str) -> Option<Entity> {
-    let mut q = world.query::<(Entity, &Node)>();
-    q.iter(world).find(|(_, n)| n.name == name).map(|(e, _)| e)
-}
-
 fn node_up(world: &mut World, spec: NodeSpec) {
     let node = Node {
         name: spec.name,
@@ -62,12 +61,15 @@ fn node_up(world: &mut World, spec: NodeSpec) {
         allocatable: spec.resources,
         external_used: spec.used,
     };
-    match find_node(world, &node.name) {
+    let known = world.resource::<NodeNames>().0.get(&node.name).copied();
+    match known {
         Some(e) => {
             world.entity_mut(e).insert(node);
         }
         None => {
-            world.spawn(node);
+            let name = node.name.clone();
+            let e = world.spawn(node).id();
+            world.resource_mut::<NodeNames>().0.insert(name, e);
         }
     }
     world.resource_mut::<TopologyDirty>().0 = true;

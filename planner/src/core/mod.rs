@@ -53,6 +53,7 @@ impl Planner {
         world.insert_resource(TopologyDirty(true));
         world.insert_resource(LabelTypes::default());
         world.insert_resource(ingest::JobNames::default());
+        world.insert_resource(ingest::NodeNames::default());
         world.insert_resource(ingest::StaticSpecs::default());
         world.insert_resource(TopologyIndex::default());
         world.insert_resource(Capacity::default());

@@ -231,12 +231,12 @@ impl<'a> Search<'a> {
     }
 
     /// Per role with pending tasks: how many of its tasks fit in each HyperNode now.
-    fn role_counts(&self, job: &JobCtx) -> Vec<Option<Vec<u64>>> {
+    fn role_counts(&mut self, job: &JobCtx) -> Vec<Option<Vec<u64>>> {
         let pending = role_pending(job, None);
         job.shapes
             .iter()
             .enumerate()
-            .map(|(r, s)| (pending[r] > 0).then(|| self.cap.fit_counts_per_hn(self.index, s)))
+            .map(|(r, s)| (pending[r] > 0).then(|| self.cap.room_per_hn(self.index, s)))
             .collect()
     }
 
