@@ -198,6 +198,8 @@ fn options_for(text: &str) -> serde_saphyr::Options {
     budget.max_events = budget.max_events.max(text.len());
     budget.max_nodes = budget.max_nodes.max(text.len());
     budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(text.len());
+    // A manifest file holds one document per HyperNode (3,000+ for a 50,000-node fabric).
+    budget.max_documents = budget.max_documents.max(text.len() / 16);
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
     options
