@@ -123,7 +123,15 @@ fn submit(world: &mut World, spec: JobSpec) {
         }
         for i in 0..t.replicas {
             let slot = match &t.partition_policy {
-                Some(p) => partition_sjs[(i / p.partition_size.max(1)) as usize],
+                // The loader checks replicas = partitions × size; clamp anyway so a bad
+                // event cannot index past the last partition.
+                Some(p) => {
+                    let part = ((i / p.partition_size.max(1)) as usize).min(partition_sjs.len().saturating_sub(1));
+                    match partition_sjs.get(part) {
+                        Some(&slot) => slot,
+                        None => continue, // totalPartitions 0: nowhere to put the task
+                    }
+                }
                 None => match default_sj {
                     Some(e) => members.iter().position(|(x, _)| *x == e).unwrap_or(0),
                     None => {

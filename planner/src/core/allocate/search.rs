@@ -79,7 +79,10 @@ impl<'a> Search<'a> {
         let grads = gradients(self.index, self.index.root, job.tier, job.allocated, |h| {
             room(&counts, &pending, h) >= need
         });
-        let single = job.sub_jobs.len() == 1 && job.allocated.is_none() && job.sub_jobs[0].allocated.is_none();
+        let single = job.sub_jobs.len() == 1
+            && !job.has_partitions()
+            && job.allocated.is_none()
+            && job.sub_jobs[0].allocated.is_none();
         for mut tier in grads {
             if single {
                 // The only sub-job scores H itself (every lower HyperNode already failed
