@@ -12,6 +12,7 @@ pub mod hypernode;
 pub mod job;
 pub mod quantity;
 pub mod report;
+pub mod topology;
 pub mod resources;
 mod yaml;
 

@@ -1,0 +1,165 @@
+//! `NodeTopology`: what an agent's probe reports about its machine — CPU tree, NUMA
+//! nodes, GPUs, NICs, InfiniBand HCAs and their NUMA locality — and the live figures
+//! heartbeats carry. Field names (camelCase in JSON/YAML) are an interface.
+//!
+//! CPU sets are lists of PU (hardware thread) OS indexes, sorted; NUMA nodes are named
+//! by their OS index, as the kernel numbers them (sparse ids stay sparse).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTopology {
+    pub hostname: String,
+    /// `x86_64`, `aarch64`, …
+    pub architecture: String,
+    pub cpu_model: Option<String>,
+    /// Bytes, summed over NUMA nodes (or the machine's total when there is no NUMA info).
+    pub total_memory: u64,
+    /// Kernel release (`uname -r`), when known.
+    pub kernel: Option<String>,
+    pub packages: Vec<Package>,
+    pub numa_nodes: Vec<NumaNode>,
+    pub cores: Vec<Core>,
+    /// L3 cache groups (PUs sharing one L3).
+    pub l3_groups: Vec<CacheGroup>,
+    pub gpus: Vec<Gpu>,
+    /// Network interfaces (Ethernet, IPoIB, usNIC, …) from the PCI tree.
+    pub nics: Vec<Nic>,
+    /// InfiniBand HCAs: PCI tree + `/sys/class/infiniband`.
+    pub hcas: Vec<InfinibandHca>,
+    pub labels: BTreeMap<String, String>,
+    /// Problems that left a field empty (one bad sysfs value), for the operator.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Package {
+    pub os_index: Option<u32>,
+    pub cpus: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NumaNode {
+    pub os_index: u32,
+    /// Bytes of memory local to this node.
+    pub local_memory: u64,
+    /// PU OS indexes; empty for a CPU-less (memory-only, e.g. GPU memory) node.
+    pub cpus: Vec<u32>,
+    /// Distance to every NUMA node, in `numa_nodes` order, where hwloc has a matrix.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub distances: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Core {
+    /// hwloc's logical index (OS core ids repeat across packages).
+    pub index: u32,
+    pub package: Option<u32>,
+    /// OS index of the NUMA node holding this core, if any.
+    pub numa: Option<u32>,
+    /// The hardware threads (PU OS indexes).
+    pub pus: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheGroup {
+    pub index: u32,
+    /// Bytes.
+    pub size: Option<u64>,
+    pub cpus: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Gpu {
+    /// `0000:3b:00.0`.
+    pub pci_bus_id: String,
+    pub vendor_id: u16,
+    pub device_id: u16,
+    pub vendor: Option<String>,
+    pub model: Option<String>,
+    /// OS devices hwloc names under it: `cuda0`, `nvml0`, `card0`, `renderD128`, …
+    pub os_devices: Vec<String>,
+    /// OS indexes of the nearest NUMA node(s).
+    pub numa: Vec<u32>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NicKind {
+    #[default]
+    Ethernet,
+    /// IP over InfiniBand (`ib0`).
+    Infiniband,
+    /// Cisco usNIC (an `OpenFabrics` osdev that is not InfiniBand).
+    Usnic,
+    /// RDMA over Converged Ethernet.
+    Roce,
+    /// Intel Omni-Path.
+    OmniPath,
+    Other,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Nic {
+    /// Interface name: `eth0`, `ib0`, …
+    pub name: String,
+    pub kind: NicKind,
+    pub pci_bus_id: Option<String>,
+    pub address: Option<String>,
+    pub numa: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InfinibandHca {
+    /// `mlx5_0`, `mlx4_0`, `qib0`.
+    pub name: String,
+    pub node_guid: Option<String>,
+    pub node_description: Option<String>,
+    pub pci_bus_id: Option<String>,
+    /// PCI class as hwloc saw it (`0207`, `0c06`, `0280`), when from the PCI tree.
+    pub pci_class: Option<String>,
+    pub numa: Vec<u32>,
+    pub ports: Vec<IbPort>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IbPort {
+    pub number: u32,
+    /// `ACTIVE`, `DOWN`, `INIT`, … (the text after `4: `).
+    pub state: Option<String>,
+    /// `LinkUp`, `Polling`, `Disabled`, …
+    pub physical_state: Option<String>,
+    /// Gb/s, e.g. 40 for `40 Gb/sec (4X QDR)`.
+    pub rate_gbps: Option<f64>,
+    /// `InfiniBand` or `Ethernet` (RoCE).
+    pub link_layer: Option<String>,
+    pub lid: Option<u32>,
+    pub sm_lid: Option<u32>,
+    /// From `gids/0` where the file exists.
+    pub port_guid: Option<String>,
+    /// The netdev on this port (`ib0`).
+    pub netdev: Option<String>,
+}
+
+/// Live figures for heartbeats.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveFigures {
+    /// 1, 5 and 15 minute load averages.
+    pub load: [f64; 3],
+    /// Free bytes per NUMA node OS index.
+    pub numa_free_memory: BTreeMap<u32, u64>,
+    pub uptime_seconds: u64,
+}
