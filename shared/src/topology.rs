@@ -119,7 +119,7 @@ pub struct Nic {
     pub numa: Vec<u32>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InfinibandHca {
     /// `mlx5_0`, `mlx4_0`, `qib0`.
