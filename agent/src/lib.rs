@@ -1,0 +1,5 @@
+//! hyperplan-agent: the node agent. `probe` turns the machine it runs on (or a saved
+//! description of one) into the [`NodeTopology`](hyperplan_shared::topology::NodeTopology)
+//! the whole system shares.
+
+pub mod probe;
