@@ -164,6 +164,7 @@ fn node(name: &str) -> NodeSpec {
         labels: BTreeMap::new(),
         resources: res("cpu=8,memory=32Gi,nvidia.com/gpu=8"),
         used: Resources::new(),
+        topology: None,
     }
 }
 

@@ -1,7 +1,7 @@
 //! The cluster file: nodes, inline HyperNodes, HyperNode manifest files, label discovery.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -18,6 +18,20 @@ pub struct NodeSpec {
     pub resources: Resources,
     /// Already taken by work hyperplan does not manage.
     pub used: Resources,
+    /// Where the node's hardware topology comes from, for simulating real machines.
+    pub topology: Option<TopologyRef>,
+}
+
+/// `topology: {hwlocXml: FILE} | {synthetic: "..."} | {probe: FILE}` on a node; paths
+/// are resolved against the cluster file's directory.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TopologyRef {
+    /// An `lstopo` XML export.
+    HwlocXml(PathBuf),
+    /// An hwloc synthetic description, e.g. `pack:2 numa:2 core:8 pu:2`.
+    Synthetic(String),
+    /// A saved `hyperplan-agent probe --format json`.
+    Probe(PathBuf),
 }
 
 /// A loaded cluster: `hyperNodeFiles` already read and merged into `hyper_nodes`.
@@ -49,10 +63,60 @@ struct RawNode {
     name: Located<String>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
-    resources: Resources,
+    /// May be left out when `topology` is given: it is then derived from the topology.
+    #[serde(default)]
+    resources: Option<Resources>,
+    #[serde(default)]
+    topology: Option<Located<RawTopology>>,
     /// Located per entry so "used exceeds resources" can point at the amount.
     #[serde(default)]
     used: LocatedResources,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawTopology {
+    #[serde(default)]
+    hwloc_xml: Option<Located<String>>,
+    #[serde(default)]
+    synthetic: Option<Located<String>>,
+    #[serde(default)]
+    probe: Option<Located<String>>,
+}
+
+/// Exactly one topology source; a file must exist (relative to the cluster file).
+fn topology_ref(raw: Located<RawTopology>, dir: &Path, path: &Path) -> Result<TopologyRef, FileError> {
+    let t = &raw.value;
+    let file = |entry: &Located<String>, what: &str| -> Result<PathBuf, FileError> {
+        let file = dir.join(&entry.value);
+        if entry.value.trim().is_empty() || !file.is_file() {
+            return Err(located_error(
+                path,
+                entry,
+                format!("{what} file {} does not exist", file.display()),
+            ));
+        }
+        Ok(file)
+    };
+    match (&t.hwloc_xml, &t.synthetic, &t.probe) {
+        (Some(x), None, None) => Ok(TopologyRef::HwlocXml(file(x, "hwloc XML")?)),
+        (None, Some(s), None) => {
+            if s.value.trim().is_empty() {
+                return Err(located_error(
+                    path,
+                    s,
+                    "expected an hwloc synthetic description such as \"pack:2 numa:2 core:8 pu:2\"",
+                ));
+            }
+            Ok(TopologyRef::Synthetic(s.value.clone()))
+        }
+        (None, None, Some(p)) => Ok(TopologyRef::Probe(file(p, "probe")?)),
+        _ => Err(located_error(
+            path,
+            &raw,
+            "expected exactly one of hwlocXml, synthetic or probe",
+        )),
+    }
 }
 
 #[derive(Deserialize)]
@@ -95,6 +159,7 @@ pub fn parse_cluster(text: &str, path: &Path) -> Result<ClusterSpec, FileError> 
     };
     let raw: RawCluster = yaml::from_node(doc, "", path)?;
 
+    let dir = path.parent().unwrap_or(Path::new(""));
     let mut nodes = Vec::with_capacity(raw.nodes.len());
     let mut seen: HashMap<String, u64> = HashMap::with_capacity(raw.nodes.len());
     for node in raw.nodes {
@@ -109,8 +174,23 @@ pub fn parse_cluster(text: &str, path: &Path) -> Result<ClusterSpec, FileError> 
                 format!("duplicate node name {:?} (first at line {first})", name.value),
             ));
         }
+        let topology = match node.topology {
+            Some(t) => Some(topology_ref(t, dir, path)?),
+            None => None,
+        };
+        let resources = match (node.resources, &topology) {
+            (Some(r), _) => r,
+            (None, Some(_)) => Resources::new(),
+            (None, None) => {
+                return Err(located_error(
+                    path,
+                    &name,
+                    "expected `resources:` (or a `topology:` to derive them from)",
+                ));
+            }
+        };
         for (resource, amount) in &node.used.0 {
-            let capacity = node.resources.get(resource);
+            let capacity = resources.get(resource);
             if amount.value > capacity {
                 return Err(located_error(
                     path,
@@ -126,8 +206,9 @@ pub fn parse_cluster(text: &str, path: &Path) -> Result<ClusterSpec, FileError> 
         nodes.push(NodeSpec {
             name: name.value,
             labels: node.labels,
-            resources: node.resources,
+            resources,
             used: node.used.to_resources(),
+            topology,
         });
     }
 
@@ -135,7 +216,6 @@ pub fn parse_cluster(text: &str, path: &Path) -> Result<ClusterSpec, FileError> 
     for h in raw.hyper_nodes {
         hyper_nodes.push(h.build(path)?);
     }
-    let dir = path.parent().unwrap_or(Path::new(""));
     for entry in &raw.hyper_node_files {
         let file = dir.join(&entry.value);
         if entry.value.trim().is_empty() {

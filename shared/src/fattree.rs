@@ -158,6 +158,7 @@ pub fn generate(params: &FatTreeParams) -> Result<ClusterSpec, FatTreeError> {
             } else {
                 Resources::new()
             },
+            topology: None,
         })
         .collect();
     Ok(ClusterSpec {
@@ -193,6 +194,19 @@ pub fn to_cluster_yaml(spec: &ClusterSpec) -> String {
         out.push_str(&format!(", resources: {}", resources_yaml(&n.resources)));
         if !n.used.0.is_empty() {
             out.push_str(&format!(", used: {}", resources_yaml(&n.used)));
+        }
+        match &n.topology {
+            Some(crate::TopologyRef::HwlocXml(p)) => out.push_str(&format!(
+                ", topology: {{hwlocXml: {}}}",
+                scalar(&p.display().to_string())
+            )),
+            Some(crate::TopologyRef::Synthetic(s)) => {
+                out.push_str(&format!(", topology: {{synthetic: {}}}", scalar(s)))
+            }
+            Some(crate::TopologyRef::Probe(p)) => {
+                out.push_str(&format!(", topology: {{probe: {}}}", scalar(&p.display().to_string())))
+            }
+            None => {}
         }
         out.push_str("}\n");
     }
@@ -375,6 +389,7 @@ mod tests {
                 labels: BTreeMap::from([("on".into(), "yes".into()), ("a b".into(), "x: y".into())]),
                 resources: Resources::new(),
                 used: Resources::new(),
+                topology: None,
             }],
             hyper_nodes: vec![HyperNodeSpec {
                 name: "h".into(),

@@ -12,11 +12,11 @@ pub mod hypernode;
 pub mod job;
 pub mod quantity;
 pub mod report;
-pub mod topology;
 pub mod resources;
+pub mod topology;
 mod yaml;
 
-pub use cluster::{ClusterSpec, NodeSpec, load_cluster_file, parse_cluster};
+pub use cluster::{ClusterSpec, NodeSpec, TopologyRef, load_cluster_file, parse_cluster};
 pub use error::FileError;
 pub use hypernode::{HyperNodeSpec, LabelExpression, Member, MemberType, Selector};
 pub use job::{JobSpec, NetworkTopology, PartitionPolicy, TaskSpec, TopologyMode, load_job_file, parse_jobs};

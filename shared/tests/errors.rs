@@ -36,7 +36,7 @@ fn yaml_syntax_error() {
 #[test]
 fn unknown_field_in_cluster_file() {
     insta::assert_snapshot!(cluster_error(
-        "nodes:\n  - name: gpu001\n    resources: {cpu: 1}\n    topology: leaf-1\n"
+        "nodes:\n  - name: gpu001\n    resources: {cpu: 1}\n    rack: leaf-1\n"
     ));
 }
 

@@ -174,3 +174,43 @@ fn scalars_keep_their_source_text() -> TestResult {
     assert_eq!(c.nodes[1].resources.get(CPU), 1500);
     Ok(())
 }
+
+#[test]
+fn node_topology_sources_resolve_against_the_cluster_file() -> TestResult {
+    let c = load_cluster_file(&fixture("topology-cluster.yaml"))?;
+    match &c.nodes[0].topology {
+        Some(TopologyRef::HwlocXml(p)) => assert!(p.is_file(), "{}", p.display()),
+        other => panic!("expected an hwloc XML source, got {other:?}"),
+    }
+    assert!(c.nodes[0].resources.is_empty(), "derived later from the topology");
+    assert_eq!(
+        c.nodes[1].topology,
+        Some(TopologyRef::Synthetic("pack:2 numa:2 core:8 pu:2".into()))
+    );
+    assert_eq!(c.nodes[1].resources.get(CPU), 32_000);
+    // The writer keeps the source.
+    let again = parse_cluster(&fattree::to_cluster_yaml(&c), &fixture("topology-cluster.yaml"))?;
+    assert_eq!(again.nodes, c.nodes);
+    Ok(())
+}
+
+#[test]
+fn node_topology_errors() {
+    let p = fixture("x.yaml");
+    let err = |text: &str| parse_cluster(text, &p).err().map(|e| e.to_string()).unwrap_or_default();
+    let e = err("nodes:\n  - name: a\n    topology: {hwlocXml: nope.xml}\n");
+    assert!(
+        e.contains("x.yaml:3:26: nodes[0].topology.hwlocXml: hwloc XML file") && e.contains("does not exist"),
+        "{e}"
+    );
+    let e = err("nodes:\n  - name: a\n    topology: {synthetic: \"pu:2\", probe: p.json}\n");
+    assert!(
+        e.contains("nodes[0].topology: expected exactly one of hwlocXml, synthetic or probe"),
+        "{e}"
+    );
+    let e = err("nodes:\n  - name: a\n");
+    assert!(
+        e.contains("expected `resources:` (or a `topology:` to derive them from)"),
+        "{e}"
+    );
+}
