@@ -31,6 +31,10 @@ pub struct NodeTopology {
     /// InfiniBand HCAs: PCI tree + `/sys/class/infiniband`.
     pub hcas: Vec<InfinibandHca>,
     pub labels: BTreeMap<String, String>,
+    /// Load, free memory per NUMA node, up time: for probes of a live machine only (not
+    /// part of the topology proper; heartbeats carry them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<LiveFigures>,
     /// Problems that left a field empty (one bad sysfs value), for the operator.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
