@@ -1,1 +1,390 @@
-//! TODO
+//! NUMA nodes as sysfs lists them (`devices/system/node/node*`) and the live figures a
+//! heartbeat carries: load averages and uptime from procfs, free memory per NUMA node.
+//!
+//! Both roots are parameters so a saved tree (a test fixture, an `hwloc-gather-topology`
+//! dump) reads the same as the live `/sys` and `/proc`. Also home of the small sysfs
+//! helpers the InfiniBand reader shares: one attribute read, one link followed.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Component, Path, PathBuf};
+
+use hyperplan_shared::topology::LiveFigures;
+use procfs::{FromRead, LoadAverage, Uptime};
+
+use super::ProbeError;
+
+/// Highest CPU number a cpulist may name: far above any kernel's `NR_CPUS`, low enough
+/// that a corrupt `0-4294967295` cannot make us allocate gigabytes.
+const MAX_CPU: u32 = 1 << 20;
+
+/// One NUMA node as `<sysfs_root>/devices/system/node/nodeN` describes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SysfsNuma {
+    /// `N` of `nodeN`; sparse ids stay sparse.
+    pub os_index: u32,
+    /// PU OS indexes, sorted; empty for a CPU-less (memory-only) node.
+    pub cpus: Vec<u32>,
+    /// Bytes (`MemTotal` of `nodeN/meminfo`), when the file is there and parses.
+    pub mem_total: Option<u64>,
+    /// Bytes (`MemFree` of `nodeN/meminfo`).
+    pub mem_free: Option<u64>,
+}
+
+/// NUMA nodes from `<sysfs_root>/devices/system/node/node*`, sorted by OS index: cpulist
+/// (parsed list form "0-3,8-11", empty allowed for CPU-less nodes), MemTotal and MemFree
+/// from `nodeN/meminfo` (lines like `Node 0 MemTotal:  12345 kB`), in bytes.
+///
+/// A missing `devices/system/node` is a machine (or a saved tree) without NUMA info:
+/// `Ok(empty)`. One bad file is a warning and an empty field; a directory that cannot be
+/// listed is an error.
+pub fn read_numa(sysfs_root: &Path, warnings: &mut Vec<String>) -> Result<Vec<SysfsNuma>, ProbeError> {
+    check_root(sysfs_root)?;
+    let dir = sysfs_root.join("devices/system/node");
+    let Some(entries) = list_dir(&dir)? else {
+        return Ok(Vec::new());
+    };
+    let mut nodes = Vec::new();
+    for name in entries {
+        let Some(os_index) = name.strip_prefix("node").and_then(parse_decimal) else {
+            continue; // has_cpu, online, possible, power, …
+        };
+        let node_dir = follow(&dir.join(&name));
+        let cpus = read_node_cpus(&node_dir, warnings)?;
+        let (mem_total, mem_free) = read_node_meminfo(&node_dir.join("meminfo"), os_index, warnings);
+        nodes.push(SysfsNuma {
+            os_index,
+            cpus,
+            mem_total,
+            mem_free,
+        });
+    }
+    nodes.sort_by_key(|n| n.os_index);
+    Ok(nodes)
+}
+
+/// Load averages and uptime from `<procfs_root>/loadavg` and `/uptime` (procfs crate),
+/// free memory per NUMA node from sysfs. Load and uptime are what a heartbeat is for, so
+/// either failing is an error; a node without a readable `MemFree` is left out (with the
+/// warning [`read_numa`] gives).
+pub fn live_figures(
+    sysfs_root: &Path,
+    procfs_root: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<LiveFigures, ProbeError> {
+    let load_path = procfs_root.join("loadavg");
+    let load: LoadAverage = parse_proc_file(&load_path)?;
+    let uptime_path = procfs_root.join("uptime");
+    let uptime: Uptime = parse_proc_file(&uptime_path)?;
+    if !uptime.uptime.is_finite() || uptime.uptime < 0.0 {
+        return Err(ProbeError::Parse {
+            path: uptime_path,
+            message: format!("uptime {} is not a number of seconds", uptime.uptime),
+        });
+    }
+    let numa_free_memory: BTreeMap<u32, u64> = read_numa(sysfs_root, warnings)?
+        .into_iter()
+        .filter_map(|n| n.mem_free.map(|free| (n.os_index, free)))
+        .collect();
+    Ok(LiveFigures {
+        load: [f64::from(load.one), f64::from(load.five), f64::from(load.fifteen)],
+        numa_free_memory,
+        // Whole seconds are all a heartbeat needs; the check above keeps the cast in range.
+        uptime_seconds: uptime.uptime as u64,
+    })
+}
+
+/// Parses a kernel CPU list, "0-3,8-11" (and "" → empty; surrounding whitespace and a
+/// trailing NUL are ignored). The result is sorted and free of duplicates. Errors name
+/// the element that was wrong.
+pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, String> {
+    let s = clean(s);
+    let mut cpus = Vec::new();
+    if s.is_empty() {
+        return Ok(cpus);
+    }
+    for element in s.split(',') {
+        let element = element.trim();
+        if element.is_empty() {
+            return Err(format!("empty element in CPU list {s:?}"));
+        }
+        let (first, last) = match element.split_once('-') {
+            Some((a, b)) => (cpu_number(a, element)?, cpu_number(b, element)?),
+            None => {
+                let n = cpu_number(element, element)?;
+                (n, n)
+            }
+        };
+        if last < first {
+            return Err(format!("range {element:?} in CPU list {s:?} goes backwards"));
+        }
+        cpus.extend(first..=last);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+/// Formats CPUs back to the kernel's list form "0-3,8-11" (runs of two or more become
+/// ranges, as the kernel writes them). Unsorted input is sorted first.
+pub fn format_cpu_list(cpus: &[u32]) -> String {
+    let mut sorted = cpus.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while let Some(&first) = sorted.get(i) {
+        let mut last = first;
+        while sorted.get(i + 1).is_some_and(|&next| Some(next) == last.checked_add(1)) {
+            i += 1;
+            last = sorted[i];
+        }
+        parts.push(if last == first {
+            first.to_string()
+        } else {
+            format!("{first}-{last}")
+        });
+        i += 1;
+    }
+    parts.join(",")
+}
+
+fn cpu_number(text: &str, element: &str) -> Result<u32, String> {
+    let n = parse_decimal(text.trim()).ok_or_else(|| format!("{text:?} in {element:?} is not a CPU number"))?;
+    if n > MAX_CPU {
+        return Err(format!(
+            "CPU {n} in {element:?} is beyond any machine (limit {MAX_CPU})"
+        ));
+    }
+    Ok(n)
+}
+
+/// CPUs of one node: `cpulist`, or where a saved tree lacks it, the node's `cpuN` entries.
+fn read_node_cpus(node_dir: &Path, warnings: &mut Vec<String>) -> Result<Vec<u32>, ProbeError> {
+    let cpulist = node_dir.join("cpulist");
+    match read_attr_raw(&cpulist) {
+        Ok(Some(text)) => {
+            return Ok(parse_cpu_list(&text).unwrap_or_else(|e| {
+                warnings.push(format!("{}: {e}; CPUs of this NUMA node unknown", cpulist.display()));
+                Vec::new()
+            }));
+        }
+        Ok(None) => {}
+        Err(e) => {
+            warnings.push(format!("{}: {e}; CPUs of this NUMA node unknown", cpulist.display()));
+            return Ok(Vec::new());
+        }
+    }
+    let mut cpus: Vec<u32> = list_dir(node_dir)?
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|name| name.strip_prefix("cpu").and_then(parse_decimal))
+        .collect();
+    if cpus.is_empty() {
+        warnings.push(format!(
+            "{}: no cpulist and no cpuN entries; CPUs of this NUMA node unknown",
+            node_dir.display()
+        ));
+    }
+    cpus.sort_unstable();
+    Ok(cpus)
+}
+
+/// `MemTotal` and `MemFree` of `nodeN/meminfo`, in bytes.
+fn read_node_meminfo(path: &Path, os_index: u32, warnings: &mut Vec<String>) -> (Option<u64>, Option<u64>) {
+    let text = match read_attr_raw(path) {
+        Ok(Some(text)) => text,
+        Ok(None) => return (None, None), // saved trees without meminfo: nothing to say
+        Err(e) => {
+            warnings.push(format!("{}: {e}", path.display()));
+            return (None, None);
+        }
+    };
+    let mut total = None;
+    let mut free = None;
+    for line in text.lines() {
+        let mut words = line.split_whitespace().peekable();
+        // `Node 0 MemTotal: …`; tolerate the prefix missing, as in /proc/meminfo.
+        if words.peek() == Some(&"Node") {
+            words.next();
+            words.next();
+        }
+        let (Some(key), Some(value)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let slot = match key {
+            "MemTotal:" => &mut total,
+            "MemFree:" => &mut free,
+            _ => continue,
+        };
+        let unit = words.next();
+        let bytes = parse_decimal_u64(value).and_then(|v| match unit {
+            Some("kB") => v.checked_mul(1024),
+            None => Some(v),
+            Some(_) => None,
+        });
+        match bytes {
+            Some(b) => *slot = Some(b),
+            None => warnings.push(format!(
+                "{}: {:?} is not a memory size (expected e.g. \"Node {os_index} {key} 12345 kB\")",
+                path.display(),
+                line.trim()
+            )),
+        }
+    }
+    (total, free)
+}
+
+fn parse_proc_file<T: FromRead>(path: &Path) -> Result<T, ProbeError> {
+    let bytes = fs::read(path).map_err(|source| ProbeError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    T::from_read(bytes.as_slice()).map_err(|e| ProbeError::Parse {
+        path: path.to_path_buf(),
+        message: format!("{e} (contents {:?})", String::from_utf8_lossy(&bytes).trim()),
+    })
+}
+
+/// The root must exist: a mistyped `--sysfs-root` should say so, not look like a machine
+/// without InfiniBand or NUMA.
+pub(super) fn check_root(root: &Path) -> Result<(), ProbeError> {
+    match fs::metadata(root) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(ProbeError::Read {
+            path: root.to_path_buf(),
+            source: std::io::Error::new(ErrorKind::NotADirectory, "not a directory"),
+        }),
+        Err(source) => Err(ProbeError::Read {
+            path: root.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Entry names of a directory, sorted; `None` when it does not exist; an error when it
+/// exists and cannot be listed. Names that are not UTF-8 cannot be sysfs names we use.
+pub(super) fn list_dir(dir: &Path) -> Result<Option<Vec<String>>, ProbeError> {
+    let read_err = |source| ProbeError::Read {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(read_err(e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        if let Ok(name) = entry.map_err(read_err)?.file_name().into_string() {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(Some(names))
+}
+
+/// Reads one sysfs attribute, trimmed. `Ok(None)`: the file is not there (attributes vary
+/// by driver and kernel, that is no news). `Err`: there but unreadable or not text.
+pub(super) fn read_attr_raw(path: &Path) -> Result<Option<String>, String> {
+    match fs::read(path) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => Ok(Some(clean(&text).to_owned())),
+            Err(e) => Err(format!("not text ({e})")),
+        },
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read: {e}")),
+    }
+}
+
+/// An attribute parsed by `parse`; `what` says what was expected. Missing file: `None`.
+/// Unreadable, `N/A` or not parsing: a warning naming the file and the value, and `None`.
+pub(super) fn read_parsed<T>(
+    path: &Path,
+    what: &str,
+    warnings: &mut Vec<String>,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Option<T> {
+    match read_attr_raw(path) {
+        Ok(Some(text)) => {
+            let parsed = if text == "N/A" { None } else { parse(&text) };
+            if parsed.is_none() {
+                warnings.push(format!("{}: {text:?} is not {what}", path.display()));
+            }
+            parsed
+        }
+        Ok(None) => None,
+        Err(e) => {
+            warnings.push(format!("{}: {e}", path.display()));
+            None
+        }
+    }
+}
+
+/// Sysfs values end in a newline; some saved ones carry a blank line or a NUL as well.
+fn clean(s: &str) -> &str {
+    s.trim_matches(|c: char| c.is_whitespace() || c == '\0')
+}
+
+pub(super) fn parse_decimal(s: &str) -> Option<u32> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+fn parse_decimal_u64(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// The target of a sysfs symlink. Saved trees whose links were flattened into plain files
+/// holding the relative target (as in some copied `hwloc-gather-topology` dumps) read the
+/// same way; a regular file counts only when its whole content is one `../` path.
+pub(super) fn link_target(path: &Path) -> Option<PathBuf> {
+    let meta = fs::symlink_metadata(path).ok()?;
+    if meta.file_type().is_symlink() {
+        return fs::read_link(path).ok();
+    }
+    if !meta.is_file() || meta.len() > 4096 {
+        return None;
+    }
+    let text = fs::read_to_string(path).ok()?;
+    let target = clean(&text);
+    (target.starts_with("../") && !target.contains('\n')).then(|| PathBuf::from(target))
+}
+
+/// The directory a sysfs entry stands for: itself when it is a directory (real symlinks
+/// are followed by the OS), else the target of a flattened link, else itself.
+pub(super) fn follow(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        return path.to_path_buf();
+    }
+    match (link_target(path), path.parent()) {
+        (Some(target), Some(parent)) => {
+            // Lexical `..` is only right from a physical path: canonicalize the parent.
+            let base = fs::canonicalize(parent).unwrap_or_else(|_| parent.to_path_buf());
+            normalize(&base.join(target))
+        }
+        _ => path.to_path_buf(),
+    }
+}
+
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push(c);
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
