@@ -7,6 +7,7 @@
 
 mod cluster;
 mod simulate;
+mod topology;
 
 use std::process::ExitCode;
 

@@ -45,7 +45,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let cluster = hyperplan_shared::load_cluster_file(&args.cluster)?;
+    let mut cluster = hyperplan_shared::load_cluster_file(&args.cluster)?;
+    crate::topology::fill_resources(&mut cluster, &args.cluster)?;
     let mut jobs = Vec::new();
     let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
     for path in &args.jobs {

@@ -342,3 +342,49 @@ fn volcano_job_manifest_is_accepted() {
         .collect();
     assert_eq!(nodes.len(), 4, "{nodes:?}");
 }
+
+#[test]
+fn nodes_described_by_their_hardware_get_resources_from_it() {
+    let data = root().join("../shared/data/hwloc-xml");
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let dgx = data.join("xml__nvidiaDGX2.xml");
+    let cluster = format!(
+        "nodes:\n  - {{name: dgx-1, topology: {{hwlocXml: {}}}}}\n  - {{name: dgx-2, topology: {{hwlocXml: {}}}}}\n  - {{name: cpu-1, topology: {{synthetic: \"pack:2 numa:2 core:8 pu:2\"}}}}\n",
+        dgx.display(),
+        dgx.display()
+    );
+    std::fs::write(dir.path().join("cluster.yaml"), cluster).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        dir.path().join("jobs.yaml"),
+        "- name: gpus\n  tasks: [{name: w, replicas: 2, resources: {nvidia.com/gpu: 16}}]\n- name: cpus\n  tasks: [{name: w, replicas: 1, resources: {cpu: 64}}]\n- name: too-many\n  tasks: [{name: w, replicas: 1, resources: {nvidia.com/gpu: 17}}]\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let v = json(&hyperplan(
+        dir.path(),
+        &[
+            "simulate",
+            "--cluster",
+            "cluster.yaml",
+            "--jobs",
+            "jobs.yaml",
+            "--output",
+            "json",
+        ],
+    ));
+    let job = |n: &str| {
+        v["jobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|j| j["name"] == n)
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(job("gpus")["status"], "placed", "16 probed V100s per DGX-2");
+    assert_eq!(
+        job("cpus")["tasks"][0]["node"],
+        "cpu-1",
+        "64 PUs from the synthetic topology"
+    );
+    assert_eq!(job("too-many")["status"], "rejected");
+}

@@ -11,7 +11,9 @@ pub enum ProbeError {
     #[error("{}: hwloc cannot load this XML topology: {message}", path.display())]
     Xml { path: PathBuf, message: String },
     /// An hwloc synthetic description that does not parse.
-    #[error("synthetic topology {description:?} does not parse: {message} (expected e.g. \"pack:2 numa:2 core:8 pu:2\")")]
+    #[error(
+        "synthetic topology {description:?} does not parse: {message} (expected e.g. \"pack:2 numa:2 core:8 pu:2\")"
+    )]
     Synthetic { description: String, message: String },
     /// hwloc could not build a topology from the machine or a sysfs tree.
     #[error("{origin}: hwloc cannot build the topology: {message}")]
