@@ -2,4 +2,5 @@
 //! description of one) into the [`NodeTopology`](hyperplan_shared::topology::NodeTopology)
 //! the whole system shares.
 
+pub mod config;
 pub mod probe;

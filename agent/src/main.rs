@@ -3,12 +3,12 @@
 //! Today: `probe`, which reports the node's topology. The link to the planner (QUIC +
 //! mutual TLS, register and heartbeat) arrives with its own issue.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use hyperplan_agent::config::{AgentConfig, DEFAULT_CONFIG};
 use hyperplan_agent::probe::{self, ProbeOptions, Source};
 
 #[derive(Parser, Debug)]
@@ -55,9 +55,14 @@ enum Command {
         sysfs_root: Option<PathBuf>,
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
-        /// A label for label discovery (repeatable), e.g. --label leaf=l7.
+        /// A label for label discovery (repeatable), e.g. --label leaf=l7; adds to and
+        /// overrides the `[labels]` of the agent configuration.
         #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
         labels: Vec<(String, String)>,
+        /// Agent configuration (TOML: `[labels]`, `sysfsRoot`). Default:
+        /// /etc/hyperplan/agent.toml when it exists.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
 }
 
@@ -92,7 +97,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         sysfs_root,
         format,
         labels,
+        config,
     } = cli.command;
+    let default_config = std::path::Path::new(DEFAULT_CONFIG);
+    let config = match config {
+        Some(p) => AgentConfig::load(&p)?,
+        None if default_config.is_file() => AgentConfig::load(default_config)?,
+        None => AgentConfig::default(),
+    };
+    let sysfs_root = sysfs_root.or(config.sysfs_root);
+    let mut all_labels = config.labels;
+    all_labels.extend(labels);
     let source = match (hwloc_xml, synthetic) {
         (Some(p), _) => Source::HwlocXml(p),
         (None, Some(s)) => Source::Synthetic(s),
@@ -108,7 +123,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         source,
         sysfs_root,
         procfs_root: None,
-        labels: labels.into_iter().collect::<BTreeMap<_, _>>(),
+        labels: all_labels,
     };
     let topo = probe::probe(&opts)?;
     if !matches!(format, Format::Text) {

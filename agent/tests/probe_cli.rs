@@ -154,3 +154,24 @@ fn text_summary_for_people() {
     ]);
     insta::assert_snapshot!("dgx2", String::from_utf8_lossy(&dgx.stdout));
 }
+
+#[test]
+fn labels_come_from_the_config_and_flags_override() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("agent.toml");
+    std::fs::write(&cfg, "[labels]\nrack = \"r1\"\nleaf = \"l1\"\n").unwrap();
+    let t = probe_json(&[
+        "--synthetic",
+        "pack:1 core:2 pu:1",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--label",
+        "leaf=l7",
+    ]);
+    assert_eq!(t.labels.get("rack").map(String::as_str), Some("r1"));
+    assert_eq!(t.labels.get("leaf").map(String::as_str), Some("l7"));
+    std::fs::write(&cfg, "planner = \"x\"\n").unwrap();
+    let bad = agent(&["probe", "--config", cfg.to_str().unwrap()]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("agent.toml:1:1: unknown field `planner`"));
+}

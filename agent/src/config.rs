@@ -1,0 +1,84 @@
+//! The agent configuration (`/etc/hyperplan/agent.toml`): labels for label discovery and
+//! where to read sysfs from. Every key also has a command-line flag.
+//!
+//! ```toml
+//! # sysfsRoot = "/sys"
+//! [labels]
+//! rack = "r7"
+//! leaf = "ib-leaf-12"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Where the agent looks for its configuration when `--config` is not given.
+pub const DEFAULT_CONFIG: &str = "/etc/hyperplan/agent.toml";
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AgentConfig {
+    /// Labels this node reports (label discovery groups nodes by them).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Root of the sysfs tree to read (default `/sys`).
+    #[serde(default)]
+    pub sysfs_root: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: cannot read: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}:{line}:{column}: {message}", path.display())]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+}
+
+impl AgentConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let offset = e.span().map_or(0, |s| s.start).min(text.len());
+            let before = &text[..offset];
+            ConfigError::Parse {
+                path: path.into(),
+                line: before.matches('\n').count() + 1,
+                column: before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1,
+                message: e.message().to_string(),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_and_unknown_keys() {
+        let p = Path::new("agent.toml");
+        let c = AgentConfig::parse("sysfsRoot = \"/host/sys\"\n[labels]\nrack = \"r7\"\n", p).unwrap_or_default();
+        assert_eq!(c.labels.get("rack").map(String::as_str), Some("r7"));
+        assert_eq!(c.sysfs_root.as_deref(), Some(Path::new("/host/sys")));
+        let err = AgentConfig::parse("[labels]\nrack = \"r7\"\nplaner = 1\n", p)
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            err.as_deref().is_some_and(|e| e.starts_with("agent.toml:3:")),
+            "{err:?}"
+        );
+    }
+}
