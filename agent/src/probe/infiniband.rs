@@ -14,7 +14,7 @@ use std::path::Path;
 use hyperplan_shared::topology::{IbPort, InfinibandHca};
 
 use super::ProbeError;
-use super::live::{check_root, follow, link_target, list_dir, parse_decimal, read_attr_raw, read_parsed};
+use super::sysfs::{check_root, follow, link_target, list_dir, parse_decimal, read_attr_raw, read_parsed};
 
 /// What kind of RDMA device a `class/infiniband` entry is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

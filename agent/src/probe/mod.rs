@@ -10,6 +10,7 @@ mod error;
 pub mod hwloc;
 pub mod infiniband;
 pub mod live;
+mod sysfs;
 mod text;
 
 use std::collections::BTreeMap;
