@@ -3,7 +3,7 @@
 #   make test   run the whole test suite
 # Both first install the system packages the build needs (Debian/Ubuntu, via apt-get).
 
-APT_PACKAGES := pkg-config libhwloc-dev libudev-dev
+APT_PACKAGES := pkg-config libhwloc-dev libudev-dev bzip2
 CARGO ?= cargo
 
 .PHONY: deps demo test bench lint ci
