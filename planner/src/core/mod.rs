@@ -14,6 +14,7 @@ pub mod events;
 pub mod ids;
 mod ingest;
 pub mod invariants;
+pub mod numa;
 pub mod queues;
 mod recover;
 mod reindex;
