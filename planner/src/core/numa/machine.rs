@@ -96,7 +96,12 @@ impl NumaMachine {
         for c in &t.cores {
             let socket = sockets.iter().position(|s| *s == c.package).unwrap_or(0) as u32;
             for &os in &c.pus {
-                pus.push(PuInfo { os, core: c.index, socket, numa: dense(c.numa) });
+                pus.push(PuInfo {
+                    os,
+                    core: c.index,
+                    socket,
+                    numa: dense(c.numa),
+                });
             }
         }
         pus.sort_by_key(|p| p.os);
@@ -105,7 +110,12 @@ impl NumaMachine {
         } else {
             numa_os
                 .iter()
-                .map(|os| t.numa_nodes.iter().find(|n| n.os_index == *os).map_or(0, |n| n.local_memory))
+                .map(|os| {
+                    t.numa_nodes
+                        .iter()
+                        .find(|n| n.os_index == *os)
+                        .map_or(0, |n| n.local_memory)
+                })
                 .collect()
         };
         if numa_os.is_empty() {
@@ -123,7 +133,13 @@ impl NumaMachine {
                     .fold(NumaMask::default(), |m, i| m.or(NumaMask::single(i))),
             })
             .collect();
-        Self { numa_os, numa_memory, pus, sockets: sockets.len().max(1) as u32, gpus }
+        Self {
+            numa_os,
+            numa_memory,
+            pus,
+            sockets: sockets.len().max(1) as u32,
+            gpus,
+        }
     }
 
     pub fn numa_count(&self) -> usize {
@@ -132,6 +148,84 @@ impl NumaMachine {
 
     /// Everything free.
     pub fn all_free(&self) -> NumaFree {
-        NumaFree { pus: vec![true; self.pus.len()], memory: self.numa_memory.clone(), gpus: vec![true; self.gpus.len()] }
+        NumaFree {
+            pus: vec![true; self.pus.len()],
+            memory: self.numa_memory.clone(),
+            gpus: vec![true; self.gpus.len()],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hyperplan_shared::topology::{Core, Gpu, NumaNode};
+
+    use super::*;
+
+    #[test]
+    fn dense_indices_keep_sparse_os_numbering_and_gpu_locality() {
+        let t = NodeTopology {
+            total_memory: 3 << 30,
+            numa_nodes: vec![
+                NumaNode {
+                    os_index: 33,
+                    local_memory: 2 << 30,
+                    cpus: vec![2, 3],
+                    distances: vec![],
+                },
+                NumaNode {
+                    os_index: 0,
+                    local_memory: 1 << 30,
+                    cpus: vec![0, 1],
+                    distances: vec![],
+                },
+            ],
+            cores: vec![
+                Core {
+                    index: 0,
+                    package: Some(0),
+                    numa: Some(0),
+                    pus: vec![0, 1],
+                },
+                Core {
+                    index: 1,
+                    package: Some(1),
+                    numa: Some(33),
+                    pus: vec![3, 2],
+                },
+            ],
+            gpus: vec![Gpu {
+                pci_bus_id: "0000:3b:00.0".into(),
+                numa: vec![33],
+                ..Gpu::default()
+            }],
+            ..NodeTopology::default()
+        };
+        let m = NumaMachine::from_topology(&t);
+        assert_eq!(m.numa_os, [0, 33]);
+        assert_eq!(m.numa_memory, [1 << 30, 2 << 30]);
+        assert_eq!(m.sockets, 2);
+        let pus: Vec<(u32, u32, u32)> = m.pus.iter().map(|p| (p.os, p.socket, p.numa)).collect();
+        assert_eq!(pus, [(0, 0, 0), (1, 0, 0), (2, 1, 1), (3, 1, 1)]);
+        assert_eq!(m.gpus[0].numa, NumaMask::single(1));
+        assert_eq!(m.all_free().memory, m.numa_memory);
+    }
+
+    #[test]
+    fn no_numa_info_is_one_node() {
+        let t = NodeTopology {
+            total_memory: 1 << 30,
+            cores: vec![Core {
+                index: 0,
+                package: None,
+                numa: None,
+                pus: vec![0],
+            }],
+            ..NodeTopology::default()
+        };
+        let m = NumaMachine::from_topology(&t);
+        assert_eq!((m.numa_count(), m.numa_memory[0]), (1, 1 << 30));
+        assert!(NumaMask(0b101).is_narrower_than(NumaMask(0b111)));
+        assert!(NumaMask(0b011).is_narrower_than(NumaMask(0b101)));
     }
 }
