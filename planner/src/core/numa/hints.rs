@@ -195,12 +195,15 @@ impl Provider {
 struct Search {
     n: usize,
     budget: u64,
+    /// The budget ran out at least once: the answer may differ from kubelet's.
+    exhausted: bool,
 }
 
 impl Search {
     /// Spend one step; true when the budget is gone.
     fn tick(&mut self) -> bool {
         if self.budget == 0 {
+            self.exhausted = true;
             return true;
         }
         self.budget -= 1;
@@ -416,22 +419,38 @@ fn providers(machine: &NumaMachine, free: &NumaFree, req: &Request, n: usize) ->
 /// preferred one) and the non-preferred search keeps the known B-node candidate (which
 /// may be wider-numbered than kubelet's). Never happens with ≤ 8 NUMA nodes.
 pub fn decide(machine: &NumaMachine, free: &NumaFree, req: &Request, policy: Policy) -> Decision {
+    decide_with_budget(machine, free, req, policy, SEARCH_BUDGET).0
+}
+
+/// [`decide`] with an explicit search budget; also says whether the budget ran out.
+fn decide_with_budget(
+    machine: &NumaMachine,
+    free: &NumaFree,
+    req: &Request,
+    policy: Policy,
+    budget: u64,
+) -> (Decision, bool) {
     if policy == Policy::None {
-        return Decision {
-            admit: true,
-            hint: Hint {
-                mask: None,
-                preferred: true,
-            },
-            reason: None,
+        let hint = Hint {
+            mask: None,
+            preferred: true,
         };
+        return (
+            Decision {
+                admit: true,
+                hint,
+                reason: None,
+            },
+            false,
+        );
     }
     let n = machine.numa_count().clamp(1, 64);
     let all = NumaMask::all(n);
     let ps = providers(machine, free, req, n);
     let mut search = Search {
         n,
-        budget: SEARCH_BUDGET,
+        budget,
+        exhausted: false,
     };
 
     // Per provider: narrowest free hint (None = no hints at all), minAffinitySize.
@@ -477,11 +496,12 @@ pub fn decide(machine: &NumaMachine, free: &NumaFree, req: &Request, policy: Pol
             },
         };
         let reason = (!hint.preferred).then(|| format!("single-numa-node: no NUMA node has {}", describe(req, true)));
-        return Decision {
+        let d = Decision {
             admit: hint.preferred,
             hint,
             reason,
         };
+        return (d, search.exhausted);
     }
 
     let hint = merge(&mut search, &live, any_empty, &min_sizes, &narrowest, all);
@@ -493,7 +513,7 @@ pub fn decide(machine: &NumaMachine, free: &NumaFree, req: &Request, policy: Pol
             hint.mask.map_or_else(|| "any".to_string(), mask_list)
         )
     });
-    Decision { admit, hint, reason }
+    (Decision { admit, hint, reason }, search.exhausted)
 }
 
 fn merge(
@@ -872,7 +892,8 @@ mod tests {
                         ),
                     };
                     for policy in POLICIES {
-                        let got = decide(&m, &f, &r, policy);
+                        let (got, exhausted) = decide_with_budget(&m, &f, &r, policy, SEARCH_BUDGET);
+                        assert!(!exhausted, "search budget ran out on {n} NUMA nodes");
                         let want = reference(&m, &f, &r, policy);
                         assert_eq!(
                             (got.admit, got.hint),
@@ -1030,8 +1051,11 @@ mod tests {
 
     #[test]
     fn equal_masks_needed_for_preferred() {
-        // {0} ∧ {0,1}, both preferred ⇒ {0}, not preferred. CPU: 10 of 16 PUs (min size 2);
-        // GPUs: 1 (min size 1), free only on node 0.
+        // CPU: 10 of 16 PUs ⇒ only hint {0,1}, preferred (min size 2). GPUs: 1, free only on
+        // node 0 ⇒ {0} preferred (min size 1), {0,1} not. The permutation ({0,1}, {0}) is
+        // {0} ∧ {0,1} with both preferred ⇒ {0}, *not* preferred (masks differ; Volcano's
+        // old merge would call it preferred and pick it). Best non-preferred aims at
+        // B = max(2, 1) = 2 ⇒ {0,1}.
         let m = dual_socket();
         let f = take(&m, &[0, 0], &[2, 3]);
         let r = req(10, 0, 1);
@@ -1039,12 +1063,17 @@ mod tests {
         assert_eq!((d.admit, d.hint), (true, h(0b11, false)));
         let want = reference(&m, &f, &r, Policy::BestEffort);
         assert_eq!(d.hint, want.hint);
-        // Permutation ({0,1} cpu, {0} gpu) merges to {0}: not preferred though both are.
         let d = decide(&m, &f, &r, Policy::Restricted);
         assert!(!d.admit);
-        // Same with only {0} and {0,1} offered directly through the reference: the
-        // best non-preferred aims at B = 2 ⇒ {0,1}; {0} would be narrower but count 1 < B.
         assert_eq!(reference(&m, &f, &r, Policy::Restricted).hint, h(0b11, false));
+        // With B = 1 the unequal-mask merge itself wins: CPU 4 PUs free only on node 0
+        // ({0} preferred, {0,1} not), GPU free only on node 1 ({1} preferred, {0,1} not):
+        // {0} ∧ {0,1} = {0} (count 1 = B, narrowest), not preferred.
+        let f = take(&m, &[0, 8], &[0, 1]);
+        let r = req(4, 0, 1);
+        let d = decide(&m, &f, &r, Policy::BestEffort);
+        assert_eq!((d.admit, d.hint), (true, h(0b01, false)));
+        assert_eq!(reference(&m, &f, &r, Policy::BestEffort).hint, d.hint);
     }
 
     #[test]
@@ -1082,8 +1111,8 @@ mod tests {
         machine(&[16; 24], &[32 * GIB; 24], &[0; 24], 2)
     }
 
-    /// GB200-like tray: NUMA 0,1 with 72 PUs and 480 GiB each (plus 2 GPUs each whose
-    /// locality is the CPU node), 32 CPU-less NUMA nodes with 6 GiB and 1 GPU each.
+    /// GB200-like tray: NUMA 0,1 with 72 PUs and 480 GiB each, 32 CPU-less NUMA nodes
+    /// (one per GPU, as with MIG/CDMM-style GPU memory nodes) with 6 GiB and 1 GPU each.
     fn gb200() -> NumaMachine {
         let mut cpus = vec![72, 72];
         cpus.extend([0; 32]);
@@ -1108,7 +1137,8 @@ mod tests {
                 *x = GIB * rng.below(33);
             }
             let r = req(1 + rng.below(40) as usize, GIB * rng.below(48), 0);
-            let d = decide(&m, &f, &r, POLICIES[i % 4]);
+            let (d, exhausted) = decide_with_budget(&m, &f, &r, POLICIES[i % 4], SEARCH_BUDGET);
+            assert!(!exhausted, "{r:?}");
             admitted += usize::from(d.admit);
             if d.hint.preferred
                 && let Some(mask) = d.hint.mask
@@ -1137,7 +1167,8 @@ mod tests {
                 2 => req(0, 0, 1 + rng.below(8) as usize),
                 _ => req(0, GIB * (1 + rng.below(900)), 0),
             };
-            let d = decide(&m, &f, &r, POLICIES[(i / 4) % 4]);
+            let (d, exhausted) = decide_with_budget(&m, &f, &r, POLICIES[(i / 4) % 4], SEARCH_BUDGET);
+            assert!(!exhausted, "{r:?}");
             assert_eq!(d.reason.is_some(), !d.admit);
         }
         // GPU-only, 1 GPU: single-numa-node picks the first free GPU node.
