@@ -85,6 +85,10 @@ pub struct Decision {
 /// exhaustive algorithm); on big machines it bounds pathological cases, see [`decide`].
 const SEARCH_BUDGET: u64 = 200_000;
 
+/// Steps one [`Search::separable`] check may take (a share of [`SEARCH_BUDGET`]), so one
+/// hard candidate cannot eat the whole budget.
+const CHECK_BUDGET: u64 = 5_000;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Cpu,
@@ -195,18 +199,21 @@ impl Provider {
 struct Search {
     n: usize,
     budget: u64,
-    /// The budget ran out at least once: the answer may differ from kubelet's.
+    /// Steps left for the current [`Search::separable`] check.
+    local: u64,
+    /// A budget ran out at least once: the answer may differ from kubelet's.
     exhausted: bool,
 }
 
 impl Search {
     /// Spend one step; true when the budget is gone.
     fn tick(&mut self) -> bool {
-        if self.budget == 0 {
+        if self.budget == 0 || self.local == 0 {
             self.exhausted = true;
             return true;
         }
         self.budget -= 1;
+        self.local -= 1;
         false
     }
 
@@ -248,21 +255,36 @@ impl Search {
     /// request: its size is kubelet's `minAffinitySize` (total) or the bit count of the
     /// provider's narrowest hint (free).
     fn narrowest(&mut self, p: &Provider, total: bool) -> Option<NumaMask> {
+        // Additive amounts never backtrack (the bound is exact): at most n·k steps, so
+        // no budget; multi-NUMA GPUs may, and share the budget.
+        let additive = p.gpus.is_none();
+        let saved = self.budget;
+        if additive {
+            self.budget = u64::MAX;
+        }
+        let mut found = None;
         for k in 1..=self.n {
             if p.top(total, self.n, k) < p.request {
                 continue;
             }
             if let Some(m) = self.smallest_of_size(&[p], total, k) {
-                return Some(m);
+                found = Some(m);
+                break;
             }
         }
-        None
+        if additive {
+            self.budget = saved;
+        }
+        found
     }
 
     /// Whether `x` is the AND of one free hint per provider: every node outside `x` must
     /// be left out of at least one provider's mask (exactly one, as hint sets are closed
     /// under supersets), each provider keeping enough. A node where some provider has
-    /// nothing is left out of that one for free; the others are branched on.
+    /// nothing is left out of that one for free; the others are branched on, biggest
+    /// first. Cuts: a provider falling below its request, and the total slack (in units
+    /// of each request) falling below the least each remaining node must cost. One check
+    /// gets at most [`CHECK_BUDGET`] steps; past that `x` counts as not separable.
     fn separable(&mut self, ps: &[&Provider], x: u64) -> bool {
         let all = NumaMask::all(self.n).0;
         let mut ub: Vec<u64> = ps.iter().map(|p| p.ub(all, false)).collect();
@@ -274,11 +296,30 @@ impl Search {
                 None => contested.push(i),
             }
         }
-        self.assign(ps, &contested, &mut ub, &mut excl)
+        let rel = |q: usize, i: usize| ps[q].free_node[i] as f64 / ps[q].request as f64;
+        let most = |i: usize| (0..ps.len()).map(|q| rel(q, i)).fold(0.0, f64::max);
+        contested.sort_by(|a, b| most(*b).total_cmp(&most(*a)).then(a.cmp(b)));
+        let mut least = vec![0.0f64; contested.len() + 1];
+        for k in (0..contested.len()).rev() {
+            let i = contested[k];
+            least[k] = least[k + 1] + (0..ps.len()).map(|q| rel(q, i)).fold(f64::INFINITY, f64::min);
+        }
+        self.local = CHECK_BUDGET;
+        let ok = self.assign(ps, &contested, &least, &mut ub, &mut excl);
+        self.local = u64::MAX;
+        ok
     }
 
-    fn assign(&mut self, ps: &[&Provider], nodes: &[usize], ub: &mut [u64], excl: &mut [u64]) -> bool {
+    fn assign(&mut self, ps: &[&Provider], nodes: &[usize], least: &[f64], ub: &mut [u64], excl: &mut [u64]) -> bool {
         if self.tick() {
+            return false;
+        }
+        let slack: f64 = ps
+            .iter()
+            .zip(ub.iter())
+            .map(|(p, u)| u.saturating_sub(p.request) as f64 / p.request as f64)
+            .sum();
+        if slack < least[0] * (1.0 - 1e-9) - 1e-9 {
             return false;
         }
         let Some((&i, rest)) = nodes.split_first() else {
@@ -300,7 +341,7 @@ impl Search {
             }
             ub[q] -= d;
             excl[q] |= 1u64 << i;
-            let ok = self.assign(ps, rest, ub, excl);
+            let ok = self.assign(ps, rest, &least[1..], ub, excl);
             ub[q] += d;
             excl[q] &= !(1u64 << i);
             if ok {
@@ -450,6 +491,7 @@ fn decide_with_budget(
     let mut search = Search {
         n,
         budget,
+        local: u64::MAX,
         exhausted: false,
     };
 
@@ -1109,6 +1151,42 @@ mod tests {
 
     fn big24() -> NumaMachine {
         machine(&[16; 24], &[32 * GIB; 24], &[0; 24], 2)
+    }
+
+    #[test]
+    fn non_preferred_search_on_24_numa_nodes_with_contested_nodes() {
+        // Every node has some free PUs and memory, so every node is contested between the
+        // CPU and memory masks. Nodes 0..=20: 1 free PU, 1 GiB; 21..=23: 16 PUs, 20 GiB.
+        // 40 PUs: min size 3, narrowest free hint {21,22,23} (B = 3). 40 GiB: min size 2
+        // ({21,22}). No preferred hint (3 ≠ 2). Three small nodes can't be the AND (the
+        // big nodes can't serve both masks), {0,1,21} can: CPU keeps {0,1,21,22,23},
+        // memory keeps {0,1,21} and every small node.
+        let m = big24();
+        let mut f = take(&m, &[15; 24], &[]);
+        for (i, x) in f.memory.iter_mut().enumerate() {
+            *x = if i >= 21 { 20 * GIB } else { GIB };
+        }
+        for (k, pu) in f.pus.iter_mut().enumerate() {
+            if k >= 21 * 16 {
+                *pu = true;
+            }
+        }
+        let r = req(40, 40 * GIB, 0);
+        let (d, exhausted) = decide_with_budget(&m, &f, &r, Policy::BestEffort, SEARCH_BUDGET);
+        assert!(!exhausted);
+        assert_eq!((d.admit, d.hint), (true, h(0b11 | 1 << 21, false)));
+        // Starved of budget, the search keeps the known candidate: a valid kubelet
+        // candidate with B nodes, only not the narrowest.
+        let (d, exhausted) = decide_with_budget(&m, &f, &r, Policy::BestEffort, 50);
+        assert!(exhausted);
+        assert_eq!(d.hint, h(0b111 << 21, false));
+        let d = decide(&m, &f, &r, Policy::Restricted);
+        assert!(!d.admit);
+        assert!(
+            d.reason
+                .unwrap()
+                .starts_with("restricted: no preferred NUMA alignment for 40 PUs and")
+        );
     }
 
     /// GB200-like tray: NUMA 0,1 with 72 PUs and 480 GiB each, 32 CPU-less NUMA nodes
