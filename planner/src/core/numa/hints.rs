@@ -448,17 +448,22 @@ fn providers(machine: &NumaMachine, free: &NumaFree, req: &Request, n: usize) ->
 /// candidate of bit count B = max over providers of their narrowest hint's count, and
 /// such a candidate always exists (that provider's narrowest hint ANDed with all nodes).
 /// A candidate X is the AND of one hint per provider iff the nodes outside X can be
-/// split so that each provider keeps enough ([`Search::separable`]); B-node masks are
+/// split so that each provider keeps enough (`Search::separable`); B-node masks are
 /// tried in increasing numeric order below the known candidate. single-numa-node keeps
 /// preferred one-node hints only: the answer is the lowest node fitting everything, and
 /// only when every `min_p` is 1.
 ///
-/// **Bounds.** Every backtracking search shares a budget of [`SEARCH_BUDGET`] steps.
-/// Should it run out (only conceivable with many NUMA nodes that all hold several
-/// requested resources, e.g. CPU + memory on 24 nodes, badly fragmented), the preferred
-/// search reports "none" (so the answer may be non-preferred where kubelet finds a
-/// preferred one) and the non-preferred search keeps the known B-node candidate (which
-/// may be wider-numbered than kubelet's). Never happens with ≤ 8 NUMA nodes.
+/// **Bounds.** Single-resource searches never backtrack (the "largest free amounts"
+/// bound is exact for PUs and memory): at most n·k steps per size. The joint searches
+/// (preferred mask for several resources, separability of a candidate) share a budget of
+/// `SEARCH_BUDGET` steps, one separability check at most `CHECK_BUDGET`. When a
+/// budget runs out (only with many NUMA nodes that all hold several requested resources,
+/// e.g. CPU + memory on 24 nodes, badly fragmented; never with ≤ 8 NUMA nodes), the
+/// preferred search reports "none" (the answer may be non-preferred where kubelet finds
+/// a preferred one), a candidate whose separability check runs out counts as not
+/// separable, and once the whole budget is gone the non-preferred search keeps the known
+/// B-node candidate: always a hint kubelet could produce, possibly not the narrowest. Typical decisions take ~10 µs on 24- and 34-NUMA machines (release build);
+/// the contested worst case in the tests, ~3 ms.
 pub fn decide(machine: &NumaMachine, free: &NumaFree, req: &Request, policy: Policy) -> Decision {
     decide_with_budget(machine, free, req, policy, SEARCH_BUDGET).0
 }
