@@ -7,6 +7,7 @@
 //! dense indices, a [`NumaFree`] what is free on it, and the functions answer "which
 //! NUMA nodes, which PUs, which GPUs".
 
+pub mod assign;
 pub mod cpus;
 pub mod hints;
 mod machine;
