@@ -22,7 +22,12 @@ fn machine(numa: u32, cores: u32, per_socket: u32, gpus_per_numa: u32, gpu_numa:
         for c in 0..cores {
             let core = n * cores + c;
             for t in 0..2 {
-                pus.push(PuInfo { os: core + t * threads, core, socket: n / per_socket, numa: n });
+                pus.push(PuInfo {
+                    os: core + t * threads,
+                    core,
+                    socket: n / per_socket,
+                    numa: n,
+                });
             }
         }
     }
@@ -31,15 +36,23 @@ fn machine(numa: u32, cores: u32, per_socket: u32, gpus_per_numa: u32, gpu_numa:
     let mut gpus = Vec::new();
     for n in 0..numa {
         for g in 0..gpus_per_numa {
-            gpus.push(GpuInfo { pci_bus_id: format!("0000:{n:02x}:{g:02x}.0"), numa: NumaMask::single(n as usize) });
+            gpus.push(GpuInfo {
+                pci_bus_id: format!("0000:{n:02x}:{g:02x}.0"),
+                numa: NumaMask::single(n as usize),
+            });
         }
     }
     for n in numa..total {
-        gpus.push(GpuInfo { pci_bus_id: format!("0001:{n:02x}:00.0"), numa: NumaMask::single(n as usize) });
+        gpus.push(GpuInfo {
+            pci_bus_id: format!("0001:{n:02x}:00.0"),
+            numa: NumaMask::single(n as usize),
+        });
     }
     NumaMachine {
         numa_os: (0..total).collect(),
-        numa_memory: (0..total).map(|n| if n < numa { 64 * GIB } else { 180 * GIB }).collect(),
+        numa_memory: (0..total)
+            .map(|n| if n < numa { 64 * GIB } else { 180 * GIB })
+            .collect(),
         pus,
         sockets: (numa / per_socket).max(1),
         gpus,
@@ -62,10 +75,16 @@ fn bench(c: &mut Criterion) {
         }
         let gpus = if m.gpus.is_empty() { 0 } else { 2 };
         for policy in [Policy::SingleNumaNode, Policy::Restricted, Policy::BestEffort] {
-            let req = Request { cpus: 8, memory: 16 * GIB, gpus };
-            group.bench_with_input(BenchmarkId::new(format!("decide/{}", policy.as_str()), name), &req, |b, req| {
-                b.iter(|| decide(m, &free, req, policy))
-            });
+            let req = Request {
+                cpus: 8,
+                memory: 16 * GIB,
+                gpus,
+            };
+            group.bench_with_input(
+                BenchmarkId::new(format!("decide/{}", policy.as_str()), name),
+                &req,
+                |b, req| b.iter(|| decide(m, &free, req, policy)),
+            );
             let task = TaskNuma {
                 policy,
                 cpus: 8,
@@ -74,9 +93,11 @@ fn bench(c: &mut Criterion) {
                 placement: CpuPlacement::Packed,
                 full_cores: false,
             };
-            group.bench_with_input(BenchmarkId::new(format!("assign/{}", policy.as_str()), name), &task, |b, t| {
-                b.iter(|| assign(m, &free, t))
-            });
+            group.bench_with_input(
+                BenchmarkId::new(format!("assign/{}", policy.as_str()), name),
+                &task,
+                |b, t| b.iter(|| assign(m, &free, t)),
+            );
         }
         // Filling a whole machine task by task (assign + apply), best-effort.
         let task = TaskNuma {
