@@ -292,38 +292,30 @@ fn mask_list(m: NumaMask) -> String {
 
 /// Takes the assignment's resources out of `free`.
 pub fn apply(free: &mut NumaFree, a: &Assignment) {
-    for &p in &a.pus {
-        if let Some(f) = free.pus.get_mut(p) {
-            *f = false;
-        }
-    }
-    for &(i, b) in &a.memory {
-        if let Some(m) = free.memory.get_mut(i) {
-            *m = m.saturating_sub(b);
-        }
-    }
-    for &g in &a.gpus {
-        if let Some(f) = free.gpus.get_mut(g) {
-            *f = false;
-        }
-    }
+    update(free, a, true);
 }
 
 /// Gives the assignment's resources back to `free`.
 pub fn release(free: &mut NumaFree, a: &Assignment) {
+    update(free, a, false);
+}
+
+/// Out-of-range indices are ignored and memory saturates: a stale assignment must not
+/// panic or wrap.
+fn update(free: &mut NumaFree, a: &Assignment, take: bool) {
     for &p in &a.pus {
         if let Some(f) = free.pus.get_mut(p) {
-            *f = true;
+            *f = !take;
         }
     }
     for &(i, b) in &a.memory {
         if let Some(m) = free.memory.get_mut(i) {
-            *m = m.saturating_add(b);
+            *m = if take { m.saturating_sub(b) } else { m.saturating_add(b) };
         }
     }
     for &g in &a.gpus {
         if let Some(f) = free.gpus.get_mut(g) {
-            *f = true;
+            *f = !take;
         }
     }
 }
