@@ -204,38 +204,14 @@ impl<'a> Topo<'a> {
         let mut first: Vec<usize> = (0..c1.len()).filter(|&i| c1[i] > 0).collect();
         first.sort_by_key(|&i| (c1[i], i));
         let free_pus: Vec<usize> = (0..avail.len()).filter(|&i| avail[i]).collect();
-        let mut second = Vec::new();
-        let mut seen2 = vec![false; c2.len()];
-        for &a in &first {
-            let mut group: Vec<usize> = free_pus
-                .iter()
-                .filter(|&&p| self.id(p, l1) == a)
-                .map(|&p| self.id(p, l2))
-                .filter(|&b| !seen2[b])
-                .collect();
-            group.sort_by_key(|&b| (c2[b], b));
-            group.dedup();
-            for &b in &group {
-                seen2[b] = true;
-            }
-            second.extend(group);
-        }
-        let mut cores = Vec::new();
-        let mut seenc = vec![false; cc.len()];
-        for &b in &second {
-            let mut group: Vec<usize> = free_pus
-                .iter()
-                .filter(|&&p| self.id(p, l2) == b)
-                .map(|&p| self.pus[p].core as usize)
-                .filter(|&c| !seenc[c])
-                .collect();
-            group.sort_by_key(|&c| (cc[c], c));
-            group.dedup();
-            for &c in &group {
-                seenc[c] = true;
-            }
-            cores.extend(group);
-        }
+        let second = nested(&first, &free_pus, &c2, |p| self.id(p, l1), |p| self.id(p, l2));
+        let cores = nested(
+            &second,
+            &free_pus,
+            &cc,
+            |p| self.id(p, l2),
+            |p| self.pus[p].core as usize,
+        );
         Order { first, second, cores }
     }
 
@@ -540,6 +516,35 @@ fn best_combo_greedy(free: &[usize], count: usize, g: usize, k: usize) -> Option
         distribution,
         remainder: seq,
     })
+}
+
+/// Child units of each parent in `parents` order (children of one parent by (#free PUs
+/// ascending, id ascending)), from the free PUs; a child is listed under its first parent
+/// only.
+fn nested(
+    parents: &[usize],
+    free_pus: &[usize],
+    counts: &[usize],
+    parent_of: impl Fn(usize) -> usize,
+    child_of: impl Fn(usize) -> usize,
+) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut seen = vec![false; counts.len()];
+    for &a in parents {
+        let mut group: Vec<usize> = free_pus
+            .iter()
+            .filter(|&&p| parent_of(p) == a)
+            .map(|&p| child_of(p))
+            .filter(|&b| !seen[b])
+            .collect();
+        group.sort_by_key(|&b| (counts[b], b));
+        group.dedup();
+        for &b in &group {
+            seen[b] = true;
+        }
+        out.extend(group);
+    }
+    out
 }
 
 #[cfg(test)]
