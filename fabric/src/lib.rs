@@ -1,0 +1,11 @@
+//! hyperplan-fabric: the switch hierarchy of a cluster, discovered rather than written.
+//!
+//! Each source turns what a fabric tool reports into HyperNodes (Volcano's model, the
+//! planner's `HyperNodeSpec`): `ibnetdiscover` dumps (every tier, from the switch graph),
+//! UFM's REST port list (Volcano's leaf grouping, upper tiers when the ports show them)
+//! and Slurm's `topology.conf` (import and export). No I/O here but the UFM client.
+
+pub mod ibnetdiscover;
+pub mod slurm;
+pub mod tiers;
+pub mod ufm;
