@@ -14,12 +14,22 @@
 //!
 //! Invalid values fall back to Volcano's defaults, as the plugin does (a negative
 //! weight becomes 1, a negative fading 0.8, a non-bool `enable` is ignored).
+//!
+//! The `[numa]` section holds the numa-aware plugin's settings:
+//!
+//! ```toml
+//! [numa]
+//! defaultPolicy = "none"   # none | best-effort | restricted | single-numa-node
+//! weight = 1               # numa-aware node score weight (Volcano's plugin weight)
+//! ```
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use bevy_ecs::prelude::Resource;
 use serde::Deserialize;
+
+use crate::core::numa::hints::Policy;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -38,6 +48,32 @@ pub enum ConfigError {
 #[derive(Clone, Debug, Default, PartialEq, Resource)]
 pub struct PlannerConfig {
     pub scoring: ScoringConfig,
+    pub numa: NumaConfig,
+}
+
+/// The numa-aware plugin's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NumaConfig {
+    /// For tasks that name no `topologyPolicy`.
+    pub default_policy: Policy,
+    /// Weight of the numa-aware node score (fewer NUMA nodes spanned scores higher).
+    pub weight: f64,
+}
+
+impl Default for NumaConfig {
+    fn default() -> Self {
+        Self {
+            default_policy: Policy::None,
+            weight: 1.0,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawNuma {
+    default_policy: Option<toml::Spanned<String>>,
+    weight: Option<toml::Spanned<f64>>,
 }
 
 /// Volcano's network-topology-aware plugin arguments, resolved (§5.1 defaults).
@@ -69,6 +105,7 @@ impl Default for ScoringConfig {
 struct RawConfig {
     #[serde(default)]
     scoring: BTreeMap<String, toml::Value>,
+    numa: Option<RawNuma>,
 }
 
 impl PlannerConfig {
@@ -91,8 +128,36 @@ impl PlannerConfig {
                 message: e.message().to_string(),
             }
         })?;
+        let mut numa = NumaConfig::default();
+        if let Some(n) = raw.numa {
+            let at = |span: std::ops::Range<usize>, message: String| {
+                let (line, column) = line_col(text, span.start);
+                ConfigError::Parse {
+                    path: origin.to_string(),
+                    line,
+                    column,
+                    message,
+                }
+            };
+            if let Some(p) = n.default_policy {
+                numa.default_policy = p
+                    .get_ref()
+                    .parse()
+                    .map_err(|e: String| at(p.span(), format!("numa.defaultPolicy: {e}")))?;
+            }
+            if let Some(w) = n.weight {
+                if !(*w.get_ref() >= 0.0) {
+                    return Err(at(
+                        w.span(),
+                        format!("numa.weight: expected a number ≥ 0, got {}", w.get_ref()),
+                    ));
+                }
+                numa.weight = *w.get_ref();
+            }
+        }
         Ok(Self {
             scoring: ScoringConfig::from_args(&raw.scoring),
+            numa,
         })
     }
 }
@@ -196,6 +261,20 @@ weight = 2
         let mut expected = ScoringConfig::default();
         expected.binpack_weights.insert("nvidia.com/gpu".into(), 1.0);
         assert_eq!(cfg.scoring, expected);
+        Ok(())
+    }
+
+    #[test]
+    fn numa_section() -> Result<(), ConfigError> {
+        let cfg = PlannerConfig::parse("[numa]\ndefaultPolicy = \"restricted\"\nweight = 3\n", "p.toml")?;
+        assert_eq!(cfg.numa.default_policy, Policy::Restricted);
+        assert_eq!(cfg.numa.weight, 3.0);
+        let err = PlannerConfig::parse("[numa]\ndefaultPolicy = \"strict\"\n", "p.toml");
+        let msg = err.map(|_| ()).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            msg.starts_with("p.toml:2:17: numa.defaultPolicy: unknown topology policy"),
+            "{msg}"
+        );
         Ok(())
     }
 

@@ -165,6 +165,7 @@ fn node(name: &str) -> NodeSpec {
         resources: res("cpu=8,memory=32Gi,nvidia.com/gpu=8"),
         used: Resources::new(),
         topology: None,
+        hardware: None,
     }
 }
 
@@ -206,6 +207,8 @@ impl JobBuilder {
                     resources: res(resources),
                     partition_policy: None,
                     topology_policy: None,
+                    cpu_placement: None,
+                    full_cores: false,
                     command: Vec::new(),
                 }],
             },
@@ -290,6 +293,8 @@ impl JobBuilder {
             resources: res(resources),
             partition_policy: None,
             topology_policy: None,
+            cpu_placement: None,
+            full_cores: false,
             command: Vec::new(),
         });
         self

@@ -20,6 +20,8 @@ pub struct NodeSpec {
     pub used: Resources,
     /// Where the node's hardware topology comes from, for simulating real machines.
     pub topology: Option<TopologyRef>,
+    /// The loaded hardware (from `topology`, or an agent's probe); not read from files.
+    pub hardware: Option<crate::topology::SharedTopology>,
 }
 
 /// `topology: {hwlocXml: FILE} | {synthetic: "..."} | {probe: FILE}` on a node; paths
@@ -209,6 +211,7 @@ pub fn parse_cluster(text: &str, path: &Path) -> Result<ClusterSpec, FileError> 
             resources,
             used: node.used.to_resources(),
             topology,
+            hardware: None,
         });
     }
 

@@ -159,6 +159,7 @@ pub fn generate(params: &FatTreeParams) -> Result<ClusterSpec, FatTreeError> {
                 Resources::new()
             },
             topology: None,
+            hardware: None,
         })
         .collect();
     Ok(ClusterSpec {
@@ -390,6 +391,7 @@ mod tests {
                 resources: Resources::new(),
                 used: Resources::new(),
                 topology: None,
+                hardware: None,
             }],
             hyper_nodes: vec![HyperNodeSpec {
                 name: "h".into(),

@@ -44,8 +44,13 @@ pub struct TaskSpec {
     /// Per replica.
     pub resources: Resources,
     pub partition_policy: Option<PartitionPolicy>,
-    /// NUMA topology policy (`none`, `best-effort`, `restricted`, `single-numa-node`).
+    /// NUMA topology policy (`none`, `best-effort`, `restricted`, `single-numa-node`);
+    /// `None` = the planner's default.
     pub topology_policy: Option<String>,
+    /// `packed` (kubelet's default) or `spread` (across the NUMA nodes of the hint).
+    pub cpu_placement: Option<String>,
+    /// No two tasks share a core (kubelet's `full-pcpus-only`).
+    pub full_cores: bool,
     pub command: Vec<String>,
 }
 
@@ -86,6 +91,21 @@ pub const VOLCANO_JOB_API_VERSION: &str = "batch.volcano.sh/v1alpha1";
 
 /// NUMA topology policies the kubelet knows.
 const TOPOLOGY_POLICIES: [&str; 4] = ["none", "best-effort", "restricted", "single-numa-node"];
+const CPU_PLACEMENTS: [&str; 2] = ["packed", "spread"];
+
+/// Under a NUMA policy other than `none` a task gets exclusive PUs (kubelet's static CPU
+/// policy), so its `cpu` must be whole. `Some(what is wrong)` otherwise.
+pub fn whole_cpu_problem(policy: &str, resources: &Resources) -> Option<String> {
+    let cpu = resources.get(crate::CPU);
+    (policy != "none" && cpu % 1000 != 0).then(|| {
+        format!(
+            "expected a whole number of CPUs, got {}: a task with a NUMA policy gets exclusive CPUs (ask for {} or {})",
+            crate::quantity::format_quantity(crate::CPU, cpu),
+            cpu / 1000,
+            cpu / 1000 + 1
+        )
+    })
+}
 
 #[derive(Deserialize, Default, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
@@ -140,6 +160,9 @@ struct RawTask {
     resources: Resources,
     partition_policy: Option<Located<RawPartition>>,
     topology_policy: Option<Located<String>>,
+    cpu_placement: Option<Located<String>>,
+    #[serde(default)]
+    full_cores: bool,
     #[serde(default)]
     command: Vec<String>,
 }
@@ -171,6 +194,9 @@ struct VolcanoTask {
     replicas: Located<u32>,
     partition_policy: Option<Located<RawPartition>>,
     topology_policy: Option<Located<String>>,
+    cpu_placement: Option<Located<String>>,
+    #[serde(default)]
+    full_cores: bool,
     template: Option<PodTemplate>,
 }
 
@@ -261,6 +287,8 @@ struct TaskParts {
     resources: Resources,
     partition_policy: Option<Located<RawPartition>>,
     topology_policy: Option<Located<String>>,
+    cpu_placement: Option<Located<String>>,
+    full_cores: bool,
     command: Vec<String>,
 }
 
@@ -329,6 +357,27 @@ fn build_task(t: TaskParts, path: &Path) -> Result<TaskSpec, FileError> {
             ),
         ));
     }
+    if let Some(p) = &t.cpu_placement
+        && !CPU_PLACEMENTS.contains(&p.value.as_str())
+    {
+        return Err(located_error(
+            path,
+            p,
+            format!("expected packed or spread, got {:?}", p.value),
+        ));
+    }
+    if let Some(policy) = &t.topology_policy
+        && let Some(why) = whole_cpu_problem(&policy.value, &t.resources)
+    {
+        // The task's own field prefix (`tasks[2]`), from the name's path.
+        let prefix = t.name.field.strip_suffix(".name").unwrap_or(&t.name.field);
+        return Err(crate::yaml::file_error(
+            path,
+            t.name.pos,
+            &format!("{prefix}.resources.cpu"),
+            format!("{why} (topologyPolicy {})", policy.value),
+        ));
+    }
     Ok(TaskSpec {
         name: t.name.value,
         replicas: t.replicas.value,
@@ -336,6 +385,8 @@ fn build_task(t: TaskParts, path: &Path) -> Result<TaskSpec, FileError> {
         resources: t.resources,
         partition_policy,
         topology_policy: t.topology_policy.map(|p| p.value),
+        cpu_placement: t.cpu_placement.map(|p| p.value),
+        full_cores: t.full_cores,
         command: t.command,
     })
 }
@@ -415,6 +466,8 @@ impl RawJob {
             resources: t.resources,
             partition_policy: t.partition_policy,
             topology_policy: t.topology_policy,
+            cpu_placement: t.cpu_placement,
+            full_cores: t.full_cores,
             command: t.command,
         });
         JobParts {
@@ -450,6 +503,8 @@ impl VolcanoJob {
                 resources: pod.as_ref().map(PodSpec::requests).unwrap_or_default(),
                 partition_policy: t.partition_policy,
                 topology_policy: t.topology_policy,
+                cpu_placement: t.cpu_placement,
+                full_cores: t.full_cores,
                 command: pod
                     .and_then(|p| p.containers.into_iter().next())
                     .map(|c| c.command)

@@ -1,6 +1,8 @@
 //! The placement report `hyperplan simulate` prints (and the daemon's status replies carry).
 //! Field names are an interface: scripts and tests depend on them.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,6 +25,21 @@ pub struct TaskReport {
     pub node: Option<String>,
     /// The node's HyperNodes from the lowest tier up, the virtual root left out.
     pub hyper_nodes: Vec<String>,
+    /// Exclusive PUs (OS indexes in list form, `0-3,8-11`), for a task with a NUMA policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<String>,
+    /// OS indexes of the NUMA nodes the task uses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub numa_nodes: Vec<u32>,
+    /// Bytes of memory per NUMA node (OS index).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub memory_numa: BTreeMap<u32, u64>,
+    /// PCI bus ids (`0000:3b:00.0`; an index on nodes described only by resources).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<String>,
+    /// RDMA devices and fast NICs local to the task's GPUs (or CPUs), shared: `mlx5_0`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

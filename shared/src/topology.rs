@@ -6,6 +6,7 @@
 //! by their OS index, as the kernel numbers them (sparse ids stay sparse).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -166,4 +167,31 @@ pub struct LiveFigures {
     /// Free bytes per NUMA node OS index.
     pub numa_free_memory: BTreeMap<u32, u64>,
     pub uptime_seconds: u64,
+}
+
+/// A loaded topology, shared by every node built from the same source (one load, one
+/// allocation for ten thousand identical nodes).
+#[derive(Clone, Debug)]
+pub struct SharedTopology(pub Arc<NodeTopology>);
+
+impl SharedTopology {
+    pub fn new(t: NodeTopology) -> Self {
+        Self(Arc::new(t))
+    }
+}
+
+impl PartialEq for SharedTopology {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || *self.0 == *other.0
+    }
+}
+
+/// Topologies hold load figures (f64) but never NaN: equality is reflexive.
+impl Eq for SharedTopology {}
+
+impl std::ops::Deref for SharedTopology {
+    type Target = NodeTopology;
+    fn deref(&self) -> &NodeTopology {
+        &self.0
+    }
 }

@@ -7,6 +7,20 @@ pub struct Placement {
     pub task: String,
     pub node: String,
     pub rank: u32,
+    /// Where a task with a NUMA request is pinned (what the agent enforces).
+    pub pinning: Option<Pinning>,
+}
+
+/// A task's NUMA pinning in the agent's terms: OS indexes and device names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pinning {
+    /// PU OS indexes in list form (`0-3,8-11`); empty = the node's shared pool.
+    pub cpus: String,
+    pub numa_nodes: Vec<u32>,
+    /// (NUMA OS index, bytes).
+    pub memory: Vec<(u32, u64)>,
+    pub gpus: Vec<String>,
+    pub nics: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

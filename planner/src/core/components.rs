@@ -69,6 +69,8 @@ pub struct Job {
     pub tasks: Vec<Entity>,
     /// Sub-job groups from partition policies: (task spec index, minPartitions).
     pub partition_groups: Vec<(usize, u32)>,
+    /// Per role (task spec): what it asks of the NUMA allocator (`None` = nothing to pin).
+    pub numa: Vec<Option<super::numa::assign::TaskNuma>>,
 }
 
 #[derive(Component, Clone, Debug)]
@@ -153,6 +155,8 @@ pub struct TaskState {
     pub start_time: Option<u64>,
     /// The placement has been handed to the driver (a `Place` command).
     pub dispatched: bool,
+    /// PUs, memory and GPUs it holds on its node (indices into the node's hardware).
+    pub numa: Option<super::numa::assign::Assignment>,
 }
 
 impl TaskState {
@@ -163,6 +167,7 @@ impl TaskState {
             rank: None,
             start_time: None,
             dispatched: false,
+            numa: None,
         }
     }
     /// Holds resources on its node.

@@ -3,8 +3,9 @@
 
 use bevy_ecs::prelude::*;
 
-use super::commands::{Command, Placement};
+use super::commands::{Command, Pinning, Placement};
 use super::components::{Job, Node, Task, TaskPhase, TaskState};
+use super::numa::node::NodeHardware;
 use super::queues::Outbox;
 
 pub fn dispatch(
@@ -12,6 +13,7 @@ pub fn dispatch(
     mut tasks: Query<(&Task, &mut TaskState), Changed<TaskState>>,
     jobs: Query<&Job>,
     nodes: Query<&Node>,
+    hardware: Query<&NodeHardware>,
 ) {
     let _span = tracing::info_span!("dispatch").entered();
     let mut placed = Vec::new();
@@ -28,6 +30,17 @@ pub fn dispatch(
             task: task.name.clone(),
             node: node.name.clone(),
             rank: ts.rank.unwrap_or(0),
+            pinning: ts
+                .numa
+                .as_ref()
+                .zip(ts.node.and_then(|n| hardware.get(n).ok()))
+                .map(|(a, hw)| Pinning {
+                    cpus: hw.0.cpu_list(a),
+                    numa_nodes: hw.0.numa_nodes(a),
+                    memory: hw.0.memory(a),
+                    gpus: hw.0.gpus(a),
+                    nics: hw.0.nics(a),
+                }),
         });
     }
     placed.sort_by(|a, b| a.job.cmp(&b.job).then(a.rank.cmp(&b.rank)));

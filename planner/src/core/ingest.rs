@@ -9,7 +9,10 @@ use hyperplan_shared::{HyperNodeSpec, JobSpec, NodeSpec};
 use super::commands::Command;
 use super::components::{Job, JobPhase, JobState, Node, SubJob, SubJobState, Task, TaskPhase, TaskState};
 use super::events::Event;
+use super::numa::node::{HardwareCache, NodeHardware};
+use super::numa::request::task_numa;
 use super::queues::{CapacityEpoch, Inbox, LabelTypes, Now, Outbox, TopologyDirty};
+use crate::config::PlannerConfig;
 
 /// Jobs by name, for events that name a job.
 #[derive(Debug, Default, Resource)]
@@ -55,6 +58,11 @@ pub fn ingest(world: &mut World) {
 }
 
 fn node_up(world: &mut World, spec: NodeSpec) {
+    let hardware = NodeHardware(
+        world
+            .resource_mut::<HardwareCache>()
+            .get(spec.hardware.as_ref(), &spec.resources),
+    );
     let node = Node {
         name: spec.name,
         labels: spec.labels,
@@ -64,11 +72,11 @@ fn node_up(world: &mut World, spec: NodeSpec) {
     let known = world.resource::<NodeNames>().0.get(&node.name).copied();
     match known {
         Some(e) => {
-            world.entity_mut(e).insert(node);
+            world.entity_mut(e).insert((node, hardware));
         }
         None => {
             let name = node.name.clone();
-            let e = world.spawn(node).id();
+            let e = world.spawn((node, hardware)).id();
             world.resource_mut::<NodeNames>().0.insert(name, e);
         }
     }
@@ -180,6 +188,26 @@ fn submit(world: &mut World, spec: JobSpec) {
         }
     }
     world.resource_mut::<JobNames>().0.insert(spec.name.clone(), job_e);
+    let default_policy = world.resource::<PlannerConfig>().numa.default_policy;
+    let mut state = JobState::new();
+    let mut numa = Vec::with_capacity(spec.tasks.len());
+    for (i, t) in spec.tasks.iter().enumerate() {
+        match task_numa(t, default_policy) {
+            Ok(n) => numa.push(n),
+            Err(why) => {
+                // The file parser catches an explicit policy; the planner's default can
+                // only be checked here.
+                let why = format!("tasks[{i}] ({}): {why}", t.name);
+                state.phase = JobPhase::Rejected;
+                state.reason = Some(why.clone());
+                world.resource_mut::<Outbox>().0.push(Command::Reject {
+                    job: spec.name.clone(),
+                    reason: why,
+                });
+                numa.push(None);
+            }
+        }
+    }
     world.entity_mut(job_e).insert((
         Job {
             spec,
@@ -187,8 +215,9 @@ fn submit(world: &mut World, spec: JobSpec) {
             sub_jobs,
             tasks,
             partition_groups,
+            numa,
         },
-        JobState::new(),
+        state,
     ));
 }
 

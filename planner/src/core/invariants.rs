@@ -5,7 +5,10 @@
 //! - a gang is placed whole or not at all: a job with placed tasks has its gang minimum
 //!   and minPartitions whole partitions, and no partition is placed in part;
 //! - a hard tier limit is never crossed: the placed tasks of a hard (sub-)job all sit
-//!   under one HyperNode of an allowed tier.
+//!   under one HyperNode of an allowed tier;
+//! - NUMA: no PU, GPU or byte of a NUMA node's memory is assigned twice; a task's CPUs
+//!   and GPUs belong to its node; a task with a NUMA request holds exactly what it asked
+//!   for; under single-numa-node all of a task's resources sit on one NUMA node.
 
 use std::collections::HashMap;
 
@@ -14,6 +17,8 @@ use hyperplan_shared::{NetworkTopology, Resources, TopologyMode};
 
 use super::components::{Job, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
 use super::ids::NodeIdx;
+use super::numa::hints::Policy;
+use super::numa::node::NodeHardware;
 use super::topology::TopologyIndex;
 
 /// Returns every violation found (empty when all hold).
@@ -45,6 +50,8 @@ pub fn check(world: &mut World) -> Vec<String> {
             }
         }
     }
+
+    check_numa(world, &mut bad);
 
     let mut jq = world.query::<&Job>();
     let index = world.resource::<TopologyIndex>();
@@ -135,5 +142,86 @@ fn check_tier(
         Some(t) if t <= limit => {}
         Some(t) => bad.push(format!("{who}: placed across tier {t}, hard limit {limit}")),
         None => bad.push(format!("{who}: placed on nodes no HyperNode holds together")),
+    }
+}
+
+fn check_numa(world: &mut World, bad: &mut Vec<String>) {
+    // Per node: (PU holder, GPU holder, memory per NUMA node), by task name.
+    let mut per_node: HashMap<Entity, (HashMap<usize, String>, HashMap<usize, String>, Vec<u64>)> = HashMap::new();
+    let mut tq = world.query::<(&Task, &TaskState)>();
+    for (task, ts) in tq.iter(world) {
+        if ts.phase != TaskPhase::Running {
+            continue;
+        }
+        let Some(node) = ts.node else { continue };
+        let who = world
+            .get::<Job>(task.job)
+            .map_or_else(|| task.name.clone(), |j| format!("{}/{}", j.spec.name, task.name));
+        let request = world
+            .get::<Job>(task.job)
+            .and_then(|j| j.numa.get(task.role).copied().flatten());
+        let (Some(a), Some(hw)) = (ts.numa.as_ref(), world.get::<NodeHardware>(node)) else {
+            if request.is_some() {
+                bad.push(format!("{who}: has a NUMA request but runs without an assignment"));
+            }
+            continue;
+        };
+        let m = &hw.0.machine;
+        if let Some(req) = request {
+            if a.pus.len() != req.cpus || a.gpus.len() != req.gpus {
+                bad.push(format!(
+                    "{who}: holds {} PUs and {} GPUs, asked for {} and {}",
+                    a.pus.len(),
+                    a.gpus.len(),
+                    req.cpus,
+                    req.gpus
+                ));
+            }
+            let bytes: u64 = a.memory.iter().map(|(_, b)| b).sum();
+            if bytes != req.memory {
+                bad.push(format!("{who}: holds {bytes} bytes, asked for {}", req.memory));
+            }
+            if req.policy == Policy::SingleNumaNode && a.numa.count() > 1 {
+                bad.push(format!(
+                    "{who}: single-numa-node task spans {} NUMA nodes",
+                    a.numa.count()
+                ));
+            }
+        }
+        let entry = per_node
+            .entry(node)
+            .or_insert_with(|| (HashMap::new(), HashMap::new(), vec![0; m.numa_memory.len()]));
+        for &p in &a.pus {
+            if p >= m.pus.len() {
+                bad.push(format!("{who}: PU index {p} is not on its node"));
+            } else if let Some(other) = entry.0.insert(p, who.clone()) {
+                bad.push(format!("PU {} given twice: {other} and {who}", m.pus[p].os));
+            }
+        }
+        for &g in &a.gpus {
+            if g >= m.gpus.len() {
+                bad.push(format!("{who}: GPU index {g} is not on its node"));
+            } else if let Some(other) = entry.1.insert(g, who.clone()) {
+                bad.push(format!("GPU {} given twice: {other} and {who}", m.gpus[g].pci_bus_id));
+            }
+        }
+        for &(i, b) in &a.memory {
+            match entry.2.get_mut(i) {
+                Some(used) => *used += b,
+                None => bad.push(format!("{who}: memory on NUMA index {i}, not on its node")),
+            }
+        }
+    }
+    let mut nq = world.query::<(Entity, &Node, &NodeHardware)>();
+    for (e, node, hw) in nq.iter(world) {
+        let Some((_, _, used)) = per_node.get(&e) else { continue };
+        for (i, (&u, &have)) in used.iter().zip(&hw.0.machine.numa_memory).enumerate() {
+            if u > have {
+                bad.push(format!(
+                    "node {}: NUMA node {} memory given twice: {u} bytes of {have}",
+                    node.name, hw.0.machine.numa_os[i]
+                ));
+            }
+        }
     }
 }

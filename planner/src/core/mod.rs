@@ -2,8 +2,8 @@
 //! drivers push [`Event`]s, call [`Planner::tick`] with `now`, and carry out the
 //! [`Command`]s it returns. The daemon and the simulator drive the very same Schedule.
 //!
-//! A tick: ingest → discovery → topology index → resource cache → recover → allocate →
-//! dispatch.
+//! A tick: ingest → discovery → topology index → resource cache (capacity, then NUMA)
+//! → recover → allocate (gradient search, scoring, NUMA assignment) → dispatch.
 
 pub mod allocate;
 pub mod capacity;
@@ -24,7 +24,7 @@ pub mod view;
 use bevy_ecs::prelude::*;
 use bevy_ecs::schedule::SingleThreadedExecutor;
 
-pub use commands::{Command, Placement};
+pub use commands::{Command, Pinning, Placement};
 pub use events::Event;
 
 use crate::config::PlannerConfig;
@@ -58,6 +58,8 @@ impl Planner {
         world.insert_resource(ingest::StaticSpecs::default());
         world.insert_resource(TopologyIndex::default());
         world.insert_resource(Capacity::default());
+        world.insert_resource(numa::state::NumaState::default());
+        world.insert_resource(numa::node::HardwareCache::default());
         let mut schedule = Schedule::default();
         schedule.set_executor(SingleThreadedExecutor::new());
         schedule.add_systems(
@@ -66,6 +68,7 @@ impl Planner {
                 discovery::discovery,
                 reindex::reindex,
                 capacity::refresh_capacity,
+                numa::state::refresh_numa,
                 recover::recover,
                 allocate::allocate,
                 dispatch::dispatch,

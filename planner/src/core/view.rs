@@ -5,6 +5,7 @@ use bevy_ecs::prelude::*;
 use hyperplan_shared::report::{JobReport, JobStatus, TaskReport};
 
 use super::components::{Job, JobPhase, JobState, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
+use super::numa::node::NodeHardware;
 use super::topology::TopologyIndex;
 
 /// Every job, in (priority, submit time, name) order.
@@ -36,6 +37,7 @@ fn report(world: &World, index: &TopologyIndex, job: &Job, st: &JobState) -> Job
             let placed = ts.phase != TaskPhase::Pending;
             let node = ts.node.filter(|_| placed);
             let slot = node.and_then(|n| world.get::<NodeSlot>(n));
+            let pinned = node.and_then(|n| world.get::<NodeHardware>(n)).zip(ts.numa.as_ref());
             TaskReport {
                 name: task.name.clone(),
                 rank: ts.rank.filter(|_| placed),
@@ -45,6 +47,15 @@ fn report(world: &World, index: &TopologyIndex, job: &Job, st: &JobState) -> Job
                     .unwrap_or_default(),
                 node: node.and_then(|n| world.get::<Node>(n)).map(|n| n.name.clone()),
                 hyper_nodes: slot.map(|s| index.hyper_node_names_of(s.0)).unwrap_or_default(),
+                cpus: pinned
+                    .filter(|(_, a)| !a.pus.is_empty())
+                    .map(|(hw, a)| hw.0.cpu_list(a)),
+                numa_nodes: pinned.map(|(hw, a)| hw.0.numa_nodes(a)).unwrap_or_default(),
+                memory_numa: pinned
+                    .map(|(hw, a)| hw.0.memory(a).into_iter().collect())
+                    .unwrap_or_default(),
+                gpus: pinned.map(|(hw, a)| hw.0.gpus(a)).unwrap_or_default(),
+                nics: pinned.map(|(hw, a)| hw.0.nics(a)).unwrap_or_default(),
             }
         })
         .collect();

@@ -5,6 +5,7 @@ use bevy_ecs::prelude::Entity;
 
 use crate::core::capacity::Shape;
 use crate::core::ids::{HnIdx, NodeIdx};
+use crate::core::numa::assign::{Assignment, TaskNuma};
 
 #[derive(Clone, Debug)]
 pub struct TaskSlot {
@@ -13,6 +14,8 @@ pub struct TaskSlot {
     pub node: Option<NodeIdx>,
     /// Placed in this attempt (not yet committed to the ECS).
     pub new: bool,
+    /// PUs, memory and GPUs picked in this attempt, for a role with a NUMA request.
+    pub assignment: Option<Assignment>,
 }
 
 #[derive(Clone, Debug)]
@@ -43,6 +46,8 @@ pub struct JobCtx {
     pub allocated: Option<HnIdx>,
     /// Per role (task spec): its shape and name.
     pub shapes: Vec<Shape>,
+    /// Per role: its NUMA request (`None` = nothing to pin).
+    pub numa: Vec<Option<TaskNuma>>,
     pub role_names: Vec<String>,
     pub tasks: Vec<TaskSlot>,
     pub sub_jobs: Vec<SubJobCtx>,

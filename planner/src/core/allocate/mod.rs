@@ -17,6 +17,7 @@ use hyperplan_shared::{NetworkTopology, TopologyMode};
 use super::capacity::Capacity;
 use super::commands::Command;
 use super::components::{Job, JobPhase, JobState, NodeSlot, SubJob, SubJobState, Task, TaskPhase, TaskState};
+use super::numa::state::NumaState;
 use super::queues::{CapacityEpoch, Now, Outbox};
 use super::topology::TopologyIndex;
 use crate::config::PlannerConfig;
@@ -37,6 +38,7 @@ pub fn allocate(
     now: Res<Now>,
     epoch: Res<CapacityEpoch>,
     mut cap: ResMut<Capacity>,
+    mut numa: ResMut<NumaState>,
     mut out: ResMut<Outbox>,
     mut jobs: Query<(Entity, &Job, &mut JobState)>,
     mut sub_jobs: Query<(&SubJob, &mut SubJobState)>,
@@ -62,11 +64,11 @@ pub fn allocate(
             if ctx.pending().next().is_none() {
                 break;
             }
-            let mut search = Search::new(&index, &mut cap, &config.scoring);
+            let mut search = Search::new(&index, &mut cap, &mut numa, &config);
             let Some(decision) = search.allocate_job(&mut ctx) else {
                 state.failed_epoch = Some(epoch.0);
                 if pass == 0 && state.phase == JobPhase::Pending {
-                    explain(&mut ctx, &mut state, &index, &cap, &config, &mut out);
+                    explain(&mut ctx, &mut state, &index, &cap, &numa, &config, &mut out);
                 }
                 break;
             };
@@ -80,6 +82,7 @@ pub fn allocate(
                     ts.rank = Some(state.next_rank);
                     ts.start_time = Some(now.0);
                     ts.dispatched = false;
+                    ts.numa = slot.assignment.clone();
                     state.next_rank += 1;
                 }
             }
@@ -110,6 +113,7 @@ fn explain(
     state: &mut JobState,
     index: &TopologyIndex,
     cap: &Capacity,
+    numa: &NumaState,
     config: &PlannerConfig,
     out: &mut Outbox,
 ) {
@@ -119,13 +123,14 @@ fn explain(
         rejected = reason::impossible(ctx, index, cap);
         if rejected.is_none() {
             let mut empty = cap.emptied();
+            let mut empty_numa = numa.emptied();
             let mut trial = ctx.clone();
-            let fits = Search::new(index, &mut empty, &config.scoring)
+            let fits = Search::new(index, &mut empty, &mut empty_numa, config)
                 .allocate_job(&mut trial)
                 .is_some();
             if !fits {
                 // A failed attempt rolls back everything: `empty` is still empty.
-                let why = reason::pending(ctx, index, &empty);
+                let why = reason::pending(ctx, index, &empty, &empty_numa);
                 rejected = Some(format!("even on the empty cluster: {why}"));
             }
         }
@@ -139,7 +144,7 @@ fn explain(
             });
             state.reason = Some(why);
         }
-        None => state.reason = Some(reason::pending(ctx, index, cap)),
+        None => state.reason = Some(reason::pending(ctx, index, cap, numa)),
     }
 }
 
@@ -218,6 +223,7 @@ fn build_ctx(
             role: task.role,
             node,
             new: false,
+            assignment: None,
         });
     }
     let mut sjs = Vec::with_capacity(job.sub_jobs.len());
@@ -255,6 +261,7 @@ fn build_ctx(
         with_topology,
         allocated: hn(&state.allocated_hyper_node),
         shapes: job.spec.tasks.iter().map(|t| cap.shape(&t.resources)).collect(),
+        numa: job.numa.clone(),
         role_names: job.spec.tasks.iter().map(|t| t.name.clone()).collect(),
         tasks: slots,
         sub_jobs: sjs,

@@ -2,7 +2,8 @@
 //! closest and how much room it has, or why the job can never run.
 
 use crate::core::capacity::Capacity;
-use crate::core::ids::HnIdx;
+use crate::core::ids::{HnIdx, NodeIdx};
+use crate::core::numa::state::NumaState;
 use crate::core::topology::TopologyIndex;
 
 use super::gang::JobCtx;
@@ -40,8 +41,8 @@ pub fn impossible(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> Option
 }
 
 /// The pending reason for the current capacity: the best HyperNode within the limit and
-/// how many of the job's tasks it could take.
-pub fn pending(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> String {
+/// how many of the job's tasks it could take, or the NUMA policy that turns nodes away.
+pub fn pending(job: &JobCtx, index: &TopologyIndex, cap: &Capacity, numa: &NumaState) -> String {
     let need = job.gang_min.saturating_sub(job.placed()).max(1) as u64;
     let pending = role_pending(job, None);
     let what = describe_tasks(job, cap, &pending);
@@ -66,6 +67,9 @@ pub fn pending(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> String {
                 index.hns[i].name
             );
         }
+    }
+    if let Some(why) = numa_refusal(job, index, cap, numa, &pending) {
+        return why;
     }
     // Enough room in total: the partitions or the gang shape do not fit together.
     for sj in job.sub_job_order() {
@@ -111,4 +115,61 @@ fn describe_tasks(job: &JobCtx, cap: &Capacity, pending: &[u64]) -> String {
         .map(|(r, s)| format!("{} × {} {{{}}}", pending[r], job.role_names[r], cap.describe(s)))
         .collect();
     parts.join(", ")
+}
+
+/// A role with a NUMA request that fewer nodes admit than it has pending tasks, though
+/// they have room by capacity: names how many admit it and why the first one (by name)
+/// that refuses does (`gpu017: single-numa-node: no NUMA node has 16 free PUs and 2 GPUs`).
+fn numa_refusal(
+    job: &JobCtx,
+    index: &TopologyIndex,
+    cap: &Capacity,
+    numa: &NumaState,
+    pending: &[u64],
+) -> Option<String> {
+    for (role, req) in job.numa.iter().enumerate() {
+        let (Some(req), true) = (req, pending[role] > 0) else {
+            continue;
+        };
+        let shape = &job.shapes[role];
+        let (mut with_room, mut admit) = (0u64, 0u64);
+        let mut first_refusal: Option<String> = None;
+        for n in 0..index.node_count() {
+            let n = NodeIdx(n as u32);
+            if !cap.fits(n, shape) {
+                continue;
+            }
+            with_room += 1;
+            match numa.assign(n, req) {
+                Ok(_) => {
+                    admit += 1;
+                    if admit >= pending[role] {
+                        break; // enough nodes admit it: NUMA is not what holds the job
+                    }
+                }
+                Err(why) => {
+                    if first_refusal.is_none() {
+                        first_refusal = Some(format!("{}: {why}", index.node_names[n.ix()]));
+                    }
+                }
+            }
+        }
+        if admit < pending[role]
+            && let Some(example) = first_refusal
+        {
+            let task = &job.role_names[role];
+            return Some(if admit == 0 {
+                format!(
+                    "task {task}: no node with room admits it under {}; {example}",
+                    req.policy
+                )
+            } else {
+                format!(
+                    "task {task}: {admit} of {with_room} nodes with room admit it under {} ({} tasks pending); {example}",
+                    req.policy, pending[role]
+                )
+            });
+        }
+    }
+    None
 }

@@ -1,12 +1,17 @@
 //! The two-level search (Volcano allocateForJob / allocateForSubJob /
 //! allocateResourcesForTasks, §4) over live capacity, with an undo log instead of
 //! statement copies: a trial places tasks for real and rolls back what it does not keep.
+//! A task with a NUMA request is also admitted per node by the topology manager (a node
+//! that fails its policy is no candidate) and gets its PUs, memory and GPUs as it lands;
+//! the numa-aware score (fewer NUMA nodes spanned) joins the topology score.
 
 use std::collections::BTreeMap;
 
-use crate::config::ScoringConfig;
+use crate::config::{PlannerConfig, ScoringConfig};
 use crate::core::capacity::Capacity;
 use crate::core::ids::{HnIdx, NodeIdx};
+use crate::core::numa::assign::Assignment;
+use crate::core::numa::state::NumaState;
 use crate::core::topology::TopologyIndex;
 
 use super::binpack::{dim_weights, fill_ratio};
@@ -26,7 +31,10 @@ pub struct Decision {
 pub struct Search<'a> {
     pub index: &'a TopologyIndex,
     pub cap: &'a mut Capacity,
+    pub numa: &'a mut NumaState,
     pub cfg: &'a ScoringConfig,
+    /// numa-aware plugin weight.
+    numa_weight: f64,
     weights: Vec<f64>,
     /// Undo log: task index placed in this attempt.
     log: Vec<usize>,
@@ -34,23 +42,34 @@ pub struct Search<'a> {
 }
 
 impl<'a> Search<'a> {
-    pub fn new(index: &'a TopologyIndex, cap: &'a mut Capacity, cfg: &'a ScoringConfig) -> Self {
-        let weights = dim_weights(cap, cfg);
+    pub fn new(
+        index: &'a TopologyIndex,
+        cap: &'a mut Capacity,
+        numa: &'a mut NumaState,
+        cfg: &'a PlannerConfig,
+    ) -> Self {
+        let weights = dim_weights(cap, &cfg.scoring);
         Self {
             index,
             cap,
-            cfg,
+            numa,
+            cfg: &cfg.scoring,
+            numa_weight: cfg.numa.weight,
             weights,
             log: Vec::new(),
             sub_job_hn: Vec::new(),
         }
     }
 
-    fn place(&mut self, job: &mut JobCtx, t: usize, n: NodeIdx) {
+    fn place(&mut self, job: &mut JobCtx, t: usize, n: NodeIdx, assignment: Option<Assignment>) {
         let role = job.tasks[t].role;
         self.cap.take(self.index, n, &job.shapes[role]);
+        if let Some(a) = &assignment {
+            self.numa.take(n, a);
+        }
         job.tasks[t].node = Some(n);
         job.tasks[t].new = true;
+        job.tasks[t].assignment = assignment;
         self.log.push(t);
     }
 
@@ -59,6 +78,9 @@ impl<'a> Search<'a> {
             let Some(t) = self.log.pop() else { break };
             if let Some(n) = job.tasks[t].node.take() {
                 self.cap.give(self.index, n, &job.shapes[job.tasks[t].role]);
+                if let Some(a) = job.tasks[t].assignment.take() {
+                    self.numa.give(n, &a);
+                }
             }
             job.tasks[t].new = false;
         }
@@ -258,25 +280,52 @@ impl<'a> Search<'a> {
                 *on_leaf.entry(leaf).or_default() += 1;
             }
         }
-        // Per role, per group of `h`: position of the first node that may still fit.
-        // Capacity only shrinks while placing, so cursors only move forward.
+        // Per role, per group of `h`: position of the first node that may still fit, and
+        // for a role with a NUMA request the assignment it would get there. Capacity only
+        // shrinks while placing, so cursors only move forward; an assignment stays valid
+        // until something lands on its node.
         let mut cursors: Vec<Option<Vec<u32>>> = vec![None; job.shapes.len()];
+        let mut cands: Vec<Vec<Option<Assignment>>> = vec![Vec::new(); job.shapes.len()];
         let mut failed = vec![false; job.shapes.len()];
         let pending: Vec<usize> = job.sj_pending(sj).collect();
         let mut placed = 0;
+        // (group position, node, topology score, tie bonus, NUMA nodes spanned)
+        let mut found: Vec<(usize, NodeIdx, f64, f64, u32)> = Vec::new();
         for t in pending {
             let role = job.tasks[t].role;
             if failed[role] {
                 continue;
             }
             let shape = &job.shapes[role];
+            let numa_req = job.numa[role];
             let cursor = cursors[role].get_or_insert_with(|| vec![0; groups.len()]);
-            let mut best: Option<(f64, f64, NodeIdx)> = None;
+            let cand = &mut cands[role];
+            if cand.len() != groups.len() {
+                *cand = vec![None; groups.len()];
+            }
+            found.clear();
             for (gi, &g) in groups.iter().enumerate() {
                 let nodes = &index.groups[g.ix()].nodes;
                 let mut pos = cursor[gi] as usize;
-                while pos < nodes.len() && !self.cap.fits(nodes[pos], shape) {
-                    pos += 1;
+                loop {
+                    while pos < nodes.len() && !self.cap.fits(nodes[pos], shape) {
+                        pos += 1;
+                        cand[gi] = None;
+                    }
+                    let (Some(&n), Some(req)) = (nodes.get(pos), numa_req.as_ref()) else {
+                        break;
+                    };
+                    if cand[gi].is_some() {
+                        break;
+                    }
+                    match self.numa.assign(n, req) {
+                        Ok(a) => {
+                            cand[gi] = Some(a);
+                            break;
+                        }
+                        // Free state only shrinks while placing: it fails here for good.
+                        Err(_) => pos += 1,
+                    }
                 }
                 cursor[gi] = pos as u32;
                 let Some(&n) = nodes.get(pos) else { continue };
@@ -292,17 +341,36 @@ impl<'a> Search<'a> {
                         0.0,
                     )
                 };
+                let span = cand[gi].as_ref().map_or(0, |a| a.numa.count());
+                found.push((gi, n, score, bonus, span));
+            }
+            // The numa-aware score: 100 − ⌊100·spanned/max spanned⌋ over the candidates.
+            let max_span = found.iter().map(|f| f.4).max().unwrap_or(0);
+            let mut best: Option<(f64, f64, NodeIdx, usize)> = None;
+            for &(gi, n, score, bonus, span) in &found {
+                let score = if numa_req.is_some() && max_span > 0 {
+                    score + self.numa_weight * f64::from(100 - 100 * span / max_span)
+                } else {
+                    score
+                };
                 let better = match best {
                     None => true,
-                    Some((s, b, m)) => score > s || (score == s && (bonus > b || (bonus == b && n < m))),
+                    Some((s, b, m, _)) => score > s || (score == s && (bonus > b || (bonus == b && n < m))),
                 };
                 if better {
-                    best = Some((score, bonus, n));
+                    best = Some((score, bonus, n, gi));
                 }
             }
             match best {
-                Some((_, _, n)) => {
-                    self.place(job, t, n);
+                Some((_, _, n, gi)) => {
+                    let assignment = cands[role].get_mut(gi).and_then(Option::take);
+                    self.place(job, t, n, assignment);
+                    // Whatever other roles had picked on this node is stale now.
+                    for c in cands.iter_mut() {
+                        if let Some(slot) = c.get_mut(gi) {
+                            *slot = None;
+                        }
+                    }
                     placed += 1;
                     if let Some(leaf) = index.leaf_of(n) {
                         *on_leaf.entry(leaf).or_default() += 1;

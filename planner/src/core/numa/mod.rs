@@ -1,15 +1,18 @@
-//! NUMA allocation (issue 4, in progress): the pure algorithms the allocate system will
-//! call per candidate node — topology-manager hints and their merge under the four
-//! policies (current kubelet semantics, volcano-semantics.md §8.6), and kubelet's CPU
-//! assignment (`takeByTopology`, packed or spread, optionally whole cores).
+//! NUMA allocation: topology-manager hints and their merge under the four policies
+//! (current kubelet semantics, volcano-semantics.md §8.6), kubelet's CPU assignment
+//! (`takeByTopology`, packed or spread, optionally whole cores), GPUs and rails aligned
+//! with the CPUs, and the per-node free state the allocate system takes from.
 //!
-//! Nothing here touches the ECS: a [`NumaMachine`] describes one node's hardware with
-//! dense indices, a [`NumaFree`] what is free on it, and the functions answer "which
-//! NUMA nodes, which PUs, which GPUs".
+//! The algorithms (`hints`, `cpus`, `assign`) are pure: a [`NumaMachine`] describes one
+//! node's hardware with dense indices, a [`NumaFree`] what is free on it. `node` and
+//! `state` hold them per node for the ECS; `request` reads a task's policy.
 
 pub mod assign;
 pub mod cpus;
 pub mod hints;
 mod machine;
+pub mod node;
+pub mod request;
+pub mod state;
 
 pub use machine::{GpuInfo, NumaFree, NumaMachine, NumaMask, PuInfo};

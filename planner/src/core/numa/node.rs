@@ -1,0 +1,273 @@
+//! A node's hardware as the allocator sees it: the [`NumaMachine`] (PUs, memory and GPUs
+//! per NUMA node), what "all free" looks like, and the RDMA rails (HCAs, fast NICs) local
+//! to each NUMA node, attached to the tasks whose GPUs or CPUs sit there.
+//!
+//! A node with only `resources` (no probed topology) is one NUMA node: `cpu` whole PUs,
+//! each its own core, all memory, and its GPUs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::Resources;
+use hyperplan_shared::topology::{NicKind, NodeTopology, SharedTopology};
+
+use super::assign::Assignment;
+use super::{GpuInfo, NumaFree, NumaMachine, NumaMask, PuInfo};
+
+/// The node's hardware, shared by every node built from the same topology.
+#[derive(Component, Clone, Debug)]
+pub struct NodeHardware(pub Arc<NodeNuma>);
+
+#[derive(Debug)]
+pub struct NodeNuma {
+    pub machine: NumaMachine,
+    pub all_free: NumaFree,
+    /// Per dense NUMA node: the RDMA devices and fast NICs local to it, by name.
+    pub rails: Vec<Vec<String>>,
+    /// Per GPU: its PCI bus id, or its index when the node was not probed.
+    pub gpu_ids: Vec<String>,
+}
+
+/// Resource names that stand for the node's GPUs: `nvidia.com/gpu`, `amd.com/gpu`, ….
+pub fn is_gpu_resource(name: &str) -> bool {
+    name.rsplit('/').next() == Some("gpu") && name.contains('/')
+}
+
+/// GPUs a request asks for (all GPU resources summed).
+pub fn gpus_requested(r: &Resources) -> usize {
+    r.iter()
+        .filter(|(k, _)| is_gpu_resource(k))
+        .map(|(_, v)| v as usize)
+        .sum()
+}
+
+impl NodeNuma {
+    pub fn from_topology(t: &NodeTopology) -> Self {
+        let machine = NumaMachine::from_topology(t);
+        let n = machine.numa_count().max(1);
+        let dense = |os: &u32| machine.numa_os.iter().position(|x| x == os);
+        let mut rails: Vec<Vec<String>> = vec![Vec::new(); n];
+        let mut netdevs_of_hcas: Vec<&str> = Vec::new();
+        let mut hca_functions: Vec<&str> = Vec::new();
+        for hca in &t.hcas {
+            for i in hca.numa.iter().filter_map(dense) {
+                rails[i].push(hca.name.clone());
+            }
+            netdevs_of_hcas.extend(hca.ports.iter().filter_map(|p| p.netdev.as_deref()));
+            hca_functions.extend(hca.pci_bus_id.as_deref());
+        }
+        // Fast NICs that are not an HCA's own netdev (same name, or the same PCI function
+        // when sysfs did not say): Omni-Path, usNIC, RoCE without an HCA entry. Management
+        // Ethernet is left out.
+        for nic in &t.nics {
+            let of_hca = netdevs_of_hcas.contains(&nic.name.as_str())
+                || nic.pci_bus_id.as_deref().is_some_and(|b| hca_functions.contains(&b));
+            if nic.kind == NicKind::Ethernet || of_hca {
+                continue;
+            }
+            for i in nic.numa.iter().filter_map(dense) {
+                rails[i].push(nic.name.clone());
+            }
+        }
+        for r in &mut rails {
+            r.sort();
+            r.dedup();
+        }
+        let gpu_ids = machine.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
+        Self::finish(machine, rails, gpu_ids)
+    }
+
+    /// One NUMA node with `cpu` (whole) PUs, the node's memory and GPUs.
+    pub fn uniform(resources: &Resources) -> Self {
+        let pus = (resources.get(hyperplan_shared::CPU) / 1000) as u32;
+        let gpus = gpus_requested(resources);
+        let machine = NumaMachine {
+            numa_os: vec![0],
+            numa_memory: vec![resources.get(hyperplan_shared::MEMORY)],
+            pus: (0..pus)
+                .map(|os| PuInfo {
+                    os,
+                    core: os,
+                    socket: 0,
+                    numa: 0,
+                })
+                .collect(),
+            sockets: 1,
+            gpus: (0..gpus)
+                .map(|i| GpuInfo {
+                    pci_bus_id: i.to_string(),
+                    numa: NumaMask::single(0),
+                })
+                .collect(),
+        };
+        let gpu_ids = (0..gpus).map(|i| i.to_string()).collect();
+        Self::finish(machine, vec![Vec::new()], gpu_ids)
+    }
+
+    fn finish(machine: NumaMachine, rails: Vec<Vec<String>>, gpu_ids: Vec<String>) -> Self {
+        let all_free = machine.all_free();
+        Self {
+            machine,
+            all_free,
+            rails,
+            gpu_ids,
+        }
+    }
+
+    /// PU OS indexes of an assignment in list form (`0-3,8-11`), what `taskset -c` takes.
+    pub fn cpu_list(&self, a: &Assignment) -> String {
+        let mut os: Vec<u32> = a
+            .pus
+            .iter()
+            .filter_map(|&p| self.machine.pus.get(p))
+            .map(|p| p.os)
+            .collect();
+        os.sort_unstable();
+        list_form(&os)
+    }
+
+    /// OS indexes of the NUMA nodes an assignment uses.
+    pub fn numa_nodes(&self, a: &Assignment) -> Vec<u32> {
+        a.numa
+            .iter()
+            .filter_map(|i| self.machine.numa_os.get(i).copied())
+            .collect()
+    }
+
+    /// (NUMA OS index, bytes), ascending by NUMA node.
+    pub fn memory(&self, a: &Assignment) -> Vec<(u32, u64)> {
+        let mut m: Vec<(u32, u64)> = a
+            .memory
+            .iter()
+            .filter_map(|&(i, b)| self.machine.numa_os.get(i).map(|os| (*os, b)))
+            .collect();
+        m.sort_unstable();
+        m
+    }
+
+    pub fn gpus(&self, a: &Assignment) -> Vec<String> {
+        a.gpus.iter().filter_map(|&g| self.gpu_ids.get(g).cloned()).collect()
+    }
+
+    /// The rails to attach: those local to the task's GPUs, or — for a task without GPUs —
+    /// to the NUMA nodes of its CPUs. Shared, never exclusive.
+    pub fn nics(&self, a: &Assignment) -> Vec<String> {
+        let mask = if a.gpus.is_empty() {
+            a.pus
+                .iter()
+                .filter_map(|&p| self.machine.pus.get(p))
+                .fold(NumaMask::default(), |m, p| m.or(NumaMask::single(p.numa as usize)))
+        } else {
+            a.gpus
+                .iter()
+                .filter_map(|&g| self.machine.gpus.get(g))
+                .fold(NumaMask::default(), |m, g| m.or(g.numa))
+        };
+        let mut out: Vec<String> = mask
+            .iter()
+            .filter_map(|i| self.rails.get(i))
+            .flatten()
+            .cloned()
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// `0-3,8-11`: runs of consecutive ids joined with `-`.
+pub fn list_form(ids: &[u32]) -> String {
+    let mut out = String::new();
+    let mut i = 0;
+    while i < ids.len() {
+        let start = ids[i];
+        let mut end = start;
+        while i + 1 < ids.len() && ids[i + 1] == end + 1 {
+            i += 1;
+            end = ids[i];
+        }
+        if !out.is_empty() {
+            out.push(',');
+        }
+        if start == end {
+            out.push_str(&start.to_string());
+        } else {
+            out.push_str(&format!("{start}-{end}"));
+        }
+        i += 1;
+    }
+    out
+}
+
+/// One `NodeNuma` per distinct topology (by identity) or resource shape, so ten thousand
+/// identical nodes share one.
+#[derive(Debug, Default, Resource)]
+pub struct HardwareCache {
+    /// Keyed by the topology's address; the `SharedTopology` kept alongside keeps the
+    /// address from being reused.
+    by_topology: HashMap<usize, (SharedTopology, Arc<NodeNuma>)>,
+    by_resources: HashMap<(u64, u64, usize), Arc<NodeNuma>>,
+}
+
+impl HardwareCache {
+    pub fn get(&mut self, hardware: Option<&SharedTopology>, resources: &Resources) -> Arc<NodeNuma> {
+        match hardware {
+            Some(t) => {
+                let key = Arc::as_ptr(&t.0) as usize;
+                self.by_topology
+                    .entry(key)
+                    .or_insert_with(|| (t.clone(), Arc::new(NodeNuma::from_topology(t))))
+                    .1
+                    .clone()
+            }
+            None => {
+                let key = (
+                    resources.get(hyperplan_shared::CPU) / 1000,
+                    resources.get(hyperplan_shared::MEMORY),
+                    gpus_requested(resources),
+                );
+                self.by_resources
+                    .entry(key)
+                    .or_insert_with(|| Arc::new(NodeNuma::uniform(resources)))
+                    .clone()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_form_joins_runs() {
+        assert_eq!(list_form(&[0, 1, 2, 3, 8, 9, 10, 11]), "0-3,8-11");
+        assert_eq!(list_form(&[5]), "5");
+        assert_eq!(list_form(&[1, 3, 4]), "1,3-4");
+        assert_eq!(list_form(&[]), "");
+    }
+
+    #[test]
+    fn gpu_resources() {
+        assert!(is_gpu_resource("nvidia.com/gpu"));
+        assert!(is_gpu_resource("amd.com/gpu"));
+        assert!(!is_gpu_resource("gpu"));
+        assert!(!is_gpu_resource("nvidia.com/gpu-memory"));
+        let r = Resources::new().with("nvidia.com/gpu", 2).with("cpu", 4000);
+        assert_eq!(gpus_requested(&r), 2);
+    }
+
+    #[test]
+    fn uniform_node_is_one_numa_node() {
+        let r = Resources::new()
+            .with("cpu", 8500)
+            .with("memory", 1 << 30)
+            .with("nvidia.com/gpu", 2);
+        let n = NodeNuma::uniform(&r);
+        assert_eq!(n.machine.pus.len(), 8);
+        assert_eq!(n.machine.numa_count(), 1);
+        assert_eq!(n.gpu_ids, vec!["0", "1"]);
+        assert_eq!(n.all_free.memory, vec![1 << 30]);
+    }
+}
