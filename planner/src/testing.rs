@@ -1,6 +1,6 @@
 //! Builders for scenario tests and benches: `ClusterBuilder::fat_tree(..)`,
-//! `JobBuilder::gang(..)`, and a simulation runner that checks the invariants after
-//! every tick.
+//! `JobBuilder::gang(..)`, `MachineBuilder` (a node's NUMA hardware without hwloc), and a
+//! simulation runner that checks the invariants after every tick.
 
 use std::collections::BTreeMap;
 
@@ -10,6 +10,8 @@ use hyperplan_shared::{
     ClusterSpec, HyperNodeSpec, JobSpec, Member, MemberType, NetworkTopology, NodeSpec, PartitionPolicy, Resources,
     Selector, TaskSpec, TopologyMode,
 };
+
+use hyperplan_shared::topology::{Core, Gpu, InfinibandHca, NodeTopology, NumaNode, Package, SharedTopology};
 
 use crate::config::PlannerConfig;
 use crate::core::capacity::Capacity;
@@ -127,6 +129,26 @@ impl ClusterBuilder {
         let mut n = node(name);
         n.resources = res(r);
         self.spec.nodes.push(n);
+        self
+    }
+
+    /// Every node gets this hardware; resources follow from it (cpu = PUs, memory, GPUs).
+    pub fn hardware(mut self, t: NodeTopology) -> Self {
+        let r = hardware_resources(&t);
+        let shared = SharedTopology::new(t);
+        for n in &mut self.spec.nodes {
+            n.hardware = Some(shared.clone());
+            n.resources = r.clone();
+        }
+        self
+    }
+
+    /// Node `i` (0-based) gets this hardware and the resources that follow from it.
+    pub fn node_hardware(mut self, i: usize, t: NodeTopology) -> Self {
+        if let Some(n) = self.spec.nodes.get_mut(i) {
+            n.resources = hardware_resources(&t);
+            n.hardware = Some(SharedTopology::new(t));
+        }
         self
     }
 
@@ -284,6 +306,31 @@ impl JobBuilder {
         self
     }
 
+    /// NUMA topology policy of every task (`none`, `best-effort`, `restricted`,
+    /// `single-numa-node`).
+    pub fn numa(mut self, policy: &str) -> Self {
+        for t in &mut self.spec.tasks {
+            t.topology_policy = Some(policy.into());
+        }
+        self
+    }
+
+    /// `packed` or `spread`, every task.
+    pub fn cpu_placement(mut self, p: &str) -> Self {
+        for t in &mut self.spec.tasks {
+            t.cpu_placement = Some(p.into());
+        }
+        self
+    }
+
+    /// Whole cores only, every task.
+    pub fn full_cores(mut self) -> Self {
+        for t in &mut self.spec.tasks {
+            t.full_cores = true;
+        }
+        self
+    }
+
     /// Adds another task (role).
     pub fn task(mut self, name: &str, replicas: u32, resources: &str) -> Self {
         self.spec.tasks.push(TaskSpec {
@@ -311,4 +358,123 @@ pub fn run(cluster: &ClusterSpec, jobs: &[JobSpec], config: PlannerConfig) -> Re
         let bad = invariants::check(planner.world_mut());
         assert!(bad.is_empty(), "invariants broken: {bad:#?}");
     })
+}
+
+/// cpu = PUs, memory = total, `nvidia.com/gpu` = GPUs: what the CLI derives from hardware.
+pub fn hardware_resources(t: &NodeTopology) -> Resources {
+    let pus: u64 = t.cores.iter().map(|c| c.pus.len() as u64).sum();
+    let mut r = Resources::new()
+        .with(hyperplan_shared::CPU, pus * 1000)
+        .with(hyperplan_shared::MEMORY, t.total_memory);
+    if !t.gpus.is_empty() {
+        r = r.with("nvidia.com/gpu", t.gpus.len() as u64);
+    }
+    r
+}
+
+/// A node's hardware as the agent would report it, numbered like hwloc's synthetic
+/// topologies: PUs in order, core by core, NUMA node by NUMA node. GPUs and HCAs are
+/// spread evenly over the NUMA nodes (bus ids `0000:NN:00.0`, HCAs `mlx5_N`).
+#[derive(Clone, Debug)]
+pub struct MachineBuilder {
+    packages: u32,
+    numa_per_package: u32,
+    cores_per_numa: u32,
+    threads: u32,
+    memory_per_numa: u64,
+    gpus_per_numa: u32,
+    hcas_per_numa: u32,
+}
+
+impl MachineBuilder {
+    /// `packages` × `numa_per_package` NUMA nodes of `cores_per_numa` cores with
+    /// `threads` PUs each, 64 GiB per NUMA node, no devices.
+    pub fn new(packages: u32, numa_per_package: u32, cores_per_numa: u32, threads: u32) -> Self {
+        Self {
+            packages,
+            numa_per_package,
+            cores_per_numa,
+            threads,
+            memory_per_numa: 64 << 30,
+            gpus_per_numa: 0,
+            hcas_per_numa: 0,
+        }
+    }
+
+    pub fn memory_per_numa(mut self, bytes: u64) -> Self {
+        self.memory_per_numa = bytes;
+        self
+    }
+
+    pub fn gpus_per_numa(mut self, n: u32) -> Self {
+        self.gpus_per_numa = n;
+        self
+    }
+
+    pub fn hcas_per_numa(mut self, n: u32) -> Self {
+        self.hcas_per_numa = n;
+        self
+    }
+
+    pub fn build(&self) -> NodeTopology {
+        let mut t = NodeTopology {
+            hostname: "machine".into(),
+            architecture: "x86_64".into(),
+            ..NodeTopology::default()
+        };
+        let (mut pu, mut core, mut numa) = (0u32, 0u32, 0u32);
+        for p in 0..self.packages {
+            let mut package_cpus = Vec::new();
+            for _ in 0..self.numa_per_package {
+                let mut numa_cpus = Vec::new();
+                for _ in 0..self.cores_per_numa {
+                    let pus: Vec<u32> = (pu..pu + self.threads).collect();
+                    pu += self.threads;
+                    numa_cpus.extend(&pus);
+                    t.cores.push(Core {
+                        index: core,
+                        package: Some(p),
+                        numa: Some(numa),
+                        pus,
+                    });
+                    core += 1;
+                }
+                package_cpus.extend(&numa_cpus);
+                t.numa_nodes.push(NumaNode {
+                    os_index: numa,
+                    local_memory: self.memory_per_numa,
+                    cpus: numa_cpus,
+                    distances: Vec::new(),
+                });
+                for g in 0..self.gpus_per_numa {
+                    let bus = numa * self.gpus_per_numa + g;
+                    t.gpus.push(Gpu {
+                        pci_bus_id: format!("0000:{:02x}:00.0", bus + 0x10),
+                        vendor_id: 0x10de,
+                        device_id: 0x2330,
+                        vendor: Some("NVIDIA Corporation".into()),
+                        model: Some("H100".into()),
+                        os_devices: vec![format!("cuda{bus}")],
+                        numa: vec![numa],
+                    });
+                }
+                for h in 0..self.hcas_per_numa {
+                    let i = numa * self.hcas_per_numa + h;
+                    t.hcas.push(InfinibandHca {
+                        name: format!("mlx5_{i}"),
+                        pci_bus_id: Some(format!("0000:{:02x}:00.0", i + 0x80)),
+                        numa: vec![numa],
+                        ..InfinibandHca::default()
+                    });
+                }
+                numa += 1;
+            }
+            t.packages.push(Package {
+                os_index: Some(p),
+                cpus: package_cpus,
+            });
+        }
+        t.total_memory = self.memory_per_numa * u64::from(numa);
+        t
+    }
 }

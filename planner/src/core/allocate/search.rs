@@ -5,12 +5,12 @@
 //! that fails its policy is no candidate) and gets its PUs, memory and GPUs as it lands;
 //! the numa-aware score (fewer NUMA nodes spanned) joins the topology score.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::config::{PlannerConfig, ScoringConfig};
-use crate::core::capacity::Capacity;
+use crate::core::capacity::{Capacity, Shape};
 use crate::core::ids::{HnIdx, NodeIdx};
-use crate::core::numa::assign::Assignment;
+use crate::core::numa::assign::{Assignment, TaskNuma};
 use crate::core::numa::state::NumaState;
 use crate::core::topology::TopologyIndex;
 
@@ -27,6 +27,10 @@ pub struct Decision {
     /// Per sub-job index: the HyperNode its tasks were placed under.
     pub sub_job_hn: Vec<(usize, HnIdx)>,
 }
+
+/// How far past a group's first fit to look for a node where a task spans fewer NUMA
+/// nodes (bounds the cost of a fragmented group).
+const NARROWER_LOOKAHEAD: usize = 32;
 
 pub struct Search<'a> {
     pub index: &'a TopologyIndex,
@@ -265,6 +269,28 @@ impl<'a> Search<'a> {
             .collect()
     }
 
+    /// A node after `pos` in the group (at most [`NARROWER_LOOKAHEAD`] on) where the task
+    /// spans only `want` NUMA nodes: nodes of a group score alike on topology, so without
+    /// this the numa-aware score could never prefer one of them to the first fit.
+    fn narrower_after(
+        &self,
+        nodes: &[NodeIdx],
+        pos: usize,
+        shape: &Shape,
+        req: &TaskNuma,
+        want: u32,
+    ) -> Option<(NodeIdx, Assignment)> {
+        nodes
+            .iter()
+            .skip(pos + 1)
+            .take(NARROWER_LOOKAHEAD)
+            .filter(|&&n| self.cap.fits(n, shape))
+            .find_map(|&n| match self.numa.assign(n, req) {
+                Ok(a) if a.numa.count() <= want => Some((n, a)),
+                _ => None,
+            })
+    }
+
     /// Volcano allocateResourcesForTasks: each pending task of the sub-job to the best
     /// node under `h`. Returns how many were placed.
     fn place_tasks(&mut self, job: &mut JobCtx, sj: usize, h: HnIdx) -> u32 {
@@ -281,11 +307,14 @@ impl<'a> Search<'a> {
             }
         }
         // Per role, per group of `h`: position of the first node that may still fit, and
-        // for a role with a NUMA request the assignment it would get there. Capacity only
-        // shrinks while placing, so cursors only move forward; an assignment stays valid
-        // until something lands on its node.
+        // for a role with a NUMA request the node and assignment it would get (the first
+        // fit, or a node a little further on where it spans fewer NUMA nodes). Capacity
+        // only shrinks while placing, so cursors only move forward; an assignment stays
+        // valid until something lands in its group.
         let mut cursors: Vec<Option<Vec<u32>>> = vec![None; job.shapes.len()];
-        let mut cands: Vec<Vec<Option<Assignment>>> = vec![Vec::new(); job.shapes.len()];
+        let mut cands: Vec<Vec<Option<(NodeIdx, Assignment)>>> = vec![Vec::new(); job.shapes.len()];
+        // Per (role, hardware): NUMA nodes the task spans on the empty machine.
+        let mut ideal: HashMap<(usize, usize), u32> = HashMap::new();
         let mut failed = vec![false; job.shapes.len()];
         let pending: Vec<usize> = job.sj_pending(sj).collect();
         let mut placed = 0;
@@ -320,7 +349,13 @@ impl<'a> Search<'a> {
                     }
                     match self.numa.assign(n, req) {
                         Ok(a) => {
-                            cand[gi] = Some(a);
+                            let want = self.numa.ideal_span(n, req, role, &mut ideal);
+                            let better = if a.numa.count() > want {
+                                self.narrower_after(nodes, pos, shape, req, want)
+                            } else {
+                                None
+                            };
+                            cand[gi] = Some(better.unwrap_or((n, a)));
                             break;
                         }
                         // Free state only shrinks while placing: it fails here for good.
@@ -328,7 +363,8 @@ impl<'a> Search<'a> {
                     }
                 }
                 cursor[gi] = pos as u32;
-                let Some(&n) = nodes.get(pos) else { continue };
+                let Some(&first) = nodes.get(pos) else { continue };
+                let n = cand[gi].as_ref().map_or(first, |c| c.0);
                 let (score, bonus) = if with_topology {
                     let leaf = index.groups[g.ix()].leaf;
                     let bonus = leaf
@@ -341,7 +377,7 @@ impl<'a> Search<'a> {
                         0.0,
                     )
                 };
-                let span = cand[gi].as_ref().map_or(0, |a| a.numa.count());
+                let span = cand[gi].as_ref().map_or(0, |c| c.1.numa.count());
                 found.push((gi, n, score, bonus, span));
             }
             // The numa-aware score: 100 − ⌊100·spanned/max spanned⌋ over the candidates.
@@ -363,7 +399,7 @@ impl<'a> Search<'a> {
             }
             match best {
                 Some((_, _, n, gi)) => {
-                    let assignment = cands[role].get_mut(gi).and_then(Option::take);
+                    let assignment = cands[role].get_mut(gi).and_then(Option::take).map(|c| c.1);
                     self.place(job, t, n, assignment);
                     // Whatever other roles had picked on this node is stale now.
                     for c in cands.iter_mut() {

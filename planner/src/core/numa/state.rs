@@ -44,6 +44,21 @@ impl NumaState {
         assign::assign(&hw.machine, free, task)
     }
 
+    /// NUMA nodes `task` spans on node `n` when it is empty: the best any node of that
+    /// hardware can do. Cached per (role, hardware) in `cache`.
+    pub fn ideal_span(
+        &self,
+        n: NodeIdx,
+        task: &TaskNuma,
+        role: usize,
+        cache: &mut std::collections::HashMap<(usize, usize), u32>,
+    ) -> u32 {
+        let Some(hw) = self.node(n) else { return 0 };
+        *cache
+            .entry((role, Arc::as_ptr(hw) as usize))
+            .or_insert_with(|| assign::assign(&hw.machine, &hw.all_free, task).map_or(u32::MAX, |a| a.numa.count()))
+    }
+
     pub fn take(&mut self, n: NodeIdx, a: &Assignment) {
         if let Some(free) = self.free_mut(n) {
             assign::apply(free, a);
