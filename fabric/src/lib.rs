@@ -5,7 +5,18 @@
 //! UFM's REST port list (Volcano's leaf grouping, upper tiers when the ports show them)
 //! and Slurm's `topology.conf` (import and export). No I/O here but the UFM client.
 
+pub mod dot;
+pub mod error;
+pub mod guidmap;
 pub mod ibnetdiscover;
+pub mod json;
+pub mod names;
 pub mod slurm;
 pub mod tiers;
+mod unionfind;
 pub mod ufm;
+
+pub use error::FabricError;
+pub use guidmap::GuidMap;
+pub use ibnetdiscover::{IbFabric, parse_ibnetdiscover};
+pub use tiers::{Discovery, HostNames, discover};

@@ -1,1 +1,622 @@
-//! (being written)
+//! From a parsed InfiniBand graph to HyperNodes, every tier.
+//!
+//! 1. CAs: SHARP "Aggregation Node" CAs and CAs sharing a switch's system image GUID live
+//!    inside switches and are left out; every other CA is a host port, named by the GUIDs
+//!    agents report, else by the GUID map file, else by its description; the rest are
+//!    listed as unmapped, never guessed.
+//! 2. Switches: the ASICs of one director chassis (same `-g` chassis, same system image
+//!    GUID, or `MF0;<chassis>:<model>/<slot>/U1` descriptions) become one logical switch, so
+//!    a chassis is one switch layer. A switch's level is its BFS distance from the hosts
+//!    (leaf = 1: it has a host link).
+//! 3. Tier 1: leaves joined when they share a host (multi-rail nodes), union-find.
+//!    Tier k+1: the tier-k groups joined through the switches of level k+1 (and links among
+//!    those switches), never through anything higher. Up to the top: stop when one group
+//!    remains or no higher switch does. A group with no switch above it stays a root.
+//!
+//! Names: `<tierName>-<switch>`, the switch being the group's switch at that level whose
+//! name sorts first (its description's host name, else its GUID), made a valid Kubernetes
+//! name (lower case). Everything is sorted; nothing depends on hash-map order.
+
+use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use hyperplan_shared::{HyperNodeSpec, Member, MemberType, Selector};
+use serde::Serialize;
+
+use crate::error::FabricError;
+use crate::guidmap::GuidMap;
+use crate::ibnetdiscover::{IbFabric, NodeKind};
+use crate::names::{
+    director_chassis, host_from_description, k8s_name, natural_key, switch_from_description, tier_name,
+};
+use crate::unionfind::UnionFind;
+
+/// Where host names come from, in order of trust.
+#[derive(Clone, Debug, Default)]
+pub struct HostNames {
+    /// Node and port GUIDs the agents report for their HCAs (the planner passes these).
+    pub reported: GuidMap,
+    /// A GUID → host map file (`--guid-map`).
+    pub map_file: GuidMap,
+}
+
+/// Which source named a host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum NameSource {
+    Reported,
+    MapFile,
+    Description,
+}
+
+/// A switch (or director chassis) as discovery saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SwitchInfo {
+    /// Readable name: from the description, else the GUID in hex.
+    pub name: String,
+    /// GUIDs of its ASICs (one unless it is a director chassis), ascending.
+    #[serde(serialize_with = "hex_guids")]
+    pub guids: Vec<u64>,
+    pub description: String,
+    /// 1 = leaf (has host links), 2 = one hop further, …; `None` when no host is reachable.
+    pub level: Option<u32>,
+    /// The HyperNode this switch was grouped into at its level, if any.
+    pub hypernode: Option<String>,
+}
+
+/// A CA that is a host's port.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostCa {
+    pub host: String,
+    pub source: NameSource,
+    #[serde(serialize_with = "hex_guid")]
+    pub guid: u64,
+    pub description: String,
+    /// Names of the switches its ports are linked to.
+    pub switches: Vec<String>,
+}
+
+/// A host CA nothing names: listed so a person can add it to the GUID map.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnmappedCa {
+    /// ibnetdiscover's name, `H-<guid>`.
+    pub id: String,
+    #[serde(serialize_with = "hex_guid")]
+    pub guid: u64,
+    #[serde(serialize_with = "hex_guids")]
+    pub port_guids: Vec<u64>,
+    pub description: String,
+    pub switches: Vec<String>,
+}
+
+/// A CA that is part of a switch (SHARP aggregation node and the like), not a host.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExcludedCa {
+    pub id: String,
+    pub description: String,
+    pub reason: String,
+}
+
+/// Everything discovery found, HyperNodes first.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Discovery {
+    /// Sorted by tier, then name; members sorted.
+    #[serde(skip)]
+    pub hypernodes: Vec<HyperNodeSpec>,
+    pub switches: Vec<SwitchInfo>,
+    pub hosts: Vec<HostCa>,
+    pub unmapped: Vec<UnmappedCa>,
+    pub excluded: Vec<ExcludedCa>,
+    pub warnings: Vec<String>,
+}
+
+fn hex_guid<S: serde::Serializer>(g: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{g:#018x}"))
+}
+
+fn hex_guids<S: serde::Serializer>(g: &[u64], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(g.iter().map(|g| format!("{g:#018x}")))
+}
+
+/// What a CA turned out to be.
+enum CaRole {
+    Host(String, NameSource),
+    Unmapped,
+    Excluded(String),
+}
+
+/// A switch after chassis grouping.
+struct Logical {
+    asics: Vec<usize>,
+    label: String,
+    description: String,
+}
+
+/// A HyperNode being built: its level's switches and its members.
+struct Group {
+    switches: Vec<usize>,
+    members: Vec<String>,
+    name: String,
+}
+
+/// Builds HyperNodes (every tier) from a parsed dump. Fails only when there is no switch.
+pub fn discover(fabric: &IbFabric, names: &HostNames) -> Result<Discovery, FabricError> {
+    let nodes = &fabric.nodes;
+    if fabric.switch_count() == 0 {
+        return Err(FabricError::NoSwitches {
+            path: fabric.path.clone(),
+            cas: fabric.ca_count(),
+        });
+    }
+    let mut warnings = fabric.warnings.clone();
+
+    // Node adjacency (self-loops and duplicates dropped).
+    let mut adj: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for l in &fabric.links {
+        if l.a != l.b {
+            adj[l.a].push(l.b);
+            adj[l.b].push(l.a);
+        }
+    }
+    for a in &mut adj {
+        a.sort_unstable();
+        a.dedup();
+    }
+
+    // 2. Logical switches (chassis grouping).
+    let (logical, logical_of) = group_chassis(fabric);
+
+    // 1. CA roles.
+    let switch_images: HashMap<u64, usize> = nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.kind == NodeKind::Switch)
+        .filter_map(|(i, n)| n.sysimgguid.map(|g| (g, i)))
+        .collect();
+    let mut roles: Vec<Option<CaRole>> = Vec::with_capacity(nodes.len());
+    for (i, n) in nodes.iter().enumerate() {
+        let role = match n.kind {
+            NodeKind::Switch => None,
+            NodeKind::Router => {
+                warnings.push(format!(
+                    "router {} ({:?}) is not a host; ignored",
+                    n.id(),
+                    n.description
+                ));
+                None
+            }
+            NodeKind::Ca => Some(ca_role(fabric, i, names, &switch_images)),
+        };
+        roles.push(role);
+    }
+
+    // Levels: BFS over logical switches from those linked to host CAs.
+    let mut switch_adj: Vec<Vec<usize>> = vec![Vec::new(); logical.len()];
+    let mut ca_switches: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        match n.kind {
+            NodeKind::Switch => {
+                let li = logical_of[i];
+                for &j in &adj[i] {
+                    if nodes[j].kind == NodeKind::Switch && logical_of[j] != li {
+                        switch_adj[li].push(logical_of[j]);
+                    }
+                }
+            }
+            NodeKind::Ca => {
+                for &j in &adj[i] {
+                    if nodes[j].kind == NodeKind::Switch {
+                        ca_switches[i].push(logical_of[j]);
+                    }
+                }
+                ca_switches[i].sort_unstable();
+                ca_switches[i].dedup();
+            }
+            NodeKind::Router => {}
+        }
+    }
+    for a in &mut switch_adj {
+        a.sort_unstable();
+        a.dedup();
+    }
+    let mut level: Vec<Option<u32>> = vec![None; logical.len()];
+    let mut queue = VecDeque::new();
+    for (i, role) in roles.iter().enumerate() {
+        if matches!(role, Some(CaRole::Host(..) | CaRole::Unmapped)) {
+            for &s in &ca_switches[i] {
+                if level[s].is_none() {
+                    level[s] = Some(1);
+                    queue.push_back(s);
+                }
+            }
+        }
+    }
+    while let Some(s) = queue.pop_front() {
+        let next = level[s].map(|l| l + 1);
+        for &t in &switch_adj[s] {
+            if level[t].is_none() {
+                level[t] = next;
+                queue.push_back(t);
+            }
+        }
+    }
+
+    // Tier 1: leaves sharing a host.
+    let mut host_leaves: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, role) in roles.iter().enumerate() {
+        if let Some(CaRole::Host(host, _)) = role {
+            let leaves = host_leaves.entry(host.as_str()).or_default();
+            leaves.extend(ca_switches[i].iter().copied());
+            if ca_switches[i].is_empty() {
+                warnings.push(format!(
+                    "host {host}: CA {} has no link to a switch; it is in no HyperNode through this CA",
+                    nodes[i].id()
+                ));
+            }
+        }
+    }
+    let mut uf = UnionFind::new(logical.len());
+    for leaves in host_leaves.values() {
+        for w in leaves.windows(2) {
+            uf.union(w[0], w[1]);
+        }
+    }
+    let mut by_root: BTreeMap<usize, Group> = BTreeMap::new();
+    for (host, leaves) in &host_leaves {
+        if let Some(&first) = leaves.first() {
+            let g = by_root.entry(uf.find(first)).or_insert_with(|| Group {
+                switches: Vec::new(),
+                members: Vec::new(),
+                name: String::new(),
+            });
+            g.members.push((*host).to_string());
+            g.switches.extend(leaves.iter().copied());
+        }
+    }
+    let mut groups: Vec<Group> = by_root.into_values().collect();
+    for (s, l) in level.iter().enumerate() {
+        if *l == Some(1) && !groups.iter().any(|g| g.switches.contains(&s)) {
+            warnings.push(format!(
+                "leaf switch {} has only unmapped CAs: it gets no HyperNode (add its hosts to the GUID map)",
+                logical[s].label
+            ));
+        }
+    }
+
+    let mut used_names: BTreeSet<String> = BTreeSet::new();
+    let mut hypernodes: Vec<HyperNodeSpec> = Vec::new();
+    let mut switch_group: Vec<Option<String>> = vec![None; logical.len()];
+    let mut tier = 1u32;
+    loop {
+        name_groups(&mut groups, tier, &logical, &mut used_names);
+        for g in &groups {
+            for &s in &g.switches {
+                if level[s] == Some(tier) {
+                    switch_group[s] = Some(g.name.clone());
+                }
+            }
+        }
+        let kind = if tier == 1 {
+            MemberType::Node
+        } else {
+            MemberType::HyperNode
+        };
+        for g in &groups {
+            hypernodes.push(HyperNodeSpec {
+                name: g.name.clone(),
+                tier,
+                tier_name: Some(tier_name(tier)),
+                members: g
+                    .members
+                    .iter()
+                    .map(|m| Member {
+                        kind,
+                        selector: Selector::Exact { name: m.clone() },
+                    })
+                    .collect(),
+            });
+        }
+        if groups.len() <= 1 {
+            break;
+        }
+        let Some(next) = next_tier(&groups, tier, &level, &switch_adj, &mut warnings) else {
+            break;
+        };
+        groups = next;
+        tier += 1;
+    }
+    hypernodes.sort_by(|a, b| a.tier.cmp(&b.tier).then_with(|| a.name.cmp(&b.name)));
+
+    // Reports.
+    let switches: Vec<SwitchInfo> = {
+        let mut v: Vec<SwitchInfo> = logical
+            .iter()
+            .enumerate()
+            .map(|(i, l)| SwitchInfo {
+                name: l.label.clone(),
+                guids: {
+                    let mut g: Vec<u64> = l.asics.iter().map(|&a| nodes[a].guid).collect();
+                    g.sort_unstable();
+                    g
+                },
+                description: l.description.clone(),
+                level: level[i],
+                hypernode: switch_group[i].clone(),
+            })
+            .collect();
+        v.sort_by(|a, b| {
+            a.level
+                .cmp(&b.level)
+                .then_with(|| a.name.cmp(&b.name))
+                .then(a.guids.cmp(&b.guids))
+        });
+        v
+    };
+    for s in &switches {
+        if s.level.is_none() {
+            warnings.push(format!(
+                "switch {} ({:?}) has no path to any host; it is in no HyperNode",
+                s.name, s.description
+            ));
+        }
+    }
+    let switch_names = |i: usize| -> Vec<String> { ca_switches[i].iter().map(|&s| logical[s].label.clone()).collect() };
+    let mut hosts = Vec::new();
+    let mut unmapped = Vec::new();
+    let mut excluded = Vec::new();
+    for (i, role) in roles.into_iter().enumerate() {
+        let n = &nodes[i];
+        match role {
+            Some(CaRole::Host(host, source)) => hosts.push(HostCa {
+                host,
+                source,
+                guid: n.guid,
+                description: n.description.clone(),
+                switches: switch_names(i),
+            }),
+            Some(CaRole::Unmapped) => unmapped.push(UnmappedCa {
+                id: n.id(),
+                guid: n.guid,
+                port_guids: n.port_guids.clone(),
+                description: n.description.clone(),
+                switches: switch_names(i),
+            }),
+            Some(CaRole::Excluded(reason)) => excluded.push(ExcludedCa {
+                id: n.id(),
+                description: n.description.clone(),
+                reason,
+            }),
+            None => {}
+        }
+    }
+    hosts.sort_by(|a, b| {
+        natural_key(&a.host)
+            .cmp(&natural_key(&b.host))
+            .then(a.guid.cmp(&b.guid))
+    });
+    unmapped.sort_by_key(|u| u.guid);
+    excluded.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(Discovery {
+        hypernodes,
+        switches,
+        hosts,
+        unmapped,
+        excluded,
+        warnings,
+    })
+}
+
+fn ca_role(fabric: &IbFabric, i: usize, names: &HostNames, switch_images: &HashMap<u64, usize>) -> CaRole {
+    let n = &fabric.nodes[i];
+    if n.description.to_ascii_lowercase().contains("aggregation node") {
+        return CaRole::Excluded("SHARP aggregation node (inside a switch)".to_string());
+    }
+    if let Some(img) = n.sysimgguid
+        && let Some(&s) = switch_images.get(&img)
+    {
+        return CaRole::Excluded(format!(
+            "shares its system image GUID with switch {} (a switch-internal CA)",
+            fabric.nodes[s].id()
+        ));
+    }
+    let guids = std::iter::once(n.guid).chain(n.port_guids.iter().copied());
+    for (map, source) in [
+        (&names.reported, NameSource::Reported),
+        (&names.map_file, NameSource::MapFile),
+    ] {
+        if let Some(host) = guids.clone().find_map(|g| map.get(g)) {
+            return CaRole::Host(host.to_string(), source);
+        }
+    }
+    match host_from_description(&n.description) {
+        Some(host) => CaRole::Host(host, NameSource::Description),
+        None => CaRole::Unmapped,
+    }
+}
+
+/// Groups switch ASICs into logical switches: same `-g` chassis number, same system image
+/// GUID shared by several switches, or director descriptions naming the same chassis.
+/// Returns the logical switches (ordered by their first ASIC in the file) and, per node,
+/// its logical switch (`usize::MAX` for non-switches).
+fn group_chassis(fabric: &IbFabric) -> (Vec<Logical>, Vec<usize>) {
+    let nodes = &fabric.nodes;
+    let switches: Vec<usize> = (0..nodes.len())
+        .filter(|&i| nodes[i].kind == NodeKind::Switch)
+        .collect();
+    let mut image_count: HashMap<u64, usize> = HashMap::new();
+    let mut chassis_count: HashMap<String, usize> = HashMap::new();
+    for &i in &switches {
+        if let Some(g) = nodes[i].sysimgguid {
+            *image_count.entry(g).or_default() += 1;
+        }
+        if let Some(c) = director_chassis(&nodes[i].description) {
+            *chassis_count.entry(c).or_default() += 1;
+        }
+    }
+    #[derive(PartialEq, Eq, Hash)]
+    enum Key {
+        Chassis(u32),
+        Image(u64),
+        Director(String),
+        Alone(usize),
+    }
+    let mut by_key: HashMap<Key, usize> = HashMap::new();
+    let mut logical: Vec<Logical> = Vec::new();
+    let mut logical_of = vec![usize::MAX; nodes.len()];
+    for &i in &switches {
+        let n = &nodes[i];
+        let director = director_chassis(&n.description).filter(|c| chassis_count.get(c).is_some_and(|&k| k > 1));
+        let key = if let Some(c) = n.chassis {
+            Key::Chassis(c)
+        } else if let Some(g) = n.sysimgguid.filter(|g| image_count.get(g).is_some_and(|&k| k > 1)) {
+            Key::Image(g)
+        } else if let Some(d) = director {
+            Key::Director(d)
+        } else {
+            Key::Alone(i)
+        };
+        let li = *by_key.entry(key).or_insert_with(|| {
+            logical.push(Logical {
+                asics: Vec::new(),
+                label: String::new(),
+                description: n.description.clone(),
+            });
+            logical.len() - 1
+        });
+        logical[li].asics.push(i);
+        logical_of[i] = li;
+    }
+    for l in &mut logical {
+        let mut names: Vec<String> = l
+            .asics
+            .iter()
+            .filter_map(|&a| {
+                director_chassis(&nodes[a].description).or_else(|| switch_from_description(&nodes[a].description))
+            })
+            .collect();
+        names.sort();
+        let min_guid = l.asics.iter().map(|&a| nodes[a].guid).min().unwrap_or(0);
+        l.label = names.into_iter().next().unwrap_or_else(|| format!("{min_guid:016x}"));
+    }
+    (logical, logical_of)
+}
+
+/// Orders groups by their representative switch and gives each a unique name.
+fn name_groups(groups: &mut [Group], tier: u32, logical: &[Logical], used: &mut BTreeSet<String>) {
+    let tname = tier_name(tier);
+    let label_of = |g: &Group| -> String {
+        g.switches
+            .iter()
+            .map(|&s| logical[s].label.as_str())
+            .min()
+            .unwrap_or("group")
+            .to_string()
+    };
+    for g in groups.iter_mut() {
+        g.switches.sort_unstable();
+        g.switches.dedup();
+        g.members.sort_by(|a, b| natural_key(a).cmp(&natural_key(b)));
+        g.members.dedup();
+    }
+    groups.sort_by_cached_key(|g| (label_of(g), g.switches.clone()));
+    for g in groups.iter_mut() {
+        let base = k8s_name(&format!("{tname}-{}", label_of(g)));
+        let mut name = base.clone();
+        let mut n = 2;
+        while used.contains(&name) {
+            name = format!("{base}-{n}");
+            n += 1;
+        }
+        used.insert(name.clone());
+        g.name = name;
+    }
+}
+
+/// Tier k+1 from tier k: union-find over tier-k groups and level-(k+1) switches.
+/// `None` when no tier-k group has a switch above it.
+fn next_tier(
+    groups: &[Group],
+    tier: u32,
+    level: &[Option<u32>],
+    switch_adj: &[Vec<usize>],
+    warnings: &mut Vec<String>,
+) -> Option<Vec<Group>> {
+    let up_level = Some(tier + 1);
+    let mut group_of: HashMap<usize, usize> = HashMap::new();
+    for (gi, g) in groups.iter().enumerate() {
+        for &s in &g.switches {
+            if level[s] == Some(tier) {
+                group_of.insert(s, gi);
+            }
+        }
+    }
+    let uppers: Vec<usize> = (0..level.len()).filter(|&s| level[s] == up_level).collect();
+    if uppers.is_empty() {
+        return None;
+    }
+    let upper_index: HashMap<usize, usize> = uppers.iter().enumerate().map(|(i, &s)| (s, i)).collect();
+    // Items: 0..groups.len() are groups, then the upper switches.
+    let base = groups.len();
+    let mut uf = UnionFind::new(base + uppers.len());
+    for (ui, &u) in uppers.iter().enumerate() {
+        for &v in &switch_adj[u] {
+            if let Some(&gi) = group_of.get(&v) {
+                uf.union(base + ui, gi);
+            } else if let Some(&vi) = upper_index.get(&v) {
+                uf.union(base + ui, base + vi);
+            }
+        }
+    }
+    let mut by_root: BTreeMap<usize, Group> = BTreeMap::new();
+    for (gi, g) in groups.iter().enumerate() {
+        let root = uf.find(gi);
+        let has_upper = (base..base + uppers.len()).any(|ui| uf.find(ui) == root);
+        if !has_upper {
+            warnings.push(format!(
+                "{} has no switch above it at level {}; it stays a top HyperNode",
+                g.name,
+                tier + 1
+            ));
+            continue;
+        }
+        by_root
+            .entry(root)
+            .or_insert_with(|| Group {
+                switches: Vec::new(),
+                members: Vec::new(),
+                name: String::new(),
+            })
+            .members
+            .push(g.name.clone());
+    }
+    if by_root.is_empty() {
+        return None;
+    }
+    for (ui, &u) in uppers.iter().enumerate() {
+        if let Some(g) = by_root.get_mut(&uf.find(base + ui)) {
+            g.switches.push(u);
+        }
+    }
+    Some(by_root.into_values().collect())
+}
+
+/// Counts used in summaries: hosts, switches per level.
+pub fn level_counts(d: &Discovery) -> BTreeMap<u32, usize> {
+    let mut m = BTreeMap::new();
+    for s in &d.switches {
+        if let Some(l) = s.level {
+            *m.entry(l).or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+/// Distinct host names found.
+pub fn host_count(d: &Discovery) -> usize {
+    d.hosts.iter().map(|h| h.host.as_str()).collect::<HashSet<_>>().len()
+}
