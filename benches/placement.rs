@@ -15,6 +15,10 @@
 //!   10,000 and 50,000 nodes (at 1,000 nodes the gang is 300 tasks and there are 100
 //!   small jobs, so that they fit).
 //! - `idle_tick/10k*`: the steady-state tick with nothing to place.
+//! - `numa_gang_3000/10k`: (issue 4) the 10,000 nodes as two-socket machines (2 × 32
+//!   cores × 2 threads, 512 GiB and 4 GPUs + 2 HCAs per socket); one hard tier-3 gang of
+//!   3,000 single-numa-node tasks × (16 PUs, 64 GiB, 4 GPUs): every task gets its own
+//!   PUs, memory and GPUs on one NUMA node, and its rails.
 //!
 //! Run on one core: `taskset -c 0 cargo bench --bench placement`.
 
@@ -27,7 +31,8 @@ use criterion::{
     BenchmarkGroup, Criterion, SamplingMode, Throughput, criterion_group, criterion_main, measurement::WallTime,
 };
 use hyperplan_planner::sim::planner_for;
-use hyperplan_planner::testing::JobBuilder;
+use hyperplan_planner::testing::{JobBuilder, MachineBuilder, hardware_resources};
+use hyperplan_shared::topology::SharedTopology;
 use hyperplan_planner::{Command, Event, Planner, PlannerConfig};
 use hyperplan_shared::fattree::{self, FatTreeParams};
 use hyperplan_shared::quantity::parse_resource_list;
@@ -48,6 +53,25 @@ fn cluster(nodes: u32) -> ClusterSpec {
         prefix: "node".to_string(),
     };
     fattree::generate(&params).expect("fat tree")
+}
+
+/// `cluster(nodes)` with every node a two-socket machine (its resources from it).
+fn numa_cluster(nodes: u32) -> ClusterSpec {
+    let mut c = cluster(nodes);
+    let machine = MachineBuilder::new(2, 1, 32, 2)
+        .memory_per_numa(512 << 30)
+        .gpus_per_numa(4)
+        .hcas_per_numa(2)
+        .build();
+    let resources = hardware_resources(&machine);
+    let shared = SharedTopology::new(machine);
+    for n in &mut c.nodes {
+        let busy = n.used == n.resources;
+        n.resources = resources.clone();
+        n.used = if busy { resources.clone() } else { Default::default() };
+        n.hardware = Some(shared.clone());
+    }
+    c
 }
 
 /// A planner holding `cluster`, ticked once: the index and the resource cache are built.
@@ -201,6 +225,18 @@ fn targets(c: &mut Criterion) {
     let mut group = c.benchmark_group("small_jobs_1000");
     configure(&mut group);
     bench_place(&mut group, "small_jobs_1000", "10k", &cluster, &small);
+    group.finish();
+
+    let numa = numa_cluster(10_000);
+    let pinned = vec![
+        JobBuilder::gang("pinned", 3_000, "cpu=16,memory=64Gi,nvidia.com/gpu=4")
+            .numa("single-numa-node")
+            .hard(3)
+            .build(),
+    ];
+    let mut group = c.benchmark_group("numa_gang_3000");
+    configure(&mut group);
+    bench_place(&mut group, "numa_gang_3000", "10k", &numa, &pinned);
     group.finish();
 
     // The daemon ticks every second: the cost of a tick with nothing new to do, on an

@@ -76,7 +76,8 @@ pub fn take_cpus(
                 core_size: topo.cpus_per_core,
             });
         }
-        for pus in &topo.core_pus {
+        for c in 0..topo.core_total.len() {
+            let pus = topo.core(c);
             if !pus.iter().all(|&p| avail[p]) {
                 for &p in pus {
                     avail[p] = false;
@@ -118,8 +119,10 @@ struct Topo<'a> {
     numa_total: Vec<usize>,
     socket_total: Vec<usize>,
     core_total: Vec<usize>,
-    /// PUs of each core id, ascending.
-    core_pus: Vec<Vec<usize>>,
+    /// PUs of core id c, ascending: `core_list[core_start[c]..core_start[c + 1]]` (one
+    /// allocation instead of one per core: this is built for every task).
+    core_start: Vec<usize>,
+    core_list: Vec<usize>,
     /// NUMA nodes that have PUs.
     numa_nodes: usize,
     /// Kubelet `CPUsPerCore` = PUs / cores (at least 1).
@@ -136,12 +139,22 @@ impl<'a> Topo<'a> {
         let mut numa_total = vec![0; size(|p| p.numa)];
         let mut socket_total = vec![0; size(|p| p.socket)];
         let mut core_total = vec![0; size(|p| p.core)];
-        let mut core_pus = vec![Vec::new(); core_total.len()];
-        for (i, p) in m.pus.iter().enumerate() {
+        for p in &m.pus {
             numa_total[p.numa as usize] += 1;
             socket_total[p.socket as usize] += 1;
             core_total[p.core as usize] += 1;
-            core_pus[p.core as usize].push(i);
+        }
+        let mut core_start = Vec::with_capacity(core_total.len() + 1);
+        core_start.push(0);
+        for t in &core_total {
+            core_start.push(core_start[core_start.len() - 1] + t);
+        }
+        let mut fill = core_start.clone();
+        let mut core_list = vec![0; m.pus.len()];
+        for (i, p) in m.pus.iter().enumerate() {
+            let c = p.core as usize;
+            core_list[fill[c]] = i;
+            fill[c] += 1;
         }
         let (numas, sockets, cores) = (distinct(&numa_total), distinct(&socket_total), distinct(&core_total));
         Self {
@@ -152,8 +165,14 @@ impl<'a> Topo<'a> {
             numa_total,
             socket_total,
             core_total,
-            core_pus,
+            core_start,
+            core_list,
         }
+    }
+
+    /// The PUs of core `c`, ascending.
+    fn core(&self, c: usize) -> &[usize] {
+        &self.core_list[self.core_start[c]..self.core_start[c + 1]]
     }
 
     fn id(&self, pu: usize, level: Level) -> usize {
@@ -188,9 +207,8 @@ impl<'a> Topo<'a> {
     }
 
     fn core_counts(&self, avail: &[bool]) -> Vec<usize> {
-        self.core_pus
-            .iter()
-            .map(|pus| pus.iter().filter(|&&p| avail[p]).count())
+        (0..self.core_total.len())
+            .map(|c| self.core(c).iter().filter(|&&p| avail[p]).count())
             .collect()
     }
 
@@ -235,9 +253,13 @@ impl<'a> Topo<'a> {
         let (l1, l2) = self.levels();
         // 1. Whole free first-level units, then whole free second-level units.
         for (level, is_first) in [(l1, true), (l2, false)] {
-            let order = self.order(&acc.avail);
             let counts = self.counts(&acc.avail, level);
             let total = self.total(level);
+            // Nothing whole and small enough at this level: skip the (costly) ordering.
+            if !(0..counts.len()).any(|id| counts[id] > 0 && counts[id] == total[id] && acc.need >= total[id]) {
+                continue;
+            }
+            let order = self.order(&acc.avail);
             let ids = if is_first { order.first } else { order.second };
             for id in ids.into_iter().filter(|&id| counts[id] == total[id]) {
                 if acc.need >= total[id] {
@@ -254,7 +276,7 @@ impl<'a> Topo<'a> {
         let counts = self.core_counts(&acc.avail);
         for c in order.cores.into_iter().filter(|&c| counts[c] == self.core_total[c]) {
             if acc.need >= self.core_total[c] {
-                acc.take(&self.core_pus[c]);
+                acc.take(self.core(c));
             }
         }
         if acc.need == 0 {
@@ -265,7 +287,7 @@ impl<'a> Topo<'a> {
         let cpus: Vec<usize> = order
             .cores
             .iter()
-            .flat_map(|&c| self.core_pus[c].iter().copied().filter(|&p| acc.avail[p]))
+            .flat_map(|&c| self.core(c).iter().copied().filter(|&p| acc.avail[p]))
             .collect();
         for p in cpus {
             acc.take(&[p]);
@@ -908,7 +930,7 @@ mod tests {
             order
                 .cores
                 .iter()
-                .flat_map(|&c| t.core_pus[c].iter().copied().filter(|&p| a[p]))
+                .flat_map(|&c| t.core(c).iter().copied().filter(|&p| a[p]))
                 .collect::<Vec<_>>()
         };
         assert_eq!(cpus(&single_socket_ht(), "0-7"), [0, 4, 1, 5, 2, 6, 3, 7]);
