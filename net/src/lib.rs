@@ -1,0 +1,20 @@
+//! hyperplan's transport: what the agent, the planner and the CLI send each other and
+//! how. QUIC (quinn) with mutual TLS against a cluster CA, one MessagePack message per
+//! length-prefixed frame.
+//!
+//! - [`messages`]: the wire messages and the topology hash.
+//! - [`frame`]: length-prefixed frames with a maximum size.
+//! - [`certs`]: the cluster CA and the certificates it issues (`hyperplan certs`).
+//! - [`tls`]: rustls configs and quinn endpoints.
+//! - [`identity`]: a peer's name and role, from its certificate.
+
+pub mod certs;
+pub mod frame;
+pub mod identity;
+pub mod messages;
+pub mod tls;
+
+pub use frame::{DEFAULT_MAX_FRAME, FrameError, read_frame, write_frame};
+pub use identity::{CertRole, Identity, IdentityError, peer_identity};
+pub use messages::{PROTOCOL_VERSION, Role, topology_hash};
+pub use tls::{ALPN, TlsError, TlsMaterial, client_endpoint, connect, server_endpoint};

@@ -1,0 +1,315 @@
+//! The wire messages: what agents, the planner and the CLI say to each other, one
+//! message per frame (see `frame`), MessagePack with named fields.
+//!
+//! Every connection opens with a [`Hello`] in both directions. Then an agent speaks
+//! [`AgentMessage`] and hears [`PlannerToAgent`]; a CLI client sends [`Request`] and
+//! hears [`Response`]. Enums are externally tagged (`{"Variant": {..}}`), which
+//! round-trips through rmp-serde; field and variant names are the interface, so rename
+//! nothing without bumping [`PROTOCOL_VERSION`].
+
+use std::collections::BTreeMap;
+
+use hyperplan_shared::topology::NodeTopology;
+use serde::{Deserialize, Serialize};
+
+/// Bumped on any incompatible change to the messages below.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Who is speaking on a connection. The certificate says the same (its OU), and the
+/// planner checks that the two agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Role {
+    Agent,
+    Client,
+    Planner,
+}
+
+/// The first frame of every connection, in both directions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub version: u32,
+    pub role: Role,
+    /// Node name for an agent, user name for a client, `hyperplan-planner` for the planner.
+    pub name: String,
+}
+
+impl Hello {
+    /// A hello at this build's [`PROTOCOL_VERSION`].
+    pub fn new(role: Role, name: impl Into<String>) -> Self {
+        Self {
+            version: PROTOCOL_VERSION,
+            role,
+            name: name.into(),
+        }
+    }
+}
+
+/// Agent → planner.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum AgentMessage {
+    /// Sent once per connection, after the hellos. `node` must match the certificate's CN.
+    Register {
+        version: u32,
+        node: String,
+        labels: BTreeMap<String, String>,
+        topology: NodeTopology,
+        /// [`topology_hash`] of `topology`.
+        topology_hash: u64,
+    },
+    Heartbeat {
+        seq: u64,
+        /// 1-minute load average.
+        load: f64,
+        /// Free bytes per NUMA node, by NUMA OS index.
+        free_memory: Vec<(u32, u64)>,
+        /// `job/task` names running on the node (empty until tasks run).
+        running_tasks: Vec<String>,
+    },
+    /// The probe saw a real change (the hash moved), e.g. an IB port went down.
+    TopologyChanged { topology: NodeTopology, topology_hash: u64 },
+}
+
+/// Planner → agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PlannerToAgent {
+    Registered {
+        node: String,
+        heartbeat_interval_ms: u64,
+    },
+    Launch {
+        job: String,
+        task: String,
+        command: Vec<String>,
+        /// cpuset list syntax (`0-3,8-11`).
+        cpus: String,
+        numa_nodes: Vec<u32>,
+        /// GPU PCI bus ids.
+        gpus: Vec<String>,
+        /// NIC interface names.
+        nics: Vec<String>,
+    },
+    Kill {
+        job: String,
+        task: String,
+    },
+}
+
+/// CLI → planner. `id` is echoed in the matching [`Response`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    pub id: u64,
+    pub command: RequestCommand,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RequestCommand {
+    /// A job file as text; the planner parses it (so errors name the file).
+    Submit {
+        file_name: String,
+        text: String,
+    },
+    Cancel {
+        job: String,
+    },
+    /// One job, or all of them.
+    Status {
+        job: Option<String>,
+    },
+    Nodes,
+    HyperNodes,
+    Explain {
+        job: String,
+    },
+}
+
+/// Planner → CLI. `Ok` holds the JSON the CLI prints with `--output json`; `Err` a
+/// message for the user.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub id: u64,
+    pub result: Result<serde_json::Value, String>,
+}
+
+/// FNV-1a 64 over the named MessagePack encoding of `topology` without its live
+/// figures and probe warnings, which change between probes of an unchanged machine.
+///
+/// Stable across runs and builds: every map in `NodeTopology` is a `BTreeMap` and field
+/// order is declaration order.
+pub fn topology_hash(topology: &NodeTopology) -> u64 {
+    let mut canonical = topology.clone();
+    canonical.live = None;
+    canonical.warnings.clear();
+    // Encoding plain structs into a Vec cannot fail; an empty encoding would still hash.
+    let bytes = rmp_serde::to_vec_named(&canonical).unwrap_or_default();
+    fnv1a64(&bytes)
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes
+        .iter()
+        .fold(OFFSET, |h, &b| (h ^ u64::from(b)).wrapping_mul(PRIME))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use hyperplan_shared::topology::{LiveFigures, NumaNode};
+
+    use super::*;
+
+    fn roundtrip<T>(value: &T)
+    where
+        T: Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+    {
+        let bytes = rmp_serde::to_vec_named(value).unwrap();
+        let back: T = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(&back, value);
+    }
+
+    fn topology() -> NodeTopology {
+        NodeTopology {
+            hostname: "n001".into(),
+            architecture: "x86_64".into(),
+            total_memory: 1 << 30,
+            numa_nodes: vec![NumaNode {
+                os_index: 0,
+                local_memory: 1 << 30,
+                cpus: vec![0, 1],
+                distances: vec![10],
+            }],
+            labels: BTreeMap::from([("rack".into(), "r1".into()), ("zone".into(), "a".into())]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn fnv_matches_reference_vectors() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn hash_ignores_live_figures_and_warnings() {
+        let t = topology();
+        let mut live = t.clone();
+        live.live = Some(LiveFigures {
+            load: [1.0, 2.0, 3.0],
+            numa_free_memory: BTreeMap::from([(0, 12345)]),
+            uptime_seconds: 99,
+        });
+        live.warnings.push("could not read something".into());
+        assert_eq!(topology_hash(&t), topology_hash(&live));
+        let mut changed = t.clone();
+        changed.numa_nodes[0].cpus.push(2);
+        assert_ne!(topology_hash(&t), topology_hash(&changed));
+    }
+
+    #[test]
+    fn hash_is_stable_across_runs() {
+        // A constant: a change here means every agent re-sends its topology after upgrade.
+        let t = NodeTopology {
+            hostname: "h".into(),
+            ..Default::default()
+        };
+        assert_eq!(topology_hash(&t), topology_hash(&t.clone()));
+        let again = topology_hash(&topology());
+        assert_eq!(again, topology_hash(&topology()));
+    }
+
+    #[test]
+    fn hello_roundtrips() {
+        for role in [Role::Agent, Role::Client, Role::Planner] {
+            roundtrip(&Hello::new(role, "x"));
+        }
+    }
+
+    #[test]
+    fn every_agent_message_roundtrips() {
+        let t = topology();
+        let hash = topology_hash(&t);
+        roundtrip(&AgentMessage::Register {
+            version: PROTOCOL_VERSION,
+            node: "n001".into(),
+            labels: BTreeMap::from([("gpu".into(), "a100".into())]),
+            topology: t.clone(),
+            topology_hash: hash,
+        });
+        roundtrip(&AgentMessage::Heartbeat {
+            seq: u64::MAX,
+            load: 0.25,
+            free_memory: vec![(0, 1 << 33), (3, 7)],
+            running_tasks: vec!["job-1/0".into()],
+        });
+        roundtrip(&AgentMessage::TopologyChanged {
+            topology: t,
+            topology_hash: hash,
+        });
+    }
+
+    #[test]
+    fn every_planner_message_roundtrips() {
+        roundtrip(&PlannerToAgent::Registered {
+            node: "n001".into(),
+            heartbeat_interval_ms: 1000,
+        });
+        roundtrip(&PlannerToAgent::Launch {
+            job: "j".into(),
+            task: "0".into(),
+            command: vec!["/bin/true".into()],
+            cpus: "0-3".into(),
+            numa_nodes: vec![0],
+            gpus: vec!["0000:3b:00.0".into()],
+            nics: vec!["ib0".into()],
+        });
+        roundtrip(&PlannerToAgent::Kill {
+            job: "j".into(),
+            task: "0".into(),
+        });
+    }
+
+    #[test]
+    fn every_request_roundtrips() {
+        for command in [
+            RequestCommand::Submit {
+                file_name: "jobs.yaml".into(),
+                text: "jobs: []\n".into(),
+            },
+            RequestCommand::Cancel { job: "j".into() },
+            RequestCommand::Status { job: None },
+            RequestCommand::Status { job: Some("j".into()) },
+            RequestCommand::Nodes,
+            RequestCommand::HyperNodes,
+            RequestCommand::Explain { job: "j".into() },
+        ] {
+            roundtrip(&Request { id: 7, command });
+        }
+    }
+
+    #[test]
+    fn responses_with_json_values_roundtrip() {
+        let value = serde_json::json!({
+            "nodes": [{"name": "n001", "state": "Ready", "labels": {"rack": "r1"}, "cpus": 64,
+                       "load": 0.5, "neg": -3, "big": u64::MAX, "none": null, "ok": true}],
+            "empty": [], "nested": {"a": {"b": [1, 2.5, "x"]}}
+        });
+        roundtrip(&Response {
+            id: 1,
+            result: Ok(value),
+        });
+        roundtrip(&Response {
+            id: 2,
+            result: Err("no such job".into()),
+        });
+    }
+
+    #[test]
+    fn encoding_uses_field_names() {
+        let bytes = rmp_serde::to_vec_named(&Hello::new(Role::Agent, "n1")).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains("version") && text.contains("role") && text.contains("name"));
+    }
+}
