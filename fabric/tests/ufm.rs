@@ -313,3 +313,53 @@ fn config_errors_for_a_bad_ca_file() {
         "{msg}"
     );
 }
+
+/// A 4,096-host, 2-rail fabric: 256 leaves (a rail pair serves 32 hosts), 32 spines in 4 pods,
+/// 8 cores, both ends of every switch link listed. Checks the tiers and reports the time.
+#[test]
+fn large_fabric_groups_into_pods_quickly() {
+    let mut records = Vec::new();
+    let port =
+        |desc: &str, a: &str, b: &str| serde_json::json!({"description": desc, "system_name": a, "peer_node_name": b});
+    for h in 0..4096 {
+        let pair = h / 32; // leaves 2*pair and 2*pair+1 carry the two rails
+        for rail in 0..2 {
+            let leaf = format!("leaf{:03}", 2 * pair + rail);
+            records.push(port("Computer IB Port", &format!("gpu{h:04}"), &leaf));
+            records.push(port("Switch IB Port", &leaf, &format!("gpu{h:04} mlx5_{rail}")));
+        }
+    }
+    for l in 0..256 {
+        let pod = l / 64;
+        for s in 0..8 {
+            let (leaf, spine) = (format!("leaf{l:03}"), format!("spine{pod}-{s}"));
+            records.push(port("Switch IB Port", &leaf, &spine));
+            records.push(port("Switch IB Port", &spine, &leaf));
+        }
+    }
+    for pod in 0..4 {
+        for s in 0..8 {
+            for c in 0..8 {
+                let (spine, core) = (format!("spine{pod}-{s}"), format!("core{c}"));
+                records.push(port("Switch IB Port", &spine, &core));
+                records.push(port("Switch IB Port", &core, &spine));
+            }
+        }
+    }
+    let body = serde_json::to_vec(&records).unwrap();
+    let started = Instant::now();
+    let t = ufm::parse_ports("test", &body).unwrap();
+    let elapsed = started.elapsed();
+    eprintln!("{} port records parsed and grouped in {elapsed:?}", t.records);
+    let per_tier = |k: u32| t.hypernodes.iter().filter(|h| h.tier == k).count();
+    assert_eq!((per_tier(1), per_tier(2), per_tier(3)), (128, 4, 1));
+    assert!(
+        t.hypernodes
+            .iter()
+            .filter(|h| h.tier == 1)
+            .all(|h| h.members.len() == 32)
+    );
+    assert_eq!(t.hypernodes.last().unwrap().name, "core-hn");
+    assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+}

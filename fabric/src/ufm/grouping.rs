@@ -9,8 +9,9 @@
 //! `spine-hn` (tier 2) over every `leaf-hn-*`, sorted as strings (`leaf-hn-10` before
 //! `leaf-hn-2`).
 //!
-//! hyperplan's addition: records between two switches (`system_name` and `peer_node_name`
-//! both switches, i.e. neither is a host of a "Computer" record) give the switch graph.
+//! hyperplan's addition: records between two switches give the switch graph. A switch is
+//! a leaf or the `system_name` of a record that is not "Computer", and not a host; a
+//! record counts when both its `system_name` and `peer_node_name` are switches.
 //! Switches are layered by hop distance from the leaves; tier k+1 groups the tier-k
 //! HyperNodes that are connected through the next layer of switches. A tier that ends in
 //! one HyperNode is the top. Names: `spine-hn` / `core-hn` / `tier<k>-hn` when a tier has
@@ -178,15 +179,22 @@ pub fn group_ports(body: &Value) -> UfmTopology {
         .map(|(i, g)| spec(format!("{}-{i}", name_stem(1)), 1, MemberType::Node, g.hosts.iter()))
         .collect();
 
-    // Switch graph between switches only: a link touching a host is a host link seen
-    // from the switch side, already covered (or not) by the "Computer" records.
+    // Switch graph between switches only. A switch is a leaf or the `system_name` of a
+    // non-host record; the far end of a switch port must be one too. The switch side of a
+    // host link may name the host differently (its node description, say), so "not a
+    // known host" is not enough: such a peer would become a fake upper switch.
+    let switches: BTreeSet<&str> = other_links
+        .iter()
+        .map(|&(a, _)| a)
+        .chain(leaf_hosts.keys().copied())
+        .filter(|s| !host_leaves.contains_key(s))
+        .collect();
     let mut adjacency: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for &(a, b) in &other_links {
-        if host_leaves.contains_key(a) || host_leaves.contains_key(b) {
-            continue;
+        if switches.contains(a) && switches.contains(b) {
+            adjacency.entry(a).or_default().insert(b);
+            adjacency.entry(b).or_default().insert(a);
         }
-        adjacency.entry(a).or_default().insert(b);
-        adjacency.entry(b).or_default().insert(a);
     }
     let switch_links = adjacency.values().map(BTreeSet::len).sum::<usize>() / 2;
     let leaves_have_uplinks = leaf_hosts.keys().any(|l| adjacency.contains_key(l));
@@ -480,6 +488,7 @@ mod tests {
         }
         for s in ["S0", "S1", "S2", "S3"] {
             v.push(link(s, "C0"));
+            v.push(link("C0", s));
         }
         // The switch side of a host link is not a switch-to-switch link.
         v.push(link("L0", "h0"));
@@ -511,12 +520,28 @@ mod tests {
         for l in ["L0", "L1"] {
             for s in ["S0", "S1"] {
                 v.push(link(l, s));
+                v.push(link(s, l));
             }
         }
         let with_links = group_ports(&Value::Array(v));
         let without = group_ports(&json!([host("a", "L0"), host("b", "L1")]));
         assert_eq!(with_links.hypernodes, without.hypernodes);
         assert_eq!(with_links.switch_links, 4);
+    }
+
+    #[test]
+    fn switch_side_of_host_links_under_other_names_is_not_an_uplink() {
+        // UFM may name the host on the switch side by its node description.
+        let v = vec![
+            host("a", "L0"),
+            host("b", "L1"),
+            link("L0", "a mlx5_0"),
+            link("L1", "b mlx5_0"),
+        ];
+        let t = group_ports(&Value::Array(v));
+        let volcano = group_ports(&json!([host("a", "L0"), host("b", "L1")]));
+        assert_eq!(t.hypernodes, volcano.hypernodes);
+        assert_eq!(t.switch_links, 0);
     }
 
     #[test]
@@ -528,6 +553,8 @@ mod tests {
             link("L0", "S0"),
             link("L1", "S0"),
             link("L2", "S9"),
+            link("S0", "L0"),
+            link("S9", "L2"),
         ];
         let t = group_ports(&Value::Array(v));
         let s = summary(&t);
