@@ -6,6 +6,7 @@
 //! and `certs` arrive with the daemon.
 
 mod cluster;
+mod fabric;
 mod simulate;
 mod topology;
 
@@ -35,6 +36,11 @@ enum Command {
         #[command(subcommand)]
         command: cluster::Command,
     },
+    /// Fabric topology: HyperNodes from ibnetdiscover dumps, Slurm topology.conf in and out.
+    Topology {
+        #[command(subcommand)]
+        command: fabric::Command,
+    },
 }
 
 fn main() -> ExitCode {
@@ -49,6 +55,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(args),
         Command::Cluster { command } => cluster::run(command),
+        Command::Topology { command } => fabric::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

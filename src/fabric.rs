@@ -1,0 +1,217 @@
+//! `hyperplan topology`: HyperNodes from an InfiniBand fabric dump, and Slurm
+//! `topology.conf` in and out, printed so a person can inspect or edit them before use.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::{Subcommand, ValueEnum};
+use hyperplan_fabric::slurm::{parse_topology_conf, to_topology_conf};
+use hyperplan_fabric::tiers::{host_count, level_counts};
+use hyperplan_fabric::{Discovery, GuidMap, HostNames, discover, dot, json, parse_ibnetdiscover};
+use hyperplan_shared::HyperNodeSpec;
+use hyperplan_shared::hypernode::{parse_hypernode_manifests, to_hypernode_manifests};
+
+/// How many unmapped CAs the stderr summary lists before it says "and N more".
+const UNMAPPED_SHOWN: usize = 10;
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Build HyperNodes (every tier) from an `ibnetdiscover` dump.
+    ///
+    /// Reads the standard `ibnetdiscover` output or its `-p` ports report. Host CAs are
+    /// named by --guid-map, else by the host name in their node description
+    /// (`"gpu017 mlx5_0"` → gpu017); CAs nothing names are listed on stderr, never guessed.
+    /// SHARP aggregation nodes and other switch-internal CAs are not hosts. Tier 1 groups the
+    /// leaf switches that share a host (multi-rail nodes join their leaves); each higher tier
+    /// groups the tier below through the next layer of switches, up to the top. A director
+    /// chassis counts as one switch. Tier names: leaf, spine, core, tier4, ….
+    #[command(after_help = "Examples:\n  \
+        ibnetdiscover > fabric.out\n  \
+        hyperplan topology discover --ibnetdiscover fabric.out > hypernodes.yaml\n  \
+        hyperplan topology discover --ibnetdiscover fabric.out --guid-map hosts.map --output slurm > topology.conf\n  \
+        hyperplan topology discover --ibnetdiscover fabric.out --output dot | dot -Tsvg > fabric.svg\n\n\
+        GUID map file: one `GUID HOST` per line, the GUID written H-<16 hex digits> (as ibnetdiscover\n\
+        names CAs), 0x<hex> or hex, node or port GUID; `#` starts a comment. ibnetdiscover's own\n\
+        --node-name-map files work too.")]
+    Discover {
+        /// The `ibnetdiscover` (or `ibnetdiscover -p`) output to read.
+        #[arg(long, value_name = "FILE")]
+        ibnetdiscover: PathBuf,
+        /// GUID → host name map for CAs whose descriptions do not name their host.
+        #[arg(long, value_name = "FILE")]
+        guid_map: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "yaml")]
+        output: DiscoverOutput,
+    },
+    /// Read a Slurm `topology.conf` (topology/tree) as HyperNodes.
+    ///
+    /// `SwitchName=… Nodes=…` switches are tier 1; a switch's tier is one more than its
+    /// highest child switch. Hostlists such as `gpu[001-016,020]` are expanded; `LinkSpeed`
+    /// is ignored. A cycle of `Switches=` references is broken with a warning on stderr.
+    #[command(after_help = "Example:\n  hyperplan topology import --slurm /etc/slurm/topology.conf > hypernodes.yaml")]
+    Import {
+        /// The `topology.conf` to read.
+        #[arg(long, value_name = "FILE")]
+        slurm: PathBuf,
+        #[arg(long, value_enum, default_value = "yaml")]
+        output: ImportOutput,
+    },
+    /// Write HyperNodes (Volcano HyperNode manifest files) in another tool's format.
+    ///
+    /// `--format slurm` writes a topology.conf for Slurm's topology/tree plugin, one
+    /// `SwitchName=` line per HyperNode, names compressed to hostlists.
+    #[command(
+        after_help = "Example:\n  hyperplan topology export --format slurm --hypernodes hypernodes.yaml > topology.conf"
+    )]
+    Export {
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+        /// Volcano HyperNode manifest files (several YAML documents each). Repeat for several.
+        #[arg(long, value_name = "FILE", required = true, num_args = 1..)]
+        hypernodes: Vec<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum DiscoverOutput {
+    /// Volcano HyperNode manifests (`kubectl apply -f` and hyperplan's hyperNodeFiles take them).
+    Yaml,
+    /// A Slurm topology.conf.
+    Slurm,
+    /// A Graphviz tree: pipe it to `dot -Tsvg`.
+    Dot,
+    /// HyperNodes, switches with their levels, hosts, unmapped and excluded CAs, warnings.
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ImportOutput {
+    /// Volcano HyperNode manifests.
+    Yaml,
+    /// `{"hypernodes": [...], "warnings": [...]}`.
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ExportFormat {
+    /// Slurm topology.conf (topology/tree).
+    Slurm,
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+pub fn run(cmd: Command) -> anyhow::Result<()> {
+    match cmd {
+        Command::Discover {
+            ibnetdiscover,
+            guid_map,
+            output,
+        } => run_discover(&ibnetdiscover, guid_map.as_deref(), output),
+        Command::Import { slurm, output } => {
+            let imported = parse_topology_conf(&read(&slurm)?, &slurm)?;
+            for w in &imported.warnings {
+                eprintln!("warning: {w}");
+            }
+            let text = match output {
+                ImportOutput::Yaml => to_hypernode_manifests(&imported.hypernodes),
+                ImportOutput::Json => pretty(&json::hypernodes_json(&imported.hypernodes, &imported.warnings))?,
+            };
+            print!("{text}");
+            Ok(())
+        }
+        Command::Export { format, hypernodes } => {
+            let mut all: Vec<HyperNodeSpec> = Vec::new();
+            let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+            for path in &hypernodes {
+                for h in parse_hypernode_manifests(&read(path)?, path)? {
+                    if let Some(first) = seen.insert(h.name.clone(), path.clone()) {
+                        bail!(
+                            "{}: HyperNode {:?} is also defined in {}; names must be unique",
+                            path.display(),
+                            h.name,
+                            first.display()
+                        );
+                    }
+                    all.push(h);
+                }
+            }
+            match format {
+                ExportFormat::Slurm => print!("{}", to_topology_conf(&all)?),
+            }
+            Ok(())
+        }
+    }
+}
+
+fn pretty(v: &serde_json::Value) -> anyhow::Result<String> {
+    Ok(serde_json::to_string_pretty(v).context("encoding JSON")? + "\n")
+}
+
+fn run_discover(dump: &Path, guid_map: Option<&Path>, output: DiscoverOutput) -> anyhow::Result<()> {
+    let mut names = HostNames::default();
+    if let Some(path) = guid_map {
+        names.map_file = GuidMap::parse(&read(path)?, path)?;
+    }
+    let fabric = parse_ibnetdiscover(&read(dump)?, dump)?;
+    let d = discover(&fabric, &names)?;
+    eprint!("{}", summary(&d, dump));
+    let text = match output {
+        DiscoverOutput::Yaml => to_hypernode_manifests(&d.hypernodes),
+        DiscoverOutput::Slurm => to_topology_conf(&d.hypernodes)?,
+        DiscoverOutput::Dot => dot::to_dot(&d.hypernodes),
+        DiscoverOutput::Json => pretty(&json::discovery_json(&d))?,
+    };
+    print!("{text}");
+    Ok(())
+}
+
+/// What a person should know on stderr: counts, unmapped CAs, warnings.
+fn summary(d: &Discovery, dump: &Path) -> String {
+    let levels: Vec<String> = level_counts(d)
+        .iter()
+        .map(|(l, n)| format!("{n} at level {l}"))
+        .collect();
+    let tiers = d.hypernodes.iter().map(|h| h.tier).max().unwrap_or(0);
+    let mut out = format!(
+        "{}: {} switches ({}), {} hosts on {} CAs, {} switch-internal CAs left out (SHARP); {} HyperNodes in {} tier(s)\n",
+        dump.display(),
+        d.switches.len(),
+        if levels.is_empty() {
+            "none reach a host".to_string()
+        } else {
+            levels.join(", ")
+        },
+        host_count(d),
+        d.hosts.len(),
+        d.excluded.len(),
+        d.hypernodes.len(),
+        tiers
+    );
+    if !d.unmapped.is_empty() {
+        out.push_str(&format!(
+            "{} CA(s) name no host; map their GUIDs with --guid-map (they are in no HyperNode):\n",
+            d.unmapped.len()
+        ));
+        for u in d.unmapped.iter().take(UNMAPPED_SHOWN) {
+            out.push_str(&format!(
+                "  {} {:?} on {}\n",
+                u.id,
+                u.description,
+                u.switches.join(", ")
+            ));
+        }
+        if d.unmapped.len() > UNMAPPED_SHOWN {
+            out.push_str(&format!(
+                "  … and {} more (all of them: --output json, \"unmapped\")\n",
+                d.unmapped.len() - UNMAPPED_SHOWN
+            ));
+        }
+    }
+    for w in &d.warnings {
+        out.push_str(&format!("warning: {w}\n"));
+    }
+    out
+}
