@@ -69,6 +69,12 @@ pub enum UfmError {
         source: std::io::Error,
     },
 
+    #[error(
+        "TLS with UFM at {url} failed: {why}; expected a certificate from a trusted CA (set caFile to UFM's CA, \
+         or insecureSkipVerify for a lab)"
+    )]
+    Tls { url: String, why: String },
+
     #[error("cannot reach UFM at {url}: {source}")]
     Transport {
         url: String,

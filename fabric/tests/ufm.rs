@@ -5,11 +5,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use hyperplan_fabric::ufm::{self, UfmConfig, UfmError, UfmSource};
@@ -101,21 +101,38 @@ enum Behaviour {
 
 /// Starts a server on 127.0.0.1:0; returns its base URL and the Authorization headers seen.
 fn server(behaviour: Behaviour) -> (String, mpsc::Receiver<Option<String>>) {
+    serve(behaviour, None)
+}
+
+/// Like [`server`], with TLS under this rustls configuration when given (`https://`).
+fn serve(behaviour: Behaviour, tls: Option<Arc<rustls::ServerConfig>>) -> (String, mpsc::Receiver<Option<String>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = mpsc::channel();
+    let scheme = if tls.is_some() { "https" } else { "http" };
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { return };
             let tx = tx.clone();
-            std::thread::spawn(move || handle(stream, behaviour, &tx));
+            let tls = tls.clone();
+            std::thread::spawn(move || match tls {
+                None => handle(stream, behaviour, &tx),
+                Some(config) => {
+                    let Ok(conn) = rustls::ServerConnection::new(config) else {
+                        return;
+                    };
+                    handle(rustls::StreamOwned::new(conn, stream), behaviour, &tx);
+                }
+            });
         }
     });
-    (format!("http://{addr}"), rx)
+    (format!("{scheme}://{addr}"), rx)
 }
 
-fn handle(stream: TcpStream, behaviour: Behaviour, seen: &mpsc::Sender<Option<String>>) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
+/// Reads one request (line and headers; a GET has no body) and answers it. I/O errors
+/// (a client that gave up, a refused TLS handshake) end the connection quietly.
+fn handle<S: Read + Write>(mut stream: S, behaviour: Behaviour, seen: &mpsc::Sender<Option<String>>) {
+    let mut reader = BufReader::new(&mut stream);
     let mut request_line = String::new();
     if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
         return;
@@ -132,6 +149,7 @@ fn handle(stream: TcpStream, behaviour: Behaviour, seen: &mpsc::Sender<Option<St
             auth = Some(v.trim().to_string());
         }
     }
+    drop(reader);
     assert!(
         request_line.starts_with("GET /ufmRest/resources/ports HTTP/1.1"),
         "{request_line:?}"
@@ -146,7 +164,6 @@ fn handle(stream: TcpStream, behaviour: Behaviour, seen: &mpsc::Sender<Option<St
         Behaviour::Serve(_) => (401, b"Unauthorized"),
         Behaviour::Status(s) => (s, b"Internal Server Error"),
     };
-    let mut stream = stream;
     let head = format!(
         "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
@@ -362,4 +379,56 @@ fn large_fabric_groups_into_pods_quickly() {
     assert_eq!(t.hypernodes.last().unwrap().name, "core-hn");
     assert!(t.warnings.is_empty(), "{:?}", t.warnings);
     assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+}
+
+/// A self-signed certificate for 127.0.0.1: its PEM (for `caFile`) and a rustls server
+/// configuration on ring.
+fn self_signed() -> (String, Arc<rustls::ServerConfig>) {
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+    let key = rustls::pki_types::PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der());
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![ck.cert.der().clone()], key.into())
+        .unwrap();
+    (ck.cert.pem(), Arc::new(config))
+}
+
+#[test]
+fn https_verifies_the_certificate_unless_told_not_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let creds = credentials(dir.path(), "admin:secret\n", 0o600);
+    let (pem, tls) = self_signed();
+    let (url, seen) = serve(Behaviour::Serve(leak(mock_ports())), Some(tls));
+    assert!(url.starts_with("https://"));
+    let mut cfg = config(&url, creds);
+    cfg.timeout = Duration::from_secs(5);
+
+    // Verification on, server's certificate not from a trusted CA: refused, no request.
+    let err = ufm::fetch(&cfg).unwrap_err();
+    assert!(matches!(err, UfmError::Tls { .. }), "{err}");
+    assert!(
+        err.to_string().contains(&url) && err.to_string().contains("caFile"),
+        "{err}"
+    );
+    assert!(
+        seen.try_recv().is_err(),
+        "credentials were sent over an unverified connection"
+    );
+
+    // Trusted through caFile.
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &pem).unwrap();
+    let mut trusted = cfg.clone();
+    trusted.ca_file = Some(ca);
+    let t = ufm::fetch(&trusted).unwrap();
+    assert_eq!(shape(&t.hypernodes), expected_shape());
+    assert_eq!(seen.recv().unwrap().as_deref(), Some(GOOD_AUTH));
+
+    // Not verified at all with insecureSkipVerify.
+    let mut insecure = cfg;
+    insecure.insecure_skip_verify = true;
+    let t = ufm::fetch(&insecure).unwrap();
+    assert_eq!(shape(&t.hypernodes), expected_shape());
 }

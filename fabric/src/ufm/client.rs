@@ -138,7 +138,17 @@ impl UfmSource {
                     secs: self.config.timeout.as_secs_f64(),
                 }
             }
-            ureq::Error::Io(source) => UfmError::Io { url, source },
+            ureq::Error::Io(source) => match source.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
+                Some(tls) => UfmError::Tls {
+                    url,
+                    why: tls.to_string(),
+                },
+                None => UfmError::Io { url, source },
+            },
+            ureq::Error::Rustls(tls) => UfmError::Tls {
+                url,
+                why: tls.to_string(),
+            },
             ureq::Error::BodyExceedsLimit(limit) => UfmError::TooLarge { url, limit },
             source => UfmError::Transport {
                 url,
