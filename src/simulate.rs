@@ -12,6 +12,9 @@ use hyperplan_planner::{PlannerConfig, sim};
 pub enum Output {
     /// A table for people: job, status, HyperNode, nodes, reason.
     Table,
+    /// A row per task: rank, node, and its NUMA pinning (CPUs, NUMA nodes, memory per
+    /// NUMA node, GPUs, NICs).
+    Tasks,
     /// The full report; field names are a stable interface for scripts.
     Json,
     /// The same report as YAML.
@@ -25,9 +28,13 @@ pub enum Output {
 /// never run. Problems a running planner would survive (a broken HyperNode, an unknown
 /// tier name) are warnings on stderr and in the report; unreadable files are errors
 /// naming FILE:LINE:COLUMN and the field.
+///
+/// Nodes with `topology:` (hwloc XML, synthetic, saved probe) get NUMA-aligned CPUs,
+/// memory, GPUs and NICs for tasks with a `topologyPolicy`; `--output tasks` shows them.
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Example:\n  hyperplan simulate --cluster examples/cluster.yaml --jobs examples/jobs.yaml --output json"
+    after_help = "Examples:\n  hyperplan simulate --cluster examples/cluster.yaml --jobs examples/jobs.yaml --output json\n  \
+                  hyperplan simulate --cluster examples/numa-cluster.yaml --jobs examples/numa-jobs.yaml --output tasks"
 )]
 pub struct Args {
     /// Cluster file (nodes, hyperNodes, hyperNodeFiles, discovery).
@@ -39,7 +46,8 @@ pub struct Args {
     jobs: Vec<PathBuf>,
     #[arg(long, value_enum, default_value = "table")]
     output: Output,
-    /// Planner configuration (TOML); its [scoring] section takes Volcano's plugin arguments.
+    /// Planner configuration (TOML): [scoring] takes Volcano's network-topology-aware
+    /// plugin arguments, [numa] the default topology policy and the numa-aware weight.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 }
@@ -72,6 +80,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let text = match args.output {
         Output::Table => sim::render_table(&report),
+        Output::Tasks => sim::render_task_table(&report),
         Output::Json => serde_json::to_string_pretty(&report).context("encoding the report")? + "\n",
         Output::Yaml => serde_saphyr::to_string(&report).context("encoding the report")?,
     };

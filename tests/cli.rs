@@ -214,6 +214,26 @@ fn bad_input_errors_name_file_line_column_and_field() {
             ],
         ),
         (
+            "fractional_cpu_with_numa_policy",
+            vec![
+                ("cluster.yaml", CLUSTER),
+                (
+                    "jobs.yaml",
+                    "name: j\ntasks:\n  - name: w\n    replicas: 1\n    topologyPolicy: restricted\n    resources: {cpu: 1500m}\n",
+                ),
+            ],
+        ),
+        (
+            "unknown_cpu_placement",
+            vec![
+                ("cluster.yaml", CLUSTER),
+                (
+                    "jobs.yaml",
+                    "name: j\ntasks:\n  - name: w\n    replicas: 1\n    cpuPlacement: scattered\n    resources: {cpu: 1}\n",
+                ),
+            ],
+        ),
+        (
             "duplicate_job",
             vec![
                 ("cluster.yaml", CLUSTER),
@@ -387,4 +407,33 @@ fn nodes_described_by_their_hardware_get_resources_from_it() {
         "64 PUs from the synthetic topology"
     );
     assert_eq!(job("too-many")["status"], "rejected");
+}
+
+/// The NUMA example: the task table people read, and the pinning fields of the JSON.
+#[test]
+fn numa_example_pins_tasks() {
+    let args = [
+        "simulate",
+        "--cluster",
+        "examples/numa-cluster.yaml",
+        "--jobs",
+        "examples/numa-jobs.yaml",
+    ];
+    let out = hyperplan(root(), &[&args[..], &["--output", "tasks"]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    insta::assert_snapshot!(text(&out.stdout));
+    let v = json(&hyperplan(root(), &[&args[..], &["--output", "json"]].concat()));
+    let rank0 = &v["jobs"][0]["tasks"][0];
+    assert_eq!(v["jobs"][0]["name"], "llm-train");
+    assert_eq!(rank0["cpus"], "0-23,112-135");
+    assert_eq!(rank0["numaNodes"], serde_json::json!([0]));
+    assert_eq!(rank0["memoryNuma"], serde_json::json!({"0": 549755813888u64}));
+    assert_eq!(
+        rank0["gpus"],
+        serde_json::json!(["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0"])
+    );
+    assert_eq!(
+        rank0["nics"],
+        serde_json::json!(["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"])
+    );
 }

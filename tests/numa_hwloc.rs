@@ -24,7 +24,9 @@ fn synthetic(desc: &str) -> NodeTopology {
 }
 
 fn xml(name: &str) -> NodeTopology {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/hwloc-xml").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data/hwloc-xml")
+        .join(name);
     probe(&ProbeOptions {
         source: Source::HwlocXml(path),
         ..ProbeOptions::local()
@@ -136,8 +138,20 @@ fn kubelet_packed_cases_on_hwloc_machines() {
                 available: 4,
             }),
         ),
-        ("take zero cpus from single socket with HT", single_socket_ht(), "0-7", 0, Ok("")),
-        ("take one cpu from single socket with HT", single_socket_ht(), "0-7", 1, Ok("0")),
+        (
+            "take zero cpus from single socket with HT",
+            single_socket_ht(),
+            "0-7",
+            0,
+            Ok(""),
+        ),
+        (
+            "take one cpu from single socket with HT",
+            single_socket_ht(),
+            "0-7",
+            1,
+            Ok("0"),
+        ),
         (
             "take one cpu from single socket with HT, some cpus are taken",
             single_socket_ht(),
@@ -145,8 +159,20 @@ fn kubelet_packed_cases_on_hwloc_machines() {
             1,
             Ok("6"),
         ),
-        ("take two cpus from single socket with HT", single_socket_ht(), "0-7", 2, Ok("0,4")),
-        ("take all cpus from single socket with HT", single_socket_ht(), "0-7", 8, Ok("0-7")),
+        (
+            "take two cpus from single socket with HT",
+            single_socket_ht(),
+            "0-7",
+            2,
+            Ok("0,4"),
+        ),
+        (
+            "take all cpus from single socket with HT",
+            single_socket_ht(),
+            "0-7",
+            8,
+            Ok("0-7"),
+        ),
         (
             "take two cpus from single socket with HT, only one core totally free",
             single_socket_ht(),
@@ -218,7 +244,13 @@ fn kubelet_packed_cases_on_hwloc_machines() {
             Ok("0-29,40-69,30,31,70,71"),
         ),
         // The quad-socket stand-in: a whole socket, then a whole socket plus a core.
-        ("take a socket from quad socket with HT", quad_socket_ht(), "0-31", 8, Ok("0-3,16-19")),
+        (
+            "take a socket from quad socket with HT",
+            quad_socket_ht(),
+            "0-31",
+            8,
+            Ok("0-3,16-19"),
+        ),
         (
             "take a socket and a core from quad socket with HT",
             quad_socket_ht(),
@@ -277,7 +309,9 @@ fn placed_tasks(r: &Report, job: &str) -> usize {
 /// NUMA node each fill it, one NUMA node each; a 25th waits and says why.
 #[test]
 fn twenty_four_numa_machine_fills_one_numa_node_per_task() {
-    let cluster = ClusterBuilder::flat(1).hardware(xml("xml__192em64t-24n8c2t.xml")).build();
+    let cluster = ClusterBuilder::flat(1)
+        .hardware(xml("xml__192em64t-24n8c2t.xml"))
+        .build();
     let jobs = vec![
         JobBuilder::gang("numa", 24, "cpu=16").numa("single-numa-node").build(),
         JobBuilder::gang("extra", 1, "cpu=2")

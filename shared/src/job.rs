@@ -97,7 +97,7 @@ const CPU_PLACEMENTS: [&str; 2] = ["packed", "spread"];
 /// policy), so its `cpu` must be whole. `Some(what is wrong)` otherwise.
 pub fn whole_cpu_problem(policy: &str, resources: &Resources) -> Option<String> {
     let cpu = resources.get(crate::CPU);
-    (policy != "none" && cpu % 1000 != 0).then(|| {
+    (policy != "none" && !cpu.is_multiple_of(1000)).then(|| {
         format!(
             "expected a whole number of CPUs, got {}: a task with a NUMA policy gets exclusive CPUs (ask for {} or {})",
             crate::quantity::format_quantity(crate::CPU, cpu),

@@ -13,7 +13,7 @@ use hyperplan_shared::{ClusterSpec, JobSpec};
 use crate::config::PlannerConfig;
 use crate::core::{Command, Event, Planner, view};
 
-pub use table::render_table;
+pub use table::{render_table, render_task_table};
 
 /// Loads the cluster into a fresh planner (nodes, static HyperNodes, label discovery).
 pub fn planner_for(cluster: &ClusterSpec, config: PlannerConfig) -> Planner {

@@ -1,7 +1,10 @@
-//! The placement table people read: job, status, HyperNode, nodes as a compressed
-//! hostlist, reason.
+//! The tables people read: per job (status, HyperNode, nodes as a compressed hostlist,
+//! reason) and per task (rank, node, and where it is pinned: CPUs, NUMA nodes, memory,
+//! GPUs, rails).
 
+use hyperplan_shared::MEMORY;
 use hyperplan_shared::hostlist;
+use hyperplan_shared::quantity::format_quantity;
 use hyperplan_shared::report::{JobStatus, Report};
 
 pub fn render_table(report: &Report) -> String {
@@ -34,25 +37,7 @@ pub fn render_table(report: &Report) -> String {
             j.reason.clone().unwrap_or_default(),
         ]);
     }
-    let mut widths = [0usize; 4];
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r.iter()) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for r in &rows {
-        let mut line = String::new();
-        for (i, c) in r.iter().enumerate() {
-            if i < 4 {
-                line.push_str(&format!("{c:<w$}  ", w = widths[i]));
-            } else {
-                line.push_str(c);
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+    let mut out = columns(&rows);
     let s = &report.summary;
     out.push_str(&format!(
         "\n{} placed, {} pending, {} rejected; makespan {} s\n",
@@ -60,6 +45,68 @@ pub fn render_table(report: &Report) -> String {
     ));
     for w in &report.warnings {
         out.push_str(&format!("warning: {w}\n"));
+    }
+    out
+}
+
+/// One row per task: job, task, rank, node, and its pinning (`-` where it has none).
+pub fn render_task_table(report: &Report) -> String {
+    let mut rows: Vec<[String; 9]> = vec![[
+        "JOB".into(),
+        "TASK".into(),
+        "RANK".into(),
+        "NODE".into(),
+        "CPUS".into(),
+        "NUMA".into(),
+        "MEMORY".into(),
+        "GPUS".into(),
+        "NICS".into(),
+    ]];
+    let dash = |s: String| if s.is_empty() { "-".to_string() } else { s };
+    for j in &report.jobs {
+        for t in &j.tasks {
+            let numa: Vec<String> = t.numa_nodes.iter().map(|n| n.to_string()).collect();
+            let memory: Vec<String> = t
+                .memory_numa
+                .iter()
+                .map(|(n, b)| format!("{}@{n}", format_quantity(MEMORY, *b)))
+                .collect();
+            rows.push([
+                j.name.clone(),
+                t.name.clone(),
+                t.rank.map_or_else(|| "-".into(), |r| r.to_string()),
+                t.node.clone().unwrap_or_else(|| "-".into()),
+                dash(t.cpus.clone().unwrap_or_default()),
+                dash(numa.join(",")),
+                dash(memory.join(",")),
+                dash(t.gpus.join(",")),
+                dash(t.nics.join(",")),
+            ]);
+        }
+    }
+    columns(&rows)
+}
+
+/// Left-aligned columns, two spaces apart; the last column is not padded.
+fn columns<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r.iter()) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (i, c) in r.iter().enumerate() {
+            if i + 1 < N {
+                line.push_str(&format!("{c:<w$}  ", w = widths[i]));
+            } else {
+                line.push_str(c);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
     }
     out
 }
