@@ -5,6 +5,9 @@
 //! [`assign`] only reads the free state; the caller applies the result with [`apply`] and
 //! gives it back with [`release`].
 
+use hyperplan_shared::MEMORY;
+use hyperplan_shared::quantity::format_quantity;
+
 use super::cpus::{CpuPlacement, take_cpus};
 use super::hints::{Policy, Request, decide};
 use super::{NumaFree, NumaMachine, NumaMask};
@@ -87,7 +90,7 @@ pub fn assign(machine: &NumaMachine, free: &NumaFree, task: &TaskNuma) -> Result
         pu_numa = pu_numa.or(NumaMask::single(i));
     }
     let gpus = pick_gpus(machine, free, task, mask, pu_numa, all)?;
-    let memory = pick_memory(free, task, mask, &pu_count, n)?;
+    let memory = pick_memory(machine, free, task, mask, &pu_count, n)?;
 
     let mut numa = pu_numa;
     for &(i, _) in &memory {
@@ -148,7 +151,7 @@ fn pick_pus(
         return Err(format!(
             "{policy}: only {in_mask} of {} requested PUs are free on NUMA nodes {}",
             task.cpus,
-            mask_list(mask)
+            machine.os_list(mask)
         ));
     }
     let mut out = if first > 0 {
@@ -220,7 +223,7 @@ fn pick_gpus(
                 "{policy}: only {} of {} requested GPUs are free on NUMA nodes {}",
                 keyed.len(),
                 task.gpus,
-                mask_list(mask)
+                machine.os_list(mask)
             ));
         }
         keyed.into_iter().take(task.gpus).map(|k| k.3).collect()
@@ -230,6 +233,7 @@ fn pick_gpus(
 }
 
 fn pick_memory(
+    machine: &NumaMachine,
     free: &NumaFree,
     task: &TaskNuma,
     mask: NumaMask,
@@ -258,9 +262,9 @@ fn pick_memory(
         return match order.iter().find(|&&i| fmem(i) >= task.memory) {
             Some(&i) => Ok(vec![(i, task.memory)]),
             None => Err(format!(
-                "{policy}: no NUMA node in {} has {} bytes of free memory",
-                mask_list(mask),
-                task.memory
+                "{policy}: no NUMA node of {} has {} of free memory",
+                machine.os_list(mask),
+                format_quantity(MEMORY, task.memory)
             )),
         };
     }
@@ -278,17 +282,14 @@ fn pick_memory(
     }
     if need > 0 {
         return Err(format!(
-            "{policy}: not enough free memory: requested {} bytes, {} short",
-            task.memory, need
+            "{policy}: not enough free memory: requested {}, {} short",
+            format_quantity(MEMORY, task.memory),
+            format_quantity(MEMORY, need)
         ));
     }
     Ok(out)
 }
 
-fn mask_list(m: NumaMask) -> String {
-    let v: Vec<String> = m.iter().map(|i| i.to_string()).collect();
-    format!("{{{}}}", v.join(","))
-}
 
 /// Takes the assignment's resources out of `free`.
 pub fn apply(free: &mut NumaFree, a: &Assignment) {

@@ -359,7 +359,10 @@ fn describe(req: &Request, free: bool) -> String {
         parts.push(format!("{} {f}PUs", req.cpus));
     }
     if req.memory > 0 {
-        parts.push(format!("{} bytes of {f}memory", req.memory));
+        parts.push(format!(
+            "{} of {f}memory",
+            hyperplan_shared::quantity::format_quantity(hyperplan_shared::MEMORY, req.memory)
+        ));
     }
     if req.gpus > 0 {
         parts.push(format!("{} GPUs", req.gpus));
@@ -374,9 +377,6 @@ fn describe(req: &Request, free: bool) -> String {
     }
 }
 
-fn mask_list(m: NumaMask) -> String {
-    m.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
-}
 
 /// Build the providers for the requested resources.
 fn providers(machine: &NumaMachine, free: &NumaFree, req: &Request, n: usize) -> Vec<Provider> {
@@ -557,7 +557,7 @@ fn decide_with_budget(
         format!(
             "restricted: no preferred NUMA alignment for {} (best: NUMA nodes {})",
             describe(req, false),
-            hint.mask.map_or_else(|| "any".to_string(), mask_list)
+            hint.mask.map_or_else(|| "any".to_string(), |m| machine.os_list(m))
         )
     });
     (Decision { admit, hint, reason }, search.exhausted)
@@ -1093,7 +1093,7 @@ mod tests {
         let d = decide(&m, &f, &req(2, 45 * GIB, 0), Policy::Restricted);
         assert!(!d.admit);
         assert_eq!(d.hint.mask, Some(NumaMask(0b11)));
-        assert!(d.reason.unwrap().contains("2 PUs and 48318382080 bytes of memory"));
+        assert!(d.reason.unwrap().contains("2 PUs and 45Gi of memory"));
     }
 
     #[test]

@@ -142,6 +142,14 @@ impl NumaMachine {
         }
     }
 
+    /// OS indexes of the NUMA nodes in `m`, for messages: `0,1` (sparse ids stay sparse).
+    pub fn os_list(&self, m: NumaMask) -> String {
+        m.iter()
+            .map(|i| self.numa_os.get(i).map_or_else(|| format!("#{i}"), |os| os.to_string()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     pub fn numa_count(&self) -> usize {
         self.numa_os.len()
     }
