@@ -13,6 +13,7 @@ pub mod job;
 pub mod quantity;
 pub mod report;
 pub mod resources;
+pub mod status;
 pub mod topology;
 mod yaml;
 

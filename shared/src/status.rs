@@ -1,0 +1,125 @@
+//! What a running planner tells people: its nodes, its HyperNode tree and why a job is
+//! where it is. The planner's replies carry these as JSON (`hyperplan nodes --output
+//! json`, …); job status reuses the simulator's [`crate::report::JobReport`]. Field names
+//! (camelCase) are an interface.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::report::JobReport;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeState {
+    /// Registered and heartbeating: its resources are candidates.
+    Ready,
+    /// Missed heartbeats or disconnected: left out of placement until it is back.
+    NotReady,
+}
+
+/// Free and total of one resource.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreeTotal {
+    pub free: u64,
+    pub total: u64,
+}
+
+/// `hyperplan nodes --output json` is `{"nodes": [NodeStatus, …]}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    pub name: String,
+    pub state: NodeState,
+    pub labels: BTreeMap<String, String>,
+    /// Whole CPUs (PUs).
+    pub cpus: FreeTotal,
+    pub gpus: FreeTotal,
+    /// Bytes.
+    pub memory: FreeTotal,
+    pub numa_nodes: u32,
+    /// InfiniBand ports in state ACTIVE, and all of them.
+    pub ib_ports: FreeTotal,
+    /// Seconds since the last heartbeat (`None` for nodes that never sent one).
+    pub last_heartbeat_secs: Option<u64>,
+    /// Tasks holding resources on it.
+    pub running_tasks: u32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeList {
+    pub nodes: Vec<NodeStatus>,
+}
+
+/// One HyperNode of the tree (`hyperplan hypernodes --output json` is
+/// `{"hyperNodes": [...], "warnings": [...]}`), parents before children.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HyperNodeStatus {
+    pub name: String,
+    pub tier: u32,
+    pub tier_name: Option<String>,
+    /// Which discovery source owns it: `static`, `label`, `ibnetdiscover`, `ufm`, `slurm`.
+    pub source: String,
+    pub parent: Option<String>,
+    pub children: Vec<String>,
+    /// Real nodes under it, and how many of them are Ready.
+    pub nodes: u32,
+    pub ready_nodes: u32,
+    /// Per resource (`cpu` in millicores, `memory` in bytes, `nvidia.com/gpu`, …).
+    pub free: BTreeMap<String, u64>,
+    pub allocatable: BTreeMap<String, u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HyperNodeTree {
+    pub hyper_nodes: Vec<HyperNodeStatus>,
+    /// HyperNodes left out and why (a cycle, a second parent, a member matching nothing,
+    /// a discovery source that failed).
+    pub warnings: Vec<String>,
+}
+
+/// `hyperplan status --output json`: the same job objects `simulate` prints.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobList {
+    pub jobs: Vec<JobReport>,
+}
+
+/// `hyperplan submit --output json`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submitted {
+    pub submitted: Vec<String>,
+}
+
+/// `hyperplan cancel --output json`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cancelled {
+    pub cancelled: String,
+}
+
+/// `hyperplan explain JOB --output json`: the gradient search as the planner sees it now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    pub job: JobReport,
+    /// The hard tier limit in force (`None`: no limit).
+    pub tier_limit: Option<u32>,
+    /// Tasks still to place for the gang minimum.
+    pub need: u64,
+    /// Every HyperNode within the limit, lowest tier first, then by name.
+    pub candidates: Vec<Candidate>,
+}
+
+/// One HyperNode the gradient search looks at, and what it found there.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Candidate {
+    pub name: String,
+    pub tier: u32,
+    /// How many of the job's pending tasks fit in it now (capacity, per task shape).
+    pub room: u64,
+    /// Whether the job's current placement lies inside it.
+    pub holds_job: bool,
+    /// Why it was or was not taken, in words.
+    pub verdict: String,
+}
