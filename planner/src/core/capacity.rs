@@ -267,6 +267,8 @@ pub fn refresh_capacity(
             .node_entities
             .iter()
             .map(|&e| match nodes.get(e) {
+                // A node that is not ready offers nothing: all of it counts as used.
+                Ok(n) if !n.ready => (&n.allocatable, &n.allocatable),
                 Ok(n) => (&n.allocatable, &n.external_used),
                 Err(_) => (&EMPTY, &EMPTY),
             })

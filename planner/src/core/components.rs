@@ -16,6 +16,11 @@ pub struct Node {
     pub allocatable: Resources,
     /// Taken by work hyperplan does not manage.
     pub external_used: Resources,
+    /// Heartbeating (daemon) or simply present (simulator). A node that is not ready
+    /// keeps its tasks but offers nothing new.
+    pub ready: bool,
+    /// InfiniBand ports ACTIVE, and all of them, from the probe.
+    pub ib_ports: (u32, u32),
 }
 
 /// The node's dense index in the current topology index.

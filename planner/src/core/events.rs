@@ -11,6 +11,12 @@ pub enum Event {
     NodeGone {
         name: String,
     },
+    /// A node stopped (or resumed) heartbeating: while not ready it keeps its running
+    /// tasks but is no candidate for new ones.
+    NodeReady {
+        name: String,
+        ready: bool,
+    },
     /// The static HyperNodes (inline + manifest files) as a whole; replaces the previous set.
     StaticHyperNodes(Vec<HyperNodeSpec>),
     /// Label discovery configuration (Volcano `networkTopologyTypes`); replaces the previous.

@@ -50,6 +50,17 @@ pub fn ingest(world: &mut World) {
                 world.resource_mut::<LabelTypes>().0 = types;
                 world.resource_mut::<TopologyDirty>().0 = true;
             }
+            Event::NodeReady { name, ready } => {
+                let found = world.resource::<NodeNames>().0.get(&name).copied();
+                if let Some(e) = found
+                    && let Some(mut n) = world.get_mut::<Node>(e)
+                    && n.ready != ready
+                {
+                    n.ready = ready;
+                    // Capacity per HyperNode changes with it: rebuild the index and cache.
+                    world.resource_mut::<TopologyDirty>().0 = true;
+                }
+            }
             Event::Submit(spec) => submit(world, spec),
             Event::Cancel { job } => cancel(world, &job),
             Event::TaskFinished { job, task } => task_finished(world, &job, &task),
@@ -63,11 +74,18 @@ fn node_up(world: &mut World, spec: NodeSpec) {
             .resource_mut::<HardwareCache>()
             .get(spec.hardware.as_ref(), &spec.resources),
     );
+    let ib_ports = spec.hardware.as_ref().map_or((0, 0), |t| {
+        let ports = t.hcas.iter().flat_map(|h| &h.ports);
+        let up = ports.clone().filter(|p| p.state.as_deref() == Some("ACTIVE")).count();
+        (up as u32, ports.count() as u32)
+    });
     let node = Node {
         name: spec.name,
         labels: spec.labels,
         allocatable: spec.resources,
         external_used: spec.used,
+        ready: true,
+        ib_ports,
     };
     let known = world.resource::<NodeNames>().0.get(&node.name).copied();
     match known {

@@ -290,7 +290,6 @@ fn pick_memory(
     Ok(out)
 }
 
-
 /// Takes the assignment's resources out of `free`.
 pub fn apply(free: &mut NumaFree, a: &Assignment) {
     update(free, a, true);

@@ -377,7 +377,6 @@ fn describe(req: &Request, free: bool) -> String {
     }
 }
 
-
 /// Build the providers for the requested resources.
 fn providers(machine: &NumaMachine, free: &NumaFree, req: &Request, n: usize) -> Vec<Provider> {
     let mut out = Vec::new();

@@ -1,16 +1,18 @@
-//! Read-only views of the world for people and scripts: the job reports that
-//! `hyperplan simulate` prints (and the daemon's status will carry).
+//! Job reports: what `hyperplan simulate` prints and `hyperplan status` shows, with each
+//! task's node, HyperNodes and NUMA pinning.
 
 use bevy_ecs::prelude::*;
 use hyperplan_shared::report::{JobReport, JobStatus, TaskReport};
 
-use super::components::{Job, JobPhase, JobState, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
-use super::numa::node::NodeHardware;
-use super::topology::TopologyIndex;
+use crate::core::components::{Job, JobPhase, JobState, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
+use crate::core::numa::node::NodeHardware;
+use crate::core::topology::TopologyIndex;
 
 /// Every job, in (priority, submit time, name) order.
 pub fn job_reports(world: &mut World) -> Vec<JobReport> {
     let mut q = world.query::<(&Job, &JobState)>();
+    let world = &*world;
+    let index = world.resource::<TopologyIndex>();
     let mut jobs: Vec<(&Job, &JobState)> = q.iter(world).collect();
     jobs.sort_by(|a, b| {
         b.0.spec
@@ -19,8 +21,16 @@ pub fn job_reports(world: &mut World) -> Vec<JobReport> {
             .then(a.0.spec.submit_time.cmp(&b.0.spec.submit_time))
             .then_with(|| a.0.spec.name.cmp(&b.0.spec.name))
     });
-    let index = world.resource::<TopologyIndex>();
     jobs.iter().map(|(job, st)| report(world, index, job, st)).collect()
+}
+
+/// One job's report, by name.
+pub fn job_report(world: &mut World, name: &str) -> Option<JobReport> {
+    let mut q = world.query::<(&Job, &JobState)>();
+    let world = &*world;
+    let index = world.resource::<TopologyIndex>();
+    let found = q.iter(world).find(|(j, _)| j.spec.name == name);
+    found.map(|(job, st)| report(world, index, job, st))
 }
 
 fn report(world: &World, index: &TopologyIndex, job: &Job, st: &JobState) -> JobReport {

@@ -1,0 +1,75 @@
+//! The HyperNode tree (`hyperplan hypernodes`): tiers, parents and children, real nodes
+//! (and how many are ready), free and allocatable capacity, the owning discovery source,
+//! and the warnings for HyperNodes that were left out.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::status::{HyperNodeStatus, HyperNodeTree};
+
+use crate::core::capacity::Capacity;
+use crate::core::components::{HyperNode, Node};
+use crate::core::ids::HnIdx;
+use crate::core::topology::TopologyIndex;
+
+/// Parents before children (depth-first from the top tier, children by name).
+pub fn hyper_node_tree(world: &mut World) -> HyperNodeTree {
+    let mut hq = world.query::<&HyperNode>();
+    let sources: HashMap<String, &'static str> = hq
+        .iter(world)
+        .map(|h| (h.spec.name.clone(), h.source.as_str()))
+        .collect();
+    let mut nq = world.query::<&Node>();
+    let world = &*world;
+    let index = world.resource::<TopologyIndex>();
+    let cap = world.resource::<Capacity>();
+    let ready: Vec<bool> = index
+        .node_entities
+        .iter()
+        .map(|&e| nq.get(world, e).is_ok_and(|n| n.ready))
+        .collect();
+    let mut out = Vec::new();
+    // The virtual root's children are the top of the tree.
+    let mut stack: Vec<HnIdx> = index.hns[index.root.ix()].children.iter().rev().copied().collect();
+    while let Some(h) = stack.pop() {
+        let info = &index.hns[h.ix()];
+        let resources = |v: &[u64]| -> BTreeMap<String, u64> {
+            cap.dims
+                .iter()
+                .cloned()
+                .zip(v.iter().copied())
+                .filter(|(_, x)| *x > 0)
+                .collect()
+        };
+        let alloc = cap.hn_alloc(h);
+        let free: Vec<u64> = alloc
+            .iter()
+            .zip(cap.hn_used(h))
+            .map(|(a, u)| a.saturating_sub(*u))
+            .collect();
+        out.push(HyperNodeStatus {
+            name: info.name.clone(),
+            tier: info.tier,
+            tier_name: info.tier_name.clone(),
+            source: sources.get(&info.name).copied().unwrap_or("static").to_string(),
+            parent: info
+                .parent
+                .filter(|p| *p != index.root)
+                .map(|p| index.hns[p.ix()].name.clone()),
+            children: info.children.iter().map(|c| index.hns[c.ix()].name.clone()).collect(),
+            nodes: info.node_count,
+            ready_nodes: info
+                .nodes
+                .ones()
+                .filter(|&i| ready.get(i).copied().unwrap_or(false))
+                .count() as u32,
+            free: resources(&free),
+            allocatable: resources(alloc),
+        });
+        stack.extend(info.children.iter().rev().copied());
+    }
+    HyperNodeTree {
+        hyper_nodes: out,
+        warnings: index.warnings.clone(),
+    }
+}
