@@ -5,6 +5,7 @@
 //! commands that talk to a running planner (submit, status, nodes, hypernodes, explain)
 //! and `certs` arrive with the daemon.
 
+mod certs;
 mod cluster;
 mod fabric;
 mod simulate;
@@ -31,6 +32,11 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     Simulate(simulate::Args),
+    /// Cluster CA and certificates for mutual TLS between planner, agents and people.
+    Certs {
+        #[command(subcommand)]
+        command: certs::Command,
+    },
     /// Work with cluster files.
     Cluster {
         #[command(subcommand)]
@@ -54,6 +60,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(args),
+        Command::Certs { command } => certs::run(command),
         Command::Cluster { command } => cluster::run(command),
         Command::Topology { command } => fabric::run(command),
     };

@@ -209,15 +209,11 @@ mod tests {
     }
 
     #[test]
-    fn hash_is_stable_across_runs() {
-        // A constant: a change here means every agent re-sends its topology after upgrade.
-        let t = NodeTopology {
-            hostname: "h".into(),
-            ..Default::default()
-        };
-        assert_eq!(topology_hash(&t), topology_hash(&t.clone()));
-        let again = topology_hash(&topology());
-        assert_eq!(again, topology_hash(&topology()));
+    fn hash_is_deterministic_and_sees_label_changes() {
+        assert_eq!(topology_hash(&topology()), topology_hash(&topology()));
+        let mut relabeled = topology();
+        relabeled.labels.insert("rack".into(), "r2".into());
+        assert_ne!(topology_hash(&topology()), topology_hash(&relabeled));
     }
 
     #[test]
