@@ -12,6 +12,7 @@ pub mod ibnetdiscover;
 pub mod json;
 pub mod names;
 pub mod slurm;
+pub mod synthetic;
 pub mod tiers;
 mod unionfind;
 pub mod ufm;
