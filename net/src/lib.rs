@@ -7,15 +7,18 @@
 //! - [`certs`]: the cluster CA and the certificates it issues (`hyperplan certs`).
 //! - [`tls`]: rustls configs and quinn endpoints.
 //! - [`identity`]: a peer's name and role, from its certificate.
+//! - [`hello`]: checking a peer's first frame against its certificate; close codes.
 
 pub mod certs;
 pub mod frame;
+pub mod hello;
 pub mod identity;
 pub mod messages;
 pub mod notify;
 pub mod tls;
 
 pub use frame::{DEFAULT_MAX_FRAME, FrameError, read_frame, write_frame};
+pub use hello::{HelloError, check_hello};
 pub use identity::{CertRole, Identity, IdentityError, peer_identity};
 pub use messages::{PROTOCOL_VERSION, Role, topology_hash};
 pub use tls::{ALPN, TlsError, TlsMaterial, client_endpoint, connect, server_endpoint};

@@ -290,6 +290,32 @@ async fn a_client_refuses_a_planner_from_another_ca() {
     serve.abort();
 }
 
+#[tokio::test]
+async fn the_planner_certificate_is_no_client_certificate() {
+    // Issued for server authentication only: a stolen planner key cannot pose as a peer.
+    let dir = tempfile::tempdir().unwrap();
+    cluster(dir.path());
+    let server = tls::server_endpoint(LOOPBACK, &material(&CertPaths::planner(dir.path()))).unwrap();
+    let addr = server.local_addr().unwrap();
+    let accepted = tokio::spawn({
+        let server = server.clone();
+        async move { server.accept().await.unwrap().await.is_ok() }
+    });
+    let client = tls::client_endpoint(tls::any_addr_for(addr), &material(&CertPaths::planner(dir.path()))).unwrap();
+    if let Ok(connection) = tls::connect(&client, addr).await {
+        let _ = tokio::time::timeout(Duration::from_secs(10), connection.closed())
+            .await
+            .unwrap();
+    }
+    assert!(
+        !tokio::time::timeout(Duration::from_secs(10), accepted)
+            .await
+            .unwrap()
+            .unwrap()
+    );
+    server.close(0u32.into(), b"done");
+}
+
 #[test]
 fn loading_names_the_missing_file() {
     let dir = tempfile::tempdir().unwrap();
