@@ -20,4 +20,4 @@ pub mod ufm;
 pub use error::FabricError;
 pub use guidmap::GuidMap;
 pub use ibnetdiscover::{IbFabric, parse_ibnetdiscover};
-pub use tiers::{Discovery, HostNames, discover};
+pub use tiers::{Discovery, HostNames, discover, discover_text};

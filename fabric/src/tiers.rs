@@ -246,6 +246,19 @@ pub fn discover(fabric: &IbFabric, names: &HostNames) -> Result<Discovery, Fabri
         }
     }
 
+    // A leaf cabled to several other leaves is likely a spine with a management host on it,
+    // which flattens the tree (its leaves then have nothing above them): say so.
+    for (s, l) in level.iter().enumerate() {
+        let lateral = switch_adj[s].iter().filter(|&&t| level[t] == Some(1)).count();
+        if *l == Some(1) && lateral >= 2 {
+            warnings.push(format!(
+                "switch {} has host links and links to {lateral} other leaf switches: if it is a spine with a \
+                 management host on it, tiers above the leaves will be missing",
+                logical[s].label
+            ));
+        }
+    }
+
     // Tier 1: leaves sharing a host.
     let mut host_leaves: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, role) in roles.iter().enumerate() {
@@ -409,6 +422,11 @@ pub fn discover(fabric: &IbFabric, names: &HostNames) -> Result<Discovery, Fabri
         excluded,
         warnings,
     })
+}
+
+/// Parses a dump and builds its HyperNodes: [`crate::parse_ibnetdiscover`] then [`discover`].
+pub fn discover_text(text: &str, path: &std::path::Path, names: &HostNames) -> Result<Discovery, FabricError> {
+    discover(&crate::ibnetdiscover::parse_ibnetdiscover(text, path)?, names)
 }
 
 fn ca_role(fabric: &IbFabric, i: usize, names: &HostNames, switch_images: &HashMap<u64, usize>) -> CaRole {

@@ -462,3 +462,47 @@ fn every_dump_parses_or_fails_clearly() {
         }
     }
 }
+
+#[test]
+fn a_spine_with_a_management_host_is_warned_about() {
+    // A proper tree says nothing.
+    let d = discover(
+        &parse_ibnetdiscover(DIRECTOR, Path::new("d")).unwrap(),
+        &HostNames::default(),
+    )
+    .unwrap();
+    assert!(!d.warnings.iter().any(|w| w.contains("management host")));
+    // A management host plugged into the spine makes it look like a leaf: three roots, a warning.
+    let flat = "\
+Switch 4 \"S-0000000000000001\" # \"spine\" base port 0 lid 1 lmc 0
+[1] \"S-0000000000000002\"[1] # \"leaf1\" lid 2 4xHDR
+[2] \"S-0000000000000003\"[1] # \"leaf2\" lid 3 4xHDR
+[3] \"H-0000000000000010\"[1](10) # \"ufm01 HCA-1\" lid 4 4xHDR
+
+Switch 4 \"S-0000000000000002\" # \"leaf1\" base port 0 lid 2 lmc 0
+[1] \"S-0000000000000001\"[1] # \"spine\" lid 1 4xHDR
+[2] \"H-0000000000000011\"[1](11) # \"gpu1 HCA-1\" lid 5 4xHDR
+
+Switch 4 \"S-0000000000000003\" # \"leaf2\" base port 0 lid 3 lmc 0
+[1] \"S-0000000000000001\"[2] # \"spine\" lid 1 4xHDR
+[2] \"H-0000000000000012\"[1](12) # \"gpu2 HCA-1\" lid 6 4xHDR
+
+Ca 1 \"H-0000000000000010\" # \"ufm01 HCA-1\"
+[1](10) \"S-0000000000000001\"[3] # lid 4 lmc 0 \"spine\" lid 1 4xHDR
+
+Ca 1 \"H-0000000000000011\" # \"gpu1 HCA-1\"
+[1](11) \"S-0000000000000002\"[2] # lid 5 lmc 0 \"leaf1\" lid 2 4xHDR
+
+Ca 1 \"H-0000000000000012\" # \"gpu2 HCA-1\"
+[1](12) \"S-0000000000000003\"[2] # lid 6 lmc 0 \"leaf2\" lid 3 4xHDR
+";
+    let d = hyperplan_fabric::discover_text(flat, Path::new("flat"), &HostNames::default()).unwrap();
+    assert_eq!(d.hypernodes.len(), 3);
+    assert!(
+        d.warnings
+            .iter()
+            .any(|w| w.contains("switch spine has host links and links to 2 other leaf switches")),
+        "{:?}",
+        d.warnings
+    );
+}
