@@ -292,8 +292,14 @@ pub fn discover(fabric: &IbFabric, names: &HostNames) -> Result<Discovery, Fabri
         }
     }
     let mut groups: Vec<Group> = by_root.into_values().collect();
+    let mut grouped = vec![false; logical.len()];
+    for g in &groups {
+        for &s in &g.switches {
+            grouped[s] = true;
+        }
+    }
     for (s, l) in level.iter().enumerate() {
-        if *l == Some(1) && !groups.iter().any(|g| g.switches.contains(&s)) {
+        if *l == Some(1) && !grouped[s] {
             warnings.push(format!(
                 "leaf switch {} has only unmapped CAs: it gets no HyperNode (add its hosts to the GUID map)",
                 logical[s].label
@@ -565,11 +571,12 @@ fn next_tier(
     warnings: &mut Vec<String>,
 ) -> Option<Vec<Group>> {
     let up_level = Some(tier + 1);
-    let mut group_of: HashMap<usize, usize> = HashMap::new();
+    // Dense maps from logical switch to its tier-k group and to its index among the uppers.
+    let mut group_of: Vec<Option<usize>> = vec![None; level.len()];
     for (gi, g) in groups.iter().enumerate() {
         for &s in &g.switches {
             if level[s] == Some(tier) {
-                group_of.insert(s, gi);
+                group_of[s] = Some(gi);
             }
         }
     }
@@ -577,24 +584,31 @@ fn next_tier(
     if uppers.is_empty() {
         return None;
     }
-    let upper_index: HashMap<usize, usize> = uppers.iter().enumerate().map(|(i, &s)| (s, i)).collect();
+    let mut upper_index: Vec<Option<usize>> = vec![None; level.len()];
+    for (i, &s) in uppers.iter().enumerate() {
+        upper_index[s] = Some(i);
+    }
     // Items: 0..groups.len() are groups, then the upper switches.
     let base = groups.len();
     let mut uf = UnionFind::new(base + uppers.len());
     for (ui, &u) in uppers.iter().enumerate() {
         for &v in &switch_adj[u] {
-            if let Some(&gi) = group_of.get(&v) {
+            if let Some(gi) = group_of[v] {
                 uf.union(base + ui, gi);
-            } else if let Some(&vi) = upper_index.get(&v) {
+            } else if let Some(vi) = upper_index[v] {
                 uf.union(base + ui, base + vi);
             }
         }
     }
+    let mut has_upper = vec![false; base + uppers.len()];
+    for ui in base..base + uppers.len() {
+        let root = uf.find(ui);
+        has_upper[root] = true;
+    }
     let mut by_root: BTreeMap<usize, Group> = BTreeMap::new();
     for (gi, g) in groups.iter().enumerate() {
         let root = uf.find(gi);
-        let has_upper = (base..base + uppers.len()).any(|ui| uf.find(ui) == root);
-        if !has_upper {
+        if !has_upper[root] {
             warnings.push(format!(
                 "{} has no switch above it at level {}; it stays a top HyperNode",
                 g.name,
