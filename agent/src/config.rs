@@ -1,8 +1,13 @@
-//! The agent configuration (`/etc/hyperplan/agent.toml`): labels for label discovery and
-//! where to read sysfs from. Every key also has a command-line flag.
+//! The agent configuration (`/etc/hyperplan/agent.toml`): labels for label discovery,
+//! where to read sysfs from, and for `run` the planner, certificates, node name and
+//! re-probe interval. Every key also has a command-line flag; flags win.
 //!
 //! ```toml
 //! # sysfsRoot = "/sys"
+//! planner = "head-1:7443"
+//! # certDir = "/etc/hyperplan/certs"
+//! # nodeName = "n001"
+//! # reprobeInterval = 60
 //! [labels]
 //! rack = "r7"
 //! leaf = "ib-leaf-12"
@@ -25,6 +30,18 @@ pub struct AgentConfig {
     /// Root of the sysfs tree to read (default `/sys`).
     #[serde(default)]
     pub sysfs_root: Option<PathBuf>,
+    /// `hyperplan-agent run`: the planner's `HOST:PORT`.
+    #[serde(default)]
+    pub planner: Option<String>,
+    /// `run`: directory holding `ca.pem` and `nodes/<node>.pem` / `.key`.
+    #[serde(default)]
+    pub cert_dir: Option<PathBuf>,
+    /// `run`: this node's name, as its certificate names it (default: the host name).
+    #[serde(default)]
+    pub node_name: Option<String>,
+    /// `run`: seconds between periodic re-probes (default 60; 0: only on SIGHUP).
+    #[serde(default)]
+    pub reprobe_interval: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +90,15 @@ mod tests {
         let c = AgentConfig::parse("sysfsRoot = \"/host/sys\"\n[labels]\nrack = \"r7\"\n", p).unwrap_or_default();
         assert_eq!(c.labels.get("rack").map(String::as_str), Some("r7"));
         assert_eq!(c.sysfs_root.as_deref(), Some(Path::new("/host/sys")));
+        let run = AgentConfig::parse(
+            "planner = \"head:7443\"\ncertDir = \"/c\"\nnodeName = \"n7\"\nreprobeInterval = 5\n",
+            p,
+        )
+        .unwrap_or_default();
+        assert_eq!(run.planner.as_deref(), Some("head:7443"));
+        assert_eq!(run.cert_dir.as_deref(), Some(Path::new("/c")));
+        assert_eq!(run.node_name.as_deref(), Some("n7"));
+        assert_eq!(run.reprobe_interval, Some(5));
         let err = AgentConfig::parse("[labels]\nrack = \"r7\"\nplaner = 1\n", p)
             .err()
             .map(|e| e.to_string());

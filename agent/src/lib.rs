@@ -1,6 +1,7 @@
 //! hyperplan-agent: the node agent. `probe` turns the machine it runs on (or a saved
 //! description of one) into the [`NodeTopology`](hyperplan_shared::topology::NodeTopology)
-//! the whole system shares.
+//! the whole system shares; `link` streams it to the planner (`hyperplan-agent run`).
 
 pub mod config;
+pub mod link;
 pub mod probe;

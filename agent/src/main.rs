@@ -1,14 +1,18 @@
 //! `hyperplan-agent`: the node agent (a systemd service on every node).
 //!
-//! Today: `probe`, which reports the node's topology. The link to the planner (QUIC +
-//! mutual TLS, register and heartbeat) arrives with its own issue.
+//! `probe` reports the node's topology; `run` is the daemon: it streams the topology to
+//! the planner over QUIC with mutual TLS, heartbeats, re-probes, and reconnects for as
+//! long as it runs.
 
-use std::path::PathBuf;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use hyperplan_agent::config::{AgentConfig, DEFAULT_CONFIG};
+use hyperplan_agent::link::{self, CERT_DIR_ENV, DEFAULT_CERT_DIR, DEFAULT_REPROBE_INTERVAL, LinkOptions};
 use hyperplan_agent::probe::{self, ProbeOptions, Source};
 
 #[derive(Parser, Debug)]
@@ -42,28 +46,66 @@ enum Command {
         after_help = "Examples:\n  hyperplan-agent probe\n  hyperplan-agent probe --hwloc-xml lstopo.xml --format json > node.json\n  hyperplan-agent probe --synthetic \"pack:2 numa:2 core:8 pu:2\"\n  hyperplan-agent probe --sysfs-root ./gathered-tree --label rack=r7"
     )]
     Probe {
-        /// Load an `lstopo` XML export instead of probing this machine.
-        #[arg(long, value_name = "FILE", conflicts_with = "synthetic")]
-        hwloc_xml: Option<PathBuf>,
-        /// Build from an hwloc synthetic description, e.g. "pack:2 numa:2 core:8 pu:2".
-        #[arg(long, value_name = "DESC")]
-        synthetic: Option<String>,
-        /// Read InfiniBand and NUMA sysfs files under DIR instead of /sys. A full
-        /// hwloc-gather-topology tree (DIR/sys, DIR/proc) is also what hwloc reads
-        /// (HWLOC_FSROOT) when no XML or synthetic source is given.
-        #[arg(long, value_name = "DIR")]
-        sysfs_root: Option<PathBuf>,
+        #[command(flatten)]
+        source: SourceArgs,
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
-        /// A label for label discovery (repeatable), e.g. --label leaf=l7; adds to and
-        /// overrides the `[labels]` of the agent configuration.
-        #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
-        labels: Vec<(String, String)>,
-        /// Agent configuration (TOML: `[labels]`, `sysfsRoot`). Default:
-        /// /etc/hyperplan/agent.toml when it exists.
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
     },
+    /// Run the agent daemon: probe, connect to the planner (QUIC, mutual TLS), register,
+    /// heartbeat; re-probe periodically and on SIGHUP and send the topology again only
+    /// when it changed; reconnect with backoff whenever the planner is away.
+    ///
+    /// Every option is also an agent.toml key (in parentheses); flags win. Stops cleanly
+    /// on SIGTERM or SIGINT. Under systemd (Type=notify) it reports READY=1 once first
+    /// registered, STATUS= lines, and WATCHDOG=1 when WatchdogSec= is set.
+    #[command(
+        after_help = "Examples:\n  hyperplan-agent run --config /etc/hyperplan/agent.toml\n  hyperplan-agent run --planner head-1:7443 --cert-dir ./certs --node n001\n  hyperplan-agent run --planner 127.0.0.1:7443 --node fake-3 --synthetic \"pack:2 numa:2 core:4 pu:2\" --label leaf=l1"
+    )]
+    Run {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// The planner, HOST:PORT (`planner`). Required here or in the configuration;
+        /// resolved again at every connection attempt.
+        #[arg(long, value_name = "HOST:PORT")]
+        planner: Option<String>,
+        /// Directory with ca.pem and nodes/NODE.pem + nodes/NODE.key, as `hyperplan certs`
+        /// writes them (`certDir`). Default: $HYPERPLAN_CERT_DIR, else /etc/hyperplan/certs.
+        #[arg(long, value_name = "DIR")]
+        cert_dir: Option<PathBuf>,
+        /// This node's name; its certificate must name it (`nodeName`). Default: the host
+        /// name.
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
+        /// Seconds between periodic re-probes; 0 re-probes only on SIGHUP
+        /// (`reprobeInterval`). Default: 60.
+        #[arg(long, value_name = "SECS")]
+        reprobe_interval: Option<u64>,
+    },
+}
+
+/// Where the topology comes from: the probe's sources, shared by `probe` and `run`.
+#[derive(Args, Debug)]
+struct SourceArgs {
+    /// Load an `lstopo` XML export instead of probing this machine.
+    #[arg(long, value_name = "FILE", conflicts_with = "synthetic")]
+    hwloc_xml: Option<PathBuf>,
+    /// Build from an hwloc synthetic description, e.g. "pack:2 numa:2 core:8 pu:2".
+    #[arg(long, value_name = "DESC")]
+    synthetic: Option<String>,
+    /// Read InfiniBand and NUMA sysfs files under DIR instead of /sys (`sysfsRoot`). A
+    /// full hwloc-gather-topology tree (DIR/sys, DIR/proc) is also what hwloc reads
+    /// (HWLOC_FSROOT) when no XML or synthetic source is given.
+    #[arg(long, value_name = "DIR")]
+    sysfs_root: Option<PathBuf>,
+    /// A label for label discovery (repeatable), e.g. --label leaf=l7; adds to and
+    /// overrides the `[labels]` of the agent configuration.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    labels: Vec<(String, String)>,
+    /// Agent configuration (TOML: `[labels]`, `sysfsRoot`, and for `run` `planner`,
+    /// `certDir`, `nodeName`, `reprobeInterval`). Default: /etc/hyperplan/agent.toml when
+    /// it exists.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -74,14 +116,31 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The daemon says what it does; the probe only what went wrong.
+    let default_filter = match cli.command {
+        Command::Run { .. } => "info",
+        Command::Probe { .. } => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
-    match run(Cli::parse()) {
+    let result = match cli.command {
+        Command::Probe { source, format } => run_probe(source, format),
+        Command::Run {
+            source,
+            planner,
+            cert_dir,
+            node,
+            reprobe_interval,
+        } => run_agent(source, planner, cert_dir, node, reprobe_interval),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hyperplan-agent: {e:#}");
@@ -90,25 +149,24 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
-    let Command::Probe {
-        hwloc_xml,
-        synthetic,
-        sysfs_root,
-        format,
-        labels,
-        config,
-    } = cli.command;
-    let default_config = std::path::Path::new(DEFAULT_CONFIG);
-    let config = match config {
-        Some(p) => AgentConfig::load(&p)?,
+/// The configuration file named, or the default one when it exists, or none.
+fn load_config(path: Option<&Path>) -> anyhow::Result<AgentConfig> {
+    let default_config = Path::new(DEFAULT_CONFIG);
+    Ok(match path {
+        Some(p) => AgentConfig::load(p)?,
         None if default_config.is_file() => AgentConfig::load(default_config)?,
         None => AgentConfig::default(),
-    };
-    let sysfs_root = sysfs_root.or(config.sysfs_root);
-    let mut all_labels = config.labels;
-    all_labels.extend(labels);
-    let source = match (hwloc_xml, synthetic) {
+    })
+}
+
+/// Probe options from the source flags over the configuration. A saved
+/// hwloc-gather-topology tree re-executes this process with HWLOC_FSROOT set first
+/// (see [`rerun_with_fsroot`]); an error means that failed.
+fn probe_options(source: SourceArgs, config: &AgentConfig) -> anyhow::Result<ProbeOptions> {
+    let sysfs_root = source.sysfs_root.or_else(|| config.sysfs_root.clone());
+    let mut all_labels = config.labels.clone();
+    all_labels.extend(source.labels);
+    let source = match (source.hwloc_xml, source.synthetic) {
         (Some(p), _) => Source::HwlocXml(p),
         (None, Some(s)) => Source::Synthetic(s),
         (None, None) => Source::Local,
@@ -117,14 +175,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         && root.join("sys").is_dir()
         && std::env::var_os("HWLOC_FSROOT").as_deref() != Some(root.as_os_str())
     {
-        return rerun_with_fsroot(root);
+        return Err(rerun_with_fsroot(root));
     }
-    let opts = ProbeOptions {
+    Ok(ProbeOptions {
         source,
         sysfs_root,
         procfs_root: None,
         labels: all_labels,
-    };
+    })
+}
+
+fn run_probe(source: SourceArgs, format: Format) -> anyhow::Result<()> {
+    let config = load_config(source.config.as_deref())?;
+    let opts = probe_options(source, &config)?;
     let topo = probe::probe(&opts)?;
     if !matches!(format, Format::Text) {
         // The text view lists them itself; JSON/YAML carry them in `warnings` too.
@@ -141,19 +204,60 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn run_agent(
+    source: SourceArgs,
+    planner: Option<String>,
+    cert_dir: Option<PathBuf>,
+    node: Option<String>,
+    reprobe_interval: Option<u64>,
+) -> anyhow::Result<()> {
+    let config = load_config(source.config.as_deref())?;
+    let planner = planner
+        .or_else(|| config.planner.clone())
+        .context("no planner address: pass --planner HOST:PORT or set `planner = \"HOST:PORT\"` in agent.toml")?;
+    let cert_dir = cert_dir
+        .or_else(|| config.cert_dir.clone())
+        .or_else(|| {
+            std::env::var_os(CERT_DIR_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CERT_DIR));
+    let node = match node.or_else(|| config.node_name.clone()) {
+        Some(node) => node,
+        None => link::hostname().context("no node name: pass --node NAME (the host name is unreadable)")?,
+    };
+    let reprobe_secs = reprobe_interval
+        .or(config.reprobe_interval)
+        .unwrap_or(DEFAULT_REPROBE_INTERVAL.as_secs());
+    let opts = LinkOptions {
+        planner,
+        cert_dir,
+        node,
+        reprobe_interval: (reprobe_secs > 0).then(|| Duration::from_secs(reprobe_secs)),
+        probe: probe_options(source, &config)?,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(link::run(opts))?;
+    Ok(())
+}
+
 /// hwloc 2.x has no API for a file-system root: it reads `HWLOC_FSROOT` when it builds
-/// the topology. Rather than change this process's environment, run the same command
-/// again with the variable set and pass its exit status on.
-fn rerun_with_fsroot(root: &std::path::Path) -> anyhow::Result<()> {
-    let exe = std::env::current_exe().context("finding this executable")?;
-    let status = std::process::Command::new(exe)
+/// the topology. Rather than change this process's environment (unsafe), replace this
+/// process with the same command and the variable set: same pid, so systemd's
+/// notifications and signals still reach the agent. Returns only if exec failed.
+fn rerun_with_fsroot(root: &Path) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    let exe = match std::env::current_exe().context("finding this executable") {
+        Ok(exe) => exe,
+        Err(e) => return e,
+    };
+    let err = std::process::Command::new(exe)
         .args(std::env::args_os().skip(1))
         .env("HWLOC_FSROOT", root)
-        .status()
-        .context("running the probe with HWLOC_FSROOT set")?;
-    if status.success() {
-        Ok(())
-    } else {
-        std::process::exit(status.code().unwrap_or(1))
-    }
+        .exec();
+    anyhow::Error::new(err).context("running the probe with HWLOC_FSROOT set")
 }

@@ -1,0 +1,333 @@
+//! The link to the planner (`hyperplan-agent run`): probe, connect (QUIC, mutual TLS),
+//! register, heartbeat, and re-probe periodically and on SIGHUP, sending
+//! `TopologyChanged` only when the topology hash moves.
+//!
+//! The run loop never gives up on the planner: a lost or refused connection is logged
+//! once with its reason and retried after a jittered exponential [`Backoff`]. Only
+//! SIGTERM/SIGINT end it (closing the connection with code 0, "agent stopping"). It also
+//! talks to systemd: `READY=1` after the first registration, `STATUS=`, `WATCHDOG=1`
+//! from this loop (so a wedged loop gets the agent restarted) and `STOPPING=1`.
+//!
+//! - [`backoff`]: reconnect delays.
+//! - [`session`]: one connection, from handshake to its end.
+//! - [`figures`]: the live figures a heartbeat carries.
+
+pub mod backoff;
+mod figures;
+mod session;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hyperplan_net::certs::{self, CertError, CertPaths};
+use hyperplan_net::messages::topology_hash;
+use hyperplan_net::notify;
+use hyperplan_net::tls::{self, TlsError, TlsMaterial};
+use hyperplan_shared::topology::NodeTopology;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::time::{Interval, MissedTickBehavior};
+
+use crate::probe::{self, ProbeError, ProbeOptions, Source};
+
+pub use backoff::Backoff;
+use figures::Figures;
+use session::Outcome;
+
+/// Periodic re-probe when neither flag nor config names one.
+pub const DEFAULT_REPROBE_INTERVAL: Duration = Duration::from_secs(60);
+/// Certificates when neither flag, config nor `$HYPERPLAN_CERT_DIR` names a directory.
+pub const DEFAULT_CERT_DIR: &str = "/etc/hyperplan/certs";
+/// Environment variable naming the certificate directory (shared with the CLI).
+pub const CERT_DIR_ENV: &str = "HYPERPLAN_CERT_DIR";
+
+/// QUIC close code and reason on a clean stop.
+const STOP_CODE: u32 = 0;
+const STOP_REASON: &[u8] = b"agent stopping";
+/// How long a stopping agent waits for its close to reach the planner.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Everything `run` needs, resolved from flags, agent.toml and defaults.
+#[derive(Clone, Debug)]
+pub struct LinkOptions {
+    /// `HOST:PORT`, resolved again on every attempt (the planner may move).
+    pub planner: String,
+    pub cert_dir: PathBuf,
+    pub node: String,
+    /// `None`: re-probe only on SIGHUP.
+    pub reprobe_interval: Option<Duration>,
+    pub probe: ProbeOptions,
+}
+
+/// Why `run` could not start. Messages carry their cause inline (no error source), so
+/// `{:#}` prints each cause once.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error(transparent)]
+    Node(#[from] CertError),
+    #[error("certificates for node {node}: {error}")]
+    Tls { node: String, error: TlsError },
+    #[error("probing this machine: {0}")]
+    Probe(ProbeError),
+    #[error("the probe panicked or was cancelled: {0}")]
+    ProbeTask(tokio::task::JoinError),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+}
+
+/// This machine's host name (`/proc/sys/kernel/hostname`, else `/etc/hostname`): the
+/// node name when none is configured.
+pub fn hostname() -> Option<String> {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .map(|s| s.trim().to_string())
+        .find(|s| !s.is_empty())
+}
+
+/// Runs the agent's link until SIGTERM or SIGINT. Errors only for what retrying cannot
+/// fix: a bad node name, unreadable certificates, a first probe that fails.
+pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
+    certs::validate_name("node", &opts.node)?;
+    let paths = CertPaths::node(&opts.cert_dir, &opts.node);
+    let tls = TlsMaterial::load(&paths).map_err(|error| LinkError::Tls {
+        node: opts.node.clone(),
+        error,
+    })?;
+    let signals = Signals::install().map_err(LinkError::Signals)?;
+    let topology = probe_now(&opts)
+        .await
+        .map_err(LinkError::ProbeTask)?
+        .map_err(LinkError::Probe)?;
+    let hash = topology_hash(&topology);
+    tracing::info!(
+        node = %opts.node,
+        planner = %opts.planner,
+        numa_nodes = topology.numa_nodes.len(),
+        pus = topology.numa_nodes.iter().map(|n| n.cpus.len()).sum::<usize>(),
+        hash = format_args!("{hash:016x}"),
+        "probed; connecting to the planner"
+    );
+    let mut link = Link {
+        figures: Figures::for_source(&opts.probe),
+        reprobe_timer: opts.reprobe_interval.map(ticker),
+        watchdog: notify::watchdog_interval().map(ticker),
+        opts,
+        tls,
+        topology,
+        hash,
+        signals,
+        ready_sent: false,
+    };
+    link.run().await;
+    Ok(())
+}
+
+/// The probe off the async thread (hwloc reads many files). The node name stands in
+/// for the host name of a described machine (XML, synthetic): it is not this host.
+fn probe_now(
+    opts: &LinkOptions,
+) -> impl Future<Output = Result<Result<NodeTopology, ProbeError>, tokio::task::JoinError>> {
+    let probe_opts = opts.probe.clone();
+    let node = opts.node.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut topology = probe::probe(&probe_opts)?;
+        if probe_opts.source != Source::Local {
+            topology.hostname = node;
+        }
+        Ok(topology)
+    })
+}
+
+/// An interval whose first tick is one period away; a late tick delays the next one
+/// rather than bunching up.
+fn ticker(period: Duration) -> Interval {
+    let period = period.max(Duration::from_millis(10));
+    let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    interval
+}
+
+/// Ticks of an optional interval; never, when there is none.
+async fn maybe_tick(interval: &mut Option<Interval>) {
+    match interval {
+        Some(i) => {
+            i.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// Sends one notification to systemd; a failure is worth a log line, not a stop.
+fn tell_systemd(state: &str) {
+    if let Err(e) = notify::notify(state) {
+        tracing::warn!(state, "cannot notify systemd: {e}");
+    }
+}
+
+struct Link {
+    opts: LinkOptions,
+    tls: TlsMaterial,
+    /// The last good probe and its hash: what Register and TopologyChanged carry.
+    topology: NodeTopology,
+    hash: u64,
+    figures: Figures,
+    signals: Signals,
+    reprobe_timer: Option<Interval>,
+    watchdog: Option<Interval>,
+    ready_sent: bool,
+}
+
+impl Link {
+    /// Attempts, backoffs and sessions until a stop signal.
+    async fn run(&mut self) {
+        let mut backoff = Backoff::default();
+        let mut endpoint: Option<quinn::Endpoint> = None;
+        loop {
+            let outcome = self.attempt(&mut endpoint, &mut backoff).await;
+            let reason = match outcome {
+                Outcome::Stop => break,
+                Outcome::Lost(reason) => reason,
+            };
+            let delay = backoff.next_delay();
+            tracing::warn!(
+                planner = %self.opts.planner,
+                attempt = backoff.attempts(),
+                retry_in_ms = delay.as_millis() as u64,
+                "planner link down: {reason}"
+            );
+            tell_systemd(&format!("STATUS=planner unreachable: {reason}"));
+            if self.guard(tokio::time::sleep(delay)).await.is_none() {
+                break;
+            }
+        }
+        tell_systemd("STOPPING=1");
+        tracing::info!("stopping");
+        if let Some(endpoint) = endpoint {
+            endpoint.close(quinn::VarInt::from_u32(STOP_CODE), STOP_REASON);
+            // Long enough for the close to go out; a gone planner does not hold us up.
+            let _ = tokio::time::timeout(CLOSE_GRACE, endpoint.wait_idle()).await;
+        }
+    }
+
+    /// Resolves the planner, connects, registers, then runs the session to its end.
+    async fn attempt(&mut self, endpoint: &mut Option<quinn::Endpoint>, backoff: &mut Backoff) -> Outcome {
+        let planner = self.opts.planner.clone();
+        let addr = match self.guard(resolve(planner)).await {
+            None => return Outcome::Stop,
+            Some(Err(reason)) => return Outcome::Lost(reason),
+            Some(Ok(addr)) => addr,
+        };
+        let ep = match endpoint_for(endpoint, addr, &self.tls) {
+            Ok(ep) => ep,
+            Err(e) => return Outcome::Lost(e.to_string()),
+        };
+        let connection = match self.guard(session::connect(ep, addr)).await {
+            None => return Outcome::Stop,
+            Some(Err(reason)) => return Outcome::Lost(reason),
+            Some(Ok(c)) => c,
+        };
+        let register = session::register_message(&self.opts.node, &self.topology, self.hash);
+        let handshake = session::handshake(connection.clone(), self.opts.node.clone(), register);
+        let registered = match self.guard(handshake).await {
+            None => return Outcome::Stop,
+            Some(Err(reason)) => return Outcome::Lost(session::fail(&connection, reason)),
+            Some(Ok(r)) => r,
+        };
+        backoff.reset();
+        tracing::info!(
+            planner = %self.opts.planner,
+            %addr,
+            heartbeat_ms = registered.heartbeat.as_millis() as u64,
+            "registered"
+        );
+        tell_systemd(&format!("STATUS=registered with {}", self.opts.planner));
+        if !self.ready_sent {
+            tell_systemd("READY=1");
+            self.ready_sent = true;
+        }
+        self.session(connection, registered).await
+    }
+
+    /// Drives `fut` while serving what must not wait on it: the watchdog, re-probes
+    /// (periodic and SIGHUP) and stop signals. `None`: stop requested (`fut` dropped).
+    async fn guard<F: Future>(&mut self, fut: F) -> Option<F::Output> {
+        let mut fut = std::pin::pin!(fut);
+        loop {
+            tokio::select! {
+                out = &mut fut => return Some(out),
+                _ = maybe_tick(&mut self.watchdog) => tell_systemd("WATCHDOG=1"),
+                _ = maybe_tick(&mut self.reprobe_timer) => self.reprobe("periodic").await,
+                _ = self.signals.hup.recv() => self.reprobe("SIGHUP").await,
+                _ = self.signals.term.recv() => return None,
+                _ = self.signals.int.recv() => return None,
+            }
+        }
+    }
+
+    /// Probes again; keeps the new topology when its hash differs. A failed re-probe
+    /// keeps the last good topology (the machine did not vanish).
+    async fn reprobe(&mut self, why: &str) {
+        match probe_now(&self.opts).await {
+            Ok(Ok(topology)) => {
+                let hash = topology_hash(&topology);
+                if hash == self.hash {
+                    tracing::info!(why, "re-probed: topology unchanged");
+                } else {
+                    tracing::info!(
+                        why,
+                        old = format_args!("{:016x}", self.hash),
+                        new = format_args!("{hash:016x}"),
+                        "re-probed: topology changed"
+                    );
+                    self.topology = topology;
+                    self.hash = hash;
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(why, "re-probe failed, keeping the last topology: {e}"),
+            Err(e) => tracing::warn!(why, "re-probe did not finish, keeping the last topology: {e}"),
+        }
+    }
+}
+
+/// The planner's first address.
+async fn resolve(planner: String) -> Result<SocketAddr, String> {
+    let mut addrs = tokio::net::lookup_host(planner.as_str())
+        .await
+        .map_err(|e| format!("cannot resolve {planner}: {e}"))?;
+    addrs.next().ok_or_else(|| format!("{planner} resolves to no address"))
+}
+
+/// The client endpoint for `addr`'s address family, made once and kept (one UDP socket
+/// for all attempts), made again if the planner moves to the other family.
+fn endpoint_for(
+    slot: &mut Option<quinn::Endpoint>,
+    addr: SocketAddr,
+    material: &TlsMaterial,
+) -> Result<quinn::Endpoint, TlsError> {
+    if let Some(ep) = slot
+        && ep.local_addr().is_ok_and(|local| local.is_ipv4() == addr.is_ipv4())
+    {
+        return Ok(ep.clone());
+    }
+    let ep = tls::client_endpoint(tls::any_addr_for(addr), material)?;
+    *slot = Some(ep.clone());
+    Ok(ep)
+}

@@ -1,0 +1,230 @@
+//! One connection to the planner: QUIC handshake, one bidirectional stream, hellos,
+//! Register / Registered, then heartbeats and topology changes out while a reader task
+//! takes what the planner sends, until either side ends it.
+//!
+//! Failures come back as one sentence for the log and systemd's STATUS. When the
+//! planner closed the connection its own reason wins (e.g. "closed by peer: hello
+//! names n2 but the certificate names n1 (code 3)"), as it says more than the stream
+//! error it caused.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use hyperplan_net::frame::{DEFAULT_MAX_FRAME, read_frame, write_frame};
+use hyperplan_net::messages::{AgentMessage, Hello, PROTOCOL_VERSION, PlannerToAgent, Role};
+use hyperplan_net::tls;
+use hyperplan_shared::topology::NodeTopology;
+
+use super::{Link, maybe_tick, tell_systemd, ticker};
+
+/// A QUIC handshake that takes longer than this is a planner that is not there (a
+/// QUIC client hears nothing back from a closed UDP port).
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Hellos and registration; a planner busy with many re-registering agents gets time.
+pub(super) const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Heartbeats never come faster than this, whatever the planner asks.
+const MIN_HEARTBEAT: Duration = Duration::from_millis(50);
+/// Close code for a planner that broke the protocol.
+const PROTOCOL_CODE: u32 = 1;
+
+/// How a connection attempt or session ended.
+pub(super) enum Outcome {
+    /// SIGTERM / SIGINT: stop the agent.
+    Stop,
+    /// The link is gone, with why; reconnect after a backoff.
+    Lost(String),
+}
+
+/// What a successful registration leaves.
+pub(super) struct Registered {
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    pub(super) heartbeat: Duration,
+}
+
+/// The QUIC + TLS handshake, bounded by [`CONNECT_TIMEOUT`].
+pub(super) async fn connect(endpoint: quinn::Endpoint, addr: SocketAddr) -> Result<quinn::Connection, String> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, tls::connect(&endpoint, addr)).await {
+        Ok(Ok(connection)) => Ok(connection),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer from {addr} within {} s", CONNECT_TIMEOUT.as_secs())),
+    }
+}
+
+pub(super) fn register_message(node: &str, topology: &NodeTopology, hash: u64) -> AgentMessage {
+    AgentMessage::Register {
+        version: PROTOCOL_VERSION,
+        node: node.to_string(),
+        labels: topology.labels.clone(),
+        topology: topology.clone(),
+        topology_hash: hash,
+    }
+}
+
+/// Opens the stream, exchanges hellos and registers, bounded by [`REGISTER_TIMEOUT`].
+pub(super) async fn handshake(
+    connection: quinn::Connection,
+    node: String,
+    register: AgentMessage,
+) -> Result<Registered, String> {
+    tokio::time::timeout(REGISTER_TIMEOUT, handshake_inner(connection, node, register))
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "the planner did not register us within {} s",
+                REGISTER_TIMEOUT.as_secs()
+            ))
+        })
+}
+
+async fn handshake_inner(
+    connection: quinn::Connection,
+    node: String,
+    register: AgentMessage,
+) -> Result<Registered, String> {
+    let (mut send, mut recv) = connection
+        .open_bi()
+        .await
+        .map_err(|e| format!("cannot open a stream: {e}"))?;
+    let hello = Hello::new(Role::Agent, node.clone());
+    write_frame(&mut send, &hello, DEFAULT_MAX_FRAME)
+        .await
+        .map_err(|e| format!("sending hello: {e}"))?;
+    let theirs: Hello = read_frame(&mut recv, DEFAULT_MAX_FRAME)
+        .await
+        .map_err(|e| format!("reading the planner's hello: {e}"))?
+        .ok_or("the planner ended the stream before its hello")?;
+    if theirs.role != Role::Planner {
+        return Err(format!("the peer says it is a {:?}, not the planner", theirs.role));
+    }
+    if theirs.version != PROTOCOL_VERSION {
+        return Err(format!(
+            "the planner speaks protocol version {}, this agent {PROTOCOL_VERSION}",
+            theirs.version
+        ));
+    }
+    write_frame(&mut send, &register, DEFAULT_MAX_FRAME)
+        .await
+        .map_err(|e| format!("sending Register: {e}"))?;
+    let reply: PlannerToAgent = read_frame(&mut recv, DEFAULT_MAX_FRAME)
+        .await
+        .map_err(|e| format!("waiting for Registered: {e}"))?
+        .ok_or("the planner ended the stream instead of answering Register")?;
+    let PlannerToAgent::Registered {
+        node: registered_as,
+        heartbeat_interval_ms,
+    } = reply
+    else {
+        return Err(format!("expected Registered, the planner sent {}", kind(&reply)));
+    };
+    if registered_as != node {
+        tracing::warn!(%node, %registered_as, "the planner registered us under another name");
+    }
+    Ok(Registered {
+        send,
+        recv,
+        heartbeat: Duration::from_millis(heartbeat_interval_ms).max(MIN_HEARTBEAT),
+    })
+}
+
+/// Why the link failed, preferring the connection's close reason; the connection is
+/// closed (a no-op when the planner already did).
+pub(super) fn fail(connection: &quinn::Connection, reason: String) -> String {
+    let reason = match connection.close_reason() {
+        Some(quinn::ConnectionError::LocallyClosed) | None => reason,
+        Some(closed) => closed.to_string(),
+    };
+    connection.close(quinn::VarInt::from_u32(PROTOCOL_CODE), reason.as_bytes());
+    reason
+}
+
+fn kind(message: &PlannerToAgent) -> &'static str {
+    match message {
+        PlannerToAgent::Registered { .. } => "Registered",
+        PlannerToAgent::Launch { .. } => "Launch",
+        PlannerToAgent::Kill { .. } => "Kill",
+    }
+}
+
+/// Takes what the planner sends until the stream ends; returns why it ended. Tasks
+/// are not run yet (a later issue): Launch and Kill are logged.
+async fn read_planner(mut recv: quinn::RecvStream) -> String {
+    loop {
+        match read_frame::<PlannerToAgent, _>(&mut recv, DEFAULT_MAX_FRAME).await {
+            Ok(Some(PlannerToAgent::Launch {
+                job,
+                task,
+                command,
+                cpus,
+                numa_nodes,
+                ..
+            })) => tracing::info!(
+                %job, %task, ?command, %cpus, ?numa_nodes,
+                "planner asks to launch a task (not run: task execution is not built yet)"
+            ),
+            Ok(Some(PlannerToAgent::Kill { job, task })) => {
+                tracing::info!(%job, %task, "planner asks to kill a task (none run here yet)");
+            }
+            Ok(Some(PlannerToAgent::Registered {
+                heartbeat_interval_ms, ..
+            })) => tracing::debug!(heartbeat_interval_ms, "Registered again; ignored"),
+            Ok(None) => return "the planner ended the stream".into(),
+            Err(e) => return format!("reading from the planner: {e}"),
+        }
+    }
+}
+
+impl Link {
+    /// A registered connection until it ends: heartbeats every `registered.heartbeat`,
+    /// `TopologyChanged` after a re-probe that moved the hash, watchdog pings.
+    pub(super) async fn session(&mut self, connection: quinn::Connection, registered: Registered) -> Outcome {
+        let Registered {
+            mut send,
+            recv,
+            heartbeat,
+        } = registered;
+        // Frames are not cancel-safe to read inside select!: the reader owns the stream.
+        let mut reader = tokio::spawn(read_planner(recv));
+        let mut beat = ticker(heartbeat);
+        let mut seq = 0u64;
+        let mut announced = self.hash;
+        let outcome = loop {
+            tokio::select! {
+                _ = beat.tick() => {
+                    seq += 1;
+                    let (load, free_memory) = self.figures.now(&self.topology);
+                    let message = AgentMessage::Heartbeat { seq, load, free_memory, running_tasks: Vec::new() };
+                    if let Err(e) = write_frame(&mut send, &message, DEFAULT_MAX_FRAME).await {
+                        break Outcome::Lost(fail(&connection, format!("sending heartbeat {seq}: {e}")));
+                    }
+                    tracing::trace!(seq, "heartbeat");
+                }
+                ended = &mut reader => {
+                    let reason = ended.unwrap_or_else(|e| format!("the reader task failed: {e}"));
+                    break Outcome::Lost(fail(&connection, reason));
+                }
+                _ = maybe_tick(&mut self.watchdog) => tell_systemd("WATCHDOG=1"),
+                _ = maybe_tick(&mut self.reprobe_timer) => self.reprobe("periodic").await,
+                _ = self.signals.hup.recv() => self.reprobe("SIGHUP").await,
+                _ = self.signals.term.recv() => break Outcome::Stop,
+                _ = self.signals.int.recv() => break Outcome::Stop,
+            }
+            if self.hash != announced {
+                let message = AgentMessage::TopologyChanged {
+                    topology: self.topology.clone(),
+                    topology_hash: self.hash,
+                };
+                if let Err(e) = write_frame(&mut send, &message, DEFAULT_MAX_FRAME).await {
+                    break Outcome::Lost(fail(&connection, format!("sending TopologyChanged: {e}")));
+                }
+                tracing::info!(hash = format_args!("{:016x}", self.hash), "sent TopologyChanged");
+                announced = self.hash;
+            }
+        };
+        reader.abort();
+        if matches!(outcome, Outcome::Stop) {
+            connection.close(quinn::VarInt::from_u32(super::STOP_CODE), super::STOP_REASON);
+        }
+        outcome
+    }
+}
