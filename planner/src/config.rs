@@ -49,6 +49,59 @@ pub enum ConfigError {
 pub struct PlannerConfig {
     pub scoring: ScoringConfig,
     pub numa: NumaConfig,
+    /// The daemon's `[server]` section (the simulator ignores it).
+    pub server: ServerConfig,
+}
+
+/// Where the daemon listens and how it keeps time (`[server]` in planner.toml; every key
+/// is also a flag of `hyperplan-planner`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerConfig {
+    /// `listen`: UDP address for QUIC (agents and the CLI).
+    pub listen: std::net::SocketAddr,
+    /// `certDir`: holds `ca.pem`, `planner.pem`, `planner.key` (`hyperplan certs init`).
+    pub cert_dir: std::path::PathBuf,
+    /// `tickInterval` (seconds): a tick at least this often, and one as soon as
+    /// something arrives.
+    pub tick_interval: std::time::Duration,
+    /// `heartbeatInterval` (seconds): what agents are told to send at.
+    pub heartbeat_interval: std::time::Duration,
+    /// `missedHeartbeats`: silent intervals after which a node is NotReady.
+    pub missed_heartbeats: u32,
+    /// `maxFrameBytes`: the largest message accepted.
+    pub max_frame_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: std::net::SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
+            cert_dir: std::path::PathBuf::from("/etc/hyperplan/certs"),
+            tick_interval: std::time::Duration::from_secs(1),
+            heartbeat_interval: std::time::Duration::from_secs(1),
+            missed_heartbeats: 3,
+            max_frame_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// The planner's default UDP port.
+pub const DEFAULT_PORT: u16 = 7400;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawServer {
+    listen: Option<toml::Spanned<String>>,
+    cert_dir: Option<String>,
+    tick_interval: Option<toml::Spanned<f64>>,
+    heartbeat_interval: Option<toml::Spanned<f64>>,
+    missed_heartbeats: Option<toml::Spanned<u32>>,
+    max_frame_bytes: Option<toml::Spanned<u64>>,
+}
+
+/// Seconds as a duration: positive and finite, else `None`.
+pub fn seconds(v: f64) -> Option<std::time::Duration> {
+    (v.is_finite() && v > 0.0 && v < 1e9).then(|| std::time::Duration::from_secs_f64(v))
 }
 
 /// The numa-aware plugin's settings.
@@ -106,6 +159,7 @@ struct RawConfig {
     #[serde(default)]
     scoring: BTreeMap<String, toml::Value>,
     numa: Option<RawNuma>,
+    server: Option<RawServer>,
 }
 
 impl PlannerConfig {
@@ -155,9 +209,69 @@ impl PlannerConfig {
                 numa.weight = *w.get_ref();
             }
         }
+        let mut server = ServerConfig::default();
+        if let Some(s) = raw.server {
+            let at = |span: std::ops::Range<usize>, message: String| {
+                let (line, column) = line_col(text, span.start);
+                ConfigError::Parse {
+                    path: origin.to_string(),
+                    line,
+                    column,
+                    message,
+                }
+            };
+            if let Some(l) = s.listen {
+                server.listen = l.get_ref().parse().map_err(|_| {
+                    at(
+                        l.span(),
+                        format!(
+                            "server.listen: expected IP:PORT (e.g. 0.0.0.0:7400), got {:?}",
+                            l.get_ref()
+                        ),
+                    )
+                })?;
+            }
+            if let Some(d) = s.cert_dir {
+                server.cert_dir = d.into();
+            }
+            for (key, value, target) in [
+                ("tickInterval", s.tick_interval, &mut server.tick_interval),
+                (
+                    "heartbeatInterval",
+                    s.heartbeat_interval,
+                    &mut server.heartbeat_interval,
+                ),
+            ] {
+                if let Some(v) = value {
+                    *target = seconds(*v.get_ref()).ok_or_else(|| {
+                        at(
+                            v.span(),
+                            format!("server.{key}: expected seconds > 0, got {}", v.get_ref()),
+                        )
+                    })?;
+                }
+            }
+            if let Some(m) = s.missed_heartbeats {
+                if *m.get_ref() == 0 {
+                    return Err(at(m.span(), "server.missedHeartbeats: expected at least 1".into()));
+                }
+                server.missed_heartbeats = *m.get_ref();
+            }
+            if let Some(m) = s.max_frame_bytes {
+                let v = *m.get_ref();
+                if !(1024..=1 << 30).contains(&v) {
+                    return Err(at(
+                        m.span(),
+                        format!("server.maxFrameBytes: expected 1024 to 1073741824, got {v}"),
+                    ));
+                }
+                server.max_frame_bytes = v as usize;
+            }
+        }
         Ok(Self {
             scoring: ScoringConfig::from_args(&raw.scoring),
             numa,
+            server,
         })
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod core;
+pub mod server;
 pub mod sim;
 pub mod testing;
 

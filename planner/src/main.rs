@@ -1,36 +1,132 @@
-//! `hyperplan-planner`: the planner daemon on the head node.
-//!
-//! The networked daemon (QUIC + mutual TLS ingest from agents, the CLI API) lands with
-//! its own issue; today this binary checks a planner configuration so an operator can
-//! validate `/etc/hyperplan/planner.toml` before deploying it.
+//! `hyperplan-planner`: the planner daemon on the head node. Agents register and
+//! heartbeat over QUIC with mutual TLS, people submit and ask through the same port, and
+//! every tick runs the Schedule `hyperplan simulate` runs.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
+use hyperplan_planner::PlannerConfig;
+use hyperplan_planner::config::seconds;
+use hyperplan_planner::server::{Server, sd_notify};
 
+/// The hyperplan planner daemon.
+///
+/// Reads /etc/hyperplan/planner.toml (or --config); every key of its [server] section is
+/// also a flag here, and flags win. Needs ca.pem, planner.pem and planner.key in the
+/// certificate directory (`hyperplan certs init --dir DIR`). Prints
+/// `hyperplan-planner listening on ADDR` on stdout once it serves, tells systemd READY=1
+/// (Type=notify) and WATCHDOG=1 from its tick loop, and stops cleanly on SIGTERM/SIGINT.
+/// Logs go to stderr; set RUST_LOG (default `info`).
 #[derive(Parser, Debug)]
 #[command(
     version,
-    about = "hyperplan planner daemon (configuration check; the network daemon is not built yet)"
+    after_help = "Examples:\n  hyperplan-planner --config /etc/hyperplan/planner.toml\n  \
+                  hyperplan-planner --listen 127.0.0.1:7400 --cert-dir ./certs --heartbeat-interval 0.5\n  \
+                  hyperplan-planner --config planner.toml --check"
 )]
 struct Args {
-    /// Planner configuration (TOML; see systemd/planner.toml).
-    #[arg(long, default_value = "/etc/hyperplan/planner.toml")]
-    config: PathBuf,
-    /// Only validate the configuration and print the resolved scoring arguments.
+    /// Planner configuration (TOML; see systemd/planner.toml). Defaults apply when the
+    /// default path does not exist.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// UDP address to listen on [server.listen; default 0.0.0.0:7400].
+    #[arg(long, value_name = "IP:PORT")]
+    listen: Option<SocketAddr>,
+    /// Directory with ca.pem, planner.pem, planner.key [server.certDir; default
+    /// /etc/hyperplan/certs].
+    #[arg(long, value_name = "DIR")]
+    cert_dir: Option<PathBuf>,
+    /// Seconds between ticks when nothing arrives [server.tickInterval; default 1].
+    #[arg(long, value_name = "SECONDS")]
+    tick_interval: Option<f64>,
+    /// Seconds between agent heartbeats [server.heartbeatInterval; default 1].
+    #[arg(long, value_name = "SECONDS")]
+    heartbeat_interval: Option<f64>,
+    /// Heartbeats a node may miss before it is NotReady [server.missedHeartbeats; default 3].
+    #[arg(long, value_name = "N")]
+    missed_heartbeats: Option<u32>,
+    /// Largest message accepted, in bytes [server.maxFrameBytes; default 16777216].
+    #[arg(long, value_name = "BYTES")]
+    max_frame_bytes: Option<usize>,
+    /// Only validate the configuration, print it resolved, and exit.
     #[arg(long)]
     check: bool,
 }
 
+const DEFAULT_CONFIG: &str = "/etc/hyperplan/planner.toml";
+
 fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let args = Args::parse();
-    let cfg = hyperplan_planner::PlannerConfig::load(&args.config)
-        .with_context(|| format!("loading {}", args.config.display()))?;
-    println!("{}: ok", args.config.display());
-    println!("{:#?}", cfg.scoring);
-    if !args.check {
-        anyhow::bail!("the planner daemon is not built yet; use `hyperplan simulate` to plan with this configuration");
+    let mut config = match &args.config {
+        Some(p) => PlannerConfig::load(p).with_context(|| format!("loading {}", p.display()))?,
+        None if std::path::Path::new(DEFAULT_CONFIG).exists() => {
+            PlannerConfig::load(std::path::Path::new(DEFAULT_CONFIG)).context("loading the default configuration")?
+        }
+        None => PlannerConfig::default(),
+    };
+    let s = &mut config.server;
+    if let Some(v) = args.listen {
+        s.listen = v;
     }
-    Ok(())
+    if let Some(v) = args.cert_dir {
+        s.cert_dir = v;
+    }
+    if let Some(v) = args.tick_interval {
+        s.tick_interval = seconds(v).context("--tick-interval: expected seconds > 0")?;
+    }
+    if let Some(v) = args.heartbeat_interval {
+        s.heartbeat_interval = seconds(v).context("--heartbeat-interval: expected seconds > 0")?;
+    }
+    if let Some(v) = args.missed_heartbeats {
+        anyhow::ensure!(v > 0, "--missed-heartbeats: expected at least 1");
+        s.missed_heartbeats = v;
+    }
+    if let Some(v) = args.max_frame_bytes {
+        anyhow::ensure!(
+            (1024..=1 << 30).contains(&v),
+            "--max-frame-bytes: expected 1024 to 1073741824"
+        );
+        s.max_frame_bytes = v;
+    }
+    if args.check {
+        println!("{config:#?}");
+        return Ok(());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let server = Server::bind(config).context("starting the planner")?;
+        let addr = server.local_addr()?;
+        println!("hyperplan-planner listening on {addr}");
+        sd_notify(&format!("READY=1\nSTATUS=listening on {addr}"));
+        tracing::info!(%addr, "listening");
+        server.run(shutdown_signal()).await;
+        anyhow::Ok(())
+    })
+}
+
+/// SIGTERM (systemd stop) or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM"),
+        _ = int.recv() => tracing::info!("SIGINT"),
+    }
 }

@@ -360,17 +360,7 @@ pub fn run(cluster: &ClusterSpec, jobs: &[JobSpec], config: PlannerConfig) -> Re
     })
 }
 
-/// cpu = PUs, memory = total, `nvidia.com/gpu` = GPUs: what the CLI derives from hardware.
-pub fn hardware_resources(t: &NodeTopology) -> Resources {
-    let pus: u64 = t.cores.iter().map(|c| c.pus.len() as u64).sum();
-    let mut r = Resources::new()
-        .with(hyperplan_shared::CPU, pus * 1000)
-        .with(hyperplan_shared::MEMORY, t.total_memory);
-    if !t.gpus.is_empty() {
-        r = r.with("nvidia.com/gpu", t.gpus.len() as u64);
-    }
-    r
-}
+pub use crate::core::numa::node::hardware_resources;
 
 /// A node's hardware as the agent would report it, numbered like hwloc's synthetic
 /// topologies: PUs in order, core by core, NUMA node by NUMA node. GPUs and HCAs are

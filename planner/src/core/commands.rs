@@ -7,6 +7,8 @@ pub struct Placement {
     pub task: String,
     pub node: String,
     pub rank: u32,
+    /// What to run (the task spec's `command`).
+    pub command: Vec<String>,
     /// Where a task with a NUMA request is pinned (what the agent enforces).
     pub pinning: Option<Pinning>,
 }

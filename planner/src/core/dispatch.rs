@@ -30,6 +30,12 @@ pub fn dispatch(
             task: task.name.clone(),
             node: node.name.clone(),
             rank: ts.rank.unwrap_or(0),
+            command: job
+                .spec
+                .tasks
+                .get(task.role)
+                .map(|t| t.command.clone())
+                .unwrap_or_default(),
             pinning: ts
                 .numa
                 .as_ref()

@@ -12,7 +12,7 @@ pub mod components;
 mod discovery;
 pub mod events;
 pub mod ids;
-mod ingest;
+pub(crate) mod ingest;
 pub mod invariants;
 pub mod numa;
 pub mod queues;

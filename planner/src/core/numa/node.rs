@@ -34,6 +34,19 @@ pub fn is_gpu_resource(name: &str) -> bool {
     name.rsplit('/').next() == Some("gpu") && name.contains('/')
 }
 
+/// What a node offers, from its hardware: `cpu` = PUs, `memory` = total memory,
+/// `nvidia.com/gpu` = GPUs.
+pub fn hardware_resources(t: &NodeTopology) -> Resources {
+    let pus: u64 = t.cores.iter().map(|c| c.pus.len() as u64).sum();
+    let mut r = Resources::new()
+        .with(hyperplan_shared::CPU, pus * 1000)
+        .with(hyperplan_shared::MEMORY, t.total_memory);
+    if !t.gpus.is_empty() {
+        r = r.with("nvidia.com/gpu", t.gpus.len() as u64);
+    }
+    r
+}
+
 /// GPUs a request asks for (all GPU resources summed).
 pub fn gpus_requested(r: &Resources) -> usize {
     r.iter()

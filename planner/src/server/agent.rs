@@ -1,0 +1,144 @@
+//! An agent's link: `Register` first (naming the node its certificate names), then
+//! heartbeats and topology changes in; `Registered`, `Launch` and `Kill` out. When the
+//! link ends, for whatever reason, the driver hears `Gone` and the node turns NotReady.
+
+use std::time::Duration;
+
+use hyperplan_net::messages::{AgentMessage, PlannerToAgent};
+use hyperplan_net::{PROTOCOL_VERSION, read_frame, write_frame};
+use tokio::sync::mpsc;
+
+use super::close;
+use super::driver::ToCore;
+use super::handshake::refuse;
+
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub async fn serve(
+    conn: quinn::Connection,
+    id: u64,
+    node: String,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    to_core: mpsc::UnboundedSender<ToCore>,
+    max_frame: usize,
+) {
+    let peer = conn.remote_address();
+    let first = tokio::time::timeout(REGISTER_TIMEOUT, read_frame::<AgentMessage, _>(&mut recv, max_frame)).await;
+    let (labels, topology) = match first {
+        Ok(Ok(Some(AgentMessage::Register {
+            version,
+            node: claimed,
+            labels,
+            topology,
+            ..
+        }))) => {
+            if claimed != node {
+                return refuse(
+                    &conn,
+                    close::REFUSED,
+                    &format!("Register names node {claimed:?} but the certificate is for node {node:?}"),
+                );
+            }
+            if version != PROTOCOL_VERSION {
+                return refuse(
+                    &conn,
+                    close::VERSION,
+                    &format!(
+                        "Register: unsupported protocol version {version} (this planner speaks {PROTOCOL_VERSION})"
+                    ),
+                );
+            }
+            (labels, topology)
+        }
+        Ok(Ok(Some(other))) => {
+            return refuse(
+                &conn,
+                close::PROTOCOL,
+                &format!("expected Register first, got {}", kind(&other)),
+            );
+        }
+        Ok(Ok(None)) => return tracing::info!(%peer, node, "closed before registering"),
+        Ok(Err(e)) => return refuse(&conn, close::PROTOCOL, &format!("expected Register: {e}")),
+        Err(_) => return refuse(&conn, close::PROTOCOL, "no Register within 30 s"),
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel::<PlannerToAgent>();
+    if to_core
+        .send(ToCore::Register {
+            node: node.clone(),
+            conn_id: id,
+            labels,
+            topology: Box::new(topology),
+            link: tx,
+            conn: conn.clone(),
+        })
+        .is_err()
+    {
+        return; // the planner is stopping
+    }
+    let writer = async {
+        while let Some(msg) = rx.recv().await {
+            if let Err(e) = write_frame(&mut send, &msg, max_frame).await {
+                tracing::info!(%peer, node, "link lost while sending: {e}");
+                break;
+            }
+        }
+    };
+    let reader = async {
+        loop {
+            match read_frame::<AgentMessage, _>(&mut recv, max_frame).await {
+                Ok(Some(AgentMessage::Heartbeat { seq, .. })) => {
+                    if to_core
+                        .send(ToCore::Heartbeat {
+                            node: node.clone(),
+                            conn_id: id,
+                            seq,
+                        })
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+                Ok(Some(AgentMessage::TopologyChanged { topology, .. })) => {
+                    let msg = ToCore::TopologyChanged {
+                        node: node.clone(),
+                        conn_id: id,
+                        topology: Box::new(topology),
+                    };
+                    if to_core.send(msg).is_err() {
+                        break;
+                    }
+                }
+                Ok(Some(AgentMessage::Register { .. })) => {
+                    refuse(&conn, close::PROTOCOL, "Register sent twice on one connection");
+                    break;
+                }
+                Ok(None) => {
+                    tracing::info!(%peer, node, "agent closed its stream");
+                    break;
+                }
+                Err(hyperplan_net::FrameError::Io(e)) => {
+                    tracing::info!(%peer, node, "link lost: {e}");
+                    break;
+                }
+                Err(e) => {
+                    refuse(&conn, close::PROTOCOL, &format!("bad frame from agent: {e}"));
+                    break;
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = writer => {}
+        () = reader => {}
+    }
+    let _ = to_core.send(ToCore::Gone { node, conn_id: id });
+}
+
+fn kind(m: &AgentMessage) -> &'static str {
+    match m {
+        AgentMessage::Register { .. } => "Register",
+        AgentMessage::Heartbeat { .. } => "Heartbeat",
+        AgentMessage::TopologyChanged { .. } => "TopologyChanged",
+    }
+}

@@ -1,0 +1,96 @@
+//! The planner daemon: a QUIC (mutual TLS) server in front of the very Schedule the
+//! simulator runs. Connections authenticate ([`handshake`]), agents register and
+//! heartbeat ([`agent`]), people ask ([`client`]); everything they say becomes a message
+//! to the one task that owns the `Planner` ([`driver`]), which ticks on a timer and as
+//! soon as something arrives, marks silent nodes NotReady, and sends `Launch` to agents.
+//!
+//! A refusal (certificate, name, version, a malformed, oversized or out-of-order frame)
+//! is a log line with the peer address and closes that connection only.
+
+mod agent;
+mod client;
+mod driver;
+mod handshake;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use hyperplan_net::certs::CertPaths;
+use hyperplan_net::tls::{TlsMaterial, server_endpoint};
+use tokio::sync::mpsc;
+
+use crate::config::PlannerConfig;
+pub use driver::ToCore;
+
+/// Application close codes (hyperplan-net's, shared by every daemon).
+pub use hyperplan_net::hello::close;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Tls(#[from] hyperplan_net::TlsError),
+    #[error("cannot read the local address of the QUIC endpoint: {0}")]
+    LocalAddr(std::io::Error),
+}
+
+/// A bound planner: the endpoint is listening, nothing is served yet.
+pub struct Server {
+    endpoint: quinn::Endpoint,
+    config: PlannerConfig,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("listen", &self.config.server.listen)
+            .finish()
+    }
+}
+
+impl Server {
+    /// Loads the planner's certificates from `server.cert_dir` and binds `server.listen`
+    /// (port 0 picks one; see [`Server::local_addr`]). Call inside a tokio runtime.
+    pub fn bind(config: PlannerConfig) -> Result<Self, ServerError> {
+        let material = TlsMaterial::load(&CertPaths::planner(&config.server.cert_dir))?;
+        let endpoint = server_endpoint(config.server.listen, &material)?;
+        Ok(Self { endpoint, config })
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr, ServerError> {
+        self.endpoint.local_addr().map_err(ServerError::LocalAddr)
+    }
+
+    /// Serves until `shutdown` completes, then closes every connection ("planner
+    /// stopping") and waits briefly for the peers to hear it.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        let (to_core, from_conns) = mpsc::unbounded_channel();
+        let driver = tokio::spawn(driver::run(self.config.clone(), from_conns));
+        let max_frame = self.config.server.max_frame_bytes;
+        let endpoint = self.endpoint.clone();
+        let accept = async {
+            let mut next_id = 0u64;
+            while let Some(incoming) = endpoint.accept().await {
+                next_id += 1;
+                tokio::spawn(handshake::serve(incoming, next_id, to_core.clone(), max_frame));
+            }
+        };
+        tokio::select! {
+            () = accept => {}
+            () = shutdown => {}
+        }
+        tracing::info!("planner stopping");
+        sd_notify("STOPPING=1");
+        self.endpoint
+            .close(quinn::VarInt::from_u32(close::SHUTDOWN), b"planner stopping");
+        drop(to_core);
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.endpoint.wait_idle()).await;
+        driver.abort();
+    }
+}
+
+/// Tells systemd (when it started us with `Type=notify`); a failure is only logged.
+pub fn sd_notify(state: &str) {
+    if let Err(e) = hyperplan_net::notify::notify(state) {
+        tracing::debug!("sd_notify {state}: {e}");
+    }
+}
