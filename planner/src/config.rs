@@ -51,6 +51,32 @@ pub struct PlannerConfig {
     pub numa: NumaConfig,
     /// The daemon's `[server]` section (the simulator ignores it).
     pub server: ServerConfig,
+    /// The daemon's `[[discovery]]` sources (the simulator takes its cluster file's).
+    pub discovery: DiscoveryConfig,
+}
+
+/// Where the daemon's HyperNodes come from (`[[discovery]]` entries in planner.toml).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DiscoveryConfig {
+    /// `source = "label"`: Volcano's `networkTopologyTypes`, type name → node label keys,
+    /// top tier first.
+    pub label: BTreeMap<String, Vec<String>>,
+    /// `source = "static"`: Volcano HyperNode manifest files.
+    pub static_files: Vec<std::path::PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawSource {
+    source: toml::Spanned<String>,
+    #[serde(default = "yes")]
+    enabled: bool,
+    types: Option<BTreeMap<String, Vec<String>>>,
+    files: Option<Vec<String>>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Where the daemon listens and how it keeps time (`[server]` in planner.toml; every key
@@ -160,6 +186,8 @@ struct RawConfig {
     scoring: BTreeMap<String, toml::Value>,
     numa: Option<RawNuma>,
     server: Option<RawServer>,
+    #[serde(default)]
+    discovery: Vec<RawSource>,
 }
 
 impl PlannerConfig {
@@ -268,10 +296,48 @@ impl PlannerConfig {
                 server.max_frame_bytes = v as usize;
             }
         }
+        let mut discovery = DiscoveryConfig::default();
+        for d in raw.discovery.into_iter().filter(|d| d.enabled) {
+            let at = |message: String| {
+                let (line, column) = line_col(text, d.source.span().start);
+                ConfigError::Parse {
+                    path: origin.to_string(),
+                    line,
+                    column,
+                    message,
+                }
+            };
+            match d.source.get_ref().as_str() {
+                "label" => {
+                    let types = d.types.ok_or_else(|| {
+                        at(
+                            "discovery: source \"label\" needs `types = { NAME = [\"top-label\", …, \"leaf-label\"] }`"
+                                .into(),
+                        )
+                    })?;
+                    if let Some((k, _)) = types.iter().find(|(_, v)| v.is_empty()) {
+                        return Err(at(format!("discovery.types.{k}: expected at least one label key")));
+                    }
+                    discovery.label.extend(types);
+                }
+                "static" => {
+                    let files = d.files.ok_or_else(|| {
+                        at("discovery: source \"static\" needs `files = [\"hypernodes.yaml\"]`".into())
+                    })?;
+                    discovery.static_files.extend(files.into_iter().map(Into::into));
+                }
+                other => {
+                    return Err(at(format!(
+                        "discovery.source: expected \"label\" or \"static\", got {other:?}"
+                    )));
+                }
+            }
+        }
         Ok(Self {
             scoring: ScoringConfig::from_args(&raw.scoring),
             numa,
             server,
+            discovery,
         })
     }
 }
@@ -389,6 +455,28 @@ weight = 2
             msg.starts_with("p.toml:2:17: numa.defaultPolicy: unknown topology policy"),
             "{msg}"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn server_and_discovery_sections() -> Result<(), ConfigError> {
+        let cfg = PlannerConfig::parse(
+            "[server]\nlisten = \"127.0.0.1:9000\"\nheartbeatInterval = 0.5\nmissedHeartbeats = 5\n\
+             [[discovery]]\nsource = \"label\"\ntypes = { fabric = [\"spine\", \"leaf\"] }\n\
+             [[discovery]]\nsource = \"static\"\nfiles = [\"hn.yaml\"]\n",
+            "p.toml",
+        )?;
+        assert_eq!(cfg.server.listen.port(), 9000);
+        assert_eq!(cfg.server.heartbeat_interval, std::time::Duration::from_millis(500));
+        assert_eq!(cfg.server.missed_heartbeats, 5);
+        assert_eq!(cfg.discovery.label["fabric"], vec!["spine", "leaf"]);
+        assert_eq!(cfg.discovery.static_files, vec![std::path::PathBuf::from("hn.yaml")]);
+        let err = PlannerConfig::parse("[[discovery]]\nsource = \"magic\"\n", "p.toml");
+        let msg = err.map(|_| ()).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.starts_with("p.toml:2:10: discovery.source: expected"), "{msg}");
+        let err = PlannerConfig::parse("[server]\nlisten = \"nowhere\"\n", "p.toml");
+        let msg = err.map(|_| ()).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("server.listen: expected IP:PORT"), "{msg}");
         Ok(())
     }
 

@@ -76,8 +76,22 @@ struct Driver {
 }
 
 pub async fn run(config: PlannerConfig, mut rx: mpsc::UnboundedReceiver<ToCore>) {
+    let mut planner = Planner::new(config.clone());
+    planner.push(Event::LabelDiscovery(config.discovery.label.clone()));
+    let mut manifests = Vec::new();
+    for f in &config.discovery.static_files {
+        let loaded = std::fs::read_to_string(f)
+            .map_err(|e| format!("{}: cannot read: {e}", f.display()))
+            .and_then(|t| hyperplan_shared::hypernode::parse_hypernode_manifests(&t, f).map_err(|e| e.to_string()));
+        match loaded {
+            Ok(mut specs) => manifests.append(&mut specs),
+            // The last good set stays: at start there is none, so the error is all there is.
+            Err(e) => tracing::error!("discovery: {e}"),
+        }
+    }
+    planner.push(Event::StaticHyperNodes(manifests));
     let mut d = Driver {
-        planner: Planner::new(config.clone()),
+        planner,
         config: config.clone(),
         links: HashMap::new(),
         away: HashMap::new(),
