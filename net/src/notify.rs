@@ -32,8 +32,12 @@ pub fn notify(state: &str) -> io::Result<bool> {
 /// Sends `state` to the socket named `socket` in `$NOTIFY_SOCKET` syntax: a path, or
 /// `@name` for a Linux abstract socket. Separate from [`notify`] so tests can aim it at
 /// their own socket without touching the process environment.
+///
+/// Never blocks: the daemons call it from their async loops, and a manager whose queue
+/// is full (it is not reading) gets a `WouldBlock` error rather than a stalled daemon.
 pub fn notify_to(socket: &OsStr, state: &str) -> io::Result<()> {
     let sock = UnixDatagram::unbound()?;
+    sock.set_nonblocking(true)?;
     let bytes = socket.as_bytes();
     let sent = if let Some(name) = bytes.strip_prefix(b"@") {
         send_abstract(&sock, name, state.as_bytes())?
@@ -125,6 +129,16 @@ mod tests {
         let server = UnixDatagram::bind_addr(&addr).unwrap();
         notify_to(OsStr::new(&format!("@{name}")), "STOPPING=1").unwrap();
         assert_eq!(receive(&server), "STOPPING=1");
+    }
+
+    #[test]
+    fn a_full_queue_is_an_error_not_a_stall() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify.sock");
+        let _server = UnixDatagram::bind(&path).unwrap();
+        // Nobody reads: the queue fills (a few datagrams on Linux) and then sends fail.
+        let failed = (0..10_000).find_map(|_| notify_to(path.as_os_str(), "WATCHDOG=1").err());
+        assert_eq!(failed.map(|e| e.kind()), Some(io::ErrorKind::WouldBlock));
     }
 
     #[test]
