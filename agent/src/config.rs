@@ -85,6 +85,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_shipped_example_parses_commented_and_uncommented() {
+        let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../systemd/agent.toml"));
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(text.contains("reprobeInterval"), "{}", path.display());
+        assert_eq!(AgentConfig::parse(&text, path).ok(), Some(AgentConfig::default()));
+        // Every `# key = value` line, uncommented, is a key the agent knows.
+        let uncommented: String = text
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest) if rest.split_once(" = ").is_some_and(|(k, _)| !k.contains(' ')) => rest,
+                _ => l,
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let all = AgentConfig::parse(&uncommented, path);
+        assert!(
+            all.as_ref()
+                .is_ok_and(|c| c.planner.is_some() && c.reprobe_interval == Some(60)),
+            "{all:?}"
+        );
+    }
+
+    #[test]
     fn labels_and_unknown_keys() {
         let p = Path::new("agent.toml");
         let c = AgentConfig::parse("sysfsRoot = \"/host/sys\"\n[labels]\nrack = \"r7\"\n", p).unwrap_or_default();
