@@ -33,7 +33,7 @@ enum Event {
     },
     Message {
         conn: usize,
-        message: AgentMessage,
+        message: Box<AgentMessage>,
         at: Instant,
     },
     Closed {
@@ -87,7 +87,7 @@ impl Planner {
     async fn message(&mut self) -> (usize, AgentMessage, Instant) {
         loop {
             match self.next().await {
-                Event::Message { conn, message, at } => return (conn, message, at),
+                Event::Message { conn, message, at } => return (conn, *message, at),
                 Event::Closed { .. } => {}
                 other => panic!("expected a message, got {other:?}"),
             }
@@ -163,7 +163,7 @@ async fn serve(conn: usize, connection: quinn::Connection, tx: mpsc::UnboundedSe
                 let register = matches!(message, AgentMessage::Register { .. });
                 let _ = tx.send(Event::Message {
                     conn,
-                    message,
+                    message: Box::new(message),
                     at: Instant::now(),
                 });
                 if register {
