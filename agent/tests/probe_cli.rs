@@ -170,8 +170,8 @@ fn labels_come_from_the_config_and_flags_override() {
     ]);
     assert_eq!(t.labels.get("rack").map(String::as_str), Some("r1"));
     assert_eq!(t.labels.get("leaf").map(String::as_str), Some("l7"));
-    std::fs::write(&cfg, "planner = \"x\"\n").unwrap();
+    std::fs::write(&cfg, "planer = \"x\"\n").unwrap();
     let bad = agent(&["probe", "--config", cfg.to_str().unwrap()]);
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("agent.toml:1:1: unknown field `planner`"));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("agent.toml:1:1: unknown field `planer`"));
 }
