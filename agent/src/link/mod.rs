@@ -28,6 +28,7 @@ use hyperplan_net::tls::{self, TlsError, TlsMaterial};
 use hyperplan_shared::topology::NodeTopology;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::{Interval, MissedTickBehavior};
+use tracing::Instrument;
 
 use crate::probe::{self, ProbeError, ProbeOptions, Source};
 
@@ -120,7 +121,8 @@ pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
         signals,
         ready_sent: false,
     };
-    link.run().await;
+    let span = tracing::info_span!("link", node = %link.opts.node);
+    link.run().instrument(span).await;
     Ok(())
 }
 
