@@ -171,8 +171,24 @@ async fn serve(conn: usize, connection: quinn::Connection, tx: mpsc::UnboundedSe
                         node: name.clone(),
                         heartbeat_interval_ms: HEARTBEAT_MS,
                     };
-                    if write_frame(&mut send, &reply, DEFAULT_MAX_FRAME).await.is_err() {
-                        break;
+                    // Tasks are a later issue: the agent only logs Launch and Kill.
+                    let launch = PlannerToAgent::Launch {
+                        job: "job-1".into(),
+                        task: "0".into(),
+                        command: vec!["/bin/true".into()],
+                        cpus: "0-3".into(),
+                        numa_nodes: vec![0],
+                        gpus: vec![],
+                        nics: vec![],
+                    };
+                    let kill = PlannerToAgent::Kill {
+                        job: "job-1".into(),
+                        task: "0".into(),
+                    };
+                    for message in [reply, launch, kill] {
+                        if write_frame(&mut send, &message, DEFAULT_MAX_FRAME).await.is_err() {
+                            return;
+                        }
                     }
                 }
             }
@@ -409,6 +425,10 @@ async fn registers_heartbeats_reconnects_and_stops() {
     };
     assert_eq!(free_memory.len(), 4);
     assert!(running_tasks.is_empty());
+
+    // Launch and Kill are logged, and the link goes on.
+    agent.log("planner asks to launch a task").await;
+    agent.log("planner asks to kill a task").await;
 
     // systemd: ready once registered, status, watchdog pings.
     notifications.wait_for("READY=1").await;
