@@ -1,12 +1,13 @@
 # hyperplan — the two commands a new machine needs:
-#   make demo   plan the example jobs on the example cluster and print the placement table
+#   make demo   start a planner and 8 agents on 127.0.0.1, show the fabric and nodes, place the
+#               example jobs, stop everything (`hyperplan demo`)
 #   make test   run the whole test suite
 # Both first install the system packages the build needs (Debian/Ubuntu, via apt-get).
 
 APT_PACKAGES := pkg-config libhwloc-dev libudev-dev bzip2
 CARGO ?= cargo
 
-.PHONY: deps demo test bench lint ci
+.PHONY: deps demo simulate test bench lint ci
 
 deps:
 	@missing=""; \
@@ -19,6 +20,10 @@ deps:
 	fi
 
 demo: deps
+	$(CARGO) build -q --workspace --bins
+	$(CARGO) run -q -p hyperplan -- demo
+
+simulate: deps
 	$(CARGO) run -q -p hyperplan -- simulate --cluster examples/cluster.yaml --jobs examples/jobs.yaml
 
 test: deps

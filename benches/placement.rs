@@ -32,10 +32,10 @@ use criterion::{
 };
 use hyperplan_planner::sim::planner_for;
 use hyperplan_planner::testing::{JobBuilder, MachineBuilder, hardware_resources};
-use hyperplan_shared::topology::SharedTopology;
 use hyperplan_planner::{Command, Event, Planner, PlannerConfig};
 use hyperplan_shared::fattree::{self, FatTreeParams};
 use hyperplan_shared::quantity::parse_resource_list;
+use hyperplan_shared::topology::SharedTopology;
 use hyperplan_shared::{ClusterSpec, JobSpec};
 
 const SEED: u64 = 20_240_601;

@@ -1,12 +1,16 @@
 //! `hyperplan`: the command line for people.
 //!
-//! Today: `simulate` (plan jobs on a cluster file with the real planner core, in virtual
-//! time) and `cluster generate fat-tree` (write a cluster file to plan with). The
-//! commands that talk to a running planner (submit, status, nodes, hypernodes, explain)
-//! and `certs` arrive with the daemon.
+//! Offline: `simulate` (plan jobs on a cluster file with the real planner core, in
+//! virtual time), `cluster generate fat-tree` (write a cluster file to plan with),
+//! `topology` (HyperNodes from fabric dumps) and `certs` (the cluster CA).
+//! Against a running planner (`client`, `commands/`): `nodes`, `hypernodes`, `submit`,
+//! `status`, `cancel`, `explain`.
 
 mod certs;
+mod client;
 mod cluster;
+mod commands;
+mod demo;
 mod fabric;
 mod simulate;
 mod topology;
@@ -22,7 +26,12 @@ use clap::{Parser, Subcommand};
     about = "Topology-aware batch planner for bare-metal HPC and AI clusters",
     long_about = "hyperplan places gang jobs under the lowest common switch that can hold them \
                   (Volcano's network-topology-aware scheduling, on bare metal).\n\n\
-                  Start with `hyperplan simulate --cluster examples/cluster.yaml --jobs examples/jobs.yaml`."
+                  Start with `hyperplan demo` (a planner and agents on this machine) or \
+                  `hyperplan simulate --cluster examples/cluster.yaml --jobs examples/jobs.yaml`.\n\n\
+                  Against a running planner: `hyperplan nodes`, `hyperplan hypernodes`, `hyperplan submit FILE`, \
+                  `hyperplan status [JOB]`, `hyperplan cancel JOB`, `hyperplan explain JOB` (planner address and \
+                  certificates from --planner/--cert-dir/--user, HYPERPLAN_PLANNER/HYPERPLAN_CERT_DIR/HYPERPLAN_USER \
+                  or ~/.config/hyperplan/client.toml)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -31,7 +40,14 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    Demo(demo::Args),
     Simulate(simulate::Args),
+    Nodes(commands::nodes::Args),
+    Hypernodes(commands::hypernodes::Args),
+    Submit(commands::submit::Args),
+    Status(commands::status::Args),
+    Cancel(commands::cancel::Args),
+    Explain(commands::explain::Args),
     /// Cluster CA and certificates for mutual TLS between planner, agents and people.
     Certs {
         #[command(subcommand)]
@@ -59,7 +75,14 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(args) => demo::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Nodes(args) => commands::nodes::run(args),
+        Command::Hypernodes(args) => commands::hypernodes::run(args),
+        Command::Submit(args) => commands::submit::run(args),
+        Command::Status(args) => commands::status::run(args),
+        Command::Cancel(args) => commands::cancel::run(args),
+        Command::Explain(args) => commands::explain::run(args),
         Command::Certs { command } => certs::run(command),
         Command::Cluster { command } => cluster::run(command),
         Command::Topology { command } => fabric::run(command),

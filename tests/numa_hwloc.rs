@@ -124,10 +124,19 @@ fn synthetic_machines_have_kubelets_shape() {
     assert_eq!(quad_socket_ht().sockets, 4);
 }
 
+/// (name, machine, available PUs, request, expected PUs or error).
+type Case = (
+    &'static str,
+    NumaMachine,
+    &'static str,
+    usize,
+    Result<&'static str, CpuError>,
+);
+
 /// kubelet `TestTakeByTopologyNUMAPacked` (commonTakeByTopologyTestCases and its own).
 #[test]
 fn kubelet_packed_cases_on_hwloc_machines() {
-    let cases: Vec<(&str, NumaMachine, &str, usize, Result<&str, CpuError>)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "take more cpus than are available from single socket with HT",
             single_socket_ht(),

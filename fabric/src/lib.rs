@@ -14,8 +14,8 @@ pub mod names;
 pub mod slurm;
 pub mod synthetic;
 pub mod tiers;
-mod unionfind;
 pub mod ufm;
+mod unionfind;
 
 pub use error::FabricError;
 pub use guidmap::GuidMap;

@@ -228,7 +228,7 @@ impl PlannerConfig {
                     .map_err(|e: String| at(p.span(), format!("numa.defaultPolicy: {e}")))?;
             }
             if let Some(w) = n.weight {
-                if !(*w.get_ref() >= 0.0) {
+                if w.get_ref().is_nan() || *w.get_ref() < 0.0 {
                     return Err(at(
                         w.span(),
                         format!("numa.weight: expected a number ≥ 0, got {}", w.get_ref()),

@@ -145,9 +145,11 @@ fn check_tier(
     }
 }
 
+/// Per node: who holds each PU and GPU (by task name), and memory used per NUMA node.
+type Holders = (HashMap<usize, String>, HashMap<usize, String>, Vec<u64>);
+
 fn check_numa(world: &mut World, bad: &mut Vec<String>) {
-    // Per node: (PU holder, GPU holder, memory per NUMA node), by task name.
-    let mut per_node: HashMap<Entity, (HashMap<usize, String>, HashMap<usize, String>, Vec<u64>)> = HashMap::new();
+    let mut per_node: HashMap<Entity, Holders> = HashMap::new();
     let mut tq = world.query::<(&Task, &TaskState)>();
     for (task, ts) in tq.iter(world) {
         if ts.phase != TaskPhase::Running {

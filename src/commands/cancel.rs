@@ -1,0 +1,57 @@
+//! `hyperplan cancel JOB`: stop a job and give its resources back. Only the job's owner
+//! or an admin may; the planner says so when you may not.
+
+use hyperplan_net::messages::RequestCommand;
+use hyperplan_shared::status::Cancelled;
+
+use super::{Output, call, decode, json, long_help};
+use crate::client::ClientArgs;
+
+const EXAMPLES: &str = "  hyperplan cancel train-64
+  hyperplan cancel train-64 --user admin --output json";
+
+/// Cancel a job: pending, it never starts; placed, its tasks are stopped and their CPUs,
+/// GPUs and memory freed.
+///
+/// You may cancel your own jobs (the user your certificate names); an admin certificate
+/// may cancel anyone's. Prints `cancelled JOB`, or with `--output json` `{"cancelled":
+/// "JOB"}`.
+#[derive(clap::Args, Debug)]
+#[command(after_long_help = long_help(EXAMPLES))]
+pub struct Args {
+    /// The job's name (see `hyperplan status`).
+    #[arg(value_name = "JOB")]
+    job: String,
+    #[arg(long, value_enum, default_value_t)]
+    output: Output,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let value = call(&args.client, RequestCommand::Cancel { job: args.job })?;
+    let text = match args.output {
+        Output::Json => json(&value)?,
+        Output::Table => render(&decode::<Cancelled>(value, "cancellation receipt")?),
+    };
+    print!("{text}");
+    Ok(())
+}
+
+/// `cancelled JOB`.
+pub fn render(cancelled: &Cancelled) -> String {
+    format!("cancelled {}\n", cancelled.cancelled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receipt() {
+        let c = Cancelled {
+            cancelled: "train-64".into(),
+        };
+        insta::assert_snapshot!(render(&c), @"cancelled train-64");
+    }
+}

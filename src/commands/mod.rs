@@ -1,0 +1,53 @@
+//! The commands that talk to a running planner: `nodes`, `hypernodes`, `submit`, `status`,
+//! `cancel`, `explain`. Each sends one request (see `crate::client`) and prints the reply:
+//! `--output json` prints the planner's JSON value exactly, `--output table` renders it
+//! for people. Renderers are pure functions of the reply values, snapshot-tested here.
+
+pub mod cancel;
+mod columns;
+pub mod explain;
+pub mod hypernodes;
+pub mod nodes;
+pub mod status;
+pub mod submit;
+
+use anyhow::Context;
+use clap::ValueEnum;
+use hyperplan_net::messages::RequestCommand;
+use serde::de::DeserializeOwned;
+
+use crate::client::config::CONNECTION_HELP;
+use crate::client::{self, ClientArgs, ClientConfig};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Columns for people.
+    #[default]
+    Table,
+    /// The planner's reply as is, pretty-printed; field names are a stable interface.
+    Json,
+}
+
+/// A command's long help: its examples, then where the planner and certificates come from.
+pub fn long_help(examples: &str) -> String {
+    format!("Examples:\n{examples}\n\n{CONNECTION_HELP}")
+}
+
+/// Resolves the connection settings and sends one request.
+pub fn call(client: &ClientArgs, command: RequestCommand) -> anyhow::Result<serde_json::Value> {
+    let config = ClientConfig::from_process(client)?;
+    client::request(&config, command)
+}
+
+/// The reply value, pretty, with a final newline.
+pub fn json(value: &serde_json::Value) -> anyhow::Result<String> {
+    Ok(serde_json::to_string_pretty(value).context("encoding the planner's reply")? + "\n")
+}
+
+/// The reply value as the type a table renders; a mismatch means planner and CLI differ in
+/// version, and the JSON output still shows what came.
+pub fn decode<T: DeserializeOwned>(value: serde_json::Value, what: &str) -> anyhow::Result<T> {
+    serde_json::from_value(value).with_context(|| {
+        format!("the planner's reply is not the {what} this hyperplan expects (--output json shows it as is)")
+    })
+}

@@ -1,0 +1,196 @@
+//! `hyperplan nodes`: the planner's nodes, like `sinfo`: state, free and total CPUs,
+//! GPUs and memory, NUMA nodes, InfiniBand ports up, labels.
+
+use hyperplan_net::messages::RequestCommand;
+use hyperplan_shared::MEMORY;
+use hyperplan_shared::quantity::format_quantity;
+use hyperplan_shared::status::{NodeList, NodeState, NodeStatus};
+
+use super::columns::{columns, ratio};
+use super::{Output, call, decode, json, long_help};
+use crate::client::ClientArgs;
+
+const EXAMPLES: &str = "  hyperplan nodes
+  hyperplan nodes --output json | jq '.nodes[] | select(.state == \"NotReady\") | .name'
+  hyperplan nodes --planner head01:7400 --user alice";
+
+/// Show the nodes the planner knows: state, free/total CPUs, GPUs and memory, labels.
+///
+/// One row per node, sorted by name: NAME, STATE (Ready: registered and heartbeating;
+/// NotReady: missed heartbeats or disconnected, left out of placement), CPUS, GPUS and
+/// MEMORY as free/total, NUMA nodes, IB ports up/total, and LABELS (k=v,...). With
+/// `--output json`: `{"nodes": [{"name", "state", "labels", "cpus": {"free", "total"},
+/// ...}]}`.
+#[derive(clap::Args, Debug)]
+#[command(after_long_help = long_help(EXAMPLES))]
+pub struct Args {
+    #[arg(long, value_enum, default_value_t)]
+    output: Output,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let value = call(&args.client, RequestCommand::Nodes)?;
+    let text = match args.output {
+        Output::Json => json(&value)?,
+        Output::Table => render(&decode::<NodeList>(value, "node list")?),
+    };
+    print!("{text}");
+    Ok(())
+}
+
+/// The node table, then a count line.
+pub fn render(list: &NodeList) -> String {
+    if list.nodes.is_empty() {
+        return "no nodes: no agent has registered with the planner yet\n".into();
+    }
+    let mut nodes: Vec<&NodeStatus> = list.nodes.iter().collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut rows: Vec<[String; 8]> = vec![[
+        "NAME".into(),
+        "STATE".into(),
+        "CPUS".into(),
+        "GPUS".into(),
+        "MEMORY".into(),
+        "NUMA".into(),
+        "IB".into(),
+        "LABELS".into(),
+    ]];
+    for n in &nodes {
+        let labels: Vec<String> = n.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        rows.push([
+            n.name.clone(),
+            state(n.state).into(),
+            ratio(n.cpus.free, n.cpus.total),
+            ratio(n.gpus.free, n.gpus.total),
+            ratio(memory(n.memory.free), memory(n.memory.total)),
+            n.numa_nodes.to_string(),
+            ratio(n.ib_ports.free, n.ib_ports.total),
+            if labels.is_empty() {
+                "-".into()
+            } else {
+                labels.join(",")
+            },
+        ]);
+    }
+    let ready = nodes.iter().filter(|n| n.state == NodeState::Ready).count();
+    let mut out = columns(&rows);
+    out.push_str(&format!(
+        "\n{} nodes: {ready} ready, {} not ready\n",
+        nodes.len(),
+        nodes.len() - ready
+    ));
+    out
+}
+
+fn state(state: NodeState) -> &'static str {
+    match state {
+        NodeState::Ready => "Ready",
+        NodeState::NotReady => "NotReady",
+    }
+}
+
+/// Bytes for people: exact binary units where they divide evenly (`512Gi`), else one
+/// decimal in the largest unit that fits (`499.5Gi`), since free memory rarely divides.
+pub fn memory(bytes: u64) -> String {
+    let exact = format_quantity(MEMORY, bytes);
+    if bytes < 1024 || !exact.chars().all(|c| c.is_ascii_digit()) {
+        return exact;
+    }
+    let (unit, suffix) = [(6u32, "Ei"), (5, "Pi"), (4, "Ti"), (3, "Gi"), (2, "Mi"), (1, "Ki")]
+        .into_iter()
+        .map(|(k, s)| (1u64 << (10 * k), s))
+        .find(|(unit, _)| bytes >= *unit)
+        .unwrap_or((1, ""));
+    // Display only: f64's 53 bits are plenty for one decimal.
+    #[allow(clippy::cast_precision_loss)]
+    let value = bytes as f64 / unit as f64;
+    format!("{value:.1}{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::collections::BTreeMap;
+
+    use hyperplan_shared::status::FreeTotal;
+
+    use super::*;
+
+    const GI: u64 = 1 << 30;
+
+    fn ft(free: u64, total: u64) -> FreeTotal {
+        FreeTotal { free, total }
+    }
+
+    fn node(name: &str, state: NodeState, labels: &[(&str, &str)]) -> NodeStatus {
+        NodeStatus {
+            name: name.into(),
+            state,
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            cpus: ft(64, 128),
+            gpus: ft(8, 8),
+            memory: ft(512 * GI, 1024 * GI),
+            numa_nodes: 2,
+            ib_ports: ft(4, 4),
+            last_heartbeat_secs: Some(1),
+            running_tasks: 0,
+        }
+    }
+
+    #[test]
+    fn table() {
+        let mut gpu_busy = node("gpu-b02", NodeState::Ready, &[("rack", "r2"), ("gpu", "h100")]);
+        gpu_busy.gpus = ft(0, 8);
+        gpu_busy.cpus = ft(0, 128);
+        gpu_busy.memory = ft(123_456_789_012, 1024 * GI);
+        gpu_busy.running_tasks = 8;
+        let mut down = node("gpu-b10", NodeState::NotReady, &[("rack", "r2")]);
+        down.ib_ports = ft(2, 4);
+        down.last_heartbeat_secs = Some(93);
+        let mut cpu = node("cpu-a01", NodeState::Ready, &[]);
+        cpu.gpus = ft(0, 0);
+        cpu.numa_nodes = 8;
+        cpu.ib_ports = ft(1, 1);
+        let list = NodeList {
+            nodes: vec![
+                down,
+                gpu_busy,
+                cpu,
+                node("gpu-b01", NodeState::Ready, &[("rack", "r2")]),
+            ],
+        };
+        insta::assert_snapshot!(render(&list));
+    }
+
+    #[test]
+    fn empty() {
+        insta::assert_snapshot!(render(&NodeList::default()), @"no nodes: no agent has registered with the planner yet");
+    }
+
+    #[test]
+    fn memory_units() {
+        assert_eq!(memory(0), "0");
+        assert_eq!(memory(512), "512");
+        assert_eq!(memory(1536), "1.5Ki");
+        assert_eq!(memory(512 * GI), "512Gi");
+        assert_eq!(memory(GI + GI / 2), "1536Mi");
+        assert_eq!(memory(123_456_789_012), "115.0Gi");
+        assert_eq!(memory(u64::MAX), "16.0Ei");
+    }
+
+    #[test]
+    fn json_shape_is_the_issue_s() {
+        let list = NodeList {
+            nodes: vec![node("n1", NodeState::Ready, &[("rack", "r1")])],
+        };
+        let v = serde_json::to_value(&list).unwrap();
+        assert_eq!(v["nodes"][0]["state"], "Ready");
+        assert_eq!(
+            v["nodes"][0]["labels"],
+            serde_json::json!(BTreeMap::from([("rack", "r1")]))
+        );
+    }
+}

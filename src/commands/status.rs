@@ -1,0 +1,171 @@
+//! `hyperplan status [JOB]`: where jobs are, in the simulator's own job table (the same
+//! job objects `hyperplan simulate` prints).
+
+use hyperplan_net::messages::RequestCommand;
+use hyperplan_planner::sim::{render_table, render_task_table};
+use hyperplan_shared::report::{JobStatus, Report, Summary};
+use hyperplan_shared::status::JobList;
+
+use super::{Output, call, decode, json, long_help};
+use crate::client::ClientArgs;
+
+const EXAMPLES: &str = "  hyperplan status
+  hyperplan status train-64
+  hyperplan status --output json | jq '.jobs[] | select(.status == \"pending\") | .reason'";
+
+/// Show jobs: status, HyperNode, nodes and, for pending jobs, why they wait.
+///
+/// Without JOB, every job the planner knows; with JOB, that job and then one row per task:
+/// rank, node, and its pinning (CPUs, NUMA nodes, memory per NUMA node, GPUs, NICs). The
+/// table and the JSON are those of `hyperplan simulate`: `{"jobs": [...]}` with the same
+/// job objects. `hyperplan explain JOB` says why a job is where it is.
+#[derive(clap::Args, Debug)]
+#[command(after_long_help = long_help(EXAMPLES))]
+pub struct Args {
+    /// One job's name; all jobs without it.
+    #[arg(value_name = "JOB")]
+    job: Option<String>,
+    #[arg(long, value_enum, default_value_t)]
+    output: Output,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let one = args.job.is_some();
+    let value = call(&args.client, RequestCommand::Status { job: args.job })?;
+    let text = match args.output {
+        Output::Json => json(&value)?,
+        Output::Table => render(&decode::<JobList>(value, "job list")?, one),
+    };
+    print!("{text}");
+    Ok(())
+}
+
+/// The job table and a count line; with `tasks`, the task table after it.
+pub fn render(list: &JobList, tasks: bool) -> String {
+    if list.jobs.is_empty() {
+        return "no jobs: submit one with `hyperplan submit FILE`\n".into();
+    }
+    let count = |status: JobStatus| {
+        let n = list.jobs.iter().filter(|j| j.status == status).count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    };
+    let summary = Summary {
+        placed: count(JobStatus::Placed),
+        pending: count(JobStatus::Pending),
+        rejected: count(JobStatus::Rejected),
+        makespan: 0,
+    };
+    // The simulator's count line ends in its virtual makespan, which a live planner has
+    // not got: drop that part.
+    let simulated = format!(
+        "{} placed, {} pending, {} rejected; makespan 0 s\n",
+        summary.placed, summary.pending, summary.rejected
+    );
+    let live = format!(
+        "{} placed, {} pending, {} rejected\n",
+        summary.placed, summary.pending, summary.rejected
+    );
+    let report = Report {
+        jobs: list.jobs.clone(),
+        summary,
+        warnings: Vec::new(),
+    };
+    let mut out = render_table(&report);
+    if out.ends_with(&simulated) {
+        out.truncate(out.len() - simulated.len());
+        out.push_str(&live);
+    }
+    if tasks {
+        out.push('\n');
+        out.push_str(&render_task_table(&report));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::collections::BTreeMap;
+
+    use hyperplan_shared::report::{JobReport, TaskReport};
+
+    use super::*;
+
+    fn task(rank: u32, node: Option<&str>, pinned: bool) -> TaskReport {
+        TaskReport {
+            name: format!("worker-{rank}"),
+            rank: node.map(|_| rank),
+            sub_job: "worker".into(),
+            node: node.map(Into::into),
+            hyper_nodes: node
+                .map(|_| vec!["leaf-0".into(), "spine-0".into()])
+                .unwrap_or_default(),
+            cpus: pinned.then(|| "0-15".into()),
+            numa_nodes: if pinned { vec![0] } else { vec![] },
+            memory_numa: if pinned {
+                BTreeMap::from([(0, 64 << 30)])
+            } else {
+                BTreeMap::new()
+            },
+            gpus: if pinned { vec!["0000:3b:00.0".into()] } else { vec![] },
+            nics: if pinned { vec!["mlx5_0".into()] } else { vec![] },
+        }
+    }
+
+    fn jobs() -> JobList {
+        JobList {
+            jobs: vec![
+                JobReport {
+                    name: "train-64".into(),
+                    status: JobStatus::Placed,
+                    reason: None,
+                    submit_time: 100,
+                    start_time: Some(101),
+                    end_time: None,
+                    allocated_hyper_node: Some("leaf-0".into()),
+                    tasks: vec![task(0, Some("gpu-b01"), true), task(1, Some("gpu-b02"), true)],
+                },
+                JobReport {
+                    name: "big-256".into(),
+                    status: JobStatus::Pending,
+                    reason: Some("no tier-1 HyperNode has 32 free GPUs; best is leaf-7 with 24".into()),
+                    submit_time: 102,
+                    start_time: None,
+                    end_time: None,
+                    allocated_hyper_node: None,
+                    tasks: vec![task(0, None, false)],
+                },
+                JobReport {
+                    name: "huge".into(),
+                    status: JobStatus::Rejected,
+                    reason: Some("needs 4096 GPUs; the cluster has 512".into()),
+                    submit_time: 103,
+                    start_time: None,
+                    end_time: None,
+                    allocated_hyper_node: None,
+                    tasks: vec![],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn all_jobs() {
+        insta::assert_snapshot!(render(&jobs(), false));
+    }
+
+    #[test]
+    fn one_job_with_its_tasks() {
+        let mut list = jobs();
+        list.jobs.truncate(1);
+        insta::assert_snapshot!(render(&list, true));
+    }
+
+    #[test]
+    fn no_jobs() {
+        insta::assert_snapshot!(render(&JobList::default(), false), @"no jobs: submit one with `hyperplan submit FILE`");
+    }
+}

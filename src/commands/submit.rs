@@ -1,0 +1,125 @@
+//! `hyperplan submit FILE...`: send job files to the planner. The planner parses them,
+//! so its errors name the file as you typed it.
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use hyperplan_net::messages::RequestCommand;
+use hyperplan_shared::status::Submitted;
+
+use super::{Output, decode, json, long_help};
+use crate::client::{self, ClientArgs, ClientConfig};
+
+const EXAMPLES: &str = "  hyperplan submit examples/jobs.yaml
+  hyperplan submit train.yaml eval.yaml --output json
+  generate-job | hyperplan submit -";
+
+/// Submit job files to the planner; print the names of the jobs it accepted.
+///
+/// A job file holds one job, a list, or several YAML documents, in hyperplan's format or
+/// as a Volcano batch.volcano.sh/v1alpha1 Job (the same files `hyperplan simulate
+/// --jobs` reads). Every file is read before anything is sent; then the files go to the
+/// planner in order, and the first one it refuses stops the rest (the jobs before it
+/// stay submitted, and are named). `-` reads a file from standard input.
+/// Follow the jobs with `hyperplan status`.
+#[derive(clap::Args, Debug)]
+#[command(after_long_help = long_help(EXAMPLES))]
+pub struct Args {
+    /// Job files (YAML); `-` for standard input.
+    #[arg(value_name = "FILE", required = true)]
+    files: Vec<PathBuf>,
+    #[arg(long, value_enum, default_value_t)]
+    output: Output,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let files = read_files(&args.files)?;
+    let config = ClientConfig::from_process(&args.client)?;
+    let names: Vec<String> = files.iter().map(|(name, _)| name.clone()).collect();
+    let commands = files
+        .into_iter()
+        .map(|(file_name, text)| RequestCommand::Submit { file_name, text })
+        .collect();
+    let mut values = Vec::with_capacity(names.len());
+    let mut submitted = Submitted::default();
+    for (reply, file) in client::requests(&config, commands)?.into_iter().zip(&names) {
+        match reply {
+            Ok(value) => {
+                submitted
+                    .submitted
+                    .extend(decode::<Submitted>(value.clone(), "submission receipt")?.submitted);
+                values.push(value);
+            }
+            Err(message) if submitted.submitted.is_empty() => bail!("{message}"),
+            Err(message) => bail!(
+                "{message}\n(submitted before {file}: {}; files after it were not sent)",
+                submitted.submitted.join(", ")
+            ),
+        }
+    }
+    let text = match (args.output, values.as_slice()) {
+        // One file: the planner's reply exactly. Several: their lists joined.
+        (Output::Json, [one]) => json(one)?,
+        (Output::Json, _) => json(&serde_json::to_value(&submitted).context("encoding the receipt")?)?,
+        (Output::Table, _) => render(&submitted),
+    };
+    print!("{text}");
+    Ok(())
+}
+
+/// `(name as typed, text)` per file, all read before any is sent.
+fn read_files(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, String)>> {
+    paths
+        .iter()
+        .map(|path| {
+            if path.as_os_str() == "-" {
+                let mut text = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut text)
+                    .context("cannot read a job file from standard input")?;
+                Ok(("<stdin>".to_owned(), text))
+            } else {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read the job file {}", path.display()))?;
+                Ok((path.display().to_string(), text))
+            }
+        })
+        .collect()
+}
+
+/// `submitted job-a, job-b`.
+pub fn render(submitted: &Submitted) -> String {
+    if submitted.submitted.is_empty() {
+        "submitted nothing: the files hold no jobs\n".into()
+    } else {
+        format!("submitted {}\n", submitted.submitted.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn receipt() {
+        let s = Submitted {
+            submitted: vec!["job-a".into(), "job-b".into()],
+        };
+        insta::assert_snapshot!(render(&s), @"submitted job-a, job-b");
+        insta::assert_snapshot!(render(&Submitted::default()), @"submitted nothing: the files hold no jobs");
+    }
+
+    #[test]
+    fn unreadable_file_is_named_before_anything_is_sent() {
+        let err = read_files(&[PathBuf::from("/nonexistent/jobs.yaml")]).unwrap_err();
+        assert!(
+            format!("{err:#}").starts_with("cannot read the job file /nonexistent/jobs.yaml: "),
+            "{err:#}"
+        );
+    }
+}

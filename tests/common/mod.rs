@@ -1,0 +1,256 @@
+//! A real cluster on 127.0.0.1 for end-to-end tests: certificates in a temp dir, the
+//! `hyperplan-planner` daemon on port 0, `hyperplan-agent run` processes with synthetic
+//! machines, and the `hyperplan` CLI pointed at them. Processes are killed on drop.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A binary of the workspace, built on first use when this test run did not build it
+/// (`cargo test --test daemon` builds only the root package's binaries).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let path = dir.join(name);
+    static BUILD: std::sync::Once = std::sync::Once::new();
+    BUILD.call_once(|| {
+        let status = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "hyperplan-planner",
+                "-p",
+                "hyperplan-agent",
+                "--bins",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo build");
+        assert!(status.success(), "building the daemons failed");
+    });
+    assert!(path.exists(), "{} missing", path.display());
+    path
+}
+
+pub fn hyperplan_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_hyperplan"))
+}
+
+/// Waits for `f` to return `Some`, polling; panics with `what` after `timeout`.
+pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub planner: Option<Child>,
+    pub addr: String,
+    pub agents: Vec<(String, Child)>,
+    /// Seconds; agents are told to heartbeat at this interval.
+    pub heartbeat: f64,
+    pub missed: u32,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, a) in &mut self.agents {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
+        if let Some(p) = &mut self.planner {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+    }
+}
+
+impl Cluster {
+    /// Certificates for the planner, nodes `nodes` and users alice (user), bob (user),
+    /// root (admin); the planner started on 127.0.0.1:0.
+    pub fn start(nodes: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = dir.path().join("certs");
+        let run = |args: &[&str]| {
+            let out = Command::new(hyperplan_bin()).args(args).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let c = certs.to_str().unwrap();
+        run(&["certs", "init", "--dir", c]);
+        for n in nodes {
+            run(&["certs", "issue", "--dir", c, "--node", n]);
+        }
+        run(&["certs", "issue", "--dir", c, "--user", "alice", "--role", "user"]);
+        run(&["certs", "issue", "--dir", c, "--user", "bob", "--role", "user"]);
+        run(&["certs", "issue", "--dir", c, "--user", "root", "--role", "admin"]);
+        let mut cluster = Cluster {
+            dir,
+            planner: None,
+            addr: String::new(),
+            agents: Vec::new(),
+            heartbeat: 0.3,
+            missed: 3,
+        };
+        cluster.start_planner("127.0.0.1:0");
+        cluster
+    }
+
+    pub fn certs(&self) -> PathBuf {
+        self.dir.path().join("certs")
+    }
+
+    /// Starts the planner on `listen` and reads the address it serves on.
+    pub fn start_planner(&mut self, listen: &str) {
+        let log = std::fs::File::create(self.dir.path().join("planner.log")).unwrap();
+        let mut child = Command::new(bin("hyperplan-planner"))
+            .args(["--listen", listen, "--cert-dir"])
+            .arg(self.certs())
+            .args(["--heartbeat-interval", &self.heartbeat.to_string()])
+            .args(["--missed-heartbeats", &self.missed.to_string()])
+            .args(["--tick-interval", "0.2", "--config", "/dev/null"])
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .env("RUST_LOG", "info")
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("hyperplan-planner listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}; log: {}", self.planner_log()))
+            .to_string();
+        self.addr = addr;
+        self.planner = Some(child);
+    }
+
+    pub fn planner_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("planner.log")).unwrap_or_default()
+    }
+
+    /// SIGTERM, and waits for a clean exit.
+    pub fn stop_planner(&mut self) {
+        if let Some(mut p) = self.planner.take() {
+            let _ = Command::new("kill").args(["-TERM", &p.id().to_string()]).status();
+            let status = p.wait().unwrap();
+            assert!(
+                status.success(),
+                "planner exit: {status:?}; log: {}",
+                self.planner_log()
+            );
+        }
+    }
+
+    /// Starts `hyperplan-agent run` for `node` with a synthetic machine and labels.
+    pub fn start_agent(&mut self, node: &str, synthetic: &str, labels: &[(&str, &str)]) {
+        let log = std::fs::File::create(self.dir.path().join(format!("agent-{node}.log"))).unwrap();
+        let mut cmd = Command::new(bin("hyperplan-agent"));
+        cmd.args([
+            "run",
+            "--planner",
+            &self.addr,
+            "--node",
+            node,
+            "--synthetic",
+            synthetic,
+            "--cert-dir",
+        ])
+        .arg(self.certs())
+        .args(["--config", "/dev/null"])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .env("RUST_LOG", "info");
+        for (k, v) in labels {
+            cmd.args(["--label", &format!("{k}={v}")]);
+        }
+        let child = cmd.spawn().unwrap();
+        self.agents.push((node.to_string(), child));
+    }
+
+    pub fn kill_agent(&mut self, node: &str) {
+        if let Some(i) = self.agents.iter().position(|(n, _)| n == node) {
+            let (_, mut c) = self.agents.remove(i);
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Runs the CLI as `user` against this planner.
+    pub fn cli(&self, user: &str, args: &[&str]) -> Output {
+        Command::new(hyperplan_bin())
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("HYPERPLAN_PLANNER", &self.addr)
+            .env("HYPERPLAN_CERT_DIR", self.certs())
+            .env("HYPERPLAN_USER", user)
+            .env("XDG_CONFIG_HOME", self.dir.path())
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    }
+
+    pub fn cli_json(&self, user: &str, args: &[&str]) -> Value {
+        let mut a = args.to_vec();
+        a.extend(["--output", "json"]);
+        let out = self.cli(user, &a);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}\nplanner log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.planner_log()
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Node name → state, from `hyperplan nodes --output json`.
+    pub fn states(&self) -> Vec<(String, String)> {
+        let v = self.cli_json("alice", &["nodes"]);
+        v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                (
+                    n["name"].as_str().unwrap().to_string(),
+                    n["state"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    pub fn wait_state(&self, node: &str, state: &str, timeout: Duration) {
+        wait_for(timeout, &format!("{node} {state}"), || {
+            self.states().iter().any(|(n, s)| n == node && s == state).then_some(())
+        });
+    }
+
+    pub fn write(&self, name: &str, body: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        p
+    }
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
