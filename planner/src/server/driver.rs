@@ -104,7 +104,18 @@ pub async fn run(config: PlannerConfig, mut rx: mpsc::UnboundedReceiver<ToCore>)
     timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let watchdog = hyperplan_net::notify::watchdog_interval();
     let mut last_watchdog = Instant::now();
+    // A burst (a thousand agents registering after a restart) is one tick, not one per
+    // message: ticks caused by arrivals are at least this far apart.
+    let min_gap = MIN_TICK_GAP.min(period);
+    let mut last_tick = Instant::now();
+    let mut due: Option<Instant> = None;
     loop {
+        let wait = async {
+            match due {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             msg = rx.recv() => {
                 let Some(msg) = msg else { break };
@@ -115,9 +126,17 @@ pub async fn run(config: PlannerConfig, mut rx: mpsc::UnboundedReceiver<ToCore>)
                 }
             }
             _ = timer.tick() => d.dirty = true,
+            () = wait => {}
         }
         if d.dirty {
-            d.tick();
+            let next = last_tick + min_gap;
+            if Instant::now() >= next {
+                d.tick();
+                last_tick = Instant::now();
+                due = None;
+            } else {
+                due = Some(next);
+            }
         }
         if let Some(w) = watchdog
             && last_watchdog.elapsed() >= w
@@ -127,6 +146,9 @@ pub async fn run(config: PlannerConfig, mut rx: mpsc::UnboundedReceiver<ToCore>)
         }
     }
 }
+
+/// See `run`: the shortest time between two ticks that arrivals cause.
+const MIN_TICK_GAP: std::time::Duration = std::time::Duration::from_millis(100);
 
 fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
