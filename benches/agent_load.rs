@@ -44,8 +44,18 @@ fn planner_bin() -> PathBuf {
     dir.join("hyperplan-planner")
 }
 
+/// `PLANNER_CPUS=1` runs the planner under `taskset -c 1` (run the harness itself with
+/// `taskset -c 0`) so the two do not share a core.
 fn start_planner(bin: &Path, certs: &Path, listen: &str) -> (Child, SocketAddr) {
-    let mut child = Command::new(bin)
+    let mut cmd = match std::env::var("PLANNER_CPUS") {
+        Ok(cpus) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", &cpus]).arg(bin);
+            c
+        }
+        Err(_) => Command::new(bin),
+    };
+    let mut child = cmd
         .args(["--listen", listen, "--config", "/dev/null", "--cert-dir"])
         .arg(certs)
         .args(["--heartbeat-interval", "1", "--missed-heartbeats", "3"])
@@ -226,13 +236,19 @@ fn main() {
         let restart = Instant::now();
         let (p2, _) = start_planner(&bin, &certs, &addr.to_string());
         planner = p2;
+        let up = restart.elapsed();
         while registered.load(Ordering::SeqCst) < n {
             assert!(restart.elapsed() < Duration::from_secs(300), "re-registration stalled");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let took = restart.elapsed();
+        let (ticks, _) = cpu_and_rss(planner.id());
         println!(
-            "agent_load: all {n} agents re-registered {:.2} s after the planner restarted",
-            restart.elapsed().as_secs_f64()
+            "agent_load: all {n} agents re-registered {:.2} s after the planner restarted \
+             (listening after {:.2} s; planner CPU meanwhile {:.0} % of one core)",
+            took.as_secs_f64(),
+            up.as_secs_f64(),
+            ticks as f64 / 100.0 / took.as_secs_f64() * 100.0
         );
         let (_, rss) = cpu_and_rss(planner.id());
         println!("agent_load: RSS after re-registration {:.1} MiB", rss as f64 / 1024.0);
