@@ -24,24 +24,28 @@ use hyperplan_net::tls::{TlsMaterial, any_addr_for, client_config};
 use hyperplan_net::{read_frame, topology_hash, write_frame};
 use hyperplan_planner::testing::MachineBuilder;
 
+/// The release planner next to this harness; built once when missing (building it on
+/// every run would rebuild shared dependencies with other features, back and forth).
 fn planner_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "-q",
-            "--release",
-            "-p",
-            "hyperplan-planner",
-            "--bin",
-            "hyperplan-planner",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .unwrap();
-    assert!(status.success());
-    dir.join("hyperplan-planner")
+    let path = exe.parent().unwrap().parent().unwrap().join("hyperplan-planner");
+    if !path.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "-q",
+                "--release",
+                "-p",
+                "hyperplan-planner",
+                "--bin",
+                "hyperplan-planner",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    path
 }
 
 /// `PLANNER_CPUS=1` runs the planner under `taskset -c 1` (run the harness itself with
