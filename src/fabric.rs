@@ -9,7 +9,11 @@ use clap::{Subcommand, ValueEnum};
 use hyperplan_fabric::slurm::{parse_topology_conf, to_topology_conf};
 use hyperplan_fabric::tiers::{host_count, level_counts};
 use hyperplan_fabric::{Discovery, GuidMap, HostNames, discover, dot, json, parse_ibnetdiscover};
+use hyperplan_net::messages::RequestCommand;
 use hyperplan_shared::HyperNodeSpec;
+use hyperplan_shared::status::Manifests;
+
+use crate::client::ClientArgs;
 use hyperplan_shared::hypernode::{parse_hypernode_manifests, to_hypernode_manifests};
 
 /// How many unmapped CAs the stderr summary lists before it says "and N more".
@@ -57,19 +61,27 @@ pub enum Command {
         #[arg(long, value_enum, default_value = "yaml")]
         output: ImportOutput,
     },
-    /// Write HyperNodes (Volcano HyperNode manifest files) in another tool's format.
+    /// Write HyperNodes in another tool's format: the running planner's, or files'.
     ///
+    /// Without --hypernodes, asks the running planner for the HyperNodes it places with
+    /// (every discovery source's, broken ones left out, members resolved to node names).
     /// `--format slurm` writes a topology.conf for Slurm's topology/tree plugin, one
-    /// `SwitchName=` line per HyperNode, names compressed to hostlists.
-    #[command(
-        after_help = "Example:\n  hyperplan topology export --format slurm --hypernodes hypernodes.yaml > topology.conf"
-    )]
+    /// `SwitchName=` line per HyperNode, names compressed to hostlists; `--format yaml`
+    /// writes Volcano HyperNode manifests (e.g. to freeze a discovered fabric into a
+    /// `static` source you edit by hand).
+    #[command(after_help = "Examples:\n  \
+        hyperplan topology export --format slurm > /etc/slurm/topology.conf\n  \
+        hyperplan topology export --format yaml > /etc/hyperplan/hypernodes.yaml\n  \
+        hyperplan topology export --format slurm --hypernodes hypernodes.yaml > topology.conf")]
     Export {
         #[arg(long, value_enum)]
         format: ExportFormat,
-        /// Volcano HyperNode manifest files (several YAML documents each). Repeat for several.
-        #[arg(long, value_name = "FILE", required = true, num_args = 1..)]
+        /// Volcano HyperNode manifest files (several YAML documents each) instead of the
+        /// planner's HyperNodes.
+        #[arg(long, value_name = "FILE", num_args = 1..)]
         hypernodes: Vec<PathBuf>,
+        #[command(flatten)]
+        client: ClientArgs,
     },
 }
 
@@ -97,6 +109,8 @@ pub enum ImportOutput {
 pub enum ExportFormat {
     /// Slurm topology.conf (topology/tree).
     Slurm,
+    /// Volcano HyperNode manifests.
+    Yaml,
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {
@@ -122,8 +136,20 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
             print!("{text}");
             Ok(())
         }
-        Command::Export { format, hypernodes } => {
+        Command::Export {
+            format,
+            hypernodes,
+            client,
+        } => {
             let mut all: Vec<HyperNodeSpec> = Vec::new();
+            if hypernodes.is_empty() {
+                let reply = crate::commands::call(&client, RequestCommand::Manifests)?;
+                let m: Manifests = crate::commands::decode(reply, "HyperNode manifests")?;
+                all = parse_hypernode_manifests(&m.manifests, Path::new("the planner's HyperNodes"))?;
+                if all.is_empty() {
+                    bail!("the planner has no HyperNodes (`hyperplan hypernodes` shows its discovery sources)");
+                }
+            }
             let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
             for path in &hypernodes {
                 for h in parse_hypernode_manifests(&read(path)?, path)? {
@@ -140,6 +166,7 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
             }
             match format {
                 ExportFormat::Slurm => print!("{}", to_topology_conf(&all)?),
+                ExportFormat::Yaml => print!("{}", to_hypernode_manifests(&all)),
             }
             Ok(())
         }

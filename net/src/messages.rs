@@ -117,6 +117,9 @@ pub enum RequestCommand {
     },
     Nodes,
     HyperNodes,
+    /// The HyperNodes the planner places with, as Volcano manifests (`{"manifests":
+    /// "<multi-document YAML>"}`): members resolved to node names, broken ones left out.
+    Manifests,
     Explain {
         job: String,
     },
@@ -279,6 +282,7 @@ mod tests {
             RequestCommand::Status { job: Some("j".into()) },
             RequestCommand::Nodes,
             RequestCommand::HyperNodes,
+            RequestCommand::Manifests,
             RequestCommand::Explain { job: "j".into() },
         ] {
             roundtrip(&Request { id: 7, command });

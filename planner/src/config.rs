@@ -22,13 +22,21 @@
 //! defaultPolicy = "none"   # none | best-effort | restricted | single-numa-node
 //! weight = 1               # numa-aware node score weight (Volcano's plugin weight)
 //! ```
+//!
+//! `[[discovery]]` entries say where HyperNodes come from (see [`SourceSpec`] for each
+//! source's keys). Relative paths are relative to the directory of planner.toml.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use bevy_ecs::prelude::Resource;
+use hyperplan_fabric::ufm::config::DEFAULT_INTERVAL as UFM_DEFAULT_INTERVAL;
+use hyperplan_fabric::ufm::{UfmConfig, parse_duration};
 use serde::Deserialize;
+use toml::Spanned;
 
+pub use crate::core::components::SourceKind;
 use crate::core::numa::hints::Policy;
 
 #[derive(Debug, thiserror::Error)]
@@ -59,20 +67,157 @@ pub struct PlannerConfig {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DiscoveryConfig {
     /// `source = "label"`: Volcano's `networkTopologyTypes`, type name → node label keys,
-    /// top tier first.
+    /// top tier first. Event driven: it follows the labels agents report.
     pub label: BTreeMap<String, Vec<String>>,
-    /// `source = "static"`: Volcano HyperNode manifest files.
-    pub static_files: Vec<std::path::PathBuf>,
+    /// Every other source, read at start, every `interval` and on SIGHUP, in config order.
+    pub sources: Vec<SourceConfig>,
 }
 
+/// One polled discovery source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SourceConfig {
+    /// `name`: unique among the entries; defaults to the source kind. Each source owns
+    /// (and only ever replaces or deletes) the HyperNodes it made.
+    pub name: String,
+    /// `interval`: how often it is read again (also once at start and on SIGHUP).
+    pub interval: Duration,
+    pub spec: SourceSpec,
+}
+
+/// What a polled source reads, with its own keys.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SourceSpec {
+    /// `source = "static"`, `files = ["hypernodes.yaml"]`: Volcano HyperNode manifests.
+    Static { files: Vec<PathBuf> },
+    /// `source = "ibnetdiscover"`: `file = "fabric.out"` (a saved dump) or
+    /// `command = ["ibnetdiscover"]` (run on every poll, `timeout`), and an optional
+    /// `guidMap = "hosts.map"` for CAs that neither agents nor descriptions name.
+    Ibnetdiscover {
+        input: DumpInput,
+        guid_map: Option<PathBuf>,
+    },
+    /// `source = "ufm"`: `endpoint`, `credentialsFile`, `insecureSkipVerify`, `caFile`,
+    /// `timeout` (the poll period is the entry's `interval`).
+    Ufm(UfmConfig),
+    /// `source = "slurm"`, `file = "/etc/slurm/topology.conf"`.
+    Slurm { file: PathBuf },
+}
+
+/// Where an ibnetdiscover dump comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DumpInput {
+    File(PathBuf),
+    /// Program and arguments (no shell), killed after `timeout`.
+    Command {
+        argv: Vec<String>,
+        timeout: Duration,
+    },
+}
+
+impl SourceSpec {
+    pub fn kind(&self) -> SourceKind {
+        match self {
+            SourceSpec::Static { .. } => SourceKind::Static,
+            SourceSpec::Ibnetdiscover { .. } => SourceKind::Ibnetdiscover,
+            SourceSpec::Ufm(_) => SourceKind::Ufm,
+            SourceSpec::Slurm { .. } => SourceKind::Slurm,
+        }
+    }
+
+    /// What it reads, for people: files, the command, the URL.
+    pub fn target(&self) -> String {
+        let paths = |ps: &[&Path]| {
+            ps.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self {
+            SourceSpec::Static { files } => paths(&files.iter().map(PathBuf::as_path).collect::<Vec<_>>()),
+            SourceSpec::Ibnetdiscover { input, guid_map } => {
+                let dump = match input {
+                    DumpInput::File(f) => f.display().to_string(),
+                    DumpInput::Command { argv, .. } => format!("`{}`", argv.join(" ")),
+                };
+                match guid_map {
+                    Some(m) => format!("{dump} (GUID map {})", m.display()),
+                    None => dump,
+                }
+            }
+            SourceSpec::Ufm(u) => u.ports_url(),
+            SourceSpec::Slurm { file } => file.display().to_string(),
+        }
+    }
+}
+
+/// How often a source is read when its entry gives no `interval`. Files are cheap to
+/// look at again (and re-parsed only when their content changed); a fabric sweep or a
+/// UFM query is not, so those follow Volcano's hour.
+pub fn default_interval(spec: &SourceSpec) -> Duration {
+    match spec {
+        SourceSpec::Static { .. } | SourceSpec::Slurm { .. } => Duration::from_secs(60),
+        SourceSpec::Ibnetdiscover {
+            input: DumpInput::File(_),
+            ..
+        } => Duration::from_secs(60),
+        SourceSpec::Ibnetdiscover {
+            input: DumpInput::Command { .. },
+            ..
+        }
+        | SourceSpec::Ufm(_) => UFM_DEFAULT_INTERVAL,
+    }
+}
+
+/// How long `command = [...]` may run when the entry gives no `timeout`.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// One `[[discovery]]` entry as written: every key any source takes, checked per source.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawSource {
-    source: toml::Spanned<String>,
+    source: Spanned<String>,
     #[serde(default = "yes")]
     enabled: bool,
-    types: Option<BTreeMap<String, Vec<String>>>,
-    files: Option<Vec<String>>,
+    name: Option<Spanned<String>>,
+    interval: Option<Spanned<toml::Value>>,
+    types: Option<Spanned<BTreeMap<String, Vec<String>>>>,
+    files: Option<Spanned<Vec<String>>>,
+    file: Option<Spanned<String>>,
+    command: Option<Spanned<Vec<String>>>,
+    guid_map: Option<Spanned<String>>,
+    endpoint: Option<Spanned<String>>,
+    credentials_file: Option<Spanned<String>>,
+    insecure_skip_verify: Option<Spanned<bool>>,
+    ca_file: Option<Spanned<String>>,
+    timeout: Option<Spanned<toml::Value>>,
+}
+
+impl RawSource {
+    /// The keys that are set, with where they start.
+    fn set_keys(&self) -> Vec<(&'static str, usize)> {
+        let mut keys = Vec::new();
+        let mut add = |k: &'static str, span: Option<std::ops::Range<usize>>| {
+            if let Some(s) = span {
+                keys.push((k, s.start));
+            }
+        };
+        add("name", self.name.as_ref().map(Spanned::span));
+        add("interval", self.interval.as_ref().map(Spanned::span));
+        add("types", self.types.as_ref().map(Spanned::span));
+        add("files", self.files.as_ref().map(Spanned::span));
+        add("file", self.file.as_ref().map(Spanned::span));
+        add("command", self.command.as_ref().map(Spanned::span));
+        add("guidMap", self.guid_map.as_ref().map(Spanned::span));
+        add("endpoint", self.endpoint.as_ref().map(Spanned::span));
+        add("credentialsFile", self.credentials_file.as_ref().map(Spanned::span));
+        add(
+            "insecureSkipVerify",
+            self.insecure_skip_verify.as_ref().map(Spanned::span),
+        );
+        add("caFile", self.ca_file.as_ref().map(Spanned::span));
+        add("timeout", self.timeout.as_ref().map(Spanned::span));
+        keys
+    }
 }
 
 fn yes() -> bool {
@@ -199,38 +344,24 @@ impl PlannerConfig {
         Self::parse(&text, &path.display().to_string())
     }
 
-    /// Parses `planner.toml` text; `origin` names the file in errors.
+    /// Parses `planner.toml` text; `origin` names the file in errors, and relative paths
+    /// in `[[discovery]]` are taken relative to its directory.
     pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| {
-            let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
-            ConfigError::Parse {
-                path: origin.to_string(),
-                line,
-                column,
-                message: e.message().to_string(),
-            }
-        })?;
+        let at = |offset: usize, message: String| parse_error(text, origin, offset, message);
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| at(e.span().map_or(usize::MAX, |s| s.start), e.message().to_string()))?;
         let mut numa = NumaConfig::default();
         if let Some(n) = raw.numa {
-            let at = |span: std::ops::Range<usize>, message: String| {
-                let (line, column) = line_col(text, span.start);
-                ConfigError::Parse {
-                    path: origin.to_string(),
-                    line,
-                    column,
-                    message,
-                }
-            };
             if let Some(p) = n.default_policy {
                 numa.default_policy = p
                     .get_ref()
                     .parse()
-                    .map_err(|e: String| at(p.span(), format!("numa.defaultPolicy: {e}")))?;
+                    .map_err(|e: String| at(p.span().start, format!("numa.defaultPolicy: {e}")))?;
             }
             if let Some(w) = n.weight {
                 if w.get_ref().is_nan() || *w.get_ref() < 0.0 {
                     return Err(at(
-                        w.span(),
+                        w.span().start,
                         format!("numa.weight: expected a number ≥ 0, got {}", w.get_ref()),
                     ));
                 }
@@ -239,19 +370,10 @@ impl PlannerConfig {
         }
         let mut server = ServerConfig::default();
         if let Some(s) = raw.server {
-            let at = |span: std::ops::Range<usize>, message: String| {
-                let (line, column) = line_col(text, span.start);
-                ConfigError::Parse {
-                    path: origin.to_string(),
-                    line,
-                    column,
-                    message,
-                }
-            };
             if let Some(l) = s.listen {
                 server.listen = l.get_ref().parse().map_err(|_| {
                     at(
-                        l.span(),
+                        l.span().start,
                         format!(
                             "server.listen: expected IP:PORT (e.g. 0.0.0.0:7400), got {:?}",
                             l.get_ref()
@@ -273,7 +395,7 @@ impl PlannerConfig {
                 if let Some(v) = value {
                     *target = seconds(*v.get_ref()).ok_or_else(|| {
                         at(
-                            v.span(),
+                            v.span().start,
                             format!("server.{key}: expected seconds > 0, got {}", v.get_ref()),
                         )
                     })?;
@@ -281,7 +403,10 @@ impl PlannerConfig {
             }
             if let Some(m) = s.missed_heartbeats {
                 if *m.get_ref() == 0 {
-                    return Err(at(m.span(), "server.missedHeartbeats: expected at least 1".into()));
+                    return Err(at(
+                        m.span().start,
+                        "server.missedHeartbeats: expected at least 1".into(),
+                    ));
                 }
                 server.missed_heartbeats = *m.get_ref();
             }
@@ -289,56 +414,227 @@ impl PlannerConfig {
                 let v = *m.get_ref();
                 if !(1024..=1 << 30).contains(&v) {
                     return Err(at(
-                        m.span(),
+                        m.span().start,
                         format!("server.maxFrameBytes: expected 1024 to 1073741824, got {v}"),
                     ));
                 }
                 server.max_frame_bytes = v as usize;
             }
         }
-        let mut discovery = DiscoveryConfig::default();
-        for d in raw.discovery.into_iter().filter(|d| d.enabled) {
-            let at = |message: String| {
-                let (line, column) = line_col(text, d.source.span().start);
-                ConfigError::Parse {
-                    path: origin.to_string(),
-                    line,
-                    column,
-                    message,
-                }
-            };
-            match d.source.get_ref().as_str() {
-                "label" => {
-                    let types = d.types.ok_or_else(|| {
-                        at(
-                            "discovery: source \"label\" needs `types = { NAME = [\"top-label\", …, \"leaf-label\"] }`"
-                                .into(),
-                        )
-                    })?;
-                    if let Some((k, _)) = types.iter().find(|(_, v)| v.is_empty()) {
-                        return Err(at(format!("discovery.types.{k}: expected at least one label key")));
-                    }
-                    discovery.label.extend(types);
-                }
-                "static" => {
-                    let files = d.files.ok_or_else(|| {
-                        at("discovery: source \"static\" needs `files = [\"hypernodes.yaml\"]`".into())
-                    })?;
-                    discovery.static_files.extend(files.into_iter().map(Into::into));
-                }
-                other => {
-                    return Err(at(format!(
-                        "discovery.source: expected \"label\" or \"static\", got {other:?}"
-                    )));
-                }
-            }
-        }
+        let base = Path::new(origin).parent().unwrap_or(Path::new(""));
+        let discovery = discovery_config(raw.discovery, base, &at)?;
         Ok(Self {
             scoring: ScoringConfig::from_args(&raw.scoring),
             numa,
             server,
             discovery,
         })
+    }
+}
+
+/// The `[[discovery]]` entries: each source's keys checked, names unique, paths resolved.
+fn discovery_config(
+    raw: Vec<RawSource>,
+    base: &Path,
+    at: &dyn Fn(usize, String) -> ConfigError,
+) -> Result<DiscoveryConfig, ConfigError> {
+    let mut discovery = DiscoveryConfig::default();
+    // name → where it was first given, for duplicates.
+    let mut names: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, d) in raw.into_iter().enumerate() {
+        let here = d.source.span().start;
+        let kind = d.source.get_ref().as_str();
+        let allowed: &[&str] = match kind {
+            "label" => &["name", "types"],
+            "static" => &["name", "interval", "files"],
+            "ibnetdiscover" => &["name", "interval", "file", "command", "guidMap", "timeout"],
+            "ufm" => &[
+                "name",
+                "interval",
+                "endpoint",
+                "credentialsFile",
+                "insecureSkipVerify",
+                "caFile",
+                "timeout",
+            ],
+            "slurm" => &["name", "interval", "file"],
+            other => {
+                return Err(at(
+                    here,
+                    format!(
+                        "discovery[{i}].source: expected \"label\", \"static\", \"ibnetdiscover\", \"ufm\" or \"slurm\", got {other:?}"
+                    ),
+                ));
+            }
+        };
+        if let Some((key, offset)) = d.set_keys().into_iter().find(|(k, _)| !allowed.contains(k)) {
+            return Err(at(
+                offset,
+                format!(
+                    "discovery[{i}].{key}: source \"{kind}\" has no key `{key}`; it takes {}",
+                    allowed.join(", ")
+                ),
+            ));
+        }
+        if !d.enabled {
+            continue;
+        }
+        let name = match &d.name {
+            Some(n) if n.get_ref().trim().is_empty() => {
+                return Err(at(
+                    n.span().start,
+                    format!("discovery[{i}].name: expected a non-empty name"),
+                ));
+            }
+            Some(n) => n.get_ref().trim().to_string(),
+            None => kind.to_string(),
+        };
+        let name_at = d.name.as_ref().map_or(here, |n| n.span().start);
+        if names.insert(name.clone(), name_at).is_some() {
+            return Err(at(
+                name_at,
+                format!(
+                    "discovery[{i}]: a second source named {name:?}; give each [[discovery]] of the same kind its own `name = \"…\"`"
+                ),
+            ));
+        }
+        let path = |p: &Spanned<String>| -> PathBuf { base.join(p.get_ref()) };
+        let need = |key: &str, example: &str| {
+            at(
+                here,
+                format!("discovery[{i}]: source \"{kind}\" needs `{key} = {example}`"),
+            )
+        };
+        let duration = |key: &str, v: &Spanned<toml::Value>| -> Result<Duration, ConfigError> {
+            let parsed = match v.get_ref() {
+                toml::Value::String(s) => parse_duration(s),
+                toml::Value::Integer(n) if *n > 0 => Ok(Duration::from_secs(*n as u64)),
+                toml::Value::Float(f) => seconds(*f).ok_or_else(|| format!("expected seconds > 0, got {f}")),
+                other => Err(format!(
+                    "expected a duration such as \"1h\", \"30m\", \"90s\" or seconds > 0, got {}",
+                    other.type_str()
+                )),
+            };
+            parsed.map_err(|e| at(v.span().start, format!("discovery[{i}].{key}: {e}")))
+        };
+        let spec = match kind {
+            "label" => {
+                let types = d
+                    .types
+                    .ok_or_else(|| need("types", "{ NAME = [\"top-label\", …, \"leaf-label\"] }"))?;
+                if let Some((k, _)) = types.get_ref().iter().find(|(_, v)| v.is_empty()) {
+                    return Err(at(
+                        types.span().start,
+                        format!("discovery[{i}].types.{k}: expected at least one label key"),
+                    ));
+                }
+                discovery.label.extend(types.into_inner());
+                continue;
+            }
+            "static" => {
+                let files = d.files.ok_or_else(|| need("files", "[\"hypernodes.yaml\"]"))?;
+                if files.get_ref().is_empty() {
+                    return Err(at(
+                        files.span().start,
+                        format!("discovery[{i}].files: expected at least one file"),
+                    ));
+                }
+                SourceSpec::Static {
+                    files: files.get_ref().iter().map(|f| base.join(f)).collect(),
+                }
+            }
+            "ibnetdiscover" => {
+                let input = match (&d.file, &d.command) {
+                    (Some(f), None) => {
+                        if let Some(t) = &d.timeout {
+                            return Err(at(
+                                t.span().start,
+                                format!(
+                                    "discovery[{i}].timeout: only a `command` has a timeout; a `file` is read as it is"
+                                ),
+                            ));
+                        }
+                        DumpInput::File(path(f))
+                    }
+                    (None, Some(c)) => {
+                        if c.get_ref().first().is_none_or(|p| p.trim().is_empty()) {
+                            return Err(at(
+                                c.span().start,
+                                format!(
+                                    "discovery[{i}].command: expected a program and its arguments, e.g. [\"ibnetdiscover\"]"
+                                ),
+                            ));
+                        }
+                        DumpInput::Command {
+                            argv: c.get_ref().clone(),
+                            timeout: match &d.timeout {
+                                Some(t) => duration("timeout", t)?,
+                                None => DEFAULT_COMMAND_TIMEOUT,
+                            },
+                        }
+                    }
+                    (Some(_), Some(c)) => {
+                        return Err(at(
+                            c.span().start,
+                            format!("discovery[{i}]: give `file` or `command`, not both"),
+                        ));
+                    }
+                    (None, None) => {
+                        return Err(need(
+                            "file",
+                            "\"/var/lib/hyperplan/fabric.out\"` (a saved dump) or `command = [\"ibnetdiscover\"]",
+                        ));
+                    }
+                };
+                SourceSpec::Ibnetdiscover {
+                    input,
+                    guid_map: d.guid_map.as_ref().map(path),
+                }
+            }
+            "ufm" => {
+                let endpoint = d.endpoint.ok_or_else(|| need("endpoint", "\"https://ufm.example\""))?;
+                if endpoint.get_ref().trim().is_empty() {
+                    return Err(at(
+                        endpoint.span().start,
+                        format!("discovery[{i}].endpoint: expected a URL or host"),
+                    ));
+                }
+                let credentials = d
+                    .credentials_file
+                    .ok_or_else(|| need("credentialsFile", "\"/etc/hyperplan/ufm.credentials\""))?;
+                let mut ufm = UfmConfig::new(endpoint.get_ref().trim(), path(&credentials));
+                ufm.insecure_skip_verify = d.insecure_skip_verify.is_some_and(Spanned::into_inner);
+                ufm.ca_file = d.ca_file.as_ref().map(path);
+                if let Some(t) = &d.timeout {
+                    ufm.timeout = duration("timeout", t)?;
+                }
+                SourceSpec::Ufm(ufm)
+            }
+            _ => SourceSpec::Slurm {
+                file: path(&d.file.ok_or_else(|| need("file", "\"/etc/slurm/topology.conf\""))?),
+            },
+        };
+        let interval = match &d.interval {
+            Some(v) => duration("interval", v)?,
+            None => default_interval(&spec),
+        };
+        let mut spec = spec;
+        if let SourceSpec::Ufm(u) = &mut spec {
+            u.interval = interval;
+        }
+        discovery.sources.push(SourceConfig { name, interval, spec });
+    }
+    Ok(discovery)
+}
+
+/// `FILE:LINE:COLUMN: message` for a byte offset into the text (past the end: the end).
+fn parse_error(text: &str, origin: &str, offset: usize, message: String) -> ConfigError {
+    let (line, column) = line_col(text, offset);
+    ConfigError::Parse {
+        path: origin.to_string(),
+        line,
+        column,
+        message,
     }
 }
 
@@ -470,14 +766,176 @@ weight = 2
         assert_eq!(cfg.server.heartbeat_interval, std::time::Duration::from_millis(500));
         assert_eq!(cfg.server.missed_heartbeats, 5);
         assert_eq!(cfg.discovery.label["fabric"], vec!["spine", "leaf"]);
-        assert_eq!(cfg.discovery.static_files, vec![std::path::PathBuf::from("hn.yaml")]);
+        assert_eq!(
+            cfg.discovery.sources,
+            vec![SourceConfig {
+                name: "static".into(),
+                interval: Duration::from_secs(60),
+                spec: SourceSpec::Static {
+                    files: vec![PathBuf::from("hn.yaml")]
+                },
+            }]
+        );
         let err = PlannerConfig::parse("[[discovery]]\nsource = \"magic\"\n", "p.toml");
         let msg = err.map(|_| ()).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(msg.starts_with("p.toml:2:10: discovery.source: expected"), "{msg}");
+        assert!(msg.starts_with("p.toml:2:10: discovery[0].source: expected"), "{msg}");
         let err = PlannerConfig::parse("[server]\nlisten = \"nowhere\"\n", "p.toml");
         let msg = err.map(|_| ()).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(msg.contains("server.listen: expected IP:PORT"), "{msg}");
         Ok(())
+    }
+
+    fn error(text: &str) -> String {
+        PlannerConfig::parse(text, "/etc/hyperplan/planner.toml")
+            .map(|_| ())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn every_fabric_source_with_its_keys_defaults_and_paths() -> Result<(), ConfigError> {
+        let cfg = PlannerConfig::parse(
+            r#"
+[[discovery]]
+source = "ibnetdiscover"
+file = "fabric.out"
+guidMap = "/etc/hyperplan/hosts.map"
+
+[[discovery]]
+source = "ibnetdiscover"
+name = "fabric-b"
+command = ["ibnetdiscover", "-p"]
+interval = "6h"
+timeout = "2m"
+
+[[discovery]]
+source = "ufm"
+endpoint = "ufm.lab"
+credentialsFile = "ufm.credentials"
+insecureSkipVerify = true
+interval = 900
+timeout = 10
+
+[[discovery]]
+source = "slurm"
+file = "/etc/slurm/topology.conf"
+interval = 30.5
+
+[[discovery]]
+source = "slurm"
+name = "old"
+enabled = false
+"#,
+            "/etc/hyperplan/planner.toml",
+        )?;
+        let s = &cfg.discovery.sources;
+        assert_eq!(s.len(), 4, "the disabled entry is left out: {s:#?}");
+        assert_eq!(
+            s[0],
+            SourceConfig {
+                name: "ibnetdiscover".into(),
+                interval: Duration::from_secs(60),
+                spec: SourceSpec::Ibnetdiscover {
+                    input: DumpInput::File("/etc/hyperplan/fabric.out".into()),
+                    guid_map: Some("/etc/hyperplan/hosts.map".into()),
+                },
+            }
+        );
+        assert_eq!(s[1].name, "fabric-b");
+        assert_eq!(s[1].interval, Duration::from_secs(6 * 3600));
+        assert_eq!(
+            s[1].spec,
+            SourceSpec::Ibnetdiscover {
+                input: DumpInput::Command {
+                    argv: vec!["ibnetdiscover".into(), "-p".into()],
+                    timeout: Duration::from_secs(120),
+                },
+                guid_map: None,
+            }
+        );
+        assert_eq!(s[1].spec.target(), "`ibnetdiscover -p`");
+        let SourceSpec::Ufm(u) = &s[2].spec else {
+            panic!("{:?}", s[2])
+        };
+        assert_eq!(u.ports_url(), "https://ufm.lab/ufmRest/resources/ports");
+        assert_eq!(u.credentials_file, PathBuf::from("/etc/hyperplan/ufm.credentials"));
+        assert!(u.insecure_skip_verify);
+        assert_eq!(
+            (u.interval, u.timeout),
+            (Duration::from_secs(900), Duration::from_secs(10))
+        );
+        assert_eq!(s[2].interval, Duration::from_secs(900));
+        assert_eq!(s[3].spec.kind(), SourceKind::Slurm);
+        assert_eq!(s[3].interval, Duration::from_millis(30_500));
+        // A command sweeps the fabric: hourly unless told otherwise, with a 5 min budget.
+        let cfg = PlannerConfig::parse(
+            "[[discovery]]\nsource = \"ibnetdiscover\"\ncommand = [\"ibnetdiscover\"]\n",
+            "p.toml",
+        )?;
+        assert_eq!(cfg.discovery.sources[0].interval, Duration::from_secs(3600));
+        Ok(())
+    }
+
+    #[test]
+    fn discovery_errors_name_the_line_the_key_and_what_was_expected() {
+        let cases = [
+            (
+                "[[discovery]]\nsource = \"ufm\"\nendpoint = \"u\"\nfiles = [\"x\"]\ncredentialsFile = \"c\"\n",
+                "planner.toml:4:9: discovery[0].files: source \"ufm\" has no key `files`; it takes name, interval, endpoint, credentialsFile, insecureSkipVerify, caFile, timeout",
+            ),
+            (
+                "[[discovery]]\nsource = \"ufm\"\nendpoint = \"u\"\n",
+                "planner.toml:2:10: discovery[0]: source \"ufm\" needs `credentialsFile = \"/etc/hyperplan/ufm.credentials\"`",
+            ),
+            (
+                "[[discovery]]\nsource = \"ibnetdiscover\"\n",
+                "planner.toml:2:10: discovery[0]: source \"ibnetdiscover\" needs `file = \"/var/lib/hyperplan/fabric.out\"` (a saved dump) or `command = [\"ibnetdiscover\"]`",
+            ),
+            (
+                "[[discovery]]\nsource = \"ibnetdiscover\"\nfile = \"f\"\ncommand = [\"ibnetdiscover\"]\n",
+                "planner.toml:4:11: discovery[0]: give `file` or `command`, not both",
+            ),
+            (
+                "[[discovery]]\nsource = \"ibnetdiscover\"\nfile = \"f\"\ntimeout = 5\n",
+                "planner.toml:4:11: discovery[0].timeout: only a `command` has a timeout",
+            ),
+            (
+                "[[discovery]]\nsource = \"ibnetdiscover\"\ncommand = []\n",
+                "planner.toml:3:11: discovery[0].command: expected a program and its arguments",
+            ),
+            (
+                "[[discovery]]\nsource = \"slurm\"\nfile = \"t\"\ninterval = \"soon\"\n",
+                "planner.toml:4:12: discovery[0].interval: expected a duration such as",
+            ),
+            (
+                "[[discovery]]\nsource = \"slurm\"\nfile = \"t\"\ninterval = 0\n",
+                "planner.toml:4:12: discovery[0].interval: expected a duration",
+            ),
+            (
+                "[[discovery]]\nsource = \"slurm\"\nfile = \"a\"\n[[discovery]]\nsource = \"slurm\"\nfile = \"b\"\n",
+                "planner.toml:5:10: discovery[1]: a second source named \"slurm\"; give each [[discovery]] of the same kind its own `name = \"…\"`",
+            ),
+            (
+                "[[discovery]]\nsource = \"label\"\ntypes = { t = [\"a\"] }\ninterval = \"1h\"\n",
+                "planner.toml:4:12: discovery[0].interval: source \"label\" has no key `interval`",
+            ),
+            (
+                "[[discovery]]\nsource = \"static\"\nfiles = []\n",
+                "planner.toml:3:9: discovery[0].files: expected at least one file",
+            ),
+            (
+                "[[discovery]]\nsource = \"slurm\"\nfile = \"t\"\nbogus = 1\n",
+                "planner.toml:4:1: unknown field `bogus`",
+            ),
+        ];
+        for (text, expected) in cases {
+            let msg = error(text);
+            assert!(
+                msg.starts_with(&format!("/etc/hyperplan/{expected}")),
+                "{text}\n  got: {msg}\n want: {expected}"
+            );
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Parser;
 use hyperplan_planner::PlannerConfig;
 use hyperplan_planner::config::seconds;
-use hyperplan_planner::server::{Server, sd_notify};
+use hyperplan_planner::server::{ReloadHandle, Server, sd_notify};
 
 /// The hyperplan planner daemon.
 ///
@@ -107,15 +107,33 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let server = Server::bind(config).context("starting the planner")?;
         let addr = server.local_addr()?;
         println!("hyperplan-planner listening on {addr}");
         sd_notify(&format!("READY=1\nSTATUS=listening on {addr}"));
         tracing::info!(%addr, "listening");
+        tokio::spawn(reload_on_sighup(server.reload_handle()));
         server.run(shutdown_signal()).await;
         anyhow::Ok(())
-    })
+    });
+    // A discovery poll may be blocked in a slow UFM or a long ibnetdiscover: do not wait
+    // for it (its command is killed with its handle).
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    served
+}
+
+/// SIGHUP (`systemctl reload hyperplan-planner`): read every discovery source again now.
+async fn reload_on_sighup(handle: ReloadHandle) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::error!("cannot install the SIGHUP handler; discovery sources are read on their interval only");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: reading every discovery source again");
+        handle.reload();
+    }
 }
 
 /// SIGTERM (systemd stop) or SIGINT (Ctrl-C).

@@ -74,8 +74,49 @@ pub struct HyperNodeStatus {
 #[serde(rename_all = "camelCase")]
 pub struct HyperNodeTree {
     pub hyper_nodes: Vec<HyperNodeStatus>,
-    /// HyperNodes left out and why (a cycle, a second parent, a member matching nothing,
-    /// a discovery source that failed).
+    /// HyperNodes left out and why (a cycle, a second parent, a member matching nothing).
+    pub warnings: Vec<String>,
+    /// Every discovery source: what it owns now, when it last worked, and its error.
+    #[serde(default)]
+    pub sources: Vec<SourceStatus>,
+}
+
+/// `hyperplan topology export` against a running planner: its HyperNodes (members
+/// resolved to names) as Volcano HyperNode manifests, one YAML document each.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Manifests {
+    pub manifests: String,
+}
+
+/// One discovery source (`[[discovery]]` in planner.toml) as the planner sees it now.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceStatus {
+    /// The entry's `name` (its kind unless the config names it).
+    pub name: String,
+    /// `static`, `label`, `ibnetdiscover`, `ufm` or `slurm`.
+    pub kind: String,
+    /// What it reads: a file, a command, a URL (empty for label discovery).
+    pub target: String,
+    /// HyperNodes it owns now (its last good result, filtered to the planner's nodes).
+    pub hyper_nodes: u32,
+    /// Unix seconds of the last attempt and of the last one that worked (`None`: never).
+    pub last_attempt: Option<u64>,
+    pub last_success: Option<u64>,
+    /// Why the last attempt failed; `None` when it worked. The HyperNodes of the last good
+    /// result stay while this is set.
+    pub error: Option<String>,
+    /// What the last good result held, for people (`121 hosts on 161 CAs, 40 switch-internal
+    /// CAs left out`).
+    pub summary: String,
+    /// Hosts the source names that are no planner node (left out of its HyperNodes).
+    #[serde(default)]
+    pub unknown_hosts: Vec<String>,
+    /// Fabric CAs nothing maps to a host (ibnetdiscover), as `H-<guid> "description"`.
+    #[serde(default)]
+    pub unmapped: Vec<String>,
+    /// What the source tolerated in its input.
+    #[serde(default)]
     pub warnings: Vec<String>,
 }
 

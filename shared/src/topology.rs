@@ -138,6 +138,33 @@ pub struct InfinibandHca {
     pub ports: Vec<IbPort>,
 }
 
+impl InfinibandHca {
+    /// The HCA's node GUID and its ports' GUIDs as numbers (sysfs writes them
+    /// `0011:7500:0077:cfc8`); fabric discovery maps a dump's CAs to hosts by them.
+    /// Values that do not read as a GUID are left out.
+    pub fn guids(&self) -> Vec<u64> {
+        let mut out: Vec<u64> = std::iter::once(&self.node_guid)
+            .chain(self.ports.iter().map(|p| &p.port_guid))
+            .filter_map(|g| g.as_deref().and_then(parse_sysfs_guid))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+/// A GUID as sysfs writes it (`0011:7500:0077:cfc8`), or as 16 hex digits with or
+/// without `0x`. Zero is no GUID (an unset port).
+pub fn parse_sysfs_guid(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let t = t.strip_prefix("0x").unwrap_or(t);
+    let hex: String = t.chars().filter(|c| *c != ':').collect();
+    if hex.is_empty() || hex.len() > 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(&hex, 16).ok().filter(|g| *g != 0)
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IbPort {

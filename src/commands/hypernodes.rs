@@ -6,8 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use hyperplan_net::messages::RequestCommand;
 use hyperplan_shared::CPU;
+use hyperplan_shared::hostlist::compress;
 use hyperplan_shared::quantity::format_quantity;
-use hyperplan_shared::status::{HyperNodeStatus, HyperNodeTree};
+use hyperplan_shared::status::{HyperNodeStatus, HyperNodeTree, SourceStatus};
 
 use super::columns::{columns, ratio};
 use super::{Output, call, decode, json, long_help};
@@ -20,9 +21,15 @@ const EXAMPLES: &str = "  hyperplan hypernodes
 ///
 /// Children are indented under their parents (highest tier at the left). TIER is the
 /// tier number and its name, SOURCE the discovery source that made it (static, label,
-/// ibnetdiscover, ufm, slurm), NODES the Ready nodes under it out of all, CPUS and GPUS
-/// free/allocatable. HyperNodes the planner had to leave out (a cycle, a second parent,
-/// a member matching nothing) follow as warnings.
+/// ibnetdiscover, ufm, slurm, or the name its [[discovery]] entry gives), NODES the Ready
+/// nodes under it out of all, CPUS and GPUS free/allocatable. HyperNodes the planner had
+/// to leave out (a cycle, a second parent, a member matching nothing) follow as warnings.
+///
+/// Then every discovery source: the HyperNodes it owns, when it last read its input
+/// successfully, and its state. A source that fails keeps the HyperNodes of its last good
+/// read and shows FAILING with the reason. Hosts a fabric names that are no planner node,
+/// CAs nothing maps to a host, and what a source tolerated in its input are listed under
+/// the table (all of them in --output json, `sources`).
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = long_help(EXAMPLES))]
 pub struct Args {
@@ -36,14 +43,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let value = call(&args.client, RequestCommand::HyperNodes)?;
     let text = match args.output {
         Output::Json => json(&value)?,
-        Output::Table => render(&decode::<HyperNodeTree>(value, "HyperNode tree")?),
+        Output::Table => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            render(&decode::<HyperNodeTree>(value, "HyperNode tree")?, now)
+        }
     };
     print!("{text}");
     Ok(())
 }
 
-/// The indented tree, then one `warning:` line per warning.
-pub fn render(tree: &HyperNodeTree) -> String {
+/// How many left-out hosts, unmapped CAs or warnings a source lists before "… and N more".
+const LISTED: usize = 5;
+
+/// The indented tree, one `warning:` line per warning, then the discovery sources
+/// (`now`, Unix seconds, turns their times into ages).
+pub fn render(tree: &HyperNodeTree, now: u64) -> String {
     let mut out = String::new();
     if tree.hyper_nodes.is_empty() {
         out.push_str("no HyperNodes: none configured or discovered yet\n");
@@ -75,7 +91,91 @@ pub fn render(tree: &HyperNodeTree) -> String {
     for w in &tree.warnings {
         out.push_str(&format!("warning: {w}\n"));
     }
+    if !tree.sources.is_empty() {
+        out.push('\n');
+        out.push_str(&render_sources(&tree.sources, now));
+    }
     out
+}
+
+/// One row per source, then what each left out or tolerated.
+fn render_sources(sources: &[SourceStatus], now: u64) -> String {
+    let mut rows: Vec<[String; 5]> = vec![[
+        "SOURCE".into(),
+        "KIND".into(),
+        "HYPERNODES".into(),
+        "LAST GOOD".into(),
+        "STATE".into(),
+    ]];
+    for s in sources {
+        let last_good = match (s.kind.as_str(), s.last_success) {
+            ("label", _) => "-".to_string(),
+            (_, Some(t)) => ago(now, t),
+            (_, None) => "never".to_string(),
+        };
+        let state = match (&s.error, s.last_attempt) {
+            (Some(e), Some(t)) => format!("FAILING (tried {}): {e}", ago(now, t)),
+            (Some(e), None) => format!("FAILING: {e}"),
+            (None, None) if s.kind != "label" => format!("waiting for the first read of {}", s.target),
+            (None, _) if s.summary.is_empty() => format!("ok: {}", s.target),
+            (None, _) => format!("ok: {}", s.summary),
+        };
+        rows.push([
+            s.name.clone(),
+            s.kind.clone(),
+            s.hyper_nodes.to_string(),
+            last_good,
+            state,
+        ]);
+    }
+    let mut out = columns(&rows);
+    for s in sources {
+        if !s.unknown_hosts.is_empty() {
+            let names: Vec<&str> = s.unknown_hosts.iter().map(String::as_str).collect();
+            out.push_str(&format!(
+                "{}: {} host(s) it names are no planner node (left out): {}\n",
+                s.name,
+                names.len(),
+                compress(&names)
+            ));
+        }
+        listed(
+            &mut out,
+            &s.name,
+            "CA(s) name no host (add them to guidMap)",
+            &s.unmapped,
+        );
+        listed(&mut out, &s.name, "warning(s)", &s.warnings);
+    }
+    out
+}
+
+/// `name: N what:` then up to [`LISTED`] indented items and how many more there are.
+fn listed(out: &mut String, name: &str, what: &str, items: &[String]) {
+    if items.is_empty() {
+        return;
+    }
+    out.push_str(&format!("{name}: {} {what}:\n", items.len()));
+    for item in items.iter().take(LISTED) {
+        out.push_str(&format!("  {item}\n"));
+    }
+    if items.len() > LISTED {
+        out.push_str(&format!(
+            "  … and {} more (--output json lists them all)\n",
+            items.len() - LISTED
+        ));
+    }
+}
+
+/// `now - t` for people: `12s ago`, `5m ago`, `3h ago`, `2d ago`.
+fn ago(now: u64, t: u64) -> String {
+    let s = now.saturating_sub(t);
+    match s {
+        0..60 => format!("{s}s ago"),
+        60..3600 => format!("{}m ago", s / 60),
+        3600..86_400 => format!("{}h ago", s / 3600),
+        _ => format!("{}d ago", s / 86_400),
+    }
 }
 
 /// Depth-first from the roots (no parent, or a parent not in the list), children by
@@ -207,19 +307,75 @@ mod tests {
                 "HyperNode leaf-9: member regex \"gpu-[\" does not compile".into(),
                 "HyperNode leaf-3 has two parents (spine-0, spine-1); left out".into(),
             ],
+            sources: Vec::new(),
         };
-        insta::assert_snapshot!(render(&tree));
+        insta::assert_snapshot!(render(&tree, 0));
+    }
+
+    #[test]
+    fn sources_working_failing_and_waiting() {
+        const NOW: u64 = 1_800_000_000;
+        let source = |name: &str, kind: &str| SourceStatus {
+            name: name.into(),
+            kind: kind.into(),
+            ..SourceStatus::default()
+        };
+        let tree = HyperNodeTree {
+            hyper_nodes: vec![hn("leaf-0", 1, None, &[], (4, 4))],
+            warnings: vec![],
+            sources: vec![
+                SourceStatus {
+                    target: "/var/lib/hyperplan/fabric.out".into(),
+                    hyper_nodes: 9,
+                    last_attempt: Some(NOW - 12),
+                    last_success: Some(NOW - 12),
+                    summary: "40 switches, 121 hosts on 542 CAs (121 by descriptions), 0 unmapped CA(s), 40 \
+                              switch-internal CA(s) left out; 9 HyperNodes in 2 tier(s)"
+                        .into(),
+                    unknown_hosts: (1..=12).map(|i| format!("storage{i:02}")).chain(["login1".into()]).collect(),
+                    unmapped: (0..7).map(|i| format!("H-00000000000000{i:02x} \"\" on leaf-a09")).collect(),
+                    ..source("fabric", "ibnetdiscover")
+                },
+                SourceStatus {
+                    target: "node labels (fabric: hyperplan.io/spine > hyperplan.io/leaf)".into(),
+                    hyper_nodes: 2,
+                    ..source("label", "label")
+                },
+                SourceStatus {
+                    target: "/etc/slurm/topology.conf".into(),
+                    ..source("slurm", "slurm")
+                },
+                SourceStatus {
+                    target: "https://ufm.lab/ufmRest/resources/ports".into(),
+                    hyper_nodes: 3,
+                    last_attempt: Some(NOW - 5),
+                    last_success: Some(NOW - 3 * 3600 - 5),
+                    error: Some(
+                        "UFM at https://ufm.lab/ufmRest/resources/ports answered HTTP 500; expected 200 with the port list"
+                            .into(),
+                    ),
+                    summary: "52 port records: 20 host links, 8 switch-to-switch links".into(),
+                    warnings: vec!["UFM: skipped 2 port records with no peer_node_name (first at index 7)".into()],
+                    ..source("ufm", "ufm")
+                },
+            ],
+        };
+        insta::assert_snapshot!(render(&tree, NOW));
     }
 
     #[test]
     fn empty_with_a_warning() {
         let tree = HyperNodeTree {
             hyper_nodes: vec![],
-            warnings: vec!["discovery source ufm failed: connection refused".into()],
+            warnings: vec![
+                "HyperNode leaf-9: members[0] {type: Node, selector: {exactMatch: {name: gpu9}}} matches nothing"
+                    .into(),
+            ],
+            sources: vec![],
         };
-        insta::assert_snapshot!(render(&tree), @r"
+        insta::assert_snapshot!(render(&tree, 0), @r"
         no HyperNodes: none configured or discovered yet
-        warning: discovery source ufm failed: connection refused
+        warning: HyperNode leaf-9: members[0] {type: Node, selector: {exactMatch: {name: gpu9}}} matches nothing
         ");
     }
 

@@ -31,6 +31,9 @@ pub enum Command {
     Place(Placement),
     /// A job can never run; `reason` says why.
     Reject { job: String, reason: String },
-    /// Something a working planner survives (a broken HyperNode, an unknown tier name).
+    /// Something a working planner survives (a broken HyperNode, an unknown tier name, a
+    /// discovery source that failed).
     Warn(String),
+    /// Worth a log line, nothing to do (a discovery source that works again).
+    Info(String),
 }

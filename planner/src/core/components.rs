@@ -21,27 +21,68 @@ pub struct Node {
     pub ready: bool,
     /// InfiniBand ports ACTIVE, and all of them, from the probe.
     pub ib_ports: (u32, u32),
+    /// Node and port GUIDs of its HCAs, from the probe: fabric discovery names a dump's
+    /// CAs after the node that reports their GUIDs before it trusts anything else.
+    pub ib_guids: Vec<u64>,
 }
 
 /// The node's dense index in the current topology index.
 #[derive(Component, Clone, Copy, Debug)]
 pub struct NodeSlot(pub NodeIdx);
 
-/// Who owns a HyperNode: discovery sources reconcile only their own.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Source {
-    /// Inline `hyperNodes` and `hyperNodeFiles` of the cluster file.
+/// The kinds of HyperNode source, in the order that wins when two define one name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SourceKind {
+    /// Volcano HyperNode manifests (the cluster file's, or planner.toml `files`).
     Static,
-    /// Label discovery.
+    /// Label discovery (Volcano's `networkTopologyTypes`).
     Label,
+    /// An `ibnetdiscover` dump: every tier from the switch graph.
+    Ibnetdiscover,
+    /// UFM's REST port list.
+    Ufm,
+    /// A Slurm `topology.conf`.
+    Slurm,
+}
+
+impl SourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Static => "static",
+            SourceKind::Label => "label",
+            SourceKind::Ibnetdiscover => "ibnetdiscover",
+            SourceKind::Ufm => "ufm",
+            SourceKind::Slurm => "slurm",
+        }
+    }
+
+    /// Discovered from a fabric or a scheduler's file rather than written for hyperplan:
+    /// hosts that are no planner node (storage, login nodes, nodes whose agent has not
+    /// registered yet) are left out of these HyperNodes instead of breaking them.
+    pub fn names_foreign_hosts(self) -> bool {
+        matches!(self, SourceKind::Ibnetdiscover | SourceKind::Ufm | SourceKind::Slurm)
+    }
+}
+
+/// Who owns a HyperNode: a source reconciles (creates, updates, deletes) only its own.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Source {
+    pub kind: SourceKind,
+    /// The `[[discovery]]` entry's name (its kind unless named).
+    pub name: String,
 }
 
 impl Source {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Source::Static => "static",
-            Source::Label => "label",
+    pub fn new(kind: SourceKind, name: impl Into<String>) -> Self {
+        Self {
+            kind,
+            name: name.into(),
         }
+    }
+
+    /// The cluster file's HyperNodes, and label discovery: one of each.
+    pub fn of_kind(kind: SourceKind) -> Self {
+        Self::new(kind, kind.as_str())
     }
 }
 

@@ -4,6 +4,9 @@ use std::collections::BTreeMap;
 
 use hyperplan_shared::{HyperNodeSpec, JobSpec, NodeSpec};
 
+use super::components::SourceKind;
+pub use super::discovery::Found;
+
 #[derive(Clone, Debug)]
 pub enum Event {
     /// A node appears (or its spec changes: same name replaces).
@@ -21,6 +24,22 @@ pub enum Event {
     StaticHyperNodes(Vec<HyperNodeSpec>),
     /// Label discovery configuration (Volcano `networkTopologyTypes`); replaces the previous.
     LabelDiscovery(BTreeMap<String, Vec<String>>),
+    /// A polled discovery source exists (people see it before its first poll). `target`
+    /// says what it reads (files, a command, a URL).
+    DeclareSource {
+        source: String,
+        kind: SourceKind,
+        target: String,
+    },
+    /// What one poll of a source gave, at `at` (Unix seconds, the driver's clock). An
+    /// `Err` keeps the source's last good HyperNodes and is reported; an `Ok` replaces
+    /// them (only this source's).
+    Discovered {
+        source: String,
+        kind: SourceKind,
+        at: u64,
+        result: Result<Found, String>,
+    },
     Submit(JobSpec),
     Cancel {
         job: String,

@@ -4,14 +4,16 @@
 use std::collections::HashMap;
 
 use bevy_ecs::prelude::*;
-use hyperplan_shared::{HyperNodeSpec, JobSpec, NodeSpec};
+use hyperplan_shared::{JobSpec, NodeSpec};
 
 use super::commands::Command;
+use super::components::SourceKind;
 use super::components::{Job, JobPhase, JobState, Node, SubJob, SubJobState, Task, TaskPhase, TaskState};
+use super::discovery::{self, Found};
 use super::events::Event;
 use super::numa::node::{HardwareCache, NodeHardware};
 use super::numa::request::task_numa;
-use super::queues::{CapacityEpoch, Inbox, LabelTypes, Now, Outbox, TopologyDirty};
+use super::queues::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, TopologyDirty};
 use crate::config::PlannerConfig;
 
 /// Jobs by name, for events that name a job.
@@ -22,14 +24,23 @@ pub struct JobNames(pub HashMap<String, Entity>);
 #[derive(Debug, Default, Resource)]
 pub struct NodeNames(pub HashMap<String, Entity>);
 
-/// The static HyperNode specs last loaded; discovery reconciles them into entities.
-#[derive(Debug, Default, Resource)]
-pub struct StaticSpecs(pub Vec<HyperNodeSpec>);
-
 pub fn ingest(world: &mut World) {
     let _span = tracing::info_span!("ingest").entered();
     let events = std::mem::take(&mut world.resource_mut::<Inbox>().0);
-    if events.iter().any(|e| !matches!(e, Event::Submit(_))) {
+    // Only events that may free or add room move the epoch (a poll that found nothing
+    // new must not make every pending job be searched again).
+    let quiet = |e: &Event| {
+        matches!(
+            e,
+            Event::Submit(_)
+                | Event::DeclareSource { .. }
+                | Event::Discovered {
+                    result: Ok(Found::Unchanged) | Err(_),
+                    ..
+                }
+        )
+    };
+    if !events.iter().all(quiet) {
         world.resource_mut::<CapacityEpoch>().0 += 1;
     }
     for event in events {
@@ -40,16 +51,30 @@ pub fn ingest(world: &mut World) {
                 if let Some(e) = found {
                     world.despawn(e);
                     world.resource_mut::<TopologyDirty>().0 = true;
+                    world.resource_mut::<NodeSetGeneration>().0 += 1;
                 }
             }
             Event::StaticHyperNodes(specs) => {
-                world.resource_mut::<StaticSpecs>().0 = specs;
-                world.resource_mut::<TopologyDirty>().0 = true;
+                let at = world.resource::<Now>().0;
+                let found = Found::HyperNodes {
+                    summary: format!("{} HyperNode(s) from the cluster file", specs.len()),
+                    specs,
+                    warnings: Vec::new(),
+                };
+                discovery::record(world, SourceKind::Static.as_str(), SourceKind::Static, at, Ok(found));
             }
             Event::LabelDiscovery(types) => {
+                discovery::declare_label(world, &types);
                 world.resource_mut::<LabelTypes>().0 = types;
                 world.resource_mut::<TopologyDirty>().0 = true;
             }
+            Event::DeclareSource { source, kind, target } => discovery::declare(world, &source, kind, target),
+            Event::Discovered {
+                source,
+                kind,
+                at,
+                result,
+            } => discovery::record(world, &source, kind, at, result),
             Event::NodeReady { name, ready } => {
                 let found = world.resource::<NodeNames>().0.get(&name).copied();
                 if let Some(e) = found
@@ -79,6 +104,11 @@ fn node_up(world: &mut World, spec: NodeSpec) {
         let up = ports.clone().filter(|p| p.state.as_deref() == Some("ACTIVE")).count();
         (up as u32, ports.count() as u32)
     });
+    let ib_guids = spec
+        .hardware
+        .as_ref()
+        .map(|t| t.hcas.iter().flat_map(|h| h.guids()).collect())
+        .unwrap_or_default();
     let node = Node {
         name: spec.name,
         labels: spec.labels,
@@ -86,6 +116,7 @@ fn node_up(world: &mut World, spec: NodeSpec) {
         external_used: spec.used,
         ready: true,
         ib_ports,
+        ib_guids,
     };
     let known = world.resource::<NodeNames>().0.get(&node.name).copied();
     match known {
@@ -99,6 +130,7 @@ fn node_up(world: &mut World, spec: NodeSpec) {
         }
     }
     world.resource_mut::<TopologyDirty>().0 = true;
+    world.resource_mut::<NodeSetGeneration>().0 += 1;
 }
 
 fn submit(world: &mut World, spec: JobSpec) {

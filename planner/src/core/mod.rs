@@ -9,7 +9,7 @@ pub mod allocate;
 pub mod capacity;
 pub mod commands;
 pub mod components;
-mod discovery;
+pub mod discovery;
 pub mod events;
 pub mod ids;
 pub(crate) mod ingest;
@@ -29,7 +29,7 @@ pub use events::Event;
 
 use crate::config::PlannerConfig;
 use capacity::Capacity;
-use queues::{CapacityEpoch, Inbox, LabelTypes, Now, Outbox, TopologyDirty};
+use queues::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, TopologyDirty};
 use topology::TopologyIndex;
 
 pub struct Planner {
@@ -55,7 +55,9 @@ impl Planner {
         world.insert_resource(LabelTypes::default());
         world.insert_resource(ingest::JobNames::default());
         world.insert_resource(ingest::NodeNames::default());
-        world.insert_resource(ingest::StaticSpecs::default());
+        world.insert_resource(NodeSetGeneration::default());
+        world.insert_resource(discovery::Sources::default());
+        world.insert_resource(discovery::ReportedGuids::default());
         world.insert_resource(TopologyIndex::default());
         world.insert_resource(Capacity::default());
         world.insert_resource(numa::state::NumaState::default());

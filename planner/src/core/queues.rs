@@ -21,6 +21,11 @@ pub struct Now(pub u64);
 #[derive(Debug, Default, Resource)]
 pub struct TopologyDirty(pub bool);
 
+/// Bumped whenever a node appears, changes its hardware or goes: discovery sources
+/// filter their hosts and map HCA GUIDs against the node set of one generation.
+#[derive(Debug, Default, Clone, Copy, Resource)]
+pub struct NodeSetGeneration(pub u64);
+
 /// Label discovery configuration (type → label keys, top first).
 #[derive(Debug, Default, Resource)]
 pub struct LabelTypes(pub std::collections::BTreeMap<String, Vec<String>>);

@@ -10,13 +10,14 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use hyperplan_net::messages::{PlannerToAgent, RequestCommand};
 use hyperplan_shared::NodeSpec;
-use hyperplan_shared::status::{Cancelled, JobList, NodeList, NodeState, Submitted};
+use hyperplan_shared::status::{Cancelled, JobList, Manifests, NodeList, NodeState, Submitted};
 use hyperplan_shared::topology::{NodeTopology, SharedTopology};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::close;
-use crate::config::PlannerConfig;
+use crate::config::{PlannerConfig, SourceKind};
+use crate::core::discovery::Found;
 use crate::core::numa::node::hardware_resources;
 use crate::core::{Command, Event, Planner, view};
 
@@ -45,6 +46,13 @@ pub enum ToCore {
     Gone {
         node: String,
         conn_id: u64,
+    },
+    /// A discovery source was read (see `super::discovery`).
+    Discovered {
+        source: String,
+        kind: SourceKind,
+        at: u64,
+        result: Result<Found, String>,
     },
     Request {
         user: String,
@@ -78,18 +86,15 @@ struct Driver {
 pub async fn run(config: PlannerConfig, mut rx: mpsc::UnboundedReceiver<ToCore>) {
     let mut planner = Planner::new(config.clone());
     planner.push(Event::LabelDiscovery(config.discovery.label.clone()));
-    let mut manifests = Vec::new();
-    for f in &config.discovery.static_files {
-        let loaded = std::fs::read_to_string(f)
-            .map_err(|e| format!("{}: cannot read: {e}", f.display()))
-            .and_then(|t| hyperplan_shared::hypernode::parse_hypernode_manifests(&t, f).map_err(|e| e.to_string()));
-        match loaded {
-            Ok(mut specs) => manifests.append(&mut specs),
-            // The last good set stays: at start there is none, so the error is all there is.
-            Err(e) => tracing::error!("discovery: {e}"),
-        }
+    // The pollers (`super::discovery`) send the sources' contents; declared here so
+    // people see every source from the start.
+    for s in &config.discovery.sources {
+        planner.push(Event::DeclareSource {
+            source: s.name.clone(),
+            kind: s.spec.kind(),
+            target: s.spec.target(),
+        });
     }
-    planner.push(Event::StaticHyperNodes(manifests));
     let mut d = Driver {
         planner,
         config: config.clone(),
@@ -150,7 +155,7 @@ pub async fn run(config: PlannerConfig, mut rx: mpsc::UnboundedReceiver<ToCore>)
 /// See `run`: the shortest time between two ticks that arrivals cause.
 const MIN_TICK_GAP: std::time::Duration = std::time::Duration::from_millis(100);
 
-fn unix_now() -> u64 {
+pub(super) fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
@@ -241,6 +246,20 @@ impl Driver {
                     self.dirty = true;
                 }
             }
+            ToCore::Discovered {
+                source,
+                kind,
+                at,
+                result,
+            } => {
+                self.planner.push(Event::Discovered {
+                    source,
+                    kind,
+                    at,
+                    result,
+                });
+                self.dirty = true;
+            }
             ToCore::Request {
                 user,
                 admin,
@@ -295,6 +314,7 @@ impl Driver {
                 }
                 Command::Reject { job, reason } => tracing::warn!(job, "rejected: {reason}"),
                 Command::Warn(w) => tracing::warn!("{w}"),
+                Command::Info(i) => tracing::info!("{i}"),
             }
         }
     }
@@ -366,6 +386,12 @@ impl Driver {
                 to_value(&NodeList { nodes })
             }
             RequestCommand::HyperNodes => to_value(&view::hyper_node_tree(world)),
+            RequestCommand::Manifests => {
+                let specs = view::resolved_specs(world.resource::<crate::core::topology::TopologyIndex>());
+                to_value(&Manifests {
+                    manifests: hyperplan_shared::hypernode::to_hypernode_manifests(&specs),
+                })
+            }
             RequestCommand::Explain { job } => match view::explain(world, &job) {
                 Some(e) => to_value(&e),
                 None => Err(format!("no job named {job:?}")),

@@ -9,6 +9,7 @@
 
 mod agent;
 mod client;
+pub mod discovery;
 mod driver;
 mod handshake;
 
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use hyperplan_net::certs::CertPaths;
 use hyperplan_net::tls::{TlsMaterial, server_endpoint};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::config::PlannerConfig;
 pub use driver::ToCore;
@@ -37,6 +38,17 @@ pub enum ServerError {
 pub struct Server {
     endpoint: quinn::Endpoint,
     config: PlannerConfig,
+    reload: watch::Sender<u64>,
+}
+
+/// Makes every discovery source read its input again now (what SIGHUP does).
+#[derive(Clone, Debug)]
+pub struct ReloadHandle(watch::Sender<u64>);
+
+impl ReloadHandle {
+    pub fn reload(&self) {
+        self.0.send_modify(|n| *n += 1);
+    }
 }
 
 impl std::fmt::Debug for Server {
@@ -53,7 +65,16 @@ impl Server {
     pub fn bind(config: PlannerConfig) -> Result<Self, ServerError> {
         let material = TlsMaterial::load(&CertPaths::planner(&config.server.cert_dir))?;
         let endpoint = server_endpoint(config.server.listen, &material)?;
-        Ok(Self { endpoint, config })
+        Ok(Self {
+            endpoint,
+            config,
+            reload: watch::Sender::new(0),
+        })
+    }
+
+    /// For a signal handler: re-read every discovery source now.
+    pub fn reload_handle(&self) -> ReloadHandle {
+        ReloadHandle(self.reload.clone())
     }
 
     pub fn local_addr(&self) -> Result<SocketAddr, ServerError> {
@@ -65,6 +86,7 @@ impl Server {
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         let (to_core, from_conns) = mpsc::unbounded_channel();
         let driver = tokio::spawn(driver::run(self.config.clone(), from_conns));
+        discovery::spawn(&self.config.discovery.sources, &to_core, &self.reload.subscribe());
         let max_frame = self.config.server.max_frame_bytes;
         let endpoint = self.endpoint.clone();
         let accept = async {

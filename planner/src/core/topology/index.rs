@@ -116,7 +116,7 @@ impl TopologyIndex {
             .collect();
         let mut warnings = Vec::new();
 
-        // One spec per name: the first source (static before label) wins.
+        // One spec per name: the first source (static, label, then discovered; by name) wins.
         let mut specs: Vec<&HyperNode> = hyper_nodes.to_vec();
         specs.sort_by(|a, b| a.spec.name.cmp(&b.spec.name).then_with(|| a.source.cmp(&b.source)));
         specs.dedup_by(|later, first| {
@@ -124,10 +124,7 @@ impl TopologyIndex {
             if dup {
                 warnings.push(format!(
                     "HyperNode {}: defined by both {} and {} sources; the {} one is used",
-                    first.spec.name,
-                    first.source.as_str(),
-                    later.source.as_str(),
-                    first.source.as_str()
+                    first.spec.name, first.source.name, later.source.name, first.source.name
                 ));
             }
             dup

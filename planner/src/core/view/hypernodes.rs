@@ -5,19 +5,20 @@
 use std::collections::{BTreeMap, HashMap};
 
 use bevy_ecs::prelude::*;
-use hyperplan_shared::status::{HyperNodeStatus, HyperNodeTree};
+use hyperplan_shared::status::{HyperNodeStatus, HyperNodeTree, SourceStatus};
 
 use crate::core::capacity::Capacity;
 use crate::core::components::{HyperNode, Node};
+use crate::core::discovery::Sources;
 use crate::core::ids::HnIdx;
 use crate::core::topology::TopologyIndex;
 
 /// Parents before children (depth-first from the top tier, children by name).
 pub fn hyper_node_tree(world: &mut World) -> HyperNodeTree {
     let mut hq = world.query::<&HyperNode>();
-    let sources: HashMap<String, &'static str> = hq
+    let sources: HashMap<String, String> = hq
         .iter(world)
-        .map(|h| (h.spec.name.clone(), h.source.as_str()))
+        .map(|h| (h.spec.name.clone(), h.source.name.clone()))
         .collect();
     let mut nq = world.query::<&Node>();
     let world = &*world;
@@ -51,7 +52,7 @@ pub fn hyper_node_tree(world: &mut World) -> HyperNodeTree {
             name: info.name.clone(),
             tier: info.tier,
             tier_name: info.tier_name.clone(),
-            source: sources.get(&info.name).copied().unwrap_or("static").to_string(),
+            source: sources.get(&info.name).cloned().unwrap_or_else(|| "static".to_string()),
             parent: info
                 .parent
                 .filter(|p| *p != index.root)
@@ -71,5 +72,32 @@ pub fn hyper_node_tree(world: &mut World) -> HyperNodeTree {
     HyperNodeTree {
         hyper_nodes: out,
         warnings: index.warnings.clone(),
+        sources: source_statuses(world),
     }
+}
+
+/// Every discovery source, by name: what it owns now, when it last worked, its error.
+pub fn source_statuses(world: &World) -> Vec<SourceStatus> {
+    let mut owned: HashMap<&str, u32> = HashMap::new();
+    for h in world.iter_entities().filter_map(|e| e.get::<HyperNode>()) {
+        *owned.entry(h.source.name.as_str()).or_default() += 1;
+    }
+    world
+        .resource::<Sources>()
+        .0
+        .iter()
+        .map(|(name, s)| SourceStatus {
+            name: name.clone(),
+            kind: s.kind.as_str().to_string(),
+            target: s.target.clone(),
+            hyper_nodes: owned.get(name.as_str()).copied().unwrap_or(0),
+            last_attempt: s.last_attempt,
+            last_success: s.last_success,
+            error: s.error.clone(),
+            summary: s.summary.clone(),
+            unknown_hosts: s.unknown_hosts.clone(),
+            unmapped: s.unmapped.clone(),
+            warnings: s.warnings.clone(),
+        })
+        .collect()
 }

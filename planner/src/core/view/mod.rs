@@ -1,13 +1,15 @@
 //! Read-only views of the world for people and scripts: the job reports `hyperplan
 //! simulate` prints and `hyperplan status` shows, the node list, the HyperNode tree and
-//! the explanation of a job's gradient search. Nothing here changes the world.
+//! the explanation of a job's gradient search, the HyperNodes as manifests. Nothing here changes the world.
 
 mod explain;
 mod hypernodes;
 mod jobs;
+mod manifests;
 mod nodes;
 
 pub use explain::explain;
 pub use hypernodes::hyper_node_tree;
 pub use jobs::{job_report, job_reports};
+pub use manifests::resolved_specs;
 pub use nodes::node_statuses;

@@ -1,0 +1,214 @@
+//! The discovery system: every HyperNode source reconciles the HyperNode entities it
+//! owns (create, update, delete), keyed by source.
+//!
+//! - Label discovery follows the nodes' labels.
+//! - Polled sources (static manifests, `ibnetdiscover` dumps, UFM, Slurm `topology.conf`)
+//!   arrive as [`crate::Event::Discovered`] results from the driver. A good result
+//!   replaces the source's input; a failure is recorded and keeps the last good
+//!   HyperNodes ([`sources`]). A dump is tiered here with the agents' HCA GUIDs as the
+//!   first host map ([`fabric`]); hosts that are no planner node are left out ([`known`]).
+
+pub mod fabric;
+pub mod known;
+mod reconcile;
+pub mod sources;
+
+use std::collections::BTreeMap;
+
+use bevy_ecs::prelude::*;
+
+use super::commands::Command;
+use super::components::{Node, Source, SourceKind};
+use super::ingest::NodeNames;
+use super::queues::{LabelTypes, NodeSetGeneration, Outbox, TopologyDirty};
+use super::topology::label;
+pub use reconcile::owned;
+pub use sources::{Found, Good, ReportedGuids, SourceState, Sources};
+
+pub fn discovery(world: &mut World) {
+    if !world.resource::<TopologyDirty>().0 {
+        return;
+    }
+    let _span = tracing::info_span!("discovery").entered();
+    let types = world.resource::<LabelTypes>().0.clone();
+    let mut warnings = Vec::new();
+    let labelled = if types.is_empty() {
+        Vec::new()
+    } else {
+        let mut q = world.query::<&Node>();
+        let nodes: Vec<(String, BTreeMap<String, String>)> =
+            q.iter(world).map(|n| (n.name.clone(), n.labels.clone())).collect();
+        label::discover(&types, nodes.iter().map(|(n, l)| (n.as_str(), l)), &mut warnings)
+    };
+    reconcile::reconcile(world, &Source::of_kind(SourceKind::Label), labelled);
+    world
+        .resource_mut::<Outbox>()
+        .0
+        .extend(warnings.into_iter().map(Command::Warn));
+    polled(world);
+}
+
+/// Tiers, filters and reconciles the polled sources whose input or node set changed.
+fn polled(world: &mut World) {
+    let generation = world.resource::<NodeSetGeneration>().0;
+    let names: Vec<String> = world.resource::<Sources>().0.keys().cloned().collect();
+    for name in names {
+        let Some(state) = world.resource::<Sources>().0.get(&name) else {
+            continue;
+        };
+        // A fabric's host names depend on the node set too, so this covers re-tiering.
+        if !state.changed && state.filtered_at == Some(generation) {
+            continue;
+        }
+        let mut state = state.clone();
+        let _span = tracing::info_span!("source", name, kind = state.kind.as_str()).entered();
+        match &state.good {
+            None => {}
+            Some(Good::HyperNodes(specs)) => {
+                if state.changed {
+                    state.discovered = specs.clone();
+                }
+            }
+            Some(Good::Fabric { fabric, map_file }) => {
+                let reported = reported_guids(world, generation);
+                let names = fabric::reported_names(fabric, &reported.map);
+                if state.changed || state.tiered_with.as_ref() != Some(&names) {
+                    match fabric::tier(fabric, map_file, &reported.map) {
+                        Ok(t) => {
+                            state.discovered = t.discovery.hypernodes;
+                            state.summary = t.summary;
+                            state.unmapped = t.unmapped;
+                            state.warnings = t.discovery.warnings;
+                            state.warnings.extend(reported.conflicts.iter().cloned());
+                        }
+                        // The driver sends only dumps with switches, the one thing
+                        // tiering refuses; should it fail anyway, keep what was there.
+                        Err(e) => state.error = Some(e),
+                    }
+                    state.tiered_with = Some(names);
+                }
+            }
+        }
+        let desired = if state.kind.names_foreign_hosts() {
+            let known = &world.resource::<NodeNames>().0;
+            let kept = known::keep_known(&state.discovered, |n| known.contains_key(n));
+            state.unknown_hosts = kept.unknown_hosts;
+            kept.specs
+        } else {
+            state.discovered.clone()
+        };
+        state.changed = false;
+        state.filtered_at = Some(generation);
+        reconcile::reconcile(world, &Source::new(state.kind, name.clone()), desired);
+        world.resource_mut::<Sources>().0.insert(name, state);
+    }
+}
+
+/// The agents' GUID map for this node-set generation (rebuilt only when it moved).
+fn reported_guids(world: &mut World, generation: u64) -> ReportedGuids {
+    if world.resource::<ReportedGuids>().generation != Some(generation) {
+        let mut q = world.query::<&Node>();
+        let fresh = fabric::reported_guids(
+            q.iter(world).map(|n| (n.name.as_str(), n.ib_guids.as_slice())),
+            generation,
+        );
+        world.insert_resource(fresh);
+    }
+    let r = world.resource::<ReportedGuids>();
+    ReportedGuids {
+        generation: r.generation,
+        map: r.map.clone(),
+        conflicts: r.conflicts.clone(),
+    }
+}
+
+/// A polled source exists (from the daemon's config), before its first poll.
+pub fn declare(world: &mut World, source: &str, kind: SourceKind, target: String) {
+    let mut sources = world.resource_mut::<Sources>();
+    let state = sources
+        .0
+        .entry(source.to_string())
+        .or_insert_with(|| SourceState::new(kind, String::new()));
+    state.kind = kind;
+    state.target = target;
+}
+
+/// Label discovery shows in the source list while it has types.
+pub fn declare_label(world: &mut World, types: &BTreeMap<String, Vec<String>>) {
+    let name = SourceKind::Label.as_str();
+    if types.is_empty() {
+        world.resource_mut::<Sources>().0.remove(name);
+        return;
+    }
+    let target = types
+        .iter()
+        .map(|(t, labels)| format!("{t}: {}", labels.join(" > ")))
+        .collect::<Vec<_>>()
+        .join("; ");
+    declare(world, name, SourceKind::Label, format!("node labels ({target})"));
+}
+
+/// Records one poll's result (ingest calls this for `Discovered` events).
+pub fn record(world: &mut World, source: &str, kind: SourceKind, at: u64, result: Result<Found, String>) {
+    let kept = owned(world, source);
+    let mut notes = Vec::new();
+    let mut sources = world.resource_mut::<Sources>();
+    let state = sources
+        .0
+        .entry(source.to_string())
+        .or_insert_with(|| SourceState::new(kind, String::new()));
+    state.kind = kind;
+    state.last_attempt = Some(at);
+    let changed = match result {
+        Err(error) => {
+            if state.error.as_ref() != Some(&error) {
+                let keeping = match state.last_success {
+                    Some(t) => format!(
+                        "keeping its {kept} HyperNode(s) from the last good poll ({}s ago)",
+                        at.saturating_sub(t)
+                    ),
+                    None => "it has no HyperNodes yet".to_string(),
+                };
+                notes.push(Command::Warn(format!(
+                    "discovery source {source} ({}): {error}; {keeping}",
+                    kind.as_str()
+                )));
+            }
+            state.error = Some(error);
+            false
+        }
+        Ok(found) => {
+            if let Some(old) = state.error.take() {
+                notes.push(Command::Info(format!(
+                    "discovery source {source} ({}) works again (it failed with: {old})",
+                    kind.as_str()
+                )));
+            }
+            state.last_success = Some(at);
+            match found {
+                Found::Unchanged => false,
+                Found::HyperNodes {
+                    specs,
+                    warnings,
+                    summary,
+                } => {
+                    state.good = Some(Good::HyperNodes(specs));
+                    state.warnings = warnings;
+                    state.summary = summary;
+                    state.unmapped.clear();
+                    true
+                }
+                Found::Fabric { fabric, map_file } => {
+                    state.good = Some(Good::Fabric { fabric, map_file });
+                    state.tiered_with = None;
+                    true
+                }
+            }
+        }
+    };
+    state.changed |= changed;
+    world.resource_mut::<Outbox>().0.extend(notes);
+    if changed {
+        world.resource_mut::<TopologyDirty>().0 = true;
+    }
+}

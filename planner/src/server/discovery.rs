@@ -1,0 +1,385 @@
+//! The daemon's side of discovery: one task per polled source (`[[discovery]]` entries
+//! other than `label`) reads it at start, every `interval`, and at once on SIGHUP, and
+//! sends what it found to the driver. Reading is blocking I/O (files, UFM over HTTPS, a
+//! command), so it runs off the driver's task: a UFM that hangs delays only its source.
+//!
+//! A poll whose input is byte-for-byte what the last good poll read says `Unchanged`,
+//! so an untouched file costs a read and a hash, never a re-parse or a topology rebuild.
+//! Parsing happens here (errors name the file and line); tiering a fabric happens in the
+//! core, which knows the agents' HCA GUIDs.
+
+use std::hash::{Hash, Hasher};
+use std::io::Read;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyperplan_fabric::slurm::parse_topology_conf;
+use hyperplan_fabric::ufm::{UfmSource, UfmTopology};
+use hyperplan_fabric::{GuidMap, parse_ibnetdiscover};
+use hyperplan_shared::hypernode::parse_hypernode_manifests;
+use tokio::sync::{mpsc, watch};
+
+use super::driver::{ToCore, unix_now};
+use crate::config::{DumpInput, SourceConfig, SourceSpec};
+use crate::core::discovery::Found;
+
+/// The largest file or command output a source reads. A 4,000-host fabric dump is a few
+/// MiB; this only stops a path such as `/dev/zero` from eating the head node's memory.
+pub const MAX_INPUT_BYTES: u64 = 512 * 1024 * 1024;
+
+/// Starts one task per source. Each polls at once, then every `interval`, and at once
+/// whenever `reload` changes (SIGHUP). Tasks end when the driver is gone.
+pub fn spawn(sources: &[SourceConfig], to_core: &mpsc::UnboundedSender<ToCore>, reload: &watch::Receiver<u64>) {
+    for source in sources {
+        tokio::spawn(poll_loop(source.clone(), to_core.clone(), reload.clone()));
+    }
+}
+
+async fn poll_loop(source: SourceConfig, to_core: mpsc::UnboundedSender<ToCore>, mut reload: watch::Receiver<u64>) {
+    let mut poller = Poller::new(source.clone());
+    loop {
+        let (back, result) = poller.poll().await;
+        poller = back;
+        match &result {
+            Ok(Found::Unchanged) => tracing::debug!(source = source.name, "discovery: unchanged"),
+            Ok(_) => tracing::info!(source = source.name, "discovery: new input read"),
+            Err(e) => tracing::debug!(source = source.name, "discovery failed: {e}"),
+        }
+        let msg = ToCore::Discovered {
+            source: source.name.clone(),
+            kind: source.spec.kind(),
+            at: unix_now(),
+            result,
+        };
+        if to_core.send(msg).is_err() {
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(source.interval) => {}
+            changed = reload.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                tracing::info!(source = source.name, "SIGHUP: reading the source again");
+            }
+        }
+    }
+}
+
+/// One source's reader and what it remembers between polls.
+struct Poller {
+    config: SourceConfig,
+    /// Hash of the input of the last good poll.
+    last_input: Option<u64>,
+    /// Built on the first poll (it reads the credentials and CA files, which may be
+    /// fixed later), then reused (connection reuse, the CA parsed once).
+    ufm: Option<Arc<UfmSource>>,
+    last_ufm: Option<UfmTopology>,
+}
+
+impl Poller {
+    fn new(config: SourceConfig) -> Self {
+        Self {
+            config,
+            last_input: None,
+            ufm: None,
+            last_ufm: None,
+        }
+    }
+
+    /// One poll. Consumes and returns the poller so the blocking part can own it.
+    async fn poll(mut self) -> (Self, Result<Found, String>) {
+        let config = self.config.clone();
+        let output = match &self.config.spec {
+            SourceSpec::Ibnetdiscover {
+                input: DumpInput::Command { argv, timeout },
+                ..
+            } => match run_command(argv, *timeout).await {
+                Ok(out) => Some(out),
+                Err(e) => return (self, Err(e)),
+            },
+            _ => None,
+        };
+        match tokio::task::spawn_blocking(move || {
+            let result = self.poll_blocking(output);
+            (self, result)
+        })
+        .await
+        {
+            Ok(done) => done,
+            // A panic in a parser would be a bug; the source stays, starts afresh, and
+            // reports it.
+            Err(e) => (
+                Poller::new(config),
+                Err(format!("internal error while reading this source: {e}")),
+            ),
+        }
+    }
+
+    fn poll_blocking(&mut self, command_output: Option<Vec<u8>>) -> Result<Found, String> {
+        match self.config.spec.clone() {
+            SourceSpec::Static { files } => {
+                let texts = files
+                    .iter()
+                    .map(|f| read_text(f).map(|t| (f.clone(), t)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if self.unchanged(texts.iter().map(|(_, t)| t.as_bytes())) {
+                    return Ok(Found::Unchanged);
+                }
+                let mut specs = Vec::new();
+                let mut first_file: std::collections::BTreeMap<String, &Path> = Default::default();
+                for (path, text) in &texts {
+                    for h in parse_hypernode_manifests(text, path).map_err(|e| e.to_string())? {
+                        if let Some(other) = first_file.insert(h.name.clone(), path) {
+                            return Err(format!(
+                                "{}: HyperNode {:?} is also defined in {}; names must be unique",
+                                path.display(),
+                                h.name,
+                                other.display()
+                            ));
+                        }
+                        specs.push(h);
+                    }
+                }
+                self.commit(texts.iter().map(|(_, t)| t.as_bytes()));
+                Ok(Found::HyperNodes {
+                    summary: format!("{} HyperNode(s) from {} file(s)", specs.len(), files.len()),
+                    specs,
+                    warnings: Vec::new(),
+                })
+            }
+            SourceSpec::Ibnetdiscover { input, guid_map } => {
+                let (origin, dump) = match (input, command_output) {
+                    (DumpInput::File(f), _) => (f.clone(), read_text(&f)?),
+                    (DumpInput::Command { argv, .. }, Some(out)) => (
+                        std::path::PathBuf::from(format!("`{}`", argv.join(" "))),
+                        String::from_utf8_lossy(&out).into_owned(),
+                    ),
+                    (DumpInput::Command { .. }, None) => return Err("the command did not run".into()),
+                };
+                let map_text = match &guid_map {
+                    Some(m) => Some(read_text(m)?),
+                    None => None,
+                };
+                let parts = [Some(dump.as_str()), map_text.as_deref()];
+                if self.unchanged(parts.iter().map(|p| p.unwrap_or("").as_bytes())) {
+                    return Ok(Found::Unchanged);
+                }
+                let map_file = match (&guid_map, &map_text) {
+                    (Some(path), Some(text)) => GuidMap::parse(text, path).map_err(|e| e.to_string())?,
+                    _ => GuidMap::new(),
+                };
+                let fabric = parse_ibnetdiscover(&dump, &origin).map_err(|e| e.to_string())?;
+                if fabric.switch_count() == 0 {
+                    return Err(hyperplan_fabric::FabricError::NoSwitches {
+                        path: origin,
+                        cas: fabric.ca_count(),
+                    }
+                    .to_string());
+                }
+                self.commit(parts.iter().map(|p| p.unwrap_or("").as_bytes()));
+                Ok(Found::Fabric {
+                    fabric: Arc::new(fabric),
+                    map_file,
+                })
+            }
+            SourceSpec::Ufm(config) => {
+                let source = match &self.ufm {
+                    Some(s) => s.clone(),
+                    None => {
+                        let s = Arc::new(UfmSource::new(config).map_err(|e| e.to_string())?);
+                        self.ufm = Some(s.clone());
+                        s
+                    }
+                };
+                let topology = source.fetch().map_err(|e| e.to_string())?;
+                if self.last_ufm.as_ref() == Some(&topology) {
+                    return Ok(Found::Unchanged);
+                }
+                let found = Found::HyperNodes {
+                    specs: topology.hypernodes.clone(),
+                    warnings: topology.warnings.iter().map(ToString::to_string).collect(),
+                    summary: format!(
+                        "{} port records: {} host links, {} switch-to-switch links",
+                        topology.records, topology.host_links, topology.switch_links
+                    ),
+                };
+                self.last_ufm = Some(topology);
+                Ok(found)
+            }
+            SourceSpec::Slurm { file } => {
+                let text = read_text(&file)?;
+                if self.unchanged([text.as_bytes()]) {
+                    return Ok(Found::Unchanged);
+                }
+                let imported = parse_topology_conf(&text, &file).map_err(|e| e.to_string())?;
+                if imported.hypernodes.is_empty() {
+                    return Err(format!(
+                        "{}: no SwitchName= lines; expected a topology/tree topology.conf",
+                        file.display()
+                    ));
+                }
+                self.commit([text.as_bytes()]);
+                let switches = imported.hypernodes.len();
+                Ok(Found::HyperNodes {
+                    specs: imported.hypernodes,
+                    warnings: imported.warnings,
+                    summary: format!("{switches} switches"),
+                })
+            }
+        }
+    }
+
+    fn unchanged<'a>(&self, parts: impl IntoIterator<Item = &'a [u8]>) -> bool {
+        self.last_input == Some(digest(parts))
+    }
+
+    /// Remembers the input of a good poll.
+    fn commit<'a>(&mut self, parts: impl IntoIterator<Item = &'a [u8]>) {
+        self.last_input = Some(digest(parts));
+    }
+}
+
+fn digest<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    for p in parts {
+        p.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// A whole text file, at most [`MAX_INPUT_BYTES`]; bytes that are not UTF-8 become U+FFFD
+/// (a node description with a stray byte must not stop a fabric from loading).
+fn read_text(path: &Path) -> Result<String, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(format!(
+            "{}: larger than {} MiB; expected a text file of HyperNodes or a fabric dump",
+            path.display(),
+            MAX_INPUT_BYTES >> 20
+        ));
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Runs `argv` (no shell) with stdin closed and returns its stdout; killed after
+/// `timeout`. A failure says how it ended and the last of what it wrote to stderr.
+async fn run_command(argv: &[String], timeout: Duration) -> Result<Vec<u8>, String> {
+    let shown = format!("`{}`", argv.join(" "));
+    let Some((program, args)) = argv.split_first() else {
+        return Err("an empty command".into());
+    };
+    let child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("{shown}: cannot start: {e}"))?;
+    let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => return Err(format!("{shown}: {e}")),
+        Err(_) => {
+            return Err(format!(
+                "{shown} did not finish within {} s and was killed; expected it to print the fabric (raise `timeout`)",
+                timeout.as_secs_f64()
+            ));
+        }
+    };
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(3).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        return Err(format!(
+            "{shown} failed ({}){}",
+            output.status,
+            if tail.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", tail.join(" / "))
+            }
+        ));
+    }
+    if output.stdout.len() as u64 > MAX_INPUT_BYTES {
+        return Err(format!("{shown} printed more than {} MiB", MAX_INPUT_BYTES >> 20));
+    }
+    Ok(output.stdout)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn poller(spec: SourceSpec) -> Poller {
+        Poller::new(SourceConfig {
+            name: "t".into(),
+            interval: Duration::from_secs(60),
+            spec,
+        })
+    }
+
+    #[test]
+    fn a_slurm_file_is_parsed_once_then_unchanged_until_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("topology.conf");
+        std::fs::write(&file, "SwitchName=l1 Nodes=n[1-2]\n").unwrap();
+        let mut p = poller(SourceSpec::Slurm { file: file.clone() });
+        assert!(matches!(p.poll_blocking(None), Ok(Found::HyperNodes { .. })));
+        assert!(matches!(p.poll_blocking(None), Ok(Found::Unchanged)));
+        std::fs::write(&file, "SwitchName=l1 Nodes=n[1-2]\nSwitchName=").unwrap();
+        let e = p.poll_blocking(None).err().unwrap_or_default();
+        assert!(e.contains("topology.conf:2"), "{e}");
+        // Back to the last good content: nothing to redo.
+        std::fs::write(&file, "SwitchName=l1 Nodes=n[1-2]\n").unwrap();
+        assert!(matches!(p.poll_blocking(None), Ok(Found::Unchanged)));
+        std::fs::remove_file(&file).unwrap();
+        let e = p.poll_blocking(None).err().unwrap_or_default();
+        assert!(e.contains("topology.conf: cannot read"), "{e}");
+    }
+
+    #[test]
+    fn a_dump_without_switches_is_an_error_not_an_empty_fabric() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/ib/topograph/example-bad.out");
+        let mut p = poller(SourceSpec::Ibnetdiscover {
+            input: DumpInput::File(file),
+            guid_map: None,
+        });
+        let e = p.poll_blocking(None).err().unwrap_or_default();
+        assert!(e.contains("no switches"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn commands_time_out_fail_with_their_stderr_and_print_their_dump() {
+        let e = run_command(&["sleep".into(), "5".into()], Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        assert!(
+            e.contains("`sleep 5` did not finish within 0.2 s and was killed"),
+            "{e}"
+        );
+        let e = run_command(
+            &["sh".into(), "-c".into(), "echo ibwarn: no umad >&2; exit 3".into()],
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.contains("exit status: 3") && e.contains("ibwarn: no umad"), "{e}");
+        let e = run_command(&["/nonexistent/ibnetdiscover".into()], Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(e.contains("cannot start"), "{e}");
+        let out = run_command(&["echo".into(), "Switch".into()], Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(out, b"Switch\n");
+    }
+}
