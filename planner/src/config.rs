@@ -741,6 +741,37 @@ weight = 2
     }
 
     #[test]
+    fn every_commented_discovery_example_in_the_shipped_file_parses() -> Result<(), ConfigError> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../systemd/planner.toml");
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let mut blocks = Vec::new();
+        let mut current: Option<String> = None;
+        for line in text.lines() {
+            match (line.strip_prefix("# "), &mut current) {
+                (Some("[[discovery]]"), _) => {
+                    blocks.extend(current.take());
+                    current = Some("[[discovery]]\n".into());
+                }
+                (Some(l), Some(block)) => block.push_str(&format!("{l}\n")),
+                (None, Some(_)) => blocks.extend(current.take()),
+                (Some(_), None) | (None, None) => {}
+            }
+        }
+        blocks.extend(current);
+        assert_eq!(blocks.len(), 5, "{blocks:#?}");
+        let kinds: Vec<SourceKind> = blocks
+            .iter()
+            .map(|b| PlannerConfig::parse(b, "planner.toml").map(|c| c.discovery.sources[0].spec.kind()))
+            .collect::<Result<_, _>>()?;
+        use SourceKind::*;
+        assert_eq!(kinds, vec![Static, Ibnetdiscover, Ibnetdiscover, Ufm, Slurm]);
+        Ok(())
+    }
+
+    #[test]
     fn numa_section() -> Result<(), ConfigError> {
         let cfg = PlannerConfig::parse("[numa]\ndefaultPolicy = \"restricted\"\nweight = 3\n", "p.toml")?;
         assert_eq!(cfg.numa.default_policy, Policy::Restricted);

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod ufm;
+
 /// A binary of the workspace, built on first use when this test run did not build it
 /// (`cargo test --test daemon` builds only the root package's binaries).
 pub fn bin(name: &str) -> PathBuf {
@@ -59,6 +61,8 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<
 
 pub struct Cluster {
     pub dir: tempfile::TempDir,
+    /// planner.toml the planner starts with (`/dev/null` when `None`).
+    pub config: Option<PathBuf>,
     pub planner: Option<Child>,
     pub addr: String,
     pub agents: Vec<(String, Child)>,
@@ -84,7 +88,26 @@ impl Cluster {
     /// Certificates for the planner, nodes `nodes` and users alice (user), bob (user),
     /// root (admin); the planner started on 127.0.0.1:0.
     pub fn start(nodes: &[&str]) -> Self {
+        Self::start_with(nodes, None)
+    }
+
+    /// As [`Cluster::start`], the planner reading `planner_toml` (written into the
+    /// cluster's directory first: relative paths in it are relative to that directory).
+    pub fn start_with(nodes: &[&str], planner_toml: Option<&str>) -> Self {
+        let mut cluster = Self::prepare(nodes, planner_toml);
+        cluster.start_planner("127.0.0.1:0");
+        cluster
+    }
+
+    /// Certificates and planner.toml, no planner yet: write the files the config names,
+    /// then [`Cluster::start_planner`].
+    pub fn prepare(nodes: &[&str], planner_toml: Option<&str>) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        let config = planner_toml.map(|text| {
+            let p = dir.path().join("planner.toml");
+            std::fs::write(&p, text).unwrap();
+            p
+        });
         let certs = dir.path().join("certs");
         let run = |args: &[&str]| {
             let out = Command::new(hyperplan_bin()).args(args).output().unwrap();
@@ -102,16 +125,15 @@ impl Cluster {
         run(&["certs", "issue", "--dir", c, "--user", "alice", "--role", "user"]);
         run(&["certs", "issue", "--dir", c, "--user", "bob", "--role", "user"]);
         run(&["certs", "issue", "--dir", c, "--user", "root", "--role", "admin"]);
-        let mut cluster = Cluster {
+        Cluster {
             dir,
+            config,
             planner: None,
             addr: String::new(),
             agents: Vec::new(),
             heartbeat: 0.3,
             missed: 3,
-        };
-        cluster.start_planner("127.0.0.1:0");
-        cluster
+        }
     }
 
     pub fn certs(&self) -> PathBuf {
@@ -126,7 +148,8 @@ impl Cluster {
             .arg(self.certs())
             .args(["--heartbeat-interval", &self.heartbeat.to_string()])
             .args(["--missed-heartbeats", &self.missed.to_string()])
-            .args(["--tick-interval", "0.2", "--config", "/dev/null"])
+            .args(["--tick-interval", "0.2", "--config"])
+            .arg(self.config.clone().unwrap_or_else(|| PathBuf::from("/dev/null")))
             .stdout(Stdio::piped())
             .stderr(log)
             .env("RUST_LOG", "info")
@@ -148,6 +171,16 @@ impl Cluster {
         std::fs::read_to_string(self.dir.path().join("planner.log")).unwrap_or_default()
     }
 
+    /// Sends the planner a signal (`HUP`, `TERM`, …) without waiting.
+    pub fn signal_planner(&self, signal: &str) {
+        let pid = self.planner.as_ref().expect("planner running").id();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
     /// SIGTERM, and waits for a clean exit.
     pub fn stop_planner(&mut self) {
         if let Some(mut p) = self.planner.take() {
@@ -163,6 +196,11 @@ impl Cluster {
 
     /// Starts `hyperplan-agent run` for `node` with a synthetic machine and labels.
     pub fn start_agent(&mut self, node: &str, synthetic: &str, labels: &[(&str, &str)]) {
+        self.start_agent_with(node, synthetic, labels, &[]);
+    }
+
+    /// As [`Cluster::start_agent`], with more `hyperplan-agent run` arguments.
+    pub fn start_agent_with(&mut self, node: &str, synthetic: &str, labels: &[(&str, &str)], extra: &[&str]) {
         let log = std::fs::File::create(self.dir.path().join(format!("agent-{node}.log"))).unwrap();
         let mut cmd = Command::new(bin("hyperplan-agent"));
         cmd.args([
@@ -183,6 +221,7 @@ impl Cluster {
         for (k, v) in labels {
             cmd.args(["--label", &format!("{k}={v}")]);
         }
+        cmd.args(extra);
         let child = cmd.spawn().unwrap();
         self.agents.push((node.to_string(), child));
     }

@@ -46,13 +46,33 @@ pub fn allocate(
     nodes: Query<&NodeSlot>,
 ) {
     let _span = tracing::info_span!("allocate").entered();
+    // A job rejected because it could not run on the emptied cluster is looked at again
+    // when the topology changed since (in the daemon nodes register and discovery sources
+    // load after people submit). One rejected at submit (a bad spec) never is: it has no
+    // checked generation.
     let mut order: Vec<(Reverse<i32>, u64, String, Entity)> = jobs
         .iter()
-        .filter(|(_, _, st)| matches!(st.phase, JobPhase::Pending | JobPhase::Running))
+        .filter(|(_, _, st)| match st.phase {
+            JobPhase::Pending | JobPhase::Running => true,
+            JobPhase::Rejected => st.checked_generation.is_some_and(|g| g != index.generation),
+            JobPhase::Finished | JobPhase::Cancelled => false,
+        })
         .map(|(e, j, _)| (Reverse(j.spec.priority), j.spec.submit_time, j.spec.name.clone(), e))
         .collect();
     order.sort();
     for (_, _, _, entity) in order {
+        let mut was_rejected = None;
+        if let Ok((_, job, mut state)) = jobs.get_mut(entity)
+            && state.phase == JobPhase::Rejected
+        {
+            state.phase = JobPhase::Pending;
+            state.failed_epoch = None;
+            was_rejected = state.reason.clone();
+            tracing::debug!(
+                job = job.spec.name,
+                "rejected before; the topology changed: looking again"
+            );
+        }
         for pass in 0..PASSES_PER_JOB {
             let Ok((_, job, mut state)) = jobs.get_mut(entity) else {
                 break;
@@ -68,7 +88,16 @@ pub fn allocate(
             let Some(decision) = search.allocate_job(&mut ctx) else {
                 state.failed_epoch = Some(epoch.0);
                 if pass == 0 && state.phase == JobPhase::Pending {
-                    explain(&mut ctx, &mut state, &index, &cap, &numa, &config, &mut out);
+                    explain(
+                        &mut ctx,
+                        &mut state,
+                        &index,
+                        &cap,
+                        &numa,
+                        &config,
+                        &mut out,
+                        was_rejected.as_deref(),
+                    );
                 }
                 break;
             };
@@ -102,12 +131,21 @@ pub fn allocate(
                 state.start_time = Some(now.0);
                 state.reason = None;
             }
+            if let Some(before) = was_rejected.take() {
+                out.0.push(Command::Info(format!(
+                    "job {}: the topology changed and it is placed now (it was rejected: {before})",
+                    ctx.name
+                )));
+            }
         }
     }
 }
 
 /// Sets the pending reason, or rejects the job when it could not run even on the empty
 /// cluster (checked once per topology generation: it costs a whole search).
+/// `was_rejected`: the reason it was rejected with before this look; the same rejection
+/// is not announced twice, and a job that can run now says so.
+#[allow(clippy::too_many_arguments)]
 fn explain(
     ctx: &mut JobCtx,
     state: &mut JobState,
@@ -116,6 +154,7 @@ fn explain(
     numa: &NumaState,
     config: &PlannerConfig,
     out: &mut Outbox,
+    was_rejected: Option<&str>,
 ) {
     let mut rejected = None;
     if state.checked_generation != Some(index.generation) {
@@ -138,13 +177,23 @@ fn explain(
     match rejected {
         Some(why) => {
             state.phase = JobPhase::Rejected;
-            out.0.push(Command::Reject {
-                job: ctx.name.clone(),
-                reason: why.clone(),
-            });
+            if was_rejected != Some(why.as_str()) {
+                out.0.push(Command::Reject {
+                    job: ctx.name.clone(),
+                    reason: why.clone(),
+                });
+            }
             state.reason = Some(why);
         }
-        None => state.reason = Some(reason::pending(ctx, index, cap, numa)),
+        None => {
+            if let Some(before) = was_rejected {
+                out.0.push(Command::Info(format!(
+                    "job {}: the topology changed and it can run now; pending again (it was rejected: {before})",
+                    ctx.name
+                )));
+            }
+            state.reason = Some(reason::pending(ctx, index, cap, numa));
+        }
     }
 }
 

@@ -56,19 +56,16 @@ fn polled(world: &mut World) {
         let Some(state) = world.resource::<Sources>().0.get(&name) else {
             continue;
         };
-        // A fabric's host names depend on the node set too, so this covers re-tiering.
-        if !state.changed && state.filtered_at == Some(generation) {
+        // Label discovery is listed with the sources but reconciled above. A fabric's
+        // host names depend on the node set too, so the generation covers re-tiering.
+        if state.kind == SourceKind::Label || (!state.changed && state.filtered_at == Some(generation)) {
             continue;
         }
         let mut state = state.clone();
         let _span = tracing::info_span!("source", name, kind = state.kind.as_str()).entered();
         match &state.good {
-            None => {}
-            Some(Good::HyperNodes(specs)) => {
-                if state.changed {
-                    state.discovered = specs.clone();
-                }
-            }
+            Some(Good::HyperNodes(specs)) if state.changed => state.discovered = specs.clone(),
+            None | Some(Good::HyperNodes(_)) => {}
             Some(Good::Fabric { fabric, map_file }) => {
                 let reported = reported_guids(world, generation);
                 let names = fabric::reported_names(fabric, &reported.map);
