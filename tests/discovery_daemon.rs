@@ -300,3 +300,47 @@ interval = "1s"
         .unwrap();
     assert_eq!(h["tier"], 1, "{status:#}");
 }
+
+#[test]
+fn check_reads_every_source_once_and_fails_when_one_cannot_be_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("planner.toml");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/two-leaf-fabric.out"),
+        dir.path().join("fabric.out"),
+    )
+    .unwrap();
+    std::fs::write(
+        &toml,
+        "[[discovery]]\nsource = \"ibnetdiscover\"\nfile = \"fabric.out\"\n\n\
+         [[discovery]]\nsource = \"slurm\"\nfile = \"topology.conf\"\ninterval = \"10m\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::bin("hyperplan-planner"))
+        .arg("--config")
+        .arg(&toml)
+        .arg("--check")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let dir = dir.path().display();
+    assert!(
+        stdout.contains(&format!(
+            "discovery ibnetdiscover (ibnetdiscover {dir}/fabric.out, every 1m): ok: 3 switches, 3 hosts on 3 CAs \
+             (3 by descriptions), 1 unmapped CA(s), 0 switch-internal CA(s) left out; 3 HyperNodes in 2 tier(s)"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "discovery slurm (slurm {dir}/topology.conf, every 10m): FAILING: {dir}/topology.conf: cannot read: No such file"
+        )),
+        "{stdout}"
+    );
+    assert_eq!(
+        stderr.trim(),
+        "hyperplan-planner: the configuration is valid, but 1 discovery source(s) cannot be read (see above)"
+    );
+}

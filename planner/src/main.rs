@@ -50,14 +50,25 @@ struct Args {
     /// Largest message accepted, in bytes [server.maxFrameBytes; default 16777216].
     #[arg(long, value_name = "BYTES")]
     max_frame_bytes: Option<usize>,
-    /// Only validate the configuration, print it resolved, and exit.
+    /// Validate the configuration, print it resolved, read every discovery source once
+    /// and say what it holds, then exit: 0 when all is well, 1 when a source fails.
     #[arg(long)]
     check: bool,
 }
 
 const DEFAULT_CONFIG: &str = "/etc/hyperplan/planner.toml";
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hyperplan-planner: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -98,15 +109,21 @@ fn main() -> anyhow::Result<()> {
         );
         s.max_frame_bytes = v;
     }
-    if args.check {
-        println!("{config:#?}");
-        return Ok(());
-    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    if args.check {
+        println!("{config:#?}");
+        let failed = runtime.block_on(check_sources(&config));
+        runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+        anyhow::ensure!(
+            failed == 0,
+            "the configuration is valid, but {failed} discovery source(s) cannot be read (see above)"
+        );
+        return Ok(());
+    }
     let served = runtime.block_on(async move {
         let server = Server::bind(config).context("starting the planner")?;
         let addr = server.local_addr()?;
@@ -121,6 +138,32 @@ fn main() -> anyhow::Result<()> {
     // for it (its command is killed with its handle).
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     served
+}
+
+/// `--check`: one line per discovery source; returns how many failed.
+async fn check_sources(config: &PlannerConfig) -> usize {
+    if !config.discovery.label.is_empty() {
+        let types: Vec<&String> = config.discovery.label.keys().collect();
+        println!("discovery label: from node labels, types {types:?}");
+    }
+    let mut failed = 0;
+    for s in &config.discovery.sources {
+        let head = format!(
+            "discovery {} ({} {}, every {})",
+            s.name,
+            s.spec.kind().as_str(),
+            s.spec.target(),
+            hyperplan_fabric::ufm::config::HumanDuration(s.interval)
+        );
+        match hyperplan_planner::server::discovery::check(s.clone()).await {
+            Ok(summary) => println!("{head}: ok: {summary}"),
+            Err(e) => {
+                failed += 1;
+                println!("{head}: FAILING: {e}");
+            }
+        }
+    }
+    failed
 }
 
 /// SIGHUP (`systemctl reload hyperplan-planner`): read every discovery source again now.

@@ -68,6 +68,33 @@ async fn poll_loop(source: SourceConfig, to_core: mpsc::UnboundedSender<ToCore>,
     }
 }
 
+/// Reads `source` once and says what it holds, for `hyperplan-planner --check`: the
+/// summary people see in `hyperplan hypernodes` (a dump is tiered without agents, so
+/// only the GUID map and descriptions name its hosts), or why it fails.
+pub async fn check(source: SourceConfig) -> Result<String, String> {
+    let (_, found) = Poller::new(source).poll().await;
+    match found? {
+        Found::Unchanged => Ok("unchanged".into()),
+        Found::HyperNodes {
+            specs,
+            warnings,
+            summary,
+        } => Ok(format!(
+            "{summary}; {} HyperNode(s){}",
+            specs.len(),
+            if warnings.is_empty() {
+                String::new()
+            } else {
+                format!("; {} warning(s): {}", warnings.len(), warnings.join("; "))
+            }
+        )),
+        Found::Fabric { fabric, map_file } => {
+            let t = crate::core::discovery::fabric::tier(&fabric, &map_file, &hyperplan_fabric::GuidMap::new())?;
+            Ok(t.summary)
+        }
+    }
+}
+
 /// One source's reader and what it remembers between polls.
 struct Poller {
     config: SourceConfig,
