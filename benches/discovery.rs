@@ -9,6 +9,8 @@
 //!
 //! Parsing itself is the fabric crate's bench (`cargo bench -p hyperplan-fabric`).
 
+#![allow(clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::Path;

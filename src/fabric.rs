@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::{Subcommand, ValueEnum};
 use hyperplan_fabric::slurm::{parse_topology_conf, to_topology_conf};
-use hyperplan_fabric::tiers::{host_count, level_counts};
 use hyperplan_fabric::{Discovery, GuidMap, HostNames, discover, dot, json, parse_ibnetdiscover};
 use hyperplan_net::messages::RequestCommand;
 use hyperplan_shared::HyperNodeSpec;
@@ -197,38 +196,14 @@ fn run_discover(dump: &Path, guid_map: Option<&Path>, output: DiscoverOutput) ->
 
 /// What a person should know on stderr: counts, unmapped CAs, warnings.
 fn summary(d: &Discovery, dump: &Path) -> String {
-    let levels: Vec<String> = level_counts(d)
-        .iter()
-        .map(|(l, n)| format!("{n} at level {l}"))
-        .collect();
-    let tiers = d.hypernodes.iter().map(|h| h.tier).max().unwrap_or(0);
-    let mut out = format!(
-        "{}: {} switches ({}), {} hosts on {} CAs, {} switch-internal CAs left out (SHARP); {} HyperNodes in {} tier(s)\n",
-        dump.display(),
-        d.switches.len(),
-        if levels.is_empty() {
-            "none reach a host".to_string()
-        } else {
-            levels.join(", ")
-        },
-        host_count(d),
-        d.hosts.len(),
-        d.excluded.len(),
-        d.hypernodes.len(),
-        tiers
-    );
+    let mut out = format!("{}: {}\n", dump.display(), d.summary());
     if !d.unmapped.is_empty() {
         out.push_str(&format!(
             "{} CA(s) name no host; map their GUIDs with --guid-map (they are in no HyperNode):\n",
             d.unmapped.len()
         ));
         for u in d.unmapped.iter().take(UNMAPPED_SHOWN) {
-            out.push_str(&format!(
-                "  {} {:?} on {}\n",
-                u.id,
-                u.description,
-                u.switches.join(", ")
-            ));
+            out.push_str(&format!("  {u}\n"));
         }
         if d.unmapped.len() > UNMAPPED_SHOWN {
             out.push_str(&format!(

@@ -328,8 +328,9 @@ fn check_reads_every_source_once_and_fails_when_one_cannot_be_read() {
     let dir = dir.path().display();
     assert!(
         stdout.contains(&format!(
-            "discovery ibnetdiscover (ibnetdiscover {dir}/fabric.out, every 1m): ok: 3 switches, 3 hosts on 3 CAs \
-             (3 by descriptions), 1 unmapped CA(s), 0 switch-internal CA(s) left out; 3 HyperNodes in 2 tier(s)"
+            "discovery ibnetdiscover (ibnetdiscover {dir}/fabric.out, every 1m): ok: 3 switches (2 at level 1, 1 at \
+             level 2), 3 hosts on 3 CAs (3 named by descriptions), 1 unmapped CA(s), 0 switch-internal CA(s) left out; \
+             3 HyperNodes in 2 tier(s)"
         )),
         "{stdout}"
     );

@@ -115,6 +115,61 @@ pub struct Discovery {
     pub warnings: Vec<String>,
 }
 
+impl Discovery {
+    /// One line for people: switches by level, hosts and how they were named, what was
+    /// left unnamed or left out, and the HyperNodes made. `hyperplan topology discover`
+    /// prints it on stderr; the planner shows it for an ibnetdiscover source.
+    pub fn summary(&self) -> String {
+        let levels: Vec<String> = level_counts(self)
+            .iter()
+            .map(|(l, n)| format!("{n} at level {l}"))
+            .collect();
+        let mut by_source: BTreeMap<NameSource, usize> = BTreeMap::new();
+        for h in &self.hosts {
+            *by_source.entry(h.source).or_default() += 1;
+        }
+        let named: Vec<String> = by_source
+            .iter()
+            .map(|(s, n)| {
+                let by = match s {
+                    NameSource::Reported => "agents",
+                    NameSource::MapFile => "the GUID map",
+                    NameSource::Description => "descriptions",
+                };
+                format!("{n} named by {by}")
+            })
+            .collect();
+        format!(
+            "{} switches ({}), {} hosts on {} CAs ({}), {} unmapped CA(s), {} switch-internal CA(s) left out; \
+             {} HyperNodes in {} tier(s)",
+            self.switches.len(),
+            if levels.is_empty() {
+                "none reach a host".to_string()
+            } else {
+                levels.join(", ")
+            },
+            host_count(self),
+            self.hosts.len(),
+            if named.is_empty() {
+                "none named".to_string()
+            } else {
+                named.join(", ")
+            },
+            self.unmapped.len(),
+            self.excluded.len(),
+            self.hypernodes.len(),
+            self.hypernodes.iter().map(|h| h.tier).max().unwrap_or(0)
+        )
+    }
+}
+
+/// `H-0002c903000e0b72 "MT25208 InfiniHost Mellanox Technologies" on leaf-a09, leaf-a10`.
+impl std::fmt::Display for UnmappedCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {:?} on {}", self.id, self.description, self.switches.join(", "))
+    }
+}
+
 fn hex_guid<S: serde::Serializer>(g: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{g:#018x}"))
 }

@@ -329,8 +329,8 @@ mod tests {
                     hyper_nodes: 9,
                     last_attempt: Some(NOW - 12),
                     last_success: Some(NOW - 12),
-                    summary: "40 switches, 121 hosts on 542 CAs (121 by descriptions), 0 unmapped CA(s), 40 \
-                              switch-internal CA(s) left out; 9 HyperNodes in 2 tier(s)"
+                    summary: "40 switches (31 at level 1, 9 at level 2), 121 hosts on 470 CAs (470 named by descriptions), 72 \
+                              unmapped CA(s), 40 switch-internal CA(s) left out; 9 HyperNodes in 2 tier(s)"
                         .into(),
                     unknown_hosts: (1..=12).map(|i| format!("storage{i:02}")).chain(["login1".into()]).collect(),
                     unmapped: (0..7).map(|i| format!("H-00000000000000{i:02x} \"\" on leaf-a09")).collect(),

@@ -4,8 +4,6 @@
 //! change that map, so a dump is tiered again, but only when the names the agents give
 //! its CAs changed.
 
-use std::collections::BTreeMap;
-
 use hyperplan_fabric::ibnetdiscover::NodeKind;
 use hyperplan_fabric::{Discovery, GuidMap, HostNames, IbFabric};
 
@@ -66,38 +64,8 @@ pub fn tier(fabric: &IbFabric, map_file: &GuidMap, reported: &GuidMap) -> Result
         map_file: map_file.clone(),
     };
     let d = hyperplan_fabric::discover(fabric, &names).map_err(|e| e.to_string())?;
-    let hosts: std::collections::BTreeSet<&str> = d.hosts.iter().map(|h| h.host.as_str()).collect();
-    let mut by_source: BTreeMap<&str, usize> = BTreeMap::new();
-    for h in &d.hosts {
-        let s = match h.source {
-            hyperplan_fabric::tiers::NameSource::Reported => "agents",
-            hyperplan_fabric::tiers::NameSource::MapFile => "GUID map",
-            hyperplan_fabric::tiers::NameSource::Description => "descriptions",
-        };
-        *by_source.entry(s).or_default() += 1;
-    }
-    let named: Vec<String> = by_source.iter().map(|(s, n)| format!("{n} by {s}")).collect();
-    let top = d.hypernodes.iter().map(|h| h.tier).max().unwrap_or(0);
-    let summary = format!(
-        "{} switches, {} hosts on {} CAs ({}), {} unmapped CA(s), {} switch-internal CA(s) left out; {} HyperNodes in {} tier(s)",
-        d.switches.len(),
-        hosts.len(),
-        d.hosts.len(),
-        if named.is_empty() {
-            "none named".to_string()
-        } else {
-            named.join(", ")
-        },
-        d.unmapped.len(),
-        d.excluded.len(),
-        d.hypernodes.len(),
-        top
-    );
-    let unmapped = d
-        .unmapped
-        .iter()
-        .map(|u| format!("{} {:?} on {}", u.id, u.description, u.switches.join(", ")))
-        .collect();
+    let summary = d.summary();
+    let unmapped = d.unmapped.iter().map(ToString::to_string).collect();
     Ok(Tiered {
         discovery: d,
         summary,

@@ -72,15 +72,16 @@ pub fn hyper_node_tree(world: &mut World) -> HyperNodeTree {
     HyperNodeTree {
         hyper_nodes: out,
         warnings: index.warnings.clone(),
-        sources: source_statuses(world),
+        sources: source_statuses(world, &sources),
     }
 }
 
-/// Every discovery source, by name: what it owns now, when it last worked, its error.
-pub fn source_statuses(world: &World) -> Vec<SourceStatus> {
+/// Every discovery source, by name: what it owns now (from `owner`: HyperNode → source),
+/// when it last worked, its error.
+fn source_statuses(world: &World, owner: &HashMap<String, String>) -> Vec<SourceStatus> {
     let mut owned: HashMap<&str, u32> = HashMap::new();
-    for h in world.iter_entities().filter_map(|e| e.get::<HyperNode>()) {
-        *owned.entry(h.source.name.as_str()).or_default() += 1;
+    for source in owner.values() {
+        *owned.entry(source.as_str()).or_default() += 1;
     }
     world
         .resource::<Sources>()
