@@ -49,15 +49,15 @@ fn agents_register_ready_and_a_killed_one_turns_not_ready_then_back() {
     assert_eq!(n1["numaNodes"], 2);
 
     c.kill_agent("n2");
-    // SIGKILL sends no goodbye: the planner notices the missed heartbeats.
-    let start = std::time::Instant::now();
+    // SIGKILL sends no goodbye: the planner notices the missed heartbeats (or the QUIC
+    // idle timeout closing the link, whichever comes first) and says which.
     c.wait_state("n2", "NotReady", LONG);
-    let took = start.elapsed();
-    assert!(
-        took < Duration::from_secs(20),
-        "NotReady after {took:?} (heartbeat 0.3 s × 3)"
-    );
-    assert!(c.planner_log().contains("NotReady"), "{}", c.planner_log());
+    let log = c.planner_log();
+    let said = log.lines().any(|l| {
+        l.contains("\"n2\"")
+            && ((l.contains("no heartbeat for") && l.contains("missed=3")) || l.contains("agent link closed: NotReady"))
+    });
+    assert!(said, "{log}");
     assert_eq!(
         c.states().iter().filter(|(_, s)| s == "Ready").count(),
         2,

@@ -6,6 +6,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +25,8 @@ pub struct MockUfm {
     /// `http://127.0.0.1:PORT` (the endpoint, without the REST path).
     pub endpoint: String,
     reply: Arc<Mutex<Reply>>,
+    /// Requests being hung up on right now.
+    hanging: Arc<AtomicUsize>,
 }
 
 impl MockUfm {
@@ -31,22 +34,33 @@ impl MockUfm {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let endpoint = format!("http://{}", listener.local_addr().unwrap());
         let reply = Arc::new(Mutex::new(reply));
-        let shared = reply.clone();
+        let hanging = Arc::new(AtomicUsize::new(0));
+        let (shared, counter) = (reply.clone(), hanging.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let r = shared.lock().unwrap().clone();
-                std::thread::spawn(move || answer(stream, r));
+                let counter = counter.clone();
+                std::thread::spawn(move || answer(stream, r, &counter));
             }
         });
-        Self { endpoint, reply }
+        Self {
+            endpoint,
+            reply,
+            hanging,
+        }
     }
 
     pub fn set(&self, reply: Reply) {
         *self.reply.lock().unwrap() = reply;
     }
+
+    /// How many requests it is hanging up on at this moment.
+    pub fn hanging(&self) -> usize {
+        self.hanging.load(Ordering::SeqCst)
+    }
 }
 
-fn answer(mut stream: TcpStream, reply: Reply) {
+fn answer(mut stream: TcpStream, reply: Reply, hanging: &AtomicUsize) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
     let mut request = Vec::new();
     let mut buf = [0u8; 4096];
@@ -63,7 +77,9 @@ fn answer(mut stream: TcpStream, reply: Reply) {
         .any(|l| l.to_ascii_lowercase().starts_with("authorization:") && l[14..].trim() == AUTH);
     let (status, body) = match reply {
         Reply::Hang => {
+            hanging.fetch_add(1, Ordering::SeqCst);
             std::thread::sleep(Duration::from_secs(30));
+            hanging.fetch_sub(1, Ordering::SeqCst);
             return;
         }
         _ if !path_ok => (404, b"not found".to_vec()),
