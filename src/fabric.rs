@@ -1,7 +1,6 @@
 //! `hyperplan topology`: HyperNodes from an InfiniBand fabric dump, and Slurm
 //! `topology.conf` in and out, printed so a person can inspect or edit them before use.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -13,7 +12,7 @@ use hyperplan_shared::HyperNodeSpec;
 use hyperplan_shared::status::Manifests;
 
 use crate::client::ClientArgs;
-use hyperplan_shared::hypernode::{parse_hypernode_manifests, to_hypernode_manifests};
+use hyperplan_shared::hypernode::{parse_hypernode_files, parse_hypernode_manifests, to_hypernode_manifests};
 
 /// How many unmapped CAs the stderr summary lists before it says "and N more".
 const UNMAPPED_SHOWN: usize = 10;
@@ -149,20 +148,11 @@ pub fn run(cmd: Command) -> anyhow::Result<()> {
                     bail!("the planner has no HyperNodes (`hyperplan hypernodes` shows its discovery sources)");
                 }
             }
-            let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
-            for path in &hypernodes {
-                for h in parse_hypernode_manifests(&read(path)?, path)? {
-                    if let Some(first) = seen.insert(h.name.clone(), path.clone()) {
-                        bail!(
-                            "{}: HyperNode {:?} is also defined in {}; names must be unique",
-                            path.display(),
-                            h.name,
-                            first.display()
-                        );
-                    }
-                    all.push(h);
-                }
-            }
+            let texts = hypernodes
+                .iter()
+                .map(|p| read(p).map(|t| (p.as_path(), t)))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            all.extend(parse_hypernode_files(texts.iter().map(|(p, t)| (*p, t.as_str())))?);
             match format {
                 ExportFormat::Slurm => print!("{}", to_topology_conf(&all)?),
                 ExportFormat::Yaml => print!("{}", to_hypernode_manifests(&all)),

@@ -60,6 +60,15 @@ fn owned(c: &Cluster, source: &str) -> Vec<(String, Vec<String>)> {
     out
 }
 
+/// What [`owned`] gives for two leaves (no child HyperNodes) under one spine.
+fn two_leaves_under(spine: &str, a: &str, b: &str) -> Vec<(String, Vec<String>)> {
+    vec![
+        (a.to_string(), vec![]),
+        (b.to_string(), vec![]),
+        (spine.to_string(), vec![a.to_string(), b.to_string()]),
+    ]
+}
+
 fn wait_source(c: &Cluster, name: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
     wait_for(LONG, &format!("source {name}: {what}"), || {
         let s = source(c, name);
@@ -129,14 +138,7 @@ interval = "1s"
     assert_eq!(fabric["unmapped"], serde_json::json!([]), "{fabric:#}");
     assert_eq!(
         owned(&c, "fabric"),
-        vec![
-            ("leaf-ib-l1".to_string(), vec![]),
-            ("leaf-ib-l2".to_string(), vec![]),
-            (
-                "spine-ib-s1".to_string(),
-                vec!["leaf-ib-l1".to_string(), "leaf-ib-l2".to_string()]
-            ),
-        ]
+        two_leaves_under("spine-ib-s1", "leaf-ib-l1", "leaf-ib-l2")
     );
     let tree = c.cli_json("alice", &["hypernodes"]);
     let l2 = tree["hyperNodes"]
@@ -151,17 +153,7 @@ interval = "1s"
     let ufm_status = wait_source(&c, "ufm", "3 HyperNodes", |s| s["hyperNodes"] == 3);
     assert!(ufm_status["error"].is_null(), "{ufm_status:#}");
     assert_eq!(ufm_status["unknownHosts"].as_array().unwrap().len(), 6);
-    assert_eq!(
-        owned(&c, "ufm"),
-        vec![
-            ("leaf-hn-0".to_string(), vec![]),
-            ("leaf-hn-1".to_string(), vec![]),
-            (
-                "spine-hn".to_string(),
-                vec!["leaf-hn-0".to_string(), "leaf-hn-1".to_string()]
-            ),
-        ]
-    );
+    assert_eq!(owned(&c, "ufm"), two_leaves_under("spine-hn", "leaf-hn-0", "leaf-hn-1"));
 
     // Slurm: the file does not exist yet, so the source fails and has nothing...
     let slurm = wait_source(&c, "slurm", "an error", |s| !s["error"].is_null());

@@ -126,14 +126,12 @@ impl SourceSpec {
 
     /// What it reads, for people: files, the command, the URL.
     pub fn target(&self) -> String {
-        let paths = |ps: &[&Path]| {
-            ps.iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         match self {
-            SourceSpec::Static { files } => paths(&files.iter().map(PathBuf::as_path).collect::<Vec<_>>()),
+            SourceSpec::Static { files } => files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
             SourceSpec::Ibnetdiscover { input, guid_map } => {
                 let dump = match input {
                     DumpInput::File(f) => f.display().to_string(),

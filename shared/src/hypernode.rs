@@ -410,6 +410,49 @@ pub(crate) fn member_yaml(m: &Member) -> String {
     format!("{{type: {kind}, selector: {{{selector}}}}}")
 }
 
+/// Reads several manifest files (path, text) as one set, in order: names must be unique
+/// across the files too. A name given twice is an error naming both files.
+pub fn parse_hypernode_files<'a>(
+    files: impl IntoIterator<Item = (&'a Path, &'a str)>,
+) -> Result<Vec<HyperNodeSpec>, FileError> {
+    let mut all = Vec::new();
+    let mut first_in: HashMap<String, &Path> = HashMap::new();
+    for (path, text) in files {
+        for h in parse_hypernode_manifests(text, path)? {
+            if let Some(other) = first_in.insert(h.name.clone(), path) {
+                let (line, column) = name_position(text, &h.name);
+                return Err(FileError {
+                    path: path.to_path_buf(),
+                    line,
+                    column,
+                    field: "metadata.name".into(),
+                    message: format!(
+                        "HyperNode {:?} is also defined in {}; names must be unique",
+                        h.name,
+                        other.display()
+                    ),
+                });
+            }
+            all.push(h);
+        }
+    }
+    Ok(all)
+}
+
+/// Line and column (1-based) of the last `name: NAME` line in `text`, (0, 0) when none:
+/// specs do not keep their positions, and the duplicate is the later definition.
+fn name_position(text: &str, name: &str) -> (u64, u64) {
+    text.lines()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let at = l.find("name:")?;
+            let value = l[at + 5..].trim().trim_matches(|c| c == '"' || c == '\'');
+            (value == name).then(|| (i as u64 + 1, at as u64 + 1))
+        })
+        .last()
+        .unwrap_or((0, 0))
+}
+
 /// Writes HyperNodes as a multi-document file of Volcano HyperNode manifests that
 /// `kubectl apply -f` and [`parse_hypernode_manifests`] both accept.
 pub fn to_hypernode_manifests(specs: &[HyperNodeSpec]) -> String {

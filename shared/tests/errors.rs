@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use hyperplan_shared::hypernode::parse_hypernode_manifests;
+use hyperplan_shared::hypernode::{parse_hypernode_files, parse_hypernode_manifests};
 use hyperplan_shared::{parse_cluster, parse_jobs};
 
 fn cluster_error(text: &str) -> String {
@@ -171,4 +171,26 @@ fn volcano_job_bad_request() {
 #[test]
 fn missing_task_field() {
     insta::assert_snapshot!(job_error("name: a\ntasks:\n  - {name: t}\n"));
+}
+
+#[test]
+fn a_hypernode_defined_in_two_files_names_both_and_the_line() {
+    let manifest = |name: &str| {
+        format!(
+            "apiVersion: topology.volcano.sh/v1alpha1\nkind: HyperNode\nmetadata:\n  name: {name}\nspec:\n  tier: 1\n  \
+             members:\n    - {{type: Node, selector: {{exactMatch: {{name: n1}}}}}}\n"
+        )
+    };
+    let (a, b) = (
+        manifest("leaf-1"),
+        format!("{}---\n{}", manifest("leaf-2"), manifest("\"leaf-1\"")),
+    );
+    let files = [(Path::new("a.yaml"), a.as_str()), (Path::new("b.yaml"), b.as_str())];
+    let got = match parse_hypernode_files(files) {
+        Ok(h) => format!("unexpectedly parsed: {h:?}"),
+        Err(e) => e.to_string(),
+    };
+    insta::assert_snapshot!(got, @r#"b.yaml:13:3: metadata.name: HyperNode "leaf-1" is also defined in a.yaml; names must be unique"#);
+    let ok = parse_hypernode_files([(Path::new("a.yaml"), a.as_str())]).map(|h| h.len());
+    assert_eq!(ok, Ok(1));
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use hyperplan_fabric::slurm::parse_topology_conf;
 use hyperplan_fabric::ufm::{UfmSource, UfmTopology};
 use hyperplan_fabric::{GuidMap, parse_ibnetdiscover};
-use hyperplan_shared::hypernode::parse_hypernode_manifests;
+use hyperplan_shared::hypernode::parse_hypernode_files;
 use tokio::sync::{mpsc, watch};
 
 use super::driver::{ToCore, unix_now};
@@ -155,21 +155,8 @@ impl Poller {
                 if self.unchanged(texts.iter().map(|(_, t)| t.as_bytes())) {
                     return Ok(Found::Unchanged);
                 }
-                let mut specs = Vec::new();
-                let mut first_file: std::collections::BTreeMap<String, &Path> = Default::default();
-                for (path, text) in &texts {
-                    for h in parse_hypernode_manifests(text, path).map_err(|e| e.to_string())? {
-                        if let Some(other) = first_file.insert(h.name.clone(), path) {
-                            return Err(format!(
-                                "{}: HyperNode {:?} is also defined in {}; names must be unique",
-                                path.display(),
-                                h.name,
-                                other.display()
-                            ));
-                        }
-                        specs.push(h);
-                    }
-                }
+                let specs = parse_hypernode_files(texts.iter().map(|(p, t)| (p.as_path(), t.as_str())))
+                    .map_err(|e| e.to_string())?;
                 self.commit(texts.iter().map(|(_, t)| t.as_bytes()));
                 Ok(Found::HyperNodes {
                     summary: format!("{} HyperNode(s) from {} file(s)", specs.len(), files.len()),

@@ -22,7 +22,6 @@ use super::components::{Node, Source, SourceKind};
 use super::ingest::NodeNames;
 use super::queues::{LabelTypes, NodeSetGeneration, Outbox, TopologyDirty};
 use super::topology::label;
-pub use reconcile::owned;
 pub use sources::{Found, Good, ReportedGuids, SourceState, Sources};
 
 pub fn discovery(world: &mut World) {
@@ -67,7 +66,8 @@ fn polled(world: &mut World) {
             Some(Good::HyperNodes(specs)) if state.changed => state.discovered = specs.clone(),
             None | Some(Good::HyperNodes(_)) => {}
             Some(Good::Fabric { fabric, map_file }) => {
-                let reported = reported_guids(world, generation);
+                refresh_reported_guids(world, generation);
+                let reported = world.resource::<ReportedGuids>();
                 let names = fabric::reported_names(fabric, &reported.map);
                 if state.changed || state.tiered_with.as_ref() != Some(&names) {
                     match fabric::tier(fabric, map_file, &reported.map) {
@@ -101,8 +101,8 @@ fn polled(world: &mut World) {
     }
 }
 
-/// The agents' GUID map for this node-set generation (rebuilt only when it moved).
-fn reported_guids(world: &mut World, generation: u64) -> ReportedGuids {
+/// Rebuilds the agents' GUID map when the node set moved since it was built.
+fn refresh_reported_guids(world: &mut World, generation: u64) {
     if world.resource::<ReportedGuids>().generation != Some(generation) {
         let mut q = world.query::<&Node>();
         let fresh = fabric::reported_guids(
@@ -110,12 +110,6 @@ fn reported_guids(world: &mut World, generation: u64) -> ReportedGuids {
             generation,
         );
         world.insert_resource(fresh);
-    }
-    let r = world.resource::<ReportedGuids>();
-    ReportedGuids {
-        generation: r.generation,
-        map: r.map.clone(),
-        conflicts: r.conflicts.clone(),
     }
 }
 
@@ -147,7 +141,16 @@ pub fn declare_label(world: &mut World, types: &BTreeMap<String, Vec<String>>) {
 
 /// Records one poll's result (ingest calls this for `Discovered` events).
 pub fn record(world: &mut World, source: &str, kind: SourceKind, at: u64, result: Result<Found, String>) {
-    let kept = owned(world, source);
+    let new_error = match &result {
+        Err(e) => world
+            .resource::<Sources>()
+            .0
+            .get(source)
+            .is_none_or(|s| s.error.as_ref() != Some(e)),
+        Ok(_) => false,
+    };
+    // Said in the warning: counted only when there is one to write.
+    let kept = if new_error { reconcile::owned(world, source) } else { 0 };
     let mut notes = Vec::new();
     let mut sources = world.resource_mut::<Sources>();
     let state = sources
@@ -158,7 +161,7 @@ pub fn record(world: &mut World, source: &str, kind: SourceKind, at: u64, result
     state.last_attempt = Some(at);
     let changed = match result {
         Err(error) => {
-            if state.error.as_ref() != Some(&error) {
+            if new_error {
                 let keeping = match state.last_success {
                     Some(t) => format!(
                         "keeping its {kept} HyperNode(s) from the last good poll ({}s ago)",
