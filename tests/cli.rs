@@ -365,7 +365,7 @@ fn volcano_job_manifest_is_accepted() {
 
 #[test]
 fn nodes_described_by_their_hardware_get_resources_from_it() {
-    let data = root().join("../shared/data/hwloc-xml");
+    let data = root().join("testdata/hwloc-xml");
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let dgx = data.join("xml__nvidiaDGX2.xml");
     let cluster = format!(

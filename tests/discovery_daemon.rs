@@ -22,8 +22,8 @@ use serde_json::Value;
 const MACHINE: &str = "pack:1 numa:1(memory=8589934592) core:4 pu:1";
 const LONG: Duration = Duration::from_secs(60);
 
-fn shared(rel: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared").join(rel)
+fn testdata(rel: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata").join(rel)
 }
 
 /// The `sources[]` entry named `name` of `hyperplan hypernodes --output json`.
@@ -79,7 +79,7 @@ fn wait_source(c: &Cluster, name: &str, what: &str, ok: impl Fn(&Value) -> bool)
 #[test]
 fn fabric_ufm_and_slurm_sources_in_the_daemon() {
     let ufm = MockUfm::start(Reply::Ports(
-        std::fs::read(shared("data/ufm/volcano_mock/resources_ports.mock.json")).unwrap(),
+        std::fs::read(testdata("ufm/volcano_mock/resources_ports.mock.json")).unwrap(),
     ));
     let toml = format!(
         r#"
@@ -115,7 +115,7 @@ interval = "1s"
     c.start_planner("127.0.0.1:0");
     // qnode's only HCA is the 40intel64 machine's qib0 (GUID 0011:7500:0077:cfc8), whose
     // CA in the dump has a description that names no host.
-    let sysfs = shared("data/sysfs/hwloc/40intel64-2g2n4c+pci");
+    let sysfs = testdata("sysfs/hwloc/40intel64-2g2n4c+pci");
     for n in nodes {
         let extra: Vec<&str> = if n == "qnode" {
             vec!["--sysfs-root", sysfs.to_str().unwrap()]
@@ -193,7 +193,7 @@ interval = "1s"
 
     // A wrong password (401), then a login page instead of JSON: each a clear error.
     ufm.set(Reply::Ports(
-        std::fs::read(shared("data/ufm/volcano_mock/resources_ports.mock.json")).unwrap(),
+        std::fs::read(testdata("ufm/volcano_mock/resources_ports.mock.json")).unwrap(),
     ));
     c.write("ufm.credentials", "admin:wrong\n");
     c.signal_planner("HUP");

@@ -1,7 +1,7 @@
 //! NUMA allocation on machines hwloc describes: kubelet's documented CPU-assignment
 //! scenarios on kubelet's own test topologies, built as hwloc synthetic descriptions
 //! (with explicit PU numbering, so CPU ids match kubelet's), and the real lstopo XMLs in
-//! `../shared/data/hwloc-xml` run through the whole planner.
+//! `testdata/hwloc-xml` run through the whole planner.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -25,7 +25,7 @@ fn synthetic(desc: &str) -> NodeTopology {
 
 fn xml(name: &str) -> NodeTopology {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data/hwloc-xml")
+        .join("testdata/hwloc-xml")
         .join(name);
     probe(&ProbeOptions {
         source: Source::HwlocXml(path),
@@ -395,7 +395,7 @@ fn normalio_gpu_task_gets_the_local_hca() {
 /// (checked after every tick by `run`) hold and every PU ends up used once.
 #[test]
 fn every_real_xml_fills_without_overlap() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/hwloc-xml");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/hwloc-xml");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())

@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-const IB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/ib/");
+const IB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/ib/");
 
 fn hyperplan(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hyperplan"))

@@ -1,4 +1,4 @@
-//! `HwlocSource::Local` on real `hwloc-gather-topology` trees (`shared/data/hwloc-linux`),
+//! `HwlocSource::Local` on real `hwloc-gather-topology` trees (`testdata/hwloc-linux`),
 //! with `HWLOC_FSROOT` pointing at the unpacked tree.
 //!
 //! Environment variables are process-wide (and `set_var` is `unsafe` in edition 2024), so
@@ -15,7 +15,7 @@ use std::process::Command;
 use hyperplan_agent::probe::hwloc::{HwlocSource, probe_hwloc};
 use hyperplan_shared::topology::{NicKind, NodeTopology};
 
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/hwloc-linux");
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/hwloc-linux");
 /// Set on the child: where to write the probed topology.
 const OUT_VAR: &str = "HYPERPLAN_TEST_HWLOC_FSROOT_OUT";
 

@@ -1,4 +1,4 @@
-//! `probe_hwloc` on every real hwloc XML export in `shared/data/hwloc-xml`, on synthetic
+//! `probe_hwloc` on every real hwloc XML export in `testdata/hwloc-xml`, on synthetic
 //! descriptions, on broken inputs, and on this machine.
 //!
 //! Expected figures come from hwloc 2.9's own tools, run by hand on the same files
@@ -15,7 +15,7 @@ use hyperplan_agent::probe::ProbeError;
 use hyperplan_agent::probe::hwloc::{HwlocSource, probe_hwloc};
 use hyperplan_shared::topology::{NicKind, NodeTopology};
 
-const XML_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/hwloc-xml");
+const XML_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/hwloc-xml");
 
 fn xml_path(file: &str) -> PathBuf {
     Path::new(XML_DIR).join(file)
@@ -314,7 +314,7 @@ fn check(e: &Expected) {
 #[test]
 fn every_xml_file_matches_hwloc_tools() {
     let mut files: Vec<String> = std::fs::read_dir(XML_DIR)
-        .unwrap_or_else(|e| panic!("{XML_DIR}: {e} (is shared/ cloned beside the repo?)"))
+        .unwrap_or_else(|e| panic!("{XML_DIR}: {e} (is testdata/ in the repository?)"))
         .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|name| name.ends_with(".xml"))
         .collect();

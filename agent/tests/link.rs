@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 const WAIT: Duration = Duration::from_secs(90);
 const SYNTHETIC: &str = "pack:2 numa:2 core:4 pu:2";
 const HEARTBEAT_MS: u64 = 200;
-const XML_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/hwloc-xml");
+const XML_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/hwloc-xml");
 
 #[derive(Debug)]
 enum Event {

@@ -1,5 +1,5 @@
 //! End-to-end tests of `hyperplan-agent probe`: the real binary on the real data in
-//! ../shared/data, every output format, the sysfs merge and bad input.
+//! testdata/ (repository root), every output format, the sysfs merge and bad input.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use hyperplan_shared::topology::{NicKind, NodeTopology};
 
 fn data(rel: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data")).join(rel)
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata")).join(rel)
 }
 
 fn agent(args: &[&str]) -> Output {

@@ -5,14 +5,14 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// `/work/shared/data` in this checkout layout: `shared/` sits beside the repository.
-pub const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data");
+/// The repository's `testdata/` (fixtures with their licences; see `testdata/README.md`).
+pub const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata");
 
 pub fn data(rel: &str) -> PathBuf {
     let p = Path::new(DATA).join(rel);
     assert!(
         p.exists(),
-        "fixture {} is missing (is shared/data beside the repository?)",
+        "fixture {} is missing from the repository's testdata/",
         p.display()
     );
     p

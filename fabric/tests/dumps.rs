@@ -1,4 +1,4 @@
-//! Every ibnetdiscover dump in `shared/data/ib/`: what parses, which CAs are hosts, SHARP
+//! Every ibnetdiscover dump in `testdata/ib/`: what parses, which CAs are hosts, SHARP
 //! CAs left out, and the tiers built from the switch graph; plus bad input.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,7 +12,7 @@ use hyperplan_fabric::{Discovery, FabricError, GuidMap, HostNames, IbFabric, dis
 use hyperplan_shared::hostlist::{compress, expand};
 use hyperplan_shared::{HyperNodeSpec, MemberType, Selector};
 
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/ib/");
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/ib/");
 
 fn read(rel: &str) -> String {
     std::fs::read_to_string(format!("{DATA}{rel}")).unwrap_or_else(|e| panic!("{rel}: {e}"))

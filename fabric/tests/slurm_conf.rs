@@ -1,4 +1,4 @@
-//! Slurm `topology.conf`: the real files in `shared/data/ib/` import, and import → export →
+//! Slurm `topology.conf`: the real files in `testdata/ib/` import, and import → export →
 //! import is the identity, also for HyperNodes discovered from a dump.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -8,7 +8,7 @@ use std::path::Path;
 use hyperplan_fabric::slurm::{parse_topology_conf, to_topology_conf};
 use hyperplan_fabric::{HostNames, discover, parse_ibnetdiscover};
 
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/ib/");
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/ib/");
 
 fn read(rel: &str) -> String {
     std::fs::read_to_string(format!("{DATA}{rel}")).unwrap_or_else(|e| panic!("{rel}: {e}"))

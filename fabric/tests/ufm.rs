@@ -16,7 +16,7 @@ use hyperplan_fabric::ufm::{self, UfmConfig, UfmError, UfmSource};
 use hyperplan_shared::{HyperNodeSpec, MemberType, Selector};
 use serde_json::Value;
 
-const MOCK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/ufm/volcano_mock/");
+const MOCK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/ufm/volcano_mock/");
 /// `admin:secret`, base64.
 const GOOD_AUTH: &str = "Basic YWRtaW46c2VjcmV0";
 

@@ -22,9 +22,7 @@ use hyperplan_shared::topology::{IbPort, InfinibandHca, SharedTopology};
 use hyperplan_shared::{HyperNodeSpec, MemberType, NodeSpec};
 
 fn data(rel: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/data/ib")
-        .join(rel);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/ib").join(rel);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

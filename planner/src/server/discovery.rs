@@ -362,7 +362,7 @@ mod tests {
 
     #[test]
     fn a_dump_without_switches_is_an_error_not_an_empty_fabric() {
-        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/ib/topograph/example-bad.out");
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/ib/topograph/example-bad.out");
         let mut p = poller(SourceSpec::Ibnetdiscover {
             input: DumpInput::File(file),
             guid_map: None,

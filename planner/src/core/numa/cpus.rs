@@ -1091,9 +1091,10 @@ mod tests {
         }
     }
 
-    /// 34 NUMA nodes, 2 sockets, 384 PUs (NUMA sizes 12 or 10): fast, and Spread stays even.
+    /// 34 NUMA nodes, 2 sockets, 384 PUs (NUMA sizes 12 or 10): every request is met from free
+    /// PUs, and Spread stays even.
     #[test]
-    fn large_machine_is_fast() {
+    fn large_machine_takes_free_pus_and_spreads_evenly() {
         // 192 cores; core c -> NUMA by cumulative sizes (22 nodes × 6 cores + 12 nodes × 5 cores).
         let numa_of = |core: u32| if core < 132 { core / 6 } else { 22 + (core - 132) / 5 };
         let m = machine(384, |c| {
@@ -1106,7 +1107,6 @@ mod tests {
         for p in (0..384).step_by(7) {
             f.pus[p] = false;
         }
-        let start = std::time::Instant::now();
         for n in [1, 3, 16, 64, 100, 200, 300] {
             for placement in [CpuPlacement::Packed, CpuPlacement::Spread] {
                 let got = take_cpus(&m, &f, None, n, placement, false).unwrap();
@@ -1122,10 +1122,5 @@ mod tests {
         }
         let used: Vec<usize> = per.iter().copied().filter(|&x| x > 0).collect();
         assert!(used.iter().max().unwrap() - used.iter().min().unwrap() <= 2, "{per:?}");
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(5),
-            "{:?}",
-            start.elapsed()
-        );
     }
 }
