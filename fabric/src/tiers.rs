@@ -199,9 +199,44 @@ struct Group {
     name: String,
 }
 
+impl Group {
+    /// A group to fill: its name is given later by [`name_groups`], once all of a tier is known.
+    fn empty() -> Group {
+        Group {
+            switches: Vec::new(),
+            members: Vec::new(),
+            name: String::new(),
+        }
+    }
+
+    /// The HyperNode of a named group: tier 1 holds nodes, higher tiers hold HyperNodes.
+    fn to_spec(&self, tier: u32) -> HyperNodeSpec {
+        let kind = if tier == 1 {
+            MemberType::Node
+        } else {
+            MemberType::HyperNode
+        };
+        HyperNodeSpec {
+            name: self.name.clone(),
+            tier,
+            tier_name: Some(tier_name(tier)),
+            members: self
+                .members
+                .iter()
+                .map(|m| Member {
+                    kind,
+                    selector: Selector::Exact { name: m.clone() },
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Builds HyperNodes (every tier) from a parsed dump. Fails only when there is no switch.
+///
+/// The steps below run in the order of the module header; each pushes its warnings in turn,
+/// so the warnings keep the order people have seen so far.
 pub fn discover(fabric: &IbFabric, names: &HostNames) -> Result<Discovery, FabricError> {
-    let nodes = &fabric.nodes;
     if fabric.switch_count() == 0 {
         return Err(FabricError::NoSwitches {
             path: fabric.path.clone(),
@@ -209,24 +244,28 @@ pub fn discover(fabric: &IbFabric, names: &HostNames) -> Result<Discovery, Fabri
         });
     }
     let mut warnings = fabric.warnings.clone();
+    let roles = classify_cas(fabric, names, &mut warnings);
+    let graph = SwitchGraph::build(fabric, &roles);
+    warn_lateral_leaves(&graph, &mut warnings);
+    let leaves = leaf_groups(fabric, &roles, &graph, &mut warnings);
+    let (hypernodes, switch_group) = build_tiers(leaves, &graph, &mut warnings);
+    let switches = switch_reports(fabric, &graph, &switch_group, &mut warnings);
+    let (hosts, unmapped, excluded) = ca_reports(fabric, roles, &graph);
+    Ok(Discovery {
+        hypernodes,
+        switches,
+        hosts,
+        unmapped,
+        excluded,
+        warnings,
+    })
+}
 
-    // Node adjacency (self-loops and duplicates dropped).
-    let mut adj: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
-    for l in &fabric.links {
-        if l.a != l.b {
-            adj[l.a].push(l.b);
-            adj[l.b].push(l.a);
-        }
-    }
-    for a in &mut adj {
-        a.sort_unstable();
-        a.dedup();
-    }
-
-    // 2. Logical switches (chassis grouping).
-    let (logical, logical_of) = group_chassis(fabric);
-
-    // 1. CA roles.
+/// Step 1: what each node is as far as hosts go (`None` for switches and routers), decided
+/// before any grouping because only host and unmapped CAs seed the switch levels. Routers are
+/// not hosts and get a warning so they do not vanish silently.
+fn classify_cas(fabric: &IbFabric, names: &HostNames, warnings: &mut Vec<String>) -> Vec<Option<CaRole>> {
+    let nodes = &fabric.nodes;
     let switch_images: HashMap<u64, usize> = nodes
         .iter()
         .enumerate()
@@ -249,37 +288,95 @@ pub fn discover(fabric: &IbFabric, names: &HostNames) -> Result<Discovery, Fabri
         };
         roles.push(role);
     }
+    roles
+}
 
-    // Levels: BFS over logical switches from those linked to host CAs.
-    let mut switch_adj: Vec<Vec<usize>> = vec![Vec::new(); logical.len()];
-    let mut ca_switches: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
-    for (i, n) in nodes.iter().enumerate() {
-        match n.kind {
-            NodeKind::Switch => {
-                let li = logical_of[i];
-                for &j in &adj[i] {
-                    if nodes[j].kind == NodeKind::Switch && logical_of[j] != li {
-                        switch_adj[li].push(logical_of[j]);
+/// Step 2: the logical switches (chassis grouped), how they are cabled to each other and to
+/// the CAs, and each one's level. Every later step works on logical switches, never on ASICs,
+/// so a director chassis counts as one switch layer.
+struct SwitchGraph {
+    logical: Vec<Logical>,
+    /// Per logical switch: the other logical switches cabled to it, sorted.
+    adj: Vec<Vec<usize>>,
+    /// Per node (filled for CAs only): the logical switches its ports are linked to, sorted.
+    ca_switches: Vec<Vec<usize>>,
+    /// Per logical switch: BFS distance from the hosts (leaf = 1), `None` when unreachable.
+    level: Vec<Option<u32>>,
+}
+
+impl SwitchGraph {
+    fn build(fabric: &IbFabric, roles: &[Option<CaRole>]) -> SwitchGraph {
+        let nodes = &fabric.nodes;
+        let node_adj = node_adjacency(fabric);
+        let (logical, logical_of) = group_chassis(fabric);
+        let mut adj: Vec<Vec<usize>> = vec![Vec::new(); logical.len()];
+        let mut ca_switches: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+        for (i, n) in nodes.iter().enumerate() {
+            match n.kind {
+                NodeKind::Switch => {
+                    let li = logical_of[i];
+                    for &j in &node_adj[i] {
+                        if nodes[j].kind == NodeKind::Switch && logical_of[j] != li {
+                            adj[li].push(logical_of[j]);
+                        }
                     }
                 }
-            }
-            NodeKind::Ca => {
-                for &j in &adj[i] {
-                    if nodes[j].kind == NodeKind::Switch {
-                        ca_switches[i].push(logical_of[j]);
+                NodeKind::Ca => {
+                    for &j in &node_adj[i] {
+                        if nodes[j].kind == NodeKind::Switch {
+                            ca_switches[i].push(logical_of[j]);
+                        }
                     }
+                    ca_switches[i].sort_unstable();
+                    ca_switches[i].dedup();
                 }
-                ca_switches[i].sort_unstable();
-                ca_switches[i].dedup();
+                NodeKind::Router => {}
             }
-            NodeKind::Router => {}
+        }
+        for a in &mut adj {
+            a.sort_unstable();
+            a.dedup();
+        }
+        let level = switch_levels(roles, &adj, &ca_switches);
+        SwitchGraph {
+            logical,
+            adj,
+            ca_switches,
+            level,
         }
     }
-    for a in &mut switch_adj {
+
+    /// The readable names of the switches a CA's ports are linked to, for the reports.
+    fn ca_switch_names(&self, ca: usize) -> Vec<String> {
+        self.ca_switches[ca]
+            .iter()
+            .map(|&s| self.logical[s].label.clone())
+            .collect()
+    }
+}
+
+/// Node adjacency with self-loops and duplicate cables dropped: parallel links between two
+/// switches say nothing more about the tree.
+fn node_adjacency(fabric: &IbFabric) -> Vec<Vec<usize>> {
+    let mut adj: Vec<Vec<usize>> = vec![Vec::new(); fabric.nodes.len()];
+    for l in &fabric.links {
+        if l.a != l.b {
+            adj[l.a].push(l.b);
+            adj[l.b].push(l.a);
+        }
+    }
+    for a in &mut adj {
         a.sort_unstable();
         a.dedup();
     }
-    let mut level: Vec<Option<u32>> = vec![None; logical.len()];
+    adj
+}
+
+/// Levels by BFS over logical switches, starting at those linked to host or unmapped CAs:
+/// the distance from the hosts is what makes a switch a leaf, a spine or a core, whatever
+/// its model or name says. Excluded (switch-internal) CAs do not make a switch a leaf.
+fn switch_levels(roles: &[Option<CaRole>], switch_adj: &[Vec<usize>], ca_switches: &[Vec<usize>]) -> Vec<Option<u32>> {
+    let mut level: Vec<Option<u32>> = vec![None; switch_adj.len()];
     let mut queue = VecDeque::new();
     for (i, role) in roles.iter().enumerate() {
         if matches!(role, Some(CaRole::Host(..) | CaRole::Unmapped)) {
@@ -300,35 +397,50 @@ pub fn discover(fabric: &IbFabric, names: &HostNames) -> Result<Discovery, Fabri
             }
         }
     }
+    level
+}
 
-    // A leaf cabled to several other leaves is likely a spine with a management host on it,
-    // which flattens the tree (its leaves then have nothing above them): say so.
+/// A leaf cabled to several other leaves is likely a spine with a management host on it,
+/// which flattens the tree (its leaves then have nothing above them): say so, since the
+/// missing tiers would otherwise go unexplained.
+fn warn_lateral_leaves(graph: &SwitchGraph, warnings: &mut Vec<String>) {
+    let level = &graph.level;
     for (s, l) in level.iter().enumerate() {
-        let lateral = switch_adj[s].iter().filter(|&&t| level[t] == Some(1)).count();
+        let lateral = graph.adj[s].iter().filter(|&&t| level[t] == Some(1)).count();
         if *l == Some(1) && lateral >= 2 {
             warnings.push(format!(
                 "switch {} has host links and links to {lateral} other leaf switches: if it is a spine with a \
                  management host on it, tiers above the leaves will be missing",
-                logical[s].label
+                graph.logical[s].label
             ));
         }
     }
+}
 
-    // Tier 1: leaves sharing a host.
+/// Step 3, tier 1: leaves joined (union-find) when they share a host, so a multi-rail node
+/// lands in exactly one tier-1 HyperNode. Hosts whose CA has no switch and leaves with only
+/// unmapped CAs are warned about: both leave a node out of the tree.
+fn leaf_groups(
+    fabric: &IbFabric,
+    roles: &[Option<CaRole>],
+    graph: &SwitchGraph,
+    warnings: &mut Vec<String>,
+) -> Vec<Group> {
     let mut host_leaves: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, role) in roles.iter().enumerate() {
         if let Some(CaRole::Host(host, _)) = role {
+            let ca_switches = &graph.ca_switches[i];
             let leaves = host_leaves.entry(host.as_str()).or_default();
-            leaves.extend(ca_switches[i].iter().copied());
-            if ca_switches[i].is_empty() {
+            leaves.extend(ca_switches.iter().copied());
+            if ca_switches.is_empty() {
                 warnings.push(format!(
                     "host {host}: CA {} has no link to a switch; it is in no HyperNode through this CA",
-                    nodes[i].id()
+                    fabric.nodes[i].id()
                 ));
             }
         }
     }
-    let mut uf = UnionFind::new(logical.len());
+    let mut uf = UnionFind::new(graph.logical.len());
     for leaves in host_leaves.values() {
         for w in leaves.windows(2) {
             uf.union(w[0], w[1]);
@@ -337,100 +449,96 @@ pub fn discover(fabric: &IbFabric, names: &HostNames) -> Result<Discovery, Fabri
     let mut by_root: BTreeMap<usize, Group> = BTreeMap::new();
     for (host, leaves) in &host_leaves {
         if let Some(&first) = leaves.first() {
-            let g = by_root.entry(uf.find(first)).or_insert_with(|| Group {
-                switches: Vec::new(),
-                members: Vec::new(),
-                name: String::new(),
-            });
+            let g = by_root.entry(uf.find(first)).or_insert_with(Group::empty);
             g.members.push((*host).to_string());
             g.switches.extend(leaves.iter().copied());
         }
     }
-    let mut groups: Vec<Group> = by_root.into_values().collect();
-    let mut grouped = vec![false; logical.len()];
+    let groups: Vec<Group> = by_root.into_values().collect();
+    let mut grouped = vec![false; graph.logical.len()];
     for g in &groups {
         for &s in &g.switches {
             grouped[s] = true;
         }
     }
-    for (s, l) in level.iter().enumerate() {
+    for (s, l) in graph.level.iter().enumerate() {
         if *l == Some(1) && !grouped[s] {
             warnings.push(format!(
                 "leaf switch {} has only unmapped CAs: it gets no HyperNode (add its hosts to the GUID map)",
-                logical[s].label
+                graph.logical[s].label
             ));
         }
     }
+    groups
+}
 
+/// Step 3, every tier: names the groups of a tier, emits them as HyperNodes, and climbs one
+/// level with [`next_tier`] until one group is left or nothing is above. Returns the
+/// HyperNodes sorted by tier then name, and per logical switch the HyperNode it was grouped
+/// into at its own level (for the switch report).
+fn build_tiers(
+    leaves: Vec<Group>,
+    graph: &SwitchGraph,
+    warnings: &mut Vec<String>,
+) -> (Vec<HyperNodeSpec>, Vec<Option<String>>) {
+    let mut groups = leaves;
     let mut used_names: BTreeSet<String> = BTreeSet::new();
     let mut hypernodes: Vec<HyperNodeSpec> = Vec::new();
-    let mut switch_group: Vec<Option<String>> = vec![None; logical.len()];
+    let mut switch_group: Vec<Option<String>> = vec![None; graph.logical.len()];
     let mut tier = 1u32;
     loop {
-        name_groups(&mut groups, tier, &logical, &mut used_names);
+        name_groups(&mut groups, tier, &graph.logical, &mut used_names);
         for g in &groups {
             for &s in &g.switches {
-                if level[s] == Some(tier) {
+                if graph.level[s] == Some(tier) {
                     switch_group[s] = Some(g.name.clone());
                 }
             }
         }
-        let kind = if tier == 1 {
-            MemberType::Node
-        } else {
-            MemberType::HyperNode
-        };
-        for g in &groups {
-            hypernodes.push(HyperNodeSpec {
-                name: g.name.clone(),
-                tier,
-                tier_name: Some(tier_name(tier)),
-                members: g
-                    .members
-                    .iter()
-                    .map(|m| Member {
-                        kind,
-                        selector: Selector::Exact { name: m.clone() },
-                    })
-                    .collect(),
-            });
-        }
+        hypernodes.extend(groups.iter().map(|g| g.to_spec(tier)));
         if groups.len() <= 1 {
             break;
         }
-        let Some(next) = next_tier(&groups, tier, &level, &switch_adj, &mut warnings) else {
+        let Some(next) = next_tier(&groups, tier, &graph.level, &graph.adj, warnings) else {
             break;
         };
         groups = next;
         tier += 1;
     }
     hypernodes.sort_by(|a, b| a.tier.cmp(&b.tier).then_with(|| a.name.cmp(&b.name)));
+    (hypernodes, switch_group)
+}
 
-    // Reports.
-    let switches: Vec<SwitchInfo> = {
-        let mut v: Vec<SwitchInfo> = logical
-            .iter()
-            .enumerate()
-            .map(|(i, l)| SwitchInfo {
-                name: l.label.clone(),
-                guids: {
-                    let mut g: Vec<u64> = l.asics.iter().map(|&a| nodes[a].guid).collect();
-                    g.sort_unstable();
-                    g
-                },
-                description: l.description.clone(),
-                level: level[i],
-                hypernode: switch_group[i].clone(),
-            })
-            .collect();
-        v.sort_by(|a, b| {
-            a.level
-                .cmp(&b.level)
-                .then_with(|| a.name.cmp(&b.name))
-                .then(a.guids.cmp(&b.guids))
-        });
-        v
-    };
+/// The switch report, sorted by level then name so it reads top-down and does not depend on
+/// the dump's order; switches no host reaches are warned about, as they are in no HyperNode.
+fn switch_reports(
+    fabric: &IbFabric,
+    graph: &SwitchGraph,
+    switch_group: &[Option<String>],
+    warnings: &mut Vec<String>,
+) -> Vec<SwitchInfo> {
+    let mut switches: Vec<SwitchInfo> = graph
+        .logical
+        .iter()
+        .enumerate()
+        .map(|(i, l)| SwitchInfo {
+            name: l.label.clone(),
+            guids: {
+                let mut g: Vec<u64> = l.asics.iter().map(|&a| fabric.nodes[a].guid).collect();
+                g.sort_unstable();
+                g
+            },
+            description: l.description.clone(),
+            level: graph.level[i],
+            hypernode: switch_group[i].clone(),
+        })
+        .collect();
+    switches.sort_by(|a, b| {
+        a.level
+            .cmp(&b.level)
+            .then_with(|| a.name.cmp(&b.name))
+            .then(a.guids.cmp(&b.guids))
+    });
     for s in &switches {
         if s.level.is_none() {
             warnings.push(format!(
@@ -439,26 +547,35 @@ pub fn discover(fabric: &IbFabric, names: &HostNames) -> Result<Discovery, Fabri
             ));
         }
     }
-    let switch_names = |i: usize| -> Vec<String> { ca_switches[i].iter().map(|&s| logical[s].label.clone()).collect() };
+    switches
+}
+
+/// The CA reports: named hosts (in natural host order), unmapped CAs (by GUID, so a person
+/// can add them to the GUID map) and the switch-internal CAs left out, with the reason.
+fn ca_reports(
+    fabric: &IbFabric,
+    roles: Vec<Option<CaRole>>,
+    graph: &SwitchGraph,
+) -> (Vec<HostCa>, Vec<UnmappedCa>, Vec<ExcludedCa>) {
     let mut hosts = Vec::new();
     let mut unmapped = Vec::new();
     let mut excluded = Vec::new();
     for (i, role) in roles.into_iter().enumerate() {
-        let n = &nodes[i];
+        let n = &fabric.nodes[i];
         match role {
             Some(CaRole::Host(host, source)) => hosts.push(HostCa {
                 host,
                 source,
                 guid: n.guid,
                 description: n.description.clone(),
-                switches: switch_names(i),
+                switches: graph.ca_switch_names(i),
             }),
             Some(CaRole::Unmapped) => unmapped.push(UnmappedCa {
                 id: n.id(),
                 guid: n.guid,
                 port_guids: n.port_guids.clone(),
                 description: n.description.clone(),
-                switches: switch_names(i),
+                switches: graph.ca_switch_names(i),
             }),
             Some(CaRole::Excluded(reason)) => excluded.push(ExcludedCa {
                 id: n.id(),
@@ -475,14 +592,7 @@ pub fn discover(fabric: &IbFabric, names: &HostNames) -> Result<Discovery, Fabri
     });
     unmapped.sort_by_key(|u| u.guid);
     excluded.sort_by(|a, b| a.id.cmp(&b.id));
-    Ok(Discovery {
-        hypernodes,
-        switches,
-        hosts,
-        unmapped,
-        excluded,
-        warnings,
-    })
+    (hosts, unmapped, excluded)
 }
 
 /// Parses a dump and builds its HyperNodes: [`crate::parse_ibnetdiscover`] then [`discover`].
@@ -673,11 +783,7 @@ fn next_tier(
         }
         by_root
             .entry(root)
-            .or_insert_with(|| Group {
-                switches: Vec::new(),
-                members: Vec::new(),
-                name: String::new(),
-            })
+            .or_insert_with(Group::empty)
             .members
             .push(g.name.clone());
     }
