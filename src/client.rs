@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use hyperplan_net::certs::CertPaths;
 use hyperplan_net::hello::close;
-use hyperplan_net::messages::{Hello, Request, RequestCommand, Response};
+use hyperplan_net::messages::{Hello, Request, RequestCommand, Response, ResponseError};
 use hyperplan_net::tls::any_addr_for;
 use hyperplan_net::{DEFAULT_MAX_FRAME, PROTOCOL_VERSION, Role, TlsError, TlsMaterial, read_frame, write_frame};
 use quinn::{Connection, ConnectionError, VarInt};
@@ -40,7 +40,7 @@ const CLOSE_REASON_WAIT: Duration = Duration::from_millis(500);
 pub fn request(config: &ClientConfig, command: RequestCommand) -> anyhow::Result<serde_json::Value> {
     let mut replies = requests(config, vec![command])?;
     match replies.pop() {
-        Some(reply) => reply.map_err(|message| anyhow!(message)),
+        Some(reply) => reply.map_err(anyhow::Error::new),
         None => bail!("the planner sent no reply"),
     }
 }
@@ -50,7 +50,7 @@ pub fn request(config: &ClientConfig, command: RequestCommand) -> anyhow::Result
 pub fn requests(
     config: &ClientConfig,
     commands: Vec<RequestCommand>,
-) -> anyhow::Result<Vec<Result<serde_json::Value, String>>> {
+) -> anyhow::Result<Vec<Result<serde_json::Value, ResponseError>>> {
     let material = load_material(config)?;
     let addr = resolve_addr(config)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -126,7 +126,7 @@ async fn exchange(
     addr: SocketAddr,
     user: &str,
     commands: Vec<RequestCommand>,
-) -> anyhow::Result<Vec<Result<serde_json::Value, String>>> {
+) -> anyhow::Result<Vec<Result<serde_json::Value, ResponseError>>> {
     let endpoint = hyperplan_net::client_endpoint(any_addr_for(addr), material)?;
     let connection = match tokio::time::timeout(CONNECT_TIMEOUT, hyperplan_net::connect(&endpoint, addr)).await {
         Err(_) => {
@@ -158,7 +158,7 @@ async fn talk(
     connection: &Connection,
     user: &str,
     commands: Vec<RequestCommand>,
-) -> anyhow::Result<Vec<Result<serde_json::Value, String>>> {
+) -> anyhow::Result<Vec<Result<serde_json::Value, ResponseError>>> {
     let (mut send, mut recv) = connection.open_bi().await?;
     write_frame(&mut send, &Hello::new(Role::Client, user), DEFAULT_MAX_FRAME).await?;
     let hello: Hello = tokio::time::timeout(CONNECT_TIMEOUT, read_frame(&mut recv, DEFAULT_MAX_FRAME))

@@ -89,7 +89,7 @@ fn start_planner(dir: &Path, behaviour: Behaviour) -> SocketAddr {
                         while let Ok(Some(request)) = read_frame::<Request, _>(&mut recv, DEFAULT_MAX_FRAME).await {
                             let result = match request.command {
                                 RequestCommand::Nodes => Ok(serde_json::to_value(node_list()).unwrap()),
-                                other => Err(format!("the test planner does not answer {other:?}")),
+                                other => Err(format!("the test planner does not answer {other:?}").into()),
                             };
                             let response = Response { id: request.id, result };
                             write_frame(&mut send, &response, DEFAULT_MAX_FRAME).await.unwrap();

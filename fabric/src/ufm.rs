@@ -19,7 +19,7 @@ pub mod grouping;
 use std::path::PathBuf;
 
 pub use client::{MAX_BODY_BYTES, UfmSource};
-pub use config::{UfmConfig, parse_duration};
+pub use config::{DurationError, UfmConfig};
 pub use credentials::Credentials;
 pub use grouping::{UfmTopology, Warning, group_ports};
 
@@ -87,6 +87,16 @@ pub enum UfmError {
 
     #[error("UFM CA file {}: {why}", path.display())]
     CaFile { path: PathBuf, why: String },
+}
+
+/// [`config::parse_duration`] with its error as text.
+///
+/// Kept only for `planner/src/config.rs`, whose duration reader merges this message with
+/// its own `String` ones in one `match`; once it calls [`config::parse_duration`] and turns
+/// [`DurationError`] into its message itself, this goes and `config::parse_duration` is
+/// re-exported here again.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    config::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// One poll with a throw-away [`UfmSource`]; for one-shot commands. A long-running

@@ -130,7 +130,38 @@ pub enum RequestCommand {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Response {
     pub id: u64,
-    pub result: Result<serde_json::Value, String>,
+    pub result: Result<serde_json::Value, ResponseError>,
+}
+
+/// The planner's refusal of a request (no such job, not yours to cancel), a sentence for
+/// the person who asked. On the wire it is the bare message string (serde transparent),
+/// so it encodes exactly as the `Result<_, String>` it replaces and older peers still
+/// understand it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(transparent)]
+#[error("{message}")]
+pub struct ResponseError {
+    pub message: String,
+}
+
+impl ResponseError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+}
+
+impl From<String> for ResponseError {
+    fn from(message: String) -> Self {
+        Self { message }
+    }
+}
+
+impl From<&str> for ResponseError {
+    fn from(message: &str) -> Self {
+        Self::new(message)
+    }
 }
 
 /// FNV-1a 64 over the named MessagePack encoding of `topology` without its live
@@ -304,6 +335,34 @@ mod tests {
             id: 2,
             result: Err("no such job".into()),
         });
+    }
+
+    /// The typed error is still the bare string on the wire, both ways.
+    #[test]
+    fn response_error_encodes_as_the_old_string() {
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct OldResponse {
+            id: u64,
+            result: Result<serde_json::Value, String>,
+        }
+        let new = Response {
+            id: 3,
+            result: Err(ResponseError::new("no job named \"x\"")),
+        };
+        let old = OldResponse {
+            id: 3,
+            result: Err("no job named \"x\"".into()),
+        };
+        let bytes = rmp_serde::to_vec_named(&new).unwrap();
+        assert_eq!(bytes, rmp_serde::to_vec_named(&old).unwrap());
+        assert_eq!(rmp_serde::from_slice::<OldResponse>(&bytes).unwrap(), old);
+        let back: Response = rmp_serde::from_slice(&rmp_serde::to_vec_named(&old).unwrap()).unwrap();
+        assert_eq!(back, new);
+        assert_eq!(
+            serde_json::to_string(&new.result).unwrap(),
+            r#"{"Err":"no job named \"x\""}"#
+        );
+        assert_eq!(ResponseError::new("no such job").to_string(), "no such job");
     }
 
     #[test]

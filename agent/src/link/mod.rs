@@ -9,10 +9,12 @@
 //! from this loop (so a wedged loop gets the agent restarted) and `STOPPING=1`.
 //!
 //! - [`backoff`]: reconnect delays.
+//! - [`down`]: why the link went down.
 //! - [`session`]: one connection, from handshake to its end.
 //! - [`figures`]: the live figures a heartbeat carries.
 
 pub mod backoff;
+mod down;
 mod figures;
 mod session;
 
@@ -33,6 +35,7 @@ use tracing::Instrument;
 use crate::probe::{self, ProbeError, ProbeOptions, Source};
 
 pub use backoff::Backoff;
+use down::LinkDown;
 use figures::Figures;
 use session::Outcome;
 
@@ -239,7 +242,7 @@ impl Link {
         };
         let ep = match endpoint_for(endpoint, addr, &self.tls) {
             Ok(ep) => ep,
-            Err(e) => return Outcome::Lost(e.to_string()),
+            Err(e) => return Outcome::Lost(LinkDown::Endpoint(e)),
         };
         let connection = match self.guard(session::connect(ep, addr)).await {
             None => return Outcome::Stop,
@@ -310,11 +313,12 @@ impl Link {
 }
 
 /// The planner's first address.
-async fn resolve(planner: String) -> Result<SocketAddr, String> {
-    let mut addrs = tokio::net::lookup_host(planner.as_str())
-        .await
-        .map_err(|e| format!("cannot resolve {planner}: {e}"))?;
-    addrs.next().ok_or_else(|| format!("{planner} resolves to no address"))
+async fn resolve(planner: String) -> Result<SocketAddr, LinkDown> {
+    let mut addrs = match tokio::net::lookup_host(planner.clone()).await {
+        Ok(addrs) => addrs,
+        Err(error) => return Err(LinkDown::Resolve { planner, error }),
+    };
+    addrs.next().ok_or(LinkDown::NoAddress { planner })
 }
 
 /// The client endpoint for `addr`'s address family, made once and kept (one UDP socket

@@ -2,7 +2,7 @@
 //! Register / Registered, then heartbeats and topology changes out while a reader task
 //! takes what the planner sends, until either side ends it.
 //!
-//! Failures come back as one sentence for the log and systemd's STATUS. When the
+//! Failures come back as a [`LinkDown`], one sentence for the log and systemd's STATUS. When the
 //! planner closed the connection its own reason wins (e.g. "closed by peer: hello
 //! names n2 but the certificate names n1 (code 3)"), as it says more than the stream
 //! error it caused.
@@ -15,6 +15,7 @@ use hyperplan_net::messages::{AgentMessage, Hello, PROTOCOL_VERSION, PlannerToAg
 use hyperplan_net::tls;
 use hyperplan_shared::topology::NodeTopology;
 
+use super::down::LinkDown;
 use super::{Link, maybe_tick, tell_systemd, ticker};
 
 /// A QUIC handshake that takes longer than this is a planner that is not there (a
@@ -32,7 +33,7 @@ pub(super) enum Outcome {
     /// SIGTERM / SIGINT: stop the agent.
     Stop,
     /// The link is gone, with why; reconnect after a backoff.
-    Lost(String),
+    Lost(LinkDown),
 }
 
 /// What a successful registration leaves.
@@ -43,11 +44,11 @@ pub(super) struct Registered {
 }
 
 /// The QUIC + TLS handshake, bounded by [`CONNECT_TIMEOUT`].
-pub(super) async fn connect(endpoint: quinn::Endpoint, addr: SocketAddr) -> Result<quinn::Connection, String> {
+pub(super) async fn connect(endpoint: quinn::Endpoint, addr: SocketAddr) -> Result<quinn::Connection, LinkDown> {
     match tokio::time::timeout(CONNECT_TIMEOUT, tls::connect(&endpoint, addr)).await {
         Ok(Ok(connection)) => Ok(connection),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer from {addr} within {} s", CONNECT_TIMEOUT.as_secs())),
+        Ok(Err(e)) => Err(LinkDown::Connect(e)),
+        Err(_) => Err(LinkDown::ConnectTimeout { addr }),
     }
 }
 
@@ -66,56 +67,45 @@ pub(super) async fn handshake(
     connection: quinn::Connection,
     node: String,
     register: AgentMessage,
-) -> Result<Registered, String> {
+) -> Result<Registered, LinkDown> {
     tokio::time::timeout(REGISTER_TIMEOUT, handshake_inner(connection, node, register))
         .await
-        .unwrap_or_else(|_| {
-            Err(format!(
-                "the planner did not register us within {} s",
-                REGISTER_TIMEOUT.as_secs()
-            ))
-        })
+        .unwrap_or(Err(LinkDown::RegisterTimeout))
 }
 
 async fn handshake_inner(
     connection: quinn::Connection,
     node: String,
     register: AgentMessage,
-) -> Result<Registered, String> {
-    let (mut send, mut recv) = connection
-        .open_bi()
-        .await
-        .map_err(|e| format!("cannot open a stream: {e}"))?;
+) -> Result<Registered, LinkDown> {
+    let (mut send, mut recv) = connection.open_bi().await.map_err(LinkDown::OpenStream)?;
     let hello = Hello::new(Role::Agent, node.clone());
     write_frame(&mut send, &hello, DEFAULT_MAX_FRAME)
         .await
-        .map_err(|e| format!("sending hello: {e}"))?;
+        .map_err(LinkDown::SendHello)?;
     let theirs: Hello = read_frame(&mut recv, DEFAULT_MAX_FRAME)
         .await
-        .map_err(|e| format!("reading the planner's hello: {e}"))?
-        .ok_or("the planner ended the stream before its hello")?;
+        .map_err(LinkDown::ReadHello)?
+        .ok_or(LinkDown::NoHello)?;
     if theirs.role != Role::Planner {
-        return Err(format!("the peer says it is a {:?}, not the planner", theirs.role));
+        return Err(LinkDown::NotPlanner(theirs.role));
     }
     if theirs.version != PROTOCOL_VERSION {
-        return Err(format!(
-            "the planner speaks protocol version {}, this agent {PROTOCOL_VERSION}",
-            theirs.version
-        ));
+        return Err(LinkDown::Version { theirs: theirs.version });
     }
     write_frame(&mut send, &register, DEFAULT_MAX_FRAME)
         .await
-        .map_err(|e| format!("sending Register: {e}"))?;
+        .map_err(LinkDown::SendRegister)?;
     let reply: PlannerToAgent = read_frame(&mut recv, DEFAULT_MAX_FRAME)
         .await
-        .map_err(|e| format!("waiting for Registered: {e}"))?
-        .ok_or("the planner ended the stream instead of answering Register")?;
+        .map_err(LinkDown::ReadRegistered)?
+        .ok_or(LinkDown::NoRegistered)?;
     let PlannerToAgent::Registered {
         node: registered_as,
         heartbeat_interval_ms,
     } = reply
     else {
-        return Err(format!("expected Registered, the planner sent {}", kind(&reply)));
+        return Err(LinkDown::NotRegistered(kind(&reply)));
     };
     if registered_as != node {
         tracing::warn!(%node, %registered_as, "the planner registered us under another name");
@@ -129,12 +119,12 @@ async fn handshake_inner(
 
 /// Why the link failed, preferring the connection's close reason; the connection is
 /// closed (a no-op when the planner already did).
-pub(super) fn fail(connection: &quinn::Connection, reason: String) -> String {
+pub(super) fn fail(connection: &quinn::Connection, reason: LinkDown) -> LinkDown {
     let reason = match connection.close_reason() {
         Some(quinn::ConnectionError::LocallyClosed) | None => reason,
-        Some(closed) => closed.to_string(),
+        Some(closed) => LinkDown::Closed(closed),
     };
-    connection.close(quinn::VarInt::from_u32(PROTOCOL_CODE), reason.as_bytes());
+    connection.close(quinn::VarInt::from_u32(PROTOCOL_CODE), reason.to_string().as_bytes());
     reason
 }
 
@@ -148,7 +138,7 @@ fn kind(message: &PlannerToAgent) -> &'static str {
 
 /// Takes what the planner sends until the stream ends; returns why it ended. Tasks
 /// are not run yet (a later issue): Launch and Kill are logged.
-async fn read_planner(mut recv: quinn::RecvStream) -> String {
+async fn read_planner(mut recv: quinn::RecvStream) -> LinkDown {
     loop {
         match read_frame::<PlannerToAgent, _>(&mut recv, DEFAULT_MAX_FRAME).await {
             Ok(Some(PlannerToAgent::Launch {
@@ -168,8 +158,8 @@ async fn read_planner(mut recv: quinn::RecvStream) -> String {
             Ok(Some(PlannerToAgent::Registered {
                 heartbeat_interval_ms, ..
             })) => tracing::debug!(heartbeat_interval_ms, "Registered again; ignored"),
-            Ok(None) => return "the planner ended the stream".into(),
-            Err(e) => return format!("reading from the planner: {e}"),
+            Ok(None) => return LinkDown::StreamEnded,
+            Err(e) => return LinkDown::Read(e),
         }
     }
 }
@@ -195,12 +185,12 @@ impl Link {
                     let (load, free_memory) = self.figures.now(&self.topology);
                     let message = AgentMessage::Heartbeat { seq, load, free_memory, running_tasks: Vec::new() };
                     if let Err(e) = write_frame(&mut send, &message, DEFAULT_MAX_FRAME).await {
-                        break Outcome::Lost(fail(&connection, format!("sending heartbeat {seq}: {e}")));
+                        break Outcome::Lost(fail(&connection, LinkDown::SendHeartbeat { seq, error: e }));
                     }
                     tracing::trace!(seq, "heartbeat");
                 }
                 ended = &mut reader => {
-                    let reason = ended.unwrap_or_else(|e| format!("the reader task failed: {e}"));
+                    let reason = ended.unwrap_or_else(LinkDown::ReaderTask);
                     break Outcome::Lost(fail(&connection, reason));
                 }
                 _ = maybe_tick(&mut self.watchdog) => tell_systemd("WATCHDOG=1"),
@@ -215,7 +205,7 @@ impl Link {
                     topology_hash: self.hash,
                 };
                 if let Err(e) = write_frame(&mut send, &message, DEFAULT_MAX_FRAME).await {
-                    break Outcome::Lost(fail(&connection, format!("sending TopologyChanged: {e}")));
+                    break Outcome::Lost(fail(&connection, LinkDown::SendTopology(e)));
                 }
                 tracing::info!(hash = format_args!("{:016x}", self.hash), "sent TopologyChanged");
                 announced = self.hash;

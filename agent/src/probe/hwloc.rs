@@ -79,22 +79,36 @@ pub fn probe_hwloc(source: HwlocSource<'_>) -> Result<NodeTopology, ProbeError> 
 // Building
 // ---------------------------------------------------------------------------------------
 
+/// Why an hwlocality call gave nothing back. Both carry hwloc's (or hwlocality's) own
+/// words, which the [`ProbeError`] built from them shows after the source it names.
+#[derive(Debug, thiserror::Error)]
+enum HwlocCallError {
+    /// hwlocality hit an `unreachable!()` or the like; the panic message.
+    #[error("{0}")]
+    Panicked(String),
+    /// The call returned an error.
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// Runs hwlocality calls that may `unreachable!()` on an errno they did not expect
 /// (e.g. `from_xml` on ENOMEM), so that bad input never becomes a panic of ours.
-fn guarded<T>(call: impl FnOnce() -> T) -> Result<T, String> {
+fn guarded<T>(call: impl FnOnce() -> T) -> Result<T, HwlocCallError> {
     catch_unwind(AssertUnwindSafe(call)).map_err(|panic| {
-        panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "hwlocality panicked".to_owned())
+        HwlocCallError::Panicked(
+            panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "hwlocality panicked".to_owned()),
+        )
     })
 }
 
 /// A builder that keeps every PCI device, bridge and OS device.
-fn io_builder() -> Result<TopologyBuilder, String> {
+fn io_builder() -> Result<TopologyBuilder, HwlocCallError> {
     guarded(|| Topology::builder().with_io_type_filter(TypeFilter::KeepAll))
-        .and_then(|result| result.map_err(|e| e.to_string()))
+        .and_then(|result| result.map_err(|e| HwlocCallError::Failed(e.to_string())))
 }
 
 fn build(source: HwlocSource<'_>) -> Result<Topology, ProbeError> {
@@ -108,7 +122,7 @@ fn build(source: HwlocSource<'_>) -> Result<Topology, ProbeError> {
                 origin: origin.clone(),
                 message,
             };
-            let mut builder = io_builder().map_err(err)?;
+            let mut builder = io_builder().map_err(|e| err(e.to_string()))?;
             if fsroot_tree() {
                 // hwloc 2.9 still runs its x86 backend on a foreign sysfs tree and stamps
                 // this host's CPUID (CPUModel, CPUVendor) onto the tree's first package;
@@ -116,11 +130,11 @@ fn build(source: HwlocSource<'_>) -> Result<Topology, ProbeError> {
                 builder = match guarded(|| builder.without_component("x86")) {
                     Ok(Ok(builder)) => builder,
                     // No x86 component in this hwloc build: nothing to exclude.
-                    _ => io_builder().map_err(err)?,
+                    _ => io_builder().map_err(|e| err(e.to_string()))?,
                 };
             }
             guarded(|| builder.build())
-                .map_err(err)?
+                .map_err(|e| err(e.to_string()))?
                 .map_err(|e| err(raw_error(&e)))
         }
         HwlocSource::XmlFile(path) => {
@@ -138,12 +152,12 @@ fn build(source: HwlocSource<'_>) -> Result<Topology, ProbeError> {
                 return Err(err("not XML text (contains NUL bytes)".to_owned()));
             }
             let text = String::from_utf8_lossy(&bytes);
-            let builder = io_builder().map_err(err)?;
+            let builder = io_builder().map_err(|e| err(e.to_string()))?;
             let builder = guarded(|| builder.from_xml(&text))
-                .map_err(err)?
+                .map_err(|e| err(e.to_string()))?
                 .map_err(|e| err(e.to_string()))?;
             guarded(|| builder.build())
-                .map_err(err)?
+                .map_err(|e| err(e.to_string()))?
                 .map_err(|e| err(diagnose_xml(&text, &raw_error(&e))))
         }
         HwlocSource::Synthetic(description) => {
@@ -151,12 +165,12 @@ fn build(source: HwlocSource<'_>) -> Result<Topology, ProbeError> {
                 description: description.to_owned(),
                 message,
             };
-            let builder = io_builder().map_err(err)?;
+            let builder = io_builder().map_err(|e| err(e.to_string()))?;
             let builder = guarded(|| builder.from_synthetic(description))
-                .map_err(err)?
+                .map_err(|e| err(e.to_string()))?
                 .map_err(|e| err(e.to_string()))?;
             guarded(|| builder.build())
-                .map_err(err)?
+                .map_err(|e| err(e.to_string()))?
                 .map_err(|e| err(raw_error(&e)))
         }
     }

@@ -94,10 +94,25 @@ pub fn live_figures(
     })
 }
 
+/// Why a kernel CPU list does not parse; each names the element that was wrong (and the
+/// list), since the list is what a person finds in the sysfs file.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CpuListError {
+    #[error("empty element in CPU list {list:?}")]
+    EmptyElement { list: String },
+    #[error("range {element:?} in CPU list {list:?} goes backwards")]
+    Backwards { element: String, list: String },
+    #[error("{text:?} in {element:?} is not a CPU number")]
+    NotANumber { text: String, element: String },
+    /// Above [`MAX_CPU`]: a corrupt list, not a machine.
+    #[error("CPU {cpu} in {element:?} is beyond any machine (limit {})", MAX_CPU)]
+    TooLarge { cpu: u32, element: String },
+}
+
 /// Parses a kernel CPU list, "0-3,8-11" (and "" → empty; surrounding whitespace and a
 /// trailing NUL are ignored). The result is sorted and free of duplicates. Errors name
 /// the element that was wrong.
-pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, String> {
+pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, CpuListError> {
     let s = clean(s);
     let mut cpus = Vec::new();
     if s.is_empty() {
@@ -106,7 +121,7 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, String> {
     for element in s.split(',') {
         let element = element.trim();
         if element.is_empty() {
-            return Err(format!("empty element in CPU list {s:?}"));
+            return Err(CpuListError::EmptyElement { list: s.to_string() });
         }
         let (first, last) = match element.split_once('-') {
             Some((a, b)) => (cpu_number(a, element)?, cpu_number(b, element)?),
@@ -116,7 +131,10 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, String> {
             }
         };
         if last < first {
-            return Err(format!("range {element:?} in CPU list {s:?} goes backwards"));
+            return Err(CpuListError::Backwards {
+                element: element.to_string(),
+                list: s.to_string(),
+            });
         }
         cpus.extend(first..=last);
     }
@@ -149,12 +167,16 @@ pub fn format_cpu_list(cpus: &[u32]) -> String {
     parts.join(",")
 }
 
-fn cpu_number(text: &str, element: &str) -> Result<u32, String> {
-    let n = parse_decimal(text.trim()).ok_or_else(|| format!("{text:?} in {element:?} is not a CPU number"))?;
+fn cpu_number(text: &str, element: &str) -> Result<u32, CpuListError> {
+    let n = parse_decimal(text.trim()).ok_or_else(|| CpuListError::NotANumber {
+        text: text.to_string(),
+        element: element.to_string(),
+    })?;
     if n > MAX_CPU {
-        return Err(format!(
-            "CPU {n} in {element:?} is beyond any machine (limit {MAX_CPU})"
-        ));
+        return Err(CpuListError::TooLarge {
+            cpu: n,
+            element: element.to_string(),
+        });
     }
     Ok(n)
 }

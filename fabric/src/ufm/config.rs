@@ -95,17 +95,43 @@ impl fmt::Display for HumanDuration {
     }
 }
 
+/// What every duration error repeats: the forms that are accepted.
+const EXPECTED: &str =
+    "expected a duration such as \"1h\", \"30m\", \"90s\", \"1h30m\", \"500ms\" or a number of seconds";
+
+/// Why a duration in the config does not read. Each message shows the accepted forms and
+/// the text as written, so it can be fixed from the message alone.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("{}, got an empty string", EXPECTED)]
+    Empty,
+    /// Not digits followed by a unit (a sign, a decimal point, a unit first).
+    #[error("{}, got {text:?}", EXPECTED)]
+    Malformed { text: String },
+    /// A number with no unit after it, inside a compound such as `"1h30"`.
+    #[error("{}, got {text:?} (a number without a unit inside it)", EXPECTED)]
+    NoUnit { text: String },
+    #[error("{}, got {text:?} (unknown unit {unit:?}; use ms, s, m, h or d)", EXPECTED)]
+    UnknownUnit { text: String, unit: String },
+    /// Beyond what a [`Duration`] holds.
+    #[error("{}, got {text:?} (too large)", EXPECTED)]
+    TooLarge { text: String },
+    /// Zero: a zero poll period or timeout is a mistake, not a request to spin.
+    #[error("expected a duration greater than zero, got {text:?}")]
+    Zero { text: String },
+}
+
 /// Parses `"1h"`, `"30m"`, `"90s"`, `"500ms"`, `"2d"`, compounds such as `"1h30m"`, and a
 /// bare number of seconds (`"90"`). Zero is refused: a zero poll period or timeout is a
 /// mistake, not a request to spin.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let s = text.trim();
-    let expected = "expected a duration such as \"1h\", \"30m\", \"90s\", \"1h30m\", \"500ms\" or a number of seconds";
+    let too_large = || DurationError::TooLarge { text: text.to_string() };
     if s.is_empty() {
-        return Err(format!("{expected}, got an empty string"));
+        return Err(DurationError::Empty);
     }
     if s.bytes().all(|b| b.is_ascii_digit()) {
-        let secs: u64 = s.parse().map_err(|_| format!("{expected}, got {text:?} (too large)"))?;
+        let secs: u64 = s.parse().map_err(|_| too_large())?;
         return positive(Duration::from_secs(secs), text);
     }
     let mut total = Duration::ZERO;
@@ -113,38 +139,35 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     while !rest.is_empty() {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
         if digits == 0 {
-            return Err(format!("{expected}, got {text:?}"));
+            return Err(DurationError::Malformed { text: text.to_string() });
         }
         let (num, tail) = rest.split_at(digits);
         let unit_len = tail.bytes().take_while(u8::is_ascii_alphabetic).count();
         let (unit, tail) = tail.split_at(unit_len);
-        let n: u64 = num
-            .parse()
-            .map_err(|_| format!("{expected}, got {text:?} (too large)"))?;
+        let n: u64 = num.parse().map_err(|_| too_large())?;
         let part = match unit {
             "ms" => Some(Duration::from_millis(n)),
             "s" => Some(Duration::from_secs(n)),
             "m" => n.checked_mul(60).map(Duration::from_secs),
             "h" => n.checked_mul(3600).map(Duration::from_secs),
             "d" => n.checked_mul(86_400).map(Duration::from_secs),
-            "" => return Err(format!("{expected}, got {text:?} (a number without a unit inside it)")),
+            "" => return Err(DurationError::NoUnit { text: text.to_string() }),
             other => {
-                return Err(format!(
-                    "{expected}, got {text:?} (unknown unit {other:?}; use ms, s, m, h or d)"
-                ));
+                return Err(DurationError::UnknownUnit {
+                    text: text.to_string(),
+                    unit: other.to_string(),
+                });
             }
         };
-        total = part
-            .and_then(|p| total.checked_add(p))
-            .ok_or_else(|| format!("{expected}, got {text:?} (too large)"))?;
+        total = part.and_then(|p| total.checked_add(p)).ok_or_else(too_large)?;
         rest = tail;
     }
     positive(total, text)
 }
 
-fn positive(d: Duration, text: &str) -> Result<Duration, String> {
+fn positive(d: Duration, text: &str) -> Result<Duration, DurationError> {
     if d.is_zero() {
-        Err(format!("expected a duration greater than zero, got {text:?}"))
+        Err(DurationError::Zero { text: text.to_string() })
     } else {
         Ok(d)
     }
@@ -220,7 +243,7 @@ mod tests {
             ("99999999999999999999s", "too large"),
             ("9999999999999999h", "too large"),
         ] {
-            let e = parse_duration(text).unwrap_err();
+            let e = parse_duration(text).unwrap_err().to_string();
             assert!(e.contains(part), "{text:?}: {e}");
         }
     }

@@ -36,25 +36,25 @@ impl Credentials {
         };
         check_mode(path)?;
         let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
-        Self::parse(&text).map_err(bad)
+        Self::parse(&text).map_err(|e| bad(e.to_string()))
     }
 
     /// Parses the file's content; the error says what was expected.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, CredentialsError> {
         let line = text.split('\n').next().unwrap_or_default();
         let line = line.strip_suffix('\r').unwrap_or(line);
         let Some((username, password)) = line.split_once(':') else {
             return Err(if line.trim().is_empty() {
-                "expected one line `username:password`, got an empty first line".to_string()
+                CredentialsError::EmptyLine
             } else {
-                "expected one line `username:password`, got a line without `:`".to_string()
+                CredentialsError::NoColon
             });
         };
         if username.trim().is_empty() {
-            return Err("expected one line `username:password`, got an empty user name".to_string());
+            return Err(CredentialsError::EmptyUser);
         }
         if password.is_empty() {
-            return Err("expected one line `username:password`, got an empty password".to_string());
+            return Err(CredentialsError::EmptyPassword);
         }
         Ok(Credentials {
             username: username.to_string(),
@@ -69,6 +69,20 @@ impl Credentials {
             base64(format!("{}:{}", self.username, self.password).as_bytes())
         )
     }
+}
+
+/// What is wrong with the content of a credentials file. The messages repeat the expected
+/// form, since the person reading them has the file open and nothing else.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialsError {
+    #[error("expected one line `username:password`, got an empty first line")]
+    EmptyLine,
+    #[error("expected one line `username:password`, got a line without `:`")]
+    NoColon,
+    #[error("expected one line `username:password`, got an empty user name")]
+    EmptyUser,
+    #[error("expected one line `username:password`, got an empty password")]
+    EmptyPassword,
 }
 
 /// Refuses files that group or others can access, as ssh does for private keys.
@@ -155,7 +169,7 @@ mod tests {
             (":pw\n", "empty user name"),
             ("admin:\n", "empty password"),
         ] {
-            let e = Credentials::parse(text).unwrap_err();
+            let e = Credentials::parse(text).unwrap_err().to_string();
             assert!(e.contains(part), "{text:?}: {e}");
             assert!(e.contains("username:password"), "{e}");
         }

@@ -1,7 +1,7 @@
 //! A person's session: `Request` in, `Response` out, one at a time, until the client
 //! closes. The driver answers; this only carries frames and refuses bad ones.
 
-use hyperplan_net::messages::{Request, Response};
+use hyperplan_net::messages::{Request, Response, ResponseError};
 use hyperplan_net::{read_frame, write_frame};
 use tokio::sync::{mpsc, oneshot};
 
@@ -45,7 +45,7 @@ pub async fn serve(
         }
         let result = answer
             .await
-            .unwrap_or_else(|_| Err("the planner is stopping".to_string()));
+            .unwrap_or_else(|_| Err(ResponseError::new("the planner is stopping")));
         let response = Response { id: request.id, result };
         if let Err(e) = write_frame(&mut send, &response, max_frame).await {
             tracing::debug!(%peer, user, "client gone before the reply: {e}");

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use hyperplan_net::messages::{PlannerToAgent, RequestCommand};
+use hyperplan_net::messages::{PlannerToAgent, RequestCommand, ResponseError};
 use hyperplan_shared::NodeSpec;
 use hyperplan_shared::status::{Cancelled, JobList, Manifests, NodeList, NodeState, Submitted};
 use hyperplan_shared::topology::{NodeTopology, SharedTopology};
@@ -59,7 +59,7 @@ pub enum ToCore {
         admin: bool,
         peer: SocketAddr,
         command: RequestCommand,
-        reply: oneshot::Sender<Result<Value, String>>,
+        reply: oneshot::Sender<Result<Value, ResponseError>>,
     },
 }
 
@@ -319,7 +319,13 @@ impl Driver {
         }
     }
 
-    fn answer(&mut self, user: &str, admin: bool, peer: SocketAddr, command: RequestCommand) -> Result<Value, String> {
+    fn answer(
+        &mut self,
+        user: &str,
+        admin: bool,
+        peer: SocketAddr,
+        command: RequestCommand,
+    ) -> Result<Value, ResponseError> {
         let world = self.planner.world_mut();
         match command {
             RequestCommand::Submit { file_name, text } => {
@@ -330,7 +336,8 @@ impl Driver {
                     return Err(format!(
                         "{file_name}: job {:?} exists (submitted by {owner}); job names must be unique",
                         j.name
-                    ));
+                    )
+                    .into());
                 }
                 let now = unix_now();
                 let mut names = Vec::new();
@@ -346,14 +353,12 @@ impl Driver {
             }
             RequestCommand::Cancel { job } => {
                 if !world.resource::<crate::core::ingest::JobNames>().0.contains_key(&job) {
-                    return Err(format!("no job named {job:?}"));
+                    return Err(format!("no job named {job:?}").into());
                 }
                 let owner = self.owners.get(&job).cloned().unwrap_or_default();
                 if owner != user && !admin {
                     tracing::warn!(%peer, user, job, owner, "refused: cancel of another user's job");
-                    return Err(format!(
-                        "job {job} belongs to {owner}; only {owner} or an admin may cancel it"
-                    ));
+                    return Err(format!("job {job} belongs to {owner}; only {owner} or an admin may cancel it").into());
                 }
                 tracing::info!(user, job, "cancelled");
                 self.planner.push(Event::Cancel { job: job.clone() });
@@ -365,7 +370,7 @@ impl Driver {
                 if let Some(name) = job {
                     jobs.retain(|j| j.name == name);
                     if jobs.is_empty() {
-                        return Err(format!("no job named {name:?}"));
+                        return Err(format!("no job named {name:?}").into());
                     }
                 }
                 to_value(&JobList { jobs })
@@ -394,14 +399,14 @@ impl Driver {
             }
             RequestCommand::Explain { job } => match view::explain(world, &job) {
                 Some(e) => to_value(&e),
-                None => Err(format!("no job named {job:?}")),
+                None => Err(format!("no job named {job:?}").into()),
             },
         }
     }
 }
 
-fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, String> {
-    serde_json::to_value(v).map_err(|e| format!("encoding the reply: {e}"))
+fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, ResponseError> {
+    serde_json::to_value(v).map_err(|e| ResponseError::new(format!("encoding the reply: {e}")))
 }
 
 /// What the core knows of a registered node: its labels (label discovery reads them) and

@@ -1,0 +1,67 @@
+//! [`LinkDown`]: why one attempt or session with the planner ended. The run loop logs it,
+//! shows it in systemd's STATUS, sends it as the QUIC close reason, and tries again.
+
+use std::net::SocketAddr;
+
+use hyperplan_net::frame::FrameError;
+use hyperplan_net::messages::{PROTOCOL_VERSION, Role};
+use hyperplan_net::tls::TlsError;
+
+use super::session::{CONNECT_TIMEOUT, REGISTER_TIMEOUT};
+
+/// Why the link to the planner is down, as one sentence for the log. Messages carry their
+/// cause inline (no error source), as the log line and the close reason are all a person
+/// sees; none of these stops the agent, they only make it reconnect.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LinkDown {
+    #[error("cannot resolve {planner}: {error}")]
+    Resolve { planner: String, error: std::io::Error },
+    #[error("{planner} resolves to no address")]
+    NoAddress { planner: String },
+    /// No UDP socket or TLS client config for the planner's address family.
+    #[error("{0}")]
+    Endpoint(TlsError),
+    /// The QUIC + TLS handshake failed.
+    #[error("{0}")]
+    Connect(TlsError),
+    /// A QUIC client hears nothing back from a closed UDP port: the planner is not there.
+    #[error("no answer from {addr} within {} s", CONNECT_TIMEOUT.as_secs())]
+    ConnectTimeout { addr: SocketAddr },
+    #[error("the planner did not register us within {} s", REGISTER_TIMEOUT.as_secs())]
+    RegisterTimeout,
+    #[error("cannot open a stream: {0}")]
+    OpenStream(quinn::ConnectionError),
+    #[error("sending hello: {0}")]
+    SendHello(FrameError),
+    #[error("reading the planner's hello: {0}")]
+    ReadHello(FrameError),
+    #[error("the planner ended the stream before its hello")]
+    NoHello,
+    #[error("the peer says it is a {0:?}, not the planner")]
+    NotPlanner(Role),
+    #[error("the planner speaks protocol version {theirs}, this agent {}", PROTOCOL_VERSION)]
+    Version { theirs: u32 },
+    #[error("sending Register: {0}")]
+    SendRegister(FrameError),
+    #[error("waiting for Registered: {0}")]
+    ReadRegistered(FrameError),
+    #[error("the planner ended the stream instead of answering Register")]
+    NoRegistered,
+    /// The planner answered Register with another message (its kind).
+    #[error("expected Registered, the planner sent {0}")]
+    NotRegistered(&'static str),
+    #[error("sending heartbeat {seq}: {error}")]
+    SendHeartbeat { seq: u64, error: FrameError },
+    #[error("sending TopologyChanged: {0}")]
+    SendTopology(FrameError),
+    #[error("the planner ended the stream")]
+    StreamEnded,
+    #[error("reading from the planner: {0}")]
+    Read(FrameError),
+    #[error("the reader task failed: {0}")]
+    ReaderTask(tokio::task::JoinError),
+    /// The connection was closed, by the planner (with its reason) or the network: this
+    /// says more than the stream error it caused, so it replaces it.
+    #[error("{0}")]
+    Closed(quinn::ConnectionError),
+}
