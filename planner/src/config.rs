@@ -10,7 +10,12 @@
 //! "hypernode.binpack.resources.nvidia.com/gpu" = 2
 //! "hypernode.binpack.normal-pod.enable" = true
 //! "hypernode.binpack.normal-pod.fading" = 0.8
+//! span = "minimal"   # or "volcano": see below
 //! ```
+//!
+//! `span` is ours, not Volcano's: with `"minimal"` (the default) a topology job gets, in
+//! the lowest tier that can hold it, the HyperNode whose placement spans the fewest
+//! leaves; `"volcano"` keeps Volcano's choice (best bin-pack score) exactly.
 //!
 //! Invalid values fall back to Volcano's defaults, as the plugin does (a negative
 //! weight becomes 1, a negative fading 0.8, a non-bool `enable` is ignored).
@@ -306,6 +311,30 @@ pub struct ScoringConfig {
     pub binpack_weights: BTreeMap<String, f64>,
     pub normal_pod_enable: bool,
     pub normal_pod_fading: f64,
+    /// How a topology job picks among the HyperNodes of its lowest feasible tier.
+    pub span: SpanMode,
+}
+
+/// `[scoring] span`: which HyperNode of the lowest tier that can hold a gang it gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SpanMode {
+    /// The one whose placement spans the fewest leaves, then the tightest fit, then
+    /// Volcano's bin-pack score, then name; tasks fill those leaves, most room first.
+    #[default]
+    Minimal,
+    /// Volcano's order: best bin-pack score first, tasks by LCA score then node name.
+    Volcano,
+}
+
+impl std::str::FromStr for SpanMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "minimal" => Ok(Self::Minimal),
+            "volcano" => Ok(Self::Volcano),
+            other => Err(format!("expected \"minimal\" or \"volcano\", got {other:?}")),
+        }
+    }
 }
 
 impl Default for ScoringConfig {
@@ -318,6 +347,7 @@ impl Default for ScoringConfig {
             binpack_weights,
             normal_pod_enable: true,
             normal_pod_fading: 0.8,
+            span: SpanMode::default(),
         }
     }
 }
@@ -326,7 +356,7 @@ impl Default for ScoringConfig {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     #[serde(default)]
-    scoring: BTreeMap<String, toml::Value>,
+    scoring: BTreeMap<String, Spanned<toml::Value>>,
     numa: Option<RawNuma>,
     server: Option<RawServer>,
     #[serde(default)]
@@ -421,8 +451,21 @@ impl PlannerConfig {
         }
         let base = Path::new(origin).parent().unwrap_or(Path::new(""));
         let discovery = discovery_config(raw.discovery, base, &at)?;
+        let args: BTreeMap<String, toml::Value> = raw
+            .scoring
+            .iter()
+            .map(|(k, v)| (k.clone(), v.get_ref().clone()))
+            .collect();
+        let mut scoring = ScoringConfig::from_args(&args);
+        if let Some(v) = raw.scoring.get("span") {
+            let mode = match v.get_ref() {
+                toml::Value::String(s) => s.parse(),
+                other => Err(format!("expected \"minimal\" or \"volcano\", got {}", other.type_str())),
+            };
+            scoring.span = mode.map_err(|e| at(v.span().start, format!("scoring.span: {e}")))?;
+        }
         Ok(Self {
-            scoring: ScoringConfig::from_args(&raw.scoring),
+            scoring,
             numa,
             server,
             discovery,
@@ -692,6 +735,7 @@ impl ScoringConfig {
             binpack_weights,
             normal_pod_enable,
             normal_pod_fading,
+            span: SpanMode::default(),
         }
     }
 }
@@ -965,6 +1009,26 @@ enabled = false
                 "{text}\n  got: {msg}\n want: {expected}"
             );
         }
+    }
+
+    #[test]
+    fn span_mode_and_its_errors() -> Result<(), ConfigError> {
+        assert_eq!(PlannerConfig::parse("", "p.toml")?.scoring.span, SpanMode::Minimal);
+        let v = PlannerConfig::parse("[scoring]\nspan = \"volcano\"\n", "p.toml")?;
+        assert_eq!(v.scoring.span, SpanMode::Volcano);
+        let bad = |text: &str| match PlannerConfig::parse(text, "p.toml") {
+            Ok(_) => panic!("{text:?} parsed"),
+            Err(e) => e.to_string(),
+        };
+        assert_eq!(
+            bad("[scoring]\nweight = 1\nspan = \"fewest\"\n"),
+            "p.toml:3:8: scoring.span: expected \"minimal\" or \"volcano\", got \"fewest\""
+        );
+        assert_eq!(
+            bad("[scoring]\nspan = 2\n"),
+            "p.toml:2:8: scoring.span: expected \"minimal\" or \"volcano\", got integer"
+        );
+        Ok(())
     }
 
     #[test]

@@ -468,3 +468,6 @@ impl MachineBuilder {
         t
     }
 }
+
+mod span;
+pub use span::{FatTreeView, leaves_spanned};

@@ -8,6 +8,7 @@ mod node_score;
 mod rank;
 mod reason;
 mod search;
+mod span;
 
 use std::cmp::Reverse;
 

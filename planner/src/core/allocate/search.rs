@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::config::{PlannerConfig, ScoringConfig};
+use crate::config::{PlannerConfig, ScoringConfig, SpanMode};
 use crate::core::capacity::{Capacity, Shape};
 use crate::core::ids::{HnIdx, NodeIdx};
 use crate::core::numa::assign::{Assignment, TaskNuma};
@@ -18,6 +18,7 @@ use super::binpack::{dim_weights, fill_ratio};
 use super::gang::JobCtx;
 use super::gradient::gradients;
 use super::node_score::{fading_score, lca_score};
+use super::span::{self, SpanKey};
 
 /// What a committed attempt decided, for the AllocatedHyperNode bookkeeping (§4.2.5).
 #[derive(Debug, Default)]
@@ -43,6 +44,9 @@ pub struct Search<'a> {
     /// Undo log: task index placed in this attempt.
     log: Vec<usize>,
     sub_job_hn: Vec<(usize, HnIdx)>,
+    /// The leaf-minimal plan for the HyperNode being filled: per node group of it, the
+    /// rank its leaf fills in (`u32::MAX` = not planned, used only when the plan fails).
+    plan: Option<(HnIdx, Vec<u32>)>,
 }
 
 impl<'a> Search<'a> {
@@ -62,6 +66,7 @@ impl<'a> Search<'a> {
             weights,
             log: Vec::new(),
             sub_job_hn: Vec::new(),
+            plan: None,
         }
     }
 
@@ -109,17 +114,26 @@ impl<'a> Search<'a> {
             && !job.has_partitions()
             && job.allocated.is_none()
             && job.sub_jobs[0].allocated.is_none();
+        let minimal = self.cfg.span == SpanMode::Minimal;
         for mut tier in grads {
             if single {
                 // The only sub-job scores H itself (every lower HyperNode already failed
-                // in an earlier gradient), so try in score order and keep the first fit.
+                // in an earlier gradient), so try in order and keep the first fit: fewest
+                // leaves first (minimal span), then bin-pack score, then name.
                 let request = self.sub_job_request(job, 0);
-                let mut keyed: Vec<(f64, HnIdx)> = tier
+                let mut keyed: Vec<(SpanKey, f64, HnIdx)> = tier
                     .iter()
-                    .map(|&h| (fill_ratio(self.cap, &self.weights, h, &request), h))
+                    .map(|&h| {
+                        let key = if minimal {
+                            span::plan(self.index, self.cap, h, &job.shapes, &counts, &pending).key
+                        } else {
+                            SpanKey::default()
+                        };
+                        (key, fill_ratio(self.cap, &self.weights, h, &request), h)
+                    })
                     .collect();
-                keyed.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-                for (_, h) in keyed {
+                keyed.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2)));
+                for (_, _, h) in keyed {
                     if self.try_job_in(job, h).is_some() {
                         return Some(self.decision(Some(h)));
                     }
@@ -127,16 +141,19 @@ impl<'a> Search<'a> {
                 continue;
             }
             tier.sort();
-            let mut best: Option<(f64, HnIdx)> = None;
+            // Volcano keeps the best summed sub-job score; minimal span first keeps the
+            // trial that spans the fewest leaves.
+            let mut best: Option<(u32, f64, HnIdx)> = None;
             for &h in &tier {
                 if let Some(score) = self.try_job_in(job, h) {
-                    if best.is_none_or(|(s, _)| score > s) {
-                        best = Some((score, h));
+                    let leaves = if minimal { self.leaves_spanned(job) } else { 0 };
+                    if best.is_none_or(|(l, s, _)| leaves < l || (leaves == l && score > s)) {
+                        best = Some((leaves, score, h));
                     }
                     self.rollback(job, 0, 0);
                 }
             }
-            if let Some((_, h)) = best {
+            if let Some((_, _, h)) = best {
                 // Replay the winner; the search is deterministic, so it lands the same way.
                 if self.try_job_in(job, h).is_some() {
                     return Some(self.decision(Some(h)));
@@ -144,6 +161,26 @@ impl<'a> Search<'a> {
             }
         }
         None
+    }
+
+    /// Distinct leaves (lowest-tier HyperNodes, or node groups without one) the job's
+    /// placed tasks occupy.
+    fn leaves_spanned(&self, job: &JobCtx) -> u32 {
+        let mut units: Vec<(u32, u32)> = job
+            .tasks
+            .iter()
+            .filter_map(|t| t.node)
+            .map(|n| {
+                let g = self.index.node_group[n.ix()];
+                match self.index.groups[g.ix()].leaf {
+                    Some(l) => (0, l.0),
+                    None => (1, g.0),
+                }
+            })
+            .collect();
+        units.sort_unstable();
+        units.dedup();
+        units.len() as u32
     }
 
     fn decision(&self, job_hn: Option<HnIdx>) -> Decision {
@@ -216,10 +253,27 @@ impl<'a> Search<'a> {
         };
         let request = self.sub_job_request(job, sj);
         let total_tasks = job.sub_jobs[sj].tasks.len().max(1) as f64;
-        for tier in grads {
-            let mut keyed: Vec<(f64, f64, HnIdx)> = tier
+        let minimal = self.cfg.span == SpanMode::Minimal;
+        let rooms: Vec<Option<Vec<u64>>> = if minimal {
+            job.shapes
                 .iter()
-                .map(|&h| {
+                .enumerate()
+                .map(|(r, s)| (pending[r] > 0).then(|| self.cap.room_per_hn(self.index, s)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for tier in grads {
+            // Minimal span: per candidate its plan (fewest leaves, then tightest), ahead of
+            // Volcano's bin-pack score and the tie bonus.
+            let plans: Vec<Option<span::SpanPlan>> = tier
+                .iter()
+                .map(|&h| minimal.then(|| span::plan(self.index, self.cap, h, &job.shapes, &rooms, &pending)))
+                .collect();
+            let mut keyed: Vec<(Option<&SpanKey>, f64, f64, HnIdx, usize)> = tier
+                .iter()
+                .enumerate()
+                .map(|(i, &h)| {
                     let on_h = job.sub_jobs[sj]
                         .tasks
                         .iter()
@@ -229,14 +283,28 @@ impl<'a> Search<'a> {
                                 .is_some_and(|n| self.index.hns[h.ix()].nodes.contains(n.ix()))
                         })
                         .count() as f64;
-                    (fill_ratio(self.cap, &self.weights, h, &request), on_h / total_tasks, h)
+                    (
+                        plans[i].as_ref().map(|p| &p.key),
+                        fill_ratio(self.cap, &self.weights, h, &request),
+                        on_h / total_tasks,
+                        h,
+                        i,
+                    )
                 })
                 .collect();
-            keyed.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2)));
-            let max = keyed.first().map(|k| k.0);
-            for (ratio, bonus, h) in keyed {
+            keyed.sort_by(|a, b| {
+                a.0.cmp(&b.0)
+                    .then(b.1.total_cmp(&a.1))
+                    .then(b.2.total_cmp(&a.2))
+                    .then(a.3.cmp(&b.3))
+            });
+            let max = keyed.iter().map(|k| k.1).max_by(f64::total_cmp);
+            let order: Vec<(f64, f64, HnIdx, usize)> = keyed.iter().map(|k| (k.1, k.2, k.3, k.4)).collect();
+            for (ratio, bonus, h, i) in order {
                 let (mark, sj_mark) = (self.log.len(), self.sub_job_hn.len());
+                self.plan = plans[i].as_ref().map(|p| (h, p.group_ranks(self.index, h)));
                 let placed = self.place_tasks(job, sj, h);
+                self.plan = None;
                 if placed > 0 && job.sj_ready(sj) {
                     self.sub_job_hn.push((sj, h));
                     let tie = if Some(ratio) == max { bonus } else { 0.0 };
@@ -296,6 +364,7 @@ impl<'a> Search<'a> {
     fn place_tasks(&mut self, job: &mut JobCtx, sj: usize, h: HnIdx) -> u32 {
         let index = self.index;
         let groups = &index.hns[h.ix()].groups;
+        let ranks: Option<Vec<u32>> = self.plan.take().filter(|(p, _)| *p == h).map(|(_, r)| r);
         let with_topology = job.sub_jobs[sj].with_topology;
         let mut allocated = job.sub_jobs[sj].allocated;
         let total_tasks = job.sub_jobs[sj].tasks.len().max(1) as f64;
@@ -381,24 +450,28 @@ impl<'a> Search<'a> {
                 found.push((gi, n, score, bonus, span));
             }
             // The numa-aware score: 100 − ⌊100·spanned/max spanned⌋ over the candidates.
+            // A leaf-minimal plan ranks first: its leaves in fill order, the rest after.
             let max_span = found.iter().map(|f| f.4).max().unwrap_or(0);
-            let mut best: Option<(f64, f64, NodeIdx, usize)> = None;
+            let mut best: Option<(u32, f64, f64, NodeIdx, usize)> = None;
             for &(gi, n, score, bonus, span) in &found {
                 let score = if numa_req.is_some() && max_span > 0 {
                     score + self.numa_weight * f64::from(100 - 100 * span / max_span)
                 } else {
                     score
                 };
+                let rank = ranks.as_ref().map_or(u32::MAX, |r| r[gi]);
                 let better = match best {
                     None => true,
-                    Some((s, b, m, _)) => score > s || (score == s && (bonus > b || (bonus == b && n < m))),
+                    Some((rk, s, b, m, _)) => {
+                        rank < rk || (rank == rk && (score > s || (score == s && (bonus > b || (bonus == b && n < m)))))
+                    }
                 };
                 if better {
-                    best = Some((score, bonus, n, gi));
+                    best = Some((rank, score, bonus, n, gi));
                 }
             }
             match best {
-                Some((_, _, n, gi)) => {
+                Some((_, _, _, n, gi)) => {
                     let assignment = cands[role].get_mut(gi).and_then(Option::take).map(|c| c.1);
                     self.place(job, t, n, assignment);
                     // Whatever other roles had picked on this node is stale now.
