@@ -3,6 +3,9 @@
 //! Parsing is exact: the number is read as a decimal (never through a float) and
 //! scaled with integer arithmetic, so `0.1` CPU is exactly 100 millicores and a
 //! quantity that is not a whole number of base units is an error rather than rounded.
+//!
+//! [`Resources`] is written and read here too (`Display`, serde, `cpu=16,memory=1Ti`
+//! lists): this module builds on `resources`, which knows nothing of text.
 
 use std::fmt;
 
@@ -265,6 +268,21 @@ const EMPTY_NAME: &str = "expected a resource name such as cpu, got an empty key
 impl<'de> Deserialize<'de> for Resources {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_any(ResourcesVisitor)
+    }
+}
+
+impl fmt::Display for Resources {
+    /// `cpu=16, memory=128Gi, nvidia.com/gpu=8`: the form people write.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (k, v) in &self.0 {
+            if !first {
+                f.write_str(", ")?;
+            }
+            first = false;
+            write!(f, "{k}={}", format_quantity(k, *v))?;
+        }
+        Ok(())
     }
 }
 

@@ -3,9 +3,11 @@
 //! Every quantity is an integer in the resource's base unit: `cpu` in millicores
 //! (`500m` = 500, `16` = 16000), `memory` in bytes, anything else in whole units.
 //! Integers keep sums exact, so nothing is handed out twice through rounding.
+//!
+//! Only the numbers live here; how people write them (`Display`, serde, parsing) is in
+//! [`crate::quantity`], which builds on this module and never the other way round.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 /// The CPU resource; stored in millicores.
 pub const CPU: &str = "cpu";
@@ -51,20 +53,5 @@ impl Resources {
     /// `self × n`, saturating.
     pub fn times(&self, n: u64) -> Resources {
         Resources(self.0.iter().map(|(k, v)| (k.clone(), v.saturating_mul(n))).collect())
-    }
-}
-
-impl fmt::Display for Resources {
-    /// `cpu=16, memory=128Gi, nvidia.com/gpu=8`: the form people write.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut first = true;
-        for (k, v) in &self.0 {
-            if !first {
-                f.write_str(", ")?;
-            }
-            first = false;
-            write!(f, "{k}={}", crate::quantity::format_quantity(k, *v))?;
-        }
-        Ok(())
     }
 }

@@ -7,8 +7,6 @@ use hyperplan_net::frame::FrameError;
 use hyperplan_net::messages::{PROTOCOL_VERSION, Role};
 use hyperplan_net::tls::TlsError;
 
-use super::session::{CONNECT_TIMEOUT, REGISTER_TIMEOUT};
-
 /// Why the link to the planner is down, as one sentence for the log. Messages carry their
 /// cause inline (no error source), as the log line and the close reason are all a person
 /// sees; none of these stops the agent, they only make it reconnect.
@@ -25,10 +23,10 @@ pub(crate) enum LinkDown {
     #[error("{0}")]
     Connect(TlsError),
     /// A QUIC client hears nothing back from a closed UDP port: the planner is not there.
-    #[error("no answer from {addr} within {} s", CONNECT_TIMEOUT.as_secs())]
-    ConnectTimeout { addr: SocketAddr },
-    #[error("the planner did not register us within {} s", REGISTER_TIMEOUT.as_secs())]
-    RegisterTimeout,
+    #[error("no answer from {addr} within {secs} s")]
+    ConnectTimeout { addr: SocketAddr, secs: u64 },
+    #[error("the planner did not register us within {secs} s")]
+    RegisterTimeout { secs: u64 },
     #[error("cannot open a stream: {0}")]
     OpenStream(quinn::ConnectionError),
     #[error("sending hello: {0}")]

@@ -48,7 +48,10 @@ pub(super) async fn connect(endpoint: quinn::Endpoint, addr: SocketAddr) -> Resu
     match tokio::time::timeout(CONNECT_TIMEOUT, tls::connect(&endpoint, addr)).await {
         Ok(Ok(connection)) => Ok(connection),
         Ok(Err(e)) => Err(LinkDown::Connect(e)),
-        Err(_) => Err(LinkDown::ConnectTimeout { addr }),
+        Err(_) => Err(LinkDown::ConnectTimeout {
+            addr,
+            secs: CONNECT_TIMEOUT.as_secs(),
+        }),
     }
 }
 
@@ -70,7 +73,9 @@ pub(super) async fn handshake(
 ) -> Result<Registered, LinkDown> {
     tokio::time::timeout(REGISTER_TIMEOUT, handshake_inner(connection, node, register))
         .await
-        .unwrap_or(Err(LinkDown::RegisterTimeout))
+        .unwrap_or(Err(LinkDown::RegisterTimeout {
+            secs: REGISTER_TIMEOUT.as_secs(),
+        }))
 }
 
 async fn handshake_inner(

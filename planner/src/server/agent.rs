@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use super::close;
 use super::driver::ToCore;
-use super::handshake::refuse;
+use super::refuse::refuse;
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 

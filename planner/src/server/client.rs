@@ -7,7 +7,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::close;
 use super::driver::ToCore;
-use super::handshake::refuse;
+use super::refuse::refuse;
 
 pub async fn serve(
     conn: quinn::Connection,

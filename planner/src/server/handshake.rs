@@ -12,17 +12,11 @@ use hyperplan_net::{peer_identity, read_frame, write_frame};
 use tokio::sync::mpsc;
 
 use super::driver::ToCore;
+use super::refuse::refuse;
 use super::{agent, client, close};
 
 /// How long a peer may take to open its stream and say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Refuses the connection: a log line with the peer address and why, and a close frame
-/// carrying the reason.
-pub fn refuse(conn: &quinn::Connection, code: u32, reason: &str) {
-    tracing::warn!(peer = %conn.remote_address(), "refused: {reason}");
-    conn.close(quinn::VarInt::from_u32(code), reason.as_bytes());
-}
 
 pub async fn serve(incoming: quinn::Incoming, id: u64, to_core: mpsc::UnboundedSender<ToCore>, max_frame: usize) {
     let peer = incoming.remote_address();

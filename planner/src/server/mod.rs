@@ -4,14 +4,15 @@
 //! to the one task that owns the `Planner` ([`driver`]), which ticks on a timer and as
 //! soon as something arrives, marks silent nodes NotReady, and sends `Launch` to agents.
 //!
-//! A refusal (certificate, name, version, a malformed, oversized or out-of-order frame)
-//! is a log line with the peer address and closes that connection only.
+//! A refusal ([`refuse`]: certificate, name, version, a malformed, oversized or
+//! out-of-order frame) is a log line with the peer address and closes that connection only.
 
 mod agent;
 mod client;
 pub mod discovery;
 mod driver;
 mod handshake;
+mod refuse;
 
 use std::net::SocketAddr;
 use std::time::Duration;
