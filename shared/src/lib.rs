@@ -2,9 +2,10 @@
 //!
 //! Resources and quantities, the cluster file, job files, Volcano HyperNode and Job
 //! manifests, the placement report `hyperplan simulate` prints, and the generators
-//! and helpers (fat-tree clusters, hostlists) that users and tests share.
+//! and helpers (fat-tree clusters, hostlists, text columns) that users and tests share.
 
 pub mod cluster;
+pub mod columns;
 pub mod error;
 pub mod fattree;
 pub mod hostlist;

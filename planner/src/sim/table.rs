@@ -3,6 +3,7 @@
 //! GPUs, rails).
 
 use hyperplan_shared::MEMORY;
+use hyperplan_shared::columns::columns;
 use hyperplan_shared::hostlist;
 use hyperplan_shared::quantity::format_quantity;
 use hyperplan_shared::report::{JobStatus, Report};
@@ -85,28 +86,4 @@ pub fn render_task_table(report: &Report) -> String {
         }
     }
     columns(&rows)
-}
-
-/// Left-aligned columns, two spaces apart; the last column is not padded.
-fn columns<const N: usize>(rows: &[[String; N]]) -> String {
-    let mut widths = [0usize; N];
-    for r in rows {
-        for (w, c) in widths.iter_mut().zip(r.iter()) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for r in rows {
-        let mut line = String::new();
-        for (i, c) in r.iter().enumerate() {
-            if i + 1 < N {
-                line.push_str(&format!("{c:<w$}  ", w = widths[i]));
-            } else {
-                line.push_str(c);
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
 }
