@@ -4,7 +4,7 @@
 use hyperplan_net::messages::RequestCommand;
 use hyperplan_shared::status::Cancelled;
 
-use super::{Output, call, decode, json, long_help};
+use super::{Output, long_help, run_request};
 use crate::client::ClientArgs;
 
 const EXAMPLES: &str = "  hyperplan cancel train-64
@@ -29,13 +29,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let value = call(&args.client, RequestCommand::Cancel { job: args.job })?;
-    let text = match args.output {
-        Output::Json => json(&value)?,
-        Output::Table => render(&decode::<Cancelled>(value, "cancellation receipt")?),
-    };
-    print!("{text}");
-    Ok(())
+    let command = RequestCommand::Cancel { job: args.job };
+    run_request(&args.client, command, args.output, "cancellation receipt", render)
 }
 
 /// `cancelled JOB`.

@@ -7,7 +7,7 @@ use hyperplan_shared::report::{JobReport, JobStatus};
 use hyperplan_shared::status::Explanation;
 
 use super::columns::columns;
-use super::{Output, call, decode, json, long_help};
+use super::{Output, long_help, run_request};
 use crate::client::ClientArgs;
 
 const EXAMPLES: &str = "  hyperplan explain big-256
@@ -33,13 +33,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let value = call(&args.client, RequestCommand::Explain { job: args.job })?;
-    let text = match args.output {
-        Output::Json => json(&value)?,
-        Output::Table => render(&decode::<Explanation>(value, "explanation")?),
-    };
-    print!("{text}");
-    Ok(())
+    let command = RequestCommand::Explain { job: args.job };
+    run_request(&args.client, command, args.output, "explanation", render)
 }
 
 /// Status, reason, the need/limit header, then the candidate table.

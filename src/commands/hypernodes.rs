@@ -11,7 +11,7 @@ use hyperplan_shared::quantity::format_quantity;
 use hyperplan_shared::status::{HyperNodeStatus, HyperNodeTree, SourceStatus};
 
 use super::columns::{columns, ratio};
-use super::{Output, call, decode, json, long_help};
+use super::{Output, long_help, run_request};
 use crate::client::ClientArgs;
 
 const EXAMPLES: &str = "  hyperplan hypernodes
@@ -40,18 +40,18 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let value = call(&args.client, RequestCommand::HyperNodes)?;
-    let text = match args.output {
-        Output::Json => json(&value)?,
-        Output::Table => {
+    run_request(
+        &args.client,
+        RequestCommand::HyperNodes,
+        args.output,
+        "HyperNode tree",
+        |tree| {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
-            render(&decode::<HyperNodeTree>(value, "HyperNode tree")?, now)
-        }
-    };
-    print!("{text}");
-    Ok(())
+            render(tree, now)
+        },
+    )
 }
 
 /// How many left-out hosts, unmapped CAs or warnings a source lists before "… and N more".

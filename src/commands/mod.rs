@@ -1,7 +1,9 @@
 //! The commands that talk to a running planner: `nodes`, `hypernodes`, `submit`, `status`,
-//! `cancel`, `explain`. Each sends one request (see `crate::client`) and prints the reply:
-//! `--output json` prints the planner's JSON value exactly, `--output table` renders it
-//! for people. Renderers are pure functions of the reply values, snapshot-tested here.
+//! `cancel`, `explain`. Each sends one request (see `crate::client`) and prints the reply
+//! through [`run_request`] (`submit`, sending one request per file, through
+//! [`print_reply`]): `--output json` prints the planner's JSON value exactly,
+//! `--output table` renders it for people. Renderers are pure functions of the reply
+//! values, snapshot-tested here.
 
 pub mod cancel;
 mod columns;
@@ -37,6 +39,37 @@ pub fn long_help(examples: &str) -> String {
 pub fn call(client: &ClientArgs, command: RequestCommand) -> anyhow::Result<serde_json::Value> {
     let config = ClientConfig::from_process(client)?;
     client::request(&config, command)
+}
+
+/// Every command's shape: resolve the connection settings, send `command`, and print the
+/// reply as [`print_reply`] does. `what` names the reply in the error for a reply of
+/// another shape; `table` renders it for people.
+pub fn run_request<T: DeserializeOwned>(
+    client: &ClientArgs,
+    command: RequestCommand,
+    output: Output,
+    what: &str,
+    table: impl FnOnce(&T) -> String,
+) -> anyhow::Result<()> {
+    let value = call(client, command)?;
+    print_reply(output, value, what, table)
+}
+
+/// Prints a reply on stdout: with `--output json` the value exactly as the planner sent it
+/// (so scripts see every field, even ones this CLI does not know), else decoded as `T`
+/// (see [`decode`]) and rendered by `table`.
+pub fn print_reply<T: DeserializeOwned>(
+    output: Output,
+    value: serde_json::Value,
+    what: &str,
+    table: impl FnOnce(&T) -> String,
+) -> anyhow::Result<()> {
+    let text = match output {
+        Output::Json => json(&value)?,
+        Output::Table => table(&decode::<T>(value, what)?),
+    };
+    print!("{text}");
+    Ok(())
 }
 
 /// The reply value, pretty, with a final newline.

@@ -7,7 +7,7 @@ use hyperplan_shared::quantity::format_quantity;
 use hyperplan_shared::status::{NodeList, NodeState, NodeStatus};
 
 use super::columns::{columns, ratio};
-use super::{Output, call, decode, json, long_help};
+use super::{Output, long_help, run_request};
 use crate::client::ClientArgs;
 
 const EXAMPLES: &str = "  hyperplan nodes
@@ -31,13 +31,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let value = call(&args.client, RequestCommand::Nodes)?;
-    let text = match args.output {
-        Output::Json => json(&value)?,
-        Output::Table => render(&decode::<NodeList>(value, "node list")?),
-    };
-    print!("{text}");
-    Ok(())
+    run_request(&args.client, RequestCommand::Nodes, args.output, "node list", render)
 }
 
 /// The node table, then a count line.

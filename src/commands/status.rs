@@ -6,7 +6,7 @@ use hyperplan_planner::sim::{render_table, render_task_table};
 use hyperplan_shared::report::{JobStatus, Report, Summary};
 use hyperplan_shared::status::JobList;
 
-use super::{Output, call, decode, json, long_help};
+use super::{Output, long_help, run_request};
 use crate::client::ClientArgs;
 
 const EXAMPLES: &str = "  hyperplan status
@@ -33,13 +33,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let one = args.job.is_some();
-    let value = call(&args.client, RequestCommand::Status { job: args.job })?;
-    let text = match args.output {
-        Output::Json => json(&value)?,
-        Output::Table => render(&decode::<JobList>(value, "job list")?, one),
-    };
-    print!("{text}");
-    Ok(())
+    let command = RequestCommand::Status { job: args.job };
+    run_request(&args.client, command, args.output, "job list", |list| render(list, one))
 }
 
 /// The job table and a count line; with `tasks`, the task table after it.

@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use hyperplan_net::messages::RequestCommand;
 use hyperplan_shared::status::Submitted;
 
-use super::{Output, decode, json, long_help};
+use super::{Output, decode, long_help, print_reply};
 use crate::client::{self, ClientArgs, ClientConfig};
 
 const EXAMPLES: &str = "  hyperplan submit examples/jobs.yaml
@@ -60,14 +60,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ),
         }
     }
-    let text = match (args.output, values.as_slice()) {
-        // One file: the planner's reply exactly. Several: their lists joined.
-        (Output::Json, [one]) => json(one)?,
-        (Output::Json, _) => json(&serde_json::to_value(&submitted).context("encoding the receipt")?)?,
-        (Output::Table, _) => render(&submitted),
+    // One file: the planner's reply exactly. Several: their lists joined.
+    let value = match values.as_slice() {
+        [one] => one.clone(),
+        _ => serde_json::to_value(&submitted).context("encoding the receipt")?,
     };
-    print!("{text}");
-    Ok(())
+    print_reply(args.output, value, "submission receipt", render)
 }
 
 /// `(name as typed, text)` per file, all read before any is sent.
