@@ -3,14 +3,16 @@
 //!
 //! - [`grouping`]: the pure part, port records → HyperNodes (tier 1 as Volcano does;
 //!   upper tiers from switch-to-switch records, else Volcano's single `spine-hn`).
-//! - [`client`]: [`UfmSource`], the blocking HTTPS client (ureq, rustls on ring).
+//! - `client`: `UfmSource`, the blocking HTTPS client (ureq, rustls on ring), behind the
+//!   default feature `ufm-client` so that the planner core can use the rest without TLS.
 //! - [`config`]: [`UfmConfig`] as written in `planner.toml`, and the duration syntax.
 //! - [`credentials`]: the `username:password` file, refused unless private (0600).
 //!
-//! The planner's discovery system builds one [`UfmSource`] per `[[discovery]] source =
-//! "ufm"` entry, calls [`UfmSource::fetch`] at start and every `interval`, reconciles the
+//! The planner's discovery poller builds one `UfmSource` per `[[discovery]] source =
+//! "ufm"` entry, calls `UfmSource::fetch` at start and every `interval`, reconciles the
 //! returned HyperNodes as the UFM source's own, and on error keeps the last good ones.
 
+#[cfg(feature = "ufm-client")]
 pub mod client;
 pub mod config;
 pub mod credentials;
@@ -18,6 +20,7 @@ pub mod grouping;
 
 use std::path::PathBuf;
 
+#[cfg(feature = "ufm-client")]
 pub use client::{MAX_BODY_BYTES, UfmSource};
 pub use config::{DurationError, UfmConfig};
 pub use credentials::Credentials;
@@ -75,6 +78,7 @@ pub enum UfmError {
     )]
     Tls { url: String, why: String },
 
+    #[cfg(feature = "ufm-client")]
     #[error("cannot reach UFM at {url}: {source}")]
     Transport {
         url: String,
@@ -99,6 +103,7 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     config::parse_duration(text).map_err(|e| e.to_string())
 }
 
+#[cfg(feature = "ufm-client")]
 /// One poll with a throw-away [`UfmSource`]; for one-shot commands. A long-running
 /// planner keeps the source instead (it reuses connections and checks the CA file once).
 pub fn fetch(config: &UfmConfig) -> Result<UfmTopology, UfmError> {
