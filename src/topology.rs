@@ -8,15 +8,14 @@ use std::path::Path;
 
 use anyhow::Context;
 use hyperplan_agent::probe::{self, ProbeOptions, Source};
+use hyperplan_planner::core::numa::node::hardware_resources;
 use hyperplan_shared::topology::{NodeTopology, SharedTopology};
-use hyperplan_shared::{ClusterSpec, Resources, TopologyRef};
-
-/// The GPU resource name derived from probed GPUs.
-pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+use hyperplan_shared::{ClusterSpec, TopologyRef};
 
 /// Loads every node's topology (each distinct source once, shared by its nodes) and fills in `resources` for
 /// nodes that have a topology but no resources: `cpu` = PUs, `memory` = total memory,
-/// `nvidia.com/gpu` = GPUs.
+/// `nvidia.com/gpu` = GPUs, derived by the planner core's `hardware_resources`, the one
+/// the daemon uses for its agents' nodes, so both plan with the same numbers.
 pub fn fill_resources(cluster: &mut ClusterSpec, cluster_file: &Path) -> anyhow::Result<()> {
     let mut loaded: BTreeMap<TopologyRef, SharedTopology> = BTreeMap::new();
     for node in &mut cluster.nodes {
@@ -28,7 +27,7 @@ pub fn fill_resources(cluster: &mut ClusterSpec, cluster_file: &Path) -> anyhow:
         }
         if let Some(t) = loaded.get(source) {
             if node.resources.is_empty() {
-                node.resources = resources_of(t);
+                node.resources = hardware_resources(t);
             }
             node.hardware = Some(t.clone());
         }
@@ -46,16 +45,4 @@ pub fn load(source: &TopologyRef) -> Result<NodeTopology, probe::ProbeError> {
         source,
         ..ProbeOptions::local()
     })
-}
-
-/// What a node offers, from its hardware.
-pub fn resources_of(t: &NodeTopology) -> Resources {
-    let pus: u64 = t.cores.iter().map(|c| c.pus.len() as u64).sum();
-    let mut r = Resources::new()
-        .with(hyperplan_shared::CPU, pus * 1000)
-        .with(hyperplan_shared::MEMORY, t.total_memory);
-    if !t.gpus.is_empty() {
-        r = r.with(GPU_RESOURCE, t.gpus.len() as u64);
-    }
-    r
 }

@@ -1,10 +1,13 @@
 //! The resource cache: allocatable and free capacity per node and per HyperNode as dense
 //! vectors over resource dimensions. The allocator takes from it as it places tasks and
-//! gives back on discard, so every decision within a tick sees live values.
+//! gives back on discard, so every decision within a tick sees live values; between
+//! ticks it follows the tasks that started and stopped (see `holdings`).
 
-use bevy_ecs::prelude::Resource;
+use bevy_ecs::prelude::*;
 use hyperplan_shared::Resources;
 
+use super::components::{Node, NodeSlot, Retired, Task, TaskState};
+use super::holdings::{Holdings, held_by, running_on};
 use super::ids::{HnIdx, NodeIdx};
 use super::topology::TopologyIndex;
 
@@ -28,12 +31,28 @@ pub struct Capacity {
     pub dims: Vec<String>,
     pub d: usize,
     pub alloc: Vec<u64>,
+    /// Per node: what is in use, as an exact sum (external use — all of the node while
+    /// it is not ready — plus the tasks taken), so `give` undoes `take` exactly even on
+    /// a node shrunk under its running tasks.
+    pub used: Vec<u64>,
+    /// Per node: `alloc − used`, floored at zero.
     pub free: Vec<u64>,
     pub hn_alloc: Vec<u64>,
+    /// Per HyperNode: Σ over its nodes of `alloc − free` (a node counts at most whole).
     pub hn_used: Vec<u64>,
     /// Per task shape (request vector): how many fit in each HyperNode, kept current by
-    /// `take`/`give`, so each job does not rescan every node. Only a few shapes are kept.
-    counted: Vec<(Vec<u64>, Vec<u64>)>,
+    /// `take`/`give`, so each job does not rescan every node. Only a few shapes are kept,
+    /// the least recently asked for makes room for a new one.
+    counted: Vec<Counted>,
+    /// Stamps `Counted::last_use`.
+    uses: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Counted {
+    req: Vec<u64>,
+    per_hn: Vec<u64>,
+    last_use: u64,
 }
 
 /// More shapes would make every `take` pay for shapes no job asks for again.
@@ -50,12 +69,14 @@ impl Capacity {
         let d = dims.len();
         let n = per_node.len();
         let mut alloc = vec![0u64; n * d];
+        let mut used = vec![0u64; n * d];
         let mut free = vec![0u64; n * d];
-        for (i, (a, used)) in per_node.iter().enumerate() {
+        for (i, (a, u)) in per_node.iter().enumerate() {
             for (k, name) in dims.iter().enumerate() {
                 let av = a.get(name);
                 alloc[i * d + k] = av;
-                free[i * d + k] = av.saturating_sub(used.get(name));
+                used[i * d + k] = u.get(name);
+                free[i * d + k] = av.saturating_sub(u.get(name));
             }
         }
         let h = index.hns.len();
@@ -76,20 +97,28 @@ impl Capacity {
             dims,
             d,
             alloc,
+            used,
             free,
             hn_alloc,
             hn_used,
             counted: Vec::new(),
+            uses: 0,
         }
     }
 
     /// The same cluster with nothing running: for "could this ever run?" checks.
     pub fn emptied(&self) -> Self {
-        let mut c = self.clone();
-        c.free.clone_from(&c.alloc);
-        c.hn_used.iter_mut().for_each(|v| *v = 0);
-        c.counted.clear();
-        c
+        Self {
+            dims: self.dims.clone(),
+            d: self.d,
+            alloc: self.alloc.clone(),
+            used: vec![0; self.used.len()],
+            free: self.alloc.clone(),
+            hn_alloc: self.hn_alloc.clone(),
+            hn_used: vec![0; self.hn_used.len()],
+            counted: Vec::new(),
+            uses: 0,
+        }
     }
 
     pub fn shape(&self, r: &Resources) -> Shape {
@@ -146,41 +175,48 @@ impl Capacity {
     /// Takes a task of shape `s` on node `n`: node free capacity, HyperNode use and the
     /// counted shapes all follow.
     pub fn take(&mut self, index: &TopologyIndex, n: NodeIdx, s: &Shape) {
-        self.apply(index, n, s, true);
+        self.apply(index, n, &s.req, true);
     }
 
     /// Gives back what `take` took.
     pub fn give(&mut self, index: &TopologyIndex, n: NodeIdx, s: &Shape) {
-        self.apply(index, n, s, false);
+        self.apply(index, n, &s.req, false);
     }
 
-    fn apply(&mut self, index: &TopologyIndex, n: NodeIdx, s: &Shape, take: bool) {
+    fn apply(&mut self, index: &TopologyIndex, n: NodeIdx, req: &[u64], take: bool) {
         let d = self.d;
-        let before: Vec<u64> = self.counted.iter().map(|(req, _)| self.fit_count_req(n, req)).collect();
-        for k in 0..d {
-            let f = &mut self.free[n.ix() * d + k];
-            // Saturating: a node shrunk under running tasks must not wrap around.
-            *f = if take {
-                f.saturating_sub(s.req[k])
-            } else {
-                f.saturating_add(s.req[k])
-            };
+        let mut before = [0u64; MAX_COUNTED_SHAPES];
+        for (b, c) in before.iter_mut().zip(&self.counted) {
+            *b = self.fit_count_req(n, &c.req);
         }
         let hns = &index.groups[index.node_group[n.ix()].ix()].hyper_nodes;
-        for &h in hns {
-            for k in 0..d {
+        for (k, &r) in req.iter().enumerate().take(d) {
+            let i = n.ix() * d + k;
+            let old_free = self.free[i];
+            // Saturating only against a give that was never taken (a bug the tests'
+            // cache check would report), never against a node's own shrinking.
+            self.used[i] = if take {
+                self.used[i].saturating_add(r)
+            } else {
+                self.used[i].saturating_sub(r)
+            };
+            let new_free = self.alloc[i].saturating_sub(self.used[i]);
+            self.free[i] = new_free;
+            // The node's share of its HyperNodes' use moves by what its free room moved.
+            for &h in hns {
                 let u = &mut self.hn_used[h.ix() * d + k];
                 *u = if take {
-                    u.saturating_add(s.req[k])
+                    u.saturating_add(old_free - new_free)
                 } else {
-                    u.saturating_sub(s.req[k])
+                    u.saturating_sub(new_free - old_free)
                 };
             }
         }
-        for (i, old) in before.into_iter().enumerate() {
-            let new = self.fit_count_req(n, &self.counted[i].0);
+        for i in 0..self.counted.len() {
+            let new = self.fit_count_req(n, &self.counted[i].req);
+            let old = before[i];
             if new != old {
-                let per_hn = &mut self.counted[i].1;
+                let per_hn = &mut self.counted[i].per_hn;
                 for &h in hns {
                     per_hn[h.ix()] = per_hn[h.ix()].saturating_sub(old).saturating_add(new);
                 }
@@ -194,14 +230,37 @@ impl Capacity {
         if s.missing.is_some() {
             return vec![0; index.hns.len()];
         }
-        if let Some((_, per_hn)) = self.counted.iter().find(|(req, _)| *req == s.req) {
-            return per_hn.clone();
+        self.uses += 1;
+        let stamp = self.uses;
+        if let Some(c) = self.counted.iter_mut().find(|c| c.req == s.req) {
+            c.last_use = stamp;
+            return c.per_hn.clone();
         }
         let per_hn = self.fit_counts_per_hn(index, s);
+        let counted = Counted {
+            req: s.req.clone(),
+            per_hn: per_hn.clone(),
+            last_use: stamp,
+        };
         if self.counted.len() < MAX_COUNTED_SHAPES {
-            self.counted.push((s.req.clone(), per_hn.clone()));
+            self.counted.push(counted);
+        } else if let Some(oldest) = self.counted.iter_mut().min_by_key(|c| c.last_use) {
+            // The cache lives as long as the topology: shapes of jobs long gone make
+            // room for the ones asked for now.
+            *oldest = counted;
         }
         per_hn
+    }
+
+    /// The counted room of `s` per HyperNode, when `s` is counted (no rescan).
+    pub fn counted_room(&self, s: &Shape) -> Option<&[u64]> {
+        if s.missing.is_some() {
+            return None;
+        }
+        self.counted
+            .iter()
+            .find(|c| c.req == s.req)
+            .map(|c| c.per_hn.as_slice())
     }
 
     pub fn hn_used(&self, h: HnIdx) -> &[u64] {
@@ -232,6 +291,50 @@ impl Capacity {
         per_hn
     }
 
+    /// Where this cache differs from `fresh`, one that was just built from the nodes and
+    /// the running tasks (empty when they agree); the counted shapes are checked against
+    /// a recount.
+    pub fn diff(&self, fresh: &Capacity, index: &TopologyIndex) -> Vec<String> {
+        let mut bad = Vec::new();
+        if self.dims != fresh.dims {
+            bad.push(format!("dimensions {:?}, fresh {:?}", self.dims, fresh.dims));
+            return bad;
+        }
+        let d = self.d.max(1);
+        let mut per_entry = |what: &str, mine: &[u64], theirs: &[u64], name: &dyn Fn(usize) -> String| {
+            if mine.len() != theirs.len() {
+                bad.push(format!("{what}: {} entries, fresh {}", mine.len(), theirs.len()));
+                return;
+            }
+            if let Some(i) = (0..mine.len()).find(|&i| mine[i] != theirs[i]) {
+                bad.push(format!(
+                    "{what} of {} ({}): {}, fresh {}",
+                    name(i / d),
+                    self.dims[i % d],
+                    mine[i],
+                    theirs[i]
+                ));
+            }
+        };
+        let node = |i: usize| index.node_names.get(i).cloned().unwrap_or_default();
+        let hn = |i: usize| index.hns.get(i).map(|h| h.name.clone()).unwrap_or_default();
+        per_entry("allocatable", &self.alloc, &fresh.alloc, &node);
+        per_entry("used", &self.used, &fresh.used, &node);
+        per_entry("free", &self.free, &fresh.free, &node);
+        per_entry("HyperNode allocatable", &self.hn_alloc, &fresh.hn_alloc, &hn);
+        per_entry("HyperNode used", &self.hn_used, &fresh.hn_used, &hn);
+        for c in &self.counted {
+            let shape = Shape {
+                req: c.req.clone(),
+                missing: None,
+            };
+            if c.per_hn != fresh.fit_counts_per_hn(index, &shape) {
+                bad.push(format!("counted room of {} is stale", self.describe(&shape)));
+            }
+        }
+        bad
+    }
+
     /// Human form of a shape: `cpu=16, memory=128Gi, nvidia.com/gpu=8`.
     pub fn describe(&self, s: &Shape) -> String {
         let mut r = Resources::new();
@@ -247,46 +350,95 @@ impl Capacity {
     }
 }
 
-/// The resource-cache system: free capacity per node and HyperNode from the nodes and
-/// the tasks that hold resources now, so no value is stale from an earlier tick. The
-/// part that comes from the nodes alone is kept until the topology changes.
+/// The resource-cache system. The cache lives across ticks: it is built afresh (nodes,
+/// then every running task) only when the topology index was rebuilt, which every node
+/// change (appearing, going, new allocatable or external use, readiness) and every
+/// HyperNode change causes. Otherwise it follows the tasks whose state changed since the
+/// last tick, through the ledger of what each task holds: gives back what stopped
+/// running, takes what started outside the allocator. The allocator takes as it places
+/// (`holdings::record_placements` records those afterwards).
+#[allow(clippy::too_many_arguments)]
 pub fn refresh_capacity(
-    index: bevy_ecs::prelude::Res<TopologyIndex>,
-    mut cap: bevy_ecs::prelude::ResMut<Capacity>,
-    mut base: bevy_ecs::prelude::Local<Option<(u64, Capacity)>>,
-    nodes: bevy_ecs::prelude::Query<&super::components::Node>,
-    tasks: bevy_ecs::prelude::Query<(&super::components::Task, &super::components::TaskState)>,
-    slots: bevy_ecs::prelude::Query<&super::components::NodeSlot>,
+    index: Res<TopologyIndex>,
+    mut cap: ResMut<Capacity>,
+    mut holdings: ResMut<Holdings>,
+    nodes: Query<&Node>,
+    tasks: Query<(Entity, &Task, &TaskState)>,
+    changed: Query<(Entity, &Task, &TaskState), (Changed<TaskState>, Without<Retired>)>,
+    mut removed: RemovedComponents<TaskState>,
+    slots: Query<&NodeSlot>,
 ) {
     let _span = tracing::info_span!("resource_cache").entered();
-    if base
-        .as_ref()
-        .is_none_or(|(generation, _)| *generation != index.generation)
-    {
-        let per_node: Vec<(&Resources, &Resources)> = index
-            .node_entities
-            .iter()
-            .map(|&e| match nodes.get(e) {
-                // A node that is not ready offers nothing: all of it counts as used.
-                Ok(n) if !n.ready => (&n.allocatable, &n.allocatable),
-                Ok(n) => (&n.allocatable, &n.external_used),
-                Err(_) => (&EMPTY, &EMPTY),
-            })
-            .collect();
-        *base = Some((index.generation, Capacity::build(&index, &per_node)));
-    }
-    let Some((_, fresh)) = base.as_ref() else { return };
-    let mut c = fresh.clone();
-    for (task, ts) in &tasks {
-        if !ts.is_running() {
-            continue;
+    if holdings.generation != Some(index.generation) {
+        removed.clear();
+        let per_node = node_inputs(&index, |e| nodes.get(e).ok());
+        *cap = Capacity::build(&index, &per_node);
+        holdings.reset(index.generation);
+        for (e, task, ts) in &tasks {
+            if let Some(n) = running_on(ts, &slots) {
+                let held = held_by(&cap, n, task, ts);
+                holdings.take(&mut cap, &index, e, held);
+            }
         }
-        if let Some(slot) = ts.node.and_then(|n| slots.get(n).ok()) {
-            let shape = c.shape(&task.request);
-            c.take(&index, slot.0, &shape);
+        tracing::debug!(running = holdings.len(), "resource cache rebuilt");
+        return;
+    }
+    for e in removed.read() {
+        holdings.give(&mut cap, &index, e);
+    }
+    // Gives first: a NUMA PU given back must not free one just taken on the same node.
+    for (e, _, ts) in &changed {
+        let held = holdings.get(e).map(|h| h.node);
+        if held.is_some() && held != running_on(ts, &slots) {
+            holdings.give(&mut cap, &index, e);
         }
     }
-    *cap = c;
+    for (e, task, ts) in &changed {
+        if let Some(n) = running_on(ts, &slots)
+            && holdings.get(e).is_none()
+        {
+            let held = held_by(&cap, n, task, ts);
+            holdings.take(&mut cap, &index, e, held);
+        }
+    }
+}
+
+/// Per node of the index: (allocatable, in use outside hyperplan's tasks). A node that
+/// is not ready offers nothing: all of it counts as used.
+fn node_inputs<'a>(
+    index: &TopologyIndex,
+    node: impl Fn(bevy_ecs::entity::Entity) -> Option<&'a Node>,
+) -> Vec<(&'a Resources, &'a Resources)> {
+    index
+        .node_entities
+        .iter()
+        .map(|&e| match node(e) {
+            Some(n) if !n.ready => (&n.allocatable, &n.allocatable),
+            Some(n) => (&n.allocatable, &n.external_used),
+            None => (&EMPTY, &EMPTY),
+        })
+        .collect()
+}
+
+/// The cache built from scratch from `world` (nodes and running tasks), for tests to
+/// compare the incrementally kept one against.
+pub fn fresh(world: &mut World) -> Capacity {
+    let mut tq = world.query::<(&Task, &TaskState)>();
+    let world = &*world;
+    let index = world.resource::<TopologyIndex>();
+    let per_node = node_inputs(index, |e| world.get::<Node>(e));
+    let mut cap = Capacity::build(index, &per_node);
+    for (task, ts) in tq.iter(world) {
+        if let Some(n) = ts
+            .node
+            .filter(|_| ts.is_running())
+            .and_then(|e| world.get::<NodeSlot>(e))
+        {
+            let shape = cap.shape(&task.request);
+            cap.take(index, n.0, &shape);
+        }
+    }
+    cap
 }
 
 static EMPTY: Resources = Resources(std::collections::BTreeMap::new());

@@ -221,3 +221,8 @@ impl TaskState {
         self.phase == TaskPhase::Running
     }
 }
+
+/// On a job that is over (finished or cancelled), its sub-jobs and its tasks, from the
+/// end of the tick in which it ended (see `retire`). The per-tick scans skip it.
+#[derive(Component, Clone, Copy, Debug, Default)]
+pub struct Retired;

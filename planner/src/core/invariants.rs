@@ -8,17 +8,22 @@
 //!   under one HyperNode of an allowed tier;
 //! - NUMA: no PU, GPU or byte of a NUMA node's memory is assigned twice; a task's CPUs
 //!   and GPUs belong to its node; a task with a NUMA request holds exactly what it asked
-//!   for; under single-numa-node all of a task's resources sit on one NUMA node.
+//!   for; under single-numa-node all of a task's resources sit on one NUMA node;
+//! - the resource caches, kept incrementally across ticks, equal caches built afresh
+//!   from the nodes and the running tasks.
 
 use std::collections::HashMap;
 
 use bevy_ecs::prelude::*;
 use hyperplan_shared::{NetworkTopology, Resources, TopologyMode};
 
+use super::capacity::Capacity;
 use super::components::{Job, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
+use super::holdings::Holdings;
 use super::ids::NodeIdx;
 use super::numa::hints::Policy;
 use super::numa::node::NodeHardware;
+use super::numa::state::NumaState;
 use super::topology::TopologyIndex;
 
 /// Returns every violation found (empty when all hold).
@@ -52,6 +57,7 @@ pub fn check(world: &mut World) -> Vec<String> {
     }
 
     check_numa(world, &mut bad);
+    check_caches(world, &mut bad);
 
     let mut jq = world.query::<&Job>();
     let index = world.resource::<TopologyIndex>();
@@ -142,6 +148,23 @@ fn check_tier(
         Some(t) if t <= limit => {}
         Some(t) => bad.push(format!("{who}: placed across tier {t}, hard limit {limit}")),
         None => bad.push(format!("{who}: placed on nodes no HyperNode holds together")),
+    }
+}
+
+/// The capacity and NUMA caches equal fresh ones (once the planner has ticked).
+fn check_caches(world: &mut World, bad: &mut Vec<String>) {
+    let generation = world.resource::<TopologyIndex>().generation;
+    if world.resource::<Holdings>().generation != Some(generation) {
+        return;
+    }
+    let cap = super::capacity::fresh(world);
+    let numa = super::numa::state::fresh(world);
+    let index = world.resource::<TopologyIndex>();
+    for d in world.resource::<Capacity>().diff(&cap, index) {
+        bad.push(format!("resource cache: {d}"));
+    }
+    for d in world.resource::<NumaState>().diff(&numa, index) {
+        bad.push(format!("resource cache: {d}"));
     }
 }
 

@@ -3,7 +3,10 @@
 //! [`Command`]s it returns. The daemon and the simulator drive the very same Schedule.
 //!
 //! A tick: ingest → discovery → topology index → resource cache (capacity, then NUMA)
-//! → recover → allocate (gradient search, scoring, NUMA assignment) → dispatch.
+//! → recover → allocate (gradient search, scoring, NUMA assignment) → record the
+//! placements in the caches' ledger → dispatch → retire the jobs that ended. Between
+//! topology changes every system after the index works on what changed (see
+//! `holdings`) and on live jobs (see `retire`), not on the whole cluster or its history.
 
 pub mod allocate;
 pub mod capacity;
@@ -11,6 +14,7 @@ pub mod commands;
 pub mod components;
 pub mod discovery;
 pub mod events;
+pub mod holdings;
 pub mod ids;
 pub(crate) mod ingest;
 pub mod invariants;
@@ -18,6 +22,7 @@ pub mod numa;
 pub mod queues;
 mod recover;
 mod reindex;
+mod retire;
 pub mod topology;
 pub mod view;
 
@@ -60,6 +65,7 @@ impl Planner {
         world.insert_resource(discovery::ReportedGuids::default());
         world.insert_resource(TopologyIndex::default());
         world.insert_resource(Capacity::default());
+        world.insert_resource(holdings::Holdings::default());
         world.insert_resource(numa::state::NumaState::default());
         world.insert_resource(numa::node::HardwareCache::default());
         let mut schedule = Schedule::default();
@@ -73,7 +79,9 @@ impl Planner {
                 numa::state::refresh_numa,
                 recover::recover,
                 allocate::allocate,
+                holdings::record_placements,
                 dispatch::dispatch,
+                retire::retire,
             )
                 .chain(),
         );

@@ -1,22 +1,51 @@
 //! The recover system (Volcano §6): clear an AllocatedHyperNode that no longer exists or
 //! holds no running task, and recover an empty one from where the tasks run — the
 //! lowest-tier HyperNode that holds all of them (ties by name).
+//!
+//! What it decides for a job depends only on the job's state, its sub-jobs' states, its
+//! tasks and the topology index, so it looks again only at jobs where one of those
+//! changed since its last run, and at every job when the index was rebuilt.
 
 use bevy_ecs::prelude::*;
 
-use super::components::{Job, JobPhase, JobState, NodeSlot, SubJob, SubJobState, TaskState};
+use super::components::{Job, JobPhase, JobState, NodeSlot, Retired, SubJob, SubJobState, Task, TaskState};
 use super::ids::HnIdx;
 use super::topology::TopologyIndex;
 
 pub fn recover(
     index: Res<TopologyIndex>,
-    mut jobs: Query<(&Job, &mut JobState)>,
-    mut sub_jobs: Query<(&SubJob, &mut SubJobState)>,
+    mut seen_generation: Local<Option<u64>>,
+    mut jobs: Query<(Entity, &Job, &mut JobState), Without<Retired>>,
+    mut sub_jobs: Query<(&SubJob, &mut SubJobState), Without<Retired>>,
     tasks: Query<&TaskState>,
+    changed_tasks: Query<&Task, (Changed<TaskState>, Without<Retired>)>,
     slots: Query<&NodeSlot>,
 ) {
     let _span = tracing::info_span!("recover").entered();
-    for (job, mut state) in &mut jobs {
+    let all = *seen_generation != Some(index.generation);
+    *seen_generation = Some(index.generation);
+    // `is_changed` on the mutable items: changed since this system last ran (by ingest,
+    // allocate or anyone else; its own writes do not count).
+    let mut todo: Vec<Entity> = jobs
+        .iter_mut()
+        .filter(|(_, _, st)| all || st.is_changed())
+        .map(|(e, _, _)| e)
+        .collect();
+    if !all {
+        todo.extend(changed_tasks.iter().map(|t| t.job));
+        todo.extend(
+            sub_jobs
+                .iter_mut()
+                .filter(|(_, st)| st.is_changed())
+                .map(|(sj, _)| sj.job),
+        );
+        todo.sort_unstable();
+        todo.dedup();
+    }
+    for entity in todo {
+        let Ok((_, job, mut state)) = jobs.get_mut(entity) else {
+            continue;
+        };
         if !matches!(state.phase, JobPhase::Running | JobPhase::Pending) {
             continue;
         }

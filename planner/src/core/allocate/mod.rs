@@ -17,7 +17,7 @@ use hyperplan_shared::{NetworkTopology, TopologyMode};
 
 use super::capacity::Capacity;
 use super::commands::Command;
-use super::components::{Job, JobPhase, JobState, NodeSlot, SubJob, SubJobState, Task, TaskPhase, TaskState};
+use super::components::{Job, JobPhase, JobState, NodeSlot, Retired, SubJob, SubJobState, Task, TaskPhase, TaskState};
 use super::numa::state::NumaState;
 use super::queues::{CapacityEpoch, Now, Outbox};
 use super::topology::TopologyIndex;
@@ -41,7 +41,7 @@ pub fn allocate(
     mut cap: ResMut<Capacity>,
     mut numa: ResMut<NumaState>,
     mut out: ResMut<Outbox>,
-    mut jobs: Query<(Entity, &Job, &mut JobState)>,
+    mut jobs: Query<(Entity, &Job, &mut JobState), Without<Retired>>,
     mut sub_jobs: Query<(&SubJob, &mut SubJobState)>,
     mut tasks: Query<(&Task, &mut TaskState)>,
     nodes: Query<&NodeSlot>,
@@ -50,11 +50,15 @@ pub fn allocate(
     // A job rejected because it could not run on the emptied cluster is looked at again
     // when the topology changed since (in the daemon nodes register and discovery sources
     // load after people submit). One rejected at submit (a bad spec) never is: it has no
-    // checked generation.
+    // checked generation. Jobs with nothing to try are left out before any key is built,
+    // so the many running jobs of a busy cluster cost a glance each.
     let mut order: Vec<(Reverse<i32>, u64, String, Entity)> = jobs
         .iter()
-        .filter(|(_, _, st)| match st.phase {
-            JobPhase::Pending | JobPhase::Running => true,
+        .filter(|(_, job, st)| match st.phase {
+            // Nothing freed since it last failed: it would fail again (see below).
+            JobPhase::Pending => st.failed_epoch != Some(epoch.0),
+            // Ranks count the placed tasks: a job with all of them placed has none left.
+            JobPhase::Running => (st.next_rank as usize) < job.tasks.len() && st.failed_epoch != Some(epoch.0),
             JobPhase::Rejected => st.checked_generation.is_some_and(|g| g != index.generation),
             JobPhase::Finished | JobPhase::Cancelled => false,
         })
@@ -93,7 +97,7 @@ pub fn allocate(
                         &mut ctx,
                         &mut state,
                         &index,
-                        &cap,
+                        &mut cap,
                         &numa,
                         &config,
                         &mut out,
@@ -151,7 +155,7 @@ fn explain(
     ctx: &mut JobCtx,
     state: &mut JobState,
     index: &TopologyIndex,
-    cap: &Capacity,
+    cap: &mut Capacity,
     numa: &NumaState,
     config: &PlannerConfig,
     out: &mut Outbox,
@@ -170,7 +174,7 @@ fn explain(
                 .is_some();
             if !fits {
                 // A failed attempt rolls back everything: `empty` is still empty.
-                let why = reason::pending(ctx, index, &empty, &empty_numa);
+                let why = reason::pending(ctx, index, &mut empty, &empty_numa);
                 rejected = Some(format!("even on the empty cluster: {why}"));
             }
         }

@@ -42,16 +42,19 @@ pub fn impossible(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> Option
 
 /// The pending reason for the current capacity: the best HyperNode within the limit and
 /// how many of the job's tasks it could take, or the NUMA policy that turns nodes away.
-pub fn pending(job: &JobCtx, index: &TopologyIndex, cap: &Capacity, numa: &NumaState) -> String {
+/// The room per HyperNode comes from the cache's counted shapes (the search has just
+/// counted them): a pending job costs its HyperNodes, not every node, each time it fails.
+pub fn pending(job: &JobCtx, index: &TopologyIndex, cap: &mut Capacity, numa: &NumaState) -> String {
     let need = job.gang_min.saturating_sub(job.placed()).max(1) as u64;
     let pending = role_pending(job, None);
-    let what = describe_tasks(job, cap, &pending);
     let counts: Vec<Option<Vec<u64>>> = job
         .shapes
         .iter()
         .enumerate()
-        .map(|(r, s)| (pending[r] > 0).then(|| cap.fit_counts_per_hn(index, s)))
+        .map(|(r, s)| (pending[r] > 0).then(|| cap.room_per_hn(index, s)))
         .collect();
+    let cap = &*cap;
+    let what = describe_tasks(job, cap, &pending);
     let limit = job.tier.unwrap_or(index.root_tier());
     if job.tier.is_none() || limit >= index.root_tier() {
         let have = room(&counts, &pending, index.root);

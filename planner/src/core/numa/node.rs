@@ -35,7 +35,9 @@ pub fn is_gpu_resource(name: &str) -> bool {
 }
 
 /// What a node offers, from its hardware: `cpu` = PUs, `memory` = total memory,
-/// `nvidia.com/gpu` = GPUs.
+/// `nvidia.com/gpu` = GPUs. The one derivation: the daemon calls it for its agents'
+/// probes and the simulator for cluster-file nodes with a `topology:`, so both plan
+/// with the same numbers.
 pub fn hardware_resources(t: &NodeTopology) -> Resources {
     let pus: u64 = t.cores.iter().map(|c| c.pus.len() as u64).sum();
     let mut r = Resources::new()

@@ -1,7 +1,8 @@
 //! The NUMA half of the resource cache: per node (dense index) its hardware and what is
 //! free on each NUMA node — PUs, memory, GPUs — after the running tasks' assignments. The
 //! allocator takes from it as it places tasks and gives back on rollback, exactly like
-//! `Capacity`, so nothing is handed out twice within a tick or across ticks.
+//! `Capacity`, so nothing is handed out twice within a tick or across ticks. Like
+//! `Capacity` it lives across ticks and follows the ledger of `holdings`.
 
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use super::NumaFree;
 use super::assign::{self, Assignment, TaskNuma};
 use super::node::{NodeHardware, NodeNuma};
 use crate::core::components::{NodeSlot, TaskState};
+use crate::core::holdings::{Holdings, NumaChange};
 use crate::core::ids::NodeIdx;
 use crate::core::topology::TopologyIndex;
 
@@ -20,8 +22,6 @@ pub struct NumaState {
     nodes: Vec<Option<Arc<NodeNuma>>>,
     /// By `NodeIdx`; `None` = everything free (most nodes, most of the time).
     free: Vec<Option<NumaFree>>,
-    /// Nodes whose `free` is `Some`, to reset them cheaply.
-    touched: Vec<NodeIdx>,
     generation: Option<u64>,
 }
 
@@ -74,11 +74,7 @@ impl NumaState {
     fn free_mut(&mut self, n: NodeIdx) -> Option<&mut NumaFree> {
         let hw = self.nodes.get(n.ix())?.as_ref()?;
         let slot = self.free.get_mut(n.ix())?;
-        if slot.is_none() {
-            *slot = Some(hw.all_free.clone());
-            self.touched.push(n);
-        }
-        slot.as_mut()
+        Some(slot.get_or_insert_with(|| hw.all_free.clone()))
     }
 
     /// The same nodes with nothing assigned: for "could this ever run?" checks.
@@ -86,49 +82,86 @@ impl NumaState {
         Self {
             nodes: self.nodes.clone(),
             free: vec![None; self.nodes.len()],
-            touched: Vec::new(),
             generation: self.generation,
         }
     }
 
-    fn reset(&mut self) {
-        for n in std::mem::take(&mut self.touched) {
-            if let Some(f) = self.free.get_mut(n.ix()) {
-                *f = None;
-            }
+    /// Node hardware by dense index for `index`, everything free.
+    pub fn build(index: &TopologyIndex, hardware: impl Fn(Entity) -> Option<Arc<NodeNuma>>) -> Self {
+        let nodes: Vec<Option<Arc<NodeNuma>>> = index.node_entities.iter().map(|&e| hardware(e)).collect();
+        Self {
+            free: vec![None; nodes.len()],
+            nodes,
+            generation: Some(index.generation),
         }
+    }
+
+    /// Where this state differs from `fresh`, one just built from the running tasks'
+    /// assignments (empty when they agree).
+    pub fn diff(&self, fresh: &NumaState, index: &TopologyIndex) -> Vec<String> {
+        if self.nodes.len() != fresh.nodes.len() {
+            return vec![format!(
+                "NUMA state of {} nodes, fresh {}",
+                self.nodes.len(),
+                fresh.nodes.len()
+            )];
+        }
+        (0..self.nodes.len())
+            .map(|i| NodeIdx(i as u32))
+            .filter(|&n| self.free(n) != fresh.free(n))
+            .map(|n| {
+                let name = index.node_names.get(n.ix()).map_or("?", String::as_str);
+                format!(
+                    "NUMA free state of {name}: {:?}, fresh {:?}",
+                    self.free(n),
+                    fresh.free(n)
+                )
+            })
+            .collect()
     }
 }
 
 /// The NUMA resource-cache system: node hardware by dense index when the topology index
-/// changed, then free state = all free minus the assignments of the running tasks (so no
-/// value is stale from an earlier tick; cost follows the pinned tasks, not the nodes).
+/// changed, with every assignment the ledger holds taken; otherwise the takes and gives
+/// `refresh_capacity` made this tick (cost follows the tasks that started and stopped).
 pub fn refresh_numa(
     index: Res<TopologyIndex>,
     mut state: ResMut<NumaState>,
+    mut holdings: ResMut<Holdings>,
     hardware: Query<&NodeHardware>,
-    tasks: Query<&TaskState>,
-    slots: Query<&NodeSlot>,
 ) {
     let _span = tracing::info_span!("numa_cache").entered();
     if state.generation != Some(index.generation) {
-        state.nodes = index
-            .node_entities
-            .iter()
-            .map(|&e| hardware.get(e).ok().map(|h| h.0.clone()))
-            .collect();
-        state.free = vec![None; state.nodes.len()];
-        state.touched.clear();
-        state.generation = Some(index.generation);
-    } else {
-        state.reset();
+        *state = NumaState::build(&index, |e| hardware.get(e).ok().map(|h| h.0.clone()));
+        holdings.drain_numa_changes();
+        for (_, held) in holdings.iter() {
+            if let Some(a) = &held.numa {
+                state.take(held.node, a);
+            }
+        }
+        return;
     }
-    for ts in &tasks {
+    for change in holdings.drain_numa_changes() {
+        match change {
+            NumaChange::Take(n, a) => state.take(n, &a),
+            NumaChange::Give(n, a) => state.give(n, &a),
+        }
+    }
+}
+
+/// The NUMA state built from scratch from `world`, for tests to compare against.
+pub fn fresh(world: &mut World) -> NumaState {
+    let mut tq = world.query::<&TaskState>();
+    let world = &*world;
+    let index = world.resource::<TopologyIndex>();
+    let mut state = NumaState::build(index, |e| world.get::<NodeHardware>(e).map(|h| h.0.clone()));
+    for ts in tq.iter(world) {
         let (true, Some(a), Some(node)) = (ts.is_running(), ts.numa.as_ref(), ts.node) else {
             continue;
         };
-        if let Ok(slot) = slots.get(node) {
+        if let Some(slot) = world.get::<NodeSlot>(node) {
             state.take(slot.0, a);
         }
     }
+    state
 }

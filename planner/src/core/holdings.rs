@@ -1,0 +1,138 @@
+//! The ledger of what every running task holds in the resource caches (`Capacity` and
+//! `NumaState`): its node, its request and its NUMA assignment, as they were taken. With
+//! it the caches live across ticks: a tick gives back exactly what the tasks that stopped
+//! running held and takes for the tasks that started, so its cost follows the tick's
+//! events (placements, finished and cancelled tasks), not the cluster's size. The caches
+//! and the ledger are built afresh only when the topology index is (node changes,
+//! readiness, HyperNodes).
+
+use std::collections::BTreeMap;
+
+use bevy_ecs::prelude::*;
+
+use super::capacity::{Capacity, Shape};
+use super::components::{NodeSlot, Retired, Task, TaskState};
+use super::ids::NodeIdx;
+use super::numa::assign::Assignment;
+use super::topology::TopologyIndex;
+
+/// What one running task holds.
+#[derive(Clone, Debug)]
+pub struct Held {
+    pub node: NodeIdx,
+    pub shape: Shape,
+    pub numa: Option<Assignment>,
+}
+
+/// A take or give of the NUMA cache, done by `refresh_capacity` for `refresh_numa` to
+/// follow in the same tick.
+#[derive(Clone, Debug)]
+pub enum NumaChange {
+    Take(NodeIdx, Assignment),
+    Give(NodeIdx, Assignment),
+}
+
+#[derive(Debug, Default, Resource)]
+pub struct Holdings {
+    /// The topology generation the node indices belong to; `None` before the first build.
+    pub generation: Option<u64>,
+    /// By task entity (ordered, so nothing depends on hashing).
+    held: BTreeMap<Entity, Held>,
+    numa_changes: Vec<NumaChange>,
+}
+
+impl Holdings {
+    pub fn get(&self, task: Entity) -> Option<&Held> {
+        self.held.get(&task)
+    }
+
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (Entity, &Held)> {
+        self.held.iter().map(|(e, h)| (*e, h))
+    }
+
+    /// Starts over for a new topology generation: nothing held.
+    pub fn reset(&mut self, generation: u64) {
+        self.generation = Some(generation);
+        self.held.clear();
+        self.numa_changes.clear();
+    }
+
+    /// Records a task whose resources are already taken from both caches (the allocator
+    /// took them as it placed the task).
+    pub fn record(&mut self, task: Entity, held: Held) {
+        self.held.insert(task, held);
+    }
+
+    /// Takes `held` from the capacity cache (and, through `refresh_numa`, the NUMA cache)
+    /// and records it.
+    pub fn take(&mut self, cap: &mut Capacity, index: &TopologyIndex, task: Entity, held: Held) {
+        cap.take(index, held.node, &held.shape);
+        if let Some(a) = &held.numa {
+            self.numa_changes.push(NumaChange::Take(held.node, a.clone()));
+        }
+        self.held.insert(task, held);
+    }
+
+    /// Gives back what `task` held, if anything.
+    pub fn give(&mut self, cap: &mut Capacity, index: &TopologyIndex, task: Entity) {
+        if let Some(held) = self.held.remove(&task) {
+            cap.give(index, held.node, &held.shape);
+            if let Some(a) = held.numa {
+                self.numa_changes.push(NumaChange::Give(held.node, a));
+            }
+        }
+    }
+
+    /// The NUMA takes and gives since the last call.
+    pub fn drain_numa_changes(&mut self) -> std::vec::Drain<'_, NumaChange> {
+        self.numa_changes.drain(..)
+    }
+}
+
+/// The node a task holds resources on now: running, on a node of the current index.
+pub fn running_on(ts: &TaskState, slots: &Query<&NodeSlot>) -> Option<NodeIdx> {
+    if !ts.is_running() {
+        return None;
+    }
+    ts.node.and_then(|n| slots.get(n).ok()).map(|s| s.0)
+}
+
+/// What a task on `node` holds, in the cache's dimensions.
+pub fn held_by(cap: &Capacity, node: NodeIdx, task: &Task, ts: &TaskState) -> Held {
+    Held {
+        node,
+        shape: cap.shape(&task.request),
+        numa: ts.numa.clone(),
+    }
+}
+
+/// The system after `allocate`: records the tasks it placed this tick. Their resources
+/// were taken from the caches by the search; the ledger must know them so that the
+/// next ticks neither take them again nor forget to give them back.
+pub fn record_placements(
+    index: Res<TopologyIndex>,
+    cap: Res<Capacity>,
+    mut holdings: ResMut<Holdings>,
+    changed: Query<(Entity, &Task, &TaskState), (Changed<TaskState>, Without<Retired>)>,
+    slots: Query<&NodeSlot>,
+) {
+    let _span = tracing::info_span!("record_placements").entered();
+    if holdings.generation != Some(index.generation) {
+        return;
+    }
+    for (e, task, ts) in &changed {
+        if let Some(n) = running_on(ts, &slots)
+            && holdings.get(e).is_none()
+        {
+            holdings.record(e, held_by(&cap, n, task, ts));
+        }
+    }
+}
