@@ -4,6 +4,8 @@
 //! and on the 2,048-node fragmented tree of the issue (16 nodes per leaf, 8 leaves per
 //! spine, one top, ~46 % of the nodes busy).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeSet;
 
 use hyperplan_planner::PlannerConfig;

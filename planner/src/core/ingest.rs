@@ -1,7 +1,6 @@
 //! The ingest system: applies queued events to the world (nodes, HyperNode sources,
 //! jobs and their sub-jobs and tasks, completions, cancellations).
 
-use std::collections::HashMap;
 
 use bevy_ecs::prelude::*;
 use hyperplan_shared::{JobSpec, NodeSpec};
@@ -16,13 +15,7 @@ use super::numa::request::task_numa;
 use super::queues::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, TopologyDirty};
 use crate::config::PlannerConfig;
 
-/// Jobs by name, for events that name a job.
-#[derive(Debug, Default, Resource)]
-pub struct JobNames(pub HashMap<String, Entity>);
-
-/// Nodes by name, for events that name a node (a scan would make loading quadratic).
-#[derive(Debug, Default, Resource)]
-pub struct NodeNames(pub HashMap<String, Entity>);
+pub use super::names::{JobNames, NodeNames};
 
 pub fn ingest(world: &mut World) {
     let _span = tracing::info_span!("ingest").entered();

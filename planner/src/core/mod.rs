@@ -18,6 +18,7 @@ pub mod holdings;
 pub mod ids;
 pub(crate) mod ingest;
 pub mod invariants;
+pub mod names;
 pub mod numa;
 pub mod queues;
 mod recover;

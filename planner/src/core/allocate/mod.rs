@@ -3,17 +3,19 @@
 
 mod binpack;
 mod gang;
+mod fading;
 mod gradient;
-mod node_score;
+mod lca_score;
 mod rank;
 mod reason;
 mod search;
 mod span;
+pub mod tier;
 
 use std::cmp::Reverse;
 
 use bevy_ecs::prelude::*;
-use hyperplan_shared::{NetworkTopology, TopologyMode};
+use hyperplan_shared::NetworkTopology;
 
 use super::capacity::Capacity;
 use super::commands::Command;
@@ -25,7 +27,7 @@ use crate::config::PlannerConfig;
 
 pub use gang::{JobCtx, SubJobCtx, TaskSlot};
 pub use gradient::gradients;
-pub use node_score::tier_score;
+pub use lca_score::tier_score;
 pub use search::Search;
 
 /// A job with tasks left over after a commit (minAvailable < replicas) is tried again
@@ -202,8 +204,7 @@ fn explain(
     }
 }
 
-/// Resolves a network topology to (hard tier limit, has a topology): soft becomes hard at
-/// `soft_tier` (Volcano §2.4), a tier name is looked up, an unknown name leaves no limit.
+/// [`tier::effective_tier`], warning once about a tier name no HyperNode has.
 fn effective_tier(
     nt: Option<&NetworkTopology>,
     soft_tier: u32,
@@ -212,30 +213,14 @@ fn effective_tier(
     out: &mut Outbox,
     warn: bool,
 ) -> (Option<u32>, bool) {
-    let Some(nt) = nt else { return (None, false) };
-    match nt.mode {
-        TopologyMode::Soft => (Some(soft_tier), true),
-        TopologyMode::Hard => {
-            if let Some(t) = nt.highest_tier_allowed {
-                return (Some(t), true);
-            }
-            let Some(name) = &nt.highest_tier_name else {
-                return (None, true);
-            };
-            match index.tier_names.get(name) {
-                Some(&t) => (Some(t), true),
-                None => {
-                    if warn {
-                        out.0.push(Command::Warn(format!(
-                            "job {job}: highestTierName {name:?} names no tier (known: {}); placed without a tier limit",
-                            index.tier_names.keys().cloned().collect::<Vec<_>>().join(", ")
-                        )));
-                    }
-                    (None, true)
-                }
-            }
-        }
+    let limit = tier::effective_tier(nt, soft_tier, index);
+    if let Some(name) = limit.unknown_name.filter(|_| warn) {
+        out.0.push(Command::Warn(format!(
+            "job {job}: highestTierName {name:?} names no tier (known: {}); placed without a tier limit",
+            index.tier_names.keys().cloned().collect::<Vec<_>>().join(", ")
+        )));
     }
+    (limit.tier, limit.with_topology)
 }
 
 #[allow(clippy::too_many_arguments)]

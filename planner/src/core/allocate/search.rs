@@ -17,7 +17,8 @@ use crate::core::topology::TopologyIndex;
 use super::binpack::{dim_weights, fill_ratio};
 use super::gang::JobCtx;
 use super::gradient::gradients;
-use super::node_score::{fading_score, lca_score};
+use super::fading::fading_score;
+use super::lca_score::lca_score;
 use super::span::{self, SpanKey};
 
 /// What a committed attempt decided, for the AllocatedHyperNode bookkeeping (§4.2.5).

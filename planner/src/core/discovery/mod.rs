@@ -10,6 +10,7 @@
 
 pub mod fabric;
 pub mod known;
+mod label;
 mod reconcile;
 pub mod sources;
 
@@ -19,9 +20,8 @@ use bevy_ecs::prelude::*;
 
 use super::commands::Command;
 use super::components::{Node, Source, SourceKind};
-use super::ingest::NodeNames;
+use super::names::NodeNames;
 use super::queues::{LabelTypes, NodeSetGeneration, Outbox, TopologyDirty};
-use super::topology::label;
 pub use sources::{Found, Good, ReportedGuids, SourceState, Sources};
 
 pub fn discovery(world: &mut World) {

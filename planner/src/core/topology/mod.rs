@@ -2,7 +2,6 @@
 //! under a virtual root, dense node indices, node bitsets, node groups, and LCA.
 
 mod index;
-pub mod label;
 mod lca;
 
 pub use index::{Group, HnInfo, TopologyIndex, VIRTUAL_ROOT};

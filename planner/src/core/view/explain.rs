@@ -4,10 +4,11 @@
 //! there now and what that means.
 
 use bevy_ecs::prelude::*;
-use hyperplan_shared::TopologyMode;
 use hyperplan_shared::status::{Candidate, Explanation};
 
 use super::jobs::job_report;
+use crate::core::allocate::gradients;
+use crate::core::allocate::tier::effective_tier;
 use crate::core::capacity::Capacity;
 use crate::core::components::{Job, NodeSlot, TaskPhase, TaskState};
 use crate::core::ids::HnIdx;
@@ -44,14 +45,11 @@ pub fn explain(world: &mut World, name: &str) -> Option<Explanation> {
     let need = u64::from(job.gang_min)
         .saturating_sub(placed)
         .max(u64::from(pending.iter().any(|p| *p > 0)));
-    let tier_limit = job.spec.network_topology.as_ref().and_then(|nt| match nt.mode {
-        TopologyMode::Soft => None,
-        TopologyMode::Hard => nt.highest_tier_allowed.or_else(|| {
-            nt.highest_tier_name
-                .as_ref()
-                .and_then(|n| index.tier_names.get(n).copied())
-        }),
-    });
+    // The allocator's own tier limit (soft = the whole cluster, shown as no limit).
+    let root_tier = index.root_tier();
+    let tier_limit = effective_tier(job.spec.network_topology.as_ref(), root_tier, index)
+        .tier
+        .filter(|t| *t != root_tier);
     let rooms: Vec<Vec<u64>> = job
         .spec
         .tasks
@@ -63,14 +61,14 @@ pub fn explain(world: &mut World, name: &str) -> Option<Explanation> {
             per_hn.into_iter().map(|c| c.min(pending[r])).collect()
         })
         .collect();
-    let mut order: Vec<HnIdx> = (0..index.hns.len() as u32)
-        .map(HnIdx)
-        .filter(|&h| h != index.root && tier_limit.is_none_or(|t| index.hns[h.ix()].tier <= t))
-        .collect();
-    order.sort_by(|a, b| {
-        let (x, y) = (&index.hns[a.ix()], &index.hns[b.ix()]);
-        x.tier.cmp(&y.tier).then_with(|| x.name.cmp(&y.name))
-    });
+    // The HyperNodes the gradient search walks within the limit, lowest tier first (by
+    // name within a tier), every one shown whether or not it has room.
+    let mut order: Vec<HnIdx> = Vec::new();
+    for mut tier in gradients(index, index.root, Some(tier_limit.unwrap_or(root_tier)), None, |_| true) {
+        tier.retain(|&h| h != index.root);
+        tier.sort_by(|a, b| index.hns[a.ix()].name.cmp(&index.hns[b.ix()].name));
+        order.extend(tier);
+    }
     let candidates = order
         .into_iter()
         .map(|h| {

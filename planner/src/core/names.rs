@@ -1,0 +1,14 @@
+//! Name lookups for events that name a job or a node: a scan per event would make
+//! loading a large cluster or a burst of submissions quadratic.
+
+use std::collections::HashMap;
+
+use bevy_ecs::prelude::{Entity, Resource};
+
+/// Jobs by name, for events that name a job.
+#[derive(Debug, Default, Resource)]
+pub struct JobNames(pub HashMap<String, Entity>);
+
+/// Nodes by name, for events that name a node.
+#[derive(Debug, Default, Resource)]
+pub struct NodeNames(pub HashMap<String, Entity>);
