@@ -6,7 +6,7 @@
 use bevy_ecs::prelude::*;
 use hyperplan_shared::Resources;
 
-use super::components::{Node, NodeSlot, Retired, Task, TaskState};
+use super::components::{LiveChanged, Node, NodeSlot, Task, TaskState};
 use super::holdings::{Holdings, held_by, running_on};
 use super::ids::{HnIdx, NodeIdx};
 use super::topology::TopologyIndex;
@@ -212,13 +212,14 @@ impl Capacity {
                 };
             }
         }
-        for i in 0..self.counted.len() {
-            let new = self.fit_count_req(n, &self.counted[i].req);
-            let old = before[i];
+        let mut after = [0u64; MAX_COUNTED_SHAPES];
+        for (a, c) in after.iter_mut().zip(&self.counted) {
+            *a = self.fit_count_req(n, &c.req);
+        }
+        for ((c, &old), &new) in self.counted.iter_mut().zip(&before).zip(&after) {
             if new != old {
-                let per_hn = &mut self.counted[i].per_hn;
                 for &h in hns {
-                    per_hn[h.ix()] = per_hn[h.ix()].saturating_sub(old).saturating_add(new);
+                    c.per_hn[h.ix()] = c.per_hn[h.ix()].saturating_sub(old).saturating_add(new);
                 }
             }
         }
@@ -364,7 +365,7 @@ pub fn refresh_capacity(
     mut holdings: ResMut<Holdings>,
     nodes: Query<&Node>,
     tasks: Query<(Entity, &Task, &TaskState)>,
-    changed: Query<(Entity, &Task, &TaskState), (Changed<TaskState>, Without<Retired>)>,
+    changed: Query<(Entity, &Task, &TaskState), LiveChanged<TaskState>>,
     mut removed: RemovedComponents<TaskState>,
     slots: Query<&NodeSlot>,
 ) {

@@ -226,3 +226,6 @@ impl TaskState {
 /// end of the tick in which it ended (see `retire`). The per-tick scans skip it.
 #[derive(Component, Clone, Copy, Debug, Default)]
 pub struct Retired;
+
+/// Query filter: `T` changed since the system last ran, on an entity not retired.
+pub type LiveChanged<T> = (Changed<T>, Without<Retired>);

@@ -4,13 +4,13 @@
 use bevy_ecs::prelude::*;
 
 use super::commands::{Command, Pinning, Placement};
-use super::components::{Job, Node, Retired, Task, TaskPhase, TaskState};
+use super::components::{Job, LiveChanged, Node, Task, TaskPhase, TaskState};
 use super::numa::node::NodeHardware;
 use super::queues::Outbox;
 
 pub fn dispatch(
     mut out: ResMut<Outbox>,
-    mut tasks: Query<(&Task, &mut TaskState), (Changed<TaskState>, Without<Retired>)>,
+    mut tasks: Query<(&Task, &mut TaskState), LiveChanged<TaskState>>,
     jobs: Query<&Job>,
     nodes: Query<&Node>,
     hardware: Query<&NodeHardware>,

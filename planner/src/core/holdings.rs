@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use bevy_ecs::prelude::*;
 
 use super::capacity::{Capacity, Shape};
-use super::components::{NodeSlot, Retired, Task, TaskState};
+use super::components::{LiveChanged, NodeSlot, Task, TaskState};
 use super::ids::NodeIdx;
 use super::numa::assign::Assignment;
 use super::topology::TopologyIndex;
@@ -121,7 +121,7 @@ pub fn record_placements(
     index: Res<TopologyIndex>,
     cap: Res<Capacity>,
     mut holdings: ResMut<Holdings>,
-    changed: Query<(Entity, &Task, &TaskState), (Changed<TaskState>, Without<Retired>)>,
+    changed: Query<(Entity, &Task, &TaskState), LiveChanged<TaskState>>,
     slots: Query<&NodeSlot>,
 ) {
     let _span = tracing::info_span!("record_placements").entered();

@@ -8,7 +8,9 @@
 
 use bevy_ecs::prelude::*;
 
-use super::components::{Job, JobPhase, JobState, NodeSlot, Retired, SubJob, SubJobState, Task, TaskState};
+use super::components::{
+    Job, JobPhase, JobState, LiveChanged, NodeSlot, Retired, SubJob, SubJobState, Task, TaskState,
+};
 use super::ids::HnIdx;
 use super::topology::TopologyIndex;
 
@@ -18,7 +20,7 @@ pub fn recover(
     mut jobs: Query<(Entity, &Job, &mut JobState), Without<Retired>>,
     mut sub_jobs: Query<(&SubJob, &mut SubJobState), Without<Retired>>,
     tasks: Query<&TaskState>,
-    changed_tasks: Query<&Task, (Changed<TaskState>, Without<Retired>)>,
+    changed_tasks: Query<&Task, LiveChanged<TaskState>>,
     slots: Query<&NodeSlot>,
 ) {
     let _span = tracing::info_span!("recover").entered();

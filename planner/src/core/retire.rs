@@ -7,9 +7,9 @@
 
 use bevy_ecs::prelude::*;
 
-use super::components::{Job, JobPhase, JobState, Retired};
+use super::components::{Job, JobPhase, JobState, LiveChanged, Retired};
 
-pub fn retire(mut commands: Commands, jobs: Query<(Entity, &Job, &JobState), (Changed<JobState>, Without<Retired>)>) {
+pub fn retire(mut commands: Commands, jobs: Query<(Entity, &Job, &JobState), LiveChanged<JobState>>) {
     let _span = tracing::info_span!("retire").entered();
     for (e, job, st) in &jobs {
         if matches!(st.phase, JobPhase::Finished | JobPhase::Cancelled) {
