@@ -1,11 +1,11 @@
 //! `hyperplan simulate`: the real planner core on a cluster file and job files, in
 //! virtual time.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
+use hyperplan_planner::core::ownership::{NameClash, check_job_names};
 use hyperplan_planner::{PlannerConfig, sim};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -56,18 +56,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut cluster = hyperplan_shared::load_cluster_file(&args.cluster)?;
     crate::topology::fill_resources(&mut cluster, &args.cluster)?;
     let mut jobs = Vec::new();
-    let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
-    for path in &args.jobs {
+    // For each job, the index of its file in `args.jobs`.
+    let mut file_of: Vec<usize> = Vec::new();
+    for (f, path) in args.jobs.iter().enumerate() {
         for job in hyperplan_shared::load_job_file(path)? {
-            if let Some(first) = seen.insert(job.name.clone(), path.clone()) {
-                bail!(
-                    "{}: name: job {:?} is also defined in {}; job names must be unique",
-                    path.display(),
-                    job.name,
-                    first.display()
-                );
-            }
             jobs.push(job);
+            file_of.push(f);
+        }
+        // The planner's own name check (the daemon's too), file by file so a clash is
+        // reported before a later file is read. Names within one file the parser checks.
+        match check_job_names(jobs.iter().map(|j| j.name.as_str()), |_| None) {
+            Ok(()) => {}
+            Err(NameClash::Twice { name, first, second }) => bail!(
+                "{}: name: job {name:?} is also defined in {}; job names must be unique",
+                args.jobs[file_of[second]].display(),
+                args.jobs[file_of[first]].display()
+            ),
+            Err(e) => bail!("{}: {e}", path.display()),
         }
     }
     let config = match &args.config {

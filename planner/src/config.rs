@@ -66,6 +66,32 @@ pub struct PlannerConfig {
     pub server: ServerConfig,
     /// The daemon's `[[discovery]]` sources (the simulator takes its cluster file's).
     pub discovery: DiscoveryConfig,
+    /// When the core turns a silent node NotReady: `[server]`'s heartbeat keys
+    /// ([`ServerConfig::health`]), derived again by the daemon when it starts so its
+    /// flags count. The simulator's nodes have no heartbeats.
+    pub health: HealthConfig,
+}
+
+/// Node health as the core decides it (`core::health`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthConfig {
+    /// How often agents heartbeat.
+    pub heartbeat_interval: Duration,
+    /// Silent intervals after which a node is NotReady.
+    pub missed_heartbeats: u32,
+}
+
+impl HealthConfig {
+    /// How long a node may be silent and stay Ready.
+    pub fn silent_after(&self) -> Duration {
+        self.heartbeat_interval * self.missed_heartbeats
+    }
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        ServerConfig::default().health()
+    }
 }
 
 /// Where the daemon's HyperNodes come from (`[[discovery]]` entries in planner.toml).
@@ -255,6 +281,16 @@ impl Default for ServerConfig {
             heartbeat_interval: std::time::Duration::from_secs(1),
             missed_heartbeats: 3,
             max_frame_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// What the core needs of these keys to decide node health.
+    pub fn health(&self) -> HealthConfig {
+        HealthConfig {
+            heartbeat_interval: self.heartbeat_interval,
+            missed_heartbeats: self.missed_heartbeats,
         }
     }
 }
@@ -465,6 +501,7 @@ impl PlannerConfig {
             scoring.span = mode.map_err(|e| at(v.span().start, format!("scoring.span: {e}")))?;
         }
         Ok(Self {
+            health: server.health(),
             scoring,
             numa,
             server,

@@ -52,6 +52,9 @@ pub struct JobReport {
     pub start_time: Option<u64>,
     pub end_time: Option<u64>,
     pub allocated_hyper_node: Option<String>,
+    /// Who submitted it (they and admins may cancel it); `sim` in the simulator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     pub tasks: Vec<TaskReport>,
 }
 

@@ -105,6 +105,7 @@ mod tests {
             start_time: None,
             end_time: None,
             allocated_hyper_node: under.map(Into::into),
+            owner: None,
             tasks: nodes
                 .iter()
                 .enumerate()

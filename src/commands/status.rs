@@ -121,6 +121,7 @@ mod tests {
                     start_time: Some(101),
                     end_time: None,
                     allocated_hyper_node: Some("leaf-0".into()),
+                    owner: None,
                     tasks: vec![task(0, Some("gpu-b01"), true), task(1, Some("gpu-b02"), true)],
                 },
                 JobReport {
@@ -131,6 +132,7 @@ mod tests {
                     start_time: None,
                     end_time: None,
                     allocated_hyper_node: None,
+                    owner: None,
                     tasks: vec![task(0, None, false)],
                 },
                 JobReport {
@@ -141,6 +143,7 @@ mod tests {
                     start_time: None,
                     end_time: None,
                     allocated_hyper_node: None,
+                    owner: None,
                     tasks: vec![],
                 },
             ],

@@ -36,4 +36,24 @@ pub enum Command {
     Warn(String),
     /// Worth a log line, nothing to do (a discovery source that works again).
     Info(String),
+    /// A node turned Ready or NotReady, and why (the daemon logs it; the simulator's
+    /// nodes have no link and never change).
+    NodeHealth {
+        node: String,
+        ready: bool,
+        why: HealthChange,
+    },
+}
+
+/// Why a node's readiness changed (see `core::health`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HealthChange {
+    /// Its agent registered: Ready.
+    Registered,
+    /// A heartbeat after the node was NotReady: Ready.
+    HeartbeatAgain,
+    /// Nothing heard for `silent_ms`, more than `missed` heartbeat intervals: NotReady.
+    Silent { silent_ms: u64, missed: u32 },
+    /// Its agent's link closed: NotReady.
+    LinkClosed,
 }

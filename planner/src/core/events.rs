@@ -14,11 +14,30 @@ pub enum Event {
     NodeGone {
         name: String,
     },
-    /// A node stopped (or resumed) heartbeating: while not ready it keeps its running
-    /// tasks but is no candidate for new ones.
+    /// Sets a node's readiness outright: while not ready it keeps its running tasks but
+    /// is no candidate for new ones. The daemon does not use it: its nodes' readiness
+    /// follows their links and heartbeats (`LinkUp`, `Heartbeat`, `LinkDown`).
     NodeReady {
         name: String,
         ready: bool,
+    },
+    /// The node's agent registered at `at_ms` (the driver's clock, milliseconds): Ready,
+    /// and from now on NotReady whenever it is silent for longer than
+    /// `[server] heartbeatInterval × missedHeartbeats` (see `core::health`).
+    LinkUp {
+        node: String,
+        at_ms: u64,
+    },
+    /// A heartbeat from the node's current link, received at `at_ms`.
+    Heartbeat {
+        node: String,
+        at_ms: u64,
+    },
+    /// The node's agent link closed (or was lost) at `at_ms`: NotReady until it
+    /// registers again.
+    LinkDown {
+        node: String,
+        at_ms: u64,
     },
     /// The static HyperNodes (inline + manifest files) as a whole; replaces the previous set.
     StaticHyperNodes(Vec<HyperNodeSpec>),
@@ -40,7 +59,13 @@ pub enum Event {
         at: u64,
         result: Result<Found, String>,
     },
+    /// A job of the simulator's (owner [`SIM_OWNER`](super::ownership::SIM_OWNER)).
     Submit(JobSpec),
+    /// A job `owner` submitted: they (and admins) may cancel it.
+    SubmitBy {
+        spec: JobSpec,
+        owner: String,
+    },
     Cancel {
         job: String,
     },

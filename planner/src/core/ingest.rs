@@ -1,5 +1,6 @@
-//! The ingest system: applies queued events to the world (nodes, HyperNode sources,
-//! jobs and their sub-jobs and tasks, completions, cancellations).
+//! The ingest system: applies queued events to the world (nodes, their links and
+//! heartbeats (see `health`), HyperNode sources, jobs with their owners, sub-jobs and
+//! tasks, completions, cancellations).
 
 
 use bevy_ecs::prelude::*;
@@ -10,8 +11,10 @@ use super::components::SourceKind;
 use super::components::{Job, JobPhase, JobState, Node, SubJob, SubJobState, Task, TaskPhase, TaskState};
 use super::discovery::{self, Found};
 use super::events::Event;
+use super::health::{self, Heartbeats};
 use super::numa::node::{HardwareCache, NodeHardware};
 use super::numa::request::task_numa;
+use super::ownership::{JobOwner, SIM_OWNER};
 use super::queues::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, TopologyDirty};
 use crate::config::PlannerConfig;
 
@@ -26,6 +29,8 @@ pub fn ingest(world: &mut World) {
         matches!(
             e,
             Event::Submit(_)
+                | Event::SubmitBy { .. }
+                | Event::Heartbeat { .. }
                 | Event::DeclareSource { .. }
                 | Event::Discovered {
                     result: Ok(Found::Unchanged) | Err(_),
@@ -79,7 +84,11 @@ pub fn ingest(world: &mut World) {
                     world.resource_mut::<TopologyDirty>().0 = true;
                 }
             }
-            Event::Submit(spec) => submit(world, spec),
+            Event::LinkUp { node, at_ms } => health::link_up(world, &node, at_ms),
+            Event::Heartbeat { node, at_ms } => health::heartbeat(world, &node, at_ms),
+            Event::LinkDown { node, at_ms } => health::link_down(world, &node, at_ms),
+            Event::Submit(spec) => submit(world, spec, SIM_OWNER.to_string()),
+            Event::SubmitBy { spec, owner } => submit(world, spec, owner),
             Event::Cancel { job } => cancel(world, &job),
             Event::TaskFinished { job, task } => task_finished(world, &job, &task),
         }
@@ -102,16 +111,22 @@ fn node_up(world: &mut World, spec: NodeSpec) {
         .as_ref()
         .map(|t| t.hcas.iter().flat_map(|h| h.guids()).collect())
         .unwrap_or_default();
+    let known = world.resource::<NodeNames>().0.get(&spec.name).copied();
+    // A node whose readiness its link decides keeps it across a new spec (an agent
+    // that is away may still have its topology changed); any other node is Ready.
+    let ready = known
+        .filter(|&e| world.get::<Heartbeats>(e).is_some())
+        .and_then(|e| world.get::<Node>(e))
+        .is_none_or(|n| n.ready);
     let node = Node {
         name: spec.name,
         labels: spec.labels,
         allocatable: spec.resources,
         external_used: spec.used,
-        ready: true,
+        ready,
         ib_ports,
         ib_guids,
     };
-    let known = world.resource::<NodeNames>().0.get(&node.name).copied();
     match known {
         Some(e) => {
             world.entity_mut(e).insert((node, hardware));
@@ -126,7 +141,7 @@ fn node_up(world: &mut World, spec: NodeSpec) {
     world.resource_mut::<NodeSetGeneration>().0 += 1;
 }
 
-fn submit(world: &mut World, spec: JobSpec) {
+fn submit(world: &mut World, spec: JobSpec, owner: String) {
     if world.resource::<JobNames>().0.contains_key(&spec.name) {
         let msg = format!("job {}: a job of that name exists; submission ignored", spec.name);
         world.resource_mut::<Outbox>().0.push(Command::Warn(msg));
@@ -261,6 +276,7 @@ fn submit(world: &mut World, spec: JobSpec) {
             numa,
         },
         state,
+        JobOwner(owner),
     ));
 }
 

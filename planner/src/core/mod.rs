@@ -1,8 +1,10 @@
 //! The planner core: a bevy_ecs `World` and one ordered `Schedule`. No I/O and no clock:
 //! drivers push [`Event`]s, call [`Planner::tick`] with `now`, and carry out the
 //! [`Command`]s it returns. The daemon and the simulator drive the very same Schedule.
+//! What decides anything lives here, not in a driver: node health (`health`), job
+//! owners and job-name uniqueness (`ownership`).
 //!
-//! A tick: ingest → discovery → topology index → resource cache (capacity, then NUMA)
+//! A tick: ingest → node health → discovery → topology index → resource cache (capacity, then NUMA)
 //! → recover → allocate (gradient search, scoring, NUMA assignment) → record the
 //! placements in the caches' ledger → dispatch → retire the jobs that ended. Between
 //! topology changes every system after the index works on what changed (see
@@ -14,12 +16,14 @@ pub mod commands;
 pub mod components;
 pub mod discovery;
 pub mod events;
+pub mod health;
 pub mod holdings;
 pub mod ids;
 pub(crate) mod ingest;
 pub mod invariants;
 pub mod names;
 pub mod numa;
+pub mod ownership;
 pub mod queues;
 mod recover;
 mod reindex;
@@ -35,7 +39,7 @@ pub use events::Event;
 
 use crate::config::PlannerConfig;
 use capacity::Capacity;
-use queues::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, TopologyDirty};
+use queues::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, NowMillis, Outbox, TopologyDirty};
 use topology::TopologyIndex;
 
 pub struct Planner {
@@ -56,6 +60,7 @@ impl Planner {
         world.insert_resource(Inbox::default());
         world.insert_resource(Outbox::default());
         world.insert_resource(Now::default());
+        world.insert_resource(NowMillis::default());
         world.insert_resource(CapacityEpoch::default());
         world.insert_resource(TopologyDirty(true));
         world.insert_resource(LabelTypes::default());
@@ -74,6 +79,7 @@ impl Planner {
         schedule.add_systems(
             (
                 ingest::ingest,
+                health::check_silence,
                 discovery::discovery,
                 reindex::reindex,
                 capacity::refresh_capacity,
@@ -96,8 +102,19 @@ impl Planner {
 
     /// Runs one tick at time `now` (seconds) and returns what the driver must do.
     pub fn tick(&mut self, now: u64) -> Vec<Command> {
+        self.run(now, now.saturating_mul(1000))
+    }
+
+    /// As [`Planner::tick`], at `now_ms` milliseconds: for drivers whose nodes
+    /// heartbeat, since node health needs sub-second time (see [`queues::NowMillis`]).
+    pub fn tick_millis(&mut self, now_ms: u64) -> Vec<Command> {
+        self.run(now_ms / 1000, now_ms)
+    }
+
+    fn run(&mut self, now: u64, now_ms: u64) -> Vec<Command> {
         let _span = tracing::info_span!("tick", now).entered();
         self.world.resource_mut::<Now>().0 = now;
+        self.world.resource_mut::<NowMillis>().0 = now_ms;
         self.schedule.run(&mut self.world);
         std::mem::take(&mut self.world.resource_mut::<Outbox>().0)
     }

@@ -17,6 +17,14 @@ pub struct Outbox(pub Vec<Command>);
 #[derive(Debug, Default, Clone, Copy, Resource)]
 pub struct Now(pub u64);
 
+/// The same instant as [`Now`], in milliseconds. Node health needs it: agents may
+/// heartbeat every 0.3 s, and on a whole-second clock a node heard 10 ms ago would look
+/// a second silent when the second rolls over. Job times stay whole seconds (every
+/// report shows seconds), so the tick carries one instant at two resolutions rather than
+/// every time in the core becoming milliseconds.
+#[derive(Debug, Default, Clone, Copy, Resource)]
+pub struct NowMillis(pub u64);
+
 /// Set when nodes or HyperNodes change: the topology index must be rebuilt.
 #[derive(Debug, Default, Resource)]
 pub struct TopologyDirty(pub bool);

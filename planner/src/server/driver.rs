@@ -1,7 +1,8 @@
 //! The one task that owns the `Planner`: it turns what connections say into core events,
-//! ticks (on the timer and as soon as something arrives), marks nodes NotReady when they
-//! miss heartbeats or drop their link, sends `Launch` for placed tasks, and answers
-//! people's requests from the world. Time for the core is Unix seconds.
+//! ticks (on the timer and as soon as something arrives), sends `Launch` for placed tasks,
+//! logs what the core decided, and answers people's requests from the world. It decides
+//! nothing itself: node readiness (`core::health`), job owners and name clashes
+//! (`core::ownership`) are the core's. Time for the core is [`Clock`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -10,15 +11,17 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use hyperplan_net::messages::{PlannerToAgent, RequestCommand, ResponseError};
 use hyperplan_shared::NodeSpec;
-use hyperplan_shared::status::{Cancelled, JobList, Manifests, NodeList, NodeState, Submitted};
+use hyperplan_shared::status::{Cancelled, JobList, Manifests, NodeList, Submitted};
 use hyperplan_shared::topology::{NodeTopology, SharedTopology};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::close;
 use crate::config::{PlannerConfig, SourceKind};
+use crate::core::commands::HealthChange;
 use crate::core::discovery::Found;
 use crate::core::numa::node::hardware_resources;
+use crate::core::ownership::CancelError;
 use crate::core::{Command, Event, Planner, view};
 
 /// What connections tell the driver.
@@ -63,27 +66,53 @@ pub enum ToCore {
     },
 }
 
-/// A registered agent's link.
+/// A registered agent's link: where to send, and what its agent said that the core
+/// does not keep.
 struct Link {
     conn_id: u64,
     tx: mpsc::UnboundedSender<PlannerToAgent>,
     conn: quinn::Connection,
-    last_heartbeat: Instant,
-    ready: bool,
     labels: BTreeMap<String, String>,
+    /// The last heartbeat's sequence number, for the log.
+    last_seq: u64,
+}
+
+/// The core's time: Unix milliseconds when the driver started plus monotonic time since.
+/// Monotonic, so a wall-clock step can neither make every node look silent nor keep a
+/// dead one Ready; Unix-based, so job times read as dates. Milliseconds, because agents
+/// may heartbeat more than once a second.
+struct Clock {
+    start: Instant,
+    start_unix_ms: u64,
+}
+
+impl Clock {
+    fn new() -> Self {
+        let unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        Self {
+            start: Instant::now(),
+            start_unix_ms: u64::try_from(unix.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        let since = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.start_unix_ms.saturating_add(since)
+    }
 }
 
 struct Driver {
     planner: Planner,
-    config: PlannerConfig,
     links: HashMap<String, Link>,
-    /// Nodes known to the core whose agent is away (NotReady), with when it was last heard.
-    away: HashMap<String, Instant>,
-    owners: HashMap<String, String>,
+    clock: Clock,
+    /// What agents are told to heartbeat at (`[server] heartbeatInterval`).
+    heartbeat_interval_ms: u64,
     dirty: bool,
 }
 
-pub async fn run(config: PlannerConfig, mut rx: mpsc::UnboundedReceiver<ToCore>) {
+pub async fn run(mut config: PlannerConfig, mut rx: mpsc::UnboundedReceiver<ToCore>) {
+    // The core decides node health from [server]'s heartbeat keys (flags included).
+    config.health = config.server.health();
     let mut planner = Planner::new(config.clone());
     planner.push(Event::LabelDiscovery(config.discovery.label.clone()));
     // The pollers (`super::discovery`) send the sources' contents; declared here so
@@ -97,10 +126,9 @@ pub async fn run(config: PlannerConfig, mut rx: mpsc::UnboundedReceiver<ToCore>)
     }
     let mut d = Driver {
         planner,
-        config: config.clone(),
         links: HashMap::new(),
-        away: HashMap::new(),
-        owners: HashMap::new(),
+        clock: Clock::new(),
+        heartbeat_interval_ms: u64::try_from(config.server.heartbeat_interval.as_millis()).unwrap_or(u64::MAX),
         dirty: true,
     };
     // Ticks at least as often as heartbeats are due, so silence is noticed in time.
@@ -155,6 +183,7 @@ pub async fn run(config: PlannerConfig, mut rx: mpsc::UnboundedReceiver<ToCore>)
 /// See `run`: the shortest time between two ticks that arrivals cause.
 const MIN_TICK_GAP: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Wall-clock Unix seconds, for what the pollers read (`super::discovery`).
 pub(super) fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
@@ -170,7 +199,6 @@ impl Driver {
                 link,
                 conn,
             } => {
-                let heartbeat_interval_ms = self.config.server.heartbeat_interval.as_millis() as u64;
                 if let Some(old) = self.links.remove(&node) {
                     old.conn.close(
                         quinn::VarInt::from_u32(close::NORMAL),
@@ -178,25 +206,22 @@ impl Driver {
                     );
                 }
                 self.planner.push(Event::NodeUp(node_spec(&node, &labels, *topology)));
-                self.planner.push(Event::NodeReady {
-                    name: node.clone(),
-                    ready: true,
+                self.planner.push(Event::LinkUp {
+                    node: node.clone(),
+                    at_ms: self.clock.now_ms(),
                 });
                 let _ = link.send(PlannerToAgent::Registered {
                     node: node.clone(),
-                    heartbeat_interval_ms,
+                    heartbeat_interval_ms: self.heartbeat_interval_ms,
                 });
-                tracing::info!(node, peer = %conn.remote_address(), "node registered: Ready");
-                self.away.remove(&node);
                 self.links.insert(
                     node,
                     Link {
                         conn_id,
                         tx: link,
                         conn,
-                        last_heartbeat: Instant::now(),
-                        ready: true,
                         labels,
+                        last_seq: 0,
                     },
                 );
                 self.dirty = true;
@@ -205,16 +230,13 @@ impl Driver {
                 let Some(l) = self.links.get_mut(&node).filter(|l| l.conn_id == conn_id) else {
                     return;
                 };
-                l.last_heartbeat = Instant::now();
-                if !l.ready {
-                    l.ready = true;
-                    tracing::info!(node, seq, "heartbeat again: Ready");
-                    self.planner.push(Event::NodeReady {
-                        name: node,
-                        ready: true,
-                    });
-                    self.dirty = true;
-                }
+                l.last_seq = seq;
+                // No tick for it: the core reads the time it arrived, and the timer ticks
+                // at least once per heartbeat interval.
+                self.planner.push(Event::Heartbeat {
+                    node,
+                    at_ms: self.clock.now_ms(),
+                });
             }
             ToCore::TopologyChanged {
                 node,
@@ -226,22 +248,14 @@ impl Driver {
                 };
                 tracing::info!(node, "topology changed");
                 self.planner.push(Event::NodeUp(node_spec(&node, &l.labels, *topology)));
-                if !l.ready {
-                    self.planner.push(Event::NodeReady {
-                        name: node,
-                        ready: false,
-                    });
-                }
                 self.dirty = true;
             }
             ToCore::Gone { node, conn_id } => {
                 if self.links.get(&node).is_some_and(|l| l.conn_id == conn_id) {
                     self.links.remove(&node);
-                    self.away.insert(node.clone(), Instant::now());
-                    tracing::warn!(node, "agent link closed: NotReady");
-                    self.planner.push(Event::NodeReady {
-                        name: node,
-                        ready: false,
+                    self.planner.push(Event::LinkDown {
+                        node,
+                        at_ms: self.clock.now_ms(),
                     });
                     self.dirty = true;
                 }
@@ -278,23 +292,7 @@ impl Driver {
 
     fn tick(&mut self) {
         self.dirty = false;
-        let silent_for = self.config.server.heartbeat_interval * self.config.server.missed_heartbeats;
-        for (node, l) in &mut self.links {
-            if l.ready && l.last_heartbeat.elapsed() > silent_for {
-                l.ready = false;
-                tracing::warn!(
-                    node,
-                    missed = self.config.server.missed_heartbeats,
-                    "no heartbeat for {:.1} s: NotReady",
-                    l.last_heartbeat.elapsed().as_secs_f64()
-                );
-                self.planner.push(Event::NodeReady {
-                    name: node.clone(),
-                    ready: false,
-                });
-            }
-        }
-        let commands = self.planner.tick(unix_now());
+        let commands = self.planner.tick_millis(self.clock.now_ms());
         for c in commands {
             match c {
                 Command::Place(p) => {
@@ -315,7 +313,33 @@ impl Driver {
                 Command::Reject { job, reason } => tracing::warn!(job, "rejected: {reason}"),
                 Command::Warn(w) => tracing::warn!("{w}"),
                 Command::Info(i) => tracing::info!("{i}"),
+                Command::NodeHealth { node, why, .. } => self.log_health(&node, why),
             }
+        }
+    }
+
+    /// The core's health decisions, in the words the planner's log has always used
+    /// (operators and tests grep them).
+    fn log_health(&self, node: &str, why: HealthChange) {
+        let link = self.links.get(node);
+        match why {
+            HealthChange::Registered => match link {
+                Some(l) => tracing::info!(node, peer = %l.conn.remote_address(), "node registered: Ready"),
+                None => tracing::info!(node, "node registered: Ready"),
+            },
+            HealthChange::HeartbeatAgain => {
+                let seq = link.map_or(0, |l| l.last_seq);
+                tracing::info!(node, seq, "heartbeat again: Ready");
+            }
+            HealthChange::Silent { silent_ms, missed } => {
+                tracing::warn!(
+                    node,
+                    missed,
+                    "no heartbeat for {:.1} s: NotReady",
+                    std::time::Duration::from_millis(silent_ms).as_secs_f64()
+                );
+            }
+            HealthChange::LinkClosed => tracing::warn!(node, "agent link closed: NotReady"),
         }
     }
 
@@ -326,39 +350,32 @@ impl Driver {
         peer: SocketAddr,
         command: RequestCommand,
     ) -> Result<Value, ResponseError> {
-        let world = self.planner.world_mut();
         match command {
             RequestCommand::Submit { file_name, text } => {
                 let jobs = hyperplan_shared::parse_jobs(&text, Path::new(&file_name)).map_err(|e| e.to_string())?;
-                let known = world.resource::<crate::core::ingest::JobNames>();
-                if let Some(j) = jobs.iter().find(|j| known.0.contains_key(&j.name)) {
-                    let owner = self.owners.get(&j.name).map_or("someone", String::as_str);
-                    return Err(format!(
-                        "{file_name}: job {:?} exists (submitted by {owner}); job names must be unique",
-                        j.name
-                    )
-                    .into());
-                }
-                let now = unix_now();
+                self.planner
+                    .check_job_names(jobs.iter().map(|j| j.name.as_str()))
+                    .map_err(|e| format!("{file_name}: {e}"))?;
+                let now = self.clock.now_ms() / 1000;
                 let mut names = Vec::new();
                 for mut j in jobs {
                     j.submit_time = now;
                     names.push(j.name.clone());
-                    self.owners.insert(j.name.clone(), user.to_string());
-                    self.planner.push(Event::Submit(j));
+                    self.planner.push(Event::SubmitBy {
+                        spec: j,
+                        owner: user.to_string(),
+                    });
                 }
                 tracing::info!(user, jobs = ?names, "submitted");
                 self.dirty = true;
                 to_value(&Submitted { submitted: names })
             }
             RequestCommand::Cancel { job } => {
-                if !world.resource::<crate::core::ingest::JobNames>().0.contains_key(&job) {
-                    return Err(format!("no job named {job:?}").into());
-                }
-                let owner = self.owners.get(&job).cloned().unwrap_or_default();
-                if owner != user && !admin {
-                    tracing::warn!(%peer, user, job, owner, "refused: cancel of another user's job");
-                    return Err(format!("job {job} belongs to {owner}; only {owner} or an admin may cancel it").into());
+                if let Err(e) = self.planner.authorize_cancel(&job, user, admin) {
+                    if let CancelError::NotOwner { owner, .. } = &e {
+                        tracing::warn!(%peer, user, job, owner, "refused: cancel of another user's job");
+                    }
+                    return Err(e.to_string().into());
                 }
                 tracing::info!(user, job, "cancelled");
                 self.planner.push(Event::Cancel { job: job.clone() });
@@ -366,7 +383,7 @@ impl Driver {
                 to_value(&Cancelled { cancelled: job })
             }
             RequestCommand::Status { job } => {
-                let mut jobs = view::job_reports(world);
+                let mut jobs = view::job_reports(self.planner.world_mut());
                 if let Some(name) = job {
                     jobs.retain(|j| j.name == name);
                     if jobs.is_empty() {
@@ -375,29 +392,17 @@ impl Driver {
                 }
                 to_value(&JobList { jobs })
             }
-            RequestCommand::Nodes => {
-                let mut nodes = view::node_statuses(world);
-                for n in &mut nodes {
-                    let heard = self
-                        .links
-                        .get(&n.name)
-                        .map(|l| l.last_heartbeat)
-                        .or(self.away.get(&n.name).copied());
-                    n.last_heartbeat_secs = heard.map(|t| t.elapsed().as_secs());
-                    if !self.links.contains_key(&n.name) {
-                        n.state = NodeState::NotReady;
-                    }
-                }
-                to_value(&NodeList { nodes })
-            }
-            RequestCommand::HyperNodes => to_value(&view::hyper_node_tree(world)),
+            RequestCommand::Nodes => to_value(&NodeList {
+                nodes: view::node_statuses(self.planner.world_mut()),
+            }),
+            RequestCommand::HyperNodes => to_value(&view::hyper_node_tree(self.planner.world_mut())),
             RequestCommand::Manifests => {
-                let specs = view::resolved_specs(world.resource::<crate::core::topology::TopologyIndex>());
+                let specs = view::resolved_specs(self.planner.index());
                 to_value(&Manifests {
                     manifests: hyperplan_shared::hypernode::to_hypernode_manifests(&specs),
                 })
             }
-            RequestCommand::Explain { job } => match view::explain(world, &job) {
+            RequestCommand::Explain { job } => match view::explain(self.planner.world_mut(), &job) {
                 Some(e) => to_value(&e),
                 None => Err(format!("no job named {job:?}").into()),
             },

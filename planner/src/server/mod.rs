@@ -2,7 +2,8 @@
 //! simulator runs. Connections authenticate ([`handshake`]), agents register and
 //! heartbeat ([`agent`]), people ask ([`client`]); everything they say becomes a message
 //! to the one task that owns the `Planner` ([`driver`]), which ticks on a timer and as
-//! soon as something arrives, marks silent nodes NotReady, and sends `Launch` to agents.
+//! soon as something arrives, hands the core the links' comings and goings and their
+//! heartbeats (the core marks silent nodes NotReady), and sends `Launch` to agents.
 //!
 //! A refusal ([`refuse`]: certificate, name, version, a malformed, oversized or
 //! out-of-order frame) is a log line with the peer address and closes that connection only.

@@ -1,19 +1,20 @@
 //! Job reports: what `hyperplan simulate` prints and `hyperplan status` shows, with each
-//! task's node, HyperNodes and NUMA pinning.
+//! job's owner and each task's node, HyperNodes and NUMA pinning.
 
 use bevy_ecs::prelude::*;
 use hyperplan_shared::report::{JobReport, JobStatus, TaskReport};
 
 use crate::core::components::{Job, JobPhase, JobState, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
 use crate::core::numa::node::NodeHardware;
+use crate::core::ownership::JobOwner;
 use crate::core::topology::TopologyIndex;
 
 /// Every job, in (priority, submit time, name) order.
 pub fn job_reports(world: &mut World) -> Vec<JobReport> {
-    let mut q = world.query::<(&Job, &JobState)>();
+    let mut q = world.query::<(&Job, &JobState, Option<&JobOwner>)>();
     let world = &*world;
     let index = world.resource::<TopologyIndex>();
-    let mut jobs: Vec<(&Job, &JobState)> = q.iter(world).collect();
+    let mut jobs: Vec<(&Job, &JobState, Option<&JobOwner>)> = q.iter(world).collect();
     jobs.sort_by(|a, b| {
         b.0.spec
             .priority
@@ -21,19 +22,21 @@ pub fn job_reports(world: &mut World) -> Vec<JobReport> {
             .then(a.0.spec.submit_time.cmp(&b.0.spec.submit_time))
             .then_with(|| a.0.spec.name.cmp(&b.0.spec.name))
     });
-    jobs.iter().map(|(job, st)| report(world, index, job, st)).collect()
+    jobs.iter()
+        .map(|(job, st, owner)| report(world, index, job, st, *owner))
+        .collect()
 }
 
 /// One job's report, by name.
 pub fn job_report(world: &mut World, name: &str) -> Option<JobReport> {
-    let mut q = world.query::<(&Job, &JobState)>();
+    let mut q = world.query::<(&Job, &JobState, Option<&JobOwner>)>();
     let world = &*world;
     let index = world.resource::<TopologyIndex>();
-    let found = q.iter(world).find(|(j, _)| j.spec.name == name);
-    found.map(|(job, st)| report(world, index, job, st))
+    let found = q.iter(world).find(|(j, _, _)| j.spec.name == name);
+    found.map(|(job, st, owner)| report(world, index, job, st, owner))
 }
 
-fn report(world: &World, index: &TopologyIndex, job: &Job, st: &JobState) -> JobReport {
+fn report(world: &World, index: &TopologyIndex, job: &Job, st: &JobState, owner: Option<&JobOwner>) -> JobReport {
     let status = match st.phase {
         JobPhase::Pending | JobPhase::Cancelled if st.start_time.is_none() => JobStatus::Pending,
         JobPhase::Rejected => JobStatus::Rejected,
@@ -77,6 +80,7 @@ fn report(world: &World, index: &TopologyIndex, job: &Job, st: &JobState) -> Job
         start_time: st.start_time,
         end_time: st.end_time,
         allocated_hyper_node: st.allocated_hyper_node.clone(),
+        owner: owner.map(|o| o.0.clone()),
         tasks,
     }
 }

@@ -1,5 +1,6 @@
 //! The node list (`hyperplan nodes`): state, free and total CPUs, GPUs and memory, NUMA
-//! nodes, InfiniBand ports, labels, running tasks. Heartbeat ages are the daemon's to fill.
+//! nodes, InfiniBand ports, labels, running tasks, and how long ago the daemon's nodes
+//! were last heard from (as of the last tick; `None` for nodes without a link).
 
 use std::collections::HashMap;
 
@@ -8,6 +9,7 @@ use hyperplan_shared::status::{FreeTotal, NodeState, NodeStatus};
 
 use crate::core::capacity::Capacity;
 use crate::core::components::{Node, NodeSlot, TaskState};
+use crate::core::health::heard_secs_ago;
 use crate::core::numa::node::{NodeHardware, is_gpu_resource};
 
 /// Every node, by name.
@@ -59,7 +61,7 @@ pub fn node_statuses(world: &mut World) -> Vec<NodeStatus> {
                     free: u64::from(node.ib_ports.0),
                     total: u64::from(node.ib_ports.1),
                 },
-                last_heartbeat_secs: None,
+                last_heartbeat_secs: heard_secs_ago(world, e),
                 running_tasks: running.get(&e).copied().unwrap_or(0),
             }
         })
