@@ -2,7 +2,6 @@
 //! heartbeats (see `health`), HyperNode sources, jobs with their owners, sub-jobs and
 //! tasks, completions, cancellations).
 
-
 use bevy_ecs::prelude::*;
 use hyperplan_shared::{JobSpec, NodeSpec};
 
