@@ -8,7 +8,7 @@
 use hyperplan_shared::MEMORY;
 use hyperplan_shared::quantity::format_quantity;
 
-use super::cpus::{CpuPlacement, take_cpus};
+use super::cpus::{CpuError, CpuPlacement, take_cpus};
 use super::hints::{Policy, Request, decide};
 use super::{NumaFree, NumaMachine, NumaMask};
 
@@ -24,6 +24,52 @@ pub struct TaskNuma {
     pub placement: CpuPlacement,
     /// Kubelet `full-pcpus-only`: whole cores only.
     pub full_cores: bool,
+}
+
+/// Why a task cannot be pinned on a node; the text is the pending reason people read
+/// (`single-numa-node: no NUMA node has 120 free PUs`), so each names the policy.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AssignError {
+    /// The node has no hardware description to pin on.
+    #[error("no hardware description")]
+    NoHardware,
+    /// The topology manager did not admit the task (its reason, or none given).
+    #[error("{}", reason.clone().unwrap_or_else(|| format!("{policy}: topology manager did not admit the task")))]
+    NotAdmitted { policy: Policy, reason: Option<String> },
+    #[error("{policy}: {source}")]
+    Cpus { policy: Policy, source: CpuError },
+    #[error("{policy}: only {free} of {requested} requested PUs are free on NUMA nodes {nodes}")]
+    PusOutsideHint {
+        policy: Policy,
+        free: usize,
+        requested: usize,
+        nodes: String,
+    },
+    #[error("{policy}: not enough free GPUs: requested {requested}, available {free}")]
+    Gpus {
+        policy: Policy,
+        requested: usize,
+        free: usize,
+    },
+    #[error("{policy}: only {free} of {requested} requested GPUs are free on NUMA nodes {nodes}")]
+    GpusOutsideHint {
+        policy: Policy,
+        free: usize,
+        requested: usize,
+        nodes: String,
+    },
+    #[error("{policy}: no NUMA node of {nodes} has {memory} of free memory")]
+    NoNumaNodeMemory {
+        policy: Policy,
+        nodes: String,
+        memory: String,
+    },
+    #[error("{policy}: not enough free memory: requested {memory}, {short} short")]
+    Memory {
+        policy: Policy,
+        memory: String,
+        short: String,
+    },
 }
 
 /// Concrete resources for one task on one node.
@@ -59,7 +105,7 @@ pub struct Assignment {
 ///     single-numa-node all of it comes from one node.
 ///
 /// Deterministic.
-pub fn assign(machine: &NumaMachine, free: &NumaFree, task: &TaskNuma) -> Result<Assignment, String> {
+pub fn assign(machine: &NumaMachine, free: &NumaFree, task: &TaskNuma) -> Result<Assignment, AssignError> {
     let n = machine.numa_count().clamp(1, 64);
     let all = NumaMask::all(n);
     let policy = task.policy;
@@ -73,9 +119,10 @@ pub fn assign(machine: &NumaMachine, free: &NumaFree, task: &TaskNuma) -> Result
         };
         let d = decide(machine, free, &req, policy);
         if !d.admit {
-            return Err(d
-                .reason
-                .unwrap_or_else(|| format!("{policy}: topology manager did not admit the task")));
+            return Err(AssignError::NotAdmitted {
+                policy,
+                reason: d.reason,
+            });
         }
         let strict = matches!(policy, Policy::Restricted | Policy::SingleNumaNode);
         (d.hint.mask.map_or(all, |m| m.and(all)), strict)
@@ -113,15 +160,15 @@ fn pick_pus(
     task: &TaskNuma,
     mask: NumaMask,
     strict: bool,
-) -> Result<Vec<usize>, String> {
+) -> Result<Vec<usize>, AssignError> {
     let policy = task.policy;
+    let cpus = |source| AssignError::Cpus { policy, source };
     if task.cpus == 0 {
         return Ok(Vec::new());
     }
     let is_free = |i: usize| free.pus.get(i).copied().unwrap_or(false);
     if policy == Policy::None {
-        return take_cpus(machine, free, None, task.cpus, task.placement, task.full_cores)
-            .map_err(|e| format!("{policy}: {e}"));
+        return take_cpus(machine, free, None, task.cpus, task.placement, task.full_cores).map_err(cpus);
     }
     // Free PUs inside M (whole free cores only with `full_cores`).
     let in_mask = if task.full_cores {
@@ -148,15 +195,15 @@ fn pick_pus(
     let first = task.cpus.min(in_mask);
     let rest = task.cpus - first;
     if strict && rest > 0 {
-        return Err(format!(
-            "{policy}: only {in_mask} of {} requested PUs are free on NUMA nodes {}",
-            task.cpus,
-            machine.os_list(mask)
-        ));
+        return Err(AssignError::PusOutsideHint {
+            policy,
+            free: in_mask,
+            requested: task.cpus,
+            nodes: machine.os_list(mask),
+        });
     }
     let mut out = if first > 0 {
-        take_cpus(machine, free, Some(mask), first, task.placement, task.full_cores)
-            .map_err(|e| format!("{policy}: {e}"))?
+        take_cpus(machine, free, Some(mask), first, task.placement, task.full_cores).map_err(cpus)?
     } else {
         Vec::new()
     };
@@ -167,8 +214,7 @@ fn pick_pus(
                 *f = false;
             }
         }
-        let more = take_cpus(machine, &left, None, rest, task.placement, task.full_cores)
-            .map_err(|e| format!("{policy}: {e}"))?;
+        let more = take_cpus(machine, &left, None, rest, task.placement, task.full_cores).map_err(cpus)?;
         out.extend(more);
         out.sort_unstable();
     }
@@ -182,7 +228,7 @@ fn pick_gpus(
     mask: NumaMask,
     pu_numa: NumaMask,
     all: NumaMask,
-) -> Result<Vec<usize>, String> {
+) -> Result<Vec<usize>, AssignError> {
     let policy = task.policy;
     if task.gpus == 0 {
         return Ok(Vec::new());
@@ -191,11 +237,11 @@ fn pick_gpus(
         .filter(|&g| free.gpus.get(g).copied().unwrap_or(false))
         .collect();
     if free_gpus.len() < task.gpus {
-        return Err(format!(
-            "{policy}: not enough free GPUs: requested {}, available {}",
-            task.gpus,
-            free_gpus.len()
-        ));
+        return Err(AssignError::Gpus {
+            policy,
+            requested: task.gpus,
+            free: free_gpus.len(),
+        });
     }
     let mut out: Vec<usize> = if policy == Policy::None {
         free_gpus.into_iter().take(task.gpus).collect()
@@ -219,12 +265,12 @@ fn pick_gpus(
             .collect();
         keyed.sort_unstable();
         if keyed.len() < task.gpus {
-            return Err(format!(
-                "{policy}: only {} of {} requested GPUs are free on NUMA nodes {}",
-                keyed.len(),
-                task.gpus,
-                machine.os_list(mask)
-            ));
+            return Err(AssignError::GpusOutsideHint {
+                policy,
+                free: keyed.len(),
+                requested: task.gpus,
+                nodes: machine.os_list(mask),
+            });
         }
         keyed.into_iter().take(task.gpus).map(|k| k.3).collect()
     };
@@ -239,7 +285,7 @@ fn pick_memory(
     mask: NumaMask,
     pu_count: &[usize],
     n: usize,
-) -> Result<Vec<(usize, u64)>, String> {
+) -> Result<Vec<(usize, u64)>, AssignError> {
     let policy = task.policy;
     if task.memory == 0 {
         return Ok(Vec::new());
@@ -261,11 +307,11 @@ fn pick_memory(
     if policy == Policy::SingleNumaNode {
         return match order.iter().find(|&&i| fmem(i) >= task.memory) {
             Some(&i) => Ok(vec![(i, task.memory)]),
-            None => Err(format!(
-                "{policy}: no NUMA node of {} has {} of free memory",
-                machine.os_list(mask),
-                format_quantity(MEMORY, task.memory)
-            )),
+            None => Err(AssignError::NoNumaNodeMemory {
+                policy,
+                nodes: machine.os_list(mask),
+                memory: format_quantity(MEMORY, task.memory),
+            }),
         };
     }
     let mut need = task.memory;
@@ -281,11 +327,11 @@ fn pick_memory(
         }
     }
     if need > 0 {
-        return Err(format!(
-            "{policy}: not enough free memory: requested {}, {} short",
-            format_quantity(MEMORY, task.memory),
-            format_quantity(MEMORY, need)
-        ));
+        return Err(AssignError::Memory {
+            policy,
+            memory: format_quantity(MEMORY, task.memory),
+            short: format_quantity(MEMORY, need),
+        });
     }
     Ok(out)
 }
@@ -441,7 +487,7 @@ mod tests {
             let r = assign(&m, &free, &t);
             match p {
                 Policy::SingleNumaNode => {
-                    let e = r.unwrap_err();
+                    let e = r.unwrap_err().to_string();
                     assert!(e.starts_with("single-numa-node:"), "{e}");
                 }
                 _ => {
@@ -488,11 +534,11 @@ mod tests {
                 }
                 Policy::Restricted => {
                     // Preferred needs masks of size 1 for both; merged on {0,1} is not preferred.
-                    let e = r.unwrap_err();
+                    let e = r.unwrap_err().to_string();
                     assert!(e.starts_with("restricted:"), "{e}");
                 }
                 Policy::SingleNumaNode => {
-                    let e = r.unwrap_err();
+                    let e = r.unwrap_err().to_string();
                     assert!(e.starts_with("single-numa-node: no NUMA node has"), "{e}");
                 }
             }
@@ -544,7 +590,7 @@ mod tests {
             let t = task(p, 0, 0, 3);
             let r = assign(&m, &free, &t);
             match p {
-                Policy::SingleNumaNode => assert!(r.unwrap_err().starts_with("single-numa-node:")),
+                Policy::SingleNumaNode => assert!(r.unwrap_err().to_string().starts_with("single-numa-node:")),
                 _ => {
                     // Restricted: minimum size 2 = the preferred mask {0,1}.
                     let a = r.unwrap();
@@ -575,7 +621,9 @@ mod tests {
         check_shape(&m, &t, &a);
         assert_eq!(a.numa, NumaMask(0b11));
         // Restricted: one node's total (16) holds 8 PUs, so only a one-node hint is preferred.
-        let e = assign(&m, &free, &task(Policy::Restricted, 8, 0, 0)).unwrap_err();
+        let e = assign(&m, &free, &task(Policy::Restricted, 8, 0, 0))
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("restricted:"), "{e}");
         // Memory: the hint is node 0 (the only node with 16 free PUs), which has 4 GiB; best-effort
         // takes the rest from node 1, restricted rejects.
@@ -661,7 +709,7 @@ mod tests {
         assert_eq!(a.pus, [4, 5, 6, 7, 20, 21, 22, 23]);
         // 10 PUs: hint says node 0 (12 free), but only 8 whole-core PUs there.
         t.cpus = 10;
-        let e = assign(&m, &free, &t).unwrap_err();
+        let e = assign(&m, &free, &t).unwrap_err().to_string();
         assert!(e.starts_with("single-numa-node:"), "{e}");
         // Best-effort takes the rest from node 1.
         t.policy = Policy::BestEffort;
@@ -670,9 +718,9 @@ mod tests {
         assert_eq!(a.numa, NumaMask(0b11));
         // Odd count: not whole cores.
         t.cpus = 3;
-        assert!(assign(&m, &free, &t).unwrap_err().contains("whole cores"));
+        assert!(assign(&m, &free, &t).unwrap_err().to_string().contains("whole cores"));
         t.policy = Policy::None;
-        assert!(assign(&m, &free, &t).unwrap_err().contains("whole cores"));
+        assert!(assign(&m, &free, &t).unwrap_err().to_string().contains("whole cores"));
     }
 
     #[test]

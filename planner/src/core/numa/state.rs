@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bevy_ecs::prelude::*;
 
 use super::NumaFree;
-use super::assign::{self, Assignment, TaskNuma};
+use super::assign::{self, AssignError, Assignment, TaskNuma};
 use super::node::{NodeHardware, NodeNuma};
 use crate::core::components::{NodeSlot, TaskState};
 use crate::core::holdings::{Holdings, NumaChange};
@@ -37,9 +37,9 @@ impl NumaState {
     }
 
     /// Admits `task` on node `n` and picks its PUs, memory and GPUs (nothing is taken).
-    pub fn assign(&self, n: NodeIdx, task: &TaskNuma) -> Result<Assignment, String> {
+    pub fn assign(&self, n: NodeIdx, task: &TaskNuma) -> Result<Assignment, AssignError> {
         let (Some(hw), Some(free)) = (self.node(n), self.free(n)) else {
-            return Err("no hardware description".into());
+            return Err(AssignError::NoHardware);
         };
         assign::assign(&hw.machine, free, task)
     }
