@@ -18,11 +18,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use hyperplan_core::testing::MachineBuilder;
 use hyperplan_net::certs::{CertPaths, init_ca, issue_node, issue_planner};
 use hyperplan_net::messages::{AgentMessage, Hello, PlannerToAgent, Role};
 use hyperplan_net::tls::{TlsMaterial, any_addr_for, client_config};
 use hyperplan_net::{read_frame, topology_hash, write_frame};
-use hyperplan_planner::testing::MachineBuilder;
 
 /// The release planner next to this harness; built once when missing (building it on
 /// every run would rebuild shared dependencies with other features, back and forth).

@@ -17,12 +17,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use hyperplan_core::components::SourceKind;
+use hyperplan_core::discovery::Found;
+use hyperplan_core::testing::{MachineBuilder, res};
+use hyperplan_core::{Event, Planner, PlannerConfig};
 use hyperplan_fabric::synthetic::FatTreeDump;
 use hyperplan_fabric::{GuidMap, IbFabric, parse_ibnetdiscover};
-use hyperplan_planner::config::SourceKind;
-use hyperplan_planner::core::discovery::Found;
-use hyperplan_planner::testing::{MachineBuilder, res};
-use hyperplan_planner::{Event, Planner, PlannerConfig};
 use hyperplan_shared::NodeSpec;
 use hyperplan_shared::topology::{InfinibandHca, SharedTopology};
 

@@ -5,10 +5,10 @@
 //! Target (issue 4): ≤ 1 ms per task on the 24- and 34-NUMA machines.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use hyperplan_planner::core::numa::assign::{TaskNuma, apply, assign};
-use hyperplan_planner::core::numa::cpus::CpuPlacement;
-use hyperplan_planner::core::numa::hints::{Policy, Request, decide};
-use hyperplan_planner::core::numa::{GpuInfo, NumaMachine, NumaMask, PuInfo};
+use hyperplan_core::numa::assign::{TaskNuma, apply, assign};
+use hyperplan_core::numa::cpus::CpuPlacement;
+use hyperplan_core::numa::hints::{Policy, Request, decide};
+use hyperplan_core::numa::{GpuInfo, NumaMachine, NumaMask, PuInfo};
 
 const GIB: u64 = 1 << 30;
 

@@ -19,6 +19,11 @@
 //!   cores × 2 threads, 512 GiB and 4 GPUs + 2 HCAs per socket); one hard tier-3 gang of
 //!   3,000 single-numa-node tasks × (16 PUs, 64 GiB, 4 GPUs): every task gets its own
 //!   PUs, memory and GPUs on one NUMA node, and its rails.
+//! - `one_job/{2k,8k,50k}/{8,64,512}`: (issue 11) the daemon's steady state: one tick
+//!   placing one soft-mode job of 8, 64 or 512 whole-node tasks on a fragmented fat tree
+//!   (fanout 16,8; 16,8,8 at 50k) whose ~46 % busy nodes, chosen at random, hold running
+//!   single-task jobs of this planner. Between measured ticks the job is cancelled (an
+//!   untimed tick), so every measured tick starts from the same warm planner.
 //!
 //! Run on one core: `taskset -c 0 cargo bench --bench placement`.
 
@@ -30,13 +35,13 @@ use std::time::{Duration, Instant};
 use criterion::{
     BenchmarkGroup, Criterion, SamplingMode, Throughput, criterion_group, criterion_main, measurement::WallTime,
 };
-use hyperplan_planner::sim::planner_for;
-use hyperplan_planner::testing::{JobBuilder, MachineBuilder, hardware_resources};
-use hyperplan_planner::{Command, Event, Planner, PlannerConfig};
+use hyperplan_core::sim::planner_for;
+use hyperplan_core::testing::{JobBuilder, MachineBuilder, hardware_resources};
+use hyperplan_core::{Command, Event, Planner, PlannerConfig};
 use hyperplan_shared::fattree::{self, FatTreeParams};
 use hyperplan_shared::quantity::parse_resource_list;
 use hyperplan_shared::topology::SharedTopology;
-use hyperplan_shared::{ClusterSpec, JobSpec};
+use hyperplan_shared::{ClusterSpec, JobSpec, Resources};
 
 const SEED: u64 = 20_240_601;
 const FANOUT: [u32; 3] = [16, 32, 8];
@@ -320,5 +325,99 @@ fn scale(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, targets, scale);
+/// Issue 11: the share of busy nodes and the task that takes a whole node.
+const ONE_JOB_BUSY: f64 = 0.46;
+const WHOLE_NODE: &str = NODE_RESOURCES;
+
+/// A planner on a `nodes`-node fat tree (`fanout`) whose busy nodes (~46 %, at random)
+/// run one single-task job each, placed by the planner itself, ticked until idle: the
+/// index is built, the caches are warm, nothing is left to do.
+fn fragmented_planner(nodes: u32, fanout: &[u32]) -> Planner {
+    let params = FatTreeParams {
+        nodes,
+        fanout: fanout.to_vec(),
+        node_resources: parse_resource_list(NODE_RESOURCES).expect("node resources"),
+        busy: ONE_JOB_BUSY,
+        seed: SEED,
+        prefix: "node".to_string(),
+    };
+    let spec = fattree::generate(&params).expect("fat tree");
+    let busy: Vec<bool> = spec.nodes.iter().map(|n| n.used == n.resources).collect();
+    // First only the nodes meant to be busy are free, so the background jobs land there.
+    let mut first = spec.clone();
+    for (n, &b) in first.nodes.iter_mut().zip(&busy) {
+        n.used = if b { Resources::new() } else { n.resources.clone() };
+    }
+    let mut planner = planner_for(&first, PlannerConfig::default());
+    let count = busy.iter().filter(|b| **b).count();
+    for i in 0..count {
+        planner.push(Event::Submit(
+            JobBuilder::gang(&format!("bg-{i:06}"), 1, WHOLE_NODE).build(),
+        ));
+    }
+    let cmds = planner.tick(0);
+    let placed = cmds.iter().filter(|c| matches!(c, Command::Place(_))).count();
+    assert_eq!(placed, count, "every background job runs");
+    // Then the other nodes are free again.
+    for (n, &b) in spec.nodes.iter().zip(&busy) {
+        if !b {
+            let mut n = n.clone();
+            n.used = Resources::new();
+            planner.push(Event::NodeUp(n));
+        }
+    }
+    planner.tick(1);
+    planner.tick(2);
+    planner
+}
+
+/// Issue 11: one tick placing one soft-mode job of `size` whole-node tasks, from a warm
+/// planner; the job is cancelled in an untimed tick afterwards.
+fn one_job(c: &mut Criterion) {
+    const SIZES: [u32; 3] = [8, 64, 512];
+    let scales: [(&str, u32, &[u32]); 3] = [
+        ("2k", 2_048, &[16, 8]),
+        ("8k", 8_192, &[16, 8]),
+        ("50k", 50_000, &[16, 8, 8]),
+    ];
+    let mut group = c.benchmark_group("one_job");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    for (label, nodes, fanout) in scales {
+        // Built on first use, so a filter that skips a scale skips its set-up.
+        let mut ready: Option<Planner> = None;
+        let mut now = 10;
+        let mut seq = 0u64;
+        for size in SIZES {
+            group.throughput(Throughput::Elements(u64::from(size)));
+            group.bench_function(format!("{label}/{size}"), |b| {
+                let planner = ready.get_or_insert_with(|| fragmented_planner(nodes, fanout));
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        seq += 1;
+                        let name = format!("one-{seq:07}");
+                        planner.push(Event::Submit(JobBuilder::gang(&name, size, WHOLE_NODE).soft().build()));
+                        now += 1;
+                        let start = Instant::now();
+                        let cmds = planner.tick(now);
+                        total += start.elapsed();
+                        let placed = cmds.iter().filter(|c| matches!(c, Command::Place(_))).count();
+                        assert_eq!(placed, size as usize, "{label}/{size}: the job is placed whole");
+                        black_box(cmds);
+                        planner.push(Event::Cancel { job: name });
+                        now += 1;
+                        black_box(planner.tick(now));
+                    }
+                    total
+                });
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, targets, scale, one_job);
 criterion_main!(benches);

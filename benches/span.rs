@@ -10,10 +10,10 @@
 
 use std::collections::BTreeSet;
 
-use hyperplan_planner::PlannerConfig;
-use hyperplan_planner::config::SpanMode;
-use hyperplan_planner::sim::simulate;
-use hyperplan_planner::testing::{FatTreeView, JobBuilder, leaves_spanned};
+use hyperplan_core::PlannerConfig;
+use hyperplan_core::config::SpanMode;
+use hyperplan_core::sim::simulate;
+use hyperplan_core::testing::{FatTreeView, JobBuilder, leaves_spanned};
 use hyperplan_shared::fattree::{self, FatTreeParams};
 use hyperplan_shared::quantity::parse_resource_list;
 use hyperplan_shared::report::JobStatus;

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
-use hyperplan_planner::core::ownership::{NameClash, check_job_names};
-use hyperplan_planner::{PlannerConfig, sim};
+use hyperplan_core::ownership::{NameClash, check_job_names};
+use hyperplan_core::{PlannerConfig, sim};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Output {
@@ -76,7 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let config = match &args.config {
-        Some(p) => PlannerConfig::load(p)?,
+        Some(p) => hyperplan_planner::DaemonConfig::load(p)?.planner,
         None => PlannerConfig::default(),
     };
     let report = sim::simulate(&cluster, &jobs, config);

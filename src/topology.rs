@@ -8,7 +8,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use hyperplan_agent::probe::{self, ProbeOptions, Source};
-use hyperplan_planner::core::numa::node::hardware_resources;
+use hyperplan_core::numa::node::hardware_resources;
 use hyperplan_shared::topology::{NodeTopology, SharedTopology};
 use hyperplan_shared::{ClusterSpec, TopologyRef};
 

@@ -8,10 +8,10 @@
 use std::path::PathBuf;
 
 use hyperplan_agent::probe::{ProbeOptions, Source, probe};
-use hyperplan_planner::PlannerConfig;
-use hyperplan_planner::core::numa::NumaMachine;
-use hyperplan_planner::core::numa::cpus::{CpuError, CpuPlacement, take_cpus};
-use hyperplan_planner::testing::{ClusterBuilder, JobBuilder, run};
+use hyperplan_core::PlannerConfig;
+use hyperplan_core::numa::NumaMachine;
+use hyperplan_core::numa::cpus::{CpuError, CpuPlacement, take_cpus};
+use hyperplan_core::testing::{ClusterBuilder, JobBuilder, run};
 use hyperplan_shared::report::{JobStatus, Report};
 use hyperplan_shared::topology::NodeTopology;
 

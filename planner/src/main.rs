@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use hyperplan_planner::PlannerConfig;
+use hyperplan_planner::DaemonConfig;
 use hyperplan_planner::config::seconds;
 use hyperplan_planner::server::{ReloadHandle, Server, sd_notify};
 
@@ -79,11 +79,11 @@ fn run() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let mut config = match &args.config {
-        Some(p) => PlannerConfig::load(p).with_context(|| format!("loading {}", p.display()))?,
+        Some(p) => DaemonConfig::load(p).with_context(|| format!("loading {}", p.display()))?,
         None if std::path::Path::new(DEFAULT_CONFIG).exists() => {
-            PlannerConfig::load(std::path::Path::new(DEFAULT_CONFIG)).context("loading the default configuration")?
+            DaemonConfig::load(std::path::Path::new(DEFAULT_CONFIG)).context("loading the default configuration")?
         }
-        None => PlannerConfig::default(),
+        None => DaemonConfig::default(),
     };
     let s = &mut config.server;
     if let Some(v) = args.listen {
@@ -141,7 +141,7 @@ fn run() -> anyhow::Result<()> {
 }
 
 /// `--check`: one line per discovery source; returns how many failed.
-async fn check_sources(config: &PlannerConfig) -> usize {
+async fn check_sources(config: &DaemonConfig) -> usize {
     if !config.discovery.label.is_empty() {
         let types: Vec<&String> = config.discovery.label.keys().collect();
         println!("discovery label: from node labels, types {types:?}");

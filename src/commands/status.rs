@@ -1,8 +1,8 @@
 //! `hyperplan status [JOB]`: where jobs are, in the simulator's own job table (the same
 //! job objects `hyperplan simulate` prints).
 
+use hyperplan_core::sim::{render_table, render_task_table};
 use hyperplan_net::messages::RequestCommand;
-use hyperplan_planner::sim::{render_table, render_task_table};
 use hyperplan_shared::report::{JobStatus, Report, Summary};
 use hyperplan_shared::status::JobList;
 

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::driver::{ToCore, unix_now};
 use crate::config::{DumpInput, SourceConfig, SourceSpec};
-use crate::core::discovery::Found;
+use hyperplan_core::discovery::Found;
 
 /// The largest file or command output a source reads. A 4,000-host fabric dump is a few
 /// MiB; this only stops a path such as `/dev/zero` from eating the head node's memory.
@@ -89,7 +89,7 @@ pub async fn check(source: SourceConfig) -> Result<String, String> {
             }
         )),
         Found::Fabric { fabric, map_file } => {
-            let t = crate::core::discovery::fabric::tier(&fabric, &map_file, &hyperplan_fabric::GuidMap::new())?;
+            let t = hyperplan_core::discovery::fabric::tier(&fabric, &map_file, &hyperplan_fabric::GuidMap::new())?;
             Ok(t.summary)
         }
     }

@@ -17,12 +17,12 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::close;
-use crate::config::{PlannerConfig, SourceKind};
-use crate::core::commands::HealthChange;
-use crate::core::discovery::Found;
-use crate::core::numa::node::hardware_resources;
-use crate::core::ownership::CancelError;
-use crate::core::{Command, Event, Planner, view};
+use crate::config::{DaemonConfig, SourceKind};
+use hyperplan_core::commands::HealthChange;
+use hyperplan_core::discovery::Found;
+use hyperplan_core::numa::node::hardware_resources;
+use hyperplan_core::ownership::CancelError;
+use hyperplan_core::{Command, Event, Planner, view};
 
 /// What connections tell the driver.
 #[derive(Debug)]
@@ -110,10 +110,10 @@ struct Driver {
     dirty: bool,
 }
 
-pub async fn run(mut config: PlannerConfig, mut rx: mpsc::UnboundedReceiver<ToCore>) {
+pub async fn run(mut config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCore>) {
     // The core decides node health from [server]'s heartbeat keys (flags included).
-    config.health = config.server.health();
-    let mut planner = Planner::new(config.clone());
+    config.planner.health = config.server.health();
+    let mut planner = Planner::new(config.planner.clone());
     planner.push(Event::LabelDiscovery(config.discovery.label.clone()));
     // The pollers (`super::discovery`) send the sources' contents; declared here so
     // people see every source from the start.

@@ -22,7 +22,7 @@ use hyperplan_net::certs::CertPaths;
 use hyperplan_net::tls::{TlsMaterial, server_endpoint};
 use tokio::sync::{mpsc, watch};
 
-use crate::config::PlannerConfig;
+use crate::config::DaemonConfig;
 pub use driver::ToCore;
 
 /// Application close codes (hyperplan-net's, shared by every daemon).
@@ -39,7 +39,7 @@ pub enum ServerError {
 /// A bound planner: the endpoint is listening, nothing is served yet.
 pub struct Server {
     endpoint: quinn::Endpoint,
-    config: PlannerConfig,
+    config: DaemonConfig,
     reload: watch::Sender<u64>,
 }
 
@@ -64,7 +64,7 @@ impl std::fmt::Debug for Server {
 impl Server {
     /// Loads the planner's certificates from `server.cert_dir` and binds `server.listen`
     /// (port 0 picks one; see [`Server::local_addr`]). Call inside a tokio runtime.
-    pub fn bind(config: PlannerConfig) -> Result<Self, ServerError> {
+    pub fn bind(config: DaemonConfig) -> Result<Self, ServerError> {
         let material = TlsMaterial::load(&CertPaths::planner(&config.server.cert_dir))?;
         let endpoint = server_endpoint(config.server.listen, &material)?;
         Ok(Self {

@@ -1,0 +1,153 @@
+//! The worksheet of one job for one allocation attempt, and gang readiness (Volcano's
+//! gang plugin: JobReady, SubJobReady, required sub-jobs, sub-job order).
+
+use bevy_ecs::prelude::Entity;
+
+use crate::capacity::Shape;
+use crate::ids::{HnIdx, NodeIdx};
+use crate::numa::assign::{Assignment, TaskNuma};
+
+#[derive(Clone, Debug)]
+pub struct TaskSlot {
+    pub entity: Entity,
+    pub role: usize,
+    pub node: Option<NodeIdx>,
+    /// Placed in this attempt (not yet committed to the ECS).
+    pub new: bool,
+    /// PUs, memory and GPUs picked in this attempt, for a role with a NUMA request.
+    pub assignment: Option<Assignment>,
+}
+
+#[derive(Clone, Debug)]
+pub struct SubJobCtx {
+    pub entity: Entity,
+    pub id: String,
+    pub min_available: u32,
+    pub group: Option<usize>,
+    pub match_index: u32,
+    /// Effective hard tier limit (soft converted, tier names resolved); `None` = not hard.
+    pub tier: Option<u32>,
+    /// Has a network topology at all: nodes are scored by LCA, not fading.
+    pub with_topology: bool,
+    pub allocated: Option<HnIdx>,
+    /// Indices into `JobCtx::tasks`.
+    pub tasks: Vec<usize>,
+}
+
+#[derive(Clone, Debug)]
+pub struct JobCtx {
+    pub entity: Entity,
+    pub name: String,
+    pub gang_min: u32,
+    /// minPartitions per partition group.
+    pub group_min: Vec<u32>,
+    pub tier: Option<u32>,
+    pub with_topology: bool,
+    pub allocated: Option<HnIdx>,
+    /// Per role (task spec): its shape and name.
+    pub shapes: Vec<Shape>,
+    /// Per role: its NUMA request (`None` = nothing to pin).
+    pub numa: Vec<Option<TaskNuma>>,
+    pub role_names: Vec<String>,
+    pub tasks: Vec<TaskSlot>,
+    pub sub_jobs: Vec<SubJobCtx>,
+}
+
+impl JobCtx {
+    pub fn has_partitions(&self) -> bool {
+        !self.group_min.is_empty()
+    }
+
+    pub fn placed(&self) -> u32 {
+        self.tasks.iter().filter(|t| t.node.is_some()).count() as u32
+    }
+
+    pub fn pending(&self) -> impl Iterator<Item = &TaskSlot> {
+        self.tasks.iter().filter(|t| t.node.is_none())
+    }
+
+    pub fn sj_placed(&self, sj: usize) -> u32 {
+        self.sub_jobs[sj]
+            .tasks
+            .iter()
+            .filter(|&&t| self.tasks[t].node.is_some())
+            .count() as u32
+    }
+
+    pub fn sj_pending(&self, sj: usize) -> impl Iterator<Item = usize> + '_ {
+        self.sub_jobs[sj]
+            .tasks
+            .iter()
+            .copied()
+            .filter(|&t| self.tasks[t].node.is_none())
+    }
+
+    fn sj_whole(&self, sj: usize) -> bool {
+        self.sj_placed(sj) >= self.sub_jobs[sj].min_available
+    }
+
+    /// Gang minimum placed and every partition group has its minPartitions whole.
+    pub fn job_ready(&self) -> bool {
+        if self.placed() < self.gang_min {
+            return false;
+        }
+        self.group_min.iter().enumerate().all(|(g, &min)| {
+            let ready = (0..self.sub_jobs.len())
+                .filter(|&s| self.sub_jobs[s].group == Some(g) && self.sj_whole(s))
+                .count() as u32;
+            ready >= min
+        })
+    }
+
+    /// Volcano: without partition policies a sub-job is ready when its job is.
+    pub fn sj_ready(&self, sj: usize) -> bool {
+        if self.has_partitions() {
+            self.sj_whole(sj)
+        } else {
+            self.job_ready()
+        }
+    }
+
+    /// Volcano's NeedContinueAllocating: keep trying other tasks after one did not fit?
+    pub fn need_continue(&self, sj: usize) -> bool {
+        let s = &self.sub_jobs[sj];
+        !(self.gang_min as usize >= self.tasks.len() || s.min_available as usize >= s.tasks.len())
+    }
+
+    /// Sub-jobs with pending tasks in allocation order: required ones (needed to reach a
+    /// group's minPartitions) first, then not-yet-whole before whole, then match index, id.
+    pub fn sub_job_order(&self) -> Vec<usize> {
+        let mut ready_count = vec![0u32; self.group_min.len()];
+        for s in 0..self.sub_jobs.len() {
+            if let Some(g) = self.sub_jobs[s].group
+                && self.sj_whole(s)
+            {
+                ready_count[g] += 1;
+            }
+        }
+        let mut base: Vec<usize> = (0..self.sub_jobs.len()).collect();
+        base.sort_by(|&a, &b| {
+            let (x, y) = (&self.sub_jobs[a], &self.sub_jobs[b]);
+            self.sj_whole(a)
+                .cmp(&self.sj_whole(b))
+                .then(x.match_index.cmp(&y.match_index))
+                .then_with(|| x.id.cmp(&y.id))
+        });
+        let mut required = vec![false; self.sub_jobs.len()];
+        for &s in &base {
+            if let Some(g) = self.sub_jobs[s].group
+                && !self.sj_whole(s)
+                && ready_count[g] < self.group_min[g]
+            {
+                required[s] = true;
+                ready_count[g] += 1;
+            }
+        }
+        let mut order: Vec<usize> = base
+            .into_iter()
+            .filter(|&s| self.sj_pending(s).next().is_some())
+            .collect();
+        order.sort_by_key(|&s| !required[s]); // stable: keeps the base order within each class
+        order
+    }
+}

@@ -1,0 +1,521 @@
+//! The two-level search (Volcano allocateForJob / allocateForSubJob /
+//! allocateResourcesForTasks, §4) over live capacity, with an undo log instead of
+//! statement copies: a trial places tasks for real and rolls back what it does not keep.
+//! A task with a NUMA request is also admitted per node by the topology manager (a node
+//! that fails its policy is no candidate) and gets its PUs, memory and GPUs as it lands;
+//! the numa-aware score (fewer NUMA nodes spanned) joins the topology score.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::capacity::{Capacity, Shape};
+use crate::config::{PlannerConfig, ScoringConfig, SpanMode};
+use crate::ids::{HnIdx, NodeIdx};
+use crate::numa::assign::{Assignment, TaskNuma};
+use crate::numa::state::NumaState;
+use crate::topology::TopologyIndex;
+
+use super::binpack::{dim_weights, fill_ratio};
+use super::fading::fading_score;
+use super::gang::JobCtx;
+use super::gradient::gradients;
+use super::lca_score::lca_score;
+use super::span::{self, SpanKey};
+
+/// What a committed attempt decided, for the AllocatedHyperNode bookkeeping (§4.2.5).
+#[derive(Debug, Default)]
+pub struct Decision {
+    /// The job-level gradient HyperNode (`None` on the flat path).
+    pub job_hn: Option<HnIdx>,
+    /// Per sub-job index: the HyperNode its tasks were placed under.
+    pub sub_job_hn: Vec<(usize, HnIdx)>,
+}
+
+/// How far past a group's first fit to look for a node where a task spans fewer NUMA
+/// nodes (bounds the cost of a fragmented group).
+const NARROWER_LOOKAHEAD: usize = 32;
+
+pub struct Search<'a> {
+    pub index: &'a TopologyIndex,
+    pub cap: &'a mut Capacity,
+    pub numa: &'a mut NumaState,
+    pub cfg: &'a ScoringConfig,
+    /// numa-aware plugin weight.
+    numa_weight: f64,
+    weights: Vec<f64>,
+    /// Undo log: task index placed in this attempt.
+    log: Vec<usize>,
+    sub_job_hn: Vec<(usize, HnIdx)>,
+    /// The leaf-minimal plan for the HyperNode being filled: per node group of it, the
+    /// rank its leaf fills in (`u32::MAX` = not planned, used only when the plan fails).
+    plan: Option<(HnIdx, Vec<u32>)>,
+}
+
+impl<'a> Search<'a> {
+    pub fn new(
+        index: &'a TopologyIndex,
+        cap: &'a mut Capacity,
+        numa: &'a mut NumaState,
+        cfg: &'a PlannerConfig,
+    ) -> Self {
+        let weights = dim_weights(cap, &cfg.scoring);
+        Self {
+            index,
+            cap,
+            numa,
+            cfg: &cfg.scoring,
+            numa_weight: cfg.numa.weight,
+            weights,
+            log: Vec::new(),
+            sub_job_hn: Vec::new(),
+            plan: None,
+        }
+    }
+
+    fn place(&mut self, job: &mut JobCtx, t: usize, n: NodeIdx, assignment: Option<Assignment>) {
+        let role = job.tasks[t].role;
+        self.cap.take(self.index, n, &job.shapes[role]);
+        if let Some(a) = &assignment {
+            self.numa.take(n, a);
+        }
+        job.tasks[t].node = Some(n);
+        job.tasks[t].new = true;
+        job.tasks[t].assignment = assignment;
+        self.log.push(t);
+    }
+
+    fn rollback(&mut self, job: &mut JobCtx, mark: usize, sj_mark: usize) {
+        while self.log.len() > mark {
+            let Some(t) = self.log.pop() else { break };
+            if let Some(n) = job.tasks[t].node.take() {
+                self.cap.give(self.index, n, &job.shapes[job.tasks[t].role]);
+                if let Some(a) = job.tasks[t].assignment.take() {
+                    self.numa.give(n, &a);
+                }
+            }
+            job.tasks[t].new = false;
+        }
+        self.sub_job_hn.truncate(sj_mark);
+    }
+
+    /// One allocation attempt for a job. On success the placements stay applied (to
+    /// `job` and the capacity) and the decision is returned; otherwise nothing changed.
+    pub fn allocate_job(&mut self, job: &mut JobCtx) -> Option<Decision> {
+        self.log.clear();
+        self.sub_job_hn.clear();
+        if job.tier.is_none() && !job.has_partitions() {
+            return self.allocate_flat(job);
+        }
+        let need = job.gang_min.saturating_sub(job.placed()).max(1) as u64;
+        let counts = self.role_counts(job);
+        let pending = role_pending(job, None);
+        let grads = gradients(self.index, self.index.root, job.tier, job.allocated, |h| {
+            room(&counts, &pending, h) >= need
+        });
+        let single = job.sub_jobs.len() == 1
+            && !job.has_partitions()
+            && job.allocated.is_none()
+            && job.sub_jobs[0].allocated.is_none();
+        let minimal = self.cfg.span == SpanMode::Minimal;
+        for mut tier in grads {
+            if single {
+                // The only sub-job scores H itself (every lower HyperNode already failed
+                // in an earlier gradient), so try in order and keep the first fit: fewest
+                // leaves first (minimal span), then bin-pack score, then name.
+                let request = self.sub_job_request(job, 0);
+                let mut keyed: Vec<(SpanKey, f64, HnIdx)> = tier
+                    .iter()
+                    .map(|&h| {
+                        let key = if minimal {
+                            span::plan(self.index, self.cap, h, &job.shapes, &counts, &pending).key
+                        } else {
+                            SpanKey::default()
+                        };
+                        (key, fill_ratio(self.cap, &self.weights, h, &request), h)
+                    })
+                    .collect();
+                keyed.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2)));
+                for (_, _, h) in keyed {
+                    if self.try_job_in(job, h).is_some() {
+                        return Some(self.decision(Some(h)));
+                    }
+                }
+                continue;
+            }
+            tier.sort();
+            // Volcano keeps the best summed sub-job score; minimal span first keeps the
+            // trial that spans the fewest leaves.
+            let mut best: Option<(u32, f64, HnIdx)> = None;
+            for &h in &tier {
+                if let Some(score) = self.try_job_in(job, h) {
+                    let leaves = if minimal { self.leaves_spanned(job) } else { 0 };
+                    if best.is_none_or(|(l, s, _)| leaves < l || (leaves == l && score > s)) {
+                        best = Some((leaves, score, h));
+                    }
+                    self.rollback(job, 0, 0);
+                }
+            }
+            if let Some((_, _, h)) = best {
+                // Replay the winner; the search is deterministic, so it lands the same way.
+                if self.try_job_in(job, h).is_some() {
+                    return Some(self.decision(Some(h)));
+                }
+            }
+        }
+        None
+    }
+
+    /// Distinct leaves (lowest-tier HyperNodes, or node groups without one) the job's
+    /// placed tasks occupy.
+    fn leaves_spanned(&self, job: &JobCtx) -> u32 {
+        let mut units: Vec<(u32, u32)> = job
+            .tasks
+            .iter()
+            .filter_map(|t| t.node)
+            .map(|n| {
+                let g = self.index.node_group[n.ix()];
+                match self.index.groups[g.ix()].leaf {
+                    Some(l) => (0, l.0),
+                    None => (1, g.0),
+                }
+            })
+            .collect();
+        units.sort_unstable();
+        units.dedup();
+        units.len() as u32
+    }
+
+    fn decision(&self, job_hn: Option<HnIdx>) -> Decision {
+        Decision {
+            job_hn,
+            sub_job_hn: self.sub_job_hn.clone(),
+        }
+    }
+
+    /// Jobs without a hard topology and without partitions: all nodes, one pass.
+    fn allocate_flat(&mut self, job: &mut JobCtx) -> Option<Decision> {
+        let placed = self.place_tasks(job, 0, self.index.root);
+        if placed > 0 && job.job_ready() {
+            Some(self.decision(None))
+        } else {
+            self.rollback(job, 0, 0);
+            None
+        }
+    }
+
+    /// Trial of job-level HyperNode `h`: sub-jobs in order until the job is ready.
+    /// Returns the summed sub-job scores, leaving the placements applied; rolls back
+    /// and returns `None` when the job cannot become ready under `h`.
+    fn try_job_in(&mut self, job: &mut JobCtx, h: HnIdx) -> Option<f64> {
+        let (mark, sj_mark) = (self.log.len(), self.sub_job_hn.len());
+        let mut score = 0.0;
+        for sj in job.sub_job_order() {
+            if job.job_ready() {
+                break;
+            }
+            if let Some(s) = self.allocate_sub_job(job, sj, h) {
+                score += s;
+            }
+        }
+        if self.log.len() > mark && job.job_ready() {
+            Some(score)
+        } else {
+            self.rollback(job, mark, sj_mark);
+            None
+        }
+    }
+
+    /// Volcano allocateForSubJob: the sub-job's own gradients inside the job's `h_job`;
+    /// in each gradient the HyperNodes are tried best bin-pack score first.
+    fn allocate_sub_job(&mut self, job: &mut JobCtx, sj: usize, h_job: HnIdx) -> Option<f64> {
+        let s = &job.sub_jobs[sj];
+        let need = s.min_available.saturating_sub(job.sj_placed(sj)).max(1) as u64;
+        let pending = role_pending(job, Some(sj));
+        let grads = {
+            let (index, cap) = (self.index, &*self.cap);
+            gradients(index, h_job, s.tier, s.allocated, |h| {
+                let mut total = 0u64;
+                for (role, &p) in pending.iter().enumerate() {
+                    if p == 0 {
+                        continue;
+                    }
+                    let mut c = 0u64;
+                    'groups: for &g in &index.hns[h.ix()].groups {
+                        for &n in &index.groups[g.ix()].nodes {
+                            c += cap.fit_count(n, &job.shapes[role]);
+                            if c >= p {
+                                break 'groups;
+                            }
+                        }
+                    }
+                    total += c.min(p);
+                }
+                total >= need
+            })
+        };
+        let request = self.sub_job_request(job, sj);
+        let total_tasks = job.sub_jobs[sj].tasks.len().max(1) as f64;
+        let minimal = self.cfg.span == SpanMode::Minimal;
+        let rooms: Vec<Option<Vec<u64>>> = if minimal {
+            job.shapes
+                .iter()
+                .enumerate()
+                .map(|(r, s)| (pending[r] > 0).then(|| self.cap.room_per_hn(self.index, s)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for tier in grads {
+            // Minimal span: per candidate its plan (fewest leaves, then tightest), ahead of
+            // Volcano's bin-pack score and the tie bonus.
+            let plans: Vec<Option<span::SpanPlan>> = tier
+                .iter()
+                .map(|&h| minimal.then(|| span::plan(self.index, self.cap, h, &job.shapes, &rooms, &pending)))
+                .collect();
+            let mut keyed: Vec<(Option<&SpanKey>, f64, f64, HnIdx, usize)> = tier
+                .iter()
+                .enumerate()
+                .map(|(i, &h)| {
+                    let on_h = job.sub_jobs[sj]
+                        .tasks
+                        .iter()
+                        .filter(|&&t| {
+                            job.tasks[t]
+                                .node
+                                .is_some_and(|n| self.index.hns[h.ix()].nodes.contains(n.ix()))
+                        })
+                        .count() as f64;
+                    (
+                        plans[i].as_ref().map(|p| &p.key),
+                        fill_ratio(self.cap, &self.weights, h, &request),
+                        on_h / total_tasks,
+                        h,
+                        i,
+                    )
+                })
+                .collect();
+            keyed.sort_by(|a, b| {
+                a.0.cmp(&b.0)
+                    .then(b.1.total_cmp(&a.1))
+                    .then(b.2.total_cmp(&a.2))
+                    .then(a.3.cmp(&b.3))
+            });
+            let max = keyed.iter().map(|k| k.1).max_by(f64::total_cmp);
+            let order: Vec<(f64, f64, HnIdx, usize)> = keyed.iter().map(|k| (k.1, k.2, k.3, k.4)).collect();
+            for (ratio, bonus, h, i) in order {
+                let (mark, sj_mark) = (self.log.len(), self.sub_job_hn.len());
+                self.plan = plans[i].as_ref().map(|p| (h, p.group_ranks(self.index, h)));
+                let placed = self.place_tasks(job, sj, h);
+                self.plan = None;
+                if placed > 0 && job.sj_ready(sj) {
+                    self.sub_job_hn.push((sj, h));
+                    let tie = if Some(ratio) == max { bonus } else { 0.0 };
+                    return Some(100.0 * self.cfg.weight * (ratio + tie));
+                }
+                self.rollback(job, mark, sj_mark);
+            }
+        }
+        None
+    }
+
+    /// Σ of the requests of every task of the sub-job (Volcano counts running ones too).
+    fn sub_job_request(&self, job: &JobCtx, sj: usize) -> Vec<u64> {
+        let mut r = vec![0u64; self.cap.d];
+        for &t in &job.sub_jobs[sj].tasks {
+            for (k, v) in job.shapes[job.tasks[t].role].req.iter().enumerate() {
+                r[k] = r[k].saturating_add(*v);
+            }
+        }
+        r
+    }
+
+    /// Per role with pending tasks: how many of its tasks fit in each HyperNode now.
+    fn role_counts(&mut self, job: &JobCtx) -> Vec<Option<Vec<u64>>> {
+        let pending = role_pending(job, None);
+        job.shapes
+            .iter()
+            .enumerate()
+            .map(|(r, s)| (pending[r] > 0).then(|| self.cap.room_per_hn(self.index, s)))
+            .collect()
+    }
+
+    /// A node after `pos` in the group (at most [`NARROWER_LOOKAHEAD`] on) where the task
+    /// spans only `want` NUMA nodes: nodes of a group score alike on topology, so without
+    /// this the numa-aware score could never prefer one of them to the first fit.
+    fn narrower_after(
+        &self,
+        nodes: &[NodeIdx],
+        pos: usize,
+        shape: &Shape,
+        req: &TaskNuma,
+        want: u32,
+    ) -> Option<(NodeIdx, Assignment)> {
+        nodes
+            .iter()
+            .skip(pos + 1)
+            .take(NARROWER_LOOKAHEAD)
+            .filter(|&&n| self.cap.fits(n, shape))
+            .find_map(|&n| match self.numa.assign(n, req) {
+                Ok(a) if a.numa.count() <= want => Some((n, a)),
+                _ => None,
+            })
+    }
+
+    /// Volcano allocateResourcesForTasks: each pending task of the sub-job to the best
+    /// node under `h`. Returns how many were placed.
+    fn place_tasks(&mut self, job: &mut JobCtx, sj: usize, h: HnIdx) -> u32 {
+        let index = self.index;
+        let groups = &index.hns[h.ix()].groups;
+        let ranks: Option<Vec<u32>> = self.plan.take().filter(|(p, _)| *p == h).map(|(_, r)| r);
+        let with_topology = job.sub_jobs[sj].with_topology;
+        let mut allocated = job.sub_jobs[sj].allocated;
+        let total_tasks = job.sub_jobs[sj].tasks.len().max(1) as f64;
+        // Tasks of this sub-job per leaf HyperNode (the LCA tie-break).
+        let mut on_leaf: BTreeMap<HnIdx, u32> = BTreeMap::new();
+        for &t in &job.sub_jobs[sj].tasks {
+            if let Some(leaf) = job.tasks[t].node.and_then(|n| index.leaf_of(n)) {
+                *on_leaf.entry(leaf).or_default() += 1;
+            }
+        }
+        // Per role, per group of `h`: position of the first node that may still fit, and
+        // for a role with a NUMA request the node and assignment it would get (the first
+        // fit, or a node a little further on where it spans fewer NUMA nodes). Capacity
+        // only shrinks while placing, so cursors only move forward; an assignment stays
+        // valid until something lands in its group.
+        let mut cursors: Vec<Option<Vec<u32>>> = vec![None; job.shapes.len()];
+        let mut cands: Vec<Vec<Option<(NodeIdx, Assignment)>>> = vec![Vec::new(); job.shapes.len()];
+        // Per (role, hardware): NUMA nodes the task spans on the empty machine.
+        let mut ideal: HashMap<(usize, usize), u32> = HashMap::new();
+        let mut failed = vec![false; job.shapes.len()];
+        let pending: Vec<usize> = job.sj_pending(sj).collect();
+        let mut placed = 0;
+        // (group position, node, topology score, tie bonus, NUMA nodes spanned)
+        let mut found: Vec<(usize, NodeIdx, f64, f64, u32)> = Vec::new();
+        for t in pending {
+            let role = job.tasks[t].role;
+            if failed[role] {
+                continue;
+            }
+            let shape = &job.shapes[role];
+            let numa_req = job.numa[role];
+            let cursor = cursors[role].get_or_insert_with(|| vec![0; groups.len()]);
+            let cand = &mut cands[role];
+            if cand.len() != groups.len() {
+                *cand = vec![None; groups.len()];
+            }
+            found.clear();
+            for (gi, &g) in groups.iter().enumerate() {
+                let nodes = &index.groups[g.ix()].nodes;
+                let mut pos = cursor[gi] as usize;
+                loop {
+                    while pos < nodes.len() && !self.cap.fits(nodes[pos], shape) {
+                        pos += 1;
+                        cand[gi] = None;
+                    }
+                    let (Some(&n), Some(req)) = (nodes.get(pos), numa_req.as_ref()) else {
+                        break;
+                    };
+                    if cand[gi].is_some() {
+                        break;
+                    }
+                    match self.numa.assign(n, req) {
+                        Ok(a) => {
+                            let want = self.numa.ideal_span(n, req, role, &mut ideal);
+                            let better = if a.numa.count() > want {
+                                self.narrower_after(nodes, pos, shape, req, want)
+                            } else {
+                                None
+                            };
+                            cand[gi] = Some(better.unwrap_or((n, a)));
+                            break;
+                        }
+                        // Free state only shrinks while placing: it fails here for good.
+                        Err(_) => pos += 1,
+                    }
+                }
+                cursor[gi] = pos as u32;
+                let Some(&first) = nodes.get(pos) else { continue };
+                let n = cand[gi].as_ref().map_or(first, |c| c.0);
+                let (score, bonus) = if with_topology {
+                    let leaf = index.groups[g.ix()].leaf;
+                    let bonus = leaf
+                        .and_then(|l| on_leaf.get(&l))
+                        .map_or(0.0, |c| *c as f64 / total_tasks);
+                    (lca_score(index, g, allocated), bonus)
+                } else {
+                    (
+                        fading_score(index, self.cap, self.cfg, &self.weights, g, &shape.req),
+                        0.0,
+                    )
+                };
+                let span = cand[gi].as_ref().map_or(0, |c| c.1.numa.count());
+                found.push((gi, n, score, bonus, span));
+            }
+            // The numa-aware score: 100 − ⌊100·spanned/max spanned⌋ over the candidates.
+            // A leaf-minimal plan ranks first: its leaves in fill order, the rest after.
+            let max_span = found.iter().map(|f| f.4).max().unwrap_or(0);
+            let mut best: Option<(u32, f64, f64, NodeIdx, usize)> = None;
+            for &(gi, n, score, bonus, span) in &found {
+                let score = if numa_req.is_some() && max_span > 0 {
+                    score + self.numa_weight * f64::from(100 - 100 * span / max_span)
+                } else {
+                    score
+                };
+                let rank = ranks.as_ref().map_or(u32::MAX, |r| r[gi]);
+                let better = match best {
+                    None => true,
+                    Some((rk, s, b, m, _)) => {
+                        rank < rk || (rank == rk && (score > s || (score == s && (bonus > b || (bonus == b && n < m)))))
+                    }
+                };
+                if better {
+                    best = Some((rank, score, bonus, n, gi));
+                }
+            }
+            match best {
+                Some((_, _, _, n, gi)) => {
+                    let assignment = cands[role].get_mut(gi).and_then(Option::take).map(|c| c.1);
+                    self.place(job, t, n, assignment);
+                    // Whatever other roles had picked on this node is stale now.
+                    for c in cands.iter_mut() {
+                        if let Some(slot) = c.get_mut(gi) {
+                            *slot = None;
+                        }
+                    }
+                    placed += 1;
+                    if let Some(leaf) = index.leaf_of(n) {
+                        *on_leaf.entry(leaf).or_default() += 1;
+                        if with_topology {
+                            allocated = index.lca_opt(Some(leaf), allocated);
+                        }
+                    }
+                }
+                None => {
+                    failed[role] = true;
+                    if !job.need_continue(sj) {
+                        break;
+                    }
+                }
+            }
+        }
+        placed
+    }
+}
+
+/// Pending tasks per role, of the whole job or of one sub-job.
+pub fn role_pending(job: &JobCtx, sj: Option<usize>) -> Vec<u64> {
+    let mut p = vec![0u64; job.shapes.len()];
+    match sj {
+        Some(s) => job.sj_pending(s).for_each(|t| p[job.tasks[t].role] += 1),
+        None => job.pending().for_each(|t| p[t.role] += 1),
+    }
+    p
+}
+
+/// How many of the pending tasks fit in `h` (per role, capped at what is pending).
+pub fn room(counts: &[Option<Vec<u64>>], pending: &[u64], h: HnIdx) -> u64 {
+    counts
+        .iter()
+        .zip(pending)
+        .map(|(c, p)| c.as_ref().map_or(0, |c| c[h.ix()].min(*p)))
+        .sum()
+}

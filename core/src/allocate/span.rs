@@ -1,0 +1,250 @@
+//! Leaf-minimal span (ours, beyond Volcano and Slurm; `[scoring] span = "minimal"`): for
+//! a (sub-)job and a candidate HyperNode, the fewest leaves its pending tasks fit in,
+//! which leaves, and in which order the tasks fill them.
+//!
+//! Volcano takes the best bin-pack HyperNode of the lowest feasible tier and then spreads
+//! the tasks by LCA score over its leaves in name order, so a fragmented spine gives a
+//! 32-node job eight leaves where two free leaves under another spine would do. Here the
+//! candidates of a tier are ordered by [`SpanKey`]: leaves spanned, then HyperNodes
+//! spanned at each tier between, then slack (free room left in the leaves used), and the
+//! caller breaks further ties by bin-pack score and name.
+//!
+//! A "leaf" is a node group's lowest-tier HyperNode; nodes in no HyperNode of the lowest
+//! tier form one unit per node group. Room is counted in tasks of the job's shapes from
+//! the live per-HyperNode counts, so planning a candidate costs its leaves, not its nodes.
+
+use crate::capacity::{Capacity, Shape};
+use crate::ids::{GroupIdx, HnIdx};
+use crate::topology::TopologyIndex;
+
+/// Where tasks may go as one block: a leaf HyperNode, or a node group without one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Unit {
+    Leaf(HnIdx),
+    Group(GroupIdx),
+}
+
+/// How good a candidate HyperNode is: smaller is better, compared field by field.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SpanKey {
+    /// Tasks that do not fit in the candidate at all (0 whenever it can hold them all).
+    pub short: u64,
+    /// Leaves (units) the tasks span.
+    pub leaves: u32,
+    /// Distinct HyperNodes spanned per tier between the candidate and the leaves, the
+    /// tier just below the candidate first.
+    pub inner: Vec<u32>,
+    /// Room left in the units used, in tasks: the tightest fit has the least.
+    pub slack: u64,
+}
+
+/// The units chosen under one candidate, in fill order (most room first), and its key.
+#[derive(Clone, Debug, Default)]
+pub struct SpanPlan {
+    pub units: Vec<Unit>,
+    pub key: SpanKey,
+}
+
+impl SpanPlan {
+    /// Per node group of `h` (in `hns[h].groups` order): its unit's fill rank, or
+    /// `u32::MAX` for groups whose unit is not in the plan.
+    pub fn group_ranks(&self, index: &TopologyIndex, h: HnIdx) -> Vec<u32> {
+        index.hns[h.ix()]
+            .groups
+            .iter()
+            .map(|&g| {
+                let unit = unit_of(index, g);
+                self.units
+                    .iter()
+                    .position(|u| *u == unit)
+                    .map_or(u32::MAX, |p| p as u32)
+            })
+            .collect()
+    }
+}
+
+fn unit_of(index: &TopologyIndex, g: GroupIdx) -> Unit {
+    match index.groups[g.ix()].leaf {
+        Some(l) => Unit::Leaf(l),
+        None => Unit::Group(g),
+    }
+}
+
+/// Plans the pending tasks (`pending[role]` of each role, shapes in `shapes`) under `h`.
+/// `rooms[role]`, when given, is the per-HyperNode count of tasks of that role's shape
+/// that fit now (`Capacity::room_per_hn`); roles without one have nothing pending.
+pub fn plan(
+    index: &TopologyIndex,
+    cap: &Capacity,
+    h: HnIdx,
+    shapes: &[Shape],
+    rooms: &[Option<Vec<u64>>],
+    pending: &[u64],
+) -> SpanPlan {
+    // Room per unit in tasks: Σ over roles of min(fit, pending) (optimistic for a mix of
+    // roles that compete for one resource; the placement falls back when it is).
+    let mut units: Vec<(Unit, u64)> = Vec::new();
+    for &g in &index.hns[h.ix()].groups {
+        let unit = unit_of(index, g);
+        if units.last().is_some_and(|(u, _)| *u == unit) || units.iter().any(|(u, _)| *u == unit) {
+            continue;
+        }
+        let room: u64 = pending
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| **p > 0)
+            .map(|(r, &p)| {
+                let fit = match unit {
+                    Unit::Leaf(l) => rooms[r].as_ref().map_or(0, |c| c[l.ix()]),
+                    Unit::Group(g) => index.groups[g.ix()]
+                        .nodes
+                        .iter()
+                        .map(|&n| cap.fit_count(n, &shapes[r]))
+                        .fold(0u64, u64::saturating_add),
+                };
+                fit.min(p)
+            })
+            .sum();
+        if room > 0 {
+            units.push((unit, room));
+        }
+    }
+    let want: u64 = pending.iter().sum();
+    let total: u64 = units.iter().map(|u| u.1).fold(0, u64::saturating_add);
+    let target = want.min(total);
+    // Most room first; equal room by unit order (leaves by name).
+    units.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut count = 0;
+    let mut sum = 0u64;
+    while sum < target {
+        sum += units[count].1;
+        count += 1;
+    }
+    // The fewest units is `count`; take the largest `count − 1` and, as the last one, the
+    // smallest unit that still completes the target: same span, least room left over.
+    let mut chosen: Vec<(Unit, u64)> = units[..count.saturating_sub(1)].to_vec();
+    if count > 0 {
+        let before: u64 = chosen.iter().map(|u| u.1).sum();
+        let rest = target - before;
+        let last = units[count - 1..]
+            .iter()
+            .filter(|u| u.1 >= rest)
+            .min_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)))
+            .copied()
+            .unwrap_or(units[count - 1]);
+        chosen.push(last);
+    }
+    let slack = chosen.iter().map(|u| u.1).sum::<u64>() - target;
+    let inner = inner_spans(index, h, &chosen);
+    SpanPlan {
+        key: SpanKey {
+            short: want - target,
+            leaves: chosen.len() as u32,
+            inner,
+            slack,
+        },
+        units: chosen.into_iter().map(|u| u.0).collect(),
+    }
+}
+
+/// Distinct HyperNodes strictly between `h` and the chosen units, per tier, top first.
+fn inner_spans(index: &TopologyIndex, h: HnIdx, chosen: &[(Unit, u64)]) -> Vec<u32> {
+    let mut seen: Vec<(u32, HnIdx)> = Vec::new();
+    for (unit, _) in chosen {
+        let start = match *unit {
+            Unit::Leaf(l) => index.hns[l.ix()].parent,
+            // A group without a leaf: its lowest HyperNode below `h`, if any.
+            Unit::Group(g) => index.groups[g.ix()]
+                .hyper_nodes
+                .iter()
+                .copied()
+                .filter(|&x| x != h && index.hns[x.ix()].tier < index.hns[h.ix()].tier)
+                .min_by_key(|&x| index.hns[x.ix()].tier),
+        };
+        let mut cur = start;
+        while let Some(x) = cur {
+            if x == h || index.hns[x.ix()].tier >= index.hns[h.ix()].tier {
+                break;
+            }
+            seen.push((index.hns[x.ix()].tier, x));
+            cur = index.hns[x.ix()].parent;
+        }
+    }
+    seen.sort();
+    seen.dedup();
+    let mut per_tier: Vec<(u32, u32)> = Vec::new();
+    for (t, _) in seen {
+        match per_tier.last_mut() {
+            Some((lt, c)) if *lt == t => *c += 1,
+            _ => per_tier.push((t, 1)),
+        }
+    }
+    per_tier.iter().rev().map(|(_, c)| *c).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::ClusterBuilder;
+
+    fn leaf_names(index: &TopologyIndex, p: &SpanPlan) -> Vec<String> {
+        p.units
+            .iter()
+            .map(|u| match u {
+                Unit::Leaf(l) => index.hns[l.ix()].name.clone(),
+                Unit::Group(g) => format!("group {}", g.0),
+            })
+            .collect()
+    }
+
+    /// Two spines of two 4-node leaves; spine-1 fragmented (3 + 3 free), spine-2 with one
+    /// whole leaf free: 4 whole-node tasks want one leaf under spine-2; 6 want spine-1's
+    /// two leaves, 3 + 3 with no room left.
+    #[test]
+    fn fewest_leaves_then_tightest() {
+        let (index, mut cap) = ClusterBuilder::fat_tree(&[4, 2, 2], 1)
+            .node_resources("cpu=8")
+            .busy(0)
+            .busy(4)
+            .busy(12)
+            .busy(13)
+            .busy(14)
+            .build_index();
+        let shape = cap.shape(&crate::testing::res("cpu=8"));
+        let rooms = vec![Some(cap.room_per_hn(&index, &shape))];
+        let spine = |n: &str| index.hn(n).map_or(index.root, |h| h.0);
+        let four = plan(
+            &index,
+            &cap,
+            spine("spine-2"),
+            std::slice::from_ref(&shape),
+            &rooms,
+            &[4],
+        );
+        assert_eq!(leaf_names(&index, &four), ["leaf-3"]);
+        assert_eq!((four.key.leaves, four.key.slack), (1, 0));
+        let frag = plan(
+            &index,
+            &cap,
+            spine("spine-1"),
+            std::slice::from_ref(&shape),
+            &rooms,
+            &[4],
+        );
+        assert_eq!((frag.key.leaves, frag.key.slack), (2, 2));
+        assert!(four.key < frag.key);
+        let six = plan(
+            &index,
+            &cap,
+            spine("spine-1"),
+            std::slice::from_ref(&shape),
+            &rooms,
+            &[6],
+        );
+        assert_eq!(leaf_names(&index, &six), ["leaf-1", "leaf-2"]);
+        assert_eq!((six.key.short, six.key.slack), (0, 0));
+        let top = plan(&index, &cap, index.root, &[shape], &rooms, &[9]);
+        assert_eq!(top.key.leaves, 3);
+        assert_eq!(top.key.inner, [1, 2], "one pod, two spines below the top");
+    }
+}

@@ -1,0 +1,502 @@
+//! The resource cache: allocatable and free capacity per node and per HyperNode as dense
+//! vectors over resource dimensions. The allocator takes from it as it places tasks and
+//! gives back on discard, so every decision within a tick sees live values; between
+//! ticks it follows the tasks that started and stopped (see `holdings`).
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::Resources;
+
+use super::components::{LiveChanged, Node, NodeSlot, Task, TaskState};
+use super::holdings::{Holdings, held_by, running_on};
+use super::ids::{HnIdx, NodeIdx};
+use super::topology::TopologyIndex;
+
+/// A task's request over the cache's dimensions.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Shape {
+    pub req: Vec<u64>,
+    /// A requested resource no node offers (the task can never run).
+    pub missing: Option<String>,
+}
+
+impl Shape {
+    pub fn is_zero(&self) -> bool {
+        self.missing.is_none() && self.req.iter().all(|v| *v == 0)
+    }
+}
+
+#[derive(Clone, Debug, Default, Resource)]
+pub struct Capacity {
+    /// Resource names, sorted; position = dimension.
+    pub dims: Vec<String>,
+    pub d: usize,
+    pub alloc: Vec<u64>,
+    /// Per node: what is in use, as an exact sum (external use — all of the node while
+    /// it is not ready — plus the tasks taken), so `give` undoes `take` exactly even on
+    /// a node shrunk under its running tasks.
+    pub used: Vec<u64>,
+    /// Per node: `alloc − used`, floored at zero.
+    pub free: Vec<u64>,
+    pub hn_alloc: Vec<u64>,
+    /// Per HyperNode: Σ over its nodes of `alloc − free` (a node counts at most whole).
+    pub hn_used: Vec<u64>,
+    /// Per task shape (request vector): how many fit in each HyperNode, kept current by
+    /// `take`/`give`, so each job does not rescan every node. Only a few shapes are kept,
+    /// the least recently asked for makes room for a new one.
+    counted: Vec<Counted>,
+    /// Stamps `Counted::last_use`.
+    uses: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Counted {
+    req: Vec<u64>,
+    per_hn: Vec<u64>,
+    last_use: u64,
+}
+
+/// More shapes would make every `take` pay for shapes no job asks for again.
+const MAX_COUNTED_SHAPES: usize = 16;
+
+impl Capacity {
+    /// `per_node[i]` = (allocatable, used) of node `NodeIdx(i)`.
+    pub fn build(index: &TopologyIndex, per_node: &[(&Resources, &Resources)]) -> Self {
+        let mut dims: Vec<String> = per_node.iter().flat_map(|(a, _)| a.0.keys().cloned()).collect();
+        dims.push(hyperplan_shared::CPU.into());
+        dims.push(hyperplan_shared::MEMORY.into());
+        dims.sort();
+        dims.dedup();
+        let d = dims.len();
+        let n = per_node.len();
+        let mut alloc = vec![0u64; n * d];
+        let mut used = vec![0u64; n * d];
+        let mut free = vec![0u64; n * d];
+        for (i, (a, u)) in per_node.iter().enumerate() {
+            for (k, name) in dims.iter().enumerate() {
+                let av = a.get(name);
+                alloc[i * d + k] = av;
+                used[i * d + k] = u.get(name);
+                free[i * d + k] = av.saturating_sub(u.get(name));
+            }
+        }
+        let h = index.hns.len();
+        let mut hn_alloc = vec![0u64; h * d];
+        let mut hn_used = vec![0u64; h * d];
+        for group in &index.groups {
+            for &node in &group.nodes {
+                for &hn in &group.hyper_nodes {
+                    for k in 0..d {
+                        let a = alloc[node.ix() * d + k];
+                        hn_alloc[hn.ix() * d + k] += a;
+                        hn_used[hn.ix() * d + k] += a - free[node.ix() * d + k];
+                    }
+                }
+            }
+        }
+        Self {
+            dims,
+            d,
+            alloc,
+            used,
+            free,
+            hn_alloc,
+            hn_used,
+            counted: Vec::new(),
+            uses: 0,
+        }
+    }
+
+    /// The same cluster with nothing running: for "could this ever run?" checks.
+    pub fn emptied(&self) -> Self {
+        Self {
+            dims: self.dims.clone(),
+            d: self.d,
+            alloc: self.alloc.clone(),
+            used: vec![0; self.used.len()],
+            free: self.alloc.clone(),
+            hn_alloc: self.hn_alloc.clone(),
+            hn_used: vec![0; self.hn_used.len()],
+            counted: Vec::new(),
+            uses: 0,
+        }
+    }
+
+    pub fn shape(&self, r: &Resources) -> Shape {
+        let mut req = vec![0u64; self.d];
+        let mut missing = None;
+        for (name, v) in r.iter() {
+            match self.dims.binary_search_by(|d| d.as_str().cmp(name)) {
+                Ok(k) => req[k] = v,
+                Err(_) if v > 0 => missing = Some(name.to_string()),
+                Err(_) => {}
+            }
+        }
+        Shape { req, missing }
+    }
+
+    #[inline]
+    pub fn fits(&self, n: NodeIdx, s: &Shape) -> bool {
+        if s.missing.is_some() {
+            return false;
+        }
+        let f = &self.free[n.ix() * self.d..(n.ix() + 1) * self.d];
+        f.iter().zip(&s.req).all(|(f, r)| r <= f)
+    }
+
+    /// How many tasks of shape `s` fit on node `n` right now (capped for empty shapes).
+    #[inline]
+    pub fn fit_count(&self, n: NodeIdx, s: &Shape) -> u64 {
+        if s.missing.is_some() {
+            return 0;
+        }
+        self.fit_count_req(n, &s.req)
+    }
+
+    #[inline]
+    fn fit_count_req(&self, n: NodeIdx, req: &[u64]) -> u64 {
+        let f = &self.free[n.ix() * self.d..(n.ix() + 1) * self.d];
+        f.iter()
+            .zip(req)
+            .filter(|(_, r)| **r > 0)
+            .map(|(f, r)| f / r)
+            .min()
+            .unwrap_or(u32::MAX as u64)
+    }
+
+    /// Would this shape fit on the empty node (is the node big enough at all)?
+    pub fn fits_empty(&self, n: NodeIdx, s: &Shape) -> bool {
+        s.missing.is_none()
+            && self.alloc[n.ix() * self.d..(n.ix() + 1) * self.d]
+                .iter()
+                .zip(&s.req)
+                .all(|(a, r)| r <= a)
+    }
+
+    /// Takes a task of shape `s` on node `n`: node free capacity, HyperNode use and the
+    /// counted shapes all follow.
+    pub fn take(&mut self, index: &TopologyIndex, n: NodeIdx, s: &Shape) {
+        self.apply(index, n, &s.req, true);
+    }
+
+    /// Gives back what `take` took.
+    pub fn give(&mut self, index: &TopologyIndex, n: NodeIdx, s: &Shape) {
+        self.apply(index, n, &s.req, false);
+    }
+
+    fn apply(&mut self, index: &TopologyIndex, n: NodeIdx, req: &[u64], take: bool) {
+        let d = self.d;
+        let mut before = [0u64; MAX_COUNTED_SHAPES];
+        for (b, c) in before.iter_mut().zip(&self.counted) {
+            *b = self.fit_count_req(n, &c.req);
+        }
+        let hns = &index.groups[index.node_group[n.ix()].ix()].hyper_nodes;
+        for (k, &r) in req.iter().enumerate().take(d) {
+            let i = n.ix() * d + k;
+            let old_free = self.free[i];
+            // Saturating only against a give that was never taken (a bug the tests'
+            // cache check would report), never against a node's own shrinking.
+            self.used[i] = if take {
+                self.used[i].saturating_add(r)
+            } else {
+                self.used[i].saturating_sub(r)
+            };
+            let new_free = self.alloc[i].saturating_sub(self.used[i]);
+            self.free[i] = new_free;
+            // The node's share of its HyperNodes' use moves by what its free room moved.
+            for &h in hns {
+                let u = &mut self.hn_used[h.ix() * d + k];
+                *u = if take {
+                    u.saturating_add(old_free - new_free)
+                } else {
+                    u.saturating_sub(new_free - old_free)
+                };
+            }
+        }
+        let mut after = [0u64; MAX_COUNTED_SHAPES];
+        for (a, c) in after.iter_mut().zip(&self.counted) {
+            *a = self.fit_count_req(n, &c.req);
+        }
+        for ((c, &old), &new) in self.counted.iter_mut().zip(&before).zip(&after) {
+            if new != old {
+                for &h in hns {
+                    c.per_hn[h.ix()] = c.per_hn[h.ix()].saturating_sub(old).saturating_add(new);
+                }
+            }
+        }
+    }
+
+    /// Per HyperNode: how many tasks of `s` fit in it right now, from the counted
+    /// shapes when this one is counted (it is counted from its first use on).
+    pub fn room_per_hn(&mut self, index: &TopologyIndex, s: &Shape) -> Vec<u64> {
+        if s.missing.is_some() {
+            return vec![0; index.hns.len()];
+        }
+        self.uses += 1;
+        let stamp = self.uses;
+        if let Some(c) = self.counted.iter_mut().find(|c| c.req == s.req) {
+            c.last_use = stamp;
+            return c.per_hn.clone();
+        }
+        let per_hn = self.fit_counts_per_hn(index, s);
+        let counted = Counted {
+            req: s.req.clone(),
+            per_hn: per_hn.clone(),
+            last_use: stamp,
+        };
+        if self.counted.len() < MAX_COUNTED_SHAPES {
+            self.counted.push(counted);
+        } else if let Some(oldest) = self.counted.iter_mut().min_by_key(|c| c.last_use) {
+            // The cache lives as long as the topology: shapes of jobs long gone make
+            // room for the ones asked for now.
+            *oldest = counted;
+        }
+        per_hn
+    }
+
+    /// The counted room of `s` per HyperNode, when `s` is counted (no rescan).
+    pub fn counted_room(&self, s: &Shape) -> Option<&[u64]> {
+        if s.missing.is_some() {
+            return None;
+        }
+        self.counted
+            .iter()
+            .find(|c| c.req == s.req)
+            .map(|c| c.per_hn.as_slice())
+    }
+
+    pub fn hn_used(&self, h: HnIdx) -> &[u64] {
+        &self.hn_used[h.ix() * self.d..(h.ix() + 1) * self.d]
+    }
+
+    pub fn hn_alloc(&self, h: HnIdx) -> &[u64] {
+        &self.hn_alloc[h.ix() * self.d..(h.ix() + 1) * self.d]
+    }
+
+    /// Per HyperNode: how many tasks of `s` fit in it right now (Σ over its nodes).
+    /// This is the exact, live pruning bound of §11.2.
+    pub fn fit_counts_per_hn(&self, index: &TopologyIndex, s: &Shape) -> Vec<u64> {
+        let mut per_group = vec![0u64; index.groups.len()];
+        for (g, group) in index.groups.iter().enumerate() {
+            per_group[g] = group
+                .nodes
+                .iter()
+                .map(|&n| self.fit_count(n, s))
+                .fold(0u64, u64::saturating_add);
+        }
+        let mut per_hn = vec![0u64; index.hns.len()];
+        for (g, group) in index.groups.iter().enumerate() {
+            for &h in &group.hyper_nodes {
+                per_hn[h.ix()] = per_hn[h.ix()].saturating_add(per_group[g]);
+            }
+        }
+        per_hn
+    }
+
+    /// Where this cache differs from `fresh`, one that was just built from the nodes and
+    /// the running tasks (empty when they agree); the counted shapes are checked against
+    /// a recount.
+    pub fn diff(&self, fresh: &Capacity, index: &TopologyIndex) -> Vec<String> {
+        let mut bad = Vec::new();
+        if self.dims != fresh.dims {
+            bad.push(format!("dimensions {:?}, fresh {:?}", self.dims, fresh.dims));
+            return bad;
+        }
+        let d = self.d.max(1);
+        let mut per_entry = |what: &str, mine: &[u64], theirs: &[u64], name: &dyn Fn(usize) -> String| {
+            if mine.len() != theirs.len() {
+                bad.push(format!("{what}: {} entries, fresh {}", mine.len(), theirs.len()));
+                return;
+            }
+            if let Some(i) = (0..mine.len()).find(|&i| mine[i] != theirs[i]) {
+                bad.push(format!(
+                    "{what} of {} ({}): {}, fresh {}",
+                    name(i / d),
+                    self.dims[i % d],
+                    mine[i],
+                    theirs[i]
+                ));
+            }
+        };
+        let node = |i: usize| index.node_names.get(i).cloned().unwrap_or_default();
+        let hn = |i: usize| index.hns.get(i).map(|h| h.name.clone()).unwrap_or_default();
+        per_entry("allocatable", &self.alloc, &fresh.alloc, &node);
+        per_entry("used", &self.used, &fresh.used, &node);
+        per_entry("free", &self.free, &fresh.free, &node);
+        per_entry("HyperNode allocatable", &self.hn_alloc, &fresh.hn_alloc, &hn);
+        per_entry("HyperNode used", &self.hn_used, &fresh.hn_used, &hn);
+        for c in &self.counted {
+            let shape = Shape {
+                req: c.req.clone(),
+                missing: None,
+            };
+            if c.per_hn != fresh.fit_counts_per_hn(index, &shape) {
+                bad.push(format!("counted room of {} is stale", self.describe(&shape)));
+            }
+        }
+        bad
+    }
+
+    /// Human form of a shape: `cpu=16, memory=128Gi, nvidia.com/gpu=8`.
+    pub fn describe(&self, s: &Shape) -> String {
+        let mut r = Resources::new();
+        for (k, v) in s.req.iter().enumerate() {
+            if *v > 0 {
+                r.0.insert(self.dims[k].clone(), *v);
+            }
+        }
+        if let Some(m) = &s.missing {
+            r.0.insert(m.clone(), 1);
+        }
+        r.to_string()
+    }
+}
+
+/// The resource-cache system. The cache lives across ticks: it is built afresh (nodes,
+/// then every running task) only when the topology index was rebuilt, which every node
+/// change (appearing, going, new allocatable or external use, readiness) and every
+/// HyperNode change causes. Otherwise it follows the tasks whose state changed since the
+/// last tick, through the ledger of what each task holds: gives back what stopped
+/// running, takes what started outside the allocator. The allocator takes as it places
+/// (`holdings::record_placements` records those afterwards).
+#[allow(clippy::too_many_arguments)]
+pub fn refresh_capacity(
+    index: Res<TopologyIndex>,
+    mut cap: ResMut<Capacity>,
+    mut holdings: ResMut<Holdings>,
+    nodes: Query<&Node>,
+    tasks: Query<(Entity, &Task, &TaskState)>,
+    changed: Query<(Entity, &Task, &TaskState), LiveChanged<TaskState>>,
+    mut removed: RemovedComponents<TaskState>,
+    slots: Query<&NodeSlot>,
+) {
+    let _span = tracing::info_span!("resource_cache").entered();
+    if holdings.generation != Some(index.generation) {
+        removed.clear();
+        let per_node = node_inputs(&index, |e| nodes.get(e).ok());
+        *cap = Capacity::build(&index, &per_node);
+        holdings.reset(index.generation);
+        for (e, task, ts) in &tasks {
+            if let Some(n) = running_on(ts, &slots) {
+                let held = held_by(&cap, n, task, ts);
+                holdings.take(&mut cap, &index, e, held);
+            }
+        }
+        tracing::debug!(running = holdings.len(), "resource cache rebuilt");
+        return;
+    }
+    for e in removed.read() {
+        holdings.give(&mut cap, &index, e);
+    }
+    // One pass over the changed tasks (a scan of every live task's change tick), then
+    // gives before takes: a NUMA PU given back must not free one just taken.
+    let mut takes = Vec::new();
+    for (e, task, ts) in &changed {
+        let now_on = running_on(ts, &slots);
+        let held = holdings.get(e).map(|h| h.node);
+        if held.is_some() && held != now_on {
+            holdings.give(&mut cap, &index, e);
+        }
+        if let Some(n) = now_on
+            && held != now_on
+        {
+            takes.push((e, held_by(&cap, n, task, ts)));
+        }
+    }
+    for (e, held) in takes {
+        holdings.take(&mut cap, &index, e, held);
+    }
+}
+
+/// Per node of the index: (allocatable, in use outside hyperplan's tasks). A node that
+/// is not ready offers nothing: all of it counts as used.
+fn node_inputs<'a>(
+    index: &TopologyIndex,
+    node: impl Fn(bevy_ecs::entity::Entity) -> Option<&'a Node>,
+) -> Vec<(&'a Resources, &'a Resources)> {
+    index
+        .node_entities
+        .iter()
+        .map(|&e| match node(e) {
+            Some(n) if !n.ready => (&n.allocatable, &n.allocatable),
+            Some(n) => (&n.allocatable, &n.external_used),
+            None => (&EMPTY, &EMPTY),
+        })
+        .collect()
+}
+
+/// The cache built from scratch from `world` (nodes and running tasks), for tests to
+/// compare the incrementally kept one against.
+pub fn fresh(world: &mut World) -> Capacity {
+    let mut tq = world.query::<(&Task, &TaskState)>();
+    let world = &*world;
+    let index = world.resource::<TopologyIndex>();
+    let per_node = node_inputs(index, |e| world.get::<Node>(e));
+    let mut cap = Capacity::build(index, &per_node);
+    for (task, ts) in tq.iter(world) {
+        if let Some(n) = ts
+            .node
+            .filter(|_| ts.is_running())
+            .and_then(|e| world.get::<NodeSlot>(e))
+        {
+            let shape = cap.shape(&task.request);
+            cap.take(index, n.0, &shape);
+        }
+    }
+    cap
+}
+
+static EMPTY: Resources = Resources(std::collections::BTreeMap::new());
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{ClusterBuilder, res};
+
+    /// The counted shapes, kept by take/give, always equal a fresh count.
+    #[test]
+    fn counted_shapes_follow_take_and_give() {
+        let (index, mut cap) = ClusterBuilder::fat_tree(&[3, 2], 2)
+            .node_resources("cpu=8,nvidia.com/gpu=4")
+            .build_index();
+        let shapes = [
+            cap.shape(&res("cpu=2,nvidia.com/gpu=1")),
+            cap.shape(&res("cpu=3")),
+            cap.shape(&res("cpu=1")),
+        ];
+        for s in &shapes[..2] {
+            cap.room_per_hn(&index, s);
+        }
+        let mut taken: Vec<(NodeIdx, usize)> = Vec::new();
+        let mut rng = fastrand_like(7);
+        for step in 0..400 {
+            if step % 3 == 2 && !taken.is_empty() {
+                let (n, s) = taken.swap_remove(rng() as usize % taken.len());
+                cap.give(&index, n, &shapes[s]);
+            } else {
+                let n = NodeIdx((rng() % index.node_count() as u64) as u32);
+                let s = (rng() % 3) as usize;
+                if cap.fits(n, &shapes[s]) {
+                    cap.take(&index, n, &shapes[s]);
+                    taken.push((n, s));
+                }
+            }
+            for s in &shapes {
+                assert_eq!(
+                    cap.room_per_hn(&index, s),
+                    cap.fit_counts_per_hn(&index, s),
+                    "step {step}"
+                );
+            }
+        }
+    }
+
+    /// A tiny deterministic generator (xorshift) so the test needs no extra crate.
+    fn fastrand_like(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! What the planner core reads from `planner.toml`: `[scoring]` ([`scoring`]), `[numa]`
+//! ([`numa`]) and node health (the heartbeat keys of `[server]`). The daemon parses
+//! the whole file and hands these sections here; nothing in this module reads a file.
+
+mod error;
+pub mod numa;
+pub mod scoring;
+
+use std::time::Duration;
+
+use bevy_ecs::prelude::Resource;
+
+pub use error::{ConfigError, parse_error};
+pub use numa::{NumaConfig, NumaSection};
+pub use scoring::{ScoringConfig, ScoringSection, SpanMode};
+
+/// Everything the planner core reads from its configuration.
+#[derive(Clone, Debug, Default, PartialEq, Resource)]
+pub struct PlannerConfig {
+    pub scoring: ScoringConfig,
+    pub numa: NumaConfig,
+    /// When the core turns a silent node NotReady: `[server]`'s heartbeat keys
+    /// (the daemon's `ServerConfig::health`), derived again by the daemon when it starts so its
+    /// flags count. The simulator's nodes have no heartbeats.
+    pub health: HealthConfig,
+}
+
+/// The core's sections of planner.toml as written; the daemon's are checked by the daemon.
+#[derive(serde::Deserialize)]
+struct CoreSections {
+    #[serde(default)]
+    scoring: ScoringSection,
+    numa: Option<NumaSection>,
+}
+
+impl PlannerConfig {
+    /// From the `[scoring]` and `[numa]` sections; `at` turns a byte offset and a message
+    /// into an error naming the file, line and column.
+    pub fn from_sections(
+        scoring: &ScoringSection,
+        numa: Option<&NumaSection>,
+        at: &dyn Fn(usize, String) -> ConfigError,
+    ) -> Result<Self, ConfigError> {
+        Ok(Self {
+            scoring: ScoringConfig::from_section(scoring, at)?,
+            numa: NumaConfig::from_section(numa, at)?,
+            ..Self::default()
+        })
+    }
+
+    /// The core's sections of planner.toml text (other sections are left to the daemon);
+    /// `origin` names the file in errors. For tests and tools that plan without a daemon.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let at = |offset: usize, message: String| parse_error(text, origin, offset, message);
+        let raw: CoreSections =
+            toml::from_str(text).map_err(|e| at(e.span().map_or(usize::MAX, |s| s.start), e.message().to_string()))?;
+        Self::from_sections(&raw.scoring, raw.numa.as_ref(), &at)
+    }
+}
+
+/// Node health as the core decides it (`core::health`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthConfig {
+    /// How often agents heartbeat.
+    pub heartbeat_interval: Duration,
+    /// Silent intervals after which a node is NotReady.
+    pub missed_heartbeats: u32,
+}
+
+impl HealthConfig {
+    /// How long a node may be silent and stay Ready.
+    pub fn silent_after(&self) -> Duration {
+        self.heartbeat_interval * self.missed_heartbeats
+    }
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: Duration::from_secs(1),
+            missed_heartbeats: 3,
+        }
+    }
+}

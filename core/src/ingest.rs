@@ -1,0 +1,331 @@
+//! The ingest system: applies queued events to the world (nodes, their links and
+//! heartbeats (see `health`), HyperNode sources, jobs with their owners, sub-jobs and
+//! tasks, completions, cancellations).
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::{JobSpec, NodeSpec};
+
+use super::commands::Command;
+use super::components::SourceKind;
+use super::components::{Job, JobPhase, JobState, Node, SubJob, SubJobState, Task, TaskPhase, TaskState};
+use super::discovery::{self, Found};
+use super::events::Event;
+use super::health::{self, Heartbeats};
+use super::numa::node::{HardwareCache, NodeHardware};
+use super::numa::request::task_numa;
+use super::ownership::{JobOwner, SIM_OWNER};
+use super::queues::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, TopologyDirty};
+use crate::config::PlannerConfig;
+
+use super::names::{JobNames, NodeNames};
+
+pub fn ingest(world: &mut World) {
+    let _span = tracing::info_span!("ingest").entered();
+    let events = std::mem::take(&mut world.resource_mut::<Inbox>().0);
+    // Only events that may free or add room move the epoch (a poll that found nothing
+    // new must not make every pending job be searched again).
+    let quiet = |e: &Event| {
+        matches!(
+            e,
+            Event::Submit(_)
+                | Event::SubmitBy { .. }
+                | Event::Heartbeat { .. }
+                | Event::DeclareSource { .. }
+                | Event::Discovered {
+                    result: Ok(Found::Unchanged) | Err(_),
+                    ..
+                }
+        )
+    };
+    if !events.iter().all(quiet) {
+        world.resource_mut::<CapacityEpoch>().0 += 1;
+    }
+    for event in events {
+        match event {
+            Event::NodeUp(spec) => node_up(world, spec),
+            Event::NodeGone { name } => {
+                let found = world.resource_mut::<NodeNames>().0.remove(&name);
+                if let Some(e) = found {
+                    world.despawn(e);
+                    world.resource_mut::<TopologyDirty>().0 = true;
+                    world.resource_mut::<NodeSetGeneration>().0 += 1;
+                }
+            }
+            Event::StaticHyperNodes(specs) => {
+                let at = world.resource::<Now>().0;
+                let found = Found::HyperNodes {
+                    summary: format!("{} HyperNode(s) from the cluster file", specs.len()),
+                    specs,
+                    warnings: Vec::new(),
+                };
+                discovery::record(world, SourceKind::Static.as_str(), SourceKind::Static, at, Ok(found));
+            }
+            Event::LabelDiscovery(types) => {
+                discovery::declare_label(world, &types);
+                world.resource_mut::<LabelTypes>().0 = types;
+                world.resource_mut::<TopologyDirty>().0 = true;
+            }
+            Event::DeclareSource { source, kind, target } => discovery::declare(world, &source, kind, target),
+            Event::Discovered {
+                source,
+                kind,
+                at,
+                result,
+            } => discovery::record(world, &source, kind, at, result),
+            Event::NodeReady { name, ready } => {
+                let found = world.resource::<NodeNames>().0.get(&name).copied();
+                if let Some(e) = found
+                    && let Some(mut n) = world.get_mut::<Node>(e)
+                    && n.ready != ready
+                {
+                    n.ready = ready;
+                    // Capacity per HyperNode changes with it: rebuild the index and cache.
+                    world.resource_mut::<TopologyDirty>().0 = true;
+                }
+            }
+            Event::LinkUp { node, at_ms } => health::link_up(world, &node, at_ms),
+            Event::Heartbeat { node, at_ms } => health::heartbeat(world, &node, at_ms),
+            Event::LinkDown { node, at_ms } => health::link_down(world, &node, at_ms),
+            Event::Submit(spec) => submit(world, spec, SIM_OWNER.to_string()),
+            Event::SubmitBy { spec, owner } => submit(world, spec, owner),
+            Event::Cancel { job } => cancel(world, &job),
+            Event::TaskFinished { job, task } => task_finished(world, &job, &task),
+        }
+    }
+}
+
+fn node_up(world: &mut World, spec: NodeSpec) {
+    let hardware = NodeHardware(
+        world
+            .resource_mut::<HardwareCache>()
+            .get(spec.hardware.as_ref(), &spec.resources),
+    );
+    let ib_ports = spec.hardware.as_ref().map_or((0, 0), |t| {
+        let ports = t.hcas.iter().flat_map(|h| &h.ports);
+        let up = ports.clone().filter(|p| p.state.as_deref() == Some("ACTIVE")).count();
+        (up as u32, ports.count() as u32)
+    });
+    let ib_guids = spec
+        .hardware
+        .as_ref()
+        .map(|t| t.hcas.iter().flat_map(|h| h.guids()).collect())
+        .unwrap_or_default();
+    let known = world.resource::<NodeNames>().0.get(&spec.name).copied();
+    // A node whose readiness its link decides keeps it across a new spec (an agent
+    // that is away may still have its topology changed); any other node is Ready.
+    let ready = known
+        .filter(|&e| world.get::<Heartbeats>(e).is_some())
+        .and_then(|e| world.get::<Node>(e))
+        .is_none_or(|n| n.ready);
+    let node = Node {
+        name: spec.name,
+        labels: spec.labels,
+        allocatable: spec.resources,
+        external_used: spec.used,
+        ready,
+        ib_ports,
+        ib_guids,
+    };
+    match known {
+        Some(e) => {
+            world.entity_mut(e).insert((node, hardware));
+        }
+        None => {
+            let name = node.name.clone();
+            let e = world.spawn((node, hardware)).id();
+            world.resource_mut::<NodeNames>().0.insert(name, e);
+        }
+    }
+    world.resource_mut::<TopologyDirty>().0 = true;
+    world.resource_mut::<NodeSetGeneration>().0 += 1;
+}
+
+fn submit(world: &mut World, spec: JobSpec, owner: String) {
+    if world.resource::<JobNames>().0.contains_key(&spec.name) {
+        let msg = format!("job {}: a job of that name exists; submission ignored", spec.name);
+        world.resource_mut::<Outbox>().0.push(Command::Warn(msg));
+        return;
+    }
+    let job_e = world.spawn_empty().id();
+    let mut sub_jobs: Vec<Entity> = Vec::new();
+    let mut tasks: Vec<Entity> = Vec::new();
+    let mut partition_groups = Vec::new();
+    let mut default_sj: Option<Entity> = None;
+    let default_tasks: u32 = spec
+        .tasks
+        .iter()
+        .filter(|t| t.partition_policy.is_none())
+        .map(|t| t.replicas)
+        .sum();
+    let has_partitions = spec.tasks.iter().any(|t| t.partition_policy.is_some());
+    let gang_min = spec.gang_minimum();
+    // Sub-job entity → its tasks, filled as tasks are spawned.
+    let mut members: Vec<(Entity, Vec<Entity>)> = Vec::new();
+    for (role, t) in spec.tasks.iter().enumerate() {
+        let mut partition_sjs = Vec::new();
+        if let Some(p) = &t.partition_policy {
+            let group = partition_groups.len();
+            partition_groups.push((role, p.min_partitions));
+            for part in 0..p.total_partitions {
+                let sj = world
+                    .spawn((
+                        SubJob {
+                            job: job_e,
+                            id: format!("{}/{}-{part}", spec.name, t.name),
+                            min_available: p.partition_size,
+                            group: Some(group),
+                            match_index: part,
+                            network_topology: p.network_topology.clone(),
+                            tasks: Vec::new(),
+                        },
+                        SubJobState::default(),
+                    ))
+                    .id();
+                sub_jobs.push(sj);
+                members.push((sj, Vec::new()));
+                partition_sjs.push(members.len() - 1);
+            }
+        }
+        for i in 0..t.replicas {
+            let slot = match &t.partition_policy {
+                // The loader checks replicas = partitions × size; clamp anyway so a bad
+                // event cannot index past the last partition.
+                Some(p) => {
+                    let part = ((i / p.partition_size.max(1)) as usize).min(partition_sjs.len().saturating_sub(1));
+                    match partition_sjs.get(part) {
+                        Some(&slot) => slot,
+                        None => continue, // totalPartitions 0: nowhere to put the task
+                    }
+                }
+                None => match default_sj {
+                    Some(e) => members.iter().position(|(x, _)| *x == e).unwrap_or(0),
+                    None => {
+                        let e = world
+                            .spawn((
+                                SubJob {
+                                    job: job_e,
+                                    id: spec.name.clone(),
+                                    min_available: if has_partitions { default_tasks } else { gang_min },
+                                    group: None,
+                                    match_index: 0,
+                                    network_topology: spec.network_topology.clone(),
+                                    tasks: Vec::new(),
+                                },
+                                SubJobState::default(),
+                            ))
+                            .id();
+                        default_sj = Some(e);
+                        sub_jobs.push(e);
+                        members.push((e, Vec::new()));
+                        members.len() - 1
+                    }
+                },
+            };
+            let sj = members[slot].0;
+            let te = world
+                .spawn((
+                    Task {
+                        job: job_e,
+                        sub_job: sj,
+                        name: format!("{}-{i}", t.name),
+                        role,
+                        request: t.resources.clone(),
+                        runtime: t.runtime,
+                    },
+                    TaskState::pending(),
+                ))
+                .id();
+            members[slot].1.push(te);
+            tasks.push(te);
+        }
+    }
+    for (sj, ts) in members {
+        if let Some(mut s) = world.get_mut::<SubJob>(sj) {
+            s.tasks = ts;
+        }
+    }
+    world.resource_mut::<JobNames>().0.insert(spec.name.clone(), job_e);
+    let default_policy = world.resource::<PlannerConfig>().numa.default_policy;
+    let mut state = JobState::new();
+    let mut numa = Vec::with_capacity(spec.tasks.len());
+    for (i, t) in spec.tasks.iter().enumerate() {
+        match task_numa(t, default_policy) {
+            Ok(n) => numa.push(n),
+            Err(why) => {
+                // The file parser catches an explicit policy; the planner's default can
+                // only be checked here.
+                let why = format!("tasks[{i}] ({}): {why}", t.name);
+                state.phase = JobPhase::Rejected;
+                state.reason = Some(why.clone());
+                world.resource_mut::<Outbox>().0.push(Command::Reject {
+                    job: spec.name.clone(),
+                    reason: why,
+                });
+                numa.push(None);
+            }
+        }
+    }
+    world.entity_mut(job_e).insert((
+        Job {
+            spec,
+            gang_min,
+            sub_jobs,
+            tasks,
+            partition_groups,
+            numa,
+        },
+        state,
+        JobOwner(owner),
+    ));
+}
+
+fn cancel(world: &mut World, name: &str) {
+    let Some(&job_e) = world.resource::<JobNames>().0.get(name) else {
+        world
+            .resource_mut::<Outbox>()
+            .0
+            .push(Command::Warn(format!("cancel: no job {name}")));
+        return;
+    };
+    let tasks = world.get::<Job>(job_e).map(|j| j.tasks.clone()).unwrap_or_default();
+    for t in tasks {
+        if let Some(mut ts) = world.get_mut::<TaskState>(t)
+            && ts.phase == TaskPhase::Running
+        {
+            ts.phase = TaskPhase::Finished;
+        }
+    }
+    let now = world.resource::<Now>().0;
+    if let Some(mut st) = world.get_mut::<JobState>(job_e)
+        && !matches!(st.phase, JobPhase::Finished | JobPhase::Rejected)
+    {
+        st.phase = JobPhase::Cancelled;
+        st.end_time = Some(now);
+    }
+}
+
+fn task_finished(world: &mut World, job: &str, task: &str) {
+    let Some(&job_e) = world.resource::<JobNames>().0.get(job) else {
+        return;
+    };
+    let tasks = world.get::<Job>(job_e).map(|j| j.tasks.clone()).unwrap_or_default();
+    let mut all_done = true;
+    for t in tasks {
+        let is_it = world.get::<Task>(t).is_some_and(|x| x.name == task);
+        if let Some(mut ts) = world.get_mut::<TaskState>(t) {
+            if is_it && ts.phase == TaskPhase::Running {
+                ts.phase = TaskPhase::Finished;
+            }
+            all_done &= ts.phase != TaskPhase::Running;
+        }
+    }
+    let now = world.resource::<Now>().0;
+    if let Some(mut st) = world.get_mut::<JobState>(job_e)
+        && all_done
+        && st.phase == JobPhase::Running
+    {
+        // Tasks never placed beyond the gang minimum are dropped with the job.
+        st.phase = JobPhase::Finished;
+        st.end_time = Some(now);
+    }
+}

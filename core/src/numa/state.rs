@@ -1,0 +1,167 @@
+//! The NUMA half of the resource cache: per node (dense index) its hardware and what is
+//! free on each NUMA node — PUs, memory, GPUs — after the running tasks' assignments. The
+//! allocator takes from it as it places tasks and gives back on rollback, exactly like
+//! `Capacity`, so nothing is handed out twice within a tick or across ticks. Like
+//! `Capacity` it lives across ticks and follows the ledger of `holdings`.
+
+use std::sync::Arc;
+
+use bevy_ecs::prelude::*;
+
+use super::NumaFree;
+use super::assign::{self, AssignError, Assignment, TaskNuma};
+use super::node::{NodeHardware, NodeNuma};
+use crate::components::{NodeSlot, TaskState};
+use crate::holdings::{Holdings, NumaChange};
+use crate::ids::NodeIdx;
+use crate::topology::TopologyIndex;
+
+#[derive(Clone, Debug, Default, Resource)]
+pub struct NumaState {
+    /// By `NodeIdx`.
+    nodes: Vec<Option<Arc<NodeNuma>>>,
+    /// By `NodeIdx`; `None` = everything free (most nodes, most of the time).
+    free: Vec<Option<NumaFree>>,
+    generation: Option<u64>,
+}
+
+impl NumaState {
+    pub fn node(&self, n: NodeIdx) -> Option<&Arc<NodeNuma>> {
+        self.nodes.get(n.ix()).and_then(Option::as_ref)
+    }
+
+    /// What is free on node `n` now.
+    pub fn free(&self, n: NodeIdx) -> Option<&NumaFree> {
+        let hw = self.node(n)?;
+        Some(self.free.get(n.ix()).and_then(Option::as_ref).unwrap_or(&hw.all_free))
+    }
+
+    /// Admits `task` on node `n` and picks its PUs, memory and GPUs (nothing is taken).
+    pub fn assign(&self, n: NodeIdx, task: &TaskNuma) -> Result<Assignment, AssignError> {
+        let (Some(hw), Some(free)) = (self.node(n), self.free(n)) else {
+            return Err(AssignError::NoHardware);
+        };
+        assign::assign(&hw.machine, free, task)
+    }
+
+    /// NUMA nodes `task` spans on node `n` when it is empty: the best any node of that
+    /// hardware can do. Cached per (role, hardware) in `cache`.
+    pub fn ideal_span(
+        &self,
+        n: NodeIdx,
+        task: &TaskNuma,
+        role: usize,
+        cache: &mut std::collections::HashMap<(usize, usize), u32>,
+    ) -> u32 {
+        let Some(hw) = self.node(n) else { return 0 };
+        *cache
+            .entry((role, Arc::as_ptr(hw) as usize))
+            .or_insert_with(|| assign::assign(&hw.machine, &hw.all_free, task).map_or(u32::MAX, |a| a.numa.count()))
+    }
+
+    pub fn take(&mut self, n: NodeIdx, a: &Assignment) {
+        if let Some(free) = self.free_mut(n) {
+            assign::apply(free, a);
+        }
+    }
+
+    pub fn give(&mut self, n: NodeIdx, a: &Assignment) {
+        if let Some(free) = self.free_mut(n) {
+            assign::release(free, a);
+        }
+    }
+
+    fn free_mut(&mut self, n: NodeIdx) -> Option<&mut NumaFree> {
+        let hw = self.nodes.get(n.ix())?.as_ref()?;
+        let slot = self.free.get_mut(n.ix())?;
+        Some(slot.get_or_insert_with(|| hw.all_free.clone()))
+    }
+
+    /// The same nodes with nothing assigned: for "could this ever run?" checks.
+    pub fn emptied(&self) -> Self {
+        Self {
+            nodes: self.nodes.clone(),
+            free: vec![None; self.nodes.len()],
+            generation: self.generation,
+        }
+    }
+
+    /// Node hardware by dense index for `index`, everything free.
+    pub fn build(index: &TopologyIndex, hardware: impl Fn(Entity) -> Option<Arc<NodeNuma>>) -> Self {
+        let nodes: Vec<Option<Arc<NodeNuma>>> = index.node_entities.iter().map(|&e| hardware(e)).collect();
+        Self {
+            free: vec![None; nodes.len()],
+            nodes,
+            generation: Some(index.generation),
+        }
+    }
+
+    /// Where this state differs from `fresh`, one just built from the running tasks'
+    /// assignments (empty when they agree).
+    pub fn diff(&self, fresh: &NumaState, index: &TopologyIndex) -> Vec<String> {
+        if self.nodes.len() != fresh.nodes.len() {
+            return vec![format!(
+                "NUMA state of {} nodes, fresh {}",
+                self.nodes.len(),
+                fresh.nodes.len()
+            )];
+        }
+        (0..self.nodes.len())
+            .map(|i| NodeIdx(i as u32))
+            .filter(|&n| self.free(n) != fresh.free(n))
+            .map(|n| {
+                let name = index.node_names.get(n.ix()).map_or("?", String::as_str);
+                format!(
+                    "NUMA free state of {name}: {:?}, fresh {:?}",
+                    self.free(n),
+                    fresh.free(n)
+                )
+            })
+            .collect()
+    }
+}
+
+/// The NUMA resource-cache system: node hardware by dense index when the topology index
+/// changed, with every assignment the ledger holds taken; otherwise the takes and gives
+/// `refresh_capacity` made this tick (cost follows the tasks that started and stopped).
+pub fn refresh_numa(
+    index: Res<TopologyIndex>,
+    mut state: ResMut<NumaState>,
+    mut holdings: ResMut<Holdings>,
+    hardware: Query<&NodeHardware>,
+) {
+    let _span = tracing::info_span!("numa_cache").entered();
+    if state.generation != Some(index.generation) {
+        *state = NumaState::build(&index, |e| hardware.get(e).ok().map(|h| h.0.clone()));
+        holdings.drain_numa_changes();
+        for (_, held) in holdings.iter() {
+            if let Some(a) = &held.numa {
+                state.take(held.node, a);
+            }
+        }
+        return;
+    }
+    for change in holdings.drain_numa_changes() {
+        match change {
+            NumaChange::Take(n, a) => state.take(n, &a),
+            NumaChange::Give(n, a) => state.give(n, &a),
+        }
+    }
+}
+
+/// The NUMA state built from scratch from `world`, for tests to compare against.
+pub fn fresh(world: &mut World) -> NumaState {
+    let mut tq = world.query::<&TaskState>();
+    let world = &*world;
+    let index = world.resource::<TopologyIndex>();
+    let mut state = NumaState::build(index, |e| world.get::<NodeHardware>(e).map(|h| h.0.clone()));
+    for ts in tq.iter(world) {
+        let (true, Some(a), Some(node)) = (ts.is_running(), ts.numa.as_ref(), ts.node) else {
+            continue;
+        };
+        if let Some(slot) = world.get::<NodeSlot>(node) {
+            state.take(slot.0, a);
+        }
+    }
+    state
+}

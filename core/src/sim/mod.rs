@@ -1,0 +1,123 @@
+//! The simulator: drives the planner core with events from files and virtual time.
+//! Without runtimes it runs one scheduling pass at time 0; with runtimes, time moves from
+//! event to event (submissions, completions) until every job has finished or can never
+//! run. It runs the very Schedule the daemon runs.
+
+mod table;
+
+use std::collections::{BTreeMap, HashMap};
+
+use hyperplan_shared::report::{JobStatus, Report, Summary};
+use hyperplan_shared::{ClusterSpec, JobSpec};
+
+use crate::config::PlannerConfig;
+use crate::{Command, Event, Planner, view};
+
+pub use table::{render_table, render_task_table};
+
+/// Loads the cluster into a fresh planner (nodes, static HyperNodes, label discovery).
+pub fn planner_for(cluster: &ClusterSpec, config: PlannerConfig) -> Planner {
+    let mut planner = Planner::new(config);
+    for node in &cluster.nodes {
+        planner.push(Event::NodeUp(node.clone()));
+    }
+    planner.push(Event::StaticHyperNodes(cluster.hyper_nodes.clone()));
+    planner.push(Event::LabelDiscovery(cluster.label_discovery.clone()));
+    planner
+}
+
+/// Runs the simulation and returns the report.
+pub fn simulate(cluster: &ClusterSpec, jobs: &[JobSpec], config: PlannerConfig) -> Report {
+    simulate_with(cluster, jobs, config, |_| {})
+}
+
+/// As [`simulate`], calling `after_tick` after every tick (tests check invariants there).
+pub fn simulate_with(
+    cluster: &ClusterSpec,
+    jobs: &[JobSpec],
+    config: PlannerConfig,
+    mut after_tick: impl FnMut(&mut Planner),
+) -> Report {
+    let mut planner = planner_for(cluster, config);
+    let mut warnings: Vec<String> = Vec::new();
+    let note = |cmds: Vec<Command>, warnings: &mut Vec<String>| -> Vec<Command> {
+        let mut rest = Vec::new();
+        for c in cmds {
+            match c {
+                Command::Warn(w) => {
+                    if !warnings.contains(&w) {
+                        tracing::warn!("{w}");
+                        warnings.push(w);
+                    }
+                }
+                other => rest.push(other),
+            }
+        }
+        rest
+    };
+    let timed = jobs.iter().any(|j| j.tasks.iter().any(|t| t.runtime.is_some()));
+    if !timed {
+        for j in jobs {
+            planner.push(Event::Submit(j.clone()));
+        }
+        let cmds = planner.tick(0);
+        note(cmds, &mut warnings);
+        after_tick(&mut planner);
+    } else {
+        let runtime: HashMap<(&str, String), u64> = jobs
+            .iter()
+            .flat_map(|j| {
+                j.tasks.iter().flat_map(move |t| {
+                    (0..t.replicas)
+                        .filter_map(move |i| t.runtime.map(|r| ((j.name.as_str(), format!("{}-{i}", t.name)), r)))
+                })
+            })
+            .collect();
+        let mut submissions: Vec<&JobSpec> = jobs.iter().collect();
+        submissions.sort_by(|a, b| a.submit_time.cmp(&b.submit_time).then_with(|| a.name.cmp(&b.name)));
+        let mut next_sub = 0;
+        let mut completions: BTreeMap<u64, Vec<(String, String)>> = BTreeMap::new();
+        let mut now = submissions.first().map_or(0, |j| j.submit_time);
+        loop {
+            while next_sub < submissions.len() && submissions[next_sub].submit_time <= now {
+                planner.push(Event::Submit(submissions[next_sub].clone()));
+                next_sub += 1;
+            }
+            if let Some(done) = completions.remove(&now) {
+                for (job, task) in done {
+                    planner.push(Event::TaskFinished { job, task });
+                }
+            }
+            let cmds = planner.tick(now);
+            for c in note(cmds, &mut warnings) {
+                if let Command::Place(p) = c
+                    && let Some(r) = runtime.get(&(p.job.as_str(), p.task.clone()))
+                {
+                    completions.entry(now + r).or_default().push((p.job, p.task));
+                }
+            }
+            after_tick(&mut planner);
+            let next_submission = submissions.get(next_sub).map(|j| j.submit_time);
+            let next_completion = completions.keys().next().copied();
+            match (next_submission, next_completion) {
+                (None, None) => break,
+                (a, b) => now = a.into_iter().chain(b).min().unwrap_or(now),
+            }
+        }
+    }
+    let jobs = view::job_reports(planner.world_mut());
+    let mut summary = Summary::default();
+    for j in &jobs {
+        match j.status {
+            JobStatus::Placed => summary.placed += 1,
+            JobStatus::Pending => summary.pending += 1,
+            JobStatus::Rejected => summary.rejected += 1,
+        }
+        summary.makespan = summary.makespan.max(j.end_time.unwrap_or(0));
+    }
+    Report {
+        jobs,
+        summary,
+        warnings,
+    }
+}

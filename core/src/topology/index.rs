@@ -1,0 +1,421 @@
+//! Building the topology index: validate HyperNodes (a broken one is left out with a
+//! reason, the rest keeps working), add the virtual `<cluster-top-hypernode>`, number
+//! nodes and HyperNodes densely, and precompute node bitsets, tiers and node groups.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bevy_ecs::prelude::{Entity, Resource};
+use fixedbitset::FixedBitSet;
+use hyperplan_shared::{MemberType, Selector};
+
+use crate::components::{HyperNode, Node};
+use crate::ids::{GroupIdx, HnIdx, NodeIdx};
+
+/// Name of the virtual HyperNode above every other one (Volcano's name).
+pub const VIRTUAL_ROOT: &str = "<cluster-top-hypernode>";
+
+#[derive(Clone, Debug)]
+pub struct HnInfo {
+    pub name: String,
+    pub tier: u32,
+    pub tier_name: Option<String>,
+    pub parent: Option<HnIdx>,
+    /// Sorted by name: BFS order is deterministic.
+    pub children: Vec<HnIdx>,
+    pub depth: u32,
+    /// Real nodes under this HyperNode, over dense node indices.
+    pub nodes: FixedBitSet,
+    pub node_count: u32,
+    /// Node groups wholly inside this HyperNode, in node order.
+    pub groups: Vec<GroupIdx>,
+}
+
+/// Nodes that belong to exactly the same HyperNodes: they score alike, so the allocator
+/// scores a group once and takes its first node that fits.
+#[derive(Clone, Debug)]
+pub struct Group {
+    /// The lowest-tier HyperNode (tier = smallest tier present) holding these nodes.
+    pub leaf: Option<HnIdx>,
+    /// Per position in `TopologyIndex::tiers`: the first (by name) HyperNode of that tier
+    /// holding these nodes.
+    pub per_tier: Vec<Option<HnIdx>>,
+    /// Every HyperNode holding these nodes, the virtual root included.
+    pub hyper_nodes: Vec<HnIdx>,
+    /// In name order.
+    pub nodes: Vec<NodeIdx>,
+}
+
+#[derive(Clone, Debug, Default, Resource)]
+pub struct TopologyIndex {
+    /// Bumped on every rebuild; cached per-topology results compare against it.
+    pub generation: u64,
+    pub node_names: Vec<String>,
+    pub node_entities: Vec<Entity>,
+    pub node_by_name: HashMap<String, NodeIdx>,
+    pub node_group: Vec<GroupIdx>,
+    pub hns: Vec<HnInfo>,
+    pub hn_by_name: HashMap<String, HnIdx>,
+    pub root: HnIdx,
+    /// Sorted distinct tiers, the virtual root's included (gaps preserved).
+    pub tiers: Vec<u32>,
+    pub tier_names: BTreeMap<String, u32>,
+    pub groups: Vec<Group>,
+    /// Why HyperNodes were left out or members ignored.
+    pub warnings: Vec<String>,
+}
+
+struct Resolved {
+    nodes: Vec<NodeIdx>,
+    children: Vec<usize>,
+}
+
+impl TopologyIndex {
+    pub fn hn(&self, name: &str) -> Option<(HnIdx, &HnInfo)> {
+        self.hn_by_name.get(name).map(|&h| (h, &self.hns[h.ix()]))
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.node_names.len()
+    }
+
+    pub fn root_tier(&self) -> u32 {
+        self.hns[self.root.ix()].tier
+    }
+
+    pub fn min_tier(&self) -> u32 {
+        self.tiers.first().copied().unwrap_or(1)
+    }
+
+    /// The lowest-tier HyperNode of a node (Volcano's leafHyperNodeOf).
+    pub fn leaf_of(&self, node: NodeIdx) -> Option<HnIdx> {
+        self.groups[self.node_group[node.ix()].ix()].leaf
+    }
+
+    /// The node's HyperNodes from the lowest tier up, the virtual root left out.
+    pub fn hyper_node_names_of(&self, node: NodeIdx) -> Vec<String> {
+        let g = &self.groups[self.node_group[node.ix()].ix()];
+        let mut hs: Vec<HnIdx> = g.hyper_nodes.iter().copied().filter(|h| *h != self.root).collect();
+        hs.sort_by(|a, b| {
+            let (x, y) = (&self.hns[a.ix()], &self.hns[b.ix()]);
+            x.tier.cmp(&y.tier).then_with(|| x.name.cmp(&y.name))
+        });
+        hs.into_iter().map(|h| self.hns[h.ix()].name.clone()).collect()
+    }
+
+    /// Builds the index. `nodes` and `hyper_nodes` in any order; both are sorted by name
+    /// here so the result does not depend on entity order.
+    pub fn build(nodes: &[(Entity, &Node)], hyper_nodes: &[&HyperNode], generation: u64) -> Self {
+        let mut nodes: Vec<(Entity, &Node)> = nodes.to_vec();
+        nodes.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+        let node_names: Vec<String> = nodes.iter().map(|(_, n)| n.name.clone()).collect();
+        let node_entities: Vec<Entity> = nodes.iter().map(|(e, _)| *e).collect();
+        let node_by_name: HashMap<String, NodeIdx> = node_names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), NodeIdx(i as u32)))
+            .collect();
+        let mut warnings = Vec::new();
+
+        // One spec per name: the first source (static, label, then discovered; by name) wins.
+        let mut specs: Vec<&HyperNode> = hyper_nodes.to_vec();
+        specs.sort_by(|a, b| a.spec.name.cmp(&b.spec.name).then_with(|| a.source.cmp(&b.source)));
+        specs.dedup_by(|later, first| {
+            let dup = later.spec.name == first.spec.name;
+            if dup {
+                warnings.push(format!(
+                    "HyperNode {}: defined by both {} and {} sources; the {} one is used",
+                    first.spec.name, first.source.name, later.source.name, first.source.name
+                ));
+            }
+            dup
+        });
+        let spec_by_name: HashMap<&str, usize> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.spec.name.as_str(), i))
+            .collect();
+        let n_specs = specs.len();
+
+        // 1. Resolve members; a member that matches nothing or a bad regex breaks the HyperNode.
+        let mut broken: Vec<Option<String>> = vec![None; n_specs];
+        let mut resolved: Vec<Resolved> = Vec::with_capacity(n_specs);
+        for (i, hn) in specs.iter().enumerate() {
+            let mut r = Resolved {
+                nodes: Vec::new(),
+                children: Vec::new(),
+            };
+            for (m, member) in hn.spec.members.iter().enumerate() {
+                let before = (r.nodes.len(), r.children.len());
+                match (member.kind, &member.selector) {
+                    (MemberType::Node, Selector::Exact { name }) => {
+                        if let Some(&n) = node_by_name.get(name) {
+                            r.nodes.push(n);
+                        }
+                    }
+                    (MemberType::Node, Selector::Regex { pattern }) => match regex::Regex::new(pattern) {
+                        Ok(re) => r.nodes.extend(
+                            node_names
+                                .iter()
+                                .enumerate()
+                                .filter(|(_, n)| re.is_match(n))
+                                .map(|(i, _)| NodeIdx(i as u32)),
+                        ),
+                        Err(e) => {
+                            let first = e.to_string().lines().last().unwrap_or_default().trim().to_string();
+                            broken[i]
+                                .get_or_insert(format!("members[{m}]: regex {pattern:?} does not compile: {first}"));
+                            continue;
+                        }
+                    },
+                    (MemberType::Node, sel @ Selector::Label { .. }) => r.nodes.extend(
+                        nodes
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, (_, n))| sel.matches_labels(&n.labels))
+                            .map(|(i, _)| NodeIdx(i as u32)),
+                    ),
+                    (MemberType::HyperNode, Selector::Exact { name }) => {
+                        if let Some(&c) = spec_by_name.get(name.as_str()) {
+                            r.children.push(c);
+                        }
+                    }
+                    (MemberType::HyperNode, _) => {
+                        warnings.push(format!(
+                            "HyperNode {}: members[{m}]: a HyperNode member only takes exactMatch; this selector is ignored",
+                            hn.spec.name
+                        ));
+                        continue;
+                    }
+                }
+                if (r.nodes.len(), r.children.len()) == before {
+                    broken[i].get_or_insert(format!("members[{m}] {} matches nothing", describe(member)));
+                }
+            }
+            resolved.push(r);
+        }
+
+        // 2. One parent per HyperNode: the first claimant by name keeps it, later ones break.
+        let mut parent: Vec<Option<usize>> = vec![None; n_specs];
+        for p in 0..n_specs {
+            if broken[p].is_some() {
+                continue;
+            }
+            for &c in &resolved[p].children {
+                if broken[c].is_some() {
+                    continue;
+                }
+                match parent[c] {
+                    None => parent[c] = Some(p),
+                    Some(first) if first != p => {
+                        broken[p].get_or_insert(format!(
+                            "member {} already has parent {}; a HyperNode has one parent",
+                            specs[c].spec.name, specs[first].spec.name
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        // A broken claimant's children are free again.
+        for p in parent.iter_mut() {
+            if p.is_some_and(|p| broken[p].is_some()) {
+                *p = None;
+            }
+        }
+        // 3. Cycles: follow parent links; every HyperNode on a cycle breaks.
+        let mut state = vec![0u8; n_specs]; // 0 new, 1 on current walk, 2 done
+        for start in 0..n_specs {
+            let mut walk = Vec::new();
+            let mut cur = Some(start);
+            while let Some(c) = cur {
+                if state[c] == 2 {
+                    break;
+                }
+                if state[c] == 1 {
+                    let pos = walk.iter().position(|&x| x == c).unwrap_or(0);
+                    let cycle: Vec<&str> = walk[pos..]
+                        .iter()
+                        .chain(std::iter::once(&c))
+                        .map(|&x| specs[x].spec.name.as_str())
+                        .collect();
+                    for &x in &walk[pos..] {
+                        broken[x].get_or_insert(format!("cycle {}", cycle.join(" → ")));
+                    }
+                    break;
+                }
+                state[c] = 1;
+                walk.push(c);
+                cur = parent[c];
+            }
+            for x in walk {
+                state[x] = 2;
+            }
+        }
+        for p in parent.iter_mut() {
+            if p.is_some_and(|p| broken[p].is_some()) {
+                *p = None;
+            }
+        }
+        for (i, why) in broken.iter().enumerate() {
+            if let Some(why) = why {
+                warnings.push(format!("HyperNode {} left out: {why}", specs[i].spec.name));
+            }
+        }
+
+        // 4. Dense numbering of the HyperNodes that stay, in name order; root last.
+        let keep: Vec<usize> = (0..n_specs).filter(|&i| broken[i].is_none()).collect();
+        let mut dense = vec![None; n_specs];
+        for (d, &i) in keep.iter().enumerate() {
+            dense[i] = Some(HnIdx(d as u32));
+        }
+        let n_nodes = node_names.len();
+        let max_tier = keep.iter().map(|&i| specs[i].spec.tier).max();
+        let root = HnIdx(keep.len() as u32);
+        let mut hns: Vec<HnInfo> = keep
+            .iter()
+            .map(|&i| HnInfo {
+                name: specs[i].spec.name.clone(),
+                tier: specs[i].spec.tier,
+                tier_name: specs[i].spec.tier_name.clone(),
+                parent: Some(parent[i].and_then(|p| dense[p]).unwrap_or(root)),
+                children: Vec::new(),
+                depth: 0,
+                nodes: FixedBitSet::with_capacity(n_nodes),
+                node_count: 0,
+                groups: Vec::new(),
+            })
+            .collect();
+        hns.push(HnInfo {
+            name: VIRTUAL_ROOT.to_string(),
+            tier: max_tier.map_or(1, |t| t + 1),
+            tier_name: None,
+            parent: None,
+            children: Vec::new(),
+            depth: 0,
+            nodes: FixedBitSet::with_capacity(n_nodes),
+            node_count: 0,
+            groups: Vec::new(),
+        });
+        for h in 0..keep.len() {
+            if let Some(p) = hns[h].parent {
+                hns[p.ix()].children.push(HnIdx(h as u32)); // h ascending = name order
+            }
+        }
+        // Depths top-down, node sets bottom-up (children before parents in post-order).
+        let mut order = vec![root];
+        let mut k = 0;
+        while k < order.len() {
+            let h = order[k];
+            let d = hns[h.ix()].depth;
+            let children = hns[h.ix()].children.clone();
+            for c in children {
+                hns[c.ix()].depth = d + 1;
+                order.push(c);
+            }
+            k += 1;
+        }
+        for (d, &i) in keep.iter().enumerate() {
+            for &n in &resolved[i].nodes {
+                hns[d].nodes.insert(n.ix());
+            }
+        }
+        hns[root.ix()].nodes.insert_range(..);
+        for &h in order.iter().rev() {
+            if let Some(p) = hns[h.ix()].parent {
+                let child = hns[h.ix()].nodes.clone();
+                hns[p.ix()].nodes.union_with(&child);
+            }
+        }
+        for h in &mut hns {
+            h.node_count = h.nodes.count_ones(..) as u32;
+        }
+
+        let mut tiers: Vec<u32> = hns.iter().map(|h| h.tier).collect();
+        tiers.sort_unstable();
+        tiers.dedup();
+        let mut tier_names = BTreeMap::new();
+        for h in &hns {
+            if let Some(tn) = h.tier_name.as_ref().filter(|t| !t.is_empty()) {
+                match tier_names.get(tn) {
+                    Some(&t) if t != h.tier => warnings.push(format!(
+                        "tierName {tn:?} names tiers {t} and {} ({}); tier {t} is used",
+                        h.tier, h.name
+                    )),
+                    Some(_) => {}
+                    None => {
+                        tier_names.insert(tn.clone(), h.tier);
+                    }
+                }
+            }
+        }
+
+        // 5. Node groups: nodes with the same set of HyperNodes.
+        let mut node_hns: Vec<Vec<HnIdx>> = vec![Vec::new(); n_nodes];
+        for (h, info) in hns.iter().enumerate() {
+            for n in info.nodes.ones() {
+                node_hns[n].push(HnIdx(h as u32));
+            }
+        }
+        let min_tier = tiers.first().copied().unwrap_or(1);
+        let mut by_signature: BTreeMap<Vec<HnIdx>, GroupIdx> = BTreeMap::new();
+        let mut groups: Vec<Group> = Vec::new();
+        let mut node_group = Vec::with_capacity(n_nodes);
+        for (n, sig) in node_hns.into_iter().enumerate() {
+            let next = GroupIdx(groups.len() as u32);
+            let g = *by_signature.entry(sig.clone()).or_insert(next);
+            if g == next {
+                // sig is in HnIdx = name order, so the first hit per tier is the first by name.
+                let per_tier = tiers
+                    .iter()
+                    .map(|t| sig.iter().copied().find(|h| hns[h.ix()].tier == *t))
+                    .collect::<Vec<_>>();
+                let leaf = sig.iter().copied().find(|h| hns[h.ix()].tier == min_tier);
+                groups.push(Group {
+                    leaf,
+                    per_tier,
+                    hyper_nodes: sig,
+                    nodes: Vec::new(),
+                });
+            }
+            groups[g.ix()].nodes.push(NodeIdx(n as u32));
+            node_group.push(g);
+        }
+        for (g, group) in groups.iter().enumerate() {
+            for &h in &group.hyper_nodes {
+                hns[h.ix()].groups.push(GroupIdx(g as u32));
+            }
+        }
+
+        let hn_by_name = hns
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.name.clone(), HnIdx(i as u32)))
+            .collect();
+        TopologyIndex {
+            generation,
+            node_names,
+            node_entities,
+            node_by_name,
+            node_group,
+            hns,
+            hn_by_name,
+            root,
+            tiers,
+            tier_names,
+            groups,
+            warnings,
+        }
+    }
+}
+
+fn describe(member: &hyperplan_shared::Member) -> String {
+    let kind = match member.kind {
+        MemberType::Node => "Node",
+        MemberType::HyperNode => "HyperNode",
+    };
+    match &member.selector {
+        Selector::Exact { name } => format!("({kind} exactMatch {name:?})"),
+        Selector::Regex { pattern } => format!("({kind} regexMatch {pattern:?})"),
+        Selector::Label { .. } => format!("({kind} labelMatch)"),
+    }
+}

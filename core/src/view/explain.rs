@@ -1,0 +1,104 @@
+//! `hyperplan explain JOB`: the gradient search seen from outside — the tier limit in
+//! force, how many tasks the gang still needs, and for every HyperNode within the limit
+//! (lowest tier first, as the search walks them) how many of the job's pending tasks fit
+//! there now and what that means.
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::status::{Candidate, Explanation};
+
+use super::jobs::job_report;
+use crate::allocate::gradients;
+use crate::allocate::tier::effective_tier;
+use crate::capacity::Capacity;
+use crate::components::{Job, NodeSlot, TaskPhase, TaskState};
+use crate::ids::HnIdx;
+use crate::topology::TopologyIndex;
+
+/// `None` when no job has that name.
+pub fn explain(world: &mut World, name: &str) -> Option<Explanation> {
+    let report = job_report(world, name)?;
+    let mut jq = world.query::<&Job>();
+    let world = &*world;
+    let job = jq.iter(world).find(|j| j.spec.name == name)?;
+    let index = world.resource::<TopologyIndex>();
+    let cap = world.resource::<Capacity>();
+
+    let mut pending = vec![0u64; job.spec.tasks.len()];
+    let mut placed = 0u64;
+    let mut running_nodes = Vec::new();
+    for &t in &job.tasks {
+        let (Some(ts), Some(task)) = (world.get::<TaskState>(t), world.get::<crate::components::Task>(t)) else {
+            continue;
+        };
+        match ts.phase {
+            TaskPhase::Pending => pending[task.role] += 1,
+            TaskPhase::Running | TaskPhase::Finished => {
+                placed += 1;
+                if ts.is_running()
+                    && let Some(slot) = ts.node.and_then(|n| world.get::<NodeSlot>(n))
+                {
+                    running_nodes.push(slot.0);
+                }
+            }
+        }
+    }
+    let need = u64::from(job.gang_min)
+        .saturating_sub(placed)
+        .max(u64::from(pending.iter().any(|p| *p > 0)));
+    // The allocator's own tier limit (soft = the whole cluster, shown as no limit).
+    let root_tier = index.root_tier();
+    let tier_limit = effective_tier(job.spec.network_topology.as_ref(), root_tier, index)
+        .tier
+        .filter(|t| *t != root_tier);
+    let rooms: Vec<Vec<u64>> = job
+        .spec
+        .tasks
+        .iter()
+        .enumerate()
+        .filter(|(r, _)| pending[*r] > 0)
+        .map(|(r, t)| {
+            let per_hn = cap.fit_counts_per_hn(index, &cap.shape(&t.resources));
+            per_hn.into_iter().map(|c| c.min(pending[r])).collect()
+        })
+        .collect();
+    // The HyperNodes the gradient search walks within the limit, lowest tier first (by
+    // name within a tier), every one shown whether or not it has room.
+    let mut order: Vec<HnIdx> = Vec::new();
+    for mut tier in gradients(index, index.root, Some(tier_limit.unwrap_or(root_tier)), None, |_| true) {
+        tier.retain(|&h| h != index.root);
+        tier.sort_by(|a, b| index.hns[a.ix()].name.cmp(&index.hns[b.ix()].name));
+        order.extend(tier);
+    }
+    let candidates = order
+        .into_iter()
+        .map(|h| {
+            let info = &index.hns[h.ix()];
+            let room: u64 = rooms.iter().map(|r| r[h.ix()]).sum();
+            let holds_job = !running_nodes.is_empty() && running_nodes.iter().all(|n| info.nodes.contains(n.ix()));
+            let verdict = if report.allocated_hyper_node.as_deref() == Some(info.name.as_str()) {
+                "the job's HyperNode: its tasks were placed under it".to_string()
+            } else if holds_job {
+                "holds all of the job's running tasks".to_string()
+            } else if need == 0 {
+                "nothing left to place".to_string()
+            } else if room >= need {
+                format!("room for the {need} tasks needed")
+            } else {
+                format!("room for {room} of the {need} tasks needed")
+            };
+            Candidate {
+                name: info.name.clone(),
+                tier: info.tier,
+                room,
+                holds_job,
+                verdict,
+            }
+        })
+        .collect();
+    Some(Explanation {
+        job: report,
+        tier_limit,
+        need,
+        candidates,
+    })
+}

@@ -1,0 +1,71 @@
+//! The node list (`hyperplan nodes`): state, free and total CPUs, GPUs and memory, NUMA
+//! nodes, InfiniBand ports, labels, running tasks, and how long ago the daemon's nodes
+//! were last heard from (as of the last tick; `None` for nodes without a link).
+
+use std::collections::HashMap;
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::status::{FreeTotal, NodeState, NodeStatus};
+
+use crate::capacity::Capacity;
+use crate::components::{Node, NodeSlot, TaskState};
+use crate::health::heard_secs_ago;
+use crate::numa::node::{NodeHardware, is_gpu_resource};
+
+/// Every node, by name.
+pub fn node_statuses(world: &mut World) -> Vec<NodeStatus> {
+    let mut running: HashMap<Entity, u32> = HashMap::new();
+    let mut tq = world.query::<&TaskState>();
+    for ts in tq.iter(world) {
+        if let (true, Some(n)) = (ts.is_running(), ts.node) {
+            *running.entry(n).or_default() += 1;
+        }
+    }
+    let mut nq = world.query::<(Entity, &Node, Option<&NodeSlot>, Option<&NodeHardware>)>();
+    let world = &*world;
+    let cap = world.resource::<Capacity>();
+    let sum = |slot: Option<&NodeSlot>, pick: &dyn Fn(&str) -> bool| -> FreeTotal {
+        let Some(slot) = slot else {
+            return FreeTotal::default();
+        };
+        let (mut free, mut total) = (0u64, 0u64);
+        for (k, name) in cap.dims.iter().enumerate() {
+            if pick(name) {
+                let i = slot.0.ix() * cap.d + k;
+                free += cap.free.get(i).copied().unwrap_or(0);
+                total += cap.alloc.get(i).copied().unwrap_or(0);
+            }
+        }
+        FreeTotal { free, total }
+    };
+    let mut out: Vec<NodeStatus> = nq
+        .iter(world)
+        .map(|(e, node, slot, hw)| {
+            let cpu = sum(slot, &|n| n == hyperplan_shared::CPU);
+            NodeStatus {
+                name: node.name.clone(),
+                state: if node.ready {
+                    NodeState::Ready
+                } else {
+                    NodeState::NotReady
+                },
+                labels: node.labels.clone(),
+                cpus: FreeTotal {
+                    free: cpu.free / 1000,
+                    total: cpu.total / 1000,
+                },
+                gpus: sum(slot, &is_gpu_resource),
+                memory: sum(slot, &|n| n == hyperplan_shared::MEMORY),
+                numa_nodes: hw.map_or(1, |h| h.0.machine.numa_count() as u32),
+                ib_ports: FreeTotal {
+                    free: u64::from(node.ib_ports.0),
+                    total: u64::from(node.ib_ports.1),
+                },
+                last_heartbeat_secs: heard_secs_ago(world, e),
+                running_tasks: running.get(&e).copied().unwrap_or(0),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}

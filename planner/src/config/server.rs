@@ -1,0 +1,129 @@
+//! `[server]`: where the daemon listens and how it keeps time; every key is also a flag
+//! of `hyperplan-planner`.
+
+use serde::Deserialize;
+
+use hyperplan_core::config::ConfigError;
+use hyperplan_core::config::HealthConfig;
+
+/// Where the daemon listens and how it keeps time (`[server]` in planner.toml; every key
+/// is also a flag of `hyperplan-planner`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerConfig {
+    /// `listen`: UDP address for QUIC (agents and the CLI).
+    pub listen: std::net::SocketAddr,
+    /// `certDir`: holds `ca.pem`, `planner.pem`, `planner.key` (`hyperplan certs init`).
+    pub cert_dir: std::path::PathBuf,
+    /// `tickInterval` (seconds): a tick at least this often, and one as soon as
+    /// something arrives.
+    pub tick_interval: std::time::Duration,
+    /// `heartbeatInterval` (seconds): what agents are told to send at.
+    pub heartbeat_interval: std::time::Duration,
+    /// `missedHeartbeats`: silent intervals after which a node is NotReady.
+    pub missed_heartbeats: u32,
+    /// `maxFrameBytes`: the largest message accepted.
+    pub max_frame_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: std::net::SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
+            cert_dir: std::path::PathBuf::from("/etc/hyperplan/certs"),
+            tick_interval: std::time::Duration::from_secs(1),
+            heartbeat_interval: std::time::Duration::from_secs(1),
+            missed_heartbeats: 3,
+            max_frame_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// What the core needs of these keys to decide node health.
+    pub fn health(&self) -> HealthConfig {
+        HealthConfig {
+            heartbeat_interval: self.heartbeat_interval,
+            missed_heartbeats: self.missed_heartbeats,
+        }
+    }
+}
+
+/// The planner's default UDP port.
+pub const DEFAULT_PORT: u16 = 7400;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawServer {
+    listen: Option<toml::Spanned<String>>,
+    cert_dir: Option<String>,
+    tick_interval: Option<toml::Spanned<f64>>,
+    heartbeat_interval: Option<toml::Spanned<f64>>,
+    missed_heartbeats: Option<toml::Spanned<u32>>,
+    max_frame_bytes: Option<toml::Spanned<u64>>,
+}
+
+/// Seconds as a duration: positive and finite, else `None`.
+pub fn seconds(v: f64) -> Option<std::time::Duration> {
+    (v.is_finite() && v > 0.0 && v < 1e9).then(|| std::time::Duration::from_secs_f64(v))
+}
+
+/// Checks `[server]`; `at` turns an offset and a message into an error naming the line.
+pub fn server_config(
+    raw: Option<RawServer>,
+    at: &dyn Fn(usize, String) -> ConfigError,
+) -> Result<ServerConfig, ConfigError> {
+    let mut server = ServerConfig::default();
+    if let Some(s) = raw {
+        if let Some(l) = s.listen {
+            server.listen = l.get_ref().parse().map_err(|_| {
+                at(
+                    l.span().start,
+                    format!(
+                        "server.listen: expected IP:PORT (e.g. 0.0.0.0:7400), got {:?}",
+                        l.get_ref()
+                    ),
+                )
+            })?;
+        }
+        if let Some(d) = s.cert_dir {
+            server.cert_dir = d.into();
+        }
+        for (key, value, target) in [
+            ("tickInterval", s.tick_interval, &mut server.tick_interval),
+            (
+                "heartbeatInterval",
+                s.heartbeat_interval,
+                &mut server.heartbeat_interval,
+            ),
+        ] {
+            if let Some(v) = value {
+                *target = seconds(*v.get_ref()).ok_or_else(|| {
+                    at(
+                        v.span().start,
+                        format!("server.{key}: expected seconds > 0, got {}", v.get_ref()),
+                    )
+                })?;
+            }
+        }
+        if let Some(m) = s.missed_heartbeats {
+            if *m.get_ref() == 0 {
+                return Err(at(
+                    m.span().start,
+                    "server.missedHeartbeats: expected at least 1".into(),
+                ));
+            }
+            server.missed_heartbeats = *m.get_ref();
+        }
+        if let Some(m) = s.max_frame_bytes {
+            let v = *m.get_ref();
+            if !(1024..=1 << 30).contains(&v) {
+                return Err(at(
+                    m.span().start,
+                    format!("server.maxFrameBytes: expected 1024 to 1073741824, got {v}"),
+                ));
+            }
+            server.max_frame_bytes = v as usize;
+        }
+    }
+    Ok(server)
+}
