@@ -14,38 +14,53 @@ use super::components::{
 use super::ids::HnIdx;
 use super::topology::TopologyIndex;
 
+/// Jobs whose state changed since the system last ran (by ingest, allocate or anyone
+/// else; its own writes do not count), and the jobs to update.
+type JobParams<'w, 's> = ParamSet<
+    'w,
+    's,
+    (
+        Query<'static, 'static, Entity, (With<Job>, LiveChanged<JobState>)>,
+        Query<'static, 'static, (&'static Job, &'static mut JobState), Without<Retired>>,
+    ),
+>;
+
+/// The same for sub-jobs (the changed ones give their job).
+type SubJobParams<'w, 's> = ParamSet<
+    'w,
+    's,
+    (
+        Query<'static, 'static, &'static SubJob, LiveChanged<SubJobState>>,
+        Query<'static, 'static, (&'static SubJob, &'static mut SubJobState), Without<Retired>>,
+    ),
+>;
+
 pub fn recover(
     index: Res<TopologyIndex>,
     mut seen_generation: Local<Option<u64>>,
-    mut jobs: Query<(Entity, &Job, &mut JobState), Without<Retired>>,
-    mut sub_jobs: Query<(&SubJob, &mut SubJobState), Without<Retired>>,
+    mut job_params: JobParams,
+    mut sub_job_params: SubJobParams,
+    all_jobs: Query<Entity, (With<Job>, Without<Retired>)>,
     tasks: Query<&TaskState>,
     changed_tasks: Query<&Task, LiveChanged<TaskState>>,
     slots: Query<&NodeSlot>,
 ) {
     let _span = tracing::info_span!("recover").entered();
-    let all = *seen_generation != Some(index.generation);
-    *seen_generation = Some(index.generation);
-    // `is_changed` on the mutable items: changed since this system last ran (by ingest,
-    // allocate or anyone else; its own writes do not count).
-    let mut todo: Vec<Entity> = jobs
-        .iter_mut()
-        .filter(|(_, _, st)| all || st.is_changed())
-        .map(|(e, _, _)| e)
-        .collect();
-    if !all {
+    let todo: Vec<Entity> = if *seen_generation != Some(index.generation) {
+        *seen_generation = Some(index.generation);
+        all_jobs.iter().collect()
+    } else {
+        let mut todo: Vec<Entity> = job_params.p0().iter().collect();
         todo.extend(changed_tasks.iter().map(|t| t.job));
-        todo.extend(
-            sub_jobs
-                .iter_mut()
-                .filter(|(_, st)| st.is_changed())
-                .map(|(sj, _)| sj.job),
-        );
+        todo.extend(sub_job_params.p0().iter().map(|sj| sj.job));
         todo.sort_unstable();
         todo.dedup();
-    }
+        todo
+    };
+    let mut jobs = job_params.p1();
+    let mut sub_jobs = sub_job_params.p1();
     for entity in todo {
-        let Ok((_, job, mut state)) = jobs.get_mut(entity) else {
+        let Ok((job, mut state)) = jobs.get_mut(entity) else {
             continue;
         };
         if !matches!(state.phase, JobPhase::Running | JobPhase::Pending) {

@@ -19,7 +19,6 @@
 //!
 //! Invalid values fall back to Volcano's defaults, as the plugin does (a negative
 //! weight becomes 1, a negative fading 0.8, a non-bool `enable` is ignored).
-//!
 
 use std::collections::BTreeMap;
 

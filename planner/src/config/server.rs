@@ -31,8 +31,8 @@ impl Default for ServerConfig {
             listen: std::net::SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
             cert_dir: std::path::PathBuf::from("/etc/hyperplan/certs"),
             tick_interval: std::time::Duration::from_secs(1),
-            heartbeat_interval: std::time::Duration::from_secs(1),
-            missed_heartbeats: 3,
+            heartbeat_interval: HealthConfig::default().heartbeat_interval,
+            missed_heartbeats: HealthConfig::default().missed_heartbeats,
             max_frame_bytes: 16 * 1024 * 1024,
         }
     }
