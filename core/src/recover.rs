@@ -35,6 +35,7 @@ type SubJobParams<'w, 's> = ParamSet<
     ),
 >;
 
+#[allow(clippy::too_many_arguments)]
 pub fn recover(
     index: Res<TopologyIndex>,
     mut seen_generation: Local<Option<u64>>,
