@@ -6,6 +6,7 @@ use hyperplan_shared::{HyperNodeSpec, JobSpec, NodeSpec};
 
 use super::components::SourceKind;
 pub use super::discovery::Found;
+use super::discovery::SourceError;
 
 #[derive(Clone, Debug)]
 pub enum Event {
@@ -57,7 +58,7 @@ pub enum Event {
         source: String,
         kind: SourceKind,
         at: u64,
-        result: Result<Found, String>,
+        result: Result<Found, SourceError>,
     },
     /// A job of the simulator's (owner [`SIM_OWNER`](super::ownership::SIM_OWNER)).
     Submit(JobSpec),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use hyperplan_core::components::HyperNode;
 use hyperplan_core::components::SourceKind;
-use hyperplan_core::discovery::Found;
+use hyperplan_core::discovery::{Found, SourceError};
 use hyperplan_core::testing::{JobBuilder, MachineBuilder, hn, res};
 use hyperplan_core::{Command, Event, Planner, PlannerConfig};
 use hyperplan_core::{invariants, view};
@@ -70,12 +70,13 @@ fn fabric(rel: &str) -> Found {
     }
 }
 
+/// A poll's result as the daemon sends it; a failure is given as its text.
 fn discovered(source: &str, kind: SourceKind, at: u64, result: Result<Found, String>) -> Event {
     Event::Discovered {
         source: source.into(),
         kind,
         at,
-        result,
+        result: result.map_err(SourceError::Unreadable),
     }
 }
 

@@ -7,6 +7,7 @@
 use hyperplan_fabric::ibnetdiscover::NodeKind;
 use hyperplan_fabric::{Discovery, GuidMap, HostNames, IbFabric};
 
+use super::error::SourceError;
 use super::sources::ReportedGuids;
 
 /// Rebuilds the GUID → node map from `(node name, GUIDs)` in name order: a GUID two nodes
@@ -58,12 +59,12 @@ pub struct Tiered {
 }
 
 /// Tiers the dump with the agents' GUIDs first, then the map file, then descriptions.
-pub fn tier(fabric: &IbFabric, map_file: &GuidMap, reported: &GuidMap) -> Result<Tiered, String> {
+pub fn tier(fabric: &IbFabric, map_file: &GuidMap, reported: &GuidMap) -> Result<Tiered, SourceError> {
     let names = HostNames {
         reported: reported.clone(),
         map_file: map_file.clone(),
     };
-    let d = hyperplan_fabric::discover(fabric, &names).map_err(|e| e.to_string())?;
+    let d = hyperplan_fabric::discover(fabric, &names)?;
     let summary = d.summary();
     let unmapped = d.unmapped.iter().map(ToString::to_string).collect();
     Ok(Tiered {

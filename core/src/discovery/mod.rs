@@ -8,6 +8,7 @@
 //!   HyperNodes ([`sources`]). A dump is tiered here with the agents' HCA GUIDs as the
 //!   first host map ([`fabric`]); hosts that are no planner node are left out ([`known`]).
 
+mod error;
 pub mod fabric;
 pub mod known;
 mod label;
@@ -22,6 +23,7 @@ use super::commands::Command;
 use super::components::{Node, Source, SourceKind};
 use super::names::NodeNames;
 use super::queues::{LabelTypes, NodeSetGeneration, Outbox, TopologyDirty};
+pub use error::SourceError;
 pub use sources::{Found, Good, ReportedGuids, SourceState, Sources};
 
 pub fn discovery(world: &mut World) {
@@ -140,7 +142,7 @@ pub fn declare_label(world: &mut World, types: &BTreeMap<String, Vec<String>>) {
 }
 
 /// Records one poll's result (ingest calls this for `Discovered` events).
-pub fn record(world: &mut World, source: &str, kind: SourceKind, at: u64, result: Result<Found, String>) {
+pub fn record(world: &mut World, source: &str, kind: SourceKind, at: u64, result: Result<Found, SourceError>) {
     let new_error = match &result {
         Err(e) => world
             .resource::<Sources>()

@@ -11,6 +11,7 @@ use bevy_ecs::prelude::Resource;
 use hyperplan_fabric::{GuidMap, IbFabric};
 use hyperplan_shared::HyperNodeSpec;
 
+use super::error::SourceError;
 use crate::components::SourceKind;
 
 /// What one poll of a source found. The daemon reads and parses; the core tiers a
@@ -46,7 +47,7 @@ pub struct SourceState {
     pub target: String,
     pub last_attempt: Option<u64>,
     pub last_success: Option<u64>,
-    pub error: Option<String>,
+    pub error: Option<SourceError>,
     pub good: Option<Good>,
     /// Its HyperNodes as the source sees them, before hosts that are no node are left out.
     pub discovered: Vec<HyperNodeSpec>,

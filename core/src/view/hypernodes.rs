@@ -94,7 +94,7 @@ fn source_statuses(world: &World, owner: &HashMap<String, String>) -> Vec<Source
             hyper_nodes: owned.get(name.as_str()).copied().unwrap_or(0),
             last_attempt: s.last_attempt,
             last_success: s.last_success,
-            error: s.error.clone(),
+            error: s.error.as_ref().map(ToString::to_string),
             summary: s.summary.clone(),
             unknown_hosts: s.unknown_hosts.clone(),
             unmapped: s.unmapped.clone(),

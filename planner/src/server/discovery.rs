@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::driver::{ToCore, unix_now};
 use crate::config::{DumpInput, SourceConfig, SourceSpec};
-use hyperplan_core::discovery::Found;
+use hyperplan_core::discovery::{Found, SourceError};
 
 /// The largest file or command output a source reads. A 4,000-host fabric dump is a few
 /// MiB; this only stops a path such as `/dev/zero` from eating the head node's memory.
@@ -71,7 +71,7 @@ async fn poll_loop(source: SourceConfig, to_core: mpsc::UnboundedSender<ToCore>,
 /// Reads `source` once and says what it holds, for `hyperplan-planner --check`: the
 /// summary people see in `hyperplan hypernodes` (a dump is tiered without agents, so
 /// only the GUID map and descriptions name its hosts), or why it fails.
-pub async fn check(source: SourceConfig) -> Result<String, String> {
+pub async fn check(source: SourceConfig) -> Result<String, SourceError> {
     let (_, found) = Poller::new(source).poll().await;
     match found? {
         Found::Unchanged => Ok("unchanged".into()),
@@ -117,7 +117,7 @@ impl Poller {
     }
 
     /// One poll. Consumes and returns the poller so the blocking part can own it.
-    async fn poll(mut self) -> (Self, Result<Found, String>) {
+    async fn poll(mut self) -> (Self, Result<Found, SourceError>) {
         let config = self.config.clone();
         let output = match &self.config.spec {
             SourceSpec::Ibnetdiscover {
@@ -140,12 +140,14 @@ impl Poller {
             // reports it.
             Err(e) => (
                 Poller::new(config),
-                Err(format!("internal error while reading this source: {e}")),
+                Err(SourceError::Unreadable(format!(
+                    "internal error while reading this source: {e}"
+                ))),
             ),
         }
     }
 
-    fn poll_blocking(&mut self, command_output: Option<Vec<u8>>) -> Result<Found, String> {
+    fn poll_blocking(&mut self, command_output: Option<Vec<u8>>) -> Result<Found, SourceError> {
         match self.config.spec.clone() {
             SourceSpec::Static { files } => {
                 let texts = files
@@ -156,7 +158,7 @@ impl Poller {
                     return Ok(Found::Unchanged);
                 }
                 let specs = parse_hypernode_files(texts.iter().map(|(p, t)| (p.as_path(), t.as_str())))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| SourceError::Invalid(e.to_string()))?;
                 self.commit(texts.iter().map(|(_, t)| t.as_bytes()));
                 Ok(Found::HyperNodes {
                     summary: format!("{} HyperNode(s) from {} file(s)", specs.len(), files.len()),
@@ -171,7 +173,9 @@ impl Poller {
                         std::path::PathBuf::from(format!("`{}`", argv.join(" "))),
                         String::from_utf8_lossy(&out).into_owned(),
                     ),
-                    (DumpInput::Command { .. }, None) => return Err("the command did not run".into()),
+                    (DumpInput::Command { .. }, None) => {
+                        return Err(SourceError::Unreadable("the command did not run".into()));
+                    }
                 };
                 let map_text = match &guid_map {
                     Some(m) => Some(read_text(m)?),
@@ -182,16 +186,20 @@ impl Poller {
                     return Ok(Found::Unchanged);
                 }
                 let map_file = match (&guid_map, &map_text) {
-                    (Some(path), Some(text)) => GuidMap::parse(text, path).map_err(|e| e.to_string())?,
+                    (Some(path), Some(text)) => {
+                        GuidMap::parse(text, path).map_err(|e| SourceError::Invalid(e.to_string()))?
+                    }
                     _ => GuidMap::new(),
                 };
-                let fabric = parse_ibnetdiscover(&dump, &origin).map_err(|e| e.to_string())?;
+                let fabric = parse_ibnetdiscover(&dump, &origin).map_err(|e| SourceError::Invalid(e.to_string()))?;
                 if fabric.switch_count() == 0 {
-                    return Err(hyperplan_fabric::FabricError::NoSwitches {
-                        path: origin,
-                        cas: fabric.ca_count(),
-                    }
-                    .to_string());
+                    return Err(SourceError::Invalid(
+                        hyperplan_fabric::FabricError::NoSwitches {
+                            path: origin,
+                            cas: fabric.ca_count(),
+                        }
+                        .to_string(),
+                    ));
                 }
                 self.commit(parts.iter().map(|p| p.unwrap_or("").as_bytes()));
                 Ok(Found::Fabric {
@@ -203,12 +211,12 @@ impl Poller {
                 let source = match &self.ufm {
                     Some(s) => s.clone(),
                     None => {
-                        let s = Arc::new(UfmSource::new(config).map_err(|e| e.to_string())?);
+                        let s = Arc::new(UfmSource::new(config).map_err(|e| SourceError::Unreadable(e.to_string()))?);
                         self.ufm = Some(s.clone());
                         s
                     }
                 };
-                let topology = source.fetch().map_err(|e| e.to_string())?;
+                let topology = source.fetch().map_err(|e| SourceError::Unreadable(e.to_string()))?;
                 if self.last_ufm.as_ref() == Some(&topology) {
                     return Ok(Found::Unchanged);
                 }
@@ -228,12 +236,12 @@ impl Poller {
                 if self.unchanged([text.as_bytes()]) {
                     return Ok(Found::Unchanged);
                 }
-                let imported = parse_topology_conf(&text, &file).map_err(|e| e.to_string())?;
+                let imported = parse_topology_conf(&text, &file).map_err(|e| SourceError::Invalid(e.to_string()))?;
                 if imported.hypernodes.is_empty() {
-                    return Err(format!(
+                    return Err(SourceError::Invalid(format!(
                         "{}: no SwitchName= lines; expected a topology/tree topology.conf",
                         file.display()
-                    ));
+                    )));
                 }
                 self.commit([text.as_bytes()]);
                 let switches = imported.hypernodes.len();
@@ -266,25 +274,31 @@ fn digest<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
 
 /// A whole text file, at most [`MAX_INPUT_BYTES`]; bytes that are not UTF-8 become U+FFFD
 /// (a node description with a stray byte must not stop a fabric from loading).
-fn read_text(path: &Path) -> Result<String, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+fn read_text(path: &Path) -> Result<String, SourceError> {
+    let unreadable = |e: std::io::Error| SourceError::Unreadable(format!("{}: cannot read: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(unreadable)?;
     let mut bytes = Vec::new();
     file.take(MAX_INPUT_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        .map_err(unreadable)?;
     if bytes.len() as u64 > MAX_INPUT_BYTES {
-        return Err(format!(
+        return Err(SourceError::Invalid(format!(
             "{}: larger than {} MiB; expected a text file of HyperNodes or a fabric dump",
             path.display(),
             MAX_INPUT_BYTES >> 20
-        ));
+        )));
     }
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Runs `argv` (no shell) with stdin closed and returns its stdout; killed after
 /// `timeout`. A failure says how it ended and the last of what it wrote to stderr.
-async fn run_command(argv: &[String], timeout: Duration) -> Result<Vec<u8>, String> {
+async fn run_command(argv: &[String], timeout: Duration) -> Result<Vec<u8>, SourceError> {
+    run(argv, timeout).await.map_err(SourceError::Unreadable)
+}
+
+/// [`run_command`], its failure as text.
+async fn run(argv: &[String], timeout: Duration) -> Result<Vec<u8>, String> {
     let shown = format!("`{}`", argv.join(" "));
     let Some((program, args)) = argv.split_first() else {
         return Err("an empty command".into());
@@ -350,13 +364,13 @@ mod tests {
         assert!(matches!(p.poll_blocking(None), Ok(Found::HyperNodes { .. })));
         assert!(matches!(p.poll_blocking(None), Ok(Found::Unchanged)));
         std::fs::write(&file, "SwitchName=l1 Nodes=n[1-2]\nSwitchName=").unwrap();
-        let e = p.poll_blocking(None).err().unwrap_or_default();
+        let e = p.poll_blocking(None).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("topology.conf:2"), "{e}");
         // Back to the last good content: nothing to redo.
         std::fs::write(&file, "SwitchName=l1 Nodes=n[1-2]\n").unwrap();
         assert!(matches!(p.poll_blocking(None), Ok(Found::Unchanged)));
         std::fs::remove_file(&file).unwrap();
-        let e = p.poll_blocking(None).err().unwrap_or_default();
+        let e = p.poll_blocking(None).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("topology.conf: cannot read"), "{e}");
     }
 
@@ -367,7 +381,7 @@ mod tests {
             input: DumpInput::File(file),
             guid_map: None,
         });
-        let e = p.poll_blocking(None).err().unwrap_or_default();
+        let e = p.poll_blocking(None).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("no switches"), "{e}");
     }
 
@@ -375,7 +389,8 @@ mod tests {
     async fn commands_time_out_fail_with_their_stderr_and_print_their_dump() {
         let e = run_command(&["sleep".into(), "5".into()], Duration::from_millis(200))
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("`sleep 5` did not finish within 0.2 s and was killed"),
             "{e}"
@@ -385,11 +400,13 @@ mod tests {
             Duration::from_secs(5),
         )
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("exit status: 3") && e.contains("ibwarn: no umad"), "{e}");
         let e = run_command(&["/nonexistent/ibnetdiscover".into()], Duration::from_secs(5))
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("cannot start"), "{e}");
         let out = run_command(&["echo".into(), "Switch".into()], Duration::from_secs(5))
             .await

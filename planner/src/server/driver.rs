@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::close;
 use crate::config::{DaemonConfig, SourceKind};
 use hyperplan_core::commands::HealthChange;
-use hyperplan_core::discovery::Found;
+use hyperplan_core::discovery::{Found, SourceError};
 use hyperplan_core::numa::node::hardware_resources;
 use hyperplan_core::ownership::CancelError;
 use hyperplan_core::{Command, Event, Planner, view};
@@ -55,7 +55,7 @@ pub enum ToCore {
         source: String,
         kind: SourceKind,
         at: u64,
-        result: Result<Found, String>,
+        result: Result<Found, SourceError>,
     },
     Request {
         user: String,
