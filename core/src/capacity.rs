@@ -253,17 +253,6 @@ impl Capacity {
         per_hn
     }
 
-    /// The counted room of `s` per HyperNode, when `s` is counted (no rescan).
-    pub fn counted_room(&self, s: &Shape) -> Option<&[u64]> {
-        if s.missing.is_some() {
-            return None;
-        }
-        self.counted
-            .iter()
-            .find(|c| c.req == s.req)
-            .map(|c| c.per_hn.as_slice())
-    }
-
     pub fn hn_used(&self, h: HnIdx) -> &[u64] {
         &self.hn_used[h.ix() * self.d..(h.ix() + 1) * self.d]
     }
