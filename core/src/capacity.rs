@@ -479,6 +479,28 @@ mod tests {
         }
     }
 
+    /// More shapes than are kept: the least recently asked for make room, and every
+    /// answer, counted or not, equals a fresh count while tasks are taken.
+    #[test]
+    fn counted_shapes_beyond_the_limit_stay_exact() {
+        let (index, mut cap) = ClusterBuilder::fat_tree(&[3, 2], 2)
+            .node_resources("cpu=64")
+            .build_index();
+        let shapes: Vec<Shape> = (1..=40).map(|c| cap.shape(&res(&format!("cpu={c}")))).collect();
+        for round in 0..3 {
+            for (i, s) in shapes.iter().enumerate() {
+                let n = NodeIdx(((i + round) % index.node_count()) as u32);
+                if cap.fits(n, s) {
+                    cap.take(&index, n, s);
+                }
+                for t in std::iter::once(s).chain(&shapes[..i.min(4)]) {
+                    assert_eq!(cap.room_per_hn(&index, t), cap.fit_counts_per_hn(&index, t));
+                }
+                assert!(cap.counted.len() <= MAX_COUNTED_SHAPES);
+            }
+        }
+    }
+
     /// A tiny deterministic generator (xorshift) so the test needs no extra crate.
     fn fastrand_like(mut x: u64) -> impl FnMut() -> u64 {
         move || {
