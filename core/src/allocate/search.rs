@@ -390,6 +390,17 @@ impl<'a> Search<'a> {
         let mut placed = 0;
         // (group position, node, topology score, tie bonus, NUMA nodes spanned)
         let mut found: Vec<(usize, NodeIdx, f64, f64, u32)> = Vec::new();
+        // The order groups are looked at: a plan's groups by fill rank, then the rest. The
+        // best candidate has the lowest rank, so the scan stops after the first rank that
+        // has one; a task looks at a few planned groups, not every group of `h`.
+        let rank_of = |gi: usize| ranks.as_ref().map_or(u32::MAX, |r| r[gi]);
+        let mut order: Vec<usize> = (0..groups.len()).collect();
+        if ranks.is_some() {
+            order.sort_by_key(|&gi| (rank_of(gi), gi));
+        }
+        // Per role: planned groups before this position in `order` have no node left
+        // that fits (cursors only move forward, so they never will again).
+        let mut skip = vec![0usize; job.shapes.len()];
         for t in pending {
             let role = job.tasks[t].role;
             if failed[role] {
@@ -403,7 +414,13 @@ impl<'a> Search<'a> {
                 *cand = vec![None; groups.len()];
             }
             found.clear();
-            for (gi, &g) in groups.iter().enumerate() {
+            for (k, &gi) in order.iter().enumerate().skip(skip[role]) {
+                if let Some(f) = found.first()
+                    && rank_of(gi) != rank_of(f.0)
+                {
+                    break;
+                }
+                let g = groups[gi];
                 let nodes = &index.groups[g.ix()].nodes;
                 let mut pos = cursor[gi] as usize;
                 loop {
@@ -433,7 +450,12 @@ impl<'a> Search<'a> {
                     }
                 }
                 cursor[gi] = pos as u32;
-                let Some(&first) = nodes.get(pos) else { continue };
+                let Some(&first) = nodes.get(pos) else {
+                    if k == skip[role] && rank_of(gi) != u32::MAX {
+                        skip[role] += 1;
+                    }
+                    continue;
+                };
                 let n = cand[gi].as_ref().map_or(first, |c| c.0);
                 let (score, bonus) = if with_topology {
                     let leaf = index.groups[g.ix()].leaf;

@@ -49,15 +49,16 @@ impl SpanPlan {
     /// Per node group of `h` (in `hns[h].groups` order): its unit's fill rank, or
     /// `u32::MAX` for groups whose unit is not in the plan.
     pub fn group_ranks(&self, index: &TopologyIndex, h: HnIdx) -> Vec<u32> {
+        let mut by_unit: Vec<(Unit, u32)> = self.units.iter().enumerate().map(|(r, u)| (*u, r as u32)).collect();
+        by_unit.sort_unstable();
         index.hns[h.ix()]
             .groups
             .iter()
             .map(|&g| {
                 let unit = unit_of(index, g);
-                self.units
-                    .iter()
-                    .position(|u| *u == unit)
-                    .map_or(u32::MAX, |p| p as u32)
+                by_unit
+                    .binary_search_by(|(u, _)| u.cmp(&unit))
+                    .map_or(u32::MAX, |i| by_unit[i].1)
             })
             .collect()
     }
@@ -83,12 +84,11 @@ pub fn plan(
 ) -> SpanPlan {
     // Room per unit in tasks: Σ over roles of min(fit, pending) (optimistic for a mix of
     // roles that compete for one resource; the placement falls back when it is).
-    let mut units: Vec<(Unit, u64)> = Vec::new();
-    for &g in &index.hns[h.ix()].groups {
-        let unit = unit_of(index, g);
-        if units.last().is_some_and(|(u, _)| *u == unit) || units.iter().any(|(u, _)| *u == unit) {
-            continue;
-        }
+    let mut distinct: Vec<Unit> = index.hns[h.ix()].groups.iter().map(|&g| unit_of(index, g)).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let mut units: Vec<(Unit, u64)> = Vec::with_capacity(distinct.len());
+    for unit in distinct {
         let room: u64 = pending
             .iter()
             .enumerate()
@@ -113,7 +113,7 @@ pub fn plan(
     let total: u64 = units.iter().map(|u| u.1).fold(0, u64::saturating_add);
     let target = want.min(total);
     // Most room first; equal room by unit order (leaves by name).
-    units.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    units.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     let mut count = 0;
     let mut sum = 0u64;
     while sum < target {
