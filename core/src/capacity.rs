@@ -6,8 +6,6 @@
 use bevy_ecs::prelude::*;
 use hyperplan_shared::Resources;
 
-use super::components::{LiveChanged, Node, NodeSlot, Task, TaskState};
-use super::holdings::{Holdings, held_by, running_on};
 use super::ids::{HnIdx, NodeIdx};
 use super::topology::TopologyIndex;
 
@@ -339,102 +337,6 @@ impl Capacity {
         r.to_string()
     }
 }
-
-/// The resource-cache system. The cache lives across ticks: it is built afresh (nodes,
-/// then every running task) only when the topology index was rebuilt, which every node
-/// change (appearing, going, new allocatable or external use, readiness) and every
-/// HyperNode change causes. Otherwise it follows the tasks whose state changed since the
-/// last tick, through the ledger of what each task holds: gives back what stopped
-/// running, takes what started outside the allocator. The allocator takes as it places
-/// (`holdings::record_placements` records those afterwards).
-#[allow(clippy::too_many_arguments)]
-pub fn refresh_capacity(
-    index: Res<TopologyIndex>,
-    mut cap: ResMut<Capacity>,
-    mut holdings: ResMut<Holdings>,
-    nodes: Query<&Node>,
-    tasks: Query<(Entity, &Task, &TaskState)>,
-    changed: Query<(Entity, &Task, &TaskState), LiveChanged<TaskState>>,
-    mut removed: RemovedComponents<TaskState>,
-    slots: Query<&NodeSlot>,
-) {
-    let _span = tracing::info_span!("resource_cache").entered();
-    if holdings.generation != Some(index.generation) {
-        removed.clear();
-        let per_node = node_inputs(&index, |e| nodes.get(e).ok());
-        *cap = Capacity::build(&index, &per_node);
-        holdings.reset(index.generation);
-        for (e, task, ts) in &tasks {
-            if let Some(n) = running_on(ts, &slots) {
-                let held = held_by(&cap, n, task, ts);
-                holdings.take(&mut cap, &index, e, held);
-            }
-        }
-        tracing::debug!(running = holdings.len(), "resource cache rebuilt");
-        return;
-    }
-    for e in removed.read() {
-        holdings.give(&mut cap, &index, e);
-    }
-    // One pass over the changed tasks (a scan of every live task's change tick), then
-    // gives before takes: a NUMA PU given back must not free one just taken.
-    let mut takes = Vec::new();
-    for (e, task, ts) in &changed {
-        let now_on = running_on(ts, &slots);
-        let held = holdings.get(e).map(|h| h.node);
-        if held.is_some() && held != now_on {
-            holdings.give(&mut cap, &index, e);
-        }
-        if let Some(n) = now_on
-            && held != now_on
-        {
-            takes.push((e, held_by(&cap, n, task, ts)));
-        }
-    }
-    for (e, held) in takes {
-        holdings.take(&mut cap, &index, e, held);
-    }
-}
-
-/// Per node of the index: (allocatable, in use outside hyperplan's tasks). A node that
-/// is not ready offers nothing: all of it counts as used.
-fn node_inputs<'a>(
-    index: &TopologyIndex,
-    node: impl Fn(bevy_ecs::entity::Entity) -> Option<&'a Node>,
-) -> Vec<(&'a Resources, &'a Resources)> {
-    index
-        .node_entities
-        .iter()
-        .map(|&e| match node(e) {
-            Some(n) if !n.ready => (&n.allocatable, &n.allocatable),
-            Some(n) => (&n.allocatable, &n.external_used),
-            None => (&EMPTY, &EMPTY),
-        })
-        .collect()
-}
-
-/// The cache built from scratch from `world` (nodes and running tasks), for tests to
-/// compare the incrementally kept one against.
-pub fn fresh(world: &mut World) -> Capacity {
-    let mut tq = world.query::<(&Task, &TaskState)>();
-    let world = &*world;
-    let index = world.resource::<TopologyIndex>();
-    let per_node = node_inputs(index, |e| world.get::<Node>(e));
-    let mut cap = Capacity::build(index, &per_node);
-    for (task, ts) in tq.iter(world) {
-        if let Some(n) = ts
-            .node
-            .filter(|_| ts.is_running())
-            .and_then(|e| world.get::<NodeSlot>(e))
-        {
-            let shape = cap.shape(&task.request);
-            cap.take(index, n.0, &shape);
-        }
-    }
-    cap
-}
-
-static EMPTY: Resources = Resources(std::collections::BTreeMap::new());
 
 #[cfg(test)]
 mod tests {

@@ -157,8 +157,8 @@ fn check_caches(world: &mut World, bad: &mut Vec<String>) {
     if world.resource::<Holdings>().generation != Some(generation) {
         return;
     }
-    let cap = super::capacity::fresh(world);
-    let numa = super::numa::state::fresh(world);
+    let cap = super::refresh::fresh_capacity(world);
+    let numa = super::refresh::fresh_numa(world);
     let index = world.resource::<TopologyIndex>();
     for d in world.resource::<Capacity>().diff(&cap, index) {
         bad.push(format!("resource cache: {d}"));

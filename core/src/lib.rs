@@ -31,6 +31,7 @@ pub mod numa;
 pub mod ownership;
 pub mod queues;
 mod recover;
+pub mod refresh;
 mod reindex;
 mod retire;
 pub mod topology;
@@ -87,8 +88,8 @@ impl Planner {
                 health::check_silence,
                 discovery::discovery,
                 reindex::reindex,
-                capacity::refresh_capacity,
-                numa::state::refresh_numa,
+                refresh::refresh_capacity,
+                refresh::refresh_numa,
                 recover::recover,
                 allocate::allocate,
                 holdings::record_placements,

@@ -10,9 +10,7 @@ use bevy_ecs::prelude::*;
 
 use super::NumaFree;
 use super::assign::{self, AssignError, Assignment, TaskNuma};
-use super::node::{NodeHardware, NodeNuma};
-use crate::components::{NodeSlot, TaskState};
-use crate::holdings::{Holdings, NumaChange};
+use super::node::NodeNuma;
 use crate::ids::NodeIdx;
 use crate::topology::TopologyIndex;
 
@@ -26,6 +24,11 @@ pub struct NumaState {
 }
 
 impl NumaState {
+    /// The topology index generation the state was built for.
+    pub fn generation(&self) -> Option<u64> {
+        self.generation
+    }
+
     pub fn node(&self, n: NodeIdx) -> Option<&Arc<NodeNuma>> {
         self.nodes.get(n.ix()).and_then(Option::as_ref)
     }
@@ -119,49 +122,4 @@ impl NumaState {
             })
             .collect()
     }
-}
-
-/// The NUMA resource-cache system: node hardware by dense index when the topology index
-/// changed, with every assignment the ledger holds taken; otherwise the takes and gives
-/// `refresh_capacity` made this tick (cost follows the tasks that started and stopped).
-pub fn refresh_numa(
-    index: Res<TopologyIndex>,
-    mut state: ResMut<NumaState>,
-    mut holdings: ResMut<Holdings>,
-    hardware: Query<&NodeHardware>,
-) {
-    let _span = tracing::info_span!("numa_cache").entered();
-    if state.generation != Some(index.generation) {
-        *state = NumaState::build(&index, |e| hardware.get(e).ok().map(|h| h.0.clone()));
-        holdings.drain_numa_changes();
-        for (_, held) in holdings.iter() {
-            if let Some(a) = &held.numa {
-                state.take(held.node, a);
-            }
-        }
-        return;
-    }
-    for change in holdings.drain_numa_changes() {
-        match change {
-            NumaChange::Take(n, a) => state.take(n, &a),
-            NumaChange::Give(n, a) => state.give(n, &a),
-        }
-    }
-}
-
-/// The NUMA state built from scratch from `world`, for tests to compare against.
-pub fn fresh(world: &mut World) -> NumaState {
-    let mut tq = world.query::<&TaskState>();
-    let world = &*world;
-    let index = world.resource::<TopologyIndex>();
-    let mut state = NumaState::build(index, |e| world.get::<NodeHardware>(e).map(|h| h.0.clone()));
-    for ts in tq.iter(world) {
-        let (true, Some(a), Some(node)) = (ts.is_running(), ts.numa.as_ref(), ts.node) else {
-            continue;
-        };
-        if let Some(slot) = world.get::<NodeSlot>(node) {
-            state.take(slot.0, a);
-        }
-    }
-    state
 }
