@@ -82,6 +82,28 @@ pub fn plan(
     rooms: &[Option<Vec<u64>>],
     pending: &[u64],
 ) -> SpanPlan {
+    let want: u64 = pending.iter().sum();
+    // A leaf is its own only unit: no lists to build (small jobs plan every leaf).
+    let info = &index.hns[h.ix()];
+    if info.tier == index.min_tier() && info.groups.iter().all(|&g| index.groups[g.ix()].leaf == Some(h)) {
+        let room: u64 = pending
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| **p > 0)
+            .map(|(r, &p)| rooms[r].as_ref().map_or(0, |c| c[h.ix()]).min(p))
+            .sum();
+        let target = want.min(room);
+        let used = target > 0;
+        return SpanPlan {
+            units: if used { vec![Unit::Leaf(h)] } else { Vec::new() },
+            key: SpanKey {
+                short: want - target,
+                leaves: u32::from(used),
+                inner: Vec::new(),
+                slack: if used { room - target } else { 0 },
+            },
+        };
+    }
     // Room per unit in tasks: Σ over roles of min(fit, pending) (optimistic for a mix of
     // roles that compete for one resource; the placement falls back when it is).
     let mut distinct: Vec<Unit> = index.hns[h.ix()].groups.iter().map(|&g| unit_of(index, g)).collect();
@@ -109,7 +131,6 @@ pub fn plan(
             units.push((unit, room));
         }
     }
-    let want: u64 = pending.iter().sum();
     let total: u64 = units.iter().map(|u| u.1).fold(0, u64::saturating_add);
     let target = want.min(total);
     // Most room first; equal room by unit order (leaves by name).
