@@ -8,8 +8,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeSet;
-
 use hyperplan_core::PlannerConfig;
 use hyperplan_core::config::SpanMode;
 use hyperplan_core::sim::simulate;
@@ -37,13 +35,7 @@ fn main() {
             })
             .unwrap();
             let view = FatTreeView::new(&cluster);
-            let free: BTreeSet<&str> = cluster
-                .nodes
-                .iter()
-                .filter(|n| n.used != n.resources)
-                .map(|n| n.name.as_str())
-                .collect();
-            let room = view.room(|n| u64::from(free.contains(n)));
+            let room = view.free_nodes(&cluster);
             for job_nodes in [8u32, 16, 32, 64, 128, 256, 512] {
                 let job = JobBuilder::gang("job", job_nodes, NODE).soft().build();
                 let cell = |config: PlannerConfig| {

@@ -6,8 +6,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeSet;
-
 use hyperplan_core::PlannerConfig;
 use hyperplan_core::config::SpanMode;
 use hyperplan_core::testing::{ClusterBuilder, FatTreeView, JobBuilder, leaves_spanned, run};
@@ -90,13 +88,7 @@ fn whole_node_job(nodes: u32) -> hyperplan_shared::JobSpec {
 fn fragmented_2048_node_tree() {
     let cluster = fragmented(2048, 46);
     let t = FatTreeView::new(&cluster);
-    let free: BTreeSet<&str> = cluster
-        .nodes
-        .iter()
-        .filter(|n| n.used != n.resources)
-        .map(|n| n.name.as_str())
-        .collect();
-    let room = t.room(|n| u64::from(free.contains(n)));
+    let room = t.free_nodes(&cluster);
     let mut volcano = PlannerConfig::default();
     volcano.scoring.span = SpanMode::Volcano;
     let mut worse = 0;

@@ -68,6 +68,18 @@ impl FatTreeView {
             .collect()
     }
 
+    /// Per leaf: how many of its nodes are wholly free (nothing used on them), the room
+    /// of whole-node tasks.
+    pub fn free_nodes(&self, cluster: &ClusterSpec) -> BTreeMap<String, u64> {
+        let free: BTreeSet<&str> = cluster
+            .nodes
+            .iter()
+            .filter(|n| n.used.0.values().all(|v| *v == 0))
+            .map(|n| n.name.as_str())
+            .collect();
+        self.room(|n| u64::from(free.contains(n)))
+    }
+
     /// The lowest tier with a HyperNode that holds `k` tasks (the whole cluster is the
     /// tier above all), and there the fewest leaves any such HyperNode needs. `exact`
     /// tries every subset of leaves (small trees); otherwise most room first, which is
