@@ -45,7 +45,8 @@ pub fn render_table(report: &Report) -> String {
         s.placed, s.pending, s.rejected, s.makespan
     ));
     for w in &report.warnings {
-        out.push_str(&format!("warning: {w}\n"));
+        // Warnings quote what files said (labels, patterns): never raw on a terminal.
+        out.push_str(&format!("warning: {}\n", hyperplan_shared::names::escape(w)));
     }
     out
 }
@@ -86,4 +87,61 @@ pub fn render_task_table(report: &Report) -> String {
         }
     }
     columns(&rows)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use hyperplan_shared::report::{JobReport, TaskReport};
+
+    use super::*;
+
+    fn task(name: &str, node: Option<String>) -> TaskReport {
+        TaskReport {
+            name: name.into(),
+            rank: None,
+            sub_job: name.into(),
+            node,
+            hyper_nodes: Vec::new(),
+            cpus: None,
+            numa_nodes: Vec::new(),
+            memory_numa: Default::default(),
+            gpus: Vec::new(),
+            nics: Vec::new(),
+        }
+    }
+
+    fn job(name: &str, tasks: Vec<TaskReport>) -> JobReport {
+        JobReport {
+            name: name.into(),
+            status: JobStatus::Placed,
+            reason: Some("reason\u{1b}[2J".into()),
+            submit_time: 0,
+            start_time: None,
+            end_time: None,
+            allocated_hyper_node: None,
+            owner: None,
+            tasks,
+        }
+    }
+
+    /// Issue 12 item 1: a 70,000-character job name and an 18,000-node job (every other
+    /// node of a 40,000-node cluster, so the hostlist does not compress) render, cut.
+    #[test]
+    fn huge_names_and_node_lists_render() {
+        let nodes = (0..18_000)
+            .map(|i| task("w", Some(format!("node{:05}", 2 * i))))
+            .collect();
+        let report = Report {
+            jobs: vec![job(&"j".repeat(70_000), vec![task("t", None)]), job("big", nodes)],
+            ..Report::default()
+        };
+        let out = render_table(&report);
+        assert!(out.lines().all(|l| l.chars().count() < 4 * 1024), "{}", out.len());
+        assert!(out.contains("…"));
+        assert!(!out.contains('\u{1b}'), "the reason is printed escaped");
+        let tasks = render_task_table(&report);
+        assert!(tasks.lines().count() > 18_000);
+    }
 }

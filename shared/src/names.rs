@@ -1,0 +1,203 @@
+//! The one rule for names hyperplan keeps (jobs, tasks, nodes, HyperNodes), used by every
+//! place a name arrives: job and cluster files, HyperNode manifests, fabric imports,
+//! agent hellos, requests over the wire.
+//!
+//! A name is 1–253 characters of ASCII letters, digits, `.`, `_` and `-`, starting with a
+//! letter or digit (job and task names: at most 63, they become Unix-ish identifiers and
+//! rank environment values). Anything else could forge table rows, move a terminal cursor
+//! or walk out of a directory (`../../etc/passwd`), so it is refused where it comes in,
+//! not cleaned up where it goes out.
+
+use std::fmt;
+
+/// What a name names; it sets the length limit and the word in messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameKind {
+    Job,
+    Task,
+    Node,
+    HyperNode,
+}
+
+impl NameKind {
+    /// Longest name of this kind, in characters (= bytes: names are ASCII).
+    pub const fn max_len(self) -> usize {
+        match self {
+            NameKind::Job | NameKind::Task => MAX_JOB_NAME,
+            NameKind::Node | NameKind::HyperNode => MAX_NAME,
+        }
+    }
+}
+
+impl fmt::Display for NameKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NameKind::Job => "job",
+            NameKind::Task => "task",
+            NameKind::Node => "node",
+            NameKind::HyperNode => "HyperNode",
+        })
+    }
+}
+
+/// Longest node or HyperNode name (a DNS name's limit).
+pub const MAX_NAME: usize = 253;
+/// Longest job or task name (a DNS label's limit).
+pub const MAX_JOB_NAME: usize = 63;
+
+/// A name that breaks the rule; the message says what was expected and what was got
+/// (escaped, and cut short when long).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("expected a {kind} name of 1-{max} letters, digits, `.`, `_` or `-` starting with a letter or digit, got {got}: {why}", max = kind.max_len())]
+pub struct NameError {
+    pub kind: NameKind,
+    /// The offending name, escaped and shortened for printing.
+    pub got: String,
+    pub why: String,
+}
+
+/// Checks `name` as a name of `kind`.
+pub fn check_name(kind: NameKind, name: &str) -> Result<(), NameError> {
+    let fail = |why: String| {
+        Err(NameError {
+            kind,
+            got: format!("\"{}\"", escape(&shorten(name, 40))),
+            why,
+        })
+    };
+    let Some(first) = name.chars().next() else {
+        return fail("it is empty".into());
+    };
+    let len = name.chars().count();
+    if len > kind.max_len() {
+        return fail(format!("it is {len} characters long"));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return fail(format!("{} is not allowed", describe_char(bad)));
+    }
+    if !first.is_ascii_alphanumeric() {
+        return fail(format!("it starts with {}", describe_char(first)));
+    }
+    Ok(())
+}
+
+fn describe_char(c: char) -> String {
+    if c == ' ' {
+        "a space".into()
+    } else if c.is_control() || is_invisible(c) {
+        format!("the character {}", escape_char(c))
+    } else {
+        format!("`{c}`")
+    }
+}
+
+/// Format characters that reorder or hide text: bidi overrides and isolates, zero-width
+/// characters, the BOM.
+fn is_invisible(c: char) -> bool {
+    matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}' | '\u{061c}')
+}
+
+fn escape_char(c: char) -> String {
+    c.escape_unicode().to_string()
+}
+
+/// `s` safe to print on a terminal: control characters (ESC, NUL, newlines, tabs, DEL,
+/// C1) and bidi/zero-width format characters become `\u{…}` escapes (`\n`, `\t`, `\\`
+/// kept short); everything else is unchanged. For text that was never validated
+/// (labels, reasons, messages quoting a file).
+pub fn escape(s: &str) -> String {
+    if !s.chars().any(needs_escape) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if needs_escape(c) => out.push_str(&escape_char(c)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control() || is_invisible(c)
+}
+
+/// `s` cut to at most `max` characters, the last of them `…` when anything was cut.
+pub fn shorten(s: &str, max: usize) -> String {
+    if max == 0 {
+        return String::new();
+    }
+    match s.char_indices().nth(max) {
+        None => s.to_string(),
+        Some(_) => {
+            let keep: String = s.chars().take(max - 1).collect();
+            format!("{keep}…")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn good_names() {
+        for n in ["a", "gpu001", "leaf-1", "s1.r2_x", "0abc", &"a".repeat(253)] {
+            check_name(NameKind::Node, n).unwrap();
+        }
+        check_name(NameKind::Job, &"j".repeat(63)).unwrap();
+    }
+
+    #[test]
+    fn bad_names() {
+        for n in [
+            "",
+            "-a",
+            ".hidden",
+            "../../etc/passwd",
+            "a b",
+            "a\u{1b}[31m",
+            "a\0",
+            "a\nb",
+            "evil\u{202e}txt",
+            "ünïcode",
+            &"a".repeat(254),
+        ] {
+            assert!(check_name(NameKind::Node, n).is_err(), "{n:?}");
+        }
+        assert!(check_name(NameKind::Task, &"t".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn messages_say_what_and_why() {
+        let e = check_name(NameKind::Job, "a\u{1b}[2J").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "expected a job name of 1-63 letters, digits, `.`, `_` or `-` starting with a letter or digit, got \"a\\u{1b}[2J\": the character \\u{1b} is not allowed"
+        );
+        let e = check_name(NameKind::Node, &"x".repeat(70_000)).unwrap_err();
+        assert!(e.to_string().len() < 300, "{e}");
+        assert!(e.why.contains("70000 characters"), "{e}");
+    }
+
+    #[test]
+    fn escape_neutralises_terminal_controls() {
+        assert_eq!(escape("plain ü"), "plain ü");
+        assert_eq!(escape("a\nb\u{1b}c\u{202e}d\0"), "a\\nb\\u{1b}c\\u{202e}d\\u{0}");
+    }
+
+    #[test]
+    fn shorten_marks_the_cut() {
+        assert_eq!(shorten("abcdef", 4), "abc…");
+        assert_eq!(shorten("abcd", 4), "abcd");
+        assert_eq!(shorten("ééééé", 3), "éé…");
+    }
+}
