@@ -324,19 +324,64 @@ fn missing_sysfs_root_is_an_error() {
     assert!(matches!(&err, ProbeError::Read { path, .. } if *path == root), "{err}");
 }
 
+/// The qib0 fixture with real links, plus whatever odd entries a test adds.
+fn qib0_with_real_links(tmp: &Path) -> std::path::PathBuf {
+    let sys = tmp.join("sys");
+    copy_tree(&hwloc_sys().join("class"), &sys.join("class"), true);
+    copy_tree(
+        &hwloc_sys().join("devices/pci0000:40"),
+        &sys.join("devices/pci0000:40"),
+        true,
+    );
+    sys
+}
+
 #[test]
-fn dangling_device_is_an_error_naming_it() {
+fn dangling_class_entry_is_a_warning_naming_it_and_the_rest_is_read() {
+    // A hot-unplugged HCA: its class entry points at a device directory that is gone.
     let tmp = tempfile::tempdir().unwrap();
-    let class = tmp.path().join("class/infiniband");
-    fs::create_dir_all(&class).unwrap();
+    let sys = qib0_with_real_links(tmp.path());
     std::os::unix::fs::symlink(
         "../../devices/pci0000:00/0000:00:01.0/infiniband/mlx5_9",
-        class.join("mlx5_9"),
+        sys.join("class/infiniband/mlx5_9"),
     )
     .unwrap();
-    let err = read_infiniband(tmp.path(), &mut Vec::new()).unwrap_err();
-    assert!(matches!(err, ProbeError::Read { .. }), "{err}");
-    assert!(err.to_string().contains("mlx5_9"), "{err}");
+    let (hcas, warnings) = read(&sys);
+    assert_eq!(hcas, vec![expected_qib0(vec![])]);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("mlx5_9"), "{warnings:?}");
+}
+
+#[test]
+fn device_link_to_a_missing_directory_is_a_warning_and_the_rest_is_read() {
+    // A coprocessor's SCIF verbs device: `device` points at a directory that is not there.
+    let tmp = tempfile::tempdir().unwrap();
+    let sys = qib0_with_real_links(tmp.path());
+    let scif = sys.join("devices/virtual/infiniband/scif0");
+    fs::create_dir_all(scif.join("ports/1")).unwrap();
+    fs::write(scif.join("ports/1/state"), "4: ACTIVE\n").unwrap();
+    std::os::unix::fs::symlink("../../../mic0/scif", scif.join("device")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../devices/virtual/infiniband/scif0",
+        sys.join("class/infiniband/scif0"),
+    )
+    .unwrap();
+    let (hcas, warnings) = read(&sys);
+    let names: Vec<&str> = hcas.iter().map(|h| h.name.as_str()).collect();
+    assert_eq!(names, ["qib0", "scif0"], "{warnings:?}");
+    assert_eq!(hcas[0], expected_qib0(vec![]));
+    assert_eq!(hcas[1].ports.len(), 1);
+    assert_eq!(hcas[1].pci_bus_id, None);
+    let w = warning_for(&warnings, "scif0/device");
+    assert!(w.contains("missing"), "{w}");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+
+    // The same device where `device` is neither a link nor a directory: still a warning.
+    fs::remove_file(scif.join("device")).unwrap();
+    fs::write(scif.join("device"), "garbage\n").unwrap();
+    let (hcas, warnings) = read(&sys);
+    assert_eq!(hcas.len(), 2, "{warnings:?}");
+    warning_for(&warnings, "scif0/device");
 }
 
 /// Builds `class/infiniband/<name>` as a real-sysfs-like tree: the device under its PCI

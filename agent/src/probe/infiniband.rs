@@ -5,11 +5,14 @@
 //! `class/infiniband` is an RDMA device, not necessarily InfiniBand: [`classify`] tells
 //! InfiniBand from RoCE, Omni-Path, usNIC and iWARP so the caller can list each as it is.
 //!
-//! Reads are lenient per value (one bad file is a warning and a `None`) and strict per
-//! directory (a device that cannot be listed is an error): a half-read HCA is still
-//! useful to a planner, a silently missing one is not.
+//! Reads are lenient per value (one bad file is a warning and a `None`) and per device (a
+//! device that cannot be read is a warning naming its path, and the others are still
+//! reported): a half-read HCA is still useful to a planner, and one odd entry (a
+//! coprocessor's SCIF verbs device, a hot-unplugged HCA) must not hide the rest. Only a
+//! `class/infiniband` that exists but cannot be listed is an error.
 
-use std::path::Path;
+use std::fs;
+use std::path::{Path, PathBuf};
 
 use hyperplan_shared::topology::{IbPort, InfinibandHca};
 
@@ -41,7 +44,9 @@ const IB_PREFIXES: &[&str] = &["mlx4_", "mlx5_", "mthca", "qib", "ipath", "ehca"
 ///
 /// A missing `class/infiniband` directory = no RDMA devices = `Ok(empty)`. One bad value:
 /// a warning pushed to `warnings` (naming the file and the value) and that field `None`.
-/// A device directory that cannot be listed is [`ProbeError::Read`] naming it.
+/// A device that cannot be read (dangling entry, unlistable directory): a warning naming
+/// the path, and the device is left out. A root or `class/infiniband` that cannot be
+/// read is [`ProbeError::Read`] naming it.
 pub fn read_infiniband(sysfs_root: &Path, warnings: &mut Vec<String>) -> Result<Vec<InfinibandHca>, ProbeError> {
     check_root(sysfs_root)?;
     let class = sysfs_root.join("class/infiniband");
@@ -50,7 +55,10 @@ pub fn read_infiniband(sysfs_root: &Path, warnings: &mut Vec<String>) -> Result<
     };
     let mut hcas = Vec::with_capacity(names.len());
     for name in names {
-        hcas.push(read_device(sysfs_root, &class, name, warnings)?);
+        match read_device(sysfs_root, &class, name, warnings) {
+            Ok(hca) => hcas.push(hca),
+            Err(e) => warnings.push(format!("{e}; this RDMA device is left out")),
+        }
     }
     Ok(hcas)
 }
@@ -97,24 +105,33 @@ fn read_device(
     name: String,
     warnings: &mut Vec<String>,
 ) -> Result<InfinibandHca, ProbeError> {
-    let dir = follow(&class.join(&name));
+    let entry = class.join(&name);
+    let dir = follow(&entry);
     // Listing proves the device is there; a dangling link must not pass as a bare device.
     if list_dir(&dir)?.is_none() {
         return Err(ProbeError::Read {
-            path: dir,
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "device directory is missing"),
+            path: entry,
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("points at {}, which is missing", dir.display()),
+            ),
         });
     }
-    let pci_bus_id = pci_address(&dir, warnings);
-    let numa = read_parsed(
-        &follow(&dir.join("device")).join("numa_node"),
-        "a NUMA node (integer, -1 for none)",
-        warnings,
-        |s| s.parse::<i64>().ok().filter(|n| *n >= -1),
-    )
-    .and_then(|n| u32::try_from(n).ok())
-    .into_iter()
-    .collect();
+    let parent = parent_device(&dir, warnings);
+    let pci_bus_id = pci_address(&dir, parent.as_deref(), warnings);
+    let numa = parent
+        .as_deref()
+        .and_then(|parent| {
+            read_parsed(
+                &parent.join("numa_node"),
+                "a NUMA node (integer, -1 for none)",
+                warnings,
+                |s| s.parse::<i64>().ok().filter(|n| *n >= -1),
+            )
+        })
+        .and_then(|n| u32::try_from(n).ok())
+        .into_iter()
+        .collect();
     let node_guid = read_parsed(
         &dir.join("node_guid"),
         "a GUID (like 0011:7500:0077:cfc8)",
@@ -143,7 +160,14 @@ fn read_device(
         None => warnings.push(format!("{}: missing; {name} has no ports listed", ports_dir.display())),
     }
     ports.sort_by_key(|p| p.number);
-    assign_netdevs(sysfs_root, &dir, pci_bus_id.as_deref(), &mut ports, warnings)?;
+    assign_netdevs(
+        sysfs_root,
+        &dir,
+        parent.as_deref(),
+        pci_bus_id.as_deref(),
+        &mut ports,
+        warnings,
+    )?;
 
     Ok(InfinibandHca {
         name,
@@ -154,6 +178,26 @@ fn read_device(
         numa,
         ports,
     })
+}
+
+/// The directory the device's `device` link stands for (its PCI function), or `None`
+/// when there is none (a virtual device) or it points at nothing — the latter with a
+/// warning naming the link, as a SCIF verbs device or a half-unplugged HCA has.
+fn parent_device(dir: &Path, warnings: &mut Vec<String>) -> Option<PathBuf> {
+    let link = dir.join("device");
+    if fs::symlink_metadata(&link).is_err() {
+        return None;
+    }
+    let parent = follow(&link);
+    if parent.is_dir() {
+        return Some(parent);
+    }
+    warnings.push(format!(
+        "{}: points at {}, which is missing or not a directory: no NUMA node or netdev from it",
+        link.display(),
+        parent.display()
+    ));
+    None
 }
 
 fn read_port(dir: &Path, number: u32, warnings: &mut Vec<String>) -> IbPort {
@@ -270,14 +314,13 @@ fn is_pci_address(s: &str) -> bool {
 
 /// The PCI address of a device directory: the last component of its `device` link, or
 /// where `device` is a plain directory (trimmed fixtures), `device/uevent` PCI_SLOT_NAME.
-fn pci_address(dir: &Path, warnings: &mut Vec<String>) -> Option<String> {
-    let device = dir.join("device");
-    if let Some(target) = link_target(&device) {
+fn pci_address(dir: &Path, parent: Option<&Path>, warnings: &mut Vec<String>) -> Option<String> {
+    if let Some(target) = link_target(&dir.join("device")) {
         let last = target.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         // A virtual parent (soft RoCE, a netdev) is not an error, just not PCI.
         return is_pci_address(last).then(|| last.to_ascii_lowercase());
     }
-    let uevent = device.join("uevent");
+    let uevent = parent?.join("uevent");
     match read_attr_raw(&uevent) {
         Ok(Some(text)) => {
             let slot = text.lines().find_map(|l| l.strip_prefix("PCI_SLOT_NAME="))?.trim();
@@ -312,6 +355,7 @@ struct Netdev {
 fn assign_netdevs(
     sysfs_root: &Path,
     dir: &Path,
+    parent: Option<&Path>,
     pci: Option<&str>,
     ports: &mut [IbPort],
     warnings: &mut Vec<String>,
@@ -323,10 +367,11 @@ fn assign_netdevs(
             candidates.push(Netdev { name, port_index });
         }
     };
-    let net_dir = follow(&dir.join("device")).join("net");
-    for name in list_dir(&net_dir)?.unwrap_or_default() {
-        let if_dir = follow(&net_dir.join(&name));
-        add(name, &if_dir, warnings);
+    if let Some(net_dir) = parent.map(|p| p.join("net")) {
+        for name in list_dir(&net_dir)?.unwrap_or_default() {
+            let if_dir = follow(&net_dir.join(&name));
+            add(name, &if_dir, warnings);
+        }
     }
     if let Some(pci) = pci {
         let class_net = sysfs_root.join("class/net");
