@@ -1,5 +1,7 @@
 //! Commands the core returns from a tick; the drivers carry them out.
 
+use std::sync::Arc;
+
 /// One placed task.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
@@ -21,8 +23,9 @@ pub struct Pinning {
     pub numa_nodes: Vec<u32>,
     /// (NUMA OS index, bytes).
     pub memory: Vec<(u32, u64)>,
-    pub gpus: Vec<String>,
-    pub nics: Vec<String>,
+    /// Shared with the node's hardware description (see `NodeNuma::gpu_ids`).
+    pub gpus: Vec<Arc<str>>,
+    pub nics: Vec<Arc<str>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

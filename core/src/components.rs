@@ -182,7 +182,8 @@ pub struct Task {
     pub name: String,
     /// Index of the task spec in the job (the "role").
     pub role: usize,
-    pub request: Resources,
+    /// Shared by the replicas of a role.
+    pub request: std::sync::Arc<Resources>,
     pub runtime: Option<u64>,
 }
 
@@ -202,7 +203,8 @@ pub struct TaskState {
     /// The placement has been handed to the driver (a `Place` command).
     pub dispatched: bool,
     /// PUs, memory and GPUs it holds on its node (indices into the node's hardware).
-    pub numa: Option<super::numa::assign::Assignment>,
+    /// Shared with the holdings ledger (one allocation per placement).
+    pub numa: Option<std::sync::Arc<super::numa::assign::Assignment>>,
 }
 
 impl TaskState {

@@ -10,22 +10,32 @@ use super::queues::Outbox;
 
 pub fn dispatch(
     mut out: ResMut<Outbox>,
-    mut tasks: Query<(&Task, &mut TaskState), LiveChanged<TaskState>>,
+    mut tasks: Query<(Entity, &Task, &mut TaskState), LiveChanged<TaskState>>,
     jobs: Query<&Job>,
     nodes: Query<&Node>,
     hardware: Query<&NodeHardware>,
 ) {
     let _span = tracing::info_span!("dispatch").entered();
-    let mut placed = Vec::new();
-    for (task, mut ts) in &mut tasks {
+    // First the order (job name, then rank) on small keys, then one `Place` per task
+    // built straight into the outbox: a 512-task job moves no big structs around.
+    let mut order: Vec<(&str, u32, Entity)> = Vec::new();
+    for (e, task, mut ts) in &mut tasks {
         if ts.phase != TaskPhase::Running || ts.dispatched {
             continue;
         }
         ts.dispatched = true;
+        if let Ok(job) = jobs.get(task.job) {
+            order.push((job.spec.name.as_str(), ts.rank.unwrap_or(0), e));
+        }
+    }
+    order.sort_unstable();
+    out.0.reserve(order.len());
+    for (_, _, e) in order {
+        let Ok((_, task, ts)) = tasks.get(e) else { continue };
         let (Ok(job), Some(Ok(node))) = (jobs.get(task.job), ts.node.map(|n| nodes.get(n))) else {
             continue;
         };
-        placed.push(Placement {
+        out.0.push(Command::Place(Placement {
             job: job.spec.name.clone(),
             task: task.name.clone(),
             node: node.name.clone(),
@@ -47,8 +57,6 @@ pub fn dispatch(
                     gpus: hw.0.gpus(a),
                     nics: hw.0.nics(a),
                 }),
-        });
+        }));
     }
-    placed.sort_by(|a, b| a.job.cmp(&b.job).then(a.rank.cmp(&b.rank)));
-    out.0.extend(placed.into_iter().map(Command::Place));
 }

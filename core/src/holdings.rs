@@ -7,8 +7,10 @@
 //! readiness, HyperNodes).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
+use hyperplan_shared::Resources;
 
 use super::capacity::{Capacity, Shape};
 use super::components::{LiveChanged, NodeSlot, Task, TaskState};
@@ -21,15 +23,15 @@ use super::topology::TopologyIndex;
 pub struct Held {
     pub node: NodeIdx,
     pub shape: Shape,
-    pub numa: Option<Assignment>,
+    pub numa: Option<Arc<Assignment>>,
 }
 
 /// A take or give of the NUMA cache, done by `refresh_capacity` for `refresh_numa` to
 /// follow in the same tick.
 #[derive(Clone, Debug)]
 pub enum NumaChange {
-    Take(NodeIdx, Assignment),
-    Give(NodeIdx, Assignment),
+    Take(NodeIdx, Arc<Assignment>),
+    Give(NodeIdx, Arc<Assignment>),
 }
 
 #[derive(Debug, Default, Resource)]
@@ -105,11 +107,29 @@ pub fn running_on(ts: &TaskState, slots: &Query<&NodeSlot>) -> Option<NodeIdx> {
     ts.node.and_then(|n| slots.get(n).ok()).map(|s| s.0)
 }
 
+/// The last request's shape. A role's replicas share one request (`Task::request`), so a
+/// burst of placements of one job turns each role's resource names into dimensions once.
+#[derive(Default)]
+pub struct ShapeMemo(Option<(Arc<Resources>, Shape)>);
+
+impl ShapeMemo {
+    pub fn shape(&mut self, cap: &Capacity, r: &Arc<Resources>) -> Shape {
+        match &self.0 {
+            Some((last, s)) if Arc::ptr_eq(last, r) => s.clone(),
+            _ => {
+                let s = cap.shape(r);
+                self.0 = Some((r.clone(), s.clone()));
+                s
+            }
+        }
+    }
+}
+
 /// What a task on `node` holds, in the cache's dimensions.
-pub fn held_by(cap: &Capacity, node: NodeIdx, task: &Task, ts: &TaskState) -> Held {
+pub fn held_by(cap: &Capacity, memo: &mut ShapeMemo, node: NodeIdx, task: &Task, ts: &TaskState) -> Held {
     Held {
         node,
-        shape: cap.shape(&task.request),
+        shape: memo.shape(cap, &task.request),
         numa: ts.numa.clone(),
     }
 }
@@ -128,11 +148,12 @@ pub fn record_placements(
     if holdings.generation != Some(index.generation) {
         return;
     }
+    let mut memo = ShapeMemo::default();
     for (e, task, ts) in &changed {
         if let Some(n) = running_on(ts, &slots)
             && holdings.get(e).is_none()
         {
-            holdings.record(e, held_by(&cap, n, task, ts));
+            holdings.record(e, held_by(&cap, &mut memo, n, task, ts));
         }
     }
 }

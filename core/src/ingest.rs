@@ -186,6 +186,8 @@ fn submit(world: &mut World, spec: JobSpec, owner: String) {
                 partition_sjs.push(members.len() - 1);
             }
         }
+        // One request shared by the role's replicas (a count per task, not a map).
+        let request = std::sync::Arc::new(t.resources.clone());
         for i in 0..t.replicas {
             let slot = match &t.partition_policy {
                 // The loader checks replicas = partitions × size; clamp anyway so a bad
@@ -229,7 +231,7 @@ fn submit(world: &mut World, spec: JobSpec, owner: String) {
                         sub_job: sj,
                         name: format!("{}-{i}", t.name),
                         role,
-                        request: t.resources.clone(),
+                        request: request.clone(),
                         runtime: t.runtime,
                     },
                     TaskState::pending(),

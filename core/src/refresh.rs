@@ -8,7 +8,7 @@ use hyperplan_shared::Resources;
 
 use super::capacity::Capacity;
 use super::components::{LiveChanged, Node, NodeSlot, Task, TaskState};
-use super::holdings::{Holdings, NumaChange, held_by, running_on};
+use super::holdings::{Holdings, NumaChange, ShapeMemo, held_by, running_on};
 use super::numa::node::NodeHardware;
 use super::numa::state::NumaState;
 use super::topology::TopologyIndex;
@@ -37,9 +37,10 @@ pub fn refresh_capacity(
         let per_node = node_inputs(&index, |e| nodes.get(e).ok());
         *cap = Capacity::build(&index, &per_node);
         holdings.reset(index.generation);
+        let mut memo = ShapeMemo::default();
         for (e, task, ts) in &tasks {
             if let Some(n) = running_on(ts, &slots) {
-                let held = held_by(&cap, n, task, ts);
+                let held = held_by(&cap, &mut memo, n, task, ts);
                 holdings.take(&mut cap, &index, e, held);
             }
         }
@@ -52,6 +53,7 @@ pub fn refresh_capacity(
     // One pass over the changed tasks (a scan of every live task's change tick), then
     // gives before takes: a NUMA PU given back must not free one just taken.
     let mut takes = Vec::new();
+    let mut memo = ShapeMemo::default();
     for (e, task, ts) in &changed {
         let now_on = running_on(ts, &slots);
         let held = holdings.get(e).map(|h| h.node);
@@ -61,7 +63,7 @@ pub fn refresh_capacity(
         if let Some(n) = now_on
             && held != now_on
         {
-            takes.push((e, held_by(&cap, n, task, ts)));
+            takes.push((e, held_by(&cap, &mut memo, n, task, ts)));
         }
     }
     for (e, held) in takes {

@@ -120,7 +120,7 @@ pub fn allocate(
             };
             // Commit: ranks in topology order, then the AllocatedHyperNode bookkeeping.
             for t in rank::rank_order(&ctx, &index) {
-                let slot = &ctx.tasks[t];
+                let slot = &mut ctx.tasks[t];
                 let Some(n) = slot.node else { continue };
                 if let Ok((_, mut ts)) = tasks.get_mut(slot.entity) {
                     ts.phase = TaskPhase::Running;
@@ -128,7 +128,7 @@ pub fn allocate(
                     ts.rank = Some(state.next_rank);
                     ts.start_time = Some(now.0);
                     ts.dispatched = false;
-                    ts.numa = slot.assignment.clone();
+                    ts.numa = slot.assignment.take().map(std::sync::Arc::new);
                     state.next_rank += 1;
                 }
             }
@@ -275,7 +275,7 @@ fn build_ctx(
         warn,
     );
     let hn = |name: &Option<String>| name.as_ref().and_then(|n| index.hn_by_name.get(n).copied());
-    let mut task_index = std::collections::HashMap::with_capacity(job.tasks.len());
+    let mut task_index = bevy_ecs::entity::EntityHashMap::with_capacity(job.tasks.len());
     let mut slots = Vec::with_capacity(job.tasks.len());
     for (i, &te) in job.tasks.iter().enumerate() {
         let Ok((task, ts)) = tasks.get(te) else { continue };

@@ -5,13 +5,13 @@
 //! that fails its policy is no candidate) and gets its PUs, memory and GPUs as it lands;
 //! the numa-aware score (fewer NUMA nodes spanned) joins the topology score.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use crate::capacity::{Capacity, Shape};
 use crate::config::{PlannerConfig, ScoringConfig, SpanMode};
 use crate::ids::{HnIdx, NodeIdx};
 use crate::numa::assign::{Assignment, TaskNuma};
-use crate::numa::state::NumaState;
+use crate::numa::state::{IdealSpans, NumaState};
 use crate::topology::TopologyIndex;
 
 use super::binpack::{dim_weights, fill_ratio};
@@ -384,7 +384,7 @@ impl<'a> Search<'a> {
         let mut cursors: Vec<Option<Vec<u32>>> = vec![None; job.shapes.len()];
         let mut cands: Vec<Vec<Option<(NodeIdx, Assignment)>>> = vec![Vec::new(); job.shapes.len()];
         // Per (role, hardware): NUMA nodes the task spans on the empty machine.
-        let mut ideal: HashMap<(usize, usize), u32> = HashMap::new();
+        let mut ideal = IdealSpans::default();
         let mut failed = vec![false; job.shapes.len()];
         let pending: Vec<usize> = job.sj_pending(sj).collect();
         let mut placed = 0;

@@ -23,10 +23,11 @@ pub struct NodeHardware(pub Arc<NodeNuma>);
 pub struct NodeNuma {
     pub machine: NumaMachine,
     pub all_free: NumaFree,
-    /// Per dense NUMA node: the RDMA devices and fast NICs local to it, by name.
-    pub rails: Vec<Vec<String>>,
+    /// Per dense NUMA node: the RDMA devices and fast NICs local to it, by name. Shared
+    /// strings: every placement names them, and a clone is a count, not an allocation.
+    pub rails: Vec<Vec<Arc<str>>>,
     /// Per GPU: its PCI bus id, or its index when the node was not probed.
-    pub gpu_ids: Vec<String>,
+    pub gpu_ids: Vec<Arc<str>>,
 }
 
 /// Resource names that stand for the node's GPUs: `nvidia.com/gpu`, `amd.com/gpu`, ….
@@ -62,12 +63,12 @@ impl NodeNuma {
         let machine = NumaMachine::from_topology(t);
         let n = machine.numa_count().max(1);
         let dense = |os: &u32| machine.numa_os.iter().position(|x| x == os);
-        let mut rails: Vec<Vec<String>> = vec![Vec::new(); n];
+        let mut rails: Vec<Vec<Arc<str>>> = vec![Vec::new(); n];
         let mut netdevs_of_hcas: Vec<&str> = Vec::new();
         let mut hca_functions: Vec<&str> = Vec::new();
         for hca in &t.hcas {
             for i in hca.numa.iter().filter_map(dense) {
-                rails[i].push(hca.name.clone());
+                rails[i].push(Arc::from(hca.name.as_str()));
             }
             netdevs_of_hcas.extend(hca.ports.iter().filter_map(|p| p.netdev.as_deref()));
             hca_functions.extend(hca.pci_bus_id.as_deref());
@@ -82,14 +83,14 @@ impl NodeNuma {
                 continue;
             }
             for i in nic.numa.iter().filter_map(dense) {
-                rails[i].push(nic.name.clone());
+                rails[i].push(Arc::from(nic.name.as_str()));
             }
         }
         for r in &mut rails {
             r.sort();
             r.dedup();
         }
-        let gpu_ids = machine.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
+        let gpu_ids = machine.gpus.iter().map(|g| Arc::from(g.pci_bus_id.as_str())).collect();
         Self::finish(machine, rails, gpu_ids)
     }
 
@@ -116,11 +117,11 @@ impl NodeNuma {
                 })
                 .collect(),
         };
-        let gpu_ids = (0..gpus).map(|i| i.to_string()).collect();
+        let gpu_ids = (0..gpus).map(|i| Arc::from(i.to_string())).collect();
         Self::finish(machine, vec![Vec::new()], gpu_ids)
     }
 
-    fn finish(machine: NumaMachine, rails: Vec<Vec<String>>, gpu_ids: Vec<String>) -> Self {
+    fn finish(machine: NumaMachine, rails: Vec<Vec<Arc<str>>>, gpu_ids: Vec<Arc<str>>) -> Self {
         let all_free = machine.all_free();
         Self {
             machine,
@@ -161,13 +162,13 @@ impl NodeNuma {
         m
     }
 
-    pub fn gpus(&self, a: &Assignment) -> Vec<String> {
+    pub fn gpus(&self, a: &Assignment) -> Vec<Arc<str>> {
         a.gpus.iter().filter_map(|&g| self.gpu_ids.get(g).cloned()).collect()
     }
 
     /// The rails to attach: those local to the task's GPUs, or — for a task without GPUs —
     /// to the NUMA nodes of its CPUs. Shared, never exclusive.
-    pub fn nics(&self, a: &Assignment) -> Vec<String> {
+    pub fn nics(&self, a: &Assignment) -> Vec<Arc<str>> {
         let mask = if a.gpus.is_empty() {
             a.pus
                 .iter()
@@ -179,7 +180,7 @@ impl NodeNuma {
                 .filter_map(|&g| self.machine.gpus.get(g))
                 .fold(NumaMask::default(), |m, g| m.or(g.numa))
         };
-        let mut out: Vec<String> = mask
+        let mut out: Vec<Arc<str>> = mask
             .iter()
             .filter_map(|i| self.rails.get(i))
             .flatten()
@@ -282,7 +283,7 @@ mod tests {
         let n = NodeNuma::uniform(&r);
         assert_eq!(n.machine.pus.len(), 8);
         assert_eq!(n.machine.numa_count(), 1);
-        assert_eq!(n.gpu_ids, vec!["0", "1"]);
+        assert_eq!(n.gpu_ids, vec![Arc::from("0"), Arc::from("1")]);
         assert_eq!(n.all_free.memory, vec![1 << 30]);
     }
 }

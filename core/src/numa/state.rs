@@ -23,6 +23,10 @@ pub struct NumaState {
     generation: Option<u64>,
 }
 
+/// `NumaState::ideal_span`'s memo: ((role, hardware), span).
+#[derive(Debug, Default)]
+pub struct IdealSpans(Vec<((usize, usize), u32)>);
+
 impl NumaState {
     /// The topology index generation the state was built for.
     pub fn generation(&self) -> Option<u64> {
@@ -48,18 +52,17 @@ impl NumaState {
     }
 
     /// NUMA nodes `task` spans on node `n` when it is empty: the best any node of that
-    /// hardware can do. Cached per (role, hardware) in `cache`.
-    pub fn ideal_span(
-        &self,
-        n: NodeIdx,
-        task: &TaskNuma,
-        role: usize,
-        cache: &mut std::collections::HashMap<(usize, usize), u32>,
-    ) -> u32 {
+    /// hardware can do. Cached per (role, hardware) in `cache`: a list, since a cluster
+    /// has a handful of machine kinds and a search asks per task.
+    pub fn ideal_span(&self, n: NodeIdx, task: &TaskNuma, role: usize, cache: &mut IdealSpans) -> u32 {
         let Some(hw) = self.node(n) else { return 0 };
-        *cache
-            .entry((role, Arc::as_ptr(hw) as usize))
-            .or_insert_with(|| assign::assign(&hw.machine, &hw.all_free, task).map_or(u32::MAX, |a| a.numa.count()))
+        let key = (role, Arc::as_ptr(hw) as usize);
+        if let Some(&(_, span)) = cache.0.iter().find(|(k, _)| *k == key) {
+            return span;
+        }
+        let span = assign::assign(&hw.machine, &hw.all_free, task).map_or(u32::MAX, |a| a.numa.count());
+        cache.0.push((key, span));
+        span
     }
 
     pub fn take(&mut self, n: NodeIdx, a: &Assignment) {

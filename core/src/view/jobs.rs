@@ -67,8 +67,8 @@ fn report(world: &World, index: &TopologyIndex, job: &Job, st: &JobState, owner:
                 memory_numa: pinned
                     .map(|(hw, a)| hw.0.memory(a).into_iter().collect())
                     .unwrap_or_default(),
-                gpus: pinned.map(|(hw, a)| hw.0.gpus(a)).unwrap_or_default(),
-                nics: pinned.map(|(hw, a)| hw.0.nics(a)).unwrap_or_default(),
+                gpus: pinned.map(|(hw, a)| strings(hw.0.gpus(a))).unwrap_or_default(),
+                nics: pinned.map(|(hw, a)| strings(hw.0.nics(a))).unwrap_or_default(),
             }
         })
         .collect();
@@ -83,4 +83,8 @@ fn report(world: &World, index: &TopologyIndex, job: &Job, st: &JobState, owner:
         owner: owner.map(|o| o.0.clone()),
         tasks,
     }
+}
+
+fn strings(v: Vec<std::sync::Arc<str>>) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
 }

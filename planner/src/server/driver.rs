@@ -305,8 +305,8 @@ impl Driver {
                             command: p.command,
                             cpus: pin.cpus,
                             numa_nodes: pin.numa_nodes,
-                            gpus: pin.gpus,
-                            nics: pin.nics,
+                            gpus: pin.gpus.iter().map(|s| s.to_string()).collect(),
+                            nics: pin.nics.iter().map(|s| s.to_string()).collect(),
                         });
                     }
                 }
