@@ -166,9 +166,7 @@ pub fn parse_cluster(text: &str, path: &Path) -> Result<ClusterSpec, FileError> 
     let mut seen: HashMap<String, u64> = HashMap::with_capacity(raw.nodes.len());
     for node in raw.nodes {
         let name = node.name;
-        if name.value.trim().is_empty() {
-            return Err(located_error(path, &name, "expected a node name, got an empty string"));
-        }
+        crate::job::check_located_name(crate::names::NameKind::Node, &name, path)?;
         if let Some(first) = seen.insert(name.value.clone(), name.pos.line) {
             return Err(located_error(
                 path,

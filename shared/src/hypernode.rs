@@ -7,6 +7,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::error::FileError;
+use crate::job::check_located_name;
+use crate::names::NameKind;
 use crate::yaml::{self, Located, Node, file_error, located_error};
 
 /// One HyperNode spec (Volcano field names). Structural problems (cycles, a second
@@ -198,13 +200,7 @@ fn build(
     members: Located<Vec<Located<RawMember>>>,
     path: &Path,
 ) -> Result<LocatedHyperNode, FileError> {
-    if name.value.trim().is_empty() {
-        return Err(located_error(
-            path,
-            &name,
-            "expected a HyperNode name, got an empty string",
-        ));
-    }
+    check_located_name(NameKind::HyperNode, &name, path)?;
     if members.value.is_empty() {
         return Err(located_error(path, &members, "expected at least one member"));
     }
@@ -252,13 +248,11 @@ fn build_member(raw: RawMember, path: &Path) -> Result<Member, FileError> {
     }
     let selector = if let Some(exact) = sel.value.exact_match {
         let name = exact.value.name;
-        if name.value.trim().is_empty() {
-            return Err(located_error(
-                path,
-                &name,
-                "expected a member name, got an empty string",
-            ));
-        }
+        let member_kind = match kind {
+            MemberType::Node => NameKind::Node,
+            MemberType::HyperNode => NameKind::HyperNode,
+        };
+        check_located_name(member_kind, &name, path)?;
         Selector::Exact { name: name.value }
     } else if let Some(regex) = sel.value.regex_match {
         Selector::Regex {

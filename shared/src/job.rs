@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use crate::error::FileError;
 use crate::hypernode::check_kind;
+use crate::names::{NameKind, check_name};
 use crate::resources::Resources;
 use crate::yaml::{self, Located, Node, Value, join_index, located_error};
 
@@ -156,8 +157,8 @@ struct RawTask {
     name: Located<String>,
     replicas: Located<u32>,
     runtime: Option<u64>,
-    #[serde(default)]
-    resources: Resources,
+    /// Located so "cpu must be > 0" can point at what was written.
+    resources: Option<Located<Resources>>,
     partition_policy: Option<Located<RawPartition>>,
     topology_policy: Option<Located<String>>,
     cpu_placement: Option<Located<String>>,
@@ -285,11 +286,24 @@ struct TaskParts {
     replicas: Located<u32>,
     runtime: Option<u64>,
     resources: Resources,
+    /// Where the resources were written (the task's name when they were not), and the
+    /// field path their `cpu` has.
+    resources_at: Located<()>,
     partition_policy: Option<Located<RawPartition>>,
     topology_policy: Option<Located<String>>,
     cpu_placement: Option<Located<String>>,
     full_cores: bool,
     command: Vec<String>,
+}
+
+/// A name that breaks [`check_name`] as an error at the name.
+pub(crate) fn check_located_name(kind: NameKind, name: &Located<String>, path: &Path) -> Result<(), FileError> {
+    check_name(kind, &name.value).map_err(|e| located_error(path, name, e.to_string()))
+}
+
+/// The task's own field prefix (`tasks[2]`), from its name's path.
+fn task_prefix(name: &Located<String>) -> &str {
+    name.field.strip_suffix(".name").unwrap_or(&name.field)
 }
 
 fn at_least_one(value: &Located<u32>, path: &Path) -> Result<(), FileError> {
@@ -300,14 +314,21 @@ fn at_least_one(value: &Located<u32>, path: &Path) -> Result<(), FileError> {
 }
 
 fn build_task(t: TaskParts, path: &Path) -> Result<TaskSpec, FileError> {
-    if t.name.value.trim().is_empty() {
+    check_located_name(NameKind::Task, &t.name, path)?;
+    at_least_one(&t.replicas, path)?;
+    // A task asking for nothing would pile onto one node without end (a job file cut
+    // in the middle of a task): every task needs some CPU.
+    if t.resources.get(crate::CPU) == 0 {
+        let got = match t.resources.0.contains_key(crate::CPU) {
+            true => "0",
+            false => "nothing",
+        };
         return Err(located_error(
             path,
-            &t.name,
-            "expected a task name, got an empty string",
+            &t.resources_at,
+            format!("expected cpu > 0 (every task needs some CPU, e.g. `cpu: 1` or `cpu: 500m`), got {got}"),
         ));
     }
-    at_least_one(&t.replicas, path)?;
     let partition_policy = match t.partition_policy {
         None => None,
         Some(p) => {
@@ -369,8 +390,7 @@ fn build_task(t: TaskParts, path: &Path) -> Result<TaskSpec, FileError> {
     if let Some(policy) = &t.topology_policy
         && let Some(why) = whole_cpu_problem(&policy.value, &t.resources)
     {
-        // The task's own field prefix (`tasks[2]`), from the name's path.
-        let prefix = t.name.field.strip_suffix(".name").unwrap_or(&t.name.field);
+        let prefix = task_prefix(&t.name);
         return Err(crate::yaml::file_error(
             path,
             t.name.pos,
@@ -402,9 +422,7 @@ struct JobParts {
 }
 
 fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), FileError> {
-    if j.name.value.trim().is_empty() {
-        return Err(located_error(path, &j.name, "expected a job name, got an empty string"));
-    }
+    check_located_name(NameKind::Job, &j.name, path)?;
     if j.tasks.value.is_empty() {
         return Err(located_error(path, &j.tasks, "expected at least one task"));
     }
@@ -459,16 +477,31 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
 
 impl RawJob {
     fn parts(self) -> JobParts {
-        let tasks = self.tasks.value.into_iter().map(|t| TaskParts {
-            name: t.name,
-            replicas: t.replicas,
-            runtime: t.runtime,
-            resources: t.resources,
-            partition_policy: t.partition_policy,
-            topology_policy: t.topology_policy,
-            cpu_placement: t.cpu_placement,
-            full_cores: t.full_cores,
-            command: t.command,
+        let tasks = self.tasks.value.into_iter().map(|t| {
+            let resources_at = match &t.resources {
+                Some(r) => Located {
+                    value: (),
+                    pos: r.pos,
+                    field: format!("{}.cpu", r.field),
+                },
+                None => Located {
+                    value: (),
+                    pos: t.name.pos,
+                    field: format!("{}.resources.cpu", task_prefix(&t.name)),
+                },
+            };
+            TaskParts {
+                name: t.name,
+                replicas: t.replicas,
+                runtime: t.runtime,
+                resources: t.resources.map(|r| r.value).unwrap_or_default(),
+                resources_at,
+                partition_policy: t.partition_policy,
+                topology_policy: t.topology_policy,
+                cpu_placement: t.cpu_placement,
+                full_cores: t.full_cores,
+                command: t.command,
+            }
         });
         JobParts {
             name: self.name,
@@ -496,11 +529,20 @@ impl VolcanoJob {
                 field: join_index(&spec.tasks.field, i),
             });
             let pod = t.template.and_then(|tpl| tpl.spec);
+            let resources_at = Located {
+                value: (),
+                pos: t.replicas.pos,
+                field: format!(
+                    "{}.template.spec.containers[].resources.requests.cpu",
+                    join_index(&spec.tasks.field, i)
+                ),
+            };
             TaskParts {
                 name,
                 replicas: t.replicas,
                 runtime: None,
                 resources: pod.as_ref().map(PodSpec::requests).unwrap_or_default(),
+                resources_at,
                 partition_policy: t.partition_policy,
                 topology_policy: t.topology_policy,
                 cpu_placement: t.cpu_placement,

@@ -88,7 +88,7 @@ fn describe_char(c: char) -> String {
     if c == ' ' {
         "a space".into()
     } else if c.is_control() || is_invisible(c) {
-        format!("the character {}", escape_char(c))
+        format!("the character {}", escape(&c.to_string()))
     } else {
         format!("`{c}`")
     }

@@ -14,6 +14,8 @@ pub enum JobStatus {
     Pending,
     /// Can never run, even on the empty cluster; `reason` says why.
     Rejected,
+    /// Cancelled (before or after it was placed); its name is free again.
+    Cancelled,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -45,6 +47,10 @@ pub struct TaskReport {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobReport {
+    /// The number the planner gave the job at submit (1, 2, …): tells jobs of one name
+    /// apart once an ended job's name is used again.
+    #[serde(default)]
+    pub id: u64,
     pub name: String,
     pub status: JobStatus,
     pub reason: Option<String>,

@@ -94,71 +94,73 @@ fn wrong_kind_in_manifest() {
 }
 
 const JOB_HEAD: &str = "name: train-a\ntasks:\n  - name: worker\n";
+/// Every task asks for CPU (item 7); written last so the lines of the errors stay put.
+const CPU: &str = "    resources: {cpu: 1}\n";
 
 #[test]
 fn replicas_not_partitions_times_size() {
     insta::assert_snapshot!(job_error(&format!(
-        "{JOB_HEAD}    replicas: 16\n    partitionPolicy: {{totalPartitions: 2, partitionSize: 4}}\n"
+        "{JOB_HEAD}    replicas: 16\n    partitionPolicy: {{totalPartitions: 2, partitionSize: 4}}\n{CPU}"
     )));
 }
 
 #[test]
 fn min_partitions_above_total() {
     insta::assert_snapshot!(job_error(&format!(
-        "{JOB_HEAD}    replicas: 8\n    partitionPolicy: {{totalPartitions: 2, partitionSize: 4, minPartitions: 3}}\n"
+        "{JOB_HEAD}    replicas: 8\n    partitionPolicy: {{totalPartitions: 2, partitionSize: 4, minPartitions: 3}}\n{CPU}"
     )));
 }
 
 #[test]
 fn min_available_above_replicas() {
     insta::assert_snapshot!(job_error(
-        "name: train-a\nminAvailable: 17\ntasks:\n  - {name: worker, replicas: 16}\n"
+        "name: train-a\nminAvailable: 17\ntasks:\n  - {name: worker, replicas: 16, resources: {cpu: 1}}\n"
     ));
 }
 
 #[test]
 fn both_tier_limits() {
     insta::assert_snapshot!(job_error(&format!(
-        "{JOB_HEAD}    replicas: 8\n    partitionPolicy:\n      totalPartitions: 2\n      partitionSize: 4\n      networkTopology: {{mode: hard, highestTierAllowed: 1, highestTierName: leaf}}\n"
+        "{JOB_HEAD}    replicas: 8\n    partitionPolicy:\n      totalPartitions: 2\n      partitionSize: 4\n      networkTopology: {{mode: hard, highestTierAllowed: 1, highestTierName: leaf}}\n{CPU}"
     )));
 }
 
 #[test]
 fn zero_replicas() {
-    insta::assert_snapshot!(job_error(&format!("{JOB_HEAD}    replicas: 0\n")));
+    insta::assert_snapshot!(job_error(&format!("{JOB_HEAD}    replicas: 0\n{CPU}")));
 }
 
 #[test]
 fn duplicate_job_names_across_documents() {
     insta::assert_snapshot!(job_error(
-        "name: a\ntasks: [{name: t, replicas: 1}]\n---\n- name: b\n  tasks: [{name: t, replicas: 1}]\n- name: a\n  tasks: [{name: t, replicas: 1}]\n"
+        "name: a\ntasks: [{name: t, replicas: 1, resources: {cpu: 1}}]\n---\n- name: b\n  tasks: [{name: t, replicas: 1, resources: {cpu: 1}}]\n- name: a\n  tasks: [{name: t, replicas: 1, resources: {cpu: 1}}]\n"
     ));
 }
 
 #[test]
 fn duplicate_task_names() {
     insta::assert_snapshot!(job_error(
-        "name: a\ntasks:\n  - {name: t, replicas: 1}\n  - {name: t, replicas: 2}\n"
+        "name: a\ntasks:\n  - {name: t, replicas: 1, resources: {cpu: 1}}\n  - {name: t, replicas: 2, resources: {cpu: 1}}\n"
     ));
 }
 
 #[test]
 fn unknown_topology_policy() {
     insta::assert_snapshot!(job_error(&format!(
-        "{JOB_HEAD}    replicas: 1\n    topologyPolicy: numa\n"
+        "{JOB_HEAD}    replicas: 1\n    topologyPolicy: numa\n{CPU}"
     )));
 }
 
 #[test]
 fn unknown_topology_mode() {
     insta::assert_snapshot!(job_error(
-        "name: a\nnetworkTopology: {mode: strict}\ntasks: [{name: t, replicas: 1}]\n"
+        "name: a\nnetworkTopology: {mode: strict}\ntasks: [{name: t, replicas: 1, resources: {cpu: 1}}]\n"
     ));
 }
 
 #[test]
 fn negative_runtime() {
-    insta::assert_snapshot!(job_error(&format!("{JOB_HEAD}    replicas: 1\n    runtime: -5\n")));
+    insta::assert_snapshot!(job_error(&format!("{JOB_HEAD}    replicas: 1\n    runtime: -5\n{CPU}")));
 }
 
 #[test]
@@ -193,4 +195,79 @@ fn a_hypernode_defined_in_two_files_names_both_and_the_line() {
     insta::assert_snapshot!(got, @r#"b.yaml:13:3: metadata.name: HyperNode "leaf-1" is also defined in a.yaml; names must be unique"#);
     let ok = parse_hypernode_files([(Path::new("a.yaml"), a.as_str())]).map(|h| h.len());
     assert_eq!(ok, Ok(1));
+}
+
+// Issue 12 item 7: every task asks for cpu > 0.
+
+#[test]
+fn task_without_cpu() {
+    // A job file cut in the middle of a task.
+    insta::assert_snapshot!(job_error("name: a\ntasks:\n  - name: t\n    replicas: 100000\n"));
+}
+
+#[test]
+fn task_with_zero_cpu() {
+    insta::assert_snapshot!(job_error(
+        "name: a\ntasks:\n  - name: t\n    replicas: 1\n    resources: {cpu: 0, memory: 1Gi}\n"
+    ));
+}
+
+#[test]
+fn volcano_task_without_cpu() {
+    insta::assert_snapshot!(job_error(
+        "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\nspec:\n  tasks:\n    - name: w\n      replicas: 2\n"
+    ));
+}
+
+// Issue 12 item 8: names are 1-253 (jobs and tasks 1-63) of [A-Za-z0-9._-], starting
+// with a letter or digit.
+
+#[test]
+fn job_name_with_terminal_escape() {
+    insta::assert_snapshot!(job_error(
+        "name: \"evil\\e[2J\"\ntasks: [{name: t, replicas: 1, resources: {cpu: 1}}]\n"
+    ));
+}
+
+#[test]
+fn task_name_too_long() {
+    insta::assert_snapshot!(job_error(&format!(
+        "name: a\ntasks:\n  - {{name: {}, replicas: 1, resources: {{cpu: 1}}}}\n",
+        "t".repeat(64)
+    )));
+}
+
+#[test]
+fn volcano_job_name_with_a_newline() {
+    insta::assert_snapshot!(job_error(
+        "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: \"a\\nb\"}\nspec:\n  tasks: [{replicas: 1}]\n"
+    ));
+}
+
+#[test]
+fn node_name_walks_out_of_a_directory() {
+    insta::assert_snapshot!(cluster_error(
+        "nodes:\n  - name: ../../etc/passwd\n    resources: {cpu: 1}\n"
+    ));
+}
+
+#[test]
+fn hypernode_name_with_a_bidi_override() {
+    insta::assert_snapshot!(cluster_error(&format!(
+        "{NODE}hyperNodes:\n  - {{name: \"leaf\\u202e1\", tier: 1, members: [{{type: Node, selector: {{exactMatch: {{name: gpu001}}}}}}]}}\n"
+    )));
+}
+
+#[test]
+fn exact_member_name_must_be_a_name() {
+    insta::assert_snapshot!(manifest_error(
+        "apiVersion: topology.volcano.sh/v1alpha1\nkind: HyperNode\nmetadata: {name: s1}\nspec:\n  tier: 2\n  members:\n    - {type: HyperNode, selector: {exactMatch: {name: \"-leaf\"}}}\n"
+    ));
+}
+
+#[test]
+fn manifest_name_with_nul() {
+    insta::assert_snapshot!(manifest_error(
+        "apiVersion: topology.volcano.sh/v1alpha1\nkind: HyperNode\nmetadata: {name: \"s\\0\"}\nspec:\n  tier: 1\n  members: [{type: Node, selector: {exactMatch: {name: n1}}}]\n"
+    ));
 }

@@ -149,7 +149,11 @@ fn jobs_in_both_formats() -> TestResult {
         Some((2, 4))
     );
     assert_eq!(v.tasks[1].name, "default1");
-    assert!(v.tasks[1].resources.is_empty());
+    assert_eq!(
+        v.tasks[1].resources.get(CPU),
+        1000,
+        "a limit without a request is the request"
+    );
     Ok(())
 }
 
