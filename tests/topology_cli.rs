@@ -175,6 +175,34 @@ fn import_errors_name_file_and_line() {
     insta::assert_snapshot!("import_bad_hostlist", err);
 }
 
+/// Issue 12 item 10: an empty topology.conf fails naming the file; a cycle's output reads back.
+#[test]
+fn import_empty_fails_and_a_cycle_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("topology.conf");
+    std::fs::write(&conf, "# nothing here\n").unwrap();
+    let out = hyperplan(&["topology", "import", "--slurm", conf.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr).replace(dir.path().to_str().unwrap(), "DIR");
+    assert_eq!(
+        err,
+        "hyperplan: DIR/topology.conf:0: expected `SwitchName=` lines (Slurm topology/tree), the file has none\n"
+    );
+
+    std::fs::write(
+        &conf,
+        "SwitchName=a Switches=b,l\nSwitchName=b Switches=a\nSwitchName=l Nodes=n1\n",
+    )
+    .unwrap();
+    let out = hyperplan(&["topology", "import", "--slurm", conf.to_str().unwrap()]);
+    let yaml = ok(&out);
+    assert!(
+        !yaml.contains("members:\n---") && !yaml.ends_with("members:\n"),
+        "{yaml}"
+    );
+    hyperplan_shared::hypernode::parse_hypernode_manifests(&yaml, Path::new("stdout")).unwrap();
+}
+
 #[test]
 fn export_rejects_duplicate_names_across_files() {
     let dir = tempfile::tempdir().unwrap();

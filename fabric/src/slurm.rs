@@ -5,7 +5,9 @@
 //! `\` continues a line). A switch with `Nodes=` is tier 1; a switch's tier is 1 + the
 //! highest tier of its child switches. Slurm tolerates a cycle of `Switches=` references
 //! (the X5 file has one); here the reference that closes the cycle, found by a walk in
-//! name order, is dropped with a warning. A node or switch listed under several parents is
+//! name order, is dropped with a warning; a switch left with no members by that is left
+//! out too (warned), so what is written always reads back. A file with no `SwitchName=`
+//! line is an error, not an empty result. A node or switch listed under several parents is
 //! kept everywhere, with a warning (HyperNodes want one parent; the planner reports it).
 //! Names are kept exactly as written.
 //!
@@ -103,6 +105,13 @@ pub fn parse_topology_conf(text: &str, path: &Path) -> Result<SlurmImport, Fabri
         }
         index.insert(entry.name.clone(), switches.len());
         switches.push(entry);
+    }
+
+    if switches.is_empty() {
+        return Err(err(
+            0,
+            "expected `SwitchName=` lines (Slurm topology/tree), the file has none".to_string(),
+        ));
     }
 
     // Children as indices; unknown names are errors.
@@ -235,8 +244,45 @@ pub fn parse_topology_conf(text: &str, path: &Path) -> Result<SlurmImport, Fabri
             }
         })
         .collect();
+    drop_memberless(&mut hypernodes, &mut warnings, path);
+    if hypernodes.is_empty() {
+        // Every switch was in a cycle with no node below it.
+        return Err(err(
+            switches.first().map_or(0, |s| s.line),
+            "expected at least one switch with `Nodes=` below it; every switch is in a `Switches=` cycle".to_string(),
+        ));
+    }
     hypernodes.sort_by(|a, b| a.tier.cmp(&b.tier).then_with(|| a.name.cmp(&b.name)));
     Ok(SlurmImport { hypernodes, warnings })
+}
+
+/// Leaves out switches left without members once a cycle is broken (a HyperNode needs at
+/// least one member, so they could not be written and read back), and the references to
+/// them, until none is left empty; each with a warning.
+fn drop_memberless(hypernodes: &mut Vec<HyperNodeSpec>, warnings: &mut Vec<String>, path: &Path) {
+    loop {
+        let empty: BTreeSet<String> = hypernodes
+            .iter()
+            .filter(|h| h.members.is_empty())
+            .map(|h| h.name.clone())
+            .collect();
+        if empty.is_empty() {
+            return;
+        }
+        hypernodes.retain(|h| !empty.contains(&h.name));
+        for h in hypernodes.iter_mut() {
+            h.members.retain(|m| {
+                !(m.kind == MemberType::HyperNode
+                    && matches!(&m.selector, Selector::Exact { name } if empty.contains(name)))
+            });
+        }
+        for name in empty {
+            warnings.push(format!(
+                "{}: switch {name} has no members once the cycle is broken; it is left out",
+                path.display()
+            ));
+        }
+    }
 }
 
 /// Lines with comments stripped and `\` continuations joined, numbered by where they start;
@@ -373,10 +419,52 @@ SwitchName=l2 \\
     #[test]
     fn cycles_are_broken_with_a_warning() {
         let imp = import("SwitchName=a Switches=b,l\nSwitchName=b Switches=a\nSwitchName=l Nodes=n1\n").unwrap();
-        assert_eq!(imp.warnings.len(), 1, "{:?}", imp.warnings);
+        assert_eq!(imp.warnings.len(), 2, "{:?}", imp.warnings);
         assert!(imp.warnings[0].contains("a cycle"));
+        // b is left with nothing once its reference to a is dropped, so it is left out.
+        assert!(
+            imp.warnings[1].contains("switch b has no members"),
+            "{:?}",
+            imp.warnings
+        );
         let tiers: Vec<(&str, u32)> = imp.hypernodes.iter().map(|h| (h.name.as_str(), h.tier)).collect();
-        assert_eq!(tiers, [("b", 1), ("l", 1), ("a", 2)]);
+        assert_eq!(tiers, [("l", 1), ("a", 2)]);
+        assert_eq!(imp.hypernodes[1].members.len(), 1);
+    }
+
+    /// Issue 12 item 10: what import writes reads back, a cycle included (`b` below
+    /// has only the reference that closes the cycle; it used to come out `members:` null).
+    #[test]
+    fn import_round_trips_through_manifests() {
+        for conf in [
+            CONF,
+            "SwitchName=a Switches=b,l\nSwitchName=b Switches=a\nSwitchName=l Nodes=n1\n",
+            "SwitchName=a Switches=b\nSwitchName=b Switches=a\nSwitchName=l Nodes=n1\n",
+        ] {
+            let imp = import(conf).unwrap();
+            let text = hyperplan_shared::hypernode::to_hypernode_manifests(&imp.hypernodes);
+            let back = hyperplan_shared::hypernode::parse_hypernode_manifests(&text, Path::new("out.yaml"))
+                .unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(back, imp.hypernodes, "{conf}");
+        }
+    }
+
+    #[test]
+    fn a_cycle_with_nothing_else_is_an_error() {
+        let e = import("SwitchName=a Switches=b\nSwitchName=b Switches=a\n").unwrap_err();
+        assert!(e.to_string().starts_with("topology.conf:"), "{e}");
+    }
+
+    /// Issue 12 item 10: an empty topology.conf is an error naming the file, not nothing.
+    #[test]
+    fn empty_input_is_an_error() {
+        for text in ["", "\n# only a comment\n  \n"] {
+            let e = import(text).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "topology.conf:0: expected `SwitchName=` lines (Slurm topology/tree), the file has none"
+            );
+        }
     }
 
     #[test]
