@@ -578,6 +578,43 @@ fn bad_synthetic_strings_are_synthetic_errors() {
     }
 }
 
+#[test]
+fn synthetic_machines_over_the_pu_limit_are_refused_before_hwloc_builds_them() {
+    // 262,144 PUs took hwloc past 25 s and 1.3 GB; 99999^3 would never end.
+    for (huge, pus) in [
+        ("pack:64 numa:8 core:64 pu:8", "262144"),
+        ("pack:99999 core:99999 pu:99999", "999970000299999"),
+        ("pack:2 [numa(memory=1GB)] core:4097 pu:2", "16388"),
+        ("pack:0x4000 pu:2", "32768"),
+        ("pack:2 numa:2(memory=1GB) core:2049 pu:2", "16392"),
+        // hwloc inserts siblings in quadratic time: 16,384 cores under one package would
+        // take many minutes, however few PUs.
+        ("pack:1 core:16384 pu:1", "16384 objects per parent"),
+    ] {
+        match probe_hwloc(HwlocSource::Synthetic(huge)) {
+            Err(e @ ProbeError::TooLarge { .. }) => {
+                let shown = e.to_string();
+                assert!(shown.contains(huge) && shown.contains(pus), "{shown}");
+                assert!(shown.contains("at most"), "{shown}");
+            }
+            other => panic!("{huge:?}: {other:?}"),
+        }
+    }
+    assert_eq!(max_pus(), 16_384);
+    // Unbalanced brackets could hide a level from the count: refused, not guessed.
+    assert!(matches!(
+        probe_hwloc(HwlocSource::Synthetic("pack:2 (core:99999 pu:99999")),
+        Err(ProbeError::Synthetic { .. })
+    ));
+    // At the limit it is built.
+    let node = probe_hwloc(HwlocSource::Synthetic("pack:8 numa:4 core:64 pu:8")).unwrap();
+    assert_eq!(node.cores.iter().map(|c| c.pus.len()).sum::<usize>(), 16_384);
+}
+
+fn max_pus() -> usize {
+    hyperplan_agent::probe::MAX_PUS
+}
+
 /// Asserts an `Xml` error naming `path`, and returns its message.
 fn xml_error(path: &Path) -> String {
     match probe_hwloc(HwlocSource::XmlFile(path)) {

@@ -15,6 +15,10 @@ pub enum ProbeError {
         "synthetic topology {description:?} does not parse: {message} (expected e.g. \"pack:2 numa:2 core:8 pu:2\")"
     )]
     Synthetic { description: String, message: String },
+    /// A machine with more PUs than hyperplan describes (checked before hwloc builds a
+    /// synthetic one, which would take minutes and gigabytes).
+    #[error("{origin}: too large: {message}")]
+    TooLarge { origin: String, message: String },
     /// hwloc could not build a topology from the machine or a sysfs tree.
     #[error("{origin}: hwloc cannot build the topology: {message}")]
     Hwloc { origin: String, message: String },

@@ -38,6 +38,7 @@ use hwlocality::topology::builder::{TopologyBuilder, TypeFilter};
 use hyperplan_shared::topology::{CacheGroup, Core, Gpu, InfinibandHca, Nic, NicKind, NodeTopology, NumaNode, Package};
 
 use super::ProbeError;
+use super::size::{MAX_PUS, check_synthetic};
 
 /// Where hwloc takes the topology from.
 #[derive(Clone, Copy, Debug)]
@@ -60,6 +61,16 @@ pub enum HwlocSource<'a> {
 /// when hwloc cannot build the topology of this machine.
 pub fn probe_hwloc(source: HwlocSource<'_>) -> Result<NodeTopology, ProbeError> {
     let topology = build(source)?;
+    if let HwlocSource::XmlFile(path) = source {
+        // An export is as big as its file; still, a machine is a machine.
+        let pus = topology.objects_with_type(ObjectType::PU).count();
+        if pus > MAX_PUS {
+            return Err(ProbeError::TooLarge {
+                origin: path.display().to_string(),
+                message: format!("{pus} PUs; a machine may have at most {MAX_PUS}"),
+            });
+        }
+    }
     let mut node = extract(&topology);
     if matches!(source, HwlocSource::Local) {
         if fsroot_tree() {
@@ -165,6 +176,17 @@ fn build(source: HwlocSource<'_>) -> Result<Topology, ProbeError> {
                 description: description.to_owned(),
                 message,
             };
+            // Counted first: hwloc would build any size, for minutes and gigabytes.
+            check_synthetic(description).map_err(|e| {
+                if e.is_too_large() {
+                    ProbeError::TooLarge {
+                        origin: format!("synthetic topology {description:?}"),
+                        message: e.to_string(),
+                    }
+                } else {
+                    err(e.to_string())
+                }
+            })?;
             let builder = io_builder().map_err(|e| err(e.to_string()))?;
             let builder = guarded(|| builder.from_synthetic(description))
                 .map_err(|e| err(e.to_string()))?

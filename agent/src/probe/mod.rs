@@ -10,6 +10,7 @@ mod error;
 pub mod hwloc;
 pub mod infiniband;
 pub mod live;
+mod size;
 mod sysfs;
 mod text;
 
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 use hyperplan_shared::topology::{Nic, NicKind, NodeTopology};
 
 pub use error::ProbeError;
+pub use size::MAX_PUS;
 pub use text::render_text;
 
 /// Where the hardware description comes from.
