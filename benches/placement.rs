@@ -43,6 +43,10 @@ use hyperplan_shared::quantity::parse_resource_list;
 use hyperplan_shared::topology::SharedTopology;
 use hyperplan_shared::{ClusterSpec, JobSpec, Resources};
 
+/// The daemon's allocator (`planner/src/main.rs`), so the figures are the daemon's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SEED: u64 = 20_240_601;
 const FANOUT: [u32; 3] = [16, 32, 8];
 const NODE_RESOURCES: &str = "cpu=128,memory=1Ti,nvidia.com/gpu=8";

@@ -65,6 +65,10 @@ enum Command {
     },
 }
 
+/// The daemon's allocator: `simulate` runs the same ticks (see planner/src/main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(

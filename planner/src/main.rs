@@ -11,6 +11,11 @@ use hyperplan_planner::DaemonConfig;
 use hyperplan_planner::config::seconds;
 use hyperplan_planner::server::{ReloadHandle, Server, sd_notify};
 
+/// mimalloc: every placed task allocates a little (its `Place` command, its pinning), and on
+/// the daemon's long-lived heap glibc malloc costs a quarter of a tick (benches/README.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The hyperplan planner daemon.
 ///
 /// Reads /etc/hyperplan/planner.toml (or --config); every key of its [server] section is
