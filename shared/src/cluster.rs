@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use crate::error::FileError;
 use crate::hypernode::{self, HyperNodeSpec, RawInlineHyperNode};
+use crate::limits::{MAX_CLUSTER_FILE, read_file_text};
 use crate::quantity::{LocatedResources, format_quantity};
 use crate::resources::Resources;
 use crate::yaml::{self, Located, file_error, located_error};
@@ -229,13 +230,8 @@ pub fn parse_cluster(text: &str, path: &Path) -> Result<ClusterSpec, FileError> 
                 format!("HyperNode file {} does not exist", file.display()),
             ));
         }
-        let text = std::fs::read_to_string(&file).map_err(|e| {
-            located_error(
-                path,
-                entry,
-                format!("cannot read HyperNode file {}: {e}", file.display()),
-            )
-        })?;
+        let text = read_file_text(&file, MAX_CLUSTER_FILE, &format!("HyperNode file {}", file.display()))
+            .map_err(|e| located_error(path, entry, e.to_string()))?;
         hyper_nodes.extend(hypernode::parse_manifests_located(&text, &file)?);
     }
     hypernode::check_unique(&hyper_nodes)?;
@@ -274,5 +270,5 @@ pub fn parse_cluster(text: &str, path: &Path) -> Result<ClusterSpec, FileError> 
 
 /// Reads and parses a cluster file; a file that cannot be read is reported at `0:0`.
 pub fn load_cluster_file(path: &Path) -> Result<ClusterSpec, FileError> {
-    parse_cluster(&yaml::read_file(path)?, path)
+    parse_cluster(&yaml::read_file(path, MAX_CLUSTER_FILE, "cluster file")?, path)
 }

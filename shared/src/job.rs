@@ -584,6 +584,18 @@ fn parse_one(node: &Node, field: &str, path: &Path) -> Result<(JobSpec, Located<
 /// or a list), in hyperplan's format or as Volcano `batch.volcano.sh/v1alpha1` Jobs.
 /// Job names must be unique within the file.
 pub fn parse_jobs(text: &str, path: &Path) -> Result<Vec<JobSpec>, FileError> {
+    // Submitted text arrives without a file to measure: the limit applies here too.
+    if text.len() as u64 > crate::limits::MAX_JOB_FILE {
+        return Err(crate::yaml::file_error(
+            path,
+            yaml::Pos::default(),
+            "",
+            format!(
+                "the job file is larger than the limit of {} (see Limits in README.md)",
+                crate::limits::human(crate::limits::MAX_JOB_FILE)
+            ),
+        ));
+    }
     let mut jobs = Vec::new();
     let mut seen: HashMap<String, u64> = HashMap::new();
     for doc in yaml::parse_documents(text, path)? {
@@ -611,5 +623,5 @@ pub fn parse_jobs(text: &str, path: &Path) -> Result<Vec<JobSpec>, FileError> {
 
 /// Reads and parses a job file; a file that cannot be read is reported at `0:0`.
 pub fn load_job_file(path: &Path) -> Result<Vec<JobSpec>, FileError> {
-    parse_jobs(&yaml::read_file(path)?, path)
+    parse_jobs(&yaml::read_file(path, crate::limits::MAX_JOB_FILE, "job file")?, path)
 }

@@ -11,6 +11,7 @@ pub mod fattree;
 pub mod hostlist;
 pub mod hypernode;
 pub mod job;
+pub mod limits;
 pub mod names;
 pub mod quantity;
 pub mod report;

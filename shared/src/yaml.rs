@@ -156,10 +156,16 @@ pub(crate) fn located_error<T>(path: &Path, at: &Located<T>, message: impl Into<
     file_error(path, at.pos, &at.field, message)
 }
 
-/// Reads a whole file; an I/O problem is reported at `0:0` for field `-`.
-pub(crate) fn read_file(path: &Path) -> Result<String, FileError> {
-    std::fs::read_to_string(path)
-        .map_err(|e| file_error(path, Pos::default(), "", format!("cannot read the file: {e}")))
+/// Reads a whole file of at most `limit` bytes ([`crate::limits`]); a problem (I/O, too
+/// large, not text) is reported at `0:0` for field `-`.
+pub(crate) fn read_file(path: &Path, limit: u64, kind: &str) -> Result<String, FileError> {
+    crate::limits::read_file_text(path, limit, &format!("the {kind}")).map_err(|e| {
+        let hint = match e {
+            crate::limits::ReadError::TooLarge { .. } => " (see Limits in README.md)",
+            _ => "",
+        };
+        file_error(path, Pos::default(), "", format!("{e}{hint}"))
+    })
 }
 
 /// Joins a map key onto a field path.

@@ -271,3 +271,20 @@ fn manifest_name_with_nul() {
         "apiVersion: topology.volcano.sh/v1alpha1\nkind: HyperNode\nmetadata: {name: \"s\\0\"}\nspec:\n  tier: 1\n  members: [{type: Node, selector: {exactMatch: {name: n1}}}]\n"
     ));
 }
+
+// Issue 12 item 5: file sizes are limited, and the error says the limit and the file.
+
+#[test]
+fn job_text_over_the_limit() {
+    let text = format!("# {}\n", "x".repeat(hyperplan_shared::limits::MAX_JOB_FILE as usize));
+    insta::assert_snapshot!(job_error(&text));
+}
+
+#[test]
+fn endless_files_are_cut_at_the_limit() {
+    // /dev/zero never ends: reading it whole used to grow memory until the machine gave up.
+    let job = hyperplan_shared::load_job_file(Path::new("/dev/zero")).unwrap_err();
+    insta::assert_snapshot!(job.to_string());
+    let cluster = hyperplan_shared::load_cluster_file(Path::new("/dev/zero")).unwrap_err();
+    insta::assert_snapshot!(cluster.to_string());
+}
