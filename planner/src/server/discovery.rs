@@ -7,6 +7,12 @@
 //! so an untouched file costs a read and a hash, never a re-parse or a topology rebuild.
 //! Parsing happens here (errors name the file and line); tiering a fabric happens in the
 //! core, which knows the agents' HCA GUIDs.
+//!
+//! A read that would block for good must not wedge its source: files that are not regular
+//! files (a FIFO, a device) are refused, naming the file, and a read that does not return
+//! within [`READ_TIMEOUT`] (a hung NFS mount) is reported as such; its thread is left to
+//! finish on its own, and the source is not read again until it has, so a hung mount costs
+//! one blocked thread per source, not one per poll. SIGHUP reads again once it returned.
 
 use std::hash::{Hash, Hasher};
 use std::io::Read;
@@ -29,6 +35,10 @@ use hyperplan_core::discovery::{Found, SourceError};
 /// MiB; this only stops a path such as `/dev/zero` from eating the head node's memory.
 pub const MAX_INPUT_BYTES: u64 = 512 * 1024 * 1024;
 
+/// How long one poll's blocking part (reading files, asking UFM, parsing) may take before
+/// the source reports it as hung. Generous: a large fabric parses in well under a second.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Starts one task per source. Each polls at once, then every `interval`, and at once
 /// whenever `reload` changes (SIGHUP). Tasks end when the driver is gone.
 pub fn spawn(sources: &[SourceConfig], to_core: &mpsc::UnboundedSender<ToCore>, reload: &watch::Receiver<u64>) {
@@ -38,10 +48,9 @@ pub fn spawn(sources: &[SourceConfig], to_core: &mpsc::UnboundedSender<ToCore>, 
 }
 
 async fn poll_loop(source: SourceConfig, to_core: mpsc::UnboundedSender<ToCore>, mut reload: watch::Receiver<u64>) {
-    let mut poller = Poller::new(source.clone());
+    let mut reader = Reader::new(source.clone(), READ_TIMEOUT);
     loop {
-        let (back, result) = poller.poll().await;
-        poller = back;
+        let result = reader.poll().await;
         match &result {
             Ok(Found::Unchanged) => tracing::debug!(source = source.name, "discovery: unchanged"),
             Ok(_) => tracing::info!(source = source.name, "discovery: new input read"),
@@ -72,7 +81,7 @@ async fn poll_loop(source: SourceConfig, to_core: mpsc::UnboundedSender<ToCore>,
 /// summary people see in `hyperplan hypernodes` (a dump is tiered without agents, so
 /// only the GUID map and descriptions name its hosts), or why it fails.
 pub async fn check(source: SourceConfig) -> Result<String, SourceError> {
-    let (_, found) = Poller::new(source).poll().await;
+    let found = Reader::new(source, READ_TIMEOUT).poll().await;
     match found? {
         Found::Unchanged => Ok("unchanged".into()),
         Found::HyperNodes {
@@ -95,6 +104,85 @@ pub async fn check(source: SourceConfig) -> Result<String, SourceError> {
     }
 }
 
+/// A poll's blocking part running on its own thread: the poller comes back with its result.
+type Blocking = tokio::task::JoinHandle<(Poller, Result<Found, SourceError>)>;
+
+/// One source's polls, each given at most `timeout` for its blocking part.
+struct Reader {
+    config: SourceConfig,
+    timeout: Duration,
+    /// `None` while a poll that timed out still holds it (see `blocked`).
+    poller: Option<Poller>,
+    /// A poll that did not return in time; no new read starts until it has.
+    blocked: Option<Blocking>,
+}
+
+impl Reader {
+    fn new(config: SourceConfig, timeout: Duration) -> Self {
+        Self {
+            poller: Some(Poller::new(config.clone())),
+            config,
+            timeout,
+            blocked: None,
+        }
+    }
+
+    /// One poll: a command source's command first (it has its own timeout), then the
+    /// blocking part.
+    async fn poll(&mut self) -> Result<Found, SourceError> {
+        let output = match &self.config.spec {
+            SourceSpec::Ibnetdiscover {
+                input: DumpInput::Command { argv, timeout },
+                ..
+            } => Some(run_command(argv, *timeout).await?),
+            _ => None,
+        };
+        self.run_blocking(move |p| p.poll_blocking(output)).await
+    }
+
+    /// Runs `f` on the poller off the async threads, for at most `timeout`.
+    async fn run_blocking(
+        &mut self,
+        f: impl FnOnce(&mut Poller) -> Result<Found, SourceError> + Send + 'static,
+    ) -> Result<Found, SourceError> {
+        if let Some(blocked) = self.blocked.take() {
+            if !blocked.is_finished() {
+                self.blocked = Some(blocked);
+                return Err(SourceError::Unreadable(format!(
+                    "{}: the previous read has still not returned (a FIFO, a hung NFS mount?); not read again until it does",
+                    self.config.spec.target()
+                )));
+            }
+            // What it read is stale by now: only the poller is taken back.
+            self.poller = blocked.await.ok().map(|(p, _)| p);
+        }
+        let mut poller = self.poller.take().unwrap_or_else(|| Poller::new(self.config.clone()));
+        let mut handle: Blocking = tokio::task::spawn_blocking(move || {
+            let result = f(&mut poller);
+            (poller, result)
+        });
+        match tokio::time::timeout(self.timeout, &mut handle).await {
+            Ok(Ok((poller, result))) => {
+                self.poller = Some(poller);
+                result
+            }
+            // A panic in a parser would be a bug; the source stays, starts afresh, and
+            // reports it.
+            Ok(Err(e)) => Err(SourceError::Unreadable(format!(
+                "internal error while reading this source: {e}"
+            ))),
+            Err(_) => {
+                self.blocked = Some(handle);
+                Err(SourceError::Unreadable(format!(
+                    "{}: reading did not finish within {} s (a FIFO, a hung NFS mount?); expected a regular file that reads at once",
+                    self.config.spec.target(),
+                    self.timeout.as_secs_f64()
+                )))
+            }
+        }
+    }
+}
+
 /// One source's reader and what it remembers between polls.
 struct Poller {
     config: SourceConfig,
@@ -113,37 +201,6 @@ impl Poller {
             last_input: None,
             ufm: None,
             last_ufm: None,
-        }
-    }
-
-    /// One poll. Consumes and returns the poller so the blocking part can own it.
-    async fn poll(mut self) -> (Self, Result<Found, SourceError>) {
-        let config = self.config.clone();
-        let output = match &self.config.spec {
-            SourceSpec::Ibnetdiscover {
-                input: DumpInput::Command { argv, timeout },
-                ..
-            } => match run_command(argv, *timeout).await {
-                Ok(out) => Some(out),
-                Err(e) => return (self, Err(e)),
-            },
-            _ => None,
-        };
-        match tokio::task::spawn_blocking(move || {
-            let result = self.poll_blocking(output);
-            (self, result)
-        })
-        .await
-        {
-            Ok(done) => done,
-            // A panic in a parser would be a bug; the source stays, starts afresh, and
-            // reports it.
-            Err(e) => (
-                Poller::new(config),
-                Err(SourceError::Unreadable(format!(
-                    "internal error while reading this source: {e}"
-                ))),
-            ),
         }
     }
 
@@ -272,11 +329,28 @@ fn digest<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
     h.finish()
 }
 
-/// A whole text file, at most [`MAX_INPUT_BYTES`]; bytes that are not UTF-8 become U+FFFD
-/// (a node description with a stray byte must not stop a fabric from loading).
+/// A whole regular text file, at most [`MAX_INPUT_BYTES`]; bytes that are not UTF-8 become
+/// U+FFFD (a node description with a stray byte must not stop a fabric from loading).
+/// Anything else (a FIFO, whose open blocks until a writer comes; a device) is refused
+/// before it is opened, and checked again once open.
 fn read_text(path: &Path) -> Result<String, SourceError> {
     let unreadable = |e: std::io::Error| SourceError::Unreadable(format!("{}: cannot read: {e}", path.display()));
+    let not_regular = |m: std::fs::Metadata| {
+        (!m.is_file()).then(|| {
+            SourceError::Invalid(format!(
+                "{}: not a regular file ({}); expected a file of HyperNodes or a fabric dump",
+                path.display(),
+                file_kind(&m)
+            ))
+        })
+    };
+    if let Some(e) = not_regular(std::fs::metadata(path).map_err(unreadable)?) {
+        return Err(e);
+    }
     let file = std::fs::File::open(path).map_err(unreadable)?;
+    if let Some(e) = not_regular(file.metadata().map_err(unreadable)?) {
+        return Err(e);
+    }
     let mut bytes = Vec::new();
     file.take(MAX_INPUT_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -289,6 +363,23 @@ fn read_text(path: &Path) -> Result<String, SourceError> {
         )));
     }
     Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// What a non-regular file is, for the error.
+fn file_kind(m: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "not a file"
+    }
 }
 
 /// Runs `argv` (no shell) with stdin closed and returns its stdout; killed after
@@ -412,5 +503,67 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(out, b"Switch\n");
+    }
+
+    #[test]
+    fn a_fifo_or_a_directory_is_refused_naming_the_file_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("topology.conf");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let mut p = poller(SourceSpec::Slurm { file: fifo.clone() });
+        let e = p.poll_blocking(None).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            e,
+            format!(
+                "{}: not a regular file (a FIFO); expected a file of HyperNodes or a fabric dump",
+                fifo.display()
+            )
+        );
+        let mut p = poller(SourceSpec::Static {
+            files: vec![dir.path().to_path_buf()],
+        });
+        let e = p.poll_blocking(None).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("not a regular file (a directory)"), "{e}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_that_hangs_is_reported_and_the_source_reads_again_once_it_returned() {
+        let file = std::path::PathBuf::from("/srv/topology.conf");
+        let mut r = Reader::new(
+            SourceConfig {
+                name: "t".into(),
+                interval: Duration::from_secs(60),
+                spec: SourceSpec::Slurm { file },
+            },
+            Duration::from_millis(200),
+        );
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let e = r
+            .run_blocking(move |_| {
+                let _ = rx.recv(); // a hung NFS read, until the test lets go
+                Ok(Found::Unchanged)
+            })
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/srv/topology.conf: reading did not finish within 0.2 s"),
+            "{e}"
+        );
+        // Still hung: no second thread is started.
+        let e = r.run_blocking(|_| Ok(Found::Unchanged)).await.unwrap_err().to_string();
+        assert!(e.contains("the previous read has still not returned"), "{e}");
+        tx.send(()).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(matches!(
+            r.run_blocking(|_| Ok(Found::Unchanged)).await,
+            Ok(Found::Unchanged)
+        ));
     }
 }
