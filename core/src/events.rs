@@ -27,6 +27,8 @@ pub enum Event {
     /// `[server] heartbeatInterval × missedHeartbeats` (see `core::health`).
     LinkUp {
         node: String,
+        /// Which link (the driver's connection id): only this link's `LinkDown` ends it.
+        link: u64,
         at_ms: u64,
     },
     /// A heartbeat from the node's current link, received at `at_ms`.
@@ -38,6 +40,7 @@ pub enum Event {
     /// registers again.
     LinkDown {
         node: String,
+        link: u64,
         at_ms: u64,
     },
     /// The static HyperNodes (inline + manifest files) as a whole; replaces the previous set.

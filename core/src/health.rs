@@ -28,14 +28,17 @@ pub struct Heartbeats {
     pub last_ms: u64,
     /// Its agent's link is open: only then does silence count, and heartbeats.
     pub linked: bool,
+    /// The link (the driver's connection id) that holds the node (see `core::claim`).
+    pub link: u64,
 }
 
 /// The node's agent registered: Ready, heard now.
-pub(super) fn link_up(world: &mut World, node: &str, at_ms: u64) {
+pub(super) fn link_up(world: &mut World, node: &str, link: u64, at_ms: u64) {
     let Some(e) = entity(world, node) else { return };
     world.entity_mut(e).insert(Heartbeats {
         last_ms: at_ms,
         linked: true,
+        link,
     });
     set_ready(world, e, true);
     say(world, node, true, HealthChange::Registered);
@@ -53,10 +56,11 @@ pub(super) fn heartbeat(world: &mut World, node: &str, at_ms: u64) {
     }
 }
 
-/// The node's agent link closed: NotReady until it registers again.
-pub(super) fn link_down(world: &mut World, node: &str, at_ms: u64) {
+/// The node's agent link closed: NotReady until it registers again. The close of a
+/// link that no longer holds the node changes nothing.
+pub(super) fn link_down(world: &mut World, node: &str, link: u64, at_ms: u64) {
     let Some(e) = entity(world, node) else { return };
-    let Some(mut h) = world.get_mut::<Heartbeats>(e) else {
+    let Some(mut h) = world.get_mut::<Heartbeats>(e).filter(|h| h.link == link) else {
         return;
     };
     h.linked = false;
@@ -149,6 +153,7 @@ mod tests {
             p.push(Event::NodeUp(n));
             p.push(Event::LinkUp {
                 node: name,
+                link: 1,
                 at_ms: 10_000,
             });
         }
@@ -257,6 +262,7 @@ mod tests {
         let node = names(&p)[0].clone();
         p.push(Event::LinkDown {
             node: node.clone(),
+            link: 1,
             at_ms: 10_200,
         });
         let cmds = p.tick_millis(10_200);
@@ -286,6 +292,7 @@ mod tests {
         p.push(Event::NodeUp(spec));
         p.push(Event::LinkUp {
             node: node.clone(),
+            link: 2,
             at_ms: 20_200,
         });
         let cmds = p.tick_millis(20_200);

@@ -13,7 +13,7 @@ use super::events::Event;
 use super::health::{self, Heartbeats};
 use super::numa::node::{HardwareCache, NodeHardware};
 use super::numa::request::task_numa;
-use super::ownership::{JobOwner, SIM_OWNER};
+use super::ownership::{JobId, JobOwner, NextJobId, SIM_OWNER, is_live, task_count};
 use super::queues::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, TopologyDirty};
 use crate::config::PlannerConfig;
 
@@ -83,9 +83,9 @@ pub fn ingest(world: &mut World) {
                     world.resource_mut::<TopologyDirty>().0 = true;
                 }
             }
-            Event::LinkUp { node, at_ms } => health::link_up(world, &node, at_ms),
+            Event::LinkUp { node, link, at_ms } => health::link_up(world, &node, link, at_ms),
             Event::Heartbeat { node, at_ms } => health::heartbeat(world, &node, at_ms),
-            Event::LinkDown { node, at_ms } => health::link_down(world, &node, at_ms),
+            Event::LinkDown { node, link, at_ms } => health::link_down(world, &node, link, at_ms),
             Event::Submit(spec) => submit(world, spec, SIM_OWNER.to_string()),
             Event::SubmitBy { spec, owner } => submit(world, spec, owner),
             Event::Cancel { job } => cancel(world, &job),
@@ -141,9 +141,48 @@ fn node_up(world: &mut World, spec: NodeSpec) {
 }
 
 fn submit(world: &mut World, spec: JobSpec, owner: String) {
-    if world.resource::<JobNames>().0.contains_key(&spec.name) {
-        let msg = format!("job {}: a job of that name exists; submission ignored", spec.name);
+    // Every submission uses its id up, refused or not (see `Planner::next_job_id`).
+    let id = {
+        let mut next = world.resource_mut::<NextJobId>();
+        let id = next.0;
+        next.0 += 1;
+        JobId(id)
+    };
+    let taken = world.resource::<JobNames>().0.get(&spec.name).copied();
+    if taken.and_then(|e| world.get::<JobState>(e)).is_some_and(is_live) {
+        let msg = format!(
+            "job {}: a job of that name has not ended; submission ignored",
+            spec.name
+        );
         world.resource_mut::<Outbox>().0.push(Command::Warn(msg));
+        return;
+    }
+    // Drivers check the limit before they push; this keeps a job that passed none (the
+    // simulator's files) from spawning an entity per replica.
+    let limit = world.resource::<PlannerConfig>().limits.max_tasks_per_job;
+    let tasks = task_count(&spec);
+    if tasks > limit {
+        let reason = format!("{tasks} tasks, more than [limits] maxTasksPerJob = {limit}");
+        world.resource_mut::<Outbox>().0.push(Command::Reject {
+            job: spec.name.clone(),
+            reason: reason.clone(),
+        });
+        let mut state = JobState::new();
+        state.phase = JobPhase::Rejected;
+        state.reason = Some(reason);
+        let gang_min = spec.gang_minimum();
+        let name = spec.name.clone();
+        let numa = spec.tasks.iter().map(|_| None).collect();
+        let job = Job {
+            spec,
+            gang_min,
+            sub_jobs: Vec::new(),
+            tasks: Vec::new(),
+            partition_groups: Vec::new(),
+            numa,
+        };
+        let e = world.spawn((job, state, JobOwner(owner), id)).id();
+        world.resource_mut::<JobNames>().0.insert(name, e);
         return;
     }
     let job_e = world.spawn_empty().id();
@@ -278,6 +317,7 @@ fn submit(world: &mut World, spec: JobSpec, owner: String) {
         },
         state,
         JobOwner(owner),
+        id,
     ));
 }
 
@@ -299,10 +339,13 @@ fn cancel(world: &mut World, name: &str) {
     }
     let now = world.resource::<Now>().0;
     if let Some(mut st) = world.get_mut::<JobState>(job_e)
-        && !matches!(st.phase, JobPhase::Finished | JobPhase::Rejected)
+        && !matches!(st.phase, JobPhase::Finished | JobPhase::Cancelled)
     {
+        // A rejected job too: it would be looked at again when nodes join.
         st.phase = JobPhase::Cancelled;
         st.end_time = Some(now);
+        // Why it waited no longer matters: it will never run.
+        st.reason = None;
     }
 }
 

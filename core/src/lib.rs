@@ -17,6 +17,7 @@ pub mod testing;
 
 pub mod allocate;
 pub mod capacity;
+pub mod claim;
 pub mod commands;
 pub mod components;
 pub mod discovery;
@@ -30,6 +31,7 @@ pub mod names;
 pub mod numa;
 pub mod ownership;
 pub mod queues;
+pub mod ratelimit;
 mod recover;
 pub mod refresh;
 mod reindex;
@@ -71,6 +73,7 @@ impl Planner {
         world.insert_resource(TopologyDirty(true));
         world.insert_resource(LabelTypes::default());
         world.insert_resource(names::JobNames::default());
+        world.insert_resource(ownership::NextJobId::default());
         world.insert_resource(names::NodeNames::default());
         world.insert_resource(NodeSetGeneration::default());
         world.insert_resource(discovery::Sources::default());

@@ -1,14 +1,23 @@
-//! Who submitted each job, who may cancel it, and which job names are taken. The core
-//! decides these, not a driver: the owner arrives with the submission
-//! ([`Event::SubmitBy`](super::Event::SubmitBy)) and stays on the job entity, so the
-//! daemon's answers and the job views read the same record.
+//! Who submitted each job, who may cancel it, which job names are taken, each job's id
+//! and what a submission may ask (`[limits]`). The core decides these, not a driver: the
+//! owner arrives with the submission ([`Event::SubmitBy`](super::Event::SubmitBy)) and
+//! stays on the job entity, so the daemon's answers and the job views read the same record.
+//!
+//! A job name is unique among the jobs that have not ended (pending or running): once a
+//! job finished, was cancelled or rejected, its name may be used again, and the name
+//! then means the newest job of that name. Every job has an id, a number counted up
+//! from 1 in submission order, that tells the jobs of one name apart.
 
 use bevy_ecs::prelude::*;
 
+use hyperplan_shared::JobSpec;
+
 use super::Planner;
+use super::components::{JobPhase, JobState};
 use super::events::Event;
 use super::names::JobNames;
 use super::queues::Inbox;
+use crate::config::PlannerConfig;
 
 /// The owner of jobs submitted with a bare [`Event::Submit`]: the simulator's, the tests'
 /// and the benches' jobs. A fixed name, not the local user, so reports are the same on
@@ -19,12 +28,65 @@ pub const SIM_OWNER: &str = "sim";
 #[derive(Component, Clone, Debug, PartialEq, Eq)]
 pub struct JobOwner(pub String);
 
+/// A job's number, given at submit: 1, 2, 3, … in the order submissions reach the core
+/// (a refused submission uses its number up too, so [`Planner::next_job_id`] can say a
+/// queued job's id before the tick that makes it).
+#[derive(Component, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct JobId(pub u64);
+
+/// The id the next submission the core ingests gets.
+#[derive(Resource, Debug)]
+pub struct NextJobId(pub u64);
+
+impl Default for NextJobId {
+    fn default() -> Self {
+        Self(1)
+    }
+}
+
+/// Whether a job has not ended: it may still run, so its name is taken and it counts
+/// against its owner's `maxJobsPerUser`. A job the allocator rejected is looked at again
+/// when the topology changes (nodes join), so it has not ended; one rejected at submit
+/// (over a limit, a bad NUMA policy) never is, so it has.
+pub fn is_live(state: &JobState) -> bool {
+    match state.phase {
+        JobPhase::Pending | JobPhase::Running => true,
+        JobPhase::Rejected => state.checked_generation.is_some(),
+        JobPhase::Finished | JobPhase::Cancelled => false,
+    }
+}
+
+/// Why a submission is refused. The texts are what people see after the file name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("job {job:?} has {tasks} tasks, more than [limits] maxTasksPerJob = {limit}")]
+    TooManyTasks { job: String, tasks: u64, limit: u64 },
+    #[error(
+        "{owner} has {live} job(s) that have not ended; {more} more would pass [limits] maxJobsPerUser = {limit} (cancel some, or wait for them to end)"
+    )]
+    TooManyJobs {
+        owner: String,
+        live: u64,
+        more: u64,
+        limit: u64,
+    },
+    #[error(transparent)]
+    Name(#[from] NameClash),
+}
+
+/// Tasks in `spec`: its tasks' replicas summed.
+pub fn task_count(spec: &JobSpec) -> u64 {
+    spec.tasks.iter().map(|t| u64::from(t.replicas)).sum()
+}
+
 /// Why a batch of job names cannot be submitted. The texts are what people see after
 /// the file name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameClash {
-    /// A job of that name exists (or is queued for the next tick).
-    #[error("job {name:?} exists (submitted by {owner}); job names must be unique")]
+    /// A job of that name has not ended (or is queued for the next tick).
+    #[error(
+        "job {name:?} exists (submitted by {owner}) and has not ended; job names must be unique among jobs that have not ended"
+    )]
     Exists { name: String, owner: String },
     /// The batch names it twice: at indexes `first` and `second` (drivers that read
     /// several files say which ones).
@@ -68,10 +130,12 @@ pub fn check_job_names<'a>(
     Ok(())
 }
 
-/// The owner of the job called `name`: a job in the world, or one queued for the next
-/// tick (two quick submissions of one name must not both pass).
+/// The owner of the live job called `name`: a job in the world that has not ended, or
+/// one queued for the next tick (two quick submissions of one name must not both pass).
 fn owner_in(world: &World, name: &str) -> Option<String> {
-    if let Some(&e) = world.resource::<JobNames>().0.get(name) {
+    if let Some(&e) = world.resource::<JobNames>().0.get(name)
+        && world.get::<JobState>(e).is_some_and(is_live)
+    {
         return Some(
             world
                 .get::<JobOwner>(e)
@@ -86,6 +150,58 @@ fn owner_in(world: &World, name: &str) -> Option<String> {
 }
 
 impl Planner {
+    /// Whether `owner` may submit `jobs` now: each within `[limits] maxTasksPerJob`,
+    /// `owner`'s jobs that have not ended (queued ones included) plus these within
+    /// `maxJobsPerUser`, and names free (see [`check_job_names`]).
+    pub fn check_submission(&mut self, jobs: &[JobSpec], owner: &str) -> Result<(), SubmitError> {
+        let limits = self.world.resource::<PlannerConfig>().limits;
+        for j in jobs {
+            let tasks = task_count(j);
+            if tasks > limits.max_tasks_per_job {
+                return Err(SubmitError::TooManyTasks {
+                    job: j.name.clone(),
+                    tasks,
+                    limit: limits.max_tasks_per_job,
+                });
+            }
+        }
+        let more = jobs.len() as u64;
+        let mut live = 0u64;
+        let mut q = self.world.query::<(&JobOwner, &JobState)>();
+        for (o, st) in q.iter(&self.world) {
+            live += u64::from(o.0 == owner && is_live(st));
+        }
+        live += self
+            .world
+            .resource::<Inbox>()
+            .0
+            .iter()
+            .filter(|e| matches!(e, Event::SubmitBy { owner: o, .. } if o == owner))
+            .count() as u64;
+        if live + more > limits.max_jobs_per_user {
+            return Err(SubmitError::TooManyJobs {
+                owner: owner.to_string(),
+                live,
+                more,
+                limit: limits.max_jobs_per_user,
+            });
+        }
+        Ok(self.check_job_names(jobs.iter().map(|j| j.name.as_str()))?)
+    }
+
+    /// The id the next [`Event::Submit`] or [`Event::SubmitBy`] pushed now will get: what
+    /// the daemon tells the person submitting before the tick that makes the job.
+    pub fn next_job_id(&self) -> u64 {
+        let queued = self
+            .world
+            .resource::<Inbox>()
+            .0
+            .iter()
+            .filter(|e| matches!(e, Event::Submit(_) | Event::SubmitBy { .. }))
+            .count() as u64;
+        self.world.resource::<NextJobId>().0 + queued
+    }
+
     /// Whether jobs called `names` may be submitted now (see [`check_job_names`]).
     pub fn check_job_names<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Result<(), NameClash> {
         check_job_names(names, |n| owner_in(&self.world, n))
@@ -168,9 +284,19 @@ mod tests {
         assert_eq!(p.owner_of("j"), Some(SIM_OWNER));
     }
 
+    /// A planner with one 8-CPU node, so one-CPU jobs wait or run rather than being
+    /// rejected.
+    fn planner_with_a_node(config: PlannerConfig) -> Planner {
+        let mut p = Planner::new(config);
+        for n in crate::testing::ClusterBuilder::flat(1).build().nodes {
+            p.push(Event::NodeUp(n));
+        }
+        p
+    }
+
     #[test]
     fn a_name_taken_by_a_job_or_a_queued_submission_is_refused_with_its_owner() {
-        let mut p = Planner::new(PlannerConfig::default());
+        let mut p = planner_with_a_node(PlannerConfig::default());
         submit_by(&mut p, "a", "alice");
         p.tick(0);
         let err = p.check_job_names(["new", "a"]).unwrap_err();
@@ -183,7 +309,7 @@ mod tests {
         );
         assert_eq!(
             err.to_string(),
-            "job \"a\" exists (submitted by alice); job names must be unique"
+            "job \"a\" exists (submitted by alice) and has not ended; job names must be unique among jobs that have not ended"
         );
         // Queued, not yet ticked: taken all the same.
         submit_by(&mut p, "b", "bob");
@@ -203,5 +329,75 @@ mod tests {
             })
         );
         assert_eq!(check_job_names(["x", "y"], |_| None), Ok(()));
+    }
+
+    #[test]
+    fn an_ended_jobs_name_is_free_again_and_each_job_has_its_own_id() {
+        let mut p = planner_with_a_node(PlannerConfig::default());
+        assert_eq!(p.next_job_id(), 1);
+        submit_by(&mut p, "j", "alice");
+        assert_eq!(p.next_job_id(), 2, "a queued submission has its id");
+        p.tick(0);
+        assert!(p.check_job_names(["j"]).is_err());
+        p.push(Event::Cancel { job: "j".into() });
+        p.tick(1);
+        assert_eq!(p.check_job_names(["j"]), Ok(()));
+        submit_by(&mut p, "j", "bob");
+        p.tick(2);
+        assert_eq!(p.owner_of("j"), Some("bob"), "the name means the newest job");
+        let reports = crate::view::job_reports(p.world_mut());
+        let seen: Vec<(u64, &str, hyperplan_shared::report::JobStatus)> =
+            reports.iter().map(|r| (r.id, r.name.as_str(), r.status)).collect();
+        use hyperplan_shared::report::JobStatus;
+        assert_eq!(seen, vec![(1, "j", JobStatus::Cancelled), (2, "j", JobStatus::Placed)]);
+        assert_eq!(reports[0].reason, None, "a cancelled job has no pending reason");
+        let newest = crate::view::newest_of_each_name(reports);
+        assert_eq!(newest.iter().map(|r| r.id).collect::<Vec<_>>(), vec![2]);
+    }
+
+    #[test]
+    fn submissions_over_the_limits_are_refused_naming_the_key() {
+        let mut config = PlannerConfig::default();
+        config.limits.max_tasks_per_job = 4;
+        config.limits.max_jobs_per_user = 2;
+        let mut p = planner_with_a_node(config);
+        let big = JobBuilder::gang("big", 5, "cpu=1").build();
+        let err = p.check_submission(std::slice::from_ref(&big), "alice").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "job \"big\" has 5 tasks, more than [limits] maxTasksPerJob = 4"
+        );
+        // Pushed anyway (a driver that did not ask): rejected, no task spawned.
+        p.push(Event::SubmitBy {
+            spec: big,
+            owner: "alice".into(),
+        });
+        let cmds = p.tick(0);
+        assert!(
+            cmds.iter()
+                .any(|c| matches!(c, crate::Command::Reject { job, .. } if job == "big"))
+        );
+        submit_by(&mut p, "a", "alice");
+        p.tick(1);
+        let two = [
+            JobBuilder::gang("b", 1, "cpu=1").build(),
+            JobBuilder::gang("c", 1, "cpu=1").build(),
+        ];
+        let err = p.check_submission(&two, "alice").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SubmitError::TooManyJobs {
+                    live: 1,
+                    more: 2,
+                    limit: 2,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("maxJobsPerUser = 2"), "{err}");
+        assert_eq!(p.check_submission(&two[..1], "alice"), Ok(()));
+        assert_eq!(p.check_submission(&two, "bob"), Ok(()));
     }
 }

@@ -111,9 +111,12 @@ pub enum RequestCommand {
     Cancel {
         job: String,
     },
-    /// One job, or all of them.
+    /// One job (the newest of that name), or the newest job of every name; with `all`,
+    /// every job of the name(s), ended ones included.
     Status {
         job: Option<String>,
+        #[serde(default)]
+        all: bool,
     },
     Nodes,
     HyperNodes,
@@ -309,8 +312,11 @@ mod tests {
                 text: "jobs: []\n".into(),
             },
             RequestCommand::Cancel { job: "j".into() },
-            RequestCommand::Status { job: None },
-            RequestCommand::Status { job: Some("j".into()) },
+            RequestCommand::Status { job: None, all: true },
+            RequestCommand::Status {
+                job: Some("j".into()),
+                all: false,
+            },
             RequestCommand::Nodes,
             RequestCommand::HyperNodes,
             RequestCommand::Manifests,

@@ -130,6 +130,9 @@ pub struct JobList {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Submitted {
     pub submitted: Vec<String>,
+    /// Each submitted job's id (see `JobReport::id`), in the same order.
+    #[serde(default)]
+    pub ids: Vec<u64>,
 }
 
 /// `hyperplan cancel --output json`.

@@ -84,6 +84,7 @@ fn status(job: &JobReport) -> String {
         }
         JobStatus::Pending => "pending".into(),
         JobStatus::Rejected => "rejected".into(),
+        JobStatus::Cancelled => "cancelled".into(),
     }
 }
 
@@ -98,6 +99,7 @@ mod tests {
 
     fn job(status: JobStatus, reason: Option<&str>, nodes: &[Option<&str>], under: Option<&str>) -> JobReport {
         JobReport {
+            id: 1,
             name: "big-32".into(),
             status,
             reason: reason.map(Into::into),

@@ -11,20 +11,27 @@ use crate::client::ClientArgs;
 
 const EXAMPLES: &str = "  hyperplan status
   hyperplan status train-64
+  hyperplan status --all train-64
   hyperplan status --output json | jq '.jobs[] | select(.status == \"pending\") | .reason'";
 
 /// Show jobs: status, HyperNode, nodes and, for pending jobs, why they wait.
 ///
-/// Without JOB, every job the planner knows; with JOB, that job and then one row per task:
+/// Without JOB, the newest job of every name; with JOB, the newest job of that name and then one row per task:
 /// rank, node, and its pinning (CPUs, NUMA nodes, memory per NUMA node, GPUs, NICs). The
 /// table and the JSON are those of `hyperplan simulate`: `{"jobs": [...]}` with the same
-/// job objects. `hyperplan explain JOB` says why a job is where it is.
+/// job objects, each with the `id` the planner gave it at submit. A name is unique among
+/// jobs that have not ended; once a job ended (finished, cancelled, rejected) its name may
+/// be used again, and `--all` shows every job of the name(s), each with its id.
+/// `hyperplan explain JOB` says why a job is where it is.
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = long_help(EXAMPLES))]
 pub struct Args {
     /// One job's name; all jobs without it.
     #[arg(value_name = "JOB")]
     job: Option<String>,
+    /// Every job, ended ones whose name was used again included (each with its id).
+    #[arg(long)]
+    all: bool,
     #[arg(long, value_enum, default_value_t)]
     output: Output,
     #[command(flatten)]
@@ -32,9 +39,26 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let one = args.job.is_some();
-    let command = RequestCommand::Status { job: args.job };
-    run_request(&args.client, command, args.output, "job list", |list| render(list, one))
+    let one = args.job.is_some() && !args.all;
+    let all = args.all;
+    let command = RequestCommand::Status { job: args.job, all };
+    run_request(&args.client, command, args.output, "job list", |list: &JobList| {
+        if all {
+            render(&with_ids(list), one)
+        } else {
+            render(list, one)
+        }
+    })
+}
+
+/// Job names with their ids (`train (id 7)`), for `--all`, where one name may be listed
+/// more than once.
+fn with_ids(list: &JobList) -> JobList {
+    let mut list = list.clone();
+    for j in &mut list.jobs {
+        j.name = format!("{} (id {})", j.name, j.id);
+    }
+    list
 }
 
 /// The job table and a count line; with `tasks`, the task table after it.
@@ -52,6 +76,7 @@ pub fn render(list: &JobList, tasks: bool) -> String {
         rejected: count(JobStatus::Rejected),
         makespan: 0,
     };
+    let cancelled = count(JobStatus::Cancelled);
     // The simulator's count line ends in its virtual makespan, which a live planner has
     // not got: drop that part.
     let simulated = format!(
@@ -71,6 +96,9 @@ pub fn render(list: &JobList, tasks: bool) -> String {
     if out.ends_with(&simulated) {
         out.truncate(out.len() - simulated.len());
         out.push_str(&live);
+        if cancelled > 0 {
+            out.insert_str(out.len() - 1, &format!(", {cancelled} cancelled"));
+        }
     }
     if tasks {
         out.push('\n');
@@ -114,6 +142,7 @@ mod tests {
         JobList {
             jobs: vec![
                 JobReport {
+                    id: 1,
                     name: "train-64".into(),
                     status: JobStatus::Placed,
                     reason: None,
@@ -125,6 +154,7 @@ mod tests {
                     tasks: vec![task(0, Some("gpu-b01"), true), task(1, Some("gpu-b02"), true)],
                 },
                 JobReport {
+                    id: 1,
                     name: "big-256".into(),
                     status: JobStatus::Pending,
                     reason: Some("no tier-1 HyperNode has 32 free GPUs; best is leaf-7 with 24".into()),
@@ -136,6 +166,7 @@ mod tests {
                     tasks: vec![task(0, None, false)],
                 },
                 JobReport {
+                    id: 1,
                     name: "huge".into(),
                     status: JobStatus::Rejected,
                     reason: Some("needs 4096 GPUs; the cluster has 512".into()),

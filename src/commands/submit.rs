@@ -48,9 +48,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for (reply, file) in client::requests(&config, commands)?.into_iter().zip(&names) {
         match reply {
             Ok(value) => {
-                submitted
-                    .submitted
-                    .extend(decode::<Submitted>(value.clone(), "submission receipt")?.submitted);
+                let receipt = decode::<Submitted>(value.clone(), "submission receipt")?;
+                submitted.submitted.extend(receipt.submitted);
+                submitted.ids.extend(receipt.ids);
                 values.push(value);
             }
             Err(message) if submitted.submitted.is_empty() => bail!("{message}"),
@@ -88,13 +88,22 @@ fn read_files(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, String)>> {
         .collect()
 }
 
-/// `submitted job-a, job-b`.
+/// `submitted job-a (id 7), job-b (id 8)` (without ids from a planner that gives none).
 pub fn render(submitted: &Submitted) -> String {
     if submitted.submitted.is_empty() {
-        "submitted nothing: the files hold no jobs\n".into()
-    } else {
-        format!("submitted {}\n", submitted.submitted.join(", "))
+        return "submitted nothing: the files hold no jobs\n".into();
     }
+    let jobs: Vec<String> = if submitted.ids.len() == submitted.submitted.len() {
+        submitted
+            .submitted
+            .iter()
+            .zip(&submitted.ids)
+            .map(|(n, id)| format!("{n} (id {id})"))
+            .collect()
+    } else {
+        submitted.submitted.clone()
+    };
+    format!("submitted {}\n", jobs.join(", "))
 }
 
 #[cfg(test)]
@@ -105,10 +114,13 @@ mod tests {
 
     #[test]
     fn receipt() {
-        let s = Submitted {
+        let mut s = Submitted {
             submitted: vec!["job-a".into(), "job-b".into()],
+            ids: vec![],
         };
         insta::assert_snapshot!(render(&s), @"submitted job-a, job-b");
+        s.ids = vec![7, 8];
+        insta::assert_snapshot!(render(&s), @"submitted job-a (id 7), job-b (id 8)");
         insta::assert_snapshot!(render(&Submitted::default()), @"submitted nothing: the files hold no jobs");
     }
 

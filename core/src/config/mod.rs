@@ -1,8 +1,9 @@
 //! What the planner core reads from `planner.toml`: `[scoring]` ([`scoring`]), `[numa]`
-//! ([`numa`]) and node health (the heartbeat keys of `[server]`). The daemon parses
+//! ([`numa`]), `[limits]` ([`limits`]) and node health (the heartbeat keys of `[server]`). The daemon parses
 //! the whole file and hands these sections here; nothing in this module reads a file.
 
 mod error;
+pub mod limits;
 pub mod numa;
 pub mod scoring;
 
@@ -11,6 +12,7 @@ use std::time::Duration;
 use bevy_ecs::prelude::Resource;
 
 pub use error::{ConfigError, parse_error};
+pub use limits::{LimitsConfig, LimitsSection};
 pub use numa::{NumaConfig, NumaSection};
 pub use scoring::{ScoringConfig, ScoringSection, SpanMode};
 
@@ -23,6 +25,8 @@ pub struct PlannerConfig {
     /// (the daemon's `ServerConfig::health`), derived again by the daemon when it starts so its
     /// flags count. The simulator's nodes have no heartbeats.
     pub health: HealthConfig,
+    /// `[limits]`: tasks per job, live jobs per user (checked at submit).
+    pub limits: LimitsConfig,
 }
 
 /// The core's sections of planner.toml as written; the daemon's are checked by the daemon.
@@ -31,6 +35,7 @@ struct CoreSections {
     #[serde(default)]
     scoring: ScoringSection,
     numa: Option<NumaSection>,
+    limits: Option<LimitsSection>,
 }
 
 impl PlannerConfig {
@@ -54,7 +59,10 @@ impl PlannerConfig {
         let at = |offset: usize, message: String| parse_error(text, origin, offset, message);
         let raw: CoreSections =
             toml::from_str(text).map_err(|e| at(e.span().map_or(usize::MAX, |s| s.start), e.message().to_string()))?;
-        Self::from_sections(&raw.scoring, raw.numa.as_ref(), &at)
+        Ok(Self {
+            limits: LimitsConfig::from_section(raw.limits.as_ref(), &at)?,
+            ..Self::from_sections(&raw.scoring, raw.numa.as_ref(), &at)?
+        })
     }
 }
 

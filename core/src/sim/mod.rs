@@ -112,6 +112,7 @@ pub fn simulate_with(
             JobStatus::Placed => summary.placed += 1,
             JobStatus::Pending => summary.pending += 1,
             JobStatus::Rejected => summary.rejected += 1,
+            JobStatus::Cancelled => {}
         }
         summary.makespan = summary.makespan.max(j.end_time.unwrap_or(0));
     }

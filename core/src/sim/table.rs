@@ -25,6 +25,7 @@ pub fn render_table(report: &Report) -> String {
             JobStatus::Placed => format!("placed {placed}/{}", j.tasks.len()),
             JobStatus::Pending => "pending".into(),
             JobStatus::Rejected => "rejected".into(),
+            JobStatus::Cancelled => "cancelled".into(),
         };
         rows.push([
             j.name.clone(),
@@ -114,6 +115,7 @@ mod tests {
 
     fn job(name: &str, tasks: Vec<TaskReport>) -> JobReport {
         JobReport {
+            id: 1,
             name: name.into(),
             status: JobStatus::Placed,
             reason: Some("reason\u{1b}[2J".into()),

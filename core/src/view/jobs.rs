@@ -6,24 +6,44 @@ use hyperplan_shared::report::{JobReport, JobStatus, TaskReport};
 
 use crate::components::{Job, JobPhase, JobState, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
 use crate::numa::node::NodeHardware;
-use crate::ownership::JobOwner;
+use crate::ownership::{JobId, JobOwner};
 use crate::topology::TopologyIndex;
 
-/// Every job, in (priority, submit time, name) order.
+/// Every job, in (priority, submit time, name, id) order.
 pub fn job_reports(world: &mut World) -> Vec<JobReport> {
-    let mut q = world.query::<(&Job, &JobState, Option<&JobOwner>)>();
+    let mut q = world.query::<(&Job, &JobState, Option<&JobOwner>, Option<&JobId>)>();
     let world = &*world;
     let index = world.resource::<TopologyIndex>();
-    let mut jobs: Vec<(&Job, &JobState, Option<&JobOwner>)> = q.iter(world).collect();
+    let mut jobs: Vec<_> = q.iter(world).collect();
     jobs.sort_by(|a, b| {
         b.0.spec
             .priority
             .cmp(&a.0.spec.priority)
             .then(a.0.spec.submit_time.cmp(&b.0.spec.submit_time))
             .then_with(|| a.0.spec.name.cmp(&b.0.spec.name))
+            .then(a.3.cmp(&b.3))
     });
     jobs.iter()
-        .map(|(job, st, owner)| report(world, index, job, st, *owner))
+        .map(|(job, st, owner, id)| report(world, index, job, st, *owner, *id))
+        .collect()
+}
+
+/// `reports` with only the newest job (highest id) of each name, in their order: what a
+/// name means once an ended job's name was used again.
+pub fn newest_of_each_name(reports: Vec<JobReport>) -> Vec<JobReport> {
+    let mut newest: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for r in &reports {
+        let id = newest.entry(r.name.as_str()).or_insert(r.id);
+        *id = (*id).max(r.id);
+    }
+    let keep: Vec<bool> = reports
+        .iter()
+        .map(|r| newest.get(r.name.as_str()) == Some(&r.id))
+        .collect();
+    reports
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(r, k)| k.then_some(r))
         .collect()
 }
 
@@ -32,14 +52,23 @@ pub fn job_report(world: &mut World, name: &str) -> Option<JobReport> {
     let mut q = world.query::<(&Job, &JobState, Option<&JobOwner>)>();
     let world = &*world;
     let index = world.resource::<TopologyIndex>();
-    let found = q.iter(world).find(|(j, _, _)| j.spec.name == name);
-    found.map(|(job, st, owner)| report(world, index, job, st, owner))
+    let e = *world.resource::<crate::names::JobNames>().0.get(name)?;
+    let (job, st, owner) = q.get(world, e).ok()?;
+    Some(report(world, index, job, st, owner, world.get::<JobId>(e)))
 }
 
-fn report(world: &World, index: &TopologyIndex, job: &Job, st: &JobState, owner: Option<&JobOwner>) -> JobReport {
+fn report(
+    world: &World,
+    index: &TopologyIndex,
+    job: &Job,
+    st: &JobState,
+    owner: Option<&JobOwner>,
+    id: Option<&JobId>,
+) -> JobReport {
     let status = match st.phase {
-        JobPhase::Pending | JobPhase::Cancelled if st.start_time.is_none() => JobStatus::Pending,
+        JobPhase::Pending => JobStatus::Pending,
         JobPhase::Rejected => JobStatus::Rejected,
+        JobPhase::Cancelled => JobStatus::Cancelled,
         _ => JobStatus::Placed,
     };
     let tasks = job
@@ -73,6 +102,7 @@ fn report(world: &World, index: &TopologyIndex, job: &Job, st: &JobState, owner:
         })
         .collect();
     JobReport {
+        id: id.map_or(0, |i| i.0),
         name: job.spec.name.clone(),
         status,
         reason: st.reason.clone(),

@@ -10,6 +10,6 @@ mod nodes;
 
 pub use explain::explain;
 pub use hypernodes::hyper_node_tree;
-pub use jobs::{job_report, job_reports};
+pub use jobs::{job_report, job_reports, newest_of_each_name};
 pub use manifests::resolved_specs;
 pub use nodes::node_statuses;

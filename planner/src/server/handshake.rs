@@ -23,7 +23,7 @@ pub async fn serve(incoming: quinn::Incoming, id: u64, to_core: mpsc::UnboundedS
     let conn = match incoming.await {
         Ok(c) => c,
         Err(e) => {
-            tracing::warn!(%peer, "refused: TLS handshake failed: {e}");
+            super::quiet::warn_limited!(format!("refused: TLS handshake failed: {e}"), %peer, "refused: TLS handshake failed: {e}");
             return;
         }
     };

@@ -13,6 +13,7 @@ mod client;
 pub mod discovery;
 mod driver;
 mod handshake;
+pub(crate) mod quiet;
 mod refuse;
 
 use std::net::SocketAddr;
