@@ -437,3 +437,33 @@ fn numa_example_pins_tasks() {
         serde_json::json!(["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"])
     );
 }
+
+/// Issue 12 item 5: `submit - < /dev/zero` used to read until memory ran out; now it stops
+/// at the job-file limit, before connecting anywhere, and says the limit.
+#[test]
+fn submit_refuses_endless_stdin_and_huge_files() {
+    let zero = std::fs::File::open("/dev/zero").unwrap_or_else(|e| panic!("{e}"));
+    let out = Command::new(env!("CARGO_BIN_EXE_hyperplan"))
+        .args(["submit", "-", "--planner", "127.0.0.1:9"])
+        .stdin(zero)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run hyperplan: {e}"));
+    assert!(!out.status.success());
+    assert_eq!(
+        text(&out.stderr),
+        "hyperplan: cannot read a job file from standard input: standard input is larger than the limit of 8 MiB \
+         for a job file (see Limits in README.md)\n"
+    );
+
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let big = dir.path().join("big.yaml");
+    std::fs::write(&big, "#".repeat(9 << 20)).unwrap_or_else(|e| panic!("{e}"));
+    let out = hyperplan(dir.path(), &["submit", "big.yaml", "--planner", "127.0.0.1:9"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        text(&out.stderr),
+        "hyperplan: cannot read the job file big.yaml: the file is larger than the limit of 8 MiB for a job file \
+         (see Limits in README.md)\n"
+    );
+}

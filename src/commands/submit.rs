@@ -1,11 +1,11 @@
 //! `hyperplan submit FILE...`: send job files to the planner. The planner parses them,
 //! so its errors name the file as you typed it.
 
-use std::io::Read;
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 use hyperplan_net::messages::RequestCommand;
+use hyperplan_shared::limits::{MAX_JOB_FILE, ReadError, read_file_text, read_text};
 use hyperplan_shared::status::Submitted;
 
 use super::{Output, decode, long_help, print_reply};
@@ -68,24 +68,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     print_reply(args.output, value, "submission receipt", render)
 }
 
-/// `(name as typed, text)` per file, all read before any is sent.
+/// `(name as typed, text)` per file, all read before any is sent. Each is read up to
+/// the job-file limit and no further: `submit - < /dev/zero` stops at 8 MiB.
 fn read_files(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, String)>> {
     paths
         .iter()
         .map(|path| {
             if path.as_os_str() == "-" {
-                let mut text = String::new();
-                std::io::stdin()
-                    .read_to_string(&mut text)
+                let text = read_text(std::io::stdin().lock(), MAX_JOB_FILE, "standard input")
+                    .map_err(limit_hint)
                     .context("cannot read a job file from standard input")?;
                 Ok(("<stdin>".to_owned(), text))
             } else {
-                let text = std::fs::read_to_string(path)
+                let text = read_file_text(path, MAX_JOB_FILE, "the file")
+                    .map_err(limit_hint)
                     .with_context(|| format!("cannot read the job file {}", path.display()))?;
                 Ok((path.display().to_string(), text))
             }
         })
         .collect()
+}
+
+/// Says where the limit comes from when a file is too large.
+fn limit_hint(e: ReadError) -> anyhow::Error {
+    match e {
+        ReadError::TooLarge { .. } => anyhow!("{e} for a job file (see Limits in README.md)"),
+        other => other.into(),
+    }
 }
 
 /// `submitted job-a (id 7), job-b (id 8)` (without ids from a planner that gives none).
