@@ -70,6 +70,8 @@ enum Command {
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // Before anything else: this may be the child that loads an untrusted hwloc XML.
+    hyperplan_agent::probe::isolate::serve_or_enable();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -116,6 +116,8 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 }
 
 fn main() -> ExitCode {
+    // Before anything else: this may be the child that loads an untrusted XML.
+    probe::isolate::serve_or_enable();
     let cli = Cli::parse();
     // The daemon says what it does; the probe only what went wrong.
     let default_filter = match cli.command {

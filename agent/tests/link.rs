@@ -555,3 +555,45 @@ async fn a_missing_certificate_is_a_startup_error() {
     assert!(stderr.contains("certificates for node ghost"), "{stderr}");
     assert!(stderr.contains("ghost.pem"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_malformed_xml_is_an_error_at_start_and_a_warning_on_reprobe() {
+    let dir = tempfile::tempdir().unwrap();
+    cluster(dir.path(), &["n004"]);
+    // An object without complete_cpuset: libhwloc 2.9 crashes on it (SIGSEGV).
+    let good = std::fs::read_to_string(Path::new(XML_DIR).join("xml__16em64t-4s2c2t.xml")).unwrap();
+    let pu = good.find("<object type=\"PU\"").unwrap();
+    let start = pu + good[pu..].find(" complete_cpuset=\"").unwrap();
+    let end = start + 1 + good[start + 1..].find("\" ").unwrap() + 1;
+    let mut bad = good.clone();
+    bad.replace_range(start..end, "");
+    let xml = dir.path().join("machine.xml");
+    let xml_arg = xml.to_string_lossy().to_string();
+
+    // At start: a startup error naming the file, not a crash (no systemd restart loop).
+    std::fs::write(&xml, &bad).unwrap();
+    let mut agent = Agent::spawn(dir.path(), loopback(), "n004", &["--hwloc-xml", &xml_arg], &[]);
+    agent.log(&xml_arg).await;
+    let status = agent.exit().await;
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), None, "crashed");
+    assert_eq!(status.code(), Some(1));
+
+    // On a re-probe: a warning, and the agent goes on with the last good topology.
+    std::fs::write(&xml, &good).unwrap();
+    let mut planner = Planner::start(dir.path(), loopback());
+    let mut agent = Agent::spawn(
+        dir.path(),
+        planner.addr,
+        "n004",
+        &["--hwloc-xml", &xml_arg, "--reprobe-interval", "0"],
+        &[],
+    );
+    let (conn, _, _) = planner.registration().await;
+    std::fs::write(&xml, &bad).unwrap();
+    agent.signal("HUP");
+    let line = agent.log("re-probe failed").await;
+    assert!(line.contains(&xml_arg) && line.contains("crashed"), "{line}");
+    planner.heartbeats(conn, 2).await;
+    agent.signal("TERM");
+    assert!(agent.exit().await.success());
+}

@@ -175,3 +175,33 @@ fn labels_come_from_the_config_and_flags_override() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("agent.toml:1:1: unknown field `planer`"));
 }
+
+/// A copy of a real export whose first PU has no `complete_cpuset` (libhwloc 2.9 crashes
+/// on it with SIGSEGV).
+fn malformed_xml(dir: &std::path::Path) -> PathBuf {
+    let text = std::fs::read_to_string(data("hwloc-xml/xml__16em64t-4s2c2t.xml")).unwrap();
+    let pu = text.find("<object type=\"PU\"").unwrap();
+    let attr_start = pu + text[pu..].find(" complete_cpuset=\"").unwrap();
+    let attr_end = attr_start + 1 + text[attr_start + 1..].find("\" ").unwrap() + 1;
+    let mut bad = text.clone();
+    bad.replace_range(attr_start..attr_end, "");
+    let path = dir.join("no-complete-cpuset.xml");
+    std::fs::write(&path, bad).unwrap();
+    path
+}
+
+#[test]
+fn malformed_xml_that_crashes_hwloc_is_an_error_naming_the_file() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let xml = malformed_xml(dir.path());
+    for format in ["text", "json"] {
+        let out = agent(&["probe", "--format", format, "--hwloc-xml", xml.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.signal(), None, "the probe crashed: {stderr}");
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(&xml.display().to_string()), "{stderr}");
+        assert!(stderr.contains("crashed"), "{stderr}");
+        assert!(out.stdout.is_empty());
+    }
+}

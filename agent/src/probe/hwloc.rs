@@ -59,6 +59,9 @@ pub enum HwlocSource<'a> {
 /// [`ProbeError::Xml`] when the XML file is missing, unreadable or rejected by hwloc,
 /// [`ProbeError::Synthetic`] when the description does not parse, [`ProbeError::Hwloc`]
 /// when hwloc cannot build the topology of this machine.
+///
+/// In this process: libhwloc crashes on some malformed XML, so an untrusted file goes
+/// through [`super::probe`], which loads it in a child process ([`super::isolate`]).
 pub fn probe_hwloc(source: HwlocSource<'_>) -> Result<NodeTopology, ProbeError> {
     let topology = build(source)?;
     if let HwlocSource::XmlFile(path) = source {

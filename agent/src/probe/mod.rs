@@ -9,6 +9,7 @@
 mod error;
 pub mod hwloc;
 pub mod infiniband;
+pub mod isolate;
 pub mod live;
 mod size;
 mod sysfs;
@@ -65,12 +66,13 @@ pub fn sysfs_dir_of(root: &Path) -> PathBuf {
     }
 }
 
-/// Probes as `opts` says.
+/// Probes as `opts` says. An XML export is loaded in a child process where the binary
+/// serves one ([`isolate`]): libhwloc crashes on some malformed files.
 pub fn probe(opts: &ProbeOptions) -> Result<NodeTopology, ProbeError> {
     let _span = tracing::info_span!("probe").entered();
     let mut topo = match &opts.source {
         Source::Local => hwloc::probe_hwloc(hwloc::HwlocSource::Local)?,
-        Source::HwlocXml(p) => hwloc::probe_hwloc(hwloc::HwlocSource::XmlFile(p))?,
+        Source::HwlocXml(p) => isolate::load_xml(p)?,
         Source::Synthetic(s) => hwloc::probe_hwloc(hwloc::HwlocSource::Synthetic(s))?,
     };
     let sysfs = match (&opts.sysfs_root, &opts.source) {
