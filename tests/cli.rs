@@ -376,7 +376,7 @@ fn nodes_described_by_their_hardware_get_resources_from_it() {
     std::fs::write(dir.path().join("cluster.yaml"), cluster).unwrap_or_else(|e| panic!("{e}"));
     std::fs::write(
         dir.path().join("jobs.yaml"),
-        "- name: gpus\n  tasks: [{name: w, replicas: 2, resources: {nvidia.com/gpu: 16}}]\n- name: cpus\n  tasks: [{name: w, replicas: 1, resources: {cpu: 64}}]\n- name: too-many\n  tasks: [{name: w, replicas: 1, resources: {nvidia.com/gpu: 17}}]\n",
+        "- name: gpus\n  tasks: [{name: w, replicas: 2, resources: {cpu: 1, nvidia.com/gpu: 16}}]\n- name: cpus\n  tasks: [{name: w, replicas: 1, resources: {cpu: 64}}]\n- name: too-many\n  tasks: [{name: w, replicas: 1, resources: {cpu: 1, nvidia.com/gpu: 17}}]\n",
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let v = json(&hyperplan(
