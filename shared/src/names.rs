@@ -125,6 +125,15 @@ pub fn escape(s: &str) -> String {
     out
 }
 
+/// [`escape`] for whole lines of output: newlines stay newlines, every other control or
+/// format character is escaped. Escaped text passes through unchanged.
+pub fn escape_text(s: &str) -> String {
+    if !s.chars().any(|c| c != '\n' && needs_escape(c)) {
+        return s.to_string();
+    }
+    s.split('\n').map(escape).collect::<Vec<_>>().join("\n")
+}
+
 fn needs_escape(c: char) -> bool {
     c.is_control() || is_invisible(c)
 }
@@ -192,6 +201,12 @@ mod tests {
     fn escape_neutralises_terminal_controls() {
         assert_eq!(escape("plain ü"), "plain ü");
         assert_eq!(escape("a\nb\u{1b}c\u{202e}d\0"), "a\\nb\\u{1b}c\\u{202e}d\\u{0}");
+    }
+
+    #[test]
+    fn escape_text_keeps_lines() {
+        assert_eq!(escape_text("a\nb\u{1b}\n"), "a\nb\\u{1b}\n");
+        assert_eq!(escape_text("plain\n"), "plain\n");
     }
 
     #[test]

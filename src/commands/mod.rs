@@ -64,12 +64,23 @@ pub fn print_reply<T: DeserializeOwned>(
     what: &str,
     table: impl FnOnce(&T) -> String,
 ) -> anyhow::Result<()> {
-    let text = match output {
-        Output::Json => json(&value)?,
-        Output::Table => table(&decode::<T>(value, what)?),
-    };
-    print!("{text}");
+    print!("{}", render_reply(output, value, what, table)?);
     Ok(())
+}
+
+/// What [`print_reply`] prints. Tables print names as validated and everything else
+/// (labels, reasons, warnings that quote files) escaped: a control character or bidi
+/// override in a reply never reaches the terminal raw.
+fn render_reply<T: DeserializeOwned>(
+    output: Output,
+    value: serde_json::Value,
+    what: &str,
+    table: impl FnOnce(&T) -> String,
+) -> anyhow::Result<String> {
+    Ok(match output {
+        Output::Json => json(&value)?,
+        Output::Table => hyperplan_shared::names::escape_text(&table(&decode::<T>(value, what)?)),
+    })
 }
 
 /// The reply value, pretty, with a final newline.
@@ -83,4 +94,24 @@ pub fn decode<T: DeserializeOwned>(value: serde_json::Value, what: &str) -> anyh
     serde_json::from_value(value).with_context(|| {
         format!("the planner's reply is not the {what} this hyperplan expects (--output json shows it as is)")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    /// Issue 12 item 8: a reply's free text (a warning quoting a label) prints escaped.
+    #[test]
+    fn table_output_escapes_control_characters() {
+        let text = render_reply::<serde_json::Value>(Output::Table, serde_json::json!(1), "x", |_| {
+            "warning: label rack=\u{1b}]0;owned\u{7} \u{202e}kcab\nnext line\n".to_string()
+        })
+        .unwrap();
+        assert_eq!(
+            text,
+            "warning: label rack=\\u{1b}]0;owned\\u{7} \\u{202e}kcab\nnext line\n"
+        );
+    }
 }
