@@ -98,3 +98,50 @@ fn units_have_the_required_settings() {
     assert!(!agent.lines().any(|l| l.starts_with("ProtectControlGroups=")));
     assert!(agent.contains("ExecReload=/bin/kill -HUP $MAINPID"));
 }
+
+/// The overall exposure `systemd-analyze security --offline=true` gives a unit file.
+fn exposure(analyze: &Path, unit: &Path) -> f64 {
+    let output = Command::new(analyze)
+        .args(["security", "--offline=true", "--no-pager"])
+        .arg(unit)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no exposure level for {}: {}\n{stdout}{}",
+                unit.display(),
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+    let score = line.rsplit(':').next().unwrap().split_whitespace().next().unwrap();
+    score.parse().unwrap_or_else(|e| panic!("{line}: {e}"))
+}
+
+/// The planner needs no privilege at all; the agent keeps what launching tasks as their
+/// users needs (issue 12 item 19: they were rated 5.6 and 6.4).
+#[test]
+fn units_are_rated_low_by_systemd_analyze_security() {
+    let Some(analyze) = systemd_analyze() else {
+        eprintln!("note: systemd-analyze not found; skipping the exposure check");
+        return;
+    };
+    let probe = Command::new(&analyze).args(["security", "--help"]).output().unwrap();
+    if !String::from_utf8_lossy(&probe.stdout).contains("--offline") {
+        eprintln!("note: this systemd-analyze has no `security --offline`; skipping the exposure check");
+        return;
+    }
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd");
+    let planner = exposure(&analyze, &source.join("hyperplan-planner.service"));
+    let agent = exposure(&analyze, &source.join("hyperplan-agent.service"));
+    eprintln!("exposure: planner {planner}, agent {agent}");
+    assert!(planner <= 2.0, "hyperplan-planner.service is rated {planner}, expected at most 2.0");
+    assert!(agent <= AGENT_EXPOSURE, "hyperplan-agent.service is rated {agent}, expected at most {AGENT_EXPOSURE}");
+}
+
+/// What the agent's remaining rights (see the comments in its unit) cost.
+const AGENT_EXPOSURE: f64 = 4.5;
