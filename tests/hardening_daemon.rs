@@ -212,3 +212,35 @@ fn a_fifo_as_a_discovery_file_is_refused_and_sighup_recovers_the_source() {
         (tree["sources"][0]["error"].is_null() && tree["sources"][0]["lastSuccess"].is_u64()).then_some(())
     });
 }
+
+#[test]
+fn repeated_refusals_are_one_warning_line_not_one_each() {
+    let c = Cluster::start(&[]);
+    let other = tempfile::tempdir().unwrap();
+    let o = path_str(other.path());
+    for args in [
+        vec!["certs", "init", "--dir", o],
+        vec!["certs", "issue", "--dir", o, "--user", "alice", "--role", "admin"],
+    ] {
+        let ok = Command::new(common::hyperplan_bin()).args(&args).status().unwrap();
+        assert!(ok.success());
+    }
+    for _ in 0..4 {
+        let out = Command::new(common::hyperplan_bin())
+            .args(["nodes"])
+            .env("HYPERPLAN_PLANNER", &c.addr)
+            .env("HYPERPLAN_CERT_DIR", other.path())
+            .env("HYPERPLAN_USER", "alice")
+            .env("XDG_CONFIG_HOME", other.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "a foreign certificate must be refused");
+    }
+    wait_for(LONG, "the TLS refusal logged", || {
+        c.planner_log().contains("refused: TLS handshake failed").then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let log = c.planner_log();
+    let lines = log.lines().filter(|l| l.contains("TLS handshake failed")).count();
+    assert_eq!(lines, 1, "{log}");
+}
