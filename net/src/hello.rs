@@ -29,6 +29,9 @@ pub enum HelloError {
     },
     #[error("hello says name {claimed:?} but the certificate names {certified:?}")]
     Name { claimed: String, certified: String },
+    /// An agent's name is a node name everywhere after this: it must follow the rule.
+    #[error("bad node name in the hello: {0}")]
+    BadNodeName(#[from] hyperplan_shared::names::NameError),
 }
 
 impl HelloError {
@@ -36,13 +39,14 @@ impl HelloError {
     pub fn close_code(&self) -> u32 {
         match self {
             Self::Version { .. } => close::VERSION,
-            Self::Role { .. } | Self::Name { .. } => close::REFUSED,
+            Self::Role { .. } | Self::Name { .. } | Self::BadNodeName(_) => close::REFUSED,
         }
     }
 }
 
 /// Accepts `hello` from the peer whose certificate says `identity`: same protocol
-/// version, the role the certificate grants, and the certificate's name.
+/// version, the role the certificate grants, the certificate's name, and for an agent a
+/// node name that follows the rule of `hyperplan_shared::names`.
 pub fn check_hello(hello: &Hello, identity: &Identity) -> Result<(), HelloError> {
     if hello.version != PROTOCOL_VERSION {
         return Err(HelloError::Version {
@@ -55,6 +59,9 @@ pub fn check_hello(hello: &Hello, identity: &Identity) -> Result<(), HelloError>
             claimed: hello.role,
             granted: identity.role,
         });
+    }
+    if hello.role == crate::messages::Role::Agent {
+        hyperplan_shared::names::check_name(hyperplan_shared::names::NameKind::Node, &hello.name)?;
     }
     if hello.name != identity.name {
         return Err(HelloError::Name {
@@ -102,5 +109,21 @@ mod tests {
         };
         let err = check_hello(&future, &agent("n1")).unwrap_err();
         assert_eq!(err.close_code(), close::VERSION);
+    }
+
+    /// Issue 12 item 8: an agent's node name follows the name rule even when its
+    /// certificate carries the bad name (certificates made elsewhere, or before the rule).
+    #[test]
+    fn an_agent_with_a_bad_node_name_is_refused() {
+        for name in ["n1\u{1b}[2J", "../../etc/passwd", "", "evil\u{202e}1"] {
+            let err = check_hello(&Hello::new(Role::Agent, name), &agent(name)).unwrap_err();
+            assert_eq!(err.close_code(), close::REFUSED, "{name:?}");
+            assert!(
+                err.to_string()
+                    .starts_with("bad node name in the hello: expected a node name"),
+                "{err}"
+            );
+            assert!(!err.to_string().contains('\u{1b}'), "{err}");
+        }
     }
 }
