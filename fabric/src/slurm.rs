@@ -9,7 +9,7 @@
 //! out too (warned), so what is written always reads back. A file with no `SwitchName=`
 //! line is an error, not an empty result. A node or switch listed under several parents is
 //! kept everywhere, with a warning (HyperNodes want one parent; the planner reports it).
-//! Names are kept exactly as written.
+//! Names are kept exactly as written, and must follow hyperplan's name rule.
 //!
 //! Export: one line per HyperNode, tier by tier, names compressed to hostlists. Import →
 //! export → import gives the same HyperNodes.
@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use hyperplan_shared::hostlist::{compress, expand};
+use hyperplan_shared::names::{NameKind, check_name};
 use hyperplan_shared::{HyperNodeSpec, Member, MemberType, Selector};
 
 use crate::error::FabricError;
@@ -67,18 +68,24 @@ pub fn parse_topology_conf(text: &str, path: &Path) -> Result<SlurmImport, Fabri
                     format!("expected the line to start with `SwitchName=`, got {token:?}{hint}"),
                 ));
             }
-            let list = |v: &str| -> Result<Vec<String>, FabricError> {
-                expand(v).map_err(|e| err(line_no, format!("{key}: {e}")))
+            // Names become HyperNode and node names: the one rule applies (`names.rs`).
+            let list = |v: &str, kind: NameKind, field: &str| -> Result<Vec<String>, FabricError> {
+                let names = expand(v).map_err(|e| err(line_no, format!("{key}: {e}")))?;
+                for n in &names {
+                    check_name(kind, n).map_err(|e| err(line_no, format!("{field}: {e}")))?;
+                }
+                Ok(names)
             };
             match key.as_str() {
                 "switchname" if pos == 0 => {
                     if value.is_empty() {
                         return Err(err(line_no, "expected a name after `SwitchName=`".to_string()));
                     }
+                    check_name(NameKind::HyperNode, value).map_err(|e| err(line_no, format!("SwitchName: {e}")))?;
                     entry.name = value.to_string();
                 }
-                "switches" => entry.switches.extend(list(value)?),
-                "nodes" => entry.nodes.extend(list(value)?),
+                "switches" => entry.switches.extend(list(value, NameKind::HyperNode, "Switches")?),
+                "nodes" => entry.nodes.extend(list(value, NameKind::Node, "Nodes")?),
                 "linkspeed" => {}
                 _ => {
                     return Err(err(
@@ -465,6 +472,24 @@ SwitchName=l2 \\
                 "topology.conf:0: expected `SwitchName=` lines (Slurm topology/tree), the file has none"
             );
         }
+    }
+
+    /// Issue 12 item 8: names from a discovery source follow the name rule too.
+    #[test]
+    fn bad_names_are_errors_naming_the_line() {
+        let e = import("SwitchName=l1 Nodes=n1\nSwitchName=s\u{1b}[2J Switches=l1\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("topology.conf:2: SwitchName: expected a HyperNode name of 1-253"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains('\u{1b}'), "{e}");
+        let e = import("SwitchName=l1 Nodes=../etc/passwd\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("topology.conf:1: Nodes: expected a node name"),
+            "{e}"
+        );
     }
 
     #[test]
