@@ -383,3 +383,42 @@ fn fewer_numa_nodes_spanned_scores_higher() {
     let w = &tasks(&r, "wide")[0];
     assert_eq!((w.node.as_deref(), w.numa_nodes.clone()), (Some("n02"), vec![0]));
 }
+
+/// Issue 12 item 11: on nodes of different hardware the numa-aware score still decides.
+/// n01 (two NUMA nodes of 8 PUs) sorts first, but a 12-PU task spans two NUMA nodes there
+/// and one on n02 (one NUMA node of 16 PUs): under every policy but `none` it goes to
+/// n02, outside every HyperNode and inside one.
+#[test]
+fn fewer_numa_nodes_spanned_wins_across_different_hardware() {
+    let narrow = MachineBuilder::new(2, 1, 8, 1).build();
+    let wide = MachineBuilder::new(1, 1, 16, 1).build();
+    let flat = ClusterBuilder::flat(2)
+        .node_hardware(0, narrow.clone())
+        .node_hardware(1, wide.clone())
+        .build();
+    let leaf = ClusterBuilder::fat_tree(&[2], 1)
+        .node_hardware(0, narrow)
+        .node_hardware(1, wide)
+        .build();
+    for (where_, cluster, hard) in [("outside", &flat, false), ("inside", &leaf, true)] {
+        for policy in ["best-effort", "restricted", "single-numa-node", "none"] {
+            let mut job = JobBuilder::gang("w", 1, "cpu=12").numa(policy);
+            if hard {
+                job = job.hard(1);
+            }
+            let r = run(cluster, &[job.build()], cfg());
+            let t = &tasks(&r, "w")[0];
+            let node = names_of(&cluster.nodes, 1);
+            let want = if policy == "none" {
+                names_of(&cluster.nodes, 0)
+            } else {
+                node
+            };
+            assert_eq!(t.node.as_deref(), Some(want.as_str()), "{where_} a HyperNode, {policy}");
+        }
+    }
+}
+
+fn names_of(nodes: &[hyperplan_shared::NodeSpec], i: usize) -> String {
+    nodes[i].name.clone()
+}

@@ -436,7 +436,7 @@ impl<'a> Search<'a> {
                     }
                     match self.numa.assign(n, req) {
                         Ok(a) => {
-                            let want = self.numa.ideal_span(n, req, role, &mut ideal);
+                            let want = self.numa.group_ideal_span(g, req, role, &mut ideal);
                             let better = if a.numa.count() > want {
                                 self.narrower_after(nodes, pos, shape, req, want)
                             } else {

@@ -40,7 +40,7 @@ impl NumaMask {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PuInfo {
     /// OS index (what `taskset` and cgroups use).
     pub os: u32,
@@ -52,7 +52,7 @@ pub struct PuInfo {
     pub numa: u32,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct GpuInfo {
     pub pci_bus_id: String,
     /// Dense NUMA indices local to the GPU (usually one).
@@ -60,7 +60,7 @@ pub struct GpuInfo {
 }
 
 /// One node's hardware.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NumaMachine {
     /// OS index of each dense NUMA node.
     pub numa_os: Vec<u32>,

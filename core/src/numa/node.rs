@@ -216,14 +216,36 @@ pub fn list_form(ids: &[u32]) -> String {
     out
 }
 
-/// One `NodeNuma` per distinct topology (by identity) or resource shape, so ten thousand
-/// identical nodes share one.
+/// One `NodeNuma` per distinct hardware, so ten thousand identical nodes share one: the
+/// allocator caches per hardware (a task's ideal span, a group's machine kinds), and the
+/// daemon's agents each send their own copy of the same probe.
 #[derive(Debug, Default, Resource)]
 pub struct HardwareCache {
-    /// Keyed by the topology's address; the `SharedTopology` kept alongside keeps the
-    /// address from being reused.
+    /// Fast path by the topology's address (the simulator's nodes share one); the
+    /// `SharedTopology` kept alongside keeps the address from being reused. Entries only
+    /// this cache holds are dropped as it grows, so agents re-registering cannot grow it.
     by_topology: HashMap<usize, (SharedTopology, Arc<NodeNuma>)>,
+    /// By content: hash → the distinct `NodeNuma`s with that hash.
+    by_content: HashMap<u64, Vec<Arc<NodeNuma>>>,
     by_resources: HashMap<(u64, u64, usize), Arc<NodeNuma>>,
+    prune_at: usize,
+}
+
+impl NodeNuma {
+    /// The same hardware as far as placement can tell (what `HardwareCache` shares).
+    fn same(&self, other: &NodeNuma) -> bool {
+        self.machine == other.machine && self.rails == other.rails && self.gpu_ids == other.gpu_ids
+    }
+
+    fn content_hash(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        // Fixed keys: the same hardware hashes alike in every run.
+        let mut h = std::hash::DefaultHasher::new();
+        self.machine.hash(&mut h);
+        self.rails.hash(&mut h);
+        self.gpu_ids.hash(&mut h);
+        h.finish()
+    }
 }
 
 impl HardwareCache {
@@ -231,11 +253,15 @@ impl HardwareCache {
         match hardware {
             Some(t) => {
                 let key = Arc::as_ptr(&t.0) as usize;
-                self.by_topology
-                    .entry(key)
-                    .or_insert_with(|| (t.clone(), Arc::new(NodeNuma::from_topology(t))))
-                    .1
-                    .clone()
+                if let Some((_, n)) = self.by_topology.get(&key) {
+                    return n.clone();
+                }
+                let n = self.intern(NodeNuma::from_topology(t));
+                self.by_topology.insert(key, (t.clone(), n.clone()));
+                if self.by_topology.len() > self.prune_at {
+                    self.prune();
+                }
+                n
             }
             None => {
                 let key = (
@@ -249,6 +275,32 @@ impl HardwareCache {
                     .clone()
             }
         }
+    }
+
+    fn intern(&mut self, n: NodeNuma) -> Arc<NodeNuma> {
+        let bucket = self.by_content.entry(n.content_hash()).or_default();
+        if let Some(same) = bucket.iter().find(|b| b.same(&n)) {
+            return same.clone();
+        }
+        let n = Arc::new(n);
+        bucket.push(n.clone());
+        n
+    }
+
+    /// Drops topologies and hardware nothing else holds any more.
+    fn prune(&mut self) {
+        self.by_topology.retain(|_, (t, _)| Arc::strong_count(&t.0) > 1);
+        self.by_content.retain(|_, bucket| {
+            // Held by a node, or by a topology entry kept above.
+            bucket.retain(|n| Arc::strong_count(n) > 1);
+            !bucket.is_empty()
+        });
+        self.prune_at = (2 * self.by_topology.len()).max(64);
+    }
+
+    /// Distinct hardware descriptions held (for tests).
+    pub fn distinct(&self) -> usize {
+        self.by_content.values().map(Vec::len).sum::<usize>() + self.by_resources.len()
     }
 }
 
@@ -285,5 +337,31 @@ mod tests {
         assert_eq!(n.machine.numa_count(), 1);
         assert_eq!(n.gpu_ids, vec![Arc::from("0"), Arc::from("1")]);
         assert_eq!(n.all_free.memory, vec![1 << 30]);
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+    use crate::testing::MachineBuilder;
+
+    /// Every agent sends its own copy of the same probe: the planner keeps one
+    /// description, and re-registering agents do not grow the cache.
+    #[test]
+    fn identical_probes_share_one_description_and_the_cache_stays_bounded() {
+        let mut cache = HardwareCache::default();
+        let r = Resources::new();
+        let probe = MachineBuilder::new(2, 1, 8, 2).build();
+        let other = MachineBuilder::new(1, 1, 16, 1).build();
+        let first = cache.get(Some(&SharedTopology::new(probe.clone())), &r);
+        let mut held = Vec::new();
+        for i in 0..10_000 {
+            let t = if i % 2 == 0 { probe.clone() } else { other.clone() };
+            held.push(cache.get(Some(&SharedTopology::new(t)), &r));
+        }
+        assert!(Arc::ptr_eq(&first, &held[0]));
+        assert!(Arc::ptr_eq(&held[1], &held[3]));
+        assert_eq!(cache.distinct(), 2);
+        assert!(cache.by_topology.len() <= 64, "{}", cache.by_topology.len());
     }
 }

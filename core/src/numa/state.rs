@@ -11,7 +11,7 @@ use bevy_ecs::prelude::*;
 use super::NumaFree;
 use super::assign::{self, AssignError, Assignment, TaskNuma};
 use super::node::NodeNuma;
-use crate::ids::NodeIdx;
+use crate::ids::{GroupIdx, NodeIdx};
 use crate::topology::TopologyIndex;
 
 #[derive(Clone, Debug, Default, Resource)]
@@ -20,6 +20,9 @@ pub struct NumaState {
     nodes: Vec<Option<Arc<NodeNuma>>>,
     /// By `NodeIdx`; `None` = everything free (most nodes, most of the time).
     free: Vec<Option<NumaFree>>,
+    /// By group (`TopologyIndex::groups`): one node of each hardware kind in it, so the
+    /// narrowest span a group can offer is known without scanning its nodes.
+    kinds: Vec<Vec<NodeIdx>>,
     generation: Option<u64>,
 }
 
@@ -54,6 +57,19 @@ impl NumaState {
     /// NUMA nodes `task` spans on node `n` when it is empty: the best any node of that
     /// hardware can do. Cached per (role, hardware) in `cache`: a list, since a cluster
     /// has a handful of machine kinds and a search asks per task.
+    /// The fewest NUMA nodes `task` spans on an empty node of group `g`, over the
+    /// group's hardware kinds: with mixed machines in a group, the first fit may be a
+    /// kind where the task spans more than on another.
+    pub fn group_ideal_span(&self, g: GroupIdx, task: &TaskNuma, role: usize, cache: &mut IdealSpans) -> u32 {
+        self.kinds
+            .get(g.ix())
+            .into_iter()
+            .flatten()
+            .map(|&n| self.ideal_span(n, task, role, cache))
+            .min()
+            .unwrap_or(0)
+    }
+
     pub fn ideal_span(&self, n: NodeIdx, task: &TaskNuma, role: usize, cache: &mut IdealSpans) -> u32 {
         let Some(hw) = self.node(n) else { return 0 };
         let key = (role, Arc::as_ptr(hw) as usize);
@@ -88,6 +104,7 @@ impl NumaState {
         Self {
             nodes: self.nodes.clone(),
             free: vec![None; self.nodes.len()],
+            kinds: self.kinds.clone(),
             generation: self.generation,
         }
     }
@@ -95,9 +112,26 @@ impl NumaState {
     /// Node hardware by dense index for `index`, everything free.
     pub fn build(index: &TopologyIndex, hardware: impl Fn(Entity) -> Option<Arc<NodeNuma>>) -> Self {
         let nodes: Vec<Option<Arc<NodeNuma>>> = index.node_entities.iter().map(|&e| hardware(e)).collect();
+        let kinds = index
+            .groups
+            .iter()
+            .map(|g| {
+                let mut seen: Vec<(usize, NodeIdx)> = Vec::new();
+                for &n in &g.nodes {
+                    if let Some(hw) = nodes.get(n.ix()).and_then(Option::as_ref) {
+                        let key = Arc::as_ptr(hw) as usize;
+                        if !seen.iter().any(|(k, _)| *k == key) {
+                            seen.push((key, n));
+                        }
+                    }
+                }
+                seen.into_iter().map(|(_, n)| n).collect()
+            })
+            .collect();
         Self {
             free: vec![None; nodes.len()],
             nodes,
+            kinds,
             generation: Some(index.generation),
         }
     }
