@@ -95,6 +95,12 @@ pub fn ingest(world: &mut World) {
 }
 
 fn node_up(world: &mut World, spec: NodeSpec) {
+    // The daemon refuses such an agent at registration; a cluster file can still name one.
+    if let Some(why) = spec.hardware.as_ref().and_then(|t| t.unsupported()) {
+        let w = format!("node {:?} not added: {why}", spec.name);
+        world.resource_mut::<Outbox>().0.push(Command::Warn(w));
+        return;
+    }
     let hardware = NodeHardware(
         world
             .resource_mut::<HardwareCache>()

@@ -422,3 +422,27 @@ fn fewer_numa_nodes_spanned_wins_across_different_hardware() {
 fn names_of(nodes: &[hyperplan_shared::NodeSpec], i: usize) -> String {
     nodes[i].name.clone()
 }
+
+/// Issue 12 item 9: a machine of more than 64 NUMA nodes was cut to 64 in silence (its
+/// other PUs counted as NUMA node 0's). It is not added, and the warning says why.
+#[test]
+fn a_machine_of_more_than_64_numa_nodes_is_refused_saying_why() {
+    let huge = MachineBuilder::new(65, 1, 1, 1).build();
+    assert_eq!(huge.numa_nodes.len(), 65);
+    let cluster = ClusterBuilder::flat(2).node_hardware(0, huge).build();
+    let mut p = hyperplan_core::sim::planner_for(&cluster, cfg());
+    let out = p.tick(0);
+    let warned: Vec<String> = out
+        .iter()
+        .filter_map(|c| match c {
+            hyperplan_core::Command::Warn(w) => Some(w.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        warned,
+        vec!["node \"n01\" not added: 65 NUMA nodes; hyperplan places on machines of at most 64".to_string()]
+    );
+    let r = run(&cluster, &[JobBuilder::gang("j", 2, "cpu=1").build()], cfg());
+    assert!(!job(&r, "j").tasks.iter().any(|t| t.node.as_deref() == Some("n01")));
+}

@@ -10,6 +10,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+/// NUMA nodes per machine the planner places on: its NUMA sets are 64-bit masks, as
+/// kubelet's are, and no machine we know of has more (a 16-socket system with SNC4 has 64).
+pub const MAX_NUMA_NODES: usize = 64;
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeTopology {
@@ -39,6 +43,19 @@ pub struct NodeTopology {
     /// Problems that left a field empty (one bad sysfs value), for the operator.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+}
+
+impl NodeTopology {
+    /// Why the planner cannot place on this machine, or `None`: said once, plainly,
+    /// instead of quietly cutting what does not fit.
+    pub fn unsupported(&self) -> Option<String> {
+        (self.numa_nodes.len() > MAX_NUMA_NODES).then(|| {
+            format!(
+                "{} NUMA nodes; hyperplan places on machines of at most {MAX_NUMA_NODES}",
+                self.numa_nodes.len()
+            )
+        })
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -200,6 +200,11 @@ impl Driver {
                 link,
                 conn,
             } => {
+                if let Some(why) = topology.unsupported() {
+                    tracing::warn!(node, "refused an agent: {why}");
+                    super::refuse::refuse(&conn, close::REFUSED, &format!("node {node:?}: {why}"));
+                    return;
+                }
                 let now_ms = self.clock.now_ms();
                 if let Err(e) = self.planner.claim_node(&node, conn_id, now_ms) {
                     // The first agent keeps the node; this one hears why and backs off.
