@@ -17,7 +17,9 @@ use hyperplan_net::certs::CertPaths;
 use hyperplan_net::hello::close;
 use hyperplan_net::messages::{Hello, Request, RequestCommand, Response, ResponseError};
 use hyperplan_net::tls::any_addr_for;
-use hyperplan_net::{DEFAULT_MAX_FRAME, PROTOCOL_VERSION, Role, TlsError, TlsMaterial, read_frame, write_frame};
+use hyperplan_net::{
+    CertRole, DEFAULT_MAX_FRAME, PROTOCOL_VERSION, Role, TlsError, TlsMaterial, read_frame, write_frame,
+};
 use quinn::{Connection, ConnectionError, VarInt};
 
 pub use config::{ClientArgs, ClientConfig};
@@ -81,7 +83,8 @@ fn load_material(config: &ClientConfig) -> anyhow::Result<TlsMaterial> {
             bail!("{what}: {} does not exist; {issue}", path.display());
         }
     }
-    TlsMaterial::load(&paths).map_err(Into::into)
+    // ssh-like: a key others may read or a certificate of another role is refused.
+    TlsMaterial::load_for(&paths, &[CertRole::Admin, CertRole::User]).map_err(Into::into)
 }
 
 fn exists(path: &Path) -> bool {

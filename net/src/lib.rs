@@ -7,6 +7,8 @@
 //! - [`certs`]: the cluster CA and the certificates it issues (`hyperplan certs`).
 //! - [`tls`]: rustls configs and quinn endpoints.
 //! - [`identity`]: a peer's name and role, from its certificate.
+//! - [`revocation`]: `revoked.txt`, the certificates the planner refuses.
+//! - [`strict`]: ssh-like checks of a party's own key, directories and certificate role.
 //! - [`hello`]: checking a peer's first frame against its certificate; close codes.
 
 pub mod certs;
@@ -15,6 +17,8 @@ pub mod hello;
 pub mod identity;
 pub mod messages;
 pub mod notify;
+pub mod revocation;
+pub mod strict;
 pub mod tls;
 
 pub use frame::{DEFAULT_MAX_FRAME, FrameError, read_frame, write_frame};

@@ -42,6 +42,9 @@ pub enum TlsError {
     Empty { what: &'static str, path: PathBuf },
     #[error("the CA certificate in {} is unusable: {source}", .path.display())]
     BadCa { path: PathBuf, source: rustls::Error },
+    /// The party's own files fail the ssh-like checks (modes, role).
+    #[error(transparent)]
+    Strict(#[from] crate::strict::StrictError),
     #[error("TLS configuration: {0}")]
     Config(#[from] rustls::Error),
     #[error("client certificate verifier: {0}")]
@@ -86,6 +89,17 @@ impl TlsMaterial {
             path: paths.ca.clone(),
             source,
         })?;
+        Ok(material)
+    }
+
+    /// [`TlsMaterial::load`] for a party that expects its certificate to carry one of
+    /// `roles`, after the ssh-like checks of [`crate::strict`] on its files.
+    pub fn load_for(paths: &CertPaths, roles: &[crate::identity::CertRole]) -> Result<Self, TlsError> {
+        crate::strict::check_modes(paths)?;
+        let material = Self::load(paths)?;
+        if let Some(leaf) = material.chain.first() {
+            crate::strict::check_role(&paths.cert, leaf, roles)?;
+        }
         Ok(material)
     }
 

@@ -95,7 +95,8 @@ pub fn hostname() -> Option<String> {
 pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
     certs::validate_name("node", &opts.node)?;
     let paths = CertPaths::node(&opts.cert_dir, &opts.node);
-    let tls = TlsMaterial::load(&paths).map_err(|error| LinkError::Tls {
+    // ssh-like: a key others may read or a certificate of another role stops the start.
+    let tls = TlsMaterial::load_for(&paths, &[hyperplan_net::CertRole::Agent]).map_err(|error| LinkError::Tls {
         node: opts.node.clone(),
         error,
     })?;

@@ -66,7 +66,12 @@ impl Server {
     /// Loads the planner's certificates from `server.cert_dir` and binds `server.listen`
     /// (port 0 picks one; see [`Server::local_addr`]). Call inside a tokio runtime.
     pub fn bind(config: DaemonConfig) -> Result<Self, ServerError> {
-        let material = TlsMaterial::load(&CertPaths::planner(&config.server.cert_dir))?;
+        // ssh-like: a readable key, a writable directory or another party's certificate
+        // (an agent's as planner.pem) stops the start with the file named.
+        let material = TlsMaterial::load_for(
+            &CertPaths::planner(&config.server.cert_dir),
+            &[hyperplan_net::CertRole::Planner],
+        )?;
         let endpoint = server_endpoint(config.server.listen, &material)?;
         Ok(Self {
             endpoint,
