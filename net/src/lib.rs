@@ -8,7 +8,6 @@
 //! - [`tls`]: rustls configs and quinn endpoints.
 //! - [`identity`]: a peer's name and role, from its certificate.
 //! - [`revocation`]: `revoked.txt`, the certificates the planner refuses.
-//! - [`revocation`]: `revoked.txt`, the certificates the planner refuses.
 //! - [`strict`]: ssh-like checks of a party's own key, directories and certificate role.
 //! - [`hello`]: checking a peer's first frame against its certificate; close codes.
 
@@ -18,7 +17,6 @@ pub mod hello;
 pub mod identity;
 pub mod messages;
 pub mod notify;
-pub mod revocation;
 pub mod revocation;
 pub mod strict;
 pub mod tls;
