@@ -426,7 +426,7 @@ fn names_of(nodes: &[hyperplan_shared::NodeSpec], i: usize) -> String {
 /// Issue 12 item 9: a machine of more than 64 NUMA nodes was cut to 64 in silence (its
 /// other PUs counted as NUMA node 0's). It is not added, and the warning says why.
 #[test]
-fn a_machine_of_more_than_64_numa_nodes_is_refused_saying_why() {
+fn a_machine_beyond_the_numa_or_pu_limits_is_refused_saying_why() {
     let huge = MachineBuilder::new(65, 1, 1, 1).build();
     assert_eq!(huge.numa_nodes.len(), 65);
     let cluster = ClusterBuilder::flat(2).node_hardware(0, huge).build();
@@ -445,4 +445,13 @@ fn a_machine_of_more_than_64_numa_nodes_is_refused_saying_why() {
     );
     let r = run(&cluster, &[JobBuilder::gang("j", 2, "cpu=1").build()], cfg());
     assert!(!job(&r, "j").tasks.iter().any(|t| t.node.as_deref() == Some("n01")));
+    // Nor one of more than 16,384 PUs (what the agent's probe refuses to build).
+    let many = MachineBuilder::new(2, 1, 4097, 2).build();
+    let cluster = ClusterBuilder::flat(1).node_hardware(0, many).build();
+    let out = hyperplan_core::sim::planner_for(&cluster, cfg()).tick(0);
+    assert!(
+        out.iter().any(|c| matches!(c, hyperplan_core::Command::Warn(w)
+            if w == "node \"n01\" not added: 16388 PUs; hyperplan places on machines of at most 16384")),
+        "{out:?}"
+    );
 }

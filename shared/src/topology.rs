@@ -14,6 +14,11 @@ use serde::{Deserialize, Serialize};
 /// kubelet's are, and no machine we know of has more (a 16-socket system with SNC4 has 64).
 pub const MAX_NUMA_NODES: usize = 64;
 
+/// PUs (hardware threads) per machine: the agent refuses to build a larger synthetic or
+/// XML topology (hwloc takes minutes and gigabytes past it), and the planner refuses an
+/// agent that reports more.
+pub const MAX_PUS: usize = 16_384;
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeTopology {
@@ -49,12 +54,17 @@ impl NodeTopology {
     /// Why the planner cannot place on this machine, or `None`: said once, plainly,
     /// instead of quietly cutting what does not fit.
     pub fn unsupported(&self) -> Option<String> {
-        (self.numa_nodes.len() > MAX_NUMA_NODES).then(|| {
-            format!(
+        let pus: usize = self.cores.iter().map(|c| c.pus.len()).sum();
+        if self.numa_nodes.len() > MAX_NUMA_NODES {
+            Some(format!(
                 "{} NUMA nodes; hyperplan places on machines of at most {MAX_NUMA_NODES}",
                 self.numa_nodes.len()
-            )
-        })
+            ))
+        } else if pus > MAX_PUS {
+            Some(format!("{pus} PUs; hyperplan places on machines of at most {MAX_PUS}"))
+        } else {
+            None
+        }
     }
 }
 

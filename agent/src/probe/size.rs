@@ -10,7 +10,7 @@
 
 /// PUs per machine hyperplan describes (the largest single-image machines have a few
 /// thousand). Documented in README.md ("Limits").
-pub const MAX_PUS: usize = 16_384;
+pub const MAX_PUS: usize = hyperplan_shared::topology::MAX_PUS;
 
 /// Objects per parent at one level of a synthetic description (a package of 288 cores
 /// fits; 512 siblings are seconds for hwloc, 4,096 nearly a minute).
