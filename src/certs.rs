@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 use hyperplan_net::certs::{self as netcerts, CertPaths, PLANNER_SERVER_NAME, UserRole};
+use hyperplan_net::revocation::{self, Holder, RevocationList, Scope};
 
 const FILES_HELP: &str = "\
 Files in the certificate directory (--dir, else $HYPERPLAN_CERT_DIR, else /etc/hyperplan/certs):
@@ -15,6 +16,7 @@ Files in the certificate directory (--dir, else $HYPERPLAN_CERT_DIR, else /etc/h
   planner.pem, planner.key    the planner's certificate: copy to the head node
   nodes/NAME.pem, NAME.key    node NAME's agent certificate: copy to node NAME
   users/NAME.pem, NAME.key    person NAME's client certificate: copy to their machine
+  revoked.txt                 revoked certificates (`certs revoke`): copy to the head node
 
 Keep the same layout under /etc/hyperplan/certs on every machine. Keys are written 0600,
 directories 0700. A certificate names its holder (CN) and role (OU: agent, admin, user,
@@ -40,10 +42,25 @@ pub enum Command {
     Init(InitArgs),
     /// Issue a certificate from the cluster CA: for nodes' agents, a person, or the planner.
     ///
-    /// Issuing again for the same name replaces that certificate and key (the old one
-    /// stays valid until it expires: nothing revokes it).
+    /// Issuing again for the same name replaces that certificate and key; the old one
+    /// stays valid until it expires unless revoked. To replace a lost or leaked
+    /// certificate, revoke first (`certs revoke`), then issue: the revocation covers every
+    /// certificate of that name issued up to it, and the new one works.
     #[command(after_long_help = FILES_HELP)]
     Issue(IssueArgs),
+    /// Revoke every certificate issued so far to a person or a node (a lost laptop, a
+    /// retired node).
+    ///
+    /// Writes revoked.txt beside ca.pem. Copy it to the head node's certificate
+    /// directory and reload the planner (`systemctl reload hyperplan-planner`, SIGHUP):
+    /// it then refuses those certificates, and closes connections that use them.
+    /// Certificates issued for the name afterwards work.
+    #[command(after_long_help = FILES_HELP)]
+    Revoke(RevokeArgs),
+    /// Take a person or a node off the revocation list (a revocation made by mistake):
+    /// their old certificates work again once the planner reloads.
+    #[command(after_long_help = FILES_HELP)]
+    Unrevoke(RevokeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -93,6 +110,50 @@ pub struct IssueArgs {
     hosts: Vec<String>,
 }
 
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("holder").required(true).multiple(true).args(["node", "user"])))]
+pub struct RevokeArgs {
+    #[command(flatten)]
+    dir: DirArg,
+    /// A node whose agent certificates to revoke (repeat for more).
+    #[arg(long, value_name = "NAME")]
+    node: Vec<String>,
+    /// A person whose certificates to revoke, of role admin or user (repeat for more).
+    #[arg(long, value_name = "NAME")]
+    user: Vec<String>,
+}
+
+impl RevokeArgs {
+    /// The holders named, their names checked.
+    fn holders(&self) -> anyhow::Result<Vec<Holder>> {
+        let mut holders = Vec::new();
+        for user in &self.user {
+            netcerts::validate_name("user", user)?;
+            holders.push(Holder::user(user));
+        }
+        for node in &self.node {
+            netcerts::validate_name("node", node)?;
+            holders.push(Holder::node(node));
+        }
+        Ok(holders)
+    }
+
+    /// The revocation list of a directory that holds a CA, and its path.
+    fn list(&self) -> anyhow::Result<(PathBuf, RevocationList)> {
+        let dir = &self.dir.dir;
+        let ca = CertPaths::ca(dir).cert;
+        anyhow::ensure!(
+            ca.is_file(),
+            "{} has no cluster CA ({} is missing): the revocation list lives beside the CA",
+            dir.display(),
+            ca.display()
+        );
+        let path = RevocationList::path(dir);
+        let list = RevocationList::load(&path)?;
+        Ok((path, list))
+    }
+}
+
 #[derive(ValueEnum, Clone, Copy, Debug)]
 enum RoleArg {
     Admin,
@@ -103,6 +164,92 @@ pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Init(args) => init(args),
         Command::Issue(args) => issue(args),
+        Command::Revoke(args) => revoke(&args),
+        Command::Unrevoke(args) => unrevoke(&args),
+    }
+}
+
+fn revoke(args: &RevokeArgs) -> anyhow::Result<()> {
+    let holders = args.holders()?;
+    let (path, mut list) = args.list()?;
+    let now = revocation::now();
+    for holder in holders {
+        list.revoke(holder.clone(), now);
+        let scope = list.get(&holder).unwrap_or(Scope::All);
+        println!("revoked {holder}: {scope} are refused");
+    }
+    list.save(&path)?;
+    println!(
+        "wrote {}; copy it beside ca.pem on the head node and reload the planner \
+         (`systemctl reload hyperplan-planner`, or SIGHUP): it then refuses these certificates, \
+         connected ones included",
+        path.display()
+    );
+    println!("a certificate issued from now on (`hyperplan certs issue`) for the same name works");
+    Ok(())
+}
+
+fn unrevoke(args: &RevokeArgs) -> anyhow::Result<()> {
+    let holders = args.holders()?;
+    let (path, mut list) = args.list()?;
+    for holder in &holders {
+        anyhow::ensure!(
+            list.unrevoke(holder),
+            "{holder} is not on the revocation list {}",
+            path.display()
+        );
+    }
+    list.save(&path)?;
+    for holder in &holders {
+        println!("took {holder} off the revocation list");
+    }
+    println!(
+        "wrote {}; copy it beside ca.pem on the head node and reload the planner \
+         (`systemctl reload hyperplan-planner`, or SIGHUP)",
+        path.display()
+    );
+    Ok(())
+}
+
+/// Before issuing for a revoked name: refuses when every certificate of the name is
+/// revoked, else waits until the new certificate is issued after the revocation (at most
+/// a second) and says that the old ones stay revoked.
+fn after_revocation(dir: &Path, holder: &Holder) -> anyhow::Result<()> {
+    let path = RevocationList::path(dir);
+    let list = RevocationList::load(&path)?;
+    match list.get(holder) {
+        None => Ok(()),
+        Some(Scope::All) => {
+            let flag = match holder.kind {
+                revocation::HolderKind::User => "--user",
+                revocation::HolderKind::Node => "--node",
+            };
+            anyhow::bail!(
+                "{} revokes every certificate of {holder}, a new one too; \
+                 `hyperplan certs unrevoke --dir {} {flag} {}` first if it should work again",
+                path.display(),
+                dir.display(),
+                holder.name
+            )
+        }
+        Some(Scope::IssuedUpTo(upto)) => {
+            anyhow::ensure!(
+                upto - revocation::now() < 2,
+                "{} revokes {holder} up to {}, later than this machine's clock ({}); check the clock",
+                path.display(),
+                revocation::format_time(upto),
+                revocation::format_time(revocation::now())
+            );
+            // The same second as the revocation would count as revoked.
+            while revocation::now() <= upto {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            println!(
+                "note: {holder} was revoked at {}; the certificates issued before stay revoked, this new one is not",
+                revocation::format_time(upto)
+            );
+            Ok(())
+        }
     }
 }
 
@@ -134,6 +281,8 @@ fn issue(args: IssueArgs) -> anyhow::Result<()> {
         report_planner(dir, &planner, &args.hosts);
     }
     for node in &args.node {
+        netcerts::validate_name("node", node)?;
+        after_revocation(dir, &Holder::node(node))?;
         let paths =
             netcerts::issue_node(dir, node).with_context(|| format!("issuing a certificate for node {node}"))?;
         report(dir, &paths, &format!("node {node}"));
@@ -143,6 +292,8 @@ fn issue(args: IssueArgs) -> anyhow::Result<()> {
             RoleArg::Admin => UserRole::Admin,
             RoleArg::User => UserRole::User,
         };
+        netcerts::validate_name("user", user)?;
+        after_revocation(dir, &Holder::user(user))?;
         let paths =
             netcerts::issue_user(dir, user, role).with_context(|| format!("issuing a certificate for {user}"))?;
         report(dir, &paths, &format!("{user}'s machine"));

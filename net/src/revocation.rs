@@ -455,13 +455,21 @@ mod tests {
     #[test]
     fn a_bad_line_is_an_error_naming_file_line_and_what_was_expected() {
         for (text, line, expected) in [
-            ("user alice\nfrobnicate x\n", 2, "expected `user NAME [TIME]` or `node NAME [TIME]`"),
+            (
+                "user alice\nfrobnicate x\n",
+                2,
+                "expected `user NAME [TIME]` or `node NAME [TIME]`",
+            ),
             ("\n\nuser\n", 3, "expected a user name"),
             ("node ../etc\n", 1, "invalid node name"),
             ("user a 2025-13-01T00:00:00Z\n", 1, "expected a time in UTC"),
             ("user a yesterday\n", 1, "\"yesterday\""),
             ("user a 2025-01-01T00:00:00Z extra\n", 1, "unexpected \"extra\""),
-            ("node a\n# x\nnode a 2025-01-01T00:00:00Z\n", 3, "node a is listed twice (first on line 1)"),
+            (
+                "node a\n# x\nnode a 2025-01-01T00:00:00Z\n",
+                3,
+                "node a is listed twice (first on line 1)",
+            ),
             ("user \u{1b}[31m\n", 1, "invalid user name"),
         ] {
             let err = parse(text).unwrap_err();
@@ -492,7 +500,10 @@ mod tests {
         let t = parse_time("2025-06-01T12:00:00Z").unwrap();
         let alice = id("alice", CertRole::User);
         assert!(list.check(&alice, Some(t - 100)).is_some());
-        assert!(list.check(&alice, Some(t)).is_some(), "the same second counts as revoked");
+        assert!(
+            list.check(&alice, Some(t)).is_some(),
+            "the same second counts as revoked"
+        );
         assert!(list.check(&alice, Some(t + 1)).is_none(), "issued after the revocation");
         assert!(list.check(&alice, None).is_some(), "unknown issue time: refused");
         assert!(list.check(&id("alice", CertRole::Admin), Some(t)).is_some());
@@ -512,13 +523,23 @@ mod tests {
         list.revoke(Holder::user("a"), 1);
         list.revoke(Holder::user("b"), 7);
         assert_eq!(list.get(&Holder::node("n1")), Some(Scope::All));
-        assert_eq!(list.get(&Holder::user("a")), parse_time("2025-06-01T12:00:00Z").map(Scope::IssuedUpTo));
+        assert_eq!(
+            list.get(&Holder::user("a")),
+            parse_time("2025-06-01T12:00:00Z").map(Scope::IssuedUpTo)
+        );
         assert_eq!(list.get(&Holder::user("b")), Some(Scope::IssuedUpTo(7)));
     }
 
     #[test]
     fn times() {
-        for bad in ["", "2025-06-01", "2025-06-01T12:00:00", "2025-02-30T00:00:00Z", "2025-06-01T24:00:00Z", "２025-06-01T12:00:00Z"] {
+        for bad in [
+            "",
+            "2025-06-01",
+            "2025-06-01T12:00:00",
+            "2025-02-30T00:00:00Z",
+            "2025-06-01T24:00:00Z",
+            "２025-06-01T12:00:00Z",
+        ] {
             assert_eq!(parse_time(bad), None, "{bad:?}");
         }
         assert_eq!(format_time(0), "1970-01-01T00:00:00Z");

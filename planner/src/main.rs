@@ -20,9 +20,13 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///
 /// Reads /etc/hyperplan/planner.toml (or --config); every key of its [server] section is
 /// also a flag here, and flags win. Needs ca.pem, planner.pem and planner.key in the
-/// certificate directory (`hyperplan certs init --dir DIR`). Prints
+/// certificate directory (`hyperplan certs init --dir DIR`); refuses the certificates its
+/// revoked.txt names (`hyperplan certs revoke`). Prints
 /// `hyperplan-planner listening on ADDR` on stdout once it serves, tells systemd READY=1
 /// (Type=notify) and WATCHDOG=1 from its tick loop, and stops cleanly on SIGTERM/SIGINT.
+/// SIGHUP reads every discovery source and revoked.txt again (a malformed revoked.txt
+/// stops the start; on SIGHUP the previous list stays) and closes the connections of
+/// certificates it now revokes.
 /// Logs go to stderr; set RUST_LOG (default `info`).
 #[derive(Parser, Debug)]
 #[command(
@@ -39,8 +43,8 @@ struct Args {
     /// UDP address to listen on [server.listen; default 0.0.0.0:7400].
     #[arg(long, value_name = "IP:PORT")]
     listen: Option<SocketAddr>,
-    /// Directory with ca.pem, planner.pem, planner.key [server.certDir; default
-    /// /etc/hyperplan/certs].
+    /// Directory with ca.pem, planner.pem, planner.key and, when certificates were
+    /// revoked, revoked.txt [server.certDir; default /etc/hyperplan/certs].
     #[arg(long, value_name = "DIR")]
     cert_dir: Option<PathBuf>,
     /// Seconds between ticks when nothing arrives [server.tickInterval; default 1].
@@ -171,15 +175,19 @@ async fn check_sources(config: &DaemonConfig) -> usize {
     failed
 }
 
-/// SIGHUP (`systemctl reload hyperplan-planner`): read every discovery source again now.
+/// SIGHUP (`systemctl reload hyperplan-planner`): read every discovery source and the
+/// revocation list again now.
 async fn reload_on_sighup(handle: ReloadHandle) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::error!("cannot install the SIGHUP handler; discovery sources are read on their interval only");
+        tracing::error!(
+            "cannot install the SIGHUP handler; discovery sources are read on their interval only, \
+             the revocation list only at start"
+        );
         return;
     };
     while hup.recv().await.is_some() {
-        tracing::info!("SIGHUP: reading every discovery source again");
+        tracing::info!("SIGHUP: reading every discovery source and the revocation list again");
         handle.reload();
     }
 }

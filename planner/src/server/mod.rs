@@ -7,6 +7,8 @@
 //!
 //! A refusal ([`refuse`]: certificate, name, version, a malformed, oversized or
 //! out-of-order frame) is a log line with the peer address and closes that connection only.
+//! A revoked certificate ([`revoked`]) is refused at the handshake, and a connection
+//! whose certificate a reloaded list revokes is closed.
 
 mod agent;
 mod client;
@@ -15,11 +17,15 @@ mod driver;
 mod handshake;
 pub(crate) mod quiet;
 mod refuse;
+mod revoked;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyperplan_net::certs::CertPaths;
+use hyperplan_net::revocation::{RevocationError, RevocationList};
 use hyperplan_net::tls::{TlsMaterial, server_endpoint};
 use tokio::sync::{mpsc, watch};
 
@@ -35,6 +41,8 @@ pub enum ServerError {
     Tls(#[from] hyperplan_net::TlsError),
     #[error("cannot read the local address of the QUIC endpoint: {0}")]
     LocalAddr(std::io::Error),
+    #[error(transparent)]
+    Revocation(#[from] RevocationError),
 }
 
 /// A bound planner: the endpoint is listening, nothing is served yet.
@@ -42,9 +50,13 @@ pub struct Server {
     endpoint: quinn::Endpoint,
     config: DaemonConfig,
     reload: watch::Sender<u64>,
+    /// `revoked.txt` in the certificate directory, and the list read from it.
+    revoked_path: PathBuf,
+    revoked: watch::Sender<Arc<RevocationList>>,
 }
 
-/// Makes every discovery source read its input again now (what SIGHUP does).
+/// Makes every discovery source and the revocation list read their input again now
+/// (what SIGHUP does).
 #[derive(Clone, Debug)]
 pub struct ReloadHandle(watch::Sender<u64>);
 
@@ -72,15 +84,19 @@ impl Server {
             &CertPaths::planner(&config.server.cert_dir),
             &[hyperplan_net::CertRole::Planner],
         )?;
+        let revoked_path = RevocationList::path(&config.server.cert_dir);
+        let revoked = watch::Sender::new(Arc::new(revoked::load(&revoked_path)?));
         let endpoint = server_endpoint(config.server.listen, &material)?;
         Ok(Self {
             endpoint,
             config,
             reload: watch::Sender::new(0),
+            revoked_path,
+            revoked,
         })
     }
 
-    /// For a signal handler: re-read every discovery source now.
+    /// For a signal handler: re-read every discovery source and the revocation list now.
     pub fn reload_handle(&self) -> ReloadHandle {
         ReloadHandle(self.reload.clone())
     }
@@ -95,13 +111,21 @@ impl Server {
         let (to_core, from_conns) = mpsc::unbounded_channel();
         let driver = tokio::spawn(driver::run(self.config.clone(), from_conns));
         discovery::spawn(&self.config.discovery.sources, &to_core, &self.reload.subscribe());
+        let revoked = self.revoked.subscribe();
+        revoked::spawn_reloader(self.reload.subscribe(), self.revoked_path.clone(), self.revoked);
         let max_frame = self.config.server.max_frame_bytes;
         let endpoint = self.endpoint.clone();
         let accept = async {
             let mut next_id = 0u64;
             while let Some(incoming) = endpoint.accept().await {
                 next_id += 1;
-                tokio::spawn(handshake::serve(incoming, next_id, to_core.clone(), max_frame));
+                tokio::spawn(handshake::serve(
+                    incoming,
+                    next_id,
+                    to_core.clone(),
+                    revoked.clone(),
+                    max_frame,
+                ));
             }
         };
         tokio::select! {
