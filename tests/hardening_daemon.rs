@@ -1,8 +1,8 @@
 //! End-to-end, issue 12 ("Hardening"), the daemon's items: a second agent with a taken
 //! node name is refused (13), submissions over `[limits]` are refused and a reply larger
 //! than a frame says so (4), job ids and names free again once a job ended (16), a
-//! discovery file that would block is refused and SIGHUP recovers it (6), and revoked
-//! certificates are refused, connected ones included (18).
+//! discovery file that would block is refused and SIGHUP recovers it (6). Revoked
+//! certificates (18) are in `revocation_daemon.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
