@@ -6,10 +6,33 @@
 //!
 //! The steps run the real binaries (the daemons next to this one, and this CLI itself),
 //! so what the demo prints is what an operator sees.
+//!
+//! # Nothing outlives the demo
+//!
+//! However the demo ends, it leaves no daemon running and no CA key on disk:
+//!
+//! - The temp dir is made under `$XDG_RUNTIME_DIR` when that is set (a per-user tmpfs,
+//!   mode 0700, emptied at logout), else under the system temp dir.
+//! - `ca.key` is deleted as soon as the planner, node and user certificates are issued:
+//!   the demo never issues another one. The keys left (planner, nodes, user `demo`) are
+//!   throwaway, trusted only by a CA whose key no longer exists.
+//! - Every child (planner, agents, the CLI runs) is started with `PR_SET_PDEATHSIG`
+//!   (SIGTERM): the kernel stops it when the demo dies, SIGKILL included.
+//! - SIGINT, SIGTERM and SIGHUP are caught on a thread of their own, at any step: it stops
+//!   the children (SIGTERM, up to 5 s, then SIGKILL), removes the temp dir and exits with
+//!   128 + the signal number, naming the signal. `--keep-running` ends this way too.
+//! - SIGKILL cannot be caught: a watcher (`sh`, reading a pipe only the demo holds) wakes
+//!   at end of file when the demo dies however it dies, and removes the temp dir after the
+//!   children have had a moment to exit. A clean stop kills the watcher first.
+//!
+//! A job file given with `--jobs` is read and parsed before anything starts; a file the
+//! planner refuses fails the demo too. Either way the error is printed and the exit
+//! status is nonzero.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -89,15 +112,28 @@ tasks:
     resources: {cpu: 64}
 ";
 
-struct Procs(Vec<(String, Child)>);
+/// What must go when the demo ends: the daemons, the watcher and the temp dir. Shared
+/// by the main thread (which starts the children) and the signal thread.
+#[derive(Default)]
+struct State {
+    /// Planner last: agents are stopped before it.
+    procs: Vec<(String, Child)>,
+    /// Removes the temp dir if the demo dies without cleaning up (see the module doc).
+    watcher: Option<Child>,
+    dir: Option<tempfile::TempDir>,
+}
 
-impl Drop for Procs {
-    fn drop(&mut self) {
-        // Agents first, then the planner (the last one): SIGTERM, then wait.
-        for (_, c) in self.0.iter_mut() {
-            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+impl State {
+    /// Stops the children (SIGTERM, then SIGKILL after 5 s) and removes the temp dir.
+    fn stop(&mut self) {
+        if let Some(mut w) = self.watcher.take() {
+            let _ = w.kill();
+            let _ = w.wait();
         }
-        for (name, c) in self.0.iter_mut() {
+        for (_, c) in self.procs.iter_mut() {
+            signal(c.id(), libc::SIGTERM);
+        }
+        for (name, mut c) in self.procs.drain(..) {
             let deadline = Instant::now() + Duration::from_secs(5);
             loop {
                 match c.try_wait() {
@@ -112,7 +148,140 @@ impl Drop for Procs {
                 }
             }
         }
+        if let Some(dir) = self.dir.take() {
+            let path = dir.path().to_path_buf();
+            if let Err(e) = dir.close() {
+                eprintln!("demo: cannot remove {}: {e}", path.display());
+            }
+        }
     }
+}
+
+/// The demo's [`State`]; stops everything when dropped (the normal end, or an error).
+struct Session(Arc<Mutex<State>>);
+
+impl Session {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        lock(&self.0)
+    }
+
+    /// Spawns `cmd` as a child that dies with the demo and is stopped at its end. The
+    /// lock is held across the spawn, so a signal's cleanup sees every child.
+    fn spawn(&self, name: String, mut cmd: Command) -> std::io::Result<()> {
+        let mut state = self.lock();
+        let child = die_with_parent(&mut cmd).spawn()?;
+        state.procs.insert(0, (name, child));
+        Ok(())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.lock().stop();
+    }
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours; `pid` is a child
+    // we have not reaped (it is still in `State::procs`), so it cannot name another process.
+    #[allow(unsafe_code)]
+    let _ = unsafe { libc::kill(pid, sig) };
+}
+
+/// Makes the child started by `cmd` receive SIGTERM when the demo dies, however it dies.
+///
+/// The kernel sends the signal when the *thread* that forked the child exits, not the
+/// process: children must be spawned from the main thread (as `run` does; the process ends
+/// when it does), never from a short-lived helper thread.
+fn die_with_parent(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // Before the fork: the child compares its parent against this afterwards.
+    let parent = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+    // calls are allowed: prctl(2), getppid(2) and _exit(2) are plain system calls, and it
+    // allocates nothing (last_os_error reads errno). If the demo died between the fork and
+    // prctl, the death signal was never armed: the parent is no longer `parent`, and the
+    // child leaves at once instead of running orphaned.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Catches SIGINT, SIGTERM and SIGHUP from now on; on one, stops everything in `state`,
+/// says which signal it was and exits with 128 + its number.
+fn catch_signals(state: Arc<Mutex<State>>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .context("starting the signal handler")?;
+    // Registered here, before the demo starts anything: no signal finds the default action.
+    let (mut int, mut term, mut hup) = {
+        let _guard = rt.enter();
+        (
+            signal(SignalKind::interrupt()).context("catching SIGINT")?,
+            signal(SignalKind::terminate()).context("catching SIGTERM")?,
+            signal(SignalKind::hangup()).context("catching SIGHUP")?,
+        )
+    };
+    std::thread::Builder::new()
+        .name("demo-signals".into())
+        .spawn(move || {
+            let (name, number) = rt.block_on(async {
+                tokio::select! {
+                    _ = int.recv() => ("SIGINT", libc::SIGINT),
+                    _ = term.recv() => ("SIGTERM", libc::SIGTERM),
+                    _ = hup.recv() => ("SIGHUP", libc::SIGHUP),
+                }
+            });
+            eprintln!("\ndemo: {name} received: stopping the planner and agents, removing the temp dir");
+            // Held until exit: the main thread starts nothing more.
+            let mut state = lock(&state);
+            state.stop();
+            eprintln!("demo: stopped by {name}");
+            std::process::exit(128 + number);
+        })
+        .context("starting the signal handler")?;
+    Ok(())
+}
+
+/// Starts the watcher that removes `dir` when the demo dies without cleaning up: `sh`
+/// reads its stdin, a pipe whose only writer is the demo, until end of file.
+fn start_watcher(dir: &Path) -> std::io::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    Command::new("sh")
+        .args(["-c", "read -r _; sleep 1; rm -rf -- \"$1\"", "hyperplan-demo-cleanup"])
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        // Out of the terminal's process group: a Ctrl-C is the demo's to handle.
+        .process_group(0)
+        .spawn()
+}
+
+/// Where the temp dir goes: `$XDG_RUNTIME_DIR` when it is an absolute directory.
+fn temp_base() -> PathBuf {
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute() && p.is_dir())
+        .unwrap_or_else(std::env::temp_dir)
 }
 
 fn sibling(name: &str) -> anyhow::Result<PathBuf> {
@@ -136,11 +305,37 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let planner_bin = sibling("hyperplan-planner")?;
     let agent_bin = sibling("hyperplan-agent")?;
     let me = std::env::current_exe().context("locating this binary")?;
-    let dir = tempfile::Builder::new()
-        .prefix("hyperplan-demo-")
-        .tempdir()
-        .context("making a temp dir")?;
-    let certs = dir.path().join("certs");
+    // A job file that cannot be read or parsed fails here, before anything starts.
+    if let Some(p) = &args.jobs {
+        // Its errors name the file, line and column.
+        let jobs = hyperplan_shared::load_job_file(p)?;
+        if jobs.is_empty() {
+            bail!("the job file {} holds no jobs", p.display());
+        }
+    }
+    // From here on, the children and the temp dir are only reached through the session:
+    // its drop (an error, the end) and the signal thread both stop everything.
+    let session = Session(Arc::new(Mutex::new(State::default())));
+    catch_signals(session.0.clone())?;
+    let dir = {
+        let base = temp_base();
+        let dir = tempfile::Builder::new()
+            .prefix("hyperplan-demo-")
+            .tempdir_in(&base)
+            .with_context(|| format!("making a temp dir in {}", base.display()))?;
+        let path = dir.path().to_path_buf();
+        let mut state = session.lock();
+        state.dir = Some(dir);
+        match start_watcher(&path) {
+            Ok(w) => state.watcher = Some(w),
+            Err(e) => eprintln!(
+                "demo: cannot start the cleanup watcher (sh): {e}; a demo killed by SIGKILL leaves {}",
+                path.display()
+            ),
+        }
+        path
+    };
+    let certs = dir.join("certs");
     let nodes: Vec<String> = (1..=args.agents).map(|i| format!("node{i:02}")).collect();
 
     heading("certificates");
@@ -150,53 +345,54 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         issue_node(&certs, n)?;
     }
     issue_user(&certs, "demo", UserRole::Admin)?;
+    // Nothing more to issue: the CA key goes now (see the module doc).
+    let ca_key = certs.join("ca.key");
+    std::fs::remove_file(&ca_key).with_context(|| format!("removing {}", ca_key.display()))?;
     println!(
         "cluster CA, planner, {} node and 1 user certificate in {}",
         nodes.len(),
         certs.display()
     );
+    println!("(the CA key is already deleted: the demo issues nothing more)");
 
-    let config = dir.path().join("planner.toml");
+    let config = dir.join("planner.toml");
     std::fs::write(
         &config,
         "[server]\nlisten = \"127.0.0.1:0\"\ntickInterval = 0.5\nheartbeatInterval = 0.5\nmissedHeartbeats = 3\n\n\
          [[discovery]]\nsource = \"label\"\ntypes = { fabric = [\"hyperplan.io/spine\", \"hyperplan.io/leaf\"] }\n",
     )?;
-    let mut procs = Procs(Vec::new());
     heading("planner");
-    let planner_log = std::fs::File::create(dir.path().join("planner.log"))?;
-    let mut planner = Command::new(&planner_bin)
+    let planner_log = std::fs::File::create(dir.join("planner.log"))?;
+    let mut planner = Command::new(&planner_bin);
+    planner
         .args(["--config"])
         .arg(&config)
         .args(["--cert-dir"])
         .arg(&certs)
         .stdout(Stdio::piped())
-        .stderr(planner_log)
-        .spawn()
+        .stderr(planner_log);
+    session
+        .spawn("hyperplan-planner".into(), planner)
         .with_context(|| format!("starting {}", planner_bin.display()))?;
+    let planner_out = session.lock().procs.first_mut().and_then(|(_, c)| c.stdout.take());
     let mut line = String::new();
-    if let Some(out) = planner.stdout.take() {
+    if let Some(out) = planner_out {
         BufReader::new(out).read_line(&mut line)?;
     }
-    procs.0.push(("hyperplan-planner".into(), planner));
     let addr = line
         .trim()
         .strip_prefix("hyperplan-planner listening on ")
         .map(str::to_string)
-        .with_context(|| {
-            format!(
-                "the planner did not start: {}",
-                read_log(&dir.path().join("planner.log"))
-            )
-        })?;
+        .with_context(|| format!("the planner did not start: {}", read_log(&dir.join("planner.log"))))?;
     println!("hyperplan-planner listening on {addr} (log: planner.log in the temp dir)");
 
     heading(&format!("{} agents", nodes.len()));
     for (i, n) in nodes.iter().enumerate() {
         let (what, synthetic) = MACHINES[i % MACHINES.len()];
         let leaf = format!("leaf-{}", i / 4 + 1);
-        let log = std::fs::File::create(dir.path().join(format!("{n}.log")))?;
-        let child = Command::new(&agent_bin)
+        let log = std::fs::File::create(dir.join(format!("{n}.log")))?;
+        let mut agent = Command::new(&agent_bin);
+        agent
             .args([
                 "run",
                 "--config",
@@ -217,10 +413,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "hyperplan.io/spine=spine-1",
             ])
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
+            .stderr(log);
+        session
+            .spawn(format!("agent {n}"), agent)
             .with_context(|| format!("starting {}", agent_bin.display()))?;
-        procs.0.insert(0, (format!("agent {n}"), child));
         println!("{n}: {what}, under {leaf}");
     }
     let cli = |args: &[&str]| -> Command {
@@ -229,7 +425,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .env("HYPERPLAN_PLANNER", &addr)
             .env("HYPERPLAN_CERT_DIR", &certs)
             .env("HYPERPLAN_USER", "demo")
-            .env("XDG_CONFIG_HOME", dir.path());
+            .env("XDG_CONFIG_HOME", &dir);
+        die_with_parent(&mut c);
         c
     };
     let started = Instant::now();
@@ -247,7 +444,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             bail!(
                 "only {ready} of {} nodes Ready after 60 s; planner log:\n{}",
                 nodes.len(),
-                read_log(&dir.path().join("planner.log"))
+                read_log(&dir.join("planner.log"))
             );
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -261,7 +458,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let jobs = match &args.jobs {
         Some(p) => p.clone(),
         None => {
-            let p = dir.path().join("demo-jobs.yaml");
+            let p = dir.join("demo-jobs.yaml");
             std::fs::write(&p, DEMO_JOBS)?;
             p
         }
@@ -273,7 +470,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ));
     let mut submit = cli(&["submit"]);
     submit.arg(&jobs);
-    show(submit)?;
+    let out = submit.output().context("running the hyperplan CLI")?;
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        bail!(
+            "submitting {} failed: {}",
+            jobs.display(),
+            err.trim().trim_start_matches("hyperplan: ")
+        );
+    }
     // The planner ticks as soon as the jobs arrive; give it a moment and show the result.
     std::thread::sleep(Duration::from_millis(1500));
     heading("hyperplan status");
@@ -286,10 +492,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "\nThe cluster keeps running; in another shell:\n  export HYPERPLAN_PLANNER={addr} HYPERPLAN_CERT_DIR={} HYPERPLAN_USER=demo\n  hyperplan status\nCtrl-C here stops it.",
             certs.display()
         );
-        wait_for_ctrl_c();
+        // The signal thread stops everything and exits; this (main) thread must live on
+        // meanwhile: the children's death signal is tied to it.
+        loop {
+            std::thread::park();
+        }
     }
     heading("stopping");
-    drop(procs);
+    session.lock().stop();
     println!("planner and agents stopped; temp dir removed");
     Ok(())
 }
@@ -305,20 +515,4 @@ fn show(mut cmd: Command) -> anyhow::Result<()> {
 
 fn read_log(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
-}
-
-/// Blocks until SIGINT or SIGTERM.
-fn wait_for_ctrl_c() {
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-        return;
-    };
-    rt.block_on(async {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let (Ok(mut i), Ok(mut t)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
-            tokio::select! {
-                _ = i.recv() => {}
-                _ = t.recv() => {}
-            }
-        }
-    });
 }
