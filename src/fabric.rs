@@ -111,8 +111,14 @@ pub enum ExportFormat {
     Yaml,
 }
 
+/// A fabric dump or topology.conf, read no further than the limit (README, Limits).
 fn read(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    let what = path.display().to_string();
+    Ok(hyperplan_shared::limits::read_file_text(
+        path,
+        hyperplan_shared::limits::MAX_FABRIC_FILE,
+        &what,
+    )?)
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<()> {

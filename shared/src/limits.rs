@@ -14,6 +14,11 @@ pub const MAX_JOB_FILE: u64 = 8 << 20;
 /// 50,000-node cluster file is under 10 MiB).
 pub const MAX_CLUSTER_FILE: u64 = 64 << 20;
 
+/// Largest fabric dump (ibnetdiscover output, a UFM export, a Slurm topology.conf), in
+/// bytes: a 4,000-host fabric dump is a few MiB; this only stops a path such as
+/// `/dev/zero` from eating memory.
+pub const MAX_FABRIC_FILE: u64 = 512 << 20;
+
 /// Why a bounded read failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {

@@ -31,9 +31,9 @@ use super::driver::{ToCore, unix_now};
 use crate::config::{DumpInput, SourceConfig, SourceSpec};
 use hyperplan_core::discovery::{Found, SourceError};
 
-/// The largest file or command output a source reads. A 4,000-host fabric dump is a few
-/// MiB; this only stops a path such as `/dev/zero` from eating the head node's memory.
-pub const MAX_INPUT_BYTES: u64 = 512 * 1024 * 1024;
+/// The largest file or command output a source reads (the CLI's fabric commands read
+/// with the same limit).
+pub const MAX_INPUT_BYTES: u64 = hyperplan_shared::limits::MAX_FABRIC_FILE;
 
 /// How long one poll's blocking part (reading files, asking UFM, parsing) may take before
 /// the source reports it as hung. Generous: a large fabric parses in well under a second.
