@@ -355,6 +355,36 @@ mod tests {
         assert_eq!(newest.iter().map(|r| r.id).collect::<Vec<_>>(), vec![2]);
     }
 
+    /// Issue 12 item 16, the case the report first met: a job still waiting for room
+    /// (pending, with a reason) shows `cancelled` and no reason once cancelled, and its
+    /// name is free again.
+    #[test]
+    fn a_cancelled_pending_job_shows_cancelled_without_a_reason() {
+        use hyperplan_shared::report::JobStatus;
+        let mut p = planner_with_a_node(PlannerConfig::default());
+        p.push(Event::SubmitBy {
+            spec: JobBuilder::gang("hog", 1, "cpu=8").build(),
+            owner: "alice".into(),
+        });
+        p.push(Event::SubmitBy {
+            spec: JobBuilder::gang("waiter", 1, "cpu=4").build(),
+            owner: "alice".into(),
+        });
+        p.tick(0);
+        let status = |p: &mut Planner| {
+            crate::view::job_reports(p.world_mut())
+                .into_iter()
+                .find(|r| r.name == "waiter")
+                .map(|r| (r.status, r.reason.is_some()))
+        };
+        assert_eq!(status(&mut p), Some((JobStatus::Pending, true)), "waits for the node");
+        assert!(p.check_job_names(["waiter"]).is_err());
+        p.push(Event::Cancel { job: "waiter".into() });
+        p.tick(1);
+        assert_eq!(status(&mut p), Some((JobStatus::Cancelled, false)));
+        assert_eq!(p.check_job_names(["waiter"]), Ok(()));
+    }
+
     #[test]
     fn submissions_over_the_limits_are_refused_naming_the_key() {
         let mut config = PlannerConfig::default();
