@@ -2,7 +2,7 @@
 //!
 //! `probe` reports the node's topology; `run` is the daemon: it streams the topology to
 //! the planner over QUIC with mutual TLS, heartbeats, re-probes, and reconnects for as
-//! long as it runs.
+//! long as it runs. `shepherd` runs one task for the agent (`hyperplan_agent::shepherd`).
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -14,6 +14,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use hyperplan_agent::config::{AgentConfig, DEFAULT_CONFIG};
 use hyperplan_agent::link::{self, CERT_DIR_ENV, DEFAULT_CERT_DIR, DEFAULT_REPROBE_INTERVAL, LinkOptions};
 use hyperplan_agent::probe::{self, ProbeOptions, Source};
+use hyperplan_agent::shepherd;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -81,6 +82,28 @@ enum Command {
         #[arg(long, value_name = "SECS")]
         reprobe_interval: Option<u64>,
     },
+    /// Run one task as its parent, detached from the agent (the agent starts one per
+    /// task; people rarely need to).
+    ///
+    /// Reads the launch spec FILE (JSON: job, task, rank, argv, env, workingDir, stdout,
+    /// stderr, user, allowRoot, cpus, numaNodes, memoryPolicy, cgroup, stateDir,
+    /// timeLimitSecs, killGraceSecs), leaves the caller's session, and writes its pid to
+    /// STATE/tasks/JOB/TASK/pid. Then it starts the task pinned to its CPUs and NUMA nodes,
+    /// as the user (all of the user's groups), with exactly the spec's environment and
+    /// stdout/stderr opened as that user; waits for it; and writes record.json there (exit
+    /// code or signal, start and end time, CPU seconds, peak memory, or the reason it never
+    /// ran). SIGTERM or SIGINT to the shepherd goes to the task's process group (cancel);
+    /// the time limit sends SIGTERM, then SIGKILL after the grace period (default 10 s).
+    /// Exits 0 once the record is written, whatever the task did; 1 when no record could be
+    /// written (the reason is on stderr).
+    #[command(
+        after_help = "Example:\n  hyperplan-agent shepherd --spec /var/lib/hyperplan-agent/tasks/train-7/worker-3/spec.json\n  cat /var/lib/hyperplan-agent/tasks/train-7/worker-3/record.json"
+    )]
+    Shepherd {
+        /// The launch spec (JSON), normally STATE/tasks/JOB/TASK/spec.json.
+        #[arg(long, value_name = "FILE")]
+        spec: PathBuf,
+    },
 }
 
 /// Where the topology comes from: the probe's sources, shared by `probe` and `run`.
@@ -119,10 +142,20 @@ fn main() -> ExitCode {
     // Before anything else: this may be the child that loads an untrusted XML.
     probe::isolate::serve_or_enable();
     let cli = Cli::parse();
+    // A shepherd lives as long as its task: it starts no logger and keeps small.
+    if let Command::Shepherd { spec } = &cli.command {
+        return match shepherd::run(spec) {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("hyperplan-agent shepherd: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     // The daemon says what it does; the probe only what went wrong.
     let default_filter = match cli.command {
         Command::Run { .. } => "info",
-        Command::Probe { .. } => "warn",
+        Command::Probe { .. } | Command::Shepherd { .. } => "warn",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -141,6 +174,7 @@ fn main() -> ExitCode {
             node,
             reprobe_interval,
         } => run_agent(source, planner, cert_dir, node, reprobe_interval),
+        Command::Shepherd { .. } => Ok(()), // handled above
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

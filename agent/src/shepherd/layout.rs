@@ -1,0 +1,126 @@
+//! Where a task's files live under the agent's state directory, and how they are written:
+//! whole or not at all (temporary file, fsync, rename, fsync of the directory).
+//!
+//! ```text
+//! STATE/tasks/<job>/<task>/spec.json     the launch spec (the agent writes it)
+//!                          pid           the shepherd's pid, written first, exclusively
+//!                          started.json  {"pid", "startTimeMs"} once the task was started
+//!                          record.json   the exit record (see record.rs), written last
+//! ```
+//!
+//! `<job>` and `<task>` follow the shared name rule (no `/`, no `..`), checked before any
+//! path is built.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// The files of one task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskDir {
+    pub dir: PathBuf,
+}
+
+impl TaskDir {
+    /// `STATE/tasks/<job>/<task>`; the names must already be checked
+    /// ([`LaunchSpec::check_names`](super::spec::LaunchSpec::check_names)).
+    pub fn new(state_dir: &Path, job: &str, task: &str) -> TaskDir {
+        TaskDir {
+            dir: state_dir.join("tasks").join(job).join(task),
+        }
+    }
+
+    pub fn spec(&self) -> PathBuf {
+        self.dir.join("spec.json")
+    }
+
+    pub fn pid(&self) -> PathBuf {
+        self.dir.join("pid")
+    }
+
+    pub fn started(&self) -> PathBuf {
+        self.dir.join("started.json")
+    }
+
+    pub fn record(&self) -> PathBuf {
+        self.dir.join("record.json")
+    }
+}
+
+/// Writes `bytes` to `path` atomically: a reader sees the old file or the whole new one,
+/// and after a crash the file is whole or absent.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = temp_name(path);
+    let result = write_synced(&tmp, bytes).and_then(|()| fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result?;
+    sync_parent(path)
+}
+
+/// Like [`write_atomic`], but fails with `AlreadyExists` when `path` exists: of two
+/// writers, exactly one wins.
+pub fn write_exclusive(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = temp_name(path);
+    let result = write_synced(&tmp, bytes).and_then(|()| fs::hard_link(&tmp, path));
+    let _ = fs::remove_file(&tmp);
+    result?;
+    sync_parent(path)
+}
+
+fn temp_name(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".tmp.{}", std::process::id()));
+    path.with_file_name(name)
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+fn sync_parent(path: &Path) -> io::Result<()> {
+    match path.parent() {
+        Some(dir) => File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn paths_follow_the_layout() {
+        let t = TaskDir::new(Path::new("/var/lib/hyperplan-agent"), "j1", "worker-3");
+        assert_eq!(
+            t.record(),
+            Path::new("/var/lib/hyperplan-agent/tasks/j1/worker-3/record.json")
+        );
+        assert_eq!(t.pid(), Path::new("/var/lib/hyperplan-agent/tasks/j1/worker-3/pid"));
+    }
+
+    #[test]
+    fn atomic_and_exclusive_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        let q = dir.path().join("pid");
+        write_exclusive(&q, b"1\n").unwrap();
+        let e = write_exclusive(&q, b"2\n").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(fs::read(&q).unwrap(), b"1\n");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2, "no temporary file left");
+    }
+}

@@ -1,0 +1,287 @@
+//! The launch spec: what the agent writes (`STATE/tasks/<job>/<task>/spec.json`) for one
+//! task and the shepherd reads. JSON, camelCase field names, unknown fields refused:
+//!
+//! ```json
+//! {
+//!   "job": "train-7", "task": "worker-3", "rank": 3,
+//!   "argv": ["python", "train.py"], "env": {"PATH": "/usr/bin:/bin", "RANK": "3"},
+//!   "workingDir": "/home/alice/run", "stdout": "/home/alice/run/out.txt",
+//!   "stderr": "/home/alice/run/out.txt",
+//!   "user": "alice", "allowRoot": false,
+//!   "cpus": "0-3,8-11", "numaNodes": [0], "memoryPolicy": "bind",
+//!   "cgroup": "/sys/fs/cgroup/hyperplan/train-7.worker-3",
+//!   "stateDir": "/var/lib/hyperplan-agent", "timeLimitSecs": 3600, "killGraceSecs": 10
+//! }
+//! ```
+//!
+//! `cpus` empty: no affinity. `memoryPolicy` `none` (the default) leaves memory where the
+//! kernel puts it; `bind` needs `numaNodes`. `cgroup` (optional): a cgroup v2 directory the
+//! agent prepared (cpuset, memory.max); the task joins it before exec. `timeLimitSecs`
+//! (optional): SIGTERM to the task's process group at the limit, SIGKILL `killGraceSecs`
+//! (default 10) later. The file is untrusted input: every field is checked and a bad one is
+//! an error naming the file and the field, never a panic.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use hyperplan_shared::names::{NameKind, check_name};
+use serde::{Deserialize, Serialize};
+
+use crate::probe::live::parse_cpu_list;
+
+/// The largest spec file read (argv and env included).
+pub const MAX_SPEC_BYTES: u64 = 4 << 20;
+
+/// Highest NUMA node number a spec may name (the kernel's largest `MAX_NUMNODES`).
+pub const MAX_NUMA_NODE: u32 = 1023;
+
+/// Grace between SIGTERM and SIGKILL when nothing else is said.
+pub const DEFAULT_KILL_GRACE_SECS: u64 = 10;
+
+/// Where the task's memory may come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MemoryPolicy {
+    /// The kernel's default (local first, then anywhere).
+    #[default]
+    None,
+    /// `set_mempolicy(MPOL_BIND)` to `numaNodes`.
+    Bind,
+}
+
+/// One task as the agent asks the shepherd to run it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LaunchSpec {
+    pub job: String,
+    pub task: String,
+    pub rank: u32,
+    /// Program and arguments; a program without `/` is looked up in the spec's `PATH`.
+    pub argv: Vec<String>,
+    /// The task's whole environment: nothing is inherited.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub working_dir: PathBuf,
+    /// Created (or truncated) by the user, mode 0644 less the umask.
+    pub stdout: PathBuf,
+    /// May equal `stdout`: both go to one file, opened once.
+    pub stderr: PathBuf,
+    pub user: String,
+    #[serde(default)]
+    pub allow_root: bool,
+    /// Kernel list form, `0-3,8-11`; empty: no affinity.
+    #[serde(default)]
+    pub cpus: String,
+    #[serde(default)]
+    pub numa_nodes: Vec<u32>,
+    #[serde(default)]
+    pub memory_policy: MemoryPolicy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<PathBuf>,
+    /// The agent's state directory; the shepherd's files go under `tasks/<job>/<task>/`.
+    pub state_dir: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_grace_secs: Option<u64>,
+}
+
+/// Why a spec cannot be used. Each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("cannot read the launch spec {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the launch spec {path} is larger than {MAX_SPEC_BYTES} bytes")]
+    TooLarge { path: PathBuf },
+    #[error("the launch spec {path} does not parse: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("the launch spec {path}: field `{field}`: {message}")]
+    Field {
+        path: PathBuf,
+        field: &'static str,
+        message: String,
+    },
+}
+
+/// A spec that passed every check, with the CPU list parsed.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    pub spec: LaunchSpec,
+    /// Sorted PU numbers; empty: no affinity.
+    pub cpus: Vec<u32>,
+}
+
+impl LaunchSpec {
+    /// Reads and parses `path` (at most [`MAX_SPEC_BYTES`]) without checking the fields.
+    pub fn read(path: &Path) -> Result<LaunchSpec, SpecError> {
+        let read_err = |source| SpecError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(read_err)?;
+        let mut bytes = Vec::new();
+        file.take(MAX_SPEC_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read_err)?;
+        if bytes.len() as u64 > MAX_SPEC_BYTES {
+            return Err(SpecError::TooLarge {
+                path: path.to_path_buf(),
+            });
+        }
+        serde_json::from_slice(&bytes).map_err(|source| SpecError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// The job and task names, the only fields the task directory depends on.
+    pub fn check_names(&self, path: &Path) -> Result<(), SpecError> {
+        let field = |field, message: String| SpecError::Field {
+            path: path.to_path_buf(),
+            field,
+            message,
+        };
+        check_name(NameKind::Job, &self.job).map_err(|e| field("job", e.to_string()))?;
+        check_name(NameKind::Task, &self.task).map_err(|e| field("task", e.to_string()))?;
+        absolute(&self.state_dir).map_err(|m| field("stateDir", m))?;
+        Ok(())
+    }
+
+    /// Checks every field; `path` is the file named in errors.
+    pub fn check(self, path: &Path) -> Result<Checked, SpecError> {
+        self.check_names(path)?;
+        let field = |field, message: String| SpecError::Field {
+            path: path.to_path_buf(),
+            field,
+            message,
+        };
+        if self.argv.is_empty() || self.argv[0].is_empty() {
+            return Err(field("argv", "expected a program and its arguments, got none".into()));
+        }
+        if let Some(bad) = self.argv.iter().find(|a| a.contains('\0')) {
+            return Err(field("argv", format!("{bad:?} contains a NUL byte")));
+        }
+        for (key, value) in &self.env {
+            if key.is_empty() || key.contains('=') || key.contains('\0') {
+                return Err(field("env", format!("{key:?} is not a variable name")));
+            }
+            if value.contains('\0') {
+                return Err(field("env", format!("the value of {key} contains a NUL byte")));
+            }
+        }
+        absolute(&self.working_dir).map_err(|m| field("workingDir", m))?;
+        absolute(&self.stdout).map_err(|m| field("stdout", m))?;
+        absolute(&self.stderr).map_err(|m| field("stderr", m))?;
+        if let Some(cgroup) = &self.cgroup {
+            absolute(cgroup).map_err(|m| field("cgroup", m))?;
+        }
+        if self.user.is_empty() || self.user.contains('\0') || self.user.contains('/') {
+            return Err(field("user", format!("{:?} is not a user name", self.user)));
+        }
+        let cpus = parse_cpu_list(&self.cpus).map_err(|e| field("cpus", e.to_string()))?;
+        if let Some(&n) = self.numa_nodes.iter().find(|&&n| n > MAX_NUMA_NODE) {
+            return Err(field(
+                "numaNodes",
+                format!("node {n} is beyond any machine (at most {MAX_NUMA_NODE})"),
+            ));
+        }
+        if self.memory_policy == MemoryPolicy::Bind && self.numa_nodes.is_empty() {
+            return Err(field(
+                "numaNodes",
+                "memoryPolicy `bind` needs at least one NUMA node".into(),
+            ));
+        }
+        if self.time_limit_secs == Some(0) {
+            return Err(field("timeLimitSecs", "expected at least 1 second".into()));
+        }
+        Ok(Checked { spec: self, cpus })
+    }
+}
+
+/// An absolute path without NUL bytes or `..`.
+fn absolute(path: &Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    if !path.is_absolute() {
+        return Err(format!("expected an absolute path, got {}", path.display()));
+    }
+    if path.as_os_str().as_bytes().contains(&0) {
+        return Err(format!("{} contains a NUL byte", path.display()));
+    }
+    if path.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return Err(format!("expected a path without `..`, got {}", path.display()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn good() -> serde_json::Value {
+        serde_json::json!({
+            "job": "j1", "task": "worker-0", "rank": 0, "argv": ["true"],
+            "workingDir": "/tmp", "stdout": "/tmp/o", "stderr": "/tmp/o",
+            "user": "alice", "cpus": "0-3,8", "stateDir": "/var/lib/hyperplan-agent"
+        })
+    }
+
+    fn check(v: serde_json::Value) -> Result<Checked, SpecError> {
+        let spec: LaunchSpec = serde_json::from_value(v).map_err(|source| SpecError::Parse {
+            path: "s.json".into(),
+            source,
+        })?;
+        spec.check(Path::new("s.json"))
+    }
+
+    fn field_error(change: impl FnOnce(&mut serde_json::Value)) -> String {
+        let mut v = good();
+        change(&mut v);
+        match check(v) {
+            Err(e @ SpecError::Field { .. }) => e.to_string(),
+            other => panic!("expected a field error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_good_spec_checks() {
+        let checked = check(good()).unwrap();
+        assert_eq!(checked.cpus, [0, 1, 2, 3, 8]);
+        assert_eq!(checked.spec.memory_policy, MemoryPolicy::None);
+        assert_eq!(checked.spec.time_limit_secs, None);
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let e = field_error(|v| v["job"] = "../etc".into());
+        assert!(e.contains("s.json") && e.contains("`job`"), "{e}");
+        assert!(field_error(|v| v["task"] = "a/b".into()).contains("`task`"));
+        assert!(field_error(|v| v["argv"] = serde_json::json!([])).contains("`argv`"));
+        assert!(field_error(|v| v["stdout"] = "out.txt".into()).contains("absolute"));
+        assert!(field_error(|v| v["workingDir"] = "/a/../b".into()).contains("`..`"));
+        assert!(field_error(|v| v["cpus"] = "3-1".into()).contains("`cpus`"));
+        assert!(field_error(|v| v["env"] = serde_json::json!({"A=B": "x"})).contains("`env`"));
+        assert!(field_error(|v| v["memoryPolicy"] = "bind".into()).contains("numaNodes"));
+        assert!(field_error(|v| v["numaNodes"] = serde_json::json!([5000])).contains("numaNodes"));
+        assert!(field_error(|v| v["user"] = "".into()).contains("`user`"));
+    }
+
+    #[test]
+    fn unknown_fields_and_wrong_types_do_not_parse() {
+        let mut v = good();
+        v["cpu"] = "0".into();
+        assert!(matches!(check(v), Err(SpecError::Parse { .. })));
+        let mut v = good();
+        v["rank"] = (-1).into();
+        assert!(matches!(check(v), Err(SpecError::Parse { .. })));
+    }
+}

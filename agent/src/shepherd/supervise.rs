@@ -1,0 +1,200 @@
+//! Watching the running task: the shepherd sleeps in `sigtimedwait` on SIGCHLD, SIGTERM,
+//! SIGINT and SIGHUP (blocked before the fork, so none is lost and the shepherd runs no
+//! signal handler), reaps with `wait4` to get the task's rusage, and acts:
+//!
+//! - SIGTERM or SIGINT (cancel): passed on to the task's process group; SIGKILL follows
+//!   after the grace period if the task is still there. SIGHUP is ignored.
+//! - the time limit: SIGTERM to the group, SIGKILL after the grace period.
+//! - the task's end: whatever is left in its process group is killed (SIGKILL), and the
+//!   children the shepherd inherited as a subreaper are reaped.
+
+#![allow(unsafe_code)]
+
+use std::io;
+use std::time::{Duration, Instant};
+
+/// The signals the shepherd waits for instead of being killed by.
+pub struct Signals {
+    set: libc::sigset_t,
+}
+
+/// Blocks SIGCHLD, SIGTERM, SIGINT and SIGHUP for this (single-threaded) process. The
+/// task's mask is cleared again in its child before exec.
+pub fn block_signals() -> io::Result<Signals> {
+    // SAFETY: `set` is initialised by sigemptyset before any other use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t; the signal numbers are valid.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for signal in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, signal);
+        }
+    }
+    // SAFETY: a valid set; the old mask is not wanted.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(Signals { set })
+}
+
+impl Signals {
+    /// The next of our signals, or None after `timeout` (None: wait for ever).
+    fn wait(&self, timeout: Option<Duration>) -> Option<i32> {
+        // SAFETY: `info` is written by the kernel before it is read (never here).
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let rc = match timeout {
+            Some(t) => {
+                let ts = libc::timespec {
+                    tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
+                    tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
+                };
+                // SAFETY: valid set, siginfo and timespec pointers.
+                unsafe { libc::sigtimedwait(&self.set, &mut info, &ts) }
+            }
+            // SAFETY: valid set and siginfo pointers.
+            None => unsafe { libc::sigwaitinfo(&self.set, &mut info) },
+        };
+        (rc > 0).then_some(rc)
+    }
+}
+
+/// Makes this process the reaper of its orphaned descendants (the task's children whose
+/// parent died), so none is left a zombie and none escapes unreaped.
+pub fn become_subreaper() -> io::Result<()> {
+    // SAFETY: PR_SET_CHILD_SUBREAPER takes an integer flag.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// How the task's own process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    Exited(i32),
+    Signaled(i32),
+}
+
+/// The task's end as the shepherd saw it.
+#[derive(Clone, Debug)]
+pub struct Ended {
+    pub status: Status,
+    pub cpu_seconds: f64,
+    pub max_rss_bytes: u64,
+    /// The time limit passed (SIGTERM sent for it).
+    pub timed_out: bool,
+    /// The shepherd was told to stop the task (SIGTERM/SIGINT passed on).
+    pub cancelled: bool,
+}
+
+/// Reaps one child that has ended, any child; None when none has.
+fn reap_any() -> io::Result<Option<(u32, Status, libc::rusage)>> {
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to locals.
+    let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut usage) };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        return Ok(None);
+    }
+    let s = if libc::WIFEXITED(status) {
+        Status::Exited(libc::WEXITSTATUS(status))
+    } else {
+        Status::Signaled(libc::WTERMSIG(status))
+    };
+    Ok(Some((pid as u32, s, usage)))
+}
+
+/// Sends `signal` to the process group `pgid` (the task's pid). ESRCH (gone) is fine.
+pub fn signal_group(pgid: u32, signal: i32) {
+    // SAFETY: kill with a negative pid signals that group; no memory is involved.
+    unsafe { libc::kill(-(pgid as libc::pid_t), signal) };
+}
+
+fn group_exists(pgid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the group exists.
+    unsafe { libc::kill(-(pgid as libc::pid_t), 0) == 0 }
+}
+
+/// Waits for the task `pid` (a child of this process, leader of its own group) to end.
+pub fn supervise(pid: u32, signals: &Signals, time_limit: Option<Duration>, grace: Duration) -> io::Result<Ended> {
+    let start = Instant::now();
+    let term_at = time_limit.map(|limit| start + limit);
+    let mut kill_at: Option<Instant> = None;
+    let (mut timed_out, mut cancelled) = (false, false);
+    loop {
+        loop {
+            match reap_any() {
+                Ok(Some((p, status, usage))) if p == pid => {
+                    finish_group(pid);
+                    return Ok(Ended {
+                        status,
+                        cpu_seconds: seconds(usage.ru_utime) + seconds(usage.ru_stime),
+                        max_rss_bytes: u64::try_from(usage.ru_maxrss).unwrap_or(0).saturating_mul(1024),
+                        timed_out,
+                        cancelled,
+                    });
+                }
+                Ok(Some(_orphan)) => continue,
+                Ok(None) => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        let now = Instant::now();
+        if let Some(at) = term_at
+            && now >= at
+            && !timed_out
+            && !cancelled
+        {
+            signal_group(pid, libc::SIGTERM);
+            timed_out = true;
+            kill_at = Some(now + grace);
+        }
+        if let Some(at) = kill_at
+            && now >= at
+        {
+            signal_group(pid, libc::SIGKILL);
+            kill_at = None;
+        }
+        let next = [term_at.filter(|_| !timed_out && !cancelled), kill_at]
+            .into_iter()
+            .flatten()
+            .min();
+        if let Some(signal @ (libc::SIGTERM | libc::SIGINT)) =
+            signals.wait(next.map(|at| at.saturating_duration_since(now)))
+        {
+            signal_group(pid, signal);
+            if !timed_out {
+                cancelled = true;
+            }
+            kill_at.get_or_insert(Instant::now() + grace);
+        }
+    }
+}
+
+/// After the task ended: kills what is left of its group and reaps what died, for at
+/// most a second (a descendant that left the group is not waited for).
+fn finish_group(pgid: u32) {
+    signal_group(pgid, libc::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        match reap_any() {
+            Ok(Some(_)) => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+            Ok(None) if !group_exists(pgid) => return,
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+fn seconds(t: libc::timeval) -> f64 {
+    t.tv_sec as f64 + t.tv_usec as f64 / 1e6
+}

@@ -1,0 +1,502 @@
+//! End-to-end tests of `hyperplan-agent shepherd --spec FILE`: the real binary runs real
+//! tasks and the tests read the exit record it leaves in the state directory. Every
+//! process a test starts is killed by pid when the test ends (guards), whatever happened.
+//! The user tests need root; elsewhere they skip with a printed reason.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hyperplan-agent");
+
+fn is_root() -> bool {
+    status_field(Path::new("/proc/self/status"), "Uid")
+        .and_then(|uids| uids.split_whitespace().nth(1).map(|e| e == "0"))
+        .unwrap_or(false)
+}
+
+/// The user name these tests run as.
+fn me() -> String {
+    let out = Command::new("id").arg("-un").output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+fn status_field(path: &Path, key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(':')))
+        .map(|v| v.trim().to_string())
+}
+
+/// True while `pid` is a live (not zombie) process.
+fn alive(pid: u32) -> bool {
+    match status_field(&PathBuf::from(format!("/proc/{pid}/status")), "State") {
+        Some(state) => !state.starts_with('Z') && !state.starts_with('X'),
+        None => false,
+    }
+}
+
+fn kill(pid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One task: a state directory, its spec, and the shepherd when started. Dropping it
+/// kills the shepherd and the task's process group by pid.
+struct Task {
+    dir: tempfile::TempDir,
+    spec: Value,
+    shepherd: Option<Child>,
+    /// Pids to kill when the test ends (a detached shepherd, grandchildren).
+    pids: Vec<u32>,
+}
+
+impl Task {
+    fn new(argv: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.txt");
+        let user = me();
+        let spec = json!({
+            "job": "j1",
+            "task": "worker-0",
+            "rank": 0,
+            "argv": argv,
+            "env": {"PATH": "/usr/local/bin:/usr/bin:/bin"},
+            "workingDir": dir.path(),
+            "stdout": out,
+            "stderr": out,
+            "user": user,
+            "allowRoot": user == "root",
+            "cpus": "",
+            "numaNodes": [],
+            "memoryPolicy": "none",
+            "stateDir": dir.path().join("state"),
+        });
+        Task {
+            dir,
+            spec,
+            shepherd: None,
+            pids: Vec::new(),
+        }
+    }
+
+    fn set(mut self, key: &str, value: Value) -> Self {
+        self.spec[key] = value;
+        self
+    }
+
+    fn task_dir(&self) -> PathBuf {
+        self.dir.path().join("state/tasks/j1/worker-0")
+    }
+
+    fn write_spec(&self) -> PathBuf {
+        let dir = self.task_dir();
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("spec.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(&self.spec).unwrap()).unwrap();
+        path
+    }
+
+    fn start(&mut self) {
+        let spec = self.write_spec();
+        let child = Command::new(BIN)
+            .args(["shepherd", "--spec"])
+            .arg(&spec)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.shepherd = Some(child);
+    }
+
+    fn shepherd_pid(&self) -> u32 {
+        self.shepherd.as_ref().map(Child::id).unwrap()
+    }
+
+    /// The task's pid once it runs (from `started.json`).
+    fn task_pid(&mut self) -> u32 {
+        let path = self.task_dir().join("started.json");
+        wait_until("started.json", Duration::from_secs(10), || path.exists());
+        let started: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let pid = started["pid"].as_u64().unwrap() as u32;
+        self.pids.push(pid);
+        pid
+    }
+
+    /// Waits for the shepherd to exit (it must succeed) and returns the record.
+    fn finish(&mut self) -> Value {
+        let mut child = self.shepherd.take().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                kill(child.id(), "KILL");
+                let _ = child.wait();
+                panic!("the shepherd did not finish in 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "shepherd: {status}");
+        self.record()
+    }
+
+    fn record(&self) -> Value {
+        let path = self.task_dir().join("record.json");
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+    }
+
+    fn run(mut self) -> (Self, Value) {
+        self.start();
+        let record = self.finish();
+        (self, record)
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("out.txt")).unwrap_or_default()
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.shepherd.take() {
+            kill(child.id(), "KILL");
+            let _ = child.wait();
+        }
+        if let Ok(text) = std::fs::read_to_string(self.task_dir().join("pid"))
+            && let Ok(pid) = text.trim().parse::<u32>()
+            && alive(pid)
+        {
+            kill(pid, "KILL");
+        }
+        for &pid in &self.pids {
+            if alive(pid) {
+                kill(pid, "KILL");
+            }
+        }
+    }
+}
+
+#[test]
+fn exit_code_is_recorded() {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let (task, record) = Task::new(&["sh", "-c", "echo hello; exit 3"]).run();
+    assert_eq!(record["outcome"], "exited", "{record:#}");
+    assert_eq!(record["exitCode"], 3);
+    assert_eq!(record["signal"], Value::Null);
+    assert_eq!(record["job"], "j1");
+    assert_eq!(record["task"], "worker-0");
+    assert!(record["pid"].as_u64().unwrap() > 1);
+    let start = record["startTimeMs"].as_u64().unwrap();
+    let end = record["endTimeMs"].as_u64().unwrap();
+    assert!(start >= started && end >= start, "{record:#}");
+    assert!(record["cpuSeconds"].as_f64().unwrap() >= 0.0);
+    assert!(record["maxRssBytes"].as_u64().unwrap() > 0);
+    assert_eq!(task.output(), "hello\n");
+    let pid_file = std::fs::read_to_string(task.task_dir().join("pid")).unwrap();
+    assert!(pid_file.trim().parse::<u32>().is_ok(), "{pid_file:?}");
+}
+
+#[test]
+fn a_signal_is_recorded() {
+    let (_task, record) = Task::new(&["sh", "-c", "kill -9 $$"]).run();
+    assert_eq!(record["outcome"], "signaled", "{record:#}");
+    assert_eq!(record["signal"], 9);
+    assert_eq!(record["signalName"], "SIGKILL");
+    assert_eq!(record["exitCode"], Value::Null);
+}
+
+#[test]
+fn a_missing_program_is_recorded_by_name() {
+    let (_task, record) = Task::new(&["no-such-program-hp", "x"]).run();
+    assert_eq!(record["outcome"], "failed", "{record:#}");
+    let reason = record["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("no-such-program-hp") && reason.contains("ENOENT"),
+        "{reason}"
+    );
+    assert_eq!(record["exitCode"], Value::Null);
+}
+
+#[test]
+fn a_missing_working_dir_is_recorded() {
+    let (_task, record) = Task::new(&["true"]).set("workingDir", json!("/no/such/dir-hp")).run();
+    assert_eq!(record["outcome"], "failed", "{record:#}");
+    let reason = record["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("/no/such/dir-hp") && reason.contains("chdir"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn an_unknown_user_is_recorded() {
+    let (_task, record) = Task::new(&["true"]).set("user", json!("no-such-user-hp")).run();
+    assert_eq!(record["outcome"], "failed", "{record:#}");
+    let reason = record["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("no-such-user-hp") && reason.contains("unknown"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn root_is_refused_unless_allowed() {
+    let (_task, record) = Task::new(&["true"])
+        .set("user", json!("root"))
+        .set("allowRoot", json!(false))
+        .run();
+    assert_eq!(record["outcome"], "failed", "{record:#}");
+    let reason = record["reason"].as_str().unwrap();
+    assert!(reason.contains("root") && reason.contains("allowRoot"), "{reason}");
+}
+
+#[test]
+fn the_time_limit_kills_the_task() {
+    let began = Instant::now();
+    let (_task, record) = Task::new(&["sleep", "30"]).set("timeLimitSecs", json!(1)).run();
+    assert_eq!(record["outcome"], "timeout", "{record:#}");
+    assert_eq!(record["signal"], 15);
+    assert!(began.elapsed() < Duration::from_secs(10), "{:?}", began.elapsed());
+}
+
+#[test]
+fn the_time_limit_escalates_to_sigkill() {
+    let began = Instant::now();
+    let (_task, record) = Task::new(&["sh", "-c", "trap '' TERM; sleep 30"])
+        .set("timeLimitSecs", json!(1))
+        .set("killGraceSecs", json!(1))
+        .run();
+    assert_eq!(record["outcome"], "timeout", "{record:#}");
+    assert_eq!(record["signal"], 9);
+    assert!(began.elapsed() < Duration::from_secs(10), "{:?}", began.elapsed());
+}
+
+#[test]
+fn sigterm_to_the_shepherd_kills_the_whole_group() {
+    let mut task = Task::new(&["sh", "-c", "sleep 30 & echo $! > grandchild.pid; wait"]);
+    task.start();
+    let pid = task.task_pid();
+    let gc_file = task.dir.path().join("grandchild.pid");
+    wait_until("grandchild.pid", Duration::from_secs(10), || {
+        std::fs::read_to_string(&gc_file).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let grandchild: u32 = std::fs::read_to_string(&gc_file).unwrap().trim().parse().unwrap();
+    task.pids.push(grandchild);
+    assert!(alive(pid) && alive(grandchild));
+    kill(task.shepherd_pid(), "TERM");
+    let record = task.finish();
+    assert_eq!(record["outcome"], "cancelled", "{record:#}");
+    assert_eq!(record["signal"], 15);
+    wait_until("the task and its child to be gone", Duration::from_secs(5), || {
+        !alive(pid) && !alive(grandchild)
+    });
+}
+
+#[test]
+fn affinity_pins_the_task_to_its_pus() {
+    let ours = status_field(Path::new("/proc/self/status"), "Cpus_allowed_list").unwrap();
+    // The last PU this process may use.
+    let last = ours.split(',').next_back().unwrap();
+    let pu = last.rsplit('-').next().unwrap().to_string();
+    let (task, record) = Task::new(&["grep", "Cpus_allowed_list", "/proc/self/status"])
+        .set("cpus", json!(pu))
+        .run();
+    assert_eq!(record["outcome"], "exited", "{record:#}");
+    assert_eq!(task.output().trim(), format!("Cpus_allowed_list:\t{pu}"));
+}
+
+#[test]
+fn memory_bind_to_a_node_we_have() {
+    let (task, record) = Task::new(&["grep", "Mems_allowed_list", "/proc/self/status"])
+        .set("numaNodes", json!([0]))
+        .set("memoryPolicy", json!("bind"))
+        .run();
+    assert_eq!(record["outcome"], "exited", "{record:#}");
+    assert!(task.output().contains("Mems_allowed_list"), "{}", task.output());
+}
+
+#[test]
+fn the_task_sees_exactly_its_env() {
+    let (task, record) = Task::new(&["/usr/bin/env"])
+        .set("env", json!({"A": "1", "B": "two words"}))
+        .run();
+    assert_eq!(record["outcome"], "exited", "{record:#}");
+    let mut lines: Vec<String> = task.output().lines().map(str::to_string).collect();
+    lines.sort();
+    assert_eq!(lines, ["A=1", "B=two words"]);
+}
+
+#[test]
+fn the_task_runs_in_its_working_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let wd = dir.path().canonicalize().unwrap();
+    let (task, record) = Task::new(&["/bin/pwd", "-P"]).set("workingDir", json!(wd)).run();
+    assert_eq!(record["outcome"], "exited", "{record:#}");
+    assert_eq!(task.output().trim(), wd.to_str().unwrap());
+}
+
+#[test]
+fn stderr_to_its_own_file() {
+    let mut task = Task::new(&["sh", "-c", "echo out; echo err >&2"]);
+    let err = task.dir.path().join("err.txt");
+    task = task.set("stderr", json!(err));
+    let (task, record) = task.run();
+    assert_eq!(record["outcome"], "exited", "{record:#}");
+    assert_eq!(task.output(), "out\n");
+    assert_eq!(std::fs::read_to_string(err).unwrap(), "err\n");
+}
+
+#[test]
+fn a_bad_spec_fails_with_a_reason_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.json");
+    std::fs::write(&spec, b"{\"job\": 1").unwrap();
+    let out = Command::new(BIN)
+        .args(["shepherd", "--spec"])
+        .arg(&spec)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(spec.to_str().unwrap()), "{stderr}");
+}
+
+#[test]
+fn a_task_is_not_run_twice_from_one_task_dir() {
+    let (mut task, record) = Task::new(&["true"]).run();
+    assert_eq!(record["outcome"], "exited");
+    task.start();
+    let child = task.shepherd.take().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+}
+
+#[test]
+fn the_shepherd_survives_its_parent() {
+    let task = Task::new(&["sh", "-c", "sleep 1; echo done"]);
+    let spec = task.write_spec();
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "'{BIN}' shepherd --spec '{}' </dev/null >/dev/null 2>&1 & exit 0",
+            spec.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let path = task.task_dir().join("record.json");
+    wait_until(
+        "the record of a shepherd whose parent left",
+        Duration::from_secs(20),
+        || path.exists(),
+    );
+    let record = task.record();
+    assert_eq!(record["outcome"], "exited", "{record:#}");
+    assert_eq!(record["exitCode"], 0);
+    assert_eq!(task.output(), "done\n");
+}
+
+#[test]
+fn shepherd_memory_while_a_task_runs() {
+    let mut task = Task::new(&["sleep", "30"]);
+    task.start();
+    task.task_pid();
+    let shepherd = task.shepherd_pid();
+    let rss = status_field(&PathBuf::from(format!("/proc/{shepherd}/status")), "VmRSS").unwrap();
+    let kb: u64 = rss.trim_end_matches("kB").trim().parse().unwrap();
+    eprintln!("shepherd VmRSS while a task runs: {kb} kB");
+    // The target is 2 MB (issue 13); this catches a regression far past it.
+    assert!(kb < 16 * 1024, "shepherd RSS {kb} kB");
+    kill(shepherd, "TERM");
+    let record = task.finish();
+    assert_eq!(record["outcome"], "cancelled");
+}
+
+/// A throwaway user and group, removed when dropped.
+struct TempUser {
+    user: String,
+    group: String,
+}
+
+impl TempUser {
+    fn create() -> Self {
+        let n = std::process::id();
+        let user = TempUser {
+            user: format!("hpshep{n}"),
+            group: format!("hpshepg{n}"),
+        };
+        let ok = |args: &[&str], cmd: &str| {
+            let out = Command::new(cmd).args(args).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{cmd} {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        ok(&[&user.group], "groupadd");
+        ok(&["-M", "-G", &user.group, "-s", "/bin/sh", &user.user], "useradd");
+        user
+    }
+
+    fn id(&self, flag: &str) -> String {
+        let out = Command::new("id").args([flag, &self.user]).output().unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+}
+
+impl Drop for TempUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.user).output();
+        let _ = Command::new("groupdel").arg(&self.group).output();
+    }
+}
+
+#[test]
+fn the_task_runs_as_the_user_with_its_groups() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !is_root() {
+        eprintln!("skipped: switching users needs root (this test runs as {})", me());
+        return;
+    }
+    let user = TempUser::create();
+    let uid: u32 = user.id("-u").parse().unwrap();
+    let extra_gid = user.id("-G").split_whitespace().last().unwrap().to_string();
+    let task = Task::new(&["sh", "-c", "id -un; id -G"]).set("user", json!(user.user));
+    // Where the user may write: a world-writable output directory.
+    std::fs::set_permissions(task.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let outdir = task.dir.path().join("out");
+    std::fs::create_dir(&outdir).unwrap();
+    std::fs::set_permissions(&outdir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = outdir.join("o.txt");
+    let (_task, record) = task
+        .set("stdout", json!(out))
+        .set("stderr", json!(out))
+        .set("workingDir", json!(outdir))
+        .set("allowRoot", json!(false))
+        .run();
+    assert_eq!(record["outcome"], "exited", "{record:#}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(user.user.as_str()), "{text}");
+    let groups: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
+    assert!(groups.contains(&extra_gid.as_str()), "{groups:?} lacks {extra_gid}");
+    assert_eq!(std::fs::metadata(&out).unwrap().uid(), uid);
+}
