@@ -500,3 +500,11 @@ fn the_task_runs_as_the_user_with_its_groups() {
     assert!(groups.contains(&extra_gid.as_str()), "{groups:?} lacks {extra_gid}");
     assert_eq!(std::fs::metadata(&out).unwrap().uid(), uid);
 }
+
+#[test]
+fn a_bad_field_is_recorded_with_the_field_named() {
+    let (_task, record) = Task::new(&["true"]).set("cpus", json!("3-1")).run();
+    assert_eq!(record["outcome"], "failed", "{record:#}");
+    let reason = record["reason"].as_str().unwrap();
+    assert!(reason.contains("`cpus`") && reason.contains("spec.json"), "{reason}");
+}
