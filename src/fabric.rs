@@ -113,12 +113,12 @@ pub enum ExportFormat {
 
 /// A fabric dump or topology.conf, read no further than the limit (README, Limits).
 fn read(path: &Path) -> anyhow::Result<String> {
+    use hyperplan_shared::limits::{MAX_FABRIC_FILE, ReadError, read_file_text};
     let what = path.display().to_string();
-    Ok(hyperplan_shared::limits::read_file_text(
-        path,
-        hyperplan_shared::limits::MAX_FABRIC_FILE,
-        &what,
-    )?)
+    read_file_text(path, MAX_FABRIC_FILE, &what).map_err(|e| match e {
+        ReadError::Io { source, .. } => anyhow::anyhow!("reading {what}: {source}"),
+        other => anyhow::anyhow!("{other}"),
+    })
 }
 
 pub fn run(cmd: Command) -> anyhow::Result<()> {
