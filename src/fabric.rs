@@ -116,7 +116,7 @@ fn read(path: &Path) -> anyhow::Result<String> {
     use hyperplan_shared::limits::{MAX_FABRIC_FILE, ReadError, read_file_text};
     let what = path.display().to_string();
     read_file_text(path, MAX_FABRIC_FILE, &what).map_err(|e| match e {
-        ReadError::Io { source, .. } => anyhow::anyhow!("reading {what}: {source}"),
+        ReadError::Io { error, .. } => anyhow::anyhow!("reading {what}: {error}"),
         other => anyhow::anyhow!("{other}"),
     })
 }

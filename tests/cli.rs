@@ -463,7 +463,7 @@ fn submit_refuses_endless_stdin_and_huge_files() {
     assert!(!out.status.success());
     assert_eq!(
         text(&out.stderr),
-        "hyperplan: cannot read the job file big.yaml: the file is larger than the limit of 8 MiB for a job file \
+        "hyperplan: the job file big.yaml is larger than the limit of 8 MiB for a job file \
          (see Limits in README.md)\n"
     );
 }

@@ -139,8 +139,14 @@ fn units_are_rated_low_by_systemd_analyze_security() {
     let planner = exposure(&analyze, &source.join("hyperplan-planner.service"));
     let agent = exposure(&analyze, &source.join("hyperplan-agent.service"));
     eprintln!("exposure: planner {planner}, agent {agent}");
-    assert!(planner <= 2.0, "hyperplan-planner.service is rated {planner}, expected at most 2.0");
-    assert!(agent <= AGENT_EXPOSURE, "hyperplan-agent.service is rated {agent}, expected at most {AGENT_EXPOSURE}");
+    assert!(
+        planner <= 2.0,
+        "hyperplan-planner.service is rated {planner}, expected at most 2.0"
+    );
+    assert!(
+        agent <= AGENT_EXPOSURE,
+        "hyperplan-agent.service is rated {agent}, expected at most {AGENT_EXPOSURE}"
+    );
 }
 
 /// What the agent's remaining rights (see the comments in its unit) cost.

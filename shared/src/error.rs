@@ -3,9 +3,10 @@
 use std::path::PathBuf;
 
 /// A file that could not be read as its format says. Displays as
-/// `FILE:LINE:COLUMN: FIELD: what was expected` (line and column 1-based; 0 when unknown).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}:{line}:{column}: {field}: {message}", path.display())]
+/// `FILE:LINE:COLUMN: FIELD: what was expected` (line and column 1-based); what is not
+/// known is left out rather than shown as `0:0` or `-` (`FILE: cannot read …` for a file
+/// that cannot be opened, `FILE:4:15: unclosed bracket` for a syntax error).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileError {
     pub path: PathBuf,
     pub line: u64,
@@ -14,3 +15,18 @@ pub struct FileError {
     pub field: String,
     pub message: String,
 }
+
+impl std::fmt::Display for FileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.path.display())?;
+        if self.line > 0 {
+            write!(f, ":{}:{}", self.line, self.column)?;
+        }
+        if self.field != "-" && !self.field.is_empty() {
+            write!(f, ": {}", self.field)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for FileError {}

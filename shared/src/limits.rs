@@ -26,12 +26,9 @@ pub enum ReadError {
     TooLarge { what: String, limit: u64 },
     #[error("{what} is not UTF-8 text")]
     NotUtf8 { what: String },
-    #[error("cannot read {what}: {source}")]
-    Io {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot read {what}: {error}")]
+    /// The cause is in the message, not chained: `{:#}` would print it twice.
+    Io { what: String, error: std::io::Error },
 }
 
 /// Reads all of `reader` as text, refusing more than `limit` bytes (never buffering more
@@ -41,9 +38,9 @@ pub fn read_text(reader: impl Read, limit: u64, what: &str) -> Result<String, Re
     reader
         .take(limit.saturating_add(1))
         .read_to_end(&mut bytes)
-        .map_err(|source| ReadError::Io {
+        .map_err(|error| ReadError::Io {
             what: what.to_string(),
-            source,
+            error,
         })?;
     if bytes.len() as u64 > limit {
         return Err(ReadError::TooLarge {
@@ -56,9 +53,9 @@ pub fn read_text(reader: impl Read, limit: u64, what: &str) -> Result<String, Re
 
 /// Reads the file at `path` with [`read_text`].
 pub fn read_file_text(path: &std::path::Path, limit: u64, what: &str) -> Result<String, ReadError> {
-    let file = std::fs::File::open(path).map_err(|source| ReadError::Io {
+    let file = std::fs::File::open(path).map_err(|error| ReadError::Io {
         what: what.to_string(),
-        source,
+        error,
     })?;
     read_text(file, limit, what)
 }

@@ -80,9 +80,8 @@ fn read_files(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, String)>> {
                     .context("cannot read a job file from standard input")?;
                 Ok(("<stdin>".to_owned(), text))
             } else {
-                let text = read_file_text(path, MAX_JOB_FILE, "the file")
-                    .map_err(limit_hint)
-                    .with_context(|| format!("cannot read the job file {}", path.display()))?;
+                let text = read_file_text(path, MAX_JOB_FILE, &format!("the job file {}", path.display()))
+                    .map_err(limit_hint)?;
                 Ok((path.display().to_string(), text))
             }
         })
