@@ -12,9 +12,8 @@
 //! temporary name and renamed, so a reader never sees half a key.
 
 use std::fs;
-use std::io::Write;
 use std::net::IpAddr;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use rcgen::{
@@ -329,36 +328,12 @@ fn make_dir(dir: &Path) -> Result<(), CertError> {
         })
 }
 
-/// Writes `contents` to a fresh temporary file created with `mode`, then renames it over
-/// `path`: the mode holds even when `path` existed with a looser one.
+/// Writes `contents` whole with `mode` (see [`crate::atomic`]).
 fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), CertError> {
-    let wrap = |source| CertError::Write {
+    crate::atomic::write_atomic(path, contents, mode).map_err(|source| CertError::Write {
         path: path.to_owned(),
         source,
-    };
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
-    match fs::remove_file(&tmp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(wrap(e)),
-        _ => {}
-    }
-    let result = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
-        file.write_all(contents)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map_err(wrap)
+    })
 }
 
 #[cfg(test)]

@@ -5,12 +5,14 @@
 //! - [`messages`]: the wire messages and the topology hash.
 //! - [`frame`]: length-prefixed frames with a maximum size.
 //! - [`certs`]: the cluster CA and the certificates it issues (`hyperplan certs`).
+//! - [`atomic`]: writing a file whole or not at all, with its mode.
 //! - [`tls`]: rustls configs and quinn endpoints.
 //! - [`identity`]: a peer's name and role, from its certificate.
 //! - [`revocation`]: `revoked.txt`, the certificates the planner refuses.
 //! - [`strict`]: ssh-like checks of a party's own key, directories and certificate role.
 //! - [`hello`]: checking a peer's first frame against its certificate; close codes.
 
+pub mod atomic;
 pub mod certs;
 pub mod frame;
 pub mod hello;

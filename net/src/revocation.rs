@@ -34,8 +34,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
-use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use rustls_pki_types::CertificateDer;
@@ -274,29 +273,10 @@ impl RevocationList {
 
     /// Writes the list to `path`: a temporary file (0644) renamed over it.
     pub fn save(&self, path: &Path) -> Result<(), RevocationError> {
-        let wrap = |source| RevocationError::Write {
+        crate::atomic::write_atomic(path, self.render().as_bytes(), 0o644).map_err(|source| RevocationError::Write {
             path: path.to_owned(),
             source,
-        };
-        let tmp = path.with_file_name(format!(".{FILE_NAME}.tmp-{}", std::process::id()));
-        match fs::remove_file(&tmp) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(wrap(e)),
-            _ => {}
-        }
-        let result = (|| {
-            let mut file = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o644)
-                .open(&tmp)?;
-            file.write_all(self.render().as_bytes())?;
-            file.sync_all()?;
-            fs::rename(&tmp, path)
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result.map_err(wrap)
+        })
     }
 
     pub fn len(&self) -> usize {
