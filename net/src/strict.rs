@@ -49,9 +49,13 @@ pub enum StrictError {
 }
 
 /// Checks the modes of `paths`' key and of the directories holding its files.
+///
+/// A file or directory that does not exist is left to the load after this check, whose
+/// error says which certificate file is missing.
 pub fn check_modes(paths: &CertPaths) -> Result<(), StrictError> {
-    let mode = mode_of(&paths.key)?;
-    if mode & 0o077 != 0 {
+    if let Some(mode) = mode_of(&paths.key)?
+        && mode & 0o077 != 0
+    {
         return Err(StrictError::KeyTooOpen {
             path: paths.key.clone(),
             mode,
@@ -63,8 +67,9 @@ pub fn check_modes(paths: &CertPaths) -> Result<(), StrictError> {
         .map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d })
         .collect();
     for dir in dirs {
-        let mode = mode_of(dir)?;
-        if mode & 0o002 != 0 {
+        if let Some(mode) = mode_of(dir)?
+            && mode & 0o002 != 0
+        {
             return Err(StrictError::WritableDir {
                 path: dir.to_path_buf(),
                 mode,
@@ -112,11 +117,14 @@ pub fn check_role(path: &Path, leaf: &CertificateDer<'_>, roles: &[CertRole]) ->
     Ok(())
 }
 
-fn mode_of(path: &Path) -> Result<u32, StrictError> {
-    std::fs::metadata(path)
-        .map(|m| m.permissions().mode() & 0o7777)
-        .map_err(|source| StrictError::Stat {
+/// The permission bits of `path`; `None` when it does not exist.
+fn mode_of(path: &Path) -> Result<Option<u32>, StrictError> {
+    match std::fs::metadata(path) {
+        Ok(m) => Ok(Some(m.permissions().mode() & 0o7777)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(StrictError::Stat {
             path: path.to_path_buf(),
             source,
-        })
+        }),
+    }
 }
