@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod columns;
+pub mod cpulist;
 pub mod error;
 pub mod fattree;
 pub mod hostlist;
@@ -13,10 +14,13 @@ pub mod hypernode;
 pub mod job;
 pub mod limits;
 pub mod names;
+pub mod outpattern;
 pub mod quantity;
 pub mod report;
 pub mod resources;
 pub mod status;
+pub mod taskenv;
+pub mod timelimit;
 pub mod topology;
 mod yaml;
 

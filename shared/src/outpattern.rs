@@ -1,0 +1,139 @@
+//! Task output file patterns (`output`, `error` in the job file): `%j` job, `%t` task
+//! name, `%r` rank, `%n` node, `%u` user, `%%` a literal `%`.
+//!
+//! A pattern is relative to the task's working directory (an absolute pattern is used as
+//! it is). It may leave that directory (`../logs/%j.out` is fine: the file is opened as the
+//! user, who can only write where they may); only a NUL byte is refused.
+
+use std::path::{Path, PathBuf};
+
+/// The pattern a task's output goes to when the job does not say (its errors go to the
+/// same file unless `error` is set).
+pub const DEFAULT_OUTPUT: &str = "hyperplan-%j-%t.out";
+
+/// A pattern that cannot be expanded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    #[error("unknown placeholder %{0} (expected %j job, %t task, %r rank, %n node, %u user, or %% for a literal %)")]
+    Unknown(char),
+    #[error("a lone % at the end (expected %j, %t, %r, %n, %u, or %% for a literal %)")]
+    Trailing,
+    #[error("expected a file name pattern, got nothing")]
+    Empty,
+    #[error("expected a path without NUL bytes")]
+    Nul,
+}
+
+/// What the placeholders stand for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PatternValues<'a> {
+    pub job: &'a str,
+    pub task: &'a str,
+    pub rank: u32,
+    pub node: &'a str,
+    pub user: &'a str,
+}
+
+/// Checks a pattern as the job file gives it, before any values are known.
+pub fn check_pattern(pattern: &str) -> Result<(), PatternError> {
+    let any = PatternValues {
+        job: "j",
+        task: "t",
+        rank: 0,
+        node: "n",
+        user: "u",
+    };
+    expand_pattern(pattern, &any).map(drop)
+}
+
+/// Expands the placeholders of `pattern`.
+pub fn expand_pattern(pattern: &str, values: &PatternValues<'_>) -> Result<String, PatternError> {
+    if pattern.is_empty() {
+        return Err(PatternError::Empty);
+    }
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('j') => out.push_str(values.job),
+            Some('t') => out.push_str(values.task),
+            Some('r') => out.push_str(&values.rank.to_string()),
+            Some('n') => out.push_str(values.node),
+            Some('u') => out.push_str(values.user),
+            Some('%') => out.push('%'),
+            Some(other) => return Err(PatternError::Unknown(other)),
+            None => return Err(PatternError::Trailing),
+        }
+    }
+    if out.contains('\0') {
+        return Err(PatternError::Nul);
+    }
+    Ok(out)
+}
+
+/// The file a task writes to: the expanded pattern joined onto its working directory.
+pub fn output_path(working_dir: &Path, pattern: &str, values: &PatternValues<'_>) -> Result<PathBuf, PatternError> {
+    if working_dir.as_os_str().as_encoded_bytes().contains(&0) {
+        return Err(PatternError::Nul);
+    }
+    Ok(working_dir.join(expand_pattern(pattern, values)?))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    const V: PatternValues<'static> = PatternValues {
+        job: "train",
+        task: "worker-3",
+        rank: 3,
+        node: "gpu002",
+        user: "alice",
+    };
+
+    #[test]
+    fn expands_every_placeholder() {
+        assert_eq!(
+            expand_pattern(DEFAULT_OUTPUT, &V).unwrap(),
+            "hyperplan-train-worker-3.out"
+        );
+        assert_eq!(
+            expand_pattern("%u/%j.%r@%n-100%%", &V).unwrap(),
+            "alice/train.3@gpu002-100%"
+        );
+        assert_eq!(expand_pattern("plain.log", &V).unwrap(), "plain.log");
+        assert_eq!(expand_pattern("%%j", &V).unwrap(), "%j");
+        assert_eq!(expand_pattern("é%t", &V).unwrap(), "éworker-3");
+    }
+
+    #[test]
+    fn bad_patterns() {
+        assert_eq!(expand_pattern("%x.out", &V), Err(PatternError::Unknown('x')));
+        assert_eq!(expand_pattern("out%", &V), Err(PatternError::Trailing));
+        assert_eq!(expand_pattern("", &V), Err(PatternError::Empty));
+        assert_eq!(expand_pattern("a\0b", &V), Err(PatternError::Nul));
+        assert_eq!(check_pattern("%é"), Err(PatternError::Unknown('é')));
+        assert_eq!(check_pattern("../logs/%j.out"), Ok(()));
+        let nul_user = PatternValues { user: "a\0", ..V };
+        assert_eq!(expand_pattern("%u", &nul_user), Err(PatternError::Nul));
+    }
+
+    #[test]
+    fn joined_onto_the_working_directory() {
+        let wd = Path::new("/home/alice/run");
+        assert_eq!(
+            output_path(wd, "../logs/%j-%r.out", &V).unwrap(),
+            PathBuf::from("/home/alice/run/../logs/train-3.out")
+        );
+        assert_eq!(
+            output_path(wd, "/scratch/%t", &V).unwrap(),
+            PathBuf::from("/scratch/worker-3")
+        );
+        assert_eq!(output_path(Path::new("/a\0"), "x", &V), Err(PatternError::Nul));
+    }
+}

@@ -1,0 +1,496 @@
+//! The environment a task starts with: hyperplan's `HYPERPLAN_*` variables, torchrun's
+//! rank variables, and the GPU, NCCL and OpenMP settings its placement implies, as pure
+//! functions the agent's shepherd calls (and tests check without running anything).
+//!
+//! For a job of W tasks on N nodes, task rank r has local rank l among the L tasks on its
+//! node, whose node rank is k ([`local_ranks`]). [`task_env`] sets:
+//!
+//! - `HYPERPLAN_JOB`, `HYPERPLAN_TASK`, `HYPERPLAN_RANK`, `HYPERPLAN_LOCAL_RANK`,
+//!   `HYPERPLAN_NODE_RANK`, `HYPERPLAN_NTASKS` (W), `HYPERPLAN_NNODES` (N),
+//!   `HYPERPLAN_NODELIST` (a compressed hostlist), `HYPERPLAN_HOSTFILE` (a path; its text is
+//!   [`hostfile`]), `HYPERPLAN_CPUS` (`0-23,112-135`), `HYPERPLAN_NUMA_NODES` (`0,1`),
+//!   `HYPERPLAN_GPUS` (PCI bus ids), `HYPERPLAN_NICS`, `HYPERPLAN_HYPERNODES` (lowest tier
+//!   first), all lists comma-separated;
+//! - torchrun's `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `GROUP_RANK` and
+//!   `NODE_RANK` (both k), `MASTER_ADDR`, `MASTER_PORT`;
+//! - where the node has GPUs, `CUDA_DEVICE_ORDER=PCI_BUS_ID` and `CUDA_VISIBLE_DEVICES`: the
+//!   indices of the task's GPUs among the node's GPUs sorted by PCI bus id (what CUDA numbers
+//!   them under that order), ascending; empty when the task has none of them;
+//! - `NCCL_IB_HCA` (`mlx5_0:1,mlx5_1:1`, port 1 of each rail) when the task has rails, and
+//!   `OMP_NUM_THREADS` (its PU count) when it has PUs;
+//! - then the job's own `env`, which wins over all of the above.
+//!
+//! `MASTER_PORT` is the job's `masterPort`, or [`default_master_port`]: 29500 + (job id mod
+//! 1000), so concurrent jobs on one node rarely collide.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::cpulist::{CpuListError, parse_cpu_list};
+use crate::hostlist::compress;
+
+/// A task's place in its job, from [`local_ranks`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankPlace {
+    pub rank: u32,
+    pub node: String,
+    /// k: the node's position among the job's nodes, in order of first appearance by rank.
+    pub node_rank: u32,
+    /// l: the task's position among its node's tasks, by rank.
+    pub local_rank: u32,
+    /// L: how many of the job's tasks share its node.
+    pub local_world_size: u32,
+}
+
+/// Placements or inputs that cannot make an environment.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskEnvError {
+    #[error("rank {0} is placed twice")]
+    DuplicateRank(u32),
+    #[error("GPU {gpu} of the task is not among the node's GPUs ({node_gpus})")]
+    GpuNotOnNode { gpu: String, node_gpus: String },
+    #[error("the task's CPUs: {0}")]
+    Cpus(#[from] CpuListError),
+}
+
+/// Node ranks, local ranks and local sizes from `(rank, node)` placements (any order):
+/// tasks sorted by rank, nodes numbered in order of first appearance. The result is in
+/// rank order. A rank placed twice is an error.
+pub fn local_ranks(placements: &[(u32, &str)]) -> Result<Vec<RankPlace>, TaskEnvError> {
+    let mut sorted: Vec<(u32, &str)> = placements.to_vec();
+    sorted.sort_by_key(|(rank, _)| *rank);
+    if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(TaskEnvError::DuplicateRank(w[0].0));
+    }
+    // node → (node rank, tasks seen so far)
+    let mut nodes: HashMap<&str, (u32, u32)> = HashMap::new();
+    let mut out = Vec::with_capacity(sorted.len());
+    for (rank, node) in &sorted {
+        let next = nodes.len() as u32;
+        let entry = nodes.entry(node).or_insert((next, 0));
+        out.push(RankPlace {
+            rank: *rank,
+            node: node.to_string(),
+            node_rank: entry.0,
+            local_rank: entry.1,
+            local_world_size: 0,
+        });
+        entry.1 += 1;
+    }
+    for p in &mut out {
+        p.local_world_size = nodes.get(p.node.as_str()).map_or(0, |n| n.1);
+    }
+    Ok(out)
+}
+
+/// The hostfile's text: one line per task in rank order, naming its node.
+pub fn hostfile(nodes_by_rank: &[&str]) -> String {
+    nodes_by_rank.iter().map(|n| format!("{n}\n")).collect()
+}
+
+/// The first port of the default `MASTER_PORT` range.
+pub const MASTER_PORT_BASE: u16 = 29500;
+/// How many ports the default range has (29500–30499).
+pub const MASTER_PORT_SPAN: u16 = 1000;
+
+/// The `MASTER_PORT` of a job without `masterPort`: `29500 + job_id % 1000`.
+pub fn default_master_port(job_id: u64) -> u16 {
+    MASTER_PORT_BASE + (job_id % u64::from(MASTER_PORT_SPAN)) as u16
+}
+
+/// Whether `name` can be an environment variable name: `[A-Za-z_][A-Za-z0-9_]*`.
+pub fn is_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// A PCI address `domain:bus:device.function` as numbers, for ordering; `0000:3b:00.0` and
+/// nvidia-smi's `00000000:3B:00.0` are the same. `None` when it does not read as one.
+fn pci_key(bus_id: &str) -> Option<(u32, u32, u32, u32)> {
+    let (domain, rest) = bus_id.trim().split_once(':')?;
+    let (bus, rest) = rest.split_once(':')?;
+    let (device, function) = rest.split_once('.')?;
+    let hex = |s: &str| u32::from_str_radix(s, 16).ok();
+    Some((hex(domain)?, hex(bus)?, hex(device)?, hex(function)?))
+}
+
+/// A bus id for comparison: its numbers when it reads as one, else its lowercase text.
+fn bus_order(bus_id: &str) -> (Option<(u32, u32, u32, u32)>, String) {
+    let key = pci_key(bus_id);
+    let text = if key.is_some() {
+        String::new()
+    } else {
+        bus_id.trim().to_ascii_lowercase()
+    };
+    (key, text)
+}
+
+/// `CUDA_VISIBLE_DEVICES` under `CUDA_DEVICE_ORDER=PCI_BUS_ID`: the index of each of the
+/// task's GPUs among all of the node's GPUs sorted by PCI bus id, ascending, comma-joined.
+pub fn cuda_visible_devices(task_gpus: &[String], node_gpus: &[String]) -> Result<String, TaskEnvError> {
+    let mut order: Vec<_> = node_gpus.iter().map(|g| bus_order(g)).collect();
+    order.sort();
+    order.dedup();
+    let mut indices = Vec::with_capacity(task_gpus.len());
+    for gpu in task_gpus {
+        let key = bus_order(gpu);
+        let Some(i) = order.iter().position(|k| *k == key) else {
+            return Err(TaskEnvError::GpuNotOnNode {
+                gpu: gpu.clone(),
+                node_gpus: node_gpus.join(","),
+            });
+        };
+        indices.push(i);
+    }
+    indices.sort_unstable();
+    indices.dedup();
+    Ok(indices.iter().map(usize::to_string).collect::<Vec<_>>().join(","))
+}
+
+/// `NCCL_IB_HCA`: port 1 of each rail, `mlx5_0:1,mlx5_1:1`.
+pub fn nccl_ib_hca(nics: &[String]) -> String {
+    nics.iter().map(|n| format!("{n}:1")).collect::<Vec<_>>().join(",")
+}
+
+/// Everything [`task_env`] needs to know about one task.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskEnvInput<'a> {
+    pub job: &'a str,
+    /// The task instance, e.g. `worker-3`.
+    pub task: &'a str,
+    pub place: &'a RankPlace,
+    /// W.
+    pub world_size: u32,
+    /// N.
+    pub nnodes: u32,
+    /// One entry per task, in rank order.
+    pub nodes_by_rank: &'a [&'a str],
+    /// Where the agent wrote [`hostfile`].
+    pub hostfile_path: &'a str,
+    /// The task's PUs as a CPU list (`0-23,112-135`).
+    pub cpus: &'a str,
+    pub numa_nodes: &'a [u32],
+    /// The task's GPUs, PCI bus ids.
+    pub gpus: &'a [String],
+    /// All of the node's GPUs, PCI bus ids (any order).
+    pub node_gpus: &'a [String],
+    /// The task's rails (`mlx5_0`, …).
+    pub nics: &'a [String],
+    /// The HyperNodes the task's node is in, lowest tier first.
+    pub hypernodes: &'a [String],
+    pub master_addr: &'a str,
+    pub master_port: u16,
+    /// The job's `env`: set last, over everything else.
+    pub job_env: &'a BTreeMap<String, String>,
+}
+
+/// The task's environment (see the module header), sorted by name.
+pub fn task_env(input: &TaskEnvInput<'_>) -> Result<BTreeMap<String, String>, TaskEnvError> {
+    let p = input.place;
+    let pus = parse_cpu_list(input.cpus)?;
+    let join = |items: &[String]| items.join(",");
+    let mut env = BTreeMap::new();
+    let mut set = |k: &str, v: String| {
+        env.insert(k.to_string(), v);
+    };
+    set("HYPERPLAN_JOB", input.job.to_string());
+    set("HYPERPLAN_TASK", input.task.to_string());
+    set("HYPERPLAN_RANK", p.rank.to_string());
+    set("HYPERPLAN_LOCAL_RANK", p.local_rank.to_string());
+    set("HYPERPLAN_NODE_RANK", p.node_rank.to_string());
+    set("HYPERPLAN_NTASKS", input.world_size.to_string());
+    set("HYPERPLAN_NNODES", input.nnodes.to_string());
+    set("HYPERPLAN_NODELIST", compress(input.nodes_by_rank));
+    set("HYPERPLAN_HOSTFILE", input.hostfile_path.to_string());
+    set("HYPERPLAN_CPUS", input.cpus.trim().to_string());
+    let numa: Vec<String> = input.numa_nodes.iter().map(u32::to_string).collect();
+    set("HYPERPLAN_NUMA_NODES", numa.join(","));
+    set("HYPERPLAN_GPUS", join(input.gpus));
+    set("HYPERPLAN_NICS", join(input.nics));
+    set("HYPERPLAN_HYPERNODES", join(input.hypernodes));
+    set("RANK", p.rank.to_string());
+    set("LOCAL_RANK", p.local_rank.to_string());
+    set("WORLD_SIZE", input.world_size.to_string());
+    set("LOCAL_WORLD_SIZE", p.local_world_size.to_string());
+    set("GROUP_RANK", p.node_rank.to_string());
+    set("NODE_RANK", p.node_rank.to_string());
+    set("MASTER_ADDR", input.master_addr.to_string());
+    set("MASTER_PORT", input.master_port.to_string());
+    if !input.node_gpus.is_empty() || !input.gpus.is_empty() {
+        set("CUDA_DEVICE_ORDER", "PCI_BUS_ID".to_string());
+        set(
+            "CUDA_VISIBLE_DEVICES",
+            cuda_visible_devices(input.gpus, input.node_gpus)?,
+        );
+    }
+    if !input.nics.is_empty() {
+        set("NCCL_IB_HCA", nccl_ib_hca(input.nics));
+    }
+    if !pus.is_empty() {
+        set("OMP_NUM_THREADS", pus.len().to_string());
+    }
+    env.extend(input.job_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Ok(env)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// 2 nodes × 4 tasks; the planner's ranks interleave them (node b holds rank 0).
+    fn two_by_four() -> Vec<(u32, &'static str)> {
+        vec![
+            (4, "gpu001"),
+            (0, "gpu002"),
+            (1, "gpu002"),
+            (5, "gpu001"),
+            (2, "gpu002"),
+            (6, "gpu001"),
+            (3, "gpu002"),
+            (7, "gpu001"),
+        ]
+    }
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn ranks_local_ranks_and_node_ranks() {
+        let places = local_ranks(&two_by_four()).unwrap();
+        let got: Vec<_> = places
+            .iter()
+            .map(|p| (p.rank, p.node.as_str(), p.node_rank, p.local_rank, p.local_world_size))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, "gpu002", 0, 0, 4),
+                (1, "gpu002", 0, 1, 4),
+                (2, "gpu002", 0, 2, 4),
+                (3, "gpu002", 0, 3, 4),
+                (4, "gpu001", 1, 0, 4),
+                (5, "gpu001", 1, 1, 4),
+                (6, "gpu001", 1, 2, 4),
+                (7, "gpu001", 1, 3, 4),
+            ]
+        );
+    }
+
+    #[test]
+    fn uneven_and_interleaved_placements() {
+        let places = local_ranks(&[(2, "a"), (0, "a"), (1, "b")]).unwrap();
+        let got: Vec<_> = places
+            .iter()
+            .map(|p| (p.rank, p.node_rank, p.local_rank, p.local_world_size))
+            .collect();
+        assert_eq!(got, vec![(0, 0, 0, 2), (1, 1, 0, 1), (2, 0, 1, 2)]);
+        assert_eq!(local_ranks(&[]).unwrap(), vec![]);
+        assert_eq!(local_ranks(&[(1, "a"), (1, "b")]), Err(TaskEnvError::DuplicateRank(1)));
+    }
+
+    #[test]
+    fn hostfile_repeats_nodes_per_task_in_rank_order() {
+        let places = local_ranks(&two_by_four()).unwrap();
+        let nodes: Vec<&str> = places.iter().map(|p| p.node.as_str()).collect();
+        assert_eq!(hostfile(&nodes), "gpu002\n".repeat(4) + &"gpu001\n".repeat(4));
+        assert_eq!(hostfile(&[]), "");
+    }
+
+    #[test]
+    fn master_port_default_range() {
+        assert_eq!(default_master_port(0), 29500);
+        assert_eq!(default_master_port(7), 29507);
+        assert_eq!(default_master_port(999), 30499);
+        assert_eq!(default_master_port(1000), 29500);
+        assert_eq!(default_master_port(u64::MAX), 29500 + (u64::MAX % 1000) as u16);
+    }
+
+    #[test]
+    fn env_names() {
+        for ok in ["A", "_", "PATH", "my_var2", "_X1"] {
+            assert!(is_env_name(ok), "{ok}");
+        }
+        for bad in ["", "1A", "A-B", "A=B", "A B", "É", "A\0"] {
+            assert!(!is_env_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn cuda_indices_follow_pci_bus_order() {
+        // The node lists its GPUs out of order, in mixed spellings.
+        let node = strings(&[
+            "0000:DB:00.0",
+            "0000:1a:00.0",
+            "00000000:9C:00.0",
+            "0000:3b:00.0",
+            "0000:5e:00.0",
+        ]);
+        // Sorted: 1a=0, 3b=1, 5e=2, 9c=3, db=4.
+        assert_eq!(
+            cuda_visible_devices(&strings(&["0000:db:00.0", "0000:3B:00.0"]), &node).unwrap(),
+            "1,4"
+        );
+        assert_eq!(cuda_visible_devices(&strings(&["0000:9c:00.0"]), &node).unwrap(), "3");
+        assert_eq!(cuda_visible_devices(&[], &node).unwrap(), "");
+        let e = cuda_visible_devices(&strings(&["0000:af:00.0"]), &node).unwrap_err();
+        assert!(
+            matches!(e, TaskEnvError::GpuNotOnNode { ref gpu, .. } if gpu == "0000:af:00.0"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn nccl_rails() {
+        assert_eq!(nccl_ib_hca(&strings(&["mlx5_0", "mlx5_3"])), "mlx5_0:1,mlx5_3:1");
+        assert_eq!(nccl_ib_hca(&[]), "");
+    }
+
+    struct Fixture {
+        places: Vec<RankPlace>,
+        nodes: Vec<&'static str>,
+        node_gpus: Vec<String>,
+        gpus: Vec<String>,
+        nics: Vec<String>,
+        hypernodes: Vec<String>,
+        job_env: BTreeMap<String, String>,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            let places = local_ranks(&two_by_four()).unwrap();
+            let nodes = vec![
+                "gpu002", "gpu002", "gpu002", "gpu002", "gpu001", "gpu001", "gpu001", "gpu001",
+            ];
+            Fixture {
+                places,
+                nodes,
+                node_gpus: strings(&["0000:db:00.0", "0000:1a:00.0", "0000:3b:00.0", "0000:5e:00.0"]),
+                gpus: strings(&["0000:db:00.0"]),
+                nics: strings(&["mlx5_3"]),
+                hypernodes: strings(&["leaf-1", "spine-0"]),
+                job_env: BTreeMap::new(),
+            }
+        }
+
+        fn input<'a>(&'a self, rank: usize, cpus: &'a str) -> TaskEnvInput<'a> {
+            TaskEnvInput {
+                job: "train",
+                task: "worker-5",
+                place: &self.places[rank],
+                world_size: 8,
+                nnodes: 2,
+                nodes_by_rank: &self.nodes,
+                hostfile_path: "/var/lib/hyperplan-agent/jobs/7/hostfile",
+                cpus,
+                numa_nodes: &[1],
+                gpus: &self.gpus,
+                node_gpus: &self.node_gpus,
+                nics: &self.nics,
+                hypernodes: &self.hypernodes,
+                master_addr: "10.0.0.2",
+                master_port: default_master_port(7),
+                job_env: &self.job_env,
+            }
+        }
+    }
+
+    #[test]
+    fn every_variable_of_a_rank() {
+        let f = Fixture::new();
+        let env = task_env(&f.input(5, "56-63,168-175")).unwrap();
+        let expected: BTreeMap<String, String> = [
+            ("HYPERPLAN_JOB", "train"),
+            ("HYPERPLAN_TASK", "worker-5"),
+            ("HYPERPLAN_RANK", "5"),
+            ("HYPERPLAN_LOCAL_RANK", "1"),
+            ("HYPERPLAN_NODE_RANK", "1"),
+            ("HYPERPLAN_NTASKS", "8"),
+            ("HYPERPLAN_NNODES", "2"),
+            ("HYPERPLAN_NODELIST", "gpu[001-002]"),
+            ("HYPERPLAN_HOSTFILE", "/var/lib/hyperplan-agent/jobs/7/hostfile"),
+            ("HYPERPLAN_CPUS", "56-63,168-175"),
+            ("HYPERPLAN_NUMA_NODES", "1"),
+            ("HYPERPLAN_GPUS", "0000:db:00.0"),
+            ("HYPERPLAN_NICS", "mlx5_3"),
+            ("HYPERPLAN_HYPERNODES", "leaf-1,spine-0"),
+            ("RANK", "5"),
+            ("LOCAL_RANK", "1"),
+            ("WORLD_SIZE", "8"),
+            ("LOCAL_WORLD_SIZE", "4"),
+            ("GROUP_RANK", "1"),
+            ("NODE_RANK", "1"),
+            ("MASTER_ADDR", "10.0.0.2"),
+            ("MASTER_PORT", "29507"),
+            ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+            ("CUDA_VISIBLE_DEVICES", "3"),
+            ("NCCL_IB_HCA", "mlx5_3:1"),
+            ("OMP_NUM_THREADS", "16"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(env, expected);
+    }
+
+    #[test]
+    fn the_job_env_wins() {
+        let mut f = Fixture::new();
+        f.job_env = [
+            ("OMP_NUM_THREADS", "2"),
+            ("NCCL_IB_HCA", "mlx5_0"),
+            ("RANK", "x"),
+            ("FOO", "bar"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let env = task_env(&f.input(0, "0-3")).unwrap();
+        assert_eq!(env["OMP_NUM_THREADS"], "2");
+        assert_eq!(env["NCCL_IB_HCA"], "mlx5_0");
+        assert_eq!(env["RANK"], "x");
+        assert_eq!(env["FOO"], "bar");
+        assert_eq!(env["LOCAL_RANK"], "0");
+    }
+
+    #[test]
+    fn no_pus_gpus_or_rails_leaves_their_variables_out() {
+        let mut f = Fixture::new();
+        f.node_gpus.clear();
+        f.gpus.clear();
+        f.nics.clear();
+        let env = task_env(&f.input(0, "")).unwrap();
+        for absent in [
+            "OMP_NUM_THREADS",
+            "CUDA_VISIBLE_DEVICES",
+            "CUDA_DEVICE_ORDER",
+            "NCCL_IB_HCA",
+        ] {
+            assert!(!env.contains_key(absent), "{absent}");
+        }
+        assert_eq!(env["HYPERPLAN_GPUS"], "");
+        assert_eq!(env["HYPERPLAN_NICS"], "");
+    }
+
+    #[test]
+    fn a_task_without_gpus_on_a_gpu_node_sees_none() {
+        let mut f = Fixture::new();
+        f.gpus.clear();
+        let env = task_env(&f.input(0, "0")).unwrap();
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], "");
+        assert_eq!(env["OMP_NUM_THREADS"], "1");
+    }
+
+    #[test]
+    fn bad_inputs_are_errors_not_panics() {
+        let f = Fixture::new();
+        assert!(matches!(task_env(&f.input(0, "0-x")), Err(TaskEnvError::Cpus(_))));
+        let mut f = Fixture::new();
+        f.gpus = strings(&["0000:ff:00.0"]);
+        assert!(matches!(
+            task_env(&f.input(0, "0")),
+            Err(TaskEnvError::GpuNotOnNode { .. })
+        ));
+    }
+}
