@@ -1,6 +1,6 @@
 //! Job specs: hyperplan's own job file and Volcano `batch.volcano.sh/v1alpha1` Jobs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use serde::Deserialize;
@@ -8,8 +8,11 @@ use serde::Deserialize;
 use crate::error::FileError;
 use crate::hypernode::check_kind;
 use crate::names::{NameKind, check_name};
+use crate::outpattern::{DEFAULT_OUTPUT, check_pattern};
 use crate::resources::Resources;
-use crate::yaml::{self, Located, Node, Value, join_index, located_error};
+use crate::taskenv::is_env_name;
+use crate::timelimit::parse_time_limit;
+use crate::yaml::{self, Located, Node, Value, file_error, join_index, located_error};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TopologyMode {
@@ -53,6 +56,60 @@ pub struct TaskSpec {
     /// No two tasks share a core (kubelet's `full-pcpus-only`).
     pub full_cores: bool,
     pub command: Vec<String>,
+    /// Environment, working directory and output files (`simulate` ignores them).
+    pub exec: TaskExec,
+}
+
+/// How a task runs, beyond its `command`: the job file's `env`, `workingDir`, `output` and
+/// `error` (hyperplan's own format; a Volcano Job leaves them at their defaults).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskExec {
+    /// Set over everything hyperplan sets ([`crate::taskenv`]). Names are
+    /// `[A-Za-z_][A-Za-z0-9_]*`, values have no NUL.
+    pub env: BTreeMap<String, String>,
+    /// As written: an absolute path, or one relative to the directory `hyperplan submit`
+    /// ran in (resolved there, by the CLI); `None` = that directory itself. No NUL.
+    pub working_dir: Option<String>,
+    /// Output file pattern ([`crate::outpattern`]) relative to the working directory;
+    /// `None` = [`DEFAULT_OUTPUT`].
+    pub output: Option<String>,
+    /// Error file pattern; `None` = into the output file.
+    pub error: Option<String>,
+}
+
+impl TaskExec {
+    /// The output pattern in effect.
+    pub fn output_pattern(&self) -> &str {
+        self.output.as_deref().unwrap_or(DEFAULT_OUTPUT)
+    }
+
+    /// The error pattern in effect: the output's when `error` is not set.
+    pub fn error_pattern(&self) -> &str {
+        self.error.as_deref().unwrap_or_else(|| self.output_pattern())
+    }
+}
+
+/// What happens to a job when one of its tasks fails (`onTaskFailure`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnTaskFailure {
+    /// The other tasks get SIGTERM, then SIGKILL (the default).
+    #[default]
+    KillJob,
+    /// The others run on; the job fails when all have ended.
+    Continue,
+}
+
+/// How a job runs (`simulate` ignores it): `timeLimit`, `masterPort`, `onTaskFailure`,
+/// `requeue`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobRun {
+    /// Seconds from start to SIGTERM (SIGKILL 10 s later); `None` = no limit. Above 0.
+    pub time_limit: Option<u64>,
+    /// `MASTER_PORT`, 1024–65535; `None` = [`crate::taskenv::default_master_port`].
+    pub master_port: Option<u16>,
+    pub on_task_failure: OnTaskFailure,
+    /// Back to pending (rather than failed) when a node with its tasks is lost.
+    pub requeue: bool,
 }
 
 /// A validated job: replicas match partitions, `min_available` ≤ replicas, names unique.
@@ -66,6 +123,7 @@ pub struct JobSpec {
     pub submit_time: u64,
     pub network_topology: Option<NetworkTopology>,
     pub tasks: Vec<TaskSpec>,
+    pub run: JobRun,
 }
 
 impl JobSpec {
@@ -149,6 +207,13 @@ struct RawJob {
     submit_time: u64,
     network_topology: Option<Located<RawTopology>>,
     tasks: Located<Vec<RawTask>>,
+    /// Read as text: `3600` or `1h30m`.
+    time_limit: Option<Located<String>>,
+    /// Read as text, so a bad port is reported in the same words however it was written.
+    master_port: Option<Located<String>>,
+    on_task_failure: Option<Located<String>>,
+    #[serde(default)]
+    requeue: bool,
 }
 
 #[derive(Deserialize)]
@@ -166,6 +231,10 @@ struct RawTask {
     full_cores: bool,
     #[serde(default)]
     command: Vec<String>,
+    env: Option<Located<BTreeMap<String, Located<String>>>>,
+    working_dir: Option<Located<String>>,
+    output: Option<Located<String>>,
+    error: Option<Located<String>>,
 }
 
 /// A Volcano Job; fields hyperplan has no use for are ignored.
@@ -294,6 +363,101 @@ struct TaskParts {
     cpu_placement: Option<Located<String>>,
     full_cores: bool,
     command: Vec<String>,
+    exec: RawExec,
+}
+
+/// A task's `env`, `workingDir`, `output` and `error` as written.
+#[derive(Default)]
+struct RawExec {
+    env: Option<Located<BTreeMap<String, Located<String>>>>,
+    working_dir: Option<Located<String>>,
+    output: Option<Located<String>>,
+    error: Option<Located<String>>,
+}
+
+/// Checks a task's `env`, `workingDir`, `output` and `error`.
+fn build_exec(raw: RawExec, path: &Path) -> Result<TaskExec, FileError> {
+    let mut env = BTreeMap::new();
+    if let Some(e) = raw.env {
+        for (name, value) in e.value {
+            if !is_env_name(&name) {
+                return Err(file_error(
+                    path,
+                    value.pos,
+                    &e.field,
+                    format!(
+                        "expected a variable name (letters, digits and _, not starting with a digit), got {name:?}"
+                    ),
+                ));
+            }
+            if value.value.contains('\0') {
+                return Err(located_error(path, &value, "expected a value without NUL bytes"));
+            }
+            env.insert(name, value.value);
+        }
+    }
+    if let Some(dir) = &raw.working_dir {
+        if dir.value.is_empty() {
+            return Err(located_error(
+                path,
+                dir,
+                "expected a directory (absolute, or relative to where `hyperplan submit` runs), got nothing",
+            ));
+        }
+        if dir.value.contains('\0') {
+            return Err(located_error(path, dir, "expected a path without NUL bytes"));
+        }
+    }
+    for pattern in [&raw.output, &raw.error].into_iter().flatten() {
+        check_pattern(&pattern.value).map_err(|e| located_error(path, pattern, e.to_string()))?;
+    }
+    Ok(TaskExec {
+        env,
+        working_dir: raw.working_dir.map(|d| d.value),
+        output: raw.output.map(|o| o.value),
+        error: raw.error.map(|o| o.value),
+    })
+}
+
+/// Checks a job's `timeLimit`, `masterPort` and `onTaskFailure`.
+fn build_run(j: &JobParts, path: &Path) -> Result<JobRun, FileError> {
+    let time_limit = match &j.time_limit {
+        None => None,
+        Some(t) => Some(parse_time_limit(&t.value).map_err(|e| located_error(path, t, e.to_string()))?),
+    };
+    let master_port = match &j.master_port {
+        None => None,
+        Some(p) => match p.value.trim().parse::<u16>() {
+            Ok(port) if port >= 1024 => Some(port),
+            _ => {
+                return Err(located_error(
+                    path,
+                    p,
+                    format!("expected a port number from 1024 to 65535, got {:?}", p.value),
+                ));
+            }
+        },
+    };
+    let on_task_failure = match &j.on_task_failure {
+        None => OnTaskFailure::default(),
+        Some(o) => match o.value.as_str() {
+            "killJob" => OnTaskFailure::KillJob,
+            "continue" => OnTaskFailure::Continue,
+            other => {
+                return Err(located_error(
+                    path,
+                    o,
+                    format!("expected killJob or continue, got {other:?}"),
+                ));
+            }
+        },
+    };
+    Ok(JobRun {
+        time_limit,
+        master_port,
+        on_task_failure,
+        requeue: j.requeue,
+    })
 }
 
 /// A name that breaks [`check_name`] as an error at the name.
@@ -408,6 +572,7 @@ fn build_task(t: TaskParts, path: &Path) -> Result<TaskSpec, FileError> {
         cpu_placement: t.cpu_placement.map(|p| p.value),
         full_cores: t.full_cores,
         command: t.command,
+        exec: build_exec(t.exec, path)?,
     })
 }
 
@@ -419,10 +584,15 @@ struct JobParts {
     submit_time: u64,
     network_topology: Option<Located<RawTopology>>,
     tasks: Located<Vec<TaskParts>>,
+    time_limit: Option<Located<String>>,
+    master_port: Option<Located<String>>,
+    on_task_failure: Option<Located<String>>,
+    requeue: bool,
 }
 
 fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), FileError> {
     check_located_name(NameKind::Job, &j.name, path)?;
+    let run = build_run(&j, path)?;
     if j.tasks.value.is_empty() {
         return Err(located_error(path, &j.tasks, "expected at least one task"));
     }
@@ -471,6 +641,7 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
         submit_time: j.submit_time,
         network_topology: build_topology(j.network_topology, path)?,
         tasks,
+        run,
     };
     Ok((spec, j.name))
 }
@@ -501,6 +672,12 @@ impl RawJob {
                 cpu_placement: t.cpu_placement,
                 full_cores: t.full_cores,
                 command: t.command,
+                exec: RawExec {
+                    env: t.env,
+                    working_dir: t.working_dir,
+                    output: t.output,
+                    error: t.error,
+                },
             }
         });
         JobParts {
@@ -514,6 +691,10 @@ impl RawJob {
                 pos: self.tasks.pos,
                 field: self.tasks.field,
             },
+            time_limit: self.time_limit,
+            master_port: self.master_port,
+            on_task_failure: self.on_task_failure,
+            requeue: self.requeue,
         }
     }
 }
@@ -551,6 +732,7 @@ impl VolcanoJob {
                     .and_then(|p| p.containers.into_iter().next())
                     .map(|c| c.command)
                     .unwrap_or_default(),
+                exec: RawExec::default(),
             }
         });
         JobParts {
@@ -565,6 +747,10 @@ impl VolcanoJob {
                 pos: spec.tasks.pos,
                 field: spec.tasks.field,
             },
+            time_limit: None,
+            master_port: None,
+            on_task_failure: None,
+            requeue: false,
         }
     }
 }

@@ -27,5 +27,8 @@ mod yaml;
 pub use cluster::{ClusterSpec, NodeSpec, TopologyRef, load_cluster_file, parse_cluster};
 pub use error::FileError;
 pub use hypernode::{HyperNodeSpec, LabelExpression, Member, MemberType, Selector};
-pub use job::{JobSpec, NetworkTopology, PartitionPolicy, TaskSpec, TopologyMode, load_job_file, parse_jobs};
+pub use job::{
+    JobRun, JobSpec, NetworkTopology, OnTaskFailure, PartitionPolicy, TaskExec, TaskSpec, TopologyMode, load_job_file,
+    parse_jobs,
+};
 pub use resources::{CPU, MEMORY, Resources};

@@ -14,7 +14,7 @@ pub const DEFAULT_OUTPUT: &str = "hyperplan-%j-%t.out";
 /// A pattern that cannot be expanded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PatternError {
-    #[error("unknown placeholder %{0} (expected %j job, %t task, %r rank, %n node, %u user, or %% for a literal %)")]
+    #[error("unknown placeholder %{} (expected %j job, %t task, %r rank, %n node, %u user, or %% for a literal %)", .0.escape_debug())]
     Unknown(char),
     #[error("a lone % at the end (expected %j, %t, %r, %n, %u, or %% for a literal %)")]
     Trailing,
@@ -118,6 +118,8 @@ mod tests {
         assert_eq!(expand_pattern("", &V), Err(PatternError::Empty));
         assert_eq!(expand_pattern("a\0b", &V), Err(PatternError::Nul));
         assert_eq!(check_pattern("%é"), Err(PatternError::Unknown('é')));
+        let e = check_pattern("%\u{1b}").unwrap_err().to_string();
+        assert!(e.starts_with("unknown placeholder %\\u{1b} (expected"), "{e}");
         assert_eq!(check_pattern("../logs/%j.out"), Ok(()));
         let nul_user = PatternValues { user: "a\0", ..V };
         assert_eq!(expand_pattern("%u", &nul_user), Err(PatternError::Nul));

@@ -294,3 +294,111 @@ fn endless_files_are_cut_at_the_limit() {
     };
     insta::assert_snapshot!(cluster);
 }
+
+// Job fields for running tasks: env, workingDir, output, error, timeLimit, masterPort,
+// onTaskFailure, requeue.
+
+fn task_field(field: &str) -> String {
+    job_error(&format!("{JOB_HEAD}    replicas: 1\n{field}\n{CPU}"))
+}
+
+fn job_field(field: &str) -> String {
+    job_error(&format!(
+        "name: train-a\n{field}\ntasks: [{{name: worker, replicas: 1, resources: {{cpu: 1}}}}]\n"
+    ))
+}
+
+#[test]
+fn env_name_with_a_dash() {
+    insta::assert_snapshot!(task_field("    env: {PATH: /bin, \"MY-VAR\": x}"));
+}
+
+#[test]
+fn env_name_starting_with_a_digit() {
+    insta::assert_snapshot!(task_field("    env:\n      1ST: x"));
+}
+
+#[test]
+fn env_value_with_nul() {
+    insta::assert_snapshot!(task_field("    env: {A: \"x\\0y\"}"));
+}
+
+#[test]
+fn env_value_not_a_string() {
+    insta::assert_snapshot!(task_field("    env: {A: [1, 2]}"));
+}
+
+#[test]
+fn env_not_a_map() {
+    insta::assert_snapshot!(task_field("    env: [A=1]"));
+}
+
+#[test]
+fn working_dir_empty() {
+    insta::assert_snapshot!(task_field("    workingDir: \"\""));
+}
+
+#[test]
+fn working_dir_with_nul() {
+    insta::assert_snapshot!(task_field("    workingDir: \"/tmp/a\\0b\""));
+}
+
+#[test]
+fn output_with_unknown_placeholder() {
+    insta::assert_snapshot!(task_field("    output: \"logs/%j-%x.out\""));
+}
+
+#[test]
+fn error_with_a_lone_percent() {
+    insta::assert_snapshot!(task_field("    error: \"100%\""));
+}
+
+#[test]
+fn output_empty() {
+    insta::assert_snapshot!(task_field("    output: \"\""));
+}
+
+#[test]
+fn time_limit_missing_unit() {
+    insta::assert_snapshot!(job_field("timeLimit: 1h30"));
+}
+
+#[test]
+fn time_limit_units_out_of_order() {
+    insta::assert_snapshot!(job_field("timeLimit: 30m1h"));
+}
+
+#[test]
+fn time_limit_zero() {
+    insta::assert_snapshot!(job_field("timeLimit: 0"));
+}
+
+#[test]
+fn time_limit_negative() {
+    insta::assert_snapshot!(job_field("timeLimit: -5"));
+}
+
+#[test]
+fn master_port_below_1024() {
+    insta::assert_snapshot!(job_field("masterPort: 80"));
+}
+
+#[test]
+fn master_port_above_65535() {
+    insta::assert_snapshot!(job_field("masterPort: 70000"));
+}
+
+#[test]
+fn master_port_not_a_number() {
+    insta::assert_snapshot!(job_field("masterPort: auto"));
+}
+
+#[test]
+fn on_task_failure_unknown() {
+    insta::assert_snapshot!(job_field("onTaskFailure: ignore"));
+}
+
+#[test]
+fn requeue_not_a_bool() {
+    insta::assert_snapshot!(job_field("requeue: sometimes"));
+}

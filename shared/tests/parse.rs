@@ -218,3 +218,79 @@ fn node_topology_errors() {
         "{e}"
     );
 }
+
+#[test]
+fn task_run_fields() -> TestResult {
+    let text = r#"
+name: train
+timeLimit: 1h30m
+masterPort: 29999
+onTaskFailure: continue
+requeue: true
+tasks:
+  - name: worker
+    replicas: 2
+    resources: {cpu: 1}
+    command: [torchrun, train.py]
+    env: {NCCL_DEBUG: INFO, OMP_NUM_THREADS: 4, _X: "", FLAG: true}
+    workingDir: runs/a
+    output: "../logs/%j-%t-%r.out"
+    error: "%u/%n.err"
+  - name: server
+    replicas: 1
+    resources: {cpu: 1}
+---
+name: seconds
+timeLimit: 3600
+onTaskFailure: killJob
+tasks: [{name: t, replicas: 1, resources: {cpu: 1}, workingDir: /scratch/alice}]
+"#;
+    let jobs = parse_jobs(text, Path::new("jobs.yaml"))?;
+    let run = &jobs[0].run;
+    assert_eq!(run.time_limit, Some(5400));
+    assert_eq!(run.master_port, Some(29999));
+    assert_eq!(run.on_task_failure, OnTaskFailure::Continue);
+    assert!(run.requeue);
+    let worker = &jobs[0].tasks[0];
+    assert_eq!(worker.command, ["torchrun", "train.py"]);
+    let env: Vec<(&str, &str)> = worker.exec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(
+        env,
+        [
+            ("FLAG", "true"),
+            ("NCCL_DEBUG", "INFO"),
+            ("OMP_NUM_THREADS", "4"),
+            ("_X", "")
+        ]
+    );
+    assert_eq!(worker.exec.working_dir.as_deref(), Some("runs/a"));
+    assert_eq!(worker.exec.output_pattern(), "../logs/%j-%t-%r.out");
+    assert_eq!(worker.exec.error_pattern(), "%u/%n.err");
+
+    // Defaults: output to hyperplan-%j-%t.out, errors into the same file.
+    let server = &jobs[0].tasks[1];
+    assert_eq!(server.exec, TaskExec::default());
+    assert_eq!(server.exec.output_pattern(), "hyperplan-%j-%t.out");
+    assert_eq!(server.exec.error_pattern(), "hyperplan-%j-%t.out");
+
+    assert_eq!(jobs[1].run.time_limit, Some(3600));
+    assert_eq!(jobs[1].run.on_task_failure, OnTaskFailure::KillJob);
+    assert!(!jobs[1].run.requeue);
+    assert_eq!(jobs[1].run.master_port, None);
+    assert_eq!(jobs[1].tasks[0].exec.working_dir.as_deref(), Some("/scratch/alice"));
+    Ok(())
+}
+
+#[test]
+fn run_fields_default_when_absent() -> TestResult {
+    for name in ["jobs.yaml", "volcano-job.yaml", "numa-jobs.yaml"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name);
+        for job in load_job_file(&path)? {
+            assert_eq!(job.run, JobRun::default(), "{name}: {}", job.name);
+            for t in &job.tasks {
+                assert_eq!(t.exec, TaskExec::default(), "{name}: {}", job.name);
+            }
+        }
+    }
+    Ok(())
+}

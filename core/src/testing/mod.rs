@@ -232,7 +232,9 @@ impl JobBuilder {
                     cpu_placement: None,
                     full_cores: false,
                     command: Vec::new(),
+                    exec: Default::default(),
                 }],
+                run: Default::default(),
             },
         }
     }
@@ -343,6 +345,7 @@ impl JobBuilder {
             cpu_placement: None,
             full_cores: false,
             command: Vec::new(),
+            exec: Default::default(),
         });
         self
     }
