@@ -55,19 +55,32 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, CpuListError> {
 }
 
 /// Prints PU numbers as a CPU list, runs collapsed (`0-3,8`); the input need not be sorted.
+/// The planner prints one per placed task, so no allocation per run.
 pub fn format_cpu_list(pus: &[u32]) -> String {
-    let set: BTreeSet<u32> = pus.iter().copied().collect();
-    let mut parts = Vec::new();
-    let mut iter = set.into_iter().peekable();
-    while let Some(lo) = iter.next() {
+    use std::fmt::Write;
+    let mut sorted = pus.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut out = String::new();
+    let mut i = 0;
+    while let Some(&lo) = sorted.get(i) {
         let mut hi = lo;
-        while iter.peek() == Some(&(hi + 1)) {
-            hi += 1;
-            iter.next();
+        while sorted.get(i + 1).is_some_and(|&next| Some(next) == hi.checked_add(1)) {
+            i += 1;
+            hi = sorted[i];
         }
-        parts.push(if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") });
+        if !out.is_empty() {
+            out.push(',');
+        }
+        // Writing to a String cannot fail.
+        let _ = if lo == hi {
+            write!(out, "{lo}")
+        } else {
+            write!(out, "{lo}-{hi}")
+        };
+        i += 1;
     }
-    parts.join(",")
+    out
 }
 
 #[cfg(test)]

@@ -143,29 +143,9 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, CpuListError> {
     Ok(cpus)
 }
 
-/// Formats CPUs back to the kernel's list form "0-3,8-11" (runs of two or more become
-/// ranges, as the kernel writes them). Unsorted input is sorted first.
-pub fn format_cpu_list(cpus: &[u32]) -> String {
-    let mut sorted = cpus.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let mut parts = Vec::new();
-    let mut i = 0;
-    while let Some(&first) = sorted.get(i) {
-        let mut last = first;
-        while sorted.get(i + 1).is_some_and(|&next| Some(next) == last.checked_add(1)) {
-            i += 1;
-            last = sorted[i];
-        }
-        parts.push(if last == first {
-            first.to_string()
-        } else {
-            format!("{first}-{last}")
-        });
-        i += 1;
-    }
-    parts.join(",")
-}
+/// Formats CPUs back to the kernel's list form "0-3,8-11" (one printer for the probe,
+/// the planner and the shepherd).
+pub use hyperplan_shared::cpulist::format_cpu_list;
 
 fn cpu_number(text: &str, element: &str) -> Result<u32, CpuListError> {
     let n = parse_decimal(text.trim()).ok_or_else(|| CpuListError::NotANumber {

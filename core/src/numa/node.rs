@@ -133,14 +133,13 @@ impl NodeNuma {
 
     /// PU OS indexes of an assignment in list form (`0-3,8-11`), what `taskset -c` takes.
     pub fn cpu_list(&self, a: &Assignment) -> String {
-        let mut os: Vec<u32> = a
+        let os: Vec<u32> = a
             .pus
             .iter()
             .filter_map(|&p| self.machine.pus.get(p))
             .map(|p| p.os)
             .collect();
-        os.sort_unstable();
-        list_form(&os)
+        hyperplan_shared::cpulist::format_cpu_list(&os)
     }
 
     /// OS indexes of the NUMA nodes an assignment uses.
@@ -190,30 +189,6 @@ impl NodeNuma {
         out.dedup();
         out
     }
-}
-
-/// `0-3,8-11`: runs of consecutive ids joined with `-`.
-pub fn list_form(ids: &[u32]) -> String {
-    let mut out = String::new();
-    let mut i = 0;
-    while i < ids.len() {
-        let start = ids[i];
-        let mut end = start;
-        while i + 1 < ids.len() && ids[i + 1] == end + 1 {
-            i += 1;
-            end = ids[i];
-        }
-        if !out.is_empty() {
-            out.push(',');
-        }
-        if start == end {
-            out.push_str(&start.to_string());
-        } else {
-            out.push_str(&format!("{start}-{end}"));
-        }
-        i += 1;
-    }
-    out
 }
 
 /// One `NodeNuma` per distinct hardware, so ten thousand identical nodes share one: the
@@ -307,14 +282,6 @@ impl HardwareCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn list_form_joins_runs() {
-        assert_eq!(list_form(&[0, 1, 2, 3, 8, 9, 10, 11]), "0-3,8-11");
-        assert_eq!(list_form(&[5]), "5");
-        assert_eq!(list_form(&[1, 3, 4]), "1,3-4");
-        assert_eq!(list_form(&[]), "");
-    }
 
     #[test]
     fn gpu_resources() {
