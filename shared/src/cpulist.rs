@@ -1,57 +1,83 @@
 //! Linux CPU list text (`0-23,112-135`, as in `Cpus_allowed_list` and `cpuset.cpus`):
 //! reading it into PU numbers and printing PU numbers back in the same form.
 
-use std::collections::BTreeSet;
+/// Highest CPU number a list may name: far above any kernel's `NR_CPUS` (8,192 today), low
+/// enough that a corrupt `0-4294967295` cannot make a reader allocate gigabytes.
+pub const MAX_CPU: u32 = 1 << 20;
 
-/// The largest PU number accepted (Linux's `NR_CPUS` upper bound), so a list like
-/// `0-4000000000` cannot make a reader allocate without end.
-pub const MAX_PU: u32 = 8191;
-
-/// A CPU list that does not read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a kernel CPU list does not parse; each names the element that was wrong (and the
+/// list), since the list is what a person finds in the sysfs file.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CpuListError {
-    #[error("expected a CPU list like 0-23,112-135, got {0:?}")]
-    Syntax(String),
-    #[error("expected a range from low to high, got {0:?}")]
-    Backwards(String),
-    #[error("expected CPU numbers up to {MAX_PU}, got {0}")]
-    TooLarge(u64),
+    #[error("empty element in CPU list {list:?}")]
+    EmptyElement { list: String },
+    #[error("range {element:?} in CPU list {list:?} goes backwards")]
+    Backwards { element: String, list: String },
+    #[error("{text:?} in {element:?} is not a CPU number")]
+    NotANumber { text: String, element: String },
+    /// Above [`MAX_CPU`]: a corrupt list, not a machine.
+    #[error("CPU {cpu} in {element:?} is beyond any machine (limit {})", MAX_CPU)]
+    TooLarge { cpu: u32, element: String },
 }
 
-/// Reads a CPU list into sorted, distinct PU numbers. Empty text (or only spaces) is the
-/// empty list.
-pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, CpuListError> {
-    let mut out = BTreeSet::new();
-    let t = text.trim();
-    if t.is_empty() {
-        return Ok(Vec::new());
+/// Parses a kernel CPU list, "0-3,8-11" (and "" → empty; surrounding whitespace and a
+/// trailing NUL are ignored). The result is sorted and free of duplicates. Errors name
+/// the element that was wrong.
+pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, CpuListError> {
+    let s = clean(s);
+    let mut cpus = Vec::new();
+    if s.is_empty() {
+        return Ok(cpus);
     }
-    let number = |s: &str| -> Result<u32, CpuListError> {
-        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(CpuListError::Syntax(text.to_string()));
+    for element in s.split(',') {
+        let element = element.trim();
+        if element.is_empty() {
+            return Err(CpuListError::EmptyElement { list: s.to_string() });
         }
-        let n: u64 = s.parse().map_err(|_| CpuListError::TooLarge(u64::MAX))?;
-        u32::try_from(n)
-            .ok()
-            .filter(|n| *n <= MAX_PU)
-            .ok_or(CpuListError::TooLarge(n))
-    };
-    for part in t.split(',') {
-        let part = part.trim();
-        match part.split_once('-') {
+        let (first, last) = match element.split_once('-') {
+            Some((a, b)) => (cpu_number(a, element)?, cpu_number(b, element)?),
             None => {
-                out.insert(number(part)?);
+                let n = cpu_number(element, element)?;
+                (n, n)
             }
-            Some((lo, hi)) => {
-                let (lo, hi) = (number(lo.trim())?, number(hi.trim())?);
-                if lo > hi {
-                    return Err(CpuListError::Backwards(part.to_string()));
-                }
-                out.extend(lo..=hi);
-            }
+        };
+        if last < first {
+            return Err(CpuListError::Backwards {
+                element: element.to_string(),
+                list: s.to_string(),
+            });
         }
+        cpus.extend(first..=last);
     }
-    Ok(out.into_iter().collect())
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+/// Sysfs values end in a newline; some saved ones carry a blank line or a NUL as well.
+fn clean(s: &str) -> &str {
+    s.trim_matches(|c: char| c.is_whitespace() || c == '\0')
+}
+
+fn parse_decimal(s: &str) -> Option<u32> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+fn cpu_number(text: &str, element: &str) -> Result<u32, CpuListError> {
+    let n = parse_decimal(text.trim()).ok_or_else(|| CpuListError::NotANumber {
+        text: text.to_string(),
+        element: element.to_string(),
+    })?;
+    if n > MAX_CPU {
+        return Err(CpuListError::TooLarge {
+            cpu: n,
+            element: element.to_string(),
+        });
+    }
+    Ok(n)
 }
 
 /// Prints PU numbers as a CPU list, runs collapsed (`0-3,8`); the input need not be sorted.
@@ -102,17 +128,17 @@ mod tests {
 
     #[test]
     fn bad_lists_are_errors() {
-        for bad in ["a", "1-", "-1", "1,,2", "1-2-3", "0x1", "1.5"] {
-            assert!(matches!(parse_cpu_list(bad), Err(CpuListError::Syntax(_))), "{bad:?}");
+        for bad in ["a", "1-", "-1", "1,,2", "1-2-3", "0x1", "1.5", "+1", "1 2"] {
+            assert!(parse_cpu_list(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(parse_cpu_list("3-1"), Err(CpuListError::Backwards("3-1".into())));
-        assert_eq!(
+        assert!(parse_cpu_list("3-1").unwrap_err().to_string().contains("backwards"));
+        assert!(matches!(
             parse_cpu_list("0-4000000000"),
-            Err(CpuListError::TooLarge(4_000_000_000))
-        );
-        assert_eq!(
-            parse_cpu_list("99999999999999999999999"),
-            Err(CpuListError::TooLarge(u64::MAX))
-        );
+            Err(CpuListError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            parse_cpu_list("0-99999999999"),
+            Err(CpuListError::NotANumber { .. })
+        ));
     }
 }

@@ -12,11 +12,7 @@ use hyperplan_shared::topology::LiveFigures;
 use procfs::{FromRead, LoadAverage, Uptime};
 
 use super::ProbeError;
-use super::sysfs::{check_root, clean, follow, list_dir, parse_decimal, parse_decimal_u64, read_attr_raw};
-
-/// Highest CPU number a cpulist may name: far above any kernel's `NR_CPUS`, low enough
-/// that a corrupt `0-4294967295` cannot make us allocate gigabytes.
-const MAX_CPU: u32 = 1 << 20;
+use super::sysfs::{check_root, follow, list_dir, parse_decimal, parse_decimal_u64, read_attr_raw};
 
 /// One NUMA node as `<sysfs_root>/devices/system/node/nodeN` describes it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -94,72 +90,9 @@ pub fn live_figures(
     })
 }
 
-/// Why a kernel CPU list does not parse; each names the element that was wrong (and the
-/// list), since the list is what a person finds in the sysfs file.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum CpuListError {
-    #[error("empty element in CPU list {list:?}")]
-    EmptyElement { list: String },
-    #[error("range {element:?} in CPU list {list:?} goes backwards")]
-    Backwards { element: String, list: String },
-    #[error("{text:?} in {element:?} is not a CPU number")]
-    NotANumber { text: String, element: String },
-    /// Above [`MAX_CPU`]: a corrupt list, not a machine.
-    #[error("CPU {cpu} in {element:?} is beyond any machine (limit {})", MAX_CPU)]
-    TooLarge { cpu: u32, element: String },
-}
-
-/// Parses a kernel CPU list, "0-3,8-11" (and "" → empty; surrounding whitespace and a
-/// trailing NUL are ignored). The result is sorted and free of duplicates. Errors name
-/// the element that was wrong.
-pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, CpuListError> {
-    let s = clean(s);
-    let mut cpus = Vec::new();
-    if s.is_empty() {
-        return Ok(cpus);
-    }
-    for element in s.split(',') {
-        let element = element.trim();
-        if element.is_empty() {
-            return Err(CpuListError::EmptyElement { list: s.to_string() });
-        }
-        let (first, last) = match element.split_once('-') {
-            Some((a, b)) => (cpu_number(a, element)?, cpu_number(b, element)?),
-            None => {
-                let n = cpu_number(element, element)?;
-                (n, n)
-            }
-        };
-        if last < first {
-            return Err(CpuListError::Backwards {
-                element: element.to_string(),
-                list: s.to_string(),
-            });
-        }
-        cpus.extend(first..=last);
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Ok(cpus)
-}
-
-/// Formats CPUs back to the kernel's list form "0-3,8-11" (one printer for the probe,
-/// the planner and the shepherd).
-pub use hyperplan_shared::cpulist::format_cpu_list;
-
-fn cpu_number(text: &str, element: &str) -> Result<u32, CpuListError> {
-    let n = parse_decimal(text.trim()).ok_or_else(|| CpuListError::NotANumber {
-        text: text.to_string(),
-        element: element.to_string(),
-    })?;
-    if n > MAX_CPU {
-        return Err(CpuListError::TooLarge {
-            cpu: n,
-            element: element.to_string(),
-        });
-    }
-    Ok(n)
-}
+/// Kernel CPU lists ("0-3,8-11"): one reader and one printer for the probe, the planner's
+/// pinning and the shepherd.
+pub use hyperplan_shared::cpulist::{CpuListError, format_cpu_list, parse_cpu_list};
 
 /// CPUs of one node: `cpulist`, or where a saved tree lacks it, the node's `cpuN` entries.
 fn read_node_cpus(node_dir: &Path, warnings: &mut Vec<String>) -> Result<Vec<u32>, ProbeError> {
