@@ -199,28 +199,8 @@ fn refusals_close_only_the_offending_connection() {
     });
 
     // A certificate from another cluster's CA: the TLS handshake fails.
-    let other = tempfile::tempdir().unwrap();
-    let o = other.path().to_str().unwrap();
-    for args in [
-        vec!["certs", "init", "--dir", o],
-        vec!["certs", "issue", "--dir", o, "--user", "alice", "--role", "admin"],
-    ] {
-        assert!(
-            std::process::Command::new(common::hyperplan_bin())
-                .args(&args)
-                .status()
-                .unwrap()
-                .success()
-        );
-    }
-    let out = std::process::Command::new(common::hyperplan_bin())
-        .args(["nodes"])
-        .env("HYPERPLAN_PLANNER", &c.addr)
-        .env("HYPERPLAN_CERT_DIR", other.path())
-        .env("HYPERPLAN_USER", "alice")
-        .env("XDG_CONFIG_HOME", other.path())
-        .output()
-        .unwrap();
+    let other = common::foreign_user_certs();
+    let out = common::nodes_with_certs(&c.addr, other.path());
     assert!(!out.status.success(), "a foreign certificate must be refused");
     wait_for(LONG, "the TLS refusal logged", || {
         c.planner_log().contains("refused: TLS handshake failed").then_some(())

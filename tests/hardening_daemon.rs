@@ -216,24 +216,9 @@ fn a_fifo_as_a_discovery_file_is_refused_and_sighup_recovers_the_source() {
 #[test]
 fn repeated_refusals_are_one_warning_line_not_one_each() {
     let c = Cluster::start(&[]);
-    let other = tempfile::tempdir().unwrap();
-    let o = path_str(other.path());
-    for args in [
-        vec!["certs", "init", "--dir", o],
-        vec!["certs", "issue", "--dir", o, "--user", "alice", "--role", "admin"],
-    ] {
-        let ok = Command::new(common::hyperplan_bin()).args(&args).status().unwrap();
-        assert!(ok.success());
-    }
+    let other = common::foreign_user_certs();
     for _ in 0..4 {
-        let out = Command::new(common::hyperplan_bin())
-            .args(["nodes"])
-            .env("HYPERPLAN_PLANNER", &c.addr)
-            .env("HYPERPLAN_CERT_DIR", other.path())
-            .env("HYPERPLAN_USER", "alice")
-            .env("XDG_CONFIG_HOME", other.path())
-            .output()
-            .unwrap();
+        let out = common::nodes_with_certs(&c.addr, other.path());
         assert!(!out.status.success(), "a foreign certificate must be refused");
     }
     wait_for(LONG, "the TLS refusal logged", || {

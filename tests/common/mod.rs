@@ -44,6 +44,36 @@ pub fn hyperplan_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_hyperplan"))
 }
 
+/// A user certificate (alice, admin) from another cluster's CA, in a fresh directory:
+/// what a planner must refuse at the TLS handshake.
+pub fn foreign_user_certs() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let d = path_str(dir.path());
+    for args in [
+        vec!["certs", "init", "--dir", d],
+        vec!["certs", "issue", "--dir", d, "--user", "alice", "--role", "admin"],
+    ] {
+        let ok = Command::new(hyperplan_bin())
+            .args(&args)
+            .status()
+            .unwrap_or_else(|e| panic!("hyperplan {args:?}: {e}"));
+        assert!(ok.success(), "hyperplan {args:?}");
+    }
+    dir
+}
+
+/// `hyperplan nodes` against `addr` as alice with the certificates in `certs`.
+pub fn nodes_with_certs(addr: &str, certs: &Path) -> Output {
+    Command::new(hyperplan_bin())
+        .args(["nodes"])
+        .env("HYPERPLAN_PLANNER", addr)
+        .env("HYPERPLAN_CERT_DIR", certs)
+        .env("HYPERPLAN_USER", "alice")
+        .env("XDG_CONFIG_HOME", certs)
+        .output()
+        .unwrap_or_else(|e| panic!("hyperplan nodes: {e}"))
+}
+
 /// Waits for `f` to return `Some`, polling; panics with `what` after `timeout`.
 pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();

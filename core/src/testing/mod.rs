@@ -222,18 +222,7 @@ impl JobBuilder {
                 min_available: None,
                 submit_time: 0,
                 network_topology: None,
-                tasks: vec![TaskSpec {
-                    name: "worker".into(),
-                    replicas,
-                    runtime: None,
-                    resources: res(resources),
-                    partition_policy: None,
-                    topology_policy: None,
-                    cpu_placement: None,
-                    full_cores: false,
-                    command: Vec::new(),
-                    exec: Default::default(),
-                }],
+                tasks: vec![task_spec("worker", replicas, resources)],
                 run: Default::default(),
             },
         }
@@ -335,18 +324,7 @@ impl JobBuilder {
 
     /// Adds another task (role).
     pub fn task(mut self, name: &str, replicas: u32, resources: &str) -> Self {
-        self.spec.tasks.push(TaskSpec {
-            name: name.into(),
-            replicas,
-            runtime: None,
-            resources: res(resources),
-            partition_policy: None,
-            topology_policy: None,
-            cpu_placement: None,
-            full_cores: false,
-            command: Vec::new(),
-            exec: Default::default(),
-        });
+        self.spec.tasks.push(task_spec(name, replicas, resources));
         self
     }
 
@@ -356,6 +334,22 @@ impl JobBuilder {
 }
 
 /// Simulates and panics if any invariant breaks after any tick.
+/// A task of `replicas` × `resources` with every other field at its default.
+fn task_spec(name: &str, replicas: u32, resources: &str) -> TaskSpec {
+    TaskSpec {
+        name: name.into(),
+        replicas,
+        runtime: None,
+        resources: res(resources),
+        partition_policy: None,
+        topology_policy: None,
+        cpu_placement: None,
+        full_cores: false,
+        command: Vec::new(),
+        exec: Default::default(),
+    }
+}
+
 pub fn run(cluster: &ClusterSpec, jobs: &[JobSpec], config: PlannerConfig) -> Report {
     crate::sim::simulate_with(cluster, jobs, config, |planner| {
         let bad = invariants::check(planner.world_mut());
