@@ -2,31 +2,103 @@
 
 use std::sync::Arc;
 
-/// One placed task.
-#[derive(Clone, Debug, PartialEq, Eq)]
+use hyperplan_shared::JobSpec;
+
+use super::numa::assign::Assignment;
+use super::numa::node::NodeNuma;
+
+/// One placed task. Everything in it is shared with the planner's state (reference
+/// counts, no copies), so a tick placing a 512-task job builds 512 small structs; what
+/// the agent is sent is rendered by the driver (see [`Pinning`]).
+#[derive(Clone, Debug)]
 pub struct Placement {
-    pub job: String,
-    pub task: String,
-    pub node: String,
+    /// The job as submitted: its name, and per role (`role`) the command, environment
+    /// and output files; its limits.
+    pub spec: Arc<JobSpec>,
+    /// Index of the task's spec in `spec.tasks`.
+    pub role: usize,
+    /// `<task name>-<index>`.
+    pub task: Arc<str>,
+    pub node: Arc<str>,
     pub rank: u32,
-    /// What to run (the task spec's `command`).
-    pub command: Vec<String>,
     /// Where a task with a NUMA request is pinned (what the agent enforces).
     pub pinning: Option<Pinning>,
 }
 
-/// A task's NUMA pinning in the agent's terms: OS indexes and device names.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Pinning {
-    /// PU OS indexes in list form (`0-3,8-11`); empty = the node's shared pool.
-    pub cpus: String,
-    pub numa_nodes: Vec<u32>,
-    /// (NUMA OS index, bytes).
-    pub memory: Vec<(u32, u64)>,
-    /// Shared with the node's hardware description (see `NodeNuma::gpu_ids`).
-    pub gpus: Vec<Arc<str>>,
-    pub nics: Vec<Arc<str>>,
+impl Placement {
+    pub fn job(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// What to run (the task spec's `command`).
+    pub fn command(&self) -> &[String] {
+        self.spec.tasks.get(self.role).map_or(&[], |t| t.command.as_slice())
+    }
 }
+
+/// Two placements are equal when they place the same task the same way (the job spec is
+/// compared by value, the pinning by what it renders to).
+impl PartialEq for Placement {
+    fn eq(&self, other: &Self) -> bool {
+        self.task == other.task
+            && self.node == other.node
+            && self.rank == other.rank
+            && self.role == other.role
+            && (Arc::ptr_eq(&self.spec, &other.spec) || self.spec == other.spec)
+            && self.pinning == other.pinning
+    }
+}
+
+impl Eq for Placement {}
+
+/// A task's NUMA pinning: the assignment the allocator made on the node's hardware. The
+/// agent's terms (OS indexes, device names) are rendered on demand by the methods, by the
+/// driver that needs them, not in the tick.
+#[derive(Clone, Debug)]
+pub struct Pinning {
+    pub hardware: Arc<NodeNuma>,
+    pub assignment: Arc<Assignment>,
+}
+
+impl Pinning {
+    /// PU OS indexes in list form (`0-3,8-11`).
+    pub fn cpus(&self) -> String {
+        self.hardware.cpu_list(&self.assignment)
+    }
+
+    /// OS indexes of the NUMA nodes it uses.
+    pub fn numa_nodes(&self) -> Vec<u32> {
+        self.hardware.numa_nodes(&self.assignment)
+    }
+
+    /// (NUMA OS index, bytes), ascending by NUMA node.
+    pub fn memory(&self) -> Vec<(u32, u64)> {
+        self.hardware.memory(&self.assignment)
+    }
+
+    /// GPU PCI bus ids.
+    pub fn gpus(&self) -> Vec<Arc<str>> {
+        self.hardware.gpus(&self.assignment)
+    }
+
+    /// The rails (HCA names) local to its GPUs, or to its CPUs' NUMA nodes.
+    pub fn nics(&self) -> Vec<Arc<str>> {
+        self.hardware.nics(&self.assignment)
+    }
+}
+
+impl PartialEq for Pinning {
+    fn eq(&self, other: &Self) -> bool {
+        (Arc::ptr_eq(&self.hardware, &other.hardware) && self.assignment == other.assignment)
+            || (self.cpus() == other.cpus()
+                && self.numa_nodes() == other.numa_nodes()
+                && self.memory() == other.memory()
+                && self.gpus() == other.gpus()
+                && self.nics() == other.nics())
+    }
+}
+
+impl Eq for Pinning {}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {

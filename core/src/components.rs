@@ -11,7 +11,8 @@ use super::ids::NodeIdx;
 /// A machine the planner may place tasks on.
 #[derive(Component, Clone, Debug)]
 pub struct Node {
-    pub name: String,
+    /// Shared with the `Place` commands of the tasks placed on it.
+    pub name: std::sync::Arc<str>,
     pub labels: BTreeMap<String, String>,
     pub allocatable: Resources,
     /// Taken by work hyperplan does not manage.
@@ -108,7 +109,9 @@ pub enum JobPhase {
 
 #[derive(Component, Clone, Debug)]
 pub struct Job {
-    pub spec: JobSpec,
+    /// Shared with the `Place` commands of its tasks (the drivers read the task's command,
+    /// environment and limits from it).
+    pub spec: std::sync::Arc<JobSpec>,
     pub gang_min: u32,
     pub sub_jobs: Vec<Entity>,
     /// In task order: spec order, then replica index.
@@ -178,8 +181,8 @@ pub struct SubJobState {
 pub struct Task {
     pub job: Entity,
     pub sub_job: Entity,
-    /// `<task name>-<index>`.
-    pub name: String,
+    /// `<task name>-<index>`; shared with its `Place` command.
+    pub name: std::sync::Arc<str>,
     /// Index of the task spec in the job (the "role").
     pub role: usize,
     /// Shared by the replicas of a role.

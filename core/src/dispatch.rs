@@ -16,46 +16,50 @@ pub fn dispatch(
     hardware: Query<&NodeHardware>,
 ) {
     let _span = tracing::info_span!("dispatch").entered();
-    // First the order (job name, then rank) on small keys, then one `Place` per task
-    // built straight into the outbox: a 512-task job moves no big structs around.
-    let mut order: Vec<(&str, u32, Entity)> = Vec::new();
+    // First the order (job name, then rank) on small keys: by (job entity, rank), then
+    // the jobs' runs by name (a few string comparisons, not one per pair of tasks); then
+    // one `Place` per task built straight into the outbox, of shared parts only (see
+    // `Placement`).
+    let mut by_job: Vec<(u64, u32, Entity)> = Vec::new();
     for (e, task, mut ts) in &mut tasks {
         if ts.phase != TaskPhase::Running || ts.dispatched {
             continue;
         }
         ts.dispatched = true;
-        if let Ok(job) = jobs.get(task.job) {
-            order.push((job.spec.name.as_str(), ts.rank.unwrap_or(0), e));
-        }
+        by_job.push((task.job.to_bits(), ts.rank.unwrap_or(0), e));
     }
-    order.sort_unstable();
-    out.0.reserve(order.len());
-    for (_, _, e) in order {
+    by_job.sort_unstable();
+    let mut runs: Vec<(&str, usize, usize)> = Vec::new();
+    let mut start = 0;
+    while start < by_job.len() {
+        let job = by_job[start].0;
+        let len = by_job[start..].iter().take_while(|k| k.0 == job).count();
+        if let Ok(j) = jobs.get(Entity::from_bits(job)) {
+            runs.push((j.spec.name.as_str(), start, start + len));
+        }
+        start += len;
+    }
+    runs.sort_unstable();
+    let order = runs.into_iter().flat_map(|(_, a, b)| by_job[a..b].iter().map(|k| k.2));
+    out.0.reserve(by_job.len());
+    for e in order {
         let Ok((_, task, ts)) = tasks.get(e) else { continue };
         let (Ok(job), Some(Ok(node))) = (jobs.get(task.job), ts.node.map(|n| nodes.get(n))) else {
             continue;
         };
         out.0.push(Command::Place(Placement {
-            job: job.spec.name.clone(),
+            spec: job.spec.clone(),
+            role: task.role,
             task: task.name.clone(),
             node: node.name.clone(),
             rank: ts.rank.unwrap_or(0),
-            command: job
-                .spec
-                .tasks
-                .get(task.role)
-                .map(|t| t.command.clone())
-                .unwrap_or_default(),
             pinning: ts
                 .numa
                 .as_ref()
                 .zip(ts.node.and_then(|n| hardware.get(n).ok()))
                 .map(|(a, hw)| Pinning {
-                    cpus: hw.0.cpu_list(a),
-                    numa_nodes: hw.0.numa_nodes(a),
-                    memory: hw.0.memory(a),
-                    gpus: hw.0.gpus(a),
-                    nics: hw.0.nics(a),
+                    hardware: hw.0.clone(),
+                    assignment: a.clone(),
                 }),
         }));
     }

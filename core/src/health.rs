@@ -75,7 +75,7 @@ pub fn check_silence(world: &mut World) {
     let now = world.resource::<NowMillis>().0;
     let health = world.resource::<PlannerConfig>().health;
     let limit = u64::try_from(health.silent_after().as_millis()).unwrap_or(u64::MAX);
-    let mut silent: Vec<(String, Entity, u64)> = world
+    let mut silent: Vec<(std::sync::Arc<str>, Entity, u64)> = world
         .query::<(Entity, &Node, &Heartbeats)>()
         .iter(world)
         .filter(|(_, n, h)| n.ready && h.linked)

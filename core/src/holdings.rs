@@ -6,7 +6,6 @@
 //! and the ledger are built afresh only when the topology index is (node changes,
 //! readiness, HyperNodes).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
@@ -22,7 +21,8 @@ use super::topology::TopologyIndex;
 #[derive(Clone, Debug)]
 pub struct Held {
     pub node: NodeIdx,
-    pub shape: Shape,
+    /// Shared by the tasks of a role placed together (see `ShapeMemo`).
+    pub shape: Arc<Shape>,
     pub numa: Option<Arc<Assignment>>,
 }
 
@@ -38,8 +38,9 @@ pub enum NumaChange {
 pub struct Holdings {
     /// The topology generation the node indices belong to; `None` before the first build.
     pub generation: Option<u64>,
-    /// By task entity (ordered, so nothing depends on hashing).
-    held: BTreeMap<Entity, Held>,
+    /// By task entity. Iterated only to rebuild the caches, where the order of takes
+    /// does not matter, so hashing decides nothing.
+    held: bevy_ecs::entity::EntityHashMap<Held>,
     numa_changes: Vec<NumaChange>,
 }
 
@@ -110,14 +111,14 @@ pub fn running_on(ts: &TaskState, slots: &Query<&NodeSlot>) -> Option<NodeIdx> {
 /// The last request's shape. A role's replicas share one request (`Task::request`), so a
 /// burst of placements of one job turns each role's resource names into dimensions once.
 #[derive(Default)]
-pub struct ShapeMemo(Option<(Arc<Resources>, Shape)>);
+pub struct ShapeMemo(Option<(Arc<Resources>, Arc<Shape>)>);
 
 impl ShapeMemo {
-    pub fn shape(&mut self, cap: &Capacity, r: &Arc<Resources>) -> Shape {
+    pub fn shape(&mut self, cap: &Capacity, r: &Arc<Resources>) -> Arc<Shape> {
         match &self.0 {
             Some((last, s)) if Arc::ptr_eq(last, r) => s.clone(),
             _ => {
-                let s = cap.shape(r);
+                let s = Arc::new(cap.shape(r));
                 self.0 = Some((r.clone(), s.clone()));
                 s
             }

@@ -124,7 +124,7 @@ fn node_up(world: &mut World, spec: NodeSpec) {
         .and_then(|e| world.get::<Node>(e))
         .is_none_or(|n| n.ready);
     let node = Node {
-        name: spec.name,
+        name: spec.name.into(),
         labels: spec.labels,
         allocatable: spec.resources,
         external_used: spec.used,
@@ -137,7 +137,7 @@ fn node_up(world: &mut World, spec: NodeSpec) {
             world.entity_mut(e).insert((node, hardware));
         }
         None => {
-            let name = node.name.clone();
+            let name = node.name.to_string();
             let e = world.spawn((node, hardware)).id();
             world.resource_mut::<NodeNames>().0.insert(name, e);
         }
@@ -180,7 +180,7 @@ fn submit(world: &mut World, spec: JobSpec, owner: String) {
         let name = spec.name.clone();
         let numa = spec.tasks.iter().map(|_| None).collect();
         let job = Job {
-            spec,
+            spec: std::sync::Arc::new(spec),
             gang_min,
             sub_jobs: Vec::new(),
             tasks: Vec::new(),
@@ -233,6 +233,9 @@ fn submit(world: &mut World, spec: JobSpec, owner: String) {
         }
         // One request shared by the role's replicas (a count per task, not a map).
         let request = std::sync::Arc::new(t.resources.clone());
+        // First where each replica goes (spawning its sub-job when first needed), then
+        // the replicas in one batch: a 512-task job is one table reservation, not 512.
+        let mut slots: Vec<(u32, usize)> = Vec::with_capacity(t.replicas as usize);
         for i in 0..t.replicas {
             let slot = match &t.partition_policy {
                 // The loader checks replicas = partitions × size; clamp anyway so a bad
@@ -268,20 +271,29 @@ fn submit(world: &mut World, spec: JobSpec, owner: String) {
                     }
                 },
             };
-            let sj = members[slot].0;
-            let te = world
-                .spawn((
-                    Task {
-                        job: job_e,
-                        sub_job: sj,
-                        name: format!("{}-{i}", t.name),
-                        role,
-                        request: request.clone(),
-                        runtime: t.runtime,
-                    },
-                    TaskState::pending(),
-                ))
-                .id();
+            slots.push((i, slot));
+        }
+        // `<name>-<i>` in one buffer, one allocation per name (not `format!`'s two).
+        let mut name = format!("{}-", t.name);
+        let stem = name.len();
+        let mut digits = itoa::Buffer::new();
+        let spawned = world.spawn_batch(slots.iter().map(|&(i, slot)| {
+            name.truncate(stem);
+            name.push_str(digits.format(i));
+            (
+                Task {
+                    job: job_e,
+                    sub_job: members[slot].0,
+                    name: std::sync::Arc::from(name.as_str()),
+                    role,
+                    request: request.clone(),
+                    runtime: t.runtime,
+                },
+                TaskState::pending(),
+            )
+        }));
+        let spawned: Vec<Entity> = spawned.collect();
+        for (&(_, slot), te) in slots.iter().zip(spawned) {
             members[slot].1.push(te);
             tasks.push(te);
         }
@@ -314,7 +326,7 @@ fn submit(world: &mut World, spec: JobSpec, owner: String) {
     }
     world.entity_mut(job_e).insert((
         Job {
-            spec,
+            spec: std::sync::Arc::new(spec),
             gang_min,
             sub_jobs,
             tasks,
@@ -362,7 +374,7 @@ fn task_finished(world: &mut World, job: &str, task: &str) {
     let tasks = world.get::<Job>(job_e).map(|j| j.tasks.clone()).unwrap_or_default();
     let mut all_done = true;
     for t in tasks {
-        let is_it = world.get::<Task>(t).is_some_and(|x| x.name == task);
+        let is_it = world.get::<Task>(t).is_some_and(|x| *x.name == *task);
         if let Some(mut ts) = world.get_mut::<TaskState>(t) {
             if is_it && ts.phase == TaskPhase::Running {
                 ts.phase = TaskPhase::Finished;

@@ -181,7 +181,7 @@ fn check_numa(world: &mut World, bad: &mut Vec<String>) {
         let Some(node) = ts.node else { continue };
         let who = world
             .get::<Job>(task.job)
-            .map_or_else(|| task.name.clone(), |j| format!("{}/{}", j.spec.name, task.name));
+            .map_or_else(|| task.name.to_string(), |j| format!("{}/{}", j.spec.name, task.name));
         let request = world
             .get::<Job>(task.job)
             .and_then(|j| j.numa.get(task.role).copied().flatten());
@@ -216,7 +216,7 @@ fn check_numa(world: &mut World, bad: &mut Vec<String>) {
         let entry = per_node
             .entry(node)
             .or_insert_with(|| (HashMap::new(), HashMap::new(), vec![0; m.numa_memory.len()]));
-        for &p in &a.pus {
+        for p in a.pus.iter() {
             if p >= m.pus.len() {
                 bad.push(format!("{who}: PU index {p} is not on its node"));
             } else if let Some(other) = entry.0.insert(p, who.clone()) {

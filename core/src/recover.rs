@@ -52,7 +52,12 @@ pub fn recover(
         all_jobs.iter().collect()
     } else {
         let mut todo: Vec<Entity> = job_params.p0().iter().collect();
-        todo.extend(changed_tasks.iter().map(|t| t.job));
+        // A new job's tasks come one after another: push each job once per run of them.
+        for t in &changed_tasks {
+            if todo.last() != Some(&t.job) {
+                todo.push(t.job);
+            }
+        }
         todo.extend(sub_job_params.p0().iter().map(|sj| sj.job));
         todo.sort_unstable();
         todo.dedup();

@@ -161,7 +161,7 @@ fn a_superpod_dump_gives_leaf_and_spine_hypernodes_and_a_gang_stays_under_one_le
     let placed: Vec<String> = tick(&mut p, 101)
         .into_iter()
         .filter_map(|c| match c {
-            Command::Place(pl) => Some(pl.node),
+            Command::Place(pl) => Some(pl.node.to_string()),
             _ => None,
         })
         .collect();
@@ -487,7 +487,7 @@ fn a_job_submitted_before_any_agent_registered_runs_once_they_do() {
     let placed: BTreeSet<String> = cmds
         .iter()
         .filter_map(|c| match c {
-            Command::Place(pl) => Some(pl.node.clone()),
+            Command::Place(pl) => Some(pl.node.to_string()),
             _ => None,
         })
         .collect();

@@ -15,7 +15,7 @@ pub struct TaskSlot {
     /// Placed in this attempt (not yet committed to the ECS).
     pub new: bool,
     /// PUs, memory and GPUs picked in this attempt, for a role with a NUMA request.
-    pub assignment: Option<Assignment>,
+    pub assignment: Option<std::sync::Arc<Assignment>>,
 }
 
 #[derive(Clone, Debug)]

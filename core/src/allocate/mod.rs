@@ -128,7 +128,7 @@ pub fn allocate(
                     ts.rank = Some(state.next_rank);
                     ts.start_time = Some(now.0);
                     ts.dispatched = false;
-                    ts.numa = slot.assignment.take().map(std::sync::Arc::new);
+                    ts.numa = slot.assignment.take();
                     state.next_rank += 1;
                 }
             }
@@ -275,16 +275,24 @@ fn build_ctx(
         warn,
     );
     let hn = |name: &Option<String>| name.as_ref().and_then(|n| index.hn_by_name.get(n).copied());
-    let mut task_index = bevy_ecs::entity::EntityHashMap::with_capacity(job.tasks.len());
+    // One sub-job holding every task, in order (a job without partitions): its task
+    // indices are the job's, no map needed.
+    let single = match job.sub_jobs.as_slice() {
+        [se] => sub_jobs.get(*se).is_ok_and(|(sj, _)| sj.tasks == job.tasks),
+        _ => false,
+    };
+    let mut task_index = bevy_ecs::entity::EntityHashMap::default();
     let mut slots = Vec::with_capacity(job.tasks.len());
-    for (i, &te) in job.tasks.iter().enumerate() {
+    for &te in &job.tasks {
         let Ok((task, ts)) = tasks.get(te) else { continue };
         let node = match ts.phase {
             TaskPhase::Pending => None,
             // Finished tasks count as placed for the gang but hold nothing.
             TaskPhase::Running | TaskPhase::Finished => ts.node.and_then(|n| nodes.get(n).ok()).map(|s| s.0),
         };
-        task_index.insert(te, i);
+        if !single {
+            task_index.insert(te, slots.len());
+        }
         slots.push(TaskSlot {
             entity: te,
             role: task.role,
@@ -316,7 +324,14 @@ fn build_ctx(
             tier: t,
             with_topology: with,
             allocated: hn(&sst.allocated_hyper_node),
-            tasks: sj.tasks.iter().filter_map(|t| task_index.get(t).copied()).collect(),
+            tasks: if single && slots.len() == job.tasks.len() {
+                (0..slots.len()).collect()
+            } else {
+                if single {
+                    task_index = slots.iter().enumerate().map(|(i, s)| (s.entity, i)).collect();
+                }
+                sj.tasks.iter().filter_map(|t| task_index.get(t).copied()).collect()
+            },
         });
     }
     JobCtx {

@@ -6,6 +6,7 @@
 //! the numa-aware score (fewer NUMA nodes spanned) joins the topology score.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::capacity::{Capacity, Shape};
 use crate::config::{PlannerConfig, ScoringConfig, SpanMode};
@@ -21,6 +22,8 @@ use super::gradient::gradients;
 use super::lca_score::lca_score;
 use super::span::{self, SpanKey};
 
+/// A node a task would get, with its NUMA assignment there.
+type Candidate = (NodeIdx, Arc<Assignment>);
 /// What a committed attempt decided, for the AllocatedHyperNode bookkeeping (§4.2.5).
 #[derive(Debug, Default)]
 pub struct Decision {
@@ -71,7 +74,7 @@ impl<'a> Search<'a> {
         }
     }
 
-    fn place(&mut self, job: &mut JobCtx, t: usize, n: NodeIdx, assignment: Option<Assignment>) {
+    fn place(&mut self, job: &mut JobCtx, t: usize, n: NodeIdx, assignment: Option<Arc<Assignment>>) {
         let role = job.tasks[t].role;
         self.cap.take(self.index, n, &job.shapes[role]);
         if let Some(a) = &assignment {
@@ -230,40 +233,21 @@ impl<'a> Search<'a> {
         let s = &job.sub_jobs[sj];
         let need = s.min_available.saturating_sub(job.sj_placed(sj)).max(1) as u64;
         let pending = role_pending(job, Some(sj));
-        let grads = {
-            let (index, cap) = (self.index, &*self.cap);
-            gradients(index, h_job, s.tier, s.allocated, |h| {
-                let mut total = 0u64;
-                for (role, &p) in pending.iter().enumerate() {
-                    if p == 0 {
-                        continue;
-                    }
-                    let mut c = 0u64;
-                    'groups: for &g in &index.hns[h.ix()].groups {
-                        for &n in &index.groups[g.ix()].nodes {
-                            c += cap.fit_count(n, &job.shapes[role]);
-                            if c >= p {
-                                break 'groups;
-                            }
-                        }
-                    }
-                    total += c.min(p);
-                }
-                total >= need
-            })
-        };
+        // Per role, how many of its tasks fit in each HyperNode: kept by the capacity
+        // cache as tasks come and go, so the gradient filter reads a count per candidate
+        // instead of walking its nodes.
+        let rooms: Vec<Option<Vec<u64>>> = job
+            .shapes
+            .iter()
+            .enumerate()
+            .map(|(r, shape)| (pending[r] > 0).then(|| self.cap.room_per_hn(self.index, shape)))
+            .collect();
+        let grads = gradients(self.index, h_job, s.tier, s.allocated, |h| {
+            room(&rooms, &pending, h) >= need
+        });
         let request = self.sub_job_request(job, sj);
         let total_tasks = job.sub_jobs[sj].tasks.len().max(1) as f64;
         let minimal = self.cfg.span == SpanMode::Minimal;
-        let rooms: Vec<Option<Vec<u64>>> = if minimal {
-            job.shapes
-                .iter()
-                .enumerate()
-                .map(|(r, s)| (pending[r] > 0).then(|| self.cap.room_per_hn(self.index, s)))
-                .collect()
-        } else {
-            Vec::new()
-        };
         for tier in grads {
             // Minimal span: per candidate its plan (fewest leaves, then tightest), ahead of
             // Volcano's bin-pack score and the tie bonus.
@@ -342,22 +326,23 @@ impl<'a> Search<'a> {
     /// spans only `want` NUMA nodes: nodes of a group score alike on topology, so without
     /// this the numa-aware score could never prefer one of them to the first fit.
     fn narrower_after(
-        &self,
+        &mut self,
         nodes: &[NodeIdx],
         pos: usize,
         shape: &Shape,
         req: &TaskNuma,
         want: u32,
-    ) -> Option<(NodeIdx, Assignment)> {
-        nodes
-            .iter()
-            .skip(pos + 1)
-            .take(NARROWER_LOOKAHEAD)
-            .filter(|&&n| self.cap.fits(n, shape))
-            .find_map(|&n| match self.numa.assign(n, req) {
-                Ok(a) if a.numa.count() <= want => Some((n, a)),
-                _ => None,
-            })
+    ) -> Option<Candidate> {
+        for &n in nodes.iter().skip(pos + 1).take(NARROWER_LOOKAHEAD) {
+            if !self.cap.fits(n, shape) {
+                continue;
+            }
+            match self.numa.assign_shared(n, req) {
+                Ok(a) if a.numa.count() <= want => return Some((n, a)),
+                _ => {}
+            }
+        }
+        None
     }
 
     /// Volcano allocateResourcesForTasks: each pending task of the sub-job to the best
@@ -382,7 +367,7 @@ impl<'a> Search<'a> {
         // only shrinks while placing, so cursors only move forward; an assignment stays
         // valid until something lands in its group.
         let mut cursors: Vec<Option<Vec<u32>>> = vec![None; job.shapes.len()];
-        let mut cands: Vec<Vec<Option<(NodeIdx, Assignment)>>> = vec![Vec::new(); job.shapes.len()];
+        let mut cands: Vec<Vec<Option<Candidate>>> = vec![Vec::new(); job.shapes.len()];
         // Per (role, hardware): NUMA nodes the task spans on the empty machine.
         let mut ideal = IdealSpans::default();
         let mut failed = vec![false; job.shapes.len()];
@@ -434,7 +419,7 @@ impl<'a> Search<'a> {
                     if cand[gi].is_some() {
                         break;
                     }
-                    match self.numa.assign(n, req) {
+                    match self.numa.assign_shared(n, req) {
                         Ok(a) => {
                             let want = self.numa.group_ideal_span(g, req, role, &mut ideal);
                             let better = if a.numa.count() > want {

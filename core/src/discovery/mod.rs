@@ -38,7 +38,7 @@ pub fn discovery(world: &mut World) {
     } else {
         let mut q = world.query::<&Node>();
         let nodes: Vec<(String, BTreeMap<String, String>)> =
-            q.iter(world).map(|n| (n.name.clone(), n.labels.clone())).collect();
+            q.iter(world).map(|n| (n.name.to_string(), n.labels.clone())).collect();
         label::discover(&types, nodes.iter().map(|(n, l)| (n.as_str(), l)), &mut warnings)
     };
     reconcile::reconcile(world, &Source::of_kind(SourceKind::Label), labelled);
@@ -107,10 +107,7 @@ fn polled(world: &mut World) {
 fn refresh_reported_guids(world: &mut World, generation: u64) {
     if world.resource::<ReportedGuids>().generation != Some(generation) {
         let mut q = world.query::<&Node>();
-        let fresh = fabric::reported_guids(
-            q.iter(world).map(|n| (n.name.as_str(), n.ib_guids.as_slice())),
-            generation,
-        );
+        let fresh = fabric::reported_guids(q.iter(world).map(|n| (&*n.name, n.ib_guids.as_slice())), generation);
         world.insert_resource(fresh);
     }
 }

@@ -77,8 +77,8 @@ pub enum AssignError {
 pub struct Assignment {
     /// NUMA nodes used (by PUs, memory and GPUs).
     pub numa: NumaMask,
-    /// Indices into `machine.pus`, ascending.
-    pub pus: Vec<usize>,
+    /// Indices into `machine.pus`.
+    pub pus: super::PuSet,
     /// (dense NUMA index, bytes), one entry per NUMA node used, in the order taken.
     pub memory: Vec<(usize, u64)>,
     /// Indices into `machine.gpus`, ascending.
@@ -148,7 +148,7 @@ pub fn assign(machine: &NumaMachine, free: &NumaFree, task: &TaskNuma) -> Result
     }
     Ok(Assignment {
         numa,
-        pus,
+        pus: super::PuSet::from_indices(pus),
         memory,
         gpus,
     })
@@ -349,7 +349,7 @@ pub fn release(free: &mut NumaFree, a: &Assignment) {
 /// Out-of-range indices are ignored and memory saturates: a stale assignment must not
 /// panic or wrap.
 fn update(free: &mut NumaFree, a: &Assignment, take: bool) {
-    for &p in &a.pus {
+    for p in a.pus.iter() {
         if let Some(f) = free.pus.get_mut(p) {
             *f = !take;
         }
@@ -444,7 +444,7 @@ mod tests {
     ];
 
     fn pu_numa(m: &NumaMachine, a: &Assignment) -> NumaMask {
-        a.pus.iter().fold(NumaMask::default(), |acc, &p| {
+        a.pus.iter().fold(NumaMask::default(), |acc, p| {
             acc.or(NumaMask::single(m.pus[p].numa as usize))
         })
     }
@@ -459,7 +459,6 @@ mod tests {
         assert_eq!(a.pus.len(), t.cpus);
         assert_eq!(a.gpus.len(), t.gpus);
         assert_eq!(a.memory.iter().map(|c| c.1).sum::<u64>(), t.memory);
-        assert!(a.pus.windows(2).all(|w| w[0] < w[1]));
         assert!(a.gpus.windows(2).all(|w| w[0] < w[1]));
         let mem = a
             .memory
@@ -479,7 +478,7 @@ mod tests {
             assert_eq!(a.numa, NumaMask::single(0), "{p}");
             assert_eq!(a.memory, [(0, 16 * GIB)], "{p}");
             // 8 PUs = 4 whole cores, packed.
-            assert_eq!(a.pus, [0, 1, 2, 3, 16, 17, 18, 19], "{p}");
+            assert_eq!(a.pus.to_vec(), [0, 1, 2, 3, 16, 17, 18, 19], "{p}");
         }
         // 24 PUs cannot fit one NUMA node.
         for p in POLICIES {
@@ -659,7 +658,7 @@ mod tests {
                     if p == Policy::SingleNumaNode {
                         assert_eq!(a.numa.count(), 1);
                     }
-                    for &x in &a.pus {
+                    for x in a.pus.iter() {
                         assert!(free.pus[x]);
                     }
                     for &g in &a.gpus {
@@ -678,7 +677,7 @@ mod tests {
                 assert_eq!(used_pus, free.pus.iter().filter(|f| !**f).count());
                 assert_eq!(used_gpus, free.gpus.iter().filter(|f| !**f).count());
                 assert_eq!(used_mem, 128 * GIB - free.memory.iter().sum::<u64>());
-                let mut all: Vec<usize> = done.iter().flat_map(|a| a.pus.iter().copied()).collect();
+                let mut all: Vec<usize> = done.iter().flat_map(|a| a.pus.iter()).collect();
                 all.sort_unstable();
                 all.dedup();
                 assert_eq!(all.len(), used_pus);
@@ -706,7 +705,7 @@ mod tests {
         t.full_cores = true;
         let a = assign(&m, &free, &t).unwrap();
         // Node 0 has 12 free PUs but only 8 in whole cores (cores 4..8).
-        assert_eq!(a.pus, [4, 5, 6, 7, 20, 21, 22, 23]);
+        assert_eq!(a.pus.to_vec(), [4, 5, 6, 7, 20, 21, 22, 23]);
         // 10 PUs: hint says node 0 (12 free), but only 8 whole-core PUs there.
         t.cpus = 10;
         let e = assign(&m, &free, &t).unwrap_err().to_string();

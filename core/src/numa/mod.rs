@@ -12,7 +12,9 @@ pub mod cpus;
 pub mod hints;
 mod machine;
 pub mod node;
+mod puset;
 pub mod request;
 pub mod state;
 
 pub use machine::{GpuInfo, NumaFree, NumaMachine, NumaMask, PuInfo};
+pub use puset::PuSet;

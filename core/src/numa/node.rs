@@ -136,7 +136,7 @@ impl NodeNuma {
         let os: Vec<u32> = a
             .pus
             .iter()
-            .filter_map(|&p| self.machine.pus.get(p))
+            .filter_map(|p| self.machine.pus.get(p))
             .map(|p| p.os)
             .collect();
         hyperplan_shared::cpulist::format_cpu_list(&os)
@@ -171,7 +171,7 @@ impl NodeNuma {
         let mask = if a.gpus.is_empty() {
             a.pus
                 .iter()
-                .filter_map(|&p| self.machine.pus.get(p))
+                .filter_map(|p| self.machine.pus.get(p))
                 .fold(NumaMask::default(), |m, p| m.or(NumaMask::single(p.numa as usize)))
         } else {
             a.gpus

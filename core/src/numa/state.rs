@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
+use fixedbitset::FixedBitSet;
 
 use super::NumaFree;
 use super::assign::{self, AssignError, Assignment, TaskNuma};
@@ -18,13 +19,25 @@ use crate::topology::TopologyIndex;
 pub struct NumaState {
     /// By `NodeIdx`.
     nodes: Vec<Option<Arc<NodeNuma>>>,
-    /// By `NodeIdx`; `None` = everything free (most nodes, most of the time).
+    /// By `NodeIdx`; `None` = never taken from. A node's buffer stays once made, so
+    /// a node that runs task after task does not allocate for each.
     free: Vec<Option<NumaFree>>,
+    /// By `NodeIdx`: everything is free (most nodes, most of the time); its buffer, if
+    /// any, equals the hardware's `all_free`.
+    idle: FixedBitSet,
     /// By group (`TopologyIndex::groups`): one node of each hardware kind in it, so the
     /// narrowest span a group can offer is known without scanning its nodes.
     kinds: Vec<Vec<NodeIdx>>,
     generation: Option<u64>,
+    /// Assignments on empty nodes by (hardware, request): every empty node of one kind
+    /// gives the same answer, so a job of many whole-node tasks computes it once and its
+    /// tasks share it. At most `EMPTY_MEMO` entries (the hardware is held, so its address
+    /// stays its own).
+    empty: Vec<(Arc<NodeNuma>, TaskNuma, Arc<Assignment>)>,
+    empty_next: usize,
 }
+
+const EMPTY_MEMO: usize = 16;
 
 /// `NumaState::ideal_span`'s memo: ((role, hardware), span).
 #[derive(Debug, Default)]
@@ -43,6 +56,9 @@ impl NumaState {
     /// What is free on node `n` now.
     pub fn free(&self, n: NodeIdx) -> Option<&NumaFree> {
         let hw = self.node(n)?;
+        if self.idle.contains(n.ix()) {
+            return Some(&hw.all_free);
+        }
         Some(self.free.get(n.ix()).and_then(Option::as_ref).unwrap_or(&hw.all_free))
     }
 
@@ -52,6 +68,26 @@ impl NumaState {
             return Err(AssignError::NoHardware);
         };
         assign::assign(&hw.machine, free, task)
+    }
+
+    /// As [`NumaState::assign`], shared: on an empty node the answer for its kind of
+    /// hardware and this request is worked out once (see `empty`).
+    pub fn assign_shared(&mut self, n: NodeIdx, task: &TaskNuma) -> Result<Arc<Assignment>, AssignError> {
+        let Some(hw) = self.node(n).filter(|_| self.idle.contains(n.ix())).cloned() else {
+            return self.assign(n, task).map(Arc::new);
+        };
+        if let Some((_, _, a)) = self.empty.iter().find(|(h, t, _)| Arc::ptr_eq(h, &hw) && t == task) {
+            return Ok(a.clone());
+        }
+        let a = Arc::new(assign::assign(&hw.machine, &hw.all_free, task)?);
+        let entry = (hw, *task, a.clone());
+        if self.empty.len() < EMPTY_MEMO {
+            self.empty.push(entry);
+        } else {
+            self.empty[self.empty_next % EMPTY_MEMO] = entry;
+            self.empty_next = self.empty_next.wrapping_add(1);
+        }
+        Ok(a)
     }
 
     /// NUMA nodes `task` spans on node `n` when it is empty: the best any node of that
@@ -85,11 +121,17 @@ impl NumaState {
         if let Some(free) = self.free_mut(n) {
             assign::apply(free, a);
         }
+        self.idle.set(n.ix(), false);
     }
 
     pub fn give(&mut self, n: NodeIdx, a: &Assignment) {
         if let Some(free) = self.free_mut(n) {
             assign::release(free, a);
+        }
+        // Empty again: idle (the shared answers of `assign_shared`).
+        if let (Some(Some(hw)), Some(Some(f))) = (self.nodes.get(n.ix()), self.free.get(n.ix())) {
+            let idle = *f == hw.all_free;
+            self.idle.set(n.ix(), idle);
         }
     }
 
@@ -104,8 +146,11 @@ impl NumaState {
         Self {
             nodes: self.nodes.clone(),
             free: vec![None; self.nodes.len()],
+            idle: all_idle(self.nodes.len()),
             kinds: self.kinds.clone(),
             generation: self.generation,
+            empty: self.empty.clone(),
+            empty_next: self.empty_next,
         }
     }
 
@@ -130,9 +175,12 @@ impl NumaState {
             .collect();
         Self {
             free: vec![None; nodes.len()],
+            idle: all_idle(nodes.len()),
             nodes,
             kinds,
             generation: Some(index.generation),
+            empty: Vec::new(),
+            empty_next: 0,
         }
     }
 
@@ -158,5 +206,55 @@ impl NumaState {
                 )
             })
             .collect()
+    }
+}
+
+fn all_idle(nodes: usize) -> FixedBitSet {
+    let mut idle = FixedBitSet::with_capacity(nodes);
+    idle.insert_range(..);
+    idle
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::numa::cpus::CpuPlacement;
+    use crate::numa::hints::Policy;
+    use crate::testing::{ClusterBuilder, MachineBuilder};
+
+    fn task(cpus: usize) -> TaskNuma {
+        TaskNuma {
+            policy: Policy::BestEffort,
+            cpus,
+            memory: 1 << 30,
+            gpus: 0,
+            placement: CpuPlacement::Packed,
+            full_cores: false,
+        }
+    }
+
+    #[test]
+    fn empty_nodes_share_one_answer_and_a_used_node_gets_its_own() {
+        let (index, _) = ClusterBuilder::flat(3).build_index();
+        let hw = Arc::new(NodeNuma::from_topology(&MachineBuilder::new(2, 1, 8, 1).build()));
+        let mut state = NumaState::build(&index, |_| Some(hw.clone()));
+        let (n0, n1) = (NodeIdx(0), NodeIdx(1));
+        let a = state.assign_shared(n0, &task(4)).unwrap();
+        let b = state.assign_shared(n1, &task(4)).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "two empty nodes of one kind: one answer");
+        assert_eq!(*a, state.assign(n0, &task(4)).unwrap());
+
+        // Once n0 holds a task, its next answer is worked out from what is left.
+        state.take(n0, &a);
+        let c = state.assign_shared(n0, &task(4)).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert!(a.pus.iter().all(|p| !c.pus.contains(p)), "{a:?} and {c:?} share PUs");
+        // Given back, it is idle again and served from the shared answer.
+        state.give(n0, &a);
+        assert_eq!(state.free(n0), Some(&hw.all_free));
+        assert!(Arc::ptr_eq(&state.assign_shared(n0, &task(4)).unwrap(), &a));
+        // Another request is another answer.
+        assert_eq!(state.assign_shared(n1, &task(6)).unwrap().pus.len(), 6);
     }
 }

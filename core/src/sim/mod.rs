@@ -5,7 +5,7 @@
 
 mod table;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use hyperplan_shared::report::{JobStatus, Report, Summary};
 use hyperplan_shared::{ClusterSpec, JobSpec};
@@ -64,15 +64,6 @@ pub fn simulate_with(
         note(cmds, &mut warnings);
         after_tick(&mut planner);
     } else {
-        let runtime: HashMap<(&str, String), u64> = jobs
-            .iter()
-            .flat_map(|j| {
-                j.tasks.iter().flat_map(move |t| {
-                    (0..t.replicas)
-                        .filter_map(move |i| t.runtime.map(|r| ((j.name.as_str(), format!("{}-{i}", t.name)), r)))
-                })
-            })
-            .collect();
         let mut submissions: Vec<&JobSpec> = jobs.iter().collect();
         submissions.sort_by(|a, b| a.submit_time.cmp(&b.submit_time).then_with(|| a.name.cmp(&b.name)));
         let mut next_sub = 0;
@@ -90,10 +81,14 @@ pub fn simulate_with(
             }
             let cmds = planner.tick(now);
             for c in note(cmds, &mut warnings) {
+                // A task's runtime is in its spec (the placement shares it).
                 if let Command::Place(p) = c
-                    && let Some(r) = runtime.get(&(p.job.as_str(), p.task.clone()))
+                    && let Some(r) = p.spec.tasks.get(p.role).and_then(|t| t.runtime)
                 {
-                    completions.entry(now + r).or_default().push((p.job, p.task));
+                    completions
+                        .entry(now + r)
+                        .or_default()
+                        .push((p.job().to_string(), p.task.to_string()));
                 }
             }
             after_tick(&mut planner);

@@ -107,7 +107,7 @@ impl TopologyIndex {
     pub fn build(nodes: &[(Entity, &Node)], hyper_nodes: &[&HyperNode], generation: u64) -> Self {
         let mut nodes: Vec<(Entity, &Node)> = nodes.to_vec();
         nodes.sort_by(|a, b| a.1.name.cmp(&b.1.name));
-        let node_names: Vec<String> = nodes.iter().map(|(_, n)| n.name.clone()).collect();
+        let node_names: Vec<String> = nodes.iter().map(|(_, n)| n.name.to_string()).collect();
         let node_entities: Vec<Entity> = nodes.iter().map(|(e, _)| *e).collect();
         let node_by_name: HashMap<String, NodeIdx> = node_names
             .iter()

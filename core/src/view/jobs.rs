@@ -81,13 +81,13 @@ fn report(
             let slot = node.and_then(|n| world.get::<NodeSlot>(n));
             let pinned = node.and_then(|n| world.get::<NodeHardware>(n)).zip(ts.numa.as_ref());
             TaskReport {
-                name: task.name.clone(),
+                name: task.name.to_string(),
                 rank: ts.rank.filter(|_| placed),
                 sub_job: world
                     .get::<SubJob>(task.sub_job)
                     .map(|s| s.id.clone())
                     .unwrap_or_default(),
-                node: node.and_then(|n| world.get::<Node>(n)).map(|n| n.name.clone()),
+                node: node.and_then(|n| world.get::<Node>(n)).map(|n| n.name.to_string()),
                 hyper_nodes: slot.map(|s| index.hyper_node_names_of(s.0)).unwrap_or_default(),
                 cpus: pinned
                     .filter(|(_, a)| !a.pus.is_empty())

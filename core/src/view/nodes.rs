@@ -43,7 +43,7 @@ pub fn node_statuses(world: &mut World) -> Vec<NodeStatus> {
         .map(|(e, node, slot, hw)| {
             let cpu = sum(slot, &|n| n == hyperplan_shared::CPU);
             NodeStatus {
-                name: node.name.clone(),
+                name: node.name.to_string(),
                 state: if node.ready {
                     NodeState::Ready
                 } else {

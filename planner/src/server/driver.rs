@@ -313,17 +313,17 @@ impl Driver {
         for c in commands {
             match c {
                 Command::Place(p) => {
-                    tracing::info!(job = p.job, task = p.task, node = p.node, rank = p.rank, "placed");
-                    if let Some(l) = self.links.get(&p.node) {
-                        let pin = p.pinning.unwrap_or_default();
+                    tracing::info!(job = p.job(), task = &*p.task, node = &*p.node, rank = p.rank, "placed");
+                    if let Some(l) = self.links.get(&*p.node) {
+                        let pin = p.pinning.as_ref();
                         let _ = l.tx.send(PlannerToAgent::Launch {
-                            job: p.job,
-                            task: p.task,
-                            command: p.command,
-                            cpus: pin.cpus,
-                            numa_nodes: pin.numa_nodes,
-                            gpus: pin.gpus.iter().map(|s| s.to_string()).collect(),
-                            nics: pin.nics.iter().map(|s| s.to_string()).collect(),
+                            job: p.job().to_string(),
+                            task: p.task.to_string(),
+                            command: p.command().to_vec(),
+                            cpus: pin.map(|p| p.cpus()).unwrap_or_default(),
+                            numa_nodes: pin.map(|p| p.numa_nodes()).unwrap_or_default(),
+                            gpus: pin.map_or_else(Vec::new, |p| p.gpus().iter().map(|s| s.to_string()).collect()),
+                            nics: pin.map_or_else(Vec::new, |p| p.nics().iter().map(|s| s.to_string()).collect()),
                         });
                     }
                 }
