@@ -50,6 +50,8 @@ pub struct Capacity {
 struct Counted {
     req: Vec<u64>,
     per_hn: Vec<u64>,
+    /// By `NodeIdx`: how many fit on the node now (a take works out only the new count).
+    per_node: Vec<u64>,
     last_use: u64,
 }
 
@@ -183,10 +185,6 @@ impl Capacity {
 
     fn apply(&mut self, index: &TopologyIndex, n: NodeIdx, req: &[u64], take: bool) {
         let d = self.d;
-        let mut before = [0u64; MAX_COUNTED_SHAPES];
-        for (b, c) in before.iter_mut().zip(&self.counted) {
-            *b = self.fit_count_req(n, &c.req);
-        }
         let hns = &index.groups[index.node_group[n.ix()].ix()].hyper_nodes;
         for (k, &r) in req.iter().enumerate().take(d) {
             let i = n.ix() * d + k;
@@ -214,7 +212,11 @@ impl Capacity {
         for (a, c) in after.iter_mut().zip(&self.counted) {
             *a = self.fit_count_req(n, &c.req);
         }
-        for ((c, &old), &new) in self.counted.iter_mut().zip(&before).zip(&after) {
+        for (c, &new) in self.counted.iter_mut().zip(&after) {
+            let Some(slot) = c.per_node.get_mut(n.ix()) else {
+                continue;
+            };
+            let old = std::mem::replace(slot, new);
             if new != old {
                 for &h in hns {
                     c.per_hn[h.ix()] = c.per_hn[h.ix()].saturating_sub(old).saturating_add(new);
@@ -235,10 +237,14 @@ impl Capacity {
             c.last_use = stamp;
             return c.per_hn.clone();
         }
+        let per_node: Vec<u64> = (0..self.free.len() / self.d.max(1))
+            .map(|n| self.fit_count(NodeIdx(n as u32), s))
+            .collect();
         let per_hn = self.fit_counts_per_hn(index, s);
         let counted = Counted {
             req: s.req.clone(),
             per_hn: per_hn.clone(),
+            per_node,
             last_use: stamp,
         };
         if self.counted.len() < MAX_COUNTED_SHAPES {
@@ -316,7 +322,10 @@ impl Capacity {
                 req: c.req.clone(),
                 missing: None,
             };
-            if c.per_hn != fresh.fit_counts_per_hn(index, &shape) {
+            let per_node: Vec<u64> = (0..fresh.free.len() / fresh.d.max(1))
+                .map(|n| fresh.fit_count(NodeIdx(n as u32), &shape))
+                .collect();
+            if c.per_hn != fresh.fit_counts_per_hn(index, &shape) || c.per_node != per_node {
                 bad.push(format!("counted room of {} is stale", self.describe(&shape)));
             }
         }

@@ -12,7 +12,7 @@ use bevy_ecs::prelude::*;
 use hyperplan_shared::Resources;
 
 use super::capacity::{Capacity, Shape};
-use super::components::{LiveChanged, NodeSlot, Task, TaskState};
+use super::components::{NodeSlot, Task, TaskState};
 use super::ids::NodeIdx;
 use super::numa::assign::Assignment;
 use super::topology::TopologyIndex;
@@ -132,29 +132,5 @@ pub fn held_by(cap: &Capacity, memo: &mut ShapeMemo, node: NodeIdx, task: &Task,
         node,
         shape: memo.shape(cap, &task.request),
         numa: ts.numa.clone(),
-    }
-}
-
-/// The system after `allocate`: records the tasks it placed this tick. Their resources
-/// were taken from the caches by the search; the ledger must know them so that the
-/// next ticks neither take them again nor forget to give them back.
-pub fn record_placements(
-    index: Res<TopologyIndex>,
-    cap: Res<Capacity>,
-    mut holdings: ResMut<Holdings>,
-    changed: Query<(Entity, &Task, &TaskState), LiveChanged<TaskState>>,
-    slots: Query<&NodeSlot>,
-) {
-    let _span = tracing::info_span!("record_placements").entered();
-    if holdings.generation != Some(index.generation) {
-        return;
-    }
-    let mut memo = ShapeMemo::default();
-    for (e, task, ts) in &changed {
-        if let Some(n) = running_on(ts, &slots)
-            && holdings.get(e).is_none()
-        {
-            holdings.record(e, held_by(&cap, &mut memo, n, task, ts));
-        }
     }
 }

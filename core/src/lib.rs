@@ -5,8 +5,8 @@
 //! owners and job-name uniqueness (`ownership`).
 //!
 //! A tick: ingest → node health → discovery → topology index → resource cache (capacity, then NUMA)
-//! → recover → allocate (gradient search, scoring, NUMA assignment) → record the
-//! placements in the caches' ledger → dispatch → retire the jobs that ended. Between
+//! → recover → allocate (gradient search, scoring, NUMA assignment; each placement
+//! recorded in the caches' ledger) → dispatch → retire the jobs that ended. Between
 //! topology changes every system after the index works on what changed (see
 //! `holdings`) and on live jobs (see `retire`), not on the whole cluster or its history.
 
@@ -95,7 +95,6 @@ impl Planner {
                 refresh::refresh_numa,
                 recover::recover,
                 allocate::allocate,
-                holdings::record_placements,
                 dispatch::dispatch,
                 retire::retire,
             )

@@ -19,7 +19,7 @@ use super::topology::TopologyIndex;
 /// HyperNode change causes. Otherwise it follows the tasks whose state changed since the
 /// last tick, through the ledger of what each task holds: gives back what stopped
 /// running, takes what started outside the allocator. The allocator takes as it places
-/// (`holdings::record_placements` records those afterwards).
+/// (and records each placement in the ledger as it commits).
 #[allow(clippy::too_many_arguments)]
 pub fn refresh_capacity(
     index: Res<TopologyIndex>,

@@ -21,6 +21,7 @@ use hyperplan_shared::NetworkTopology;
 use super::capacity::Capacity;
 use super::commands::Command;
 use super::components::{Job, JobPhase, JobState, NodeSlot, Retired, SubJob, SubJobState, Task, TaskPhase, TaskState};
+use super::holdings::{Holdings, ShapeMemo, held_by};
 use super::numa::state::NumaState;
 use super::queues::{CapacityEpoch, Now, Outbox};
 use super::topology::TopologyIndex;
@@ -43,6 +44,7 @@ pub fn allocate(
     epoch: Res<CapacityEpoch>,
     mut cap: ResMut<Capacity>,
     mut numa: ResMut<NumaState>,
+    mut holdings: ResMut<Holdings>,
     mut out: ResMut<Outbox>,
     mut jobs: Query<(Entity, &Job, &mut JobState), Without<Retired>>,
     mut sub_jobs: Query<(&SubJob, &mut SubJobState)>,
@@ -118,11 +120,15 @@ pub fn allocate(
                 }
                 break;
             };
-            // Commit: ranks in topology order, then the AllocatedHyperNode bookkeeping.
+            // Commit: ranks in topology order, each placement in the ledger (the search
+            // took its resources from the caches: the next ticks must neither take them
+            // again nor forget to give them back), then the AllocatedHyperNode bookkeeping.
+            let record = holdings.generation == Some(index.generation);
+            let mut shapes = ShapeMemo::default();
             for t in rank::rank_order(&ctx, &index) {
                 let slot = &mut ctx.tasks[t];
                 let Some(n) = slot.node else { continue };
-                if let Ok((_, mut ts)) = tasks.get_mut(slot.entity) {
+                if let Ok((task, mut ts)) = tasks.get_mut(slot.entity) {
                     ts.phase = TaskPhase::Running;
                     ts.node = Some(index.node_entities[n.ix()]);
                     ts.rank = Some(state.next_rank);
@@ -130,6 +136,9 @@ pub fn allocate(
                     ts.dispatched = false;
                     ts.numa = slot.assignment.take();
                     state.next_rank += 1;
+                    if record {
+                        holdings.record(slot.entity, held_by(&cap, &mut shapes, n, task, &ts));
+                    }
                 }
             }
             if let Some(h) = decision.job_hn {

@@ -60,6 +60,10 @@ pub struct TopologyIndex {
     pub tiers: Vec<u32>,
     pub tier_names: BTreeMap<String, u32>,
     pub groups: Vec<Group>,
+    /// By group: its place in topology order, the order ranks follow. Groups are ordered
+    /// by their HyperNodes, highest tier first (the virtual root left out); groups with
+    /// the same HyperNodes share a place, so their tasks still order by node.
+    pub group_order: Vec<u32>,
     /// Why HyperNodes were left out or members ignored.
     pub warnings: Vec<String>,
 }
@@ -391,6 +395,7 @@ impl TopologyIndex {
             .enumerate()
             .map(|(i, h)| (h.name.clone(), HnIdx(i as u32)))
             .collect();
+        let group_order = group_order(&groups, root);
         TopologyIndex {
             generation,
             node_names,
@@ -403,9 +408,39 @@ impl TopologyIndex {
             tiers,
             tier_names,
             groups,
+            group_order,
             warnings,
         }
     }
+}
+
+/// See `TopologyIndex::group_order`.
+fn group_order(groups: &[Group], root: HnIdx) -> Vec<u32> {
+    let mut by_path: Vec<(Vec<HnIdx>, usize)> = groups
+        .iter()
+        .enumerate()
+        .map(|(g, group)| {
+            let path = group
+                .per_tier
+                .iter()
+                .rev()
+                .flatten()
+                .copied()
+                .filter(|h| *h != root)
+                .collect();
+            (path, g)
+        })
+        .collect();
+    by_path.sort();
+    let mut order = vec![0u32; groups.len()];
+    let mut place = 0u32;
+    for (i, (path, g)) in by_path.iter().enumerate() {
+        if i > 0 && by_path[i - 1].0 != *path {
+            place += 1;
+        }
+        order[*g] = place;
+    }
+    order
 }
 
 fn describe(member: &hyperplan_shared::Member) -> String {
