@@ -85,7 +85,26 @@ fn a_submitted_job_is_placed_with_its_pinning_and_users_own_their_jobs() {
         assert!(t["node"].is_string(), "{t}");
         assert_eq!(t["numaNodes"].as_array().unwrap().len(), 1, "{t}");
         assert!(t["cpus"].as_str().unwrap().contains('-'), "{t}");
+        // No workingDir: the directory `hyperplan submit` ran in.
+        assert_eq!(t["workingDir"].as_str(), Some(c.dir_str().as_str()), "{t}");
     }
+    // A relative workingDir starts there; an absolute one stands.
+    let dirs = c.write(
+        "dirs.yaml",
+        "name: dirs\ntasks:\n  - {name: rel, replicas: 1, resources: {cpu: 1}, workingDir: runs/a}\n  - {name: abs, replicas: 1, resources: {cpu: 1}, workingDir: /scratch/x}\n",
+    );
+    c.cli_json("alice", &["submit", common::path_str(&dirs)]);
+    let v = c.cli_json("alice", &["status", "dirs"]);
+    let by_name = |n: &str| {
+        v["jobs"][0]["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == n)
+            .map(|t| t["workingDir"].clone())
+    };
+    assert_eq!(by_name("rel-0"), Some(format!("{}/runs/a", c.dir_str()).into()), "{v}");
+    assert_eq!(by_name("abs-0"), Some("/scratch/x".into()), "{v}");
     // The same name again is refused with the owner named.
     let out = c.cli("bob", &["submit", common::path_str(&jobs)]);
     assert!(!out.status.success());

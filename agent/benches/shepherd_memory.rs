@@ -54,7 +54,10 @@ fn read_pid(path: &Path) -> Option<u32> {
 }
 
 fn kill(pid: u32) {
-    let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// Kills what it holds by pid when dropped, a panic included: nothing is left running.
@@ -122,7 +125,12 @@ fn main() {
     reaper.1.extend(shepherds.iter().chain(&tasks));
     let mems: Vec<Mem> = shepherds.iter().filter_map(|&p| rollup(p)).collect();
     drop(reaper);
-    assert_eq!(mems.len(), SHEPHERDS, "every shepherd ran ({} of {SHEPHERDS})", mems.len());
+    assert_eq!(
+        mems.len(),
+        SHEPHERDS,
+        "every shepherd ran ({} of {SHEPHERDS})",
+        mems.len()
+    );
     let n = mems.len() as u64;
     let sum = mems.iter().fold(Mem::default(), |a, m| Mem {
         rss: a.rss + m.rss,
@@ -132,7 +140,17 @@ fn main() {
     });
     let max_pss = mems.iter().map(|m| m.pss).max().unwrap_or(0);
     println!("shepherd memory, {n} shepherds each running `sleep 600` ({BIN}):");
-    println!("  RSS     {:>6} kB each (mean; shared code pages counted in every one)", sum.rss / n);
-    println!("  PSS     {:>6} kB each (mean; max {max_pss} kB): what each costs the node", sum.pss / n);
-    println!("  private {:>6} kB each (mean), of which anonymous {} kB", sum.private / n, sum.anon / n);
+    println!(
+        "  RSS     {:>6} kB each (mean; shared code pages counted in every one)",
+        sum.rss / n
+    );
+    println!(
+        "  PSS     {:>6} kB each (mean; max {max_pss} kB): what each costs the node",
+        sum.pss / n
+    );
+    println!(
+        "  private {:>6} kB each (mean), of which anonymous {} kB",
+        sum.private / n,
+        sum.anon / n
+    );
 }

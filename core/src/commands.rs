@@ -5,6 +5,7 @@ use std::sync::Arc;
 use hyperplan_shared::JobSpec;
 
 use super::numa::assign::Assignment;
+use super::numa::hints::Policy;
 use super::numa::node::NodeNuma;
 
 /// One placed task. Everything in it is shared with the planner's state (reference
@@ -15,6 +16,10 @@ pub struct Placement {
     /// The job as submitted: its name, and per role (`role`) the command, environment
     /// and output files; its limits.
     pub spec: Arc<JobSpec>,
+    /// The number the planner gave the job at submit.
+    pub job_id: u64,
+    /// Who submitted it (the CN of their certificate): the task runs as that user.
+    pub owner: Arc<str>,
     /// Index of the task's spec in `spec.tasks`.
     pub role: usize,
     /// `<task name>-<index>`.
@@ -44,6 +49,8 @@ impl PartialEq for Placement {
             && self.node == other.node
             && self.rank == other.rank
             && self.role == other.role
+            && self.job_id == other.job_id
+            && self.owner == other.owner
             && (Arc::ptr_eq(&self.spec, &other.spec) || self.spec == other.spec)
             && self.pinning == other.pinning
     }
@@ -58,6 +65,8 @@ impl Eq for Placement {}
 pub struct Pinning {
     pub hardware: Arc<NodeNuma>,
     pub assignment: Arc<Assignment>,
+    /// The task's NUMA policy: anything but `none` binds its memory to its NUMA nodes.
+    pub policy: Policy,
 }
 
 impl Pinning {
@@ -89,12 +98,13 @@ impl Pinning {
 
 impl PartialEq for Pinning {
     fn eq(&self, other: &Self) -> bool {
-        (Arc::ptr_eq(&self.hardware, &other.hardware) && self.assignment == other.assignment)
-            || (self.cpus() == other.cpus()
-                && self.numa_nodes() == other.numa_nodes()
-                && self.memory() == other.memory()
-                && self.gpus() == other.gpus()
-                && self.nics() == other.nics())
+        self.policy == other.policy
+            && ((Arc::ptr_eq(&self.hardware, &other.hardware) && self.assignment == other.assignment)
+                || (self.cpus() == other.cpus()
+                    && self.numa_nodes() == other.numa_nodes()
+                    && self.memory() == other.memory()
+                    && self.gpus() == other.gpus()
+                    && self.nics() == other.nics()))
     }
 }
 

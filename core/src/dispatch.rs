@@ -1,17 +1,21 @@
 //! The dispatch system: hands each new placement to the driver as a `Place` command
 //! (the daemon will launch it; the simulator schedules its completion).
 
+use std::sync::Arc;
+
 use bevy_ecs::prelude::*;
 
 use super::commands::{Command, Pinning, Placement};
 use super::components::{Job, LiveChanged, Node, Task, TaskPhase, TaskState};
+use super::numa::hints::Policy;
 use super::numa::node::NodeHardware;
+use super::ownership::{JobId, JobOwner, SIM_OWNER};
 use super::queues::Outbox;
 
 pub fn dispatch(
     mut out: ResMut<Outbox>,
     mut tasks: Query<(Entity, &Task, &mut TaskState), LiveChanged<TaskState>>,
-    jobs: Query<&Job>,
+    jobs: Query<(&Job, Option<&JobOwner>, Option<&JobId>)>,
     nodes: Query<&Node>,
     hardware: Query<&NodeHardware>,
 ) {
@@ -34,7 +38,7 @@ pub fn dispatch(
     while start < by_job.len() {
         let job = by_job[start].0;
         let len = by_job[start..].iter().take_while(|k| k.0 == job).count();
-        if let Ok(j) = jobs.get(Entity::from_bits(job)) {
+        if let Ok((j, _, _)) = jobs.get(Entity::from_bits(job)) {
             runs.push((j.spec.name.as_str(), start, start + len));
         }
         start += len;
@@ -44,11 +48,13 @@ pub fn dispatch(
     out.0.reserve(by_job.len());
     for e in order {
         let Ok((_, task, ts)) = tasks.get(e) else { continue };
-        let (Ok(job), Some(Ok(node))) = (jobs.get(task.job), ts.node.map(|n| nodes.get(n))) else {
+        let (Ok((job, owner, id)), Some(Ok(node))) = (jobs.get(task.job), ts.node.map(|n| nodes.get(n))) else {
             continue;
         };
         out.0.push(Command::Place(Placement {
             spec: job.spec.clone(),
+            job_id: id.map_or(0, |i| i.0),
+            owner: owner.map_or_else(|| Arc::from(SIM_OWNER), |o| o.0.clone()),
             role: task.role,
             task: task.name.clone(),
             node: node.name.clone(),
@@ -60,6 +66,12 @@ pub fn dispatch(
                 .map(|(a, hw)| Pinning {
                     hardware: hw.0.clone(),
                     assignment: a.clone(),
+                    policy: job
+                        .numa
+                        .get(task.role)
+                        .copied()
+                        .flatten()
+                        .map_or(Policy::None, |n| n.policy),
                 }),
         }));
     }

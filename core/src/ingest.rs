@@ -187,7 +187,7 @@ fn submit(world: &mut World, spec: JobSpec, owner: String) {
             partition_groups: Vec::new(),
             numa,
         };
-        let e = world.spawn((job, state, JobOwner(owner), id)).id();
+        let e = world.spawn((job, state, JobOwner(owner.into()), id)).id();
         world.resource_mut::<JobNames>().0.insert(name, e);
         return;
     }
@@ -334,7 +334,7 @@ fn submit(world: &mut World, spec: JobSpec, owner: String) {
             numa,
         },
         state,
-        JobOwner(owner),
+        JobOwner(owner.into()),
         id,
     ));
 }

@@ -26,7 +26,7 @@ pub const SIM_OWNER: &str = "sim";
 
 /// The user who submitted a job: they (and admins) may cancel it.
 #[derive(Component, Clone, Debug, PartialEq, Eq)]
-pub struct JobOwner(pub String);
+pub struct JobOwner(pub std::sync::Arc<str>);
 
 /// A job's number, given at submit: 1, 2, 3, … in the order submissions reach the core
 /// (a refused submission uses its number up too, so [`Planner::next_job_id`] can say a
@@ -139,7 +139,7 @@ fn owner_in(world: &World, name: &str) -> Option<String> {
         return Some(
             world
                 .get::<JobOwner>(e)
-                .map_or_else(|| SIM_OWNER.to_string(), |o| o.0.clone()),
+                .map_or_else(|| SIM_OWNER.to_string(), |o| o.0.to_string()),
         );
     }
     world.resource::<Inbox>().0.iter().rev().find_map(|e| match e {
@@ -169,7 +169,7 @@ impl Planner {
         let mut live = 0u64;
         let mut q = self.world.query::<(&JobOwner, &JobState)>();
         for (o, st) in q.iter(&self.world) {
-            live += u64::from(o.0 == owner && is_live(st));
+            live += u64::from(*o.0 == *owner && is_live(st));
         }
         live += self
             .world
@@ -214,7 +214,7 @@ impl Planner {
             .resource::<JobNames>()
             .0
             .get(job)
-            .map(|&e| self.world.get::<JobOwner>(e).map_or(SIM_OWNER, |o| o.0.as_str()))
+            .map(|&e| self.world.get::<JobOwner>(e).map_or(SIM_OWNER, |o| &*o.0))
         else {
             return Err(CancelError::NoSuchJob(job.to_string()));
         };
@@ -231,7 +231,7 @@ impl Planner {
     /// Who submitted `job`, if it exists.
     pub fn owner_of(&self, job: &str) -> Option<&str> {
         let &e = self.world.resource::<JobNames>().0.get(job)?;
-        self.world.get::<JobOwner>(e).map(|o| o.0.as_str())
+        self.world.get::<JobOwner>(e).map(|o| &*o.0)
     }
 }
 

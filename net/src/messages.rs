@@ -107,6 +107,10 @@ pub enum RequestCommand {
     Submit {
         file_name: String,
         text: String,
+        /// The directory `hyperplan submit` ran in (absolute): the default working
+        /// directory of the jobs' tasks, and where relative ones start.
+        #[serde(default)]
+        submit_dir: Option<String>,
     },
     Cancel {
         job: String,
@@ -310,6 +314,7 @@ mod tests {
             RequestCommand::Submit {
                 file_name: "jobs.yaml".into(),
                 text: "jobs: []\n".into(),
+                submit_dir: Some("/home/alice/runs".into()),
             },
             RequestCommand::Cancel { job: "j".into() },
             RequestCommand::Status { job: None, all: true },

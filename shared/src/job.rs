@@ -124,9 +124,26 @@ pub struct JobSpec {
     pub network_topology: Option<NetworkTopology>,
     pub tasks: Vec<TaskSpec>,
     pub run: JobRun,
+    /// The directory `hyperplan submit` ran in (absolute): where a task's working
+    /// directory starts. Set by the planner from the request, never read from a job
+    /// file; `None` in the simulator.
+    pub submit_dir: Option<String>,
 }
 
 impl JobSpec {
+    /// The working directory of task spec `role`: its `workingDir` when absolute, else
+    /// that path under the submit directory (the submit directory itself without one).
+    /// `None` when neither says where (a relative path without a submit directory).
+    pub fn working_dir(&self, role: usize) -> Option<String> {
+        let dir = self.tasks.get(role)?.exec.working_dir.as_deref();
+        match (dir, self.submit_dir.as_deref()) {
+            (Some(d), _) if d.starts_with('/') => Some(d.to_string()),
+            (Some(d), Some(base)) => Some(format!("{}/{}", base.trim_end_matches('/'), d.trim_start_matches("./"))),
+            (None, Some(base)) => Some(base.to_string()),
+            (_, None) => None,
+        }
+    }
+
     pub fn replicas(&self) -> u32 {
         self.tasks.iter().map(|t| t.replicas).sum()
     }
@@ -642,6 +659,7 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
         network_topology: build_topology(j.network_topology, path)?,
         tasks,
         run,
+        submit_dir: None,
     };
     Ok((spec, j.name))
 }

@@ -42,6 +42,10 @@ pub struct TaskReport {
     /// RDMA devices and fast NICs local to the task's GPUs (or CPUs), shared: `mlx5_0`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nics: Vec<String>,
+    /// Where the task runs on its node ([`crate::JobSpec::working_dir`]); the
+    /// simulator has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -278,6 +278,19 @@ tasks: [{name: t, replicas: 1, resources: {cpu: 1}, workingDir: /scratch/alice}]
     assert!(!jobs[1].run.requeue);
     assert_eq!(jobs[1].run.master_port, None);
     assert_eq!(jobs[1].tasks[0].exec.working_dir.as_deref(), Some("/scratch/alice"));
+
+    // Working directories: a file never sets the submit directory; the planner does, and
+    // relative paths (and tasks without one) start there; absolute ones stand.
+    assert!(jobs.iter().all(|j| j.submit_dir.is_none()));
+    assert_eq!(jobs[0].working_dir(0), None, "relative, and nowhere to start from");
+    let mut at_home = jobs.clone();
+    for j in &mut at_home {
+        j.submit_dir = Some("/home/alice/".into());
+    }
+    assert_eq!(at_home[0].working_dir(0).as_deref(), Some("/home/alice/runs/a"));
+    assert_eq!(at_home[0].working_dir(1).as_deref(), Some("/home/alice/"));
+    assert_eq!(at_home[1].working_dir(0).as_deref(), Some("/scratch/alice"));
+    assert_eq!(at_home[0].working_dir(9), None, "no such task");
     Ok(())
 }
 

@@ -122,6 +122,7 @@ mod tests {
                     memory_numa: Default::default(),
                     gpus: vec![],
                     nics: vec![],
+                    working_dir: None,
                 })
                 .collect(),
         }

@@ -135,6 +135,7 @@ mod tests {
             },
             gpus: if pinned { vec!["0000:3b:00.0".into()] } else { vec![] },
             nics: if pinned { vec!["mlx5_0".into()] } else { vec![] },
+            working_dir: None,
         }
     }
 

@@ -39,9 +39,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let files = read_files(&args.files)?;
     let config = ClientConfig::from_process(&args.client)?;
     let names: Vec<String> = files.iter().map(|(name, _)| name.clone()).collect();
+    // Tasks without a `workingDir` run here (on their nodes), and relative ones start here.
+    let submit_dir = std::env::current_dir()
+        .ok()
+        .and_then(|d| d.to_str().map(str::to_string));
     let commands = files
         .into_iter()
-        .map(|(file_name, text)| RequestCommand::Submit { file_name, text })
+        .map(|(file_name, text)| RequestCommand::Submit {
+            file_name,
+            text,
+            submit_dir: submit_dir.clone(),
+        })
         .collect();
     let mut values = Vec::with_capacity(names.len());
     let mut submitted = Submitted::default();

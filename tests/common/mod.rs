@@ -264,6 +264,12 @@ impl Cluster {
         }
     }
 
+    /// The directory the CLI runs in (as `getcwd` reports it).
+    pub fn dir_str(&self) -> String {
+        let dir = self.dir.path().canonicalize().unwrap();
+        dir.to_str().unwrap().to_string()
+    }
+
     /// Runs the CLI as `user` against this planner.
     pub fn cli(&self, user: &str, args: &[&str]) -> Output {
         Command::new(hyperplan_bin())

@@ -110,6 +110,7 @@ mod tests {
             memory_numa: Default::default(),
             gpus: Vec::new(),
             nics: Vec::new(),
+            working_dir: None,
         }
     }
 

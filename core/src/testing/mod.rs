@@ -224,6 +224,7 @@ impl JobBuilder {
                 network_topology: None,
                 tasks: vec![task_spec("worker", replicas, resources)],
                 run: Default::default(),
+                submit_dir: None,
             },
         }
     }

@@ -98,6 +98,7 @@ fn report(
                     .unwrap_or_default(),
                 gpus: pinned.map(|(hw, a)| strings(hw.0.gpus(a))).unwrap_or_default(),
                 nics: pinned.map(|(hw, a)| strings(hw.0.nics(a))).unwrap_or_default(),
+                working_dir: job.spec.working_dir(task.role),
             }
         })
         .collect();
@@ -110,7 +111,7 @@ fn report(
         start_time: st.start_time,
         end_time: st.end_time,
         allocated_hyper_node: st.allocated_hyper_node.clone(),
-        owner: owner.map(|o| o.0.clone()),
+        owner: owner.map(|o| o.0.to_string()),
         tasks,
     }
 }

@@ -368,7 +368,12 @@ impl Driver {
         command: RequestCommand,
     ) -> Result<Value, ResponseError> {
         match command {
-            RequestCommand::Submit { file_name, text } => {
+            RequestCommand::Submit {
+                file_name,
+                text,
+                submit_dir,
+            } => {
+                let submit_dir = submit_dir.map(checked_submit_dir).transpose()?;
                 let jobs = hyperplan_shared::parse_jobs(&text, Path::new(&file_name)).map_err(|e| e.to_string())?;
                 if let Err(e) = self.planner.check_submission(&jobs, user) {
                     if !matches!(e, SubmitError::Name(_)) {
@@ -381,6 +386,7 @@ impl Driver {
                 let mut ids = Vec::new();
                 for mut j in jobs {
                     j.submit_time = now;
+                    j.submit_dir.clone_from(&submit_dir);
                     names.push(j.name.clone());
                     ids.push(self.planner.next_job_id());
                     self.planner.push(Event::SubmitBy {
@@ -453,5 +459,46 @@ fn node_spec(name: &str, labels: &BTreeMap<String, String>, topology: NodeTopolo
         used: Default::default(),
         topology: None,
         hardware: Some(SharedTopology::new(topology)),
+    }
+}
+
+/// The submit directory a client sent: an absolute path of at most `PATH_MAX` bytes,
+/// without NUL or control characters (it becomes tasks' working directories).
+fn checked_submit_dir(dir: String) -> Result<String, ResponseError> {
+    const PATH_MAX: usize = 4096;
+    if !dir.starts_with('/') || dir.len() > PATH_MAX || dir.chars().any(char::is_control) {
+        // (`escape` shows the control characters; `shorten` keeps the message short.)
+        return Err(format!(
+            "the submit directory must be an absolute path of at most {PATH_MAX} bytes without control characters, got \"{}\"",
+            hyperplan_shared::names::escape(&hyperplan_shared::names::shorten(&dir, 200))
+        )
+        .into());
+    }
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::checked_submit_dir;
+
+    #[test]
+    fn a_submit_directory_is_absolute_short_and_printable() {
+        assert_eq!(
+            checked_submit_dir("/home/alice/runs".into()).ok().as_deref(),
+            Some("/home/alice/runs")
+        );
+        for bad in [
+            "runs/a".to_string(),
+            String::new(),
+            "/tmp/\u{1b}[31mx".into(),
+            format!("/{}", "a".repeat(5000)),
+        ] {
+            let e = checked_submit_dir(bad.clone())
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains("must be an absolute path"), "{bad:?}: {e}");
+            assert!(!e.contains('\u{1b}') && e.len() < 400, "{e}");
+        }
     }
 }
