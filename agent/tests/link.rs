@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use hyperplan_net::certs::{self, CertPaths};
 use hyperplan_net::frame::{DEFAULT_MAX_FRAME, read_frame, write_frame};
-use hyperplan_net::messages::{AgentMessage, Hello, PROTOCOL_VERSION, PlannerToAgent, Role, topology_hash};
+use hyperplan_net::messages::{AgentMessage, Hello, LaunchTask, PROTOCOL_VERSION, PlannerToAgent, Role, topology_hash};
 use hyperplan_net::tls::{self, TlsMaterial};
 use tokio::sync::mpsc;
 
@@ -172,15 +172,25 @@ async fn serve(conn: usize, connection: quinn::Connection, tx: mpsc::UnboundedSe
                         heartbeat_interval_ms: HEARTBEAT_MS,
                     };
                     // Tasks are a later issue: the agent only logs Launch and Kill.
-                    let launch = PlannerToAgent::Launch {
+                    let launch = PlannerToAgent::Launch(Box::new(LaunchTask {
                         job: "job-1".into(),
-                        task: "0".into(),
-                        command: vec!["/bin/true".into()],
+                        job_id: 1,
+                        task: "w-0".into(),
+                        rank: 0,
+                        user: "alice".into(),
+                        argv: vec!["/bin/true".into()],
+                        env: Default::default(),
+                        working_dir: Some("/tmp".into()),
+                        output: "hyperplan-%j-%t.out".into(),
+                        error: "hyperplan-%j-%t.out".into(),
+                        time_limit_secs: None,
+                        hyper_nodes: vec![],
                         cpus: "0-3".into(),
                         numa_nodes: vec![0],
+                        bind_memory: false,
                         gpus: vec![],
                         nics: vec![],
-                    };
+                    }));
                     let kill = PlannerToAgent::Kill {
                         job: "job-1".into(),
                         task: "0".into(),

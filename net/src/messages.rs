@@ -13,7 +13,7 @@ use hyperplan_shared::topology::NodeTopology;
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change to the messages below.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Who is speaking on a connection. The certificate says the same (its OU), and the
 /// planner checks that the two agree.
@@ -76,22 +76,66 @@ pub enum PlannerToAgent {
         node: String,
         heartbeat_interval_ms: u64,
     },
-    Launch {
-        job: String,
-        task: String,
-        command: Vec<String>,
-        /// cpuset list syntax (`0-3,8-11`).
-        cpus: String,
-        numa_nodes: Vec<u32>,
-        /// GPU PCI bus ids.
-        gpus: Vec<String>,
-        /// NIC interface names.
-        nics: Vec<String>,
-    },
+    /// A job's ranks and nodes, sent to each of its nodes before the `Launch` of its
+    /// first task there (again, replacing it, when later tasks of the job are placed).
+    Job(Box<JobWorld>),
+    /// One task to start.
+    Launch(Box<LaunchTask>),
     Kill {
         job: String,
         task: String,
     },
+}
+
+/// What every task of a job needs to know about the others (ranks, nodes, the master's
+/// address): the node list once per node, not once per task.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobWorld {
+    pub job: String,
+    pub job_id: u64,
+    /// The job's nodes, in the order of their first rank.
+    pub nodes: Vec<String>,
+    /// By rank: the index in `nodes` of the task's node (its length is the world size).
+    pub node_of_rank: Vec<u32>,
+    /// `MASTER_ADDR`: the address of rank 0's node as the planner sees its agent.
+    pub master_addr: String,
+    /// `MASTER_PORT`: the job's `masterPort`, or one derived from its id.
+    pub master_port: u16,
+}
+
+/// One task to start, as the planner placed it and the job asked for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchTask {
+    pub job: String,
+    pub job_id: u64,
+    /// `<task name>-<index>`.
+    pub task: String,
+    /// Topology-ordered, 0 … world size − 1 (see [`JobWorld`]).
+    pub rank: u32,
+    /// The Unix user to run as: the CN of the certificate that submitted the job.
+    pub user: String,
+    pub argv: Vec<String>,
+    /// The job's own variables; they win over everything hyperplan sets.
+    pub env: BTreeMap<String, String>,
+    /// Absolute (the submit directory or the task's `workingDir` resolved against it);
+    /// `None` when the job said nothing usable (the agent refuses the task then).
+    pub working_dir: Option<String>,
+    /// Output and error file patterns (`%j %t %r %n %u`), relative to the working directory.
+    pub output: String,
+    pub error: String,
+    /// Seconds to SIGTERM (SIGKILL 10 s later); `None` = no limit.
+    pub time_limit_secs: Option<u64>,
+    /// The node's HyperNodes, lowest tier first.
+    pub hyper_nodes: Vec<String>,
+    /// PUs in list form (`0-3,8-11`); empty = not pinned.
+    pub cpus: String,
+    pub numa_nodes: Vec<u32>,
+    /// Bind memory to `numa_nodes` (the task's NUMA policy is not `none`).
+    pub bind_memory: bool,
+    /// GPU PCI bus ids.
+    pub gpus: Vec<String>,
+    /// RDMA devices (rails) local to its GPUs or CPUs.
+    pub nics: Vec<String>,
 }
 
 /// CLI → planner. `id` is echoed in the matching [`Response`].
@@ -293,15 +337,33 @@ mod tests {
             node: "n001".into(),
             heartbeat_interval_ms: 1000,
         });
-        roundtrip(&PlannerToAgent::Launch {
+        roundtrip(&PlannerToAgent::Job(Box::new(JobWorld {
             job: "j".into(),
-            task: "0".into(),
-            command: vec!["/bin/true".into()],
+            job_id: 7,
+            nodes: vec!["n1".into(), "n2".into()],
+            node_of_rank: vec![0, 0, 1, 1],
+            master_addr: "10.0.0.1".into(),
+            master_port: 29507,
+        })));
+        roundtrip(&PlannerToAgent::Launch(Box::new(LaunchTask {
+            job: "j".into(),
+            job_id: 7,
+            task: "w-0".into(),
+            rank: 0,
+            user: "alice".into(),
+            argv: vec!["/bin/true".into()],
+            env: BTreeMap::from([("NCCL_DEBUG".into(), "INFO".into())]),
+            working_dir: Some("/home/alice".into()),
+            output: "hyperplan-%j-%t.out".into(),
+            error: "hyperplan-%j-%t.out".into(),
+            time_limit_secs: Some(60),
+            hyper_nodes: vec!["leaf-1".into()],
             cpus: "0-3".into(),
             numa_nodes: vec![0],
+            bind_memory: true,
             gpus: vec!["0000:3b:00.0".into()],
-            nics: vec!["ib0".into()],
-        });
+            nics: vec!["mlx5_0".into()],
+        })));
         roundtrip(&PlannerToAgent::Kill {
             job: "j".into(),
             task: "0".into(),

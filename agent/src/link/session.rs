@@ -136,7 +136,8 @@ pub(super) fn fail(connection: &quinn::Connection, reason: LinkDown) -> LinkDown
 fn kind(message: &PlannerToAgent) -> &'static str {
     match message {
         PlannerToAgent::Registered { .. } => "Registered",
-        PlannerToAgent::Launch { .. } => "Launch",
+        PlannerToAgent::Job(_) => "Job",
+        PlannerToAgent::Launch(_) => "Launch",
         PlannerToAgent::Kill { .. } => "Kill",
     }
 }
@@ -146,15 +147,13 @@ fn kind(message: &PlannerToAgent) -> &'static str {
 async fn read_planner(mut recv: quinn::RecvStream) -> LinkDown {
     loop {
         match read_frame::<PlannerToAgent, _>(&mut recv, DEFAULT_MAX_FRAME).await {
-            Ok(Some(PlannerToAgent::Launch {
-                job,
-                task,
-                command,
-                cpus,
-                numa_nodes,
-                ..
-            })) => tracing::info!(
-                %job, %task, ?command, %cpus, ?numa_nodes,
+            Ok(Some(PlannerToAgent::Job(w))) => tracing::debug!(
+                job = %w.job, ntasks = w.node_of_rank.len(), nnodes = w.nodes.len(), master = %w.master_addr,
+                "the job's ranks and nodes"
+            ),
+            Ok(Some(PlannerToAgent::Launch(l))) => tracing::info!(
+                job = %l.job, task = %l.task, rank = l.rank, user = %l.user, argv = ?l.argv, cpus = %l.cpus,
+                numa_nodes = ?l.numa_nodes,
                 "planner asks to launch a task (not run: task execution is not built yet)"
             ),
             Ok(Some(PlannerToAgent::Kill { job, task })) => {

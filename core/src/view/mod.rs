@@ -7,9 +7,11 @@ mod hypernodes;
 mod jobs;
 mod manifests;
 mod nodes;
+mod ranks;
 
 pub use explain::explain;
 pub use hypernodes::hyper_node_tree;
 pub use jobs::{job_report, job_reports, newest_of_each_name};
 pub use manifests::resolved_specs;
 pub use nodes::node_statuses;
+pub use ranks::{hyper_nodes_of, job_ranks};

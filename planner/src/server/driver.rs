@@ -310,27 +310,27 @@ impl Driver {
         self.dirty = false;
         super::quiet::flush();
         let commands = self.planner.tick_millis(self.clock.now_ms());
+        let mut placements = Vec::new();
         for c in commands {
             match c {
                 Command::Place(p) => {
                     tracing::info!(job = p.job(), task = &*p.task, node = &*p.node, rank = p.rank, "placed");
-                    if let Some(l) = self.links.get(&*p.node) {
-                        let pin = p.pinning.as_ref();
-                        let _ = l.tx.send(PlannerToAgent::Launch {
-                            job: p.job().to_string(),
-                            task: p.task.to_string(),
-                            command: p.command().to_vec(),
-                            cpus: pin.map(|p| p.cpus()).unwrap_or_default(),
-                            numa_nodes: pin.map(|p| p.numa_nodes()).unwrap_or_default(),
-                            gpus: pin.map_or_else(Vec::new, |p| p.gpus().iter().map(|s| s.to_string()).collect()),
-                            nics: pin.map_or_else(Vec::new, |p| p.nics().iter().map(|s| s.to_string()).collect()),
-                        });
-                    }
+                    placements.push(p);
                 }
                 Command::Reject { job, reason } => tracing::warn!(job, "rejected: {reason}"),
                 Command::Warn(w) => super::quiet::warn_limited!(w, "{w}"),
                 Command::Info(i) => tracing::info!("{i}"),
                 Command::NodeHealth { node, why, .. } => self.log_health(&node, why),
+            }
+        }
+        if placements.is_empty() {
+            return;
+        }
+        let links = &self.links;
+        let address_of = |node: &str| links.get(node).map(|l| l.conn.remote_address().ip().to_string());
+        for (node, frame) in super::launch::frames(self.planner.world(), placements, address_of) {
+            if let Some(l) = self.links.get(&*node) {
+                let _ = l.tx.send(frame);
             }
         }
     }

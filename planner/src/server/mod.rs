@@ -15,6 +15,7 @@ mod client;
 pub mod discovery;
 mod driver;
 mod handshake;
+mod launch;
 pub(crate) mod quiet;
 mod refuse;
 mod revoked;

@@ -1,0 +1,195 @@
+//! From the core's `Place` commands to what agents are sent: per job and node, one `Job`
+//! frame (the job's ranks and nodes, the master's address) before the `Launch` frames
+//! of its tasks there. The pinning text (CPU list, devices) is rendered here, outside
+//! the tick.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bevy_ecs::world::World;
+use hyperplan_core::Placement;
+use hyperplan_core::numa::hints::Policy;
+use hyperplan_core::view::{hyper_nodes_of, job_ranks};
+use hyperplan_net::messages::{JobWorld, LaunchTask, PlannerToAgent};
+use hyperplan_shared::taskenv::default_master_port;
+
+/// The frames for one tick's placements, as (node, frame) in sending order: the jobs
+/// in the order their placements came (the core's: job name, then rank), per job its
+/// nodes in rank order, per node the `Job` frame, then its tasks by rank.
+/// `address_of(node)` is the address its agent connects from (`MASTER_ADDR`).
+pub fn frames(
+    world: &World,
+    placements: Vec<Placement>,
+    address_of: impl Fn(&str) -> Option<String>,
+) -> Vec<(Arc<str>, PlannerToAgent)> {
+    // Placements by job, keeping the core's order (a job's come together).
+    let mut jobs: Vec<Vec<Placement>> = Vec::new();
+    for p in placements {
+        match jobs.last_mut() {
+            Some(last) if last[0].job_id == p.job_id && last[0].job() == p.job() => last.push(p),
+            _ => jobs.push(vec![p]),
+        }
+    }
+    let mut out = Vec::new();
+    for placed in jobs {
+        let first = &placed[0];
+        let ranks = job_ranks(world, first.job()).unwrap_or_default();
+        let world_info = job_world(first, &ranks, &address_of);
+        // This tick's tasks by node, nodes in the order of their first rank.
+        let mut by_node: Vec<(Arc<str>, Vec<&Placement>)> = Vec::new();
+        for p in &placed {
+            match by_node.iter_mut().find(|(n, _)| *n == p.node) {
+                Some((_, ps)) => ps.push(p),
+                None => by_node.push((p.node.clone(), vec![p])),
+            }
+        }
+        for (node, mut tasks) in by_node {
+            tasks.sort_by_key(|p| p.rank);
+            out.push((node.clone(), PlannerToAgent::Job(Box::new(world_info.clone()))));
+            let hyper_nodes = hyper_nodes_of(world, &node);
+            for p in tasks {
+                out.push((node.clone(), PlannerToAgent::Launch(Box::new(launch(p, &hyper_nodes)))));
+            }
+        }
+    }
+    out
+}
+
+fn job_world(p: &Placement, ranks: &[(u32, Arc<str>)], address_of: &impl Fn(&str) -> Option<String>) -> JobWorld {
+    let mut nodes: Vec<String> = Vec::new();
+    let mut index: BTreeMap<&str, u32> = BTreeMap::new();
+    let size = ranks.last().map_or(0, |(r, _)| *r as usize + 1);
+    // A rank no running task holds (one that ended) names no node.
+    let mut node_of_rank = vec![u32::MAX; size];
+    for (rank, node) in ranks {
+        let i = *index.entry(node).or_insert_with(|| {
+            nodes.push(node.to_string());
+            (nodes.len() - 1) as u32
+        });
+        node_of_rank[*rank as usize] = i;
+    }
+    let master = ranks.first().map_or(&*p.node, |(_, n)| &**n);
+    JobWorld {
+        job: p.job().to_string(),
+        job_id: p.job_id,
+        nodes,
+        node_of_rank,
+        master_addr: address_of(master).unwrap_or_else(|| master.to_string()),
+        master_port: p.spec.run.master_port.unwrap_or_else(|| default_master_port(p.job_id)),
+    }
+}
+
+fn launch(p: &Placement, hyper_nodes: &[String]) -> LaunchTask {
+    let task = p.spec.tasks.get(p.role);
+    let exec = task.map(|t| t.exec.clone()).unwrap_or_default();
+    let pin = p.pinning.as_ref();
+    let strings = |v: Vec<Arc<str>>| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    LaunchTask {
+        job: p.job().to_string(),
+        job_id: p.job_id,
+        task: p.task.to_string(),
+        rank: p.rank,
+        user: p.owner.to_string(),
+        argv: p.command().to_vec(),
+        output: exec.output_pattern().to_string(),
+        error: exec.error_pattern().to_string(),
+        env: exec.env,
+        working_dir: p.spec.working_dir(p.role),
+        time_limit_secs: p.spec.run.time_limit,
+        hyper_nodes: hyper_nodes.to_vec(),
+        cpus: pin.map(|p| p.cpus()).unwrap_or_default(),
+        numa_nodes: pin.map(|p| p.numa_nodes()).unwrap_or_default(),
+        bind_memory: pin.is_some_and(|p| p.policy != Policy::None),
+        gpus: pin.map(|p| strings(p.gpus())).unwrap_or_default(),
+        nics: pin.map(|p| strings(p.nics())).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use hyperplan_core::testing::{ClusterBuilder, JobBuilder, MachineBuilder};
+    use hyperplan_core::{Command, Event, Planner, PlannerConfig};
+
+    use super::*;
+
+    fn placed(planner: &mut Planner, now: u64) -> Vec<Placement> {
+        planner
+            .tick(now)
+            .into_iter()
+            .filter_map(|c| match c {
+                Command::Place(p) => Some(p),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_node_gets_the_job_once_then_its_tasks_in_rank_order() {
+        let cluster = ClusterBuilder::flat(3)
+            .hardware(MachineBuilder::new(2, 1, 4, 1).memory_per_numa(8 << 30).build())
+            .build();
+        let mut planner = hyperplan_core::sim::planner_for(&cluster, PlannerConfig::default());
+        let mut spec = JobBuilder::gang("train", 4, "cpu=4,memory=1Gi")
+            .numa("single-numa-node")
+            .build();
+        spec.submit_dir = Some("/home/alice".into());
+        spec.tasks[0].command = vec!["torchrun".into(), "train.py".into()];
+        spec.tasks[0].exec.env.insert("NCCL_DEBUG".into(), "INFO".into());
+        spec.run.time_limit = Some(90);
+        planner.push(Event::SubmitBy {
+            spec,
+            owner: "alice".into(),
+        });
+        let placements = placed(&mut planner, 1);
+        assert_eq!(placements.len(), 4);
+        let frames = frames(planner.world(), placements, |n| Some(format!("10.0.0.{}", &n[1..])));
+
+        // Per node: a Job frame, then that node's Launches; every node hears the same world.
+        let mut worlds = Vec::new();
+        let mut launches = Vec::new();
+        let mut last_node: Option<Arc<str>> = None;
+        for (node, frame) in &frames {
+            match frame {
+                PlannerToAgent::Job(w) => {
+                    assert_ne!(last_node.as_ref(), Some(node), "one Job frame per node");
+                    last_node = Some(node.clone());
+                    worlds.push(w.clone());
+                }
+                PlannerToAgent::Launch(l) => {
+                    assert_eq!(last_node.as_ref(), Some(node), "a Launch follows its node's Job frame");
+                    launches.push((node.clone(), l.clone()));
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(worlds.windows(2).all(|w| w[0] == w[1]));
+        let world = &worlds[0];
+        assert_eq!(world.node_of_rank.len(), 4);
+        assert_eq!(world.job_id, 1);
+        assert_eq!(world.master_port, default_master_port(1));
+        let master = &world.nodes[world.node_of_rank[0] as usize];
+        assert_eq!(world.master_addr, format!("10.0.0.{}", &master[1..]));
+        let mut ranks: Vec<u32> = launches.iter().map(|(_, l)| l.rank).collect();
+        ranks.sort_unstable();
+        assert_eq!(ranks, [0, 1, 2, 3]);
+        for (node, l) in &launches {
+            assert_eq!(world.nodes[world.node_of_rank[l.rank as usize] as usize], **node);
+            assert_eq!(l.user, "alice");
+            assert_eq!(l.argv, ["torchrun", "train.py"]);
+            assert_eq!(l.env.get("NCCL_DEBUG").map(String::as_str), Some("INFO"));
+            assert_eq!(l.working_dir.as_deref(), Some("/home/alice"));
+            assert_eq!(l.output, "hyperplan-%j-%t.out");
+            assert_eq!(l.time_limit_secs, Some(90));
+            assert!(l.bind_memory && l.numa_nodes.len() == 1 && !l.cpus.is_empty(), "{l:?}");
+        }
+        // Two tasks on one node get disjoint PUs.
+        for (i, (n1, a)) in launches.iter().enumerate() {
+            for (n2, b) in &launches[i + 1..] {
+                if n1 == n2 {
+                    assert_ne!(a.cpus, b.cpus);
+                }
+            }
+        }
+    }
+}
