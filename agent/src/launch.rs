@@ -1,0 +1,290 @@
+//! From the planner's `Job` and `Launch` frames to the spec a shepherd runs: the task's
+//! place among its job's ranks (local rank, node rank), its whole environment
+//! (`hyperplan_shared::taskenv`), its output files, and its pinning when the agent pins.
+//! Pure: the caller writes the spec and the hostfile and starts the shepherd.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use hyperplan_net::messages::{JobWorld, LaunchTask};
+use hyperplan_shared::names::{NameKind, check_name};
+use hyperplan_shared::outpattern::{PatternError, PatternValues, output_path};
+use hyperplan_shared::taskenv::{TaskEnvError, TaskEnvInput, hostfile, local_ranks, task_env};
+
+use crate::shepherd::{LaunchSpec, MemoryPolicy};
+
+/// `PATH` of a task whose job sets none (nothing is inherited from the agent).
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// What the agent knows that the frames do not.
+#[derive(Clone, Debug)]
+pub struct NodeContext<'a> {
+    /// This node's name (as the planner knows it).
+    pub node: &'a str,
+    /// All of this node's GPUs, PCI bus ids (for `CUDA_VISIBLE_DEVICES` numbering).
+    pub gpus: &'a [String],
+    pub state_dir: &'a Path,
+    /// Pin the task to its PUs and NUMA nodes (`--pin`: the probed topology is this
+    /// machine's); otherwise it runs unpinned, its variables still say what it was given.
+    pub pin: bool,
+    pub allow_root: bool,
+}
+
+/// Why a task cannot be started from what the planner sent. Each names the task.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("task {job}/{task}: {what}")]
+    Frame { job: String, task: String, what: String },
+    #[error("task {job}/{task}: the job's ranks: {source}")]
+    Ranks {
+        job: String,
+        task: String,
+        #[source]
+        source: TaskEnvError,
+    },
+    #[error("task {job}/{task}: its output file: {source}")]
+    Output {
+        job: String,
+        task: String,
+        #[source]
+        source: PatternError,
+    },
+}
+
+/// The shepherd's spec and the job's hostfile (one node per line, one line per task, by
+/// rank), whose path is `hostfile_path(state_dir, job)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prepared {
+    pub spec: LaunchSpec,
+    pub hostfile: String,
+}
+
+/// Where the job's hostfile lives on this node: beside its tasks' directories.
+pub fn hostfile_path(state_dir: &Path, job: &str) -> PathBuf {
+    state_dir.join("tasks").join(job).join("hostfile")
+}
+
+pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> Result<Prepared, LaunchError> {
+    let frame = |what: String| LaunchError::Frame {
+        job: task.job.clone(),
+        task: task.task.clone(),
+        what,
+    };
+    // The names become directories: checked here, whatever the planner sent.
+    check_name(NameKind::Job, &task.job).map_err(|e| frame(format!("job name: {e}")))?;
+    check_name(NameKind::Task, &task.task).map_err(|e| frame(format!("task name: {e}")))?;
+    if world.job != task.job || world.job_id != task.job_id {
+        return Err(frame(format!(
+            "the job frame is for {} (id {}), the task's job is id {}",
+            world.job, world.job_id, task.job_id
+        )));
+    }
+    let placements: Vec<(u32, &str)> = world
+        .node_of_rank
+        .iter()
+        .enumerate()
+        .filter_map(|(rank, &n)| Some((rank as u32, world.nodes.get(n as usize)?.as_str())))
+        .collect();
+    let ranks = local_ranks(&placements).map_err(|source| LaunchError::Ranks {
+        job: task.job.clone(),
+        task: task.task.clone(),
+        source,
+    })?;
+    let place = ranks
+        .iter()
+        .find(|p| p.rank == task.rank)
+        .filter(|p| p.node == node.node)
+        .ok_or_else(|| frame(format!("rank {} is not placed on this node ({})", task.rank, node.node)))?;
+    let nodes_by_rank: Vec<&str> = ranks.iter().map(|p| p.node.as_str()).collect();
+    let working_dir = task
+        .working_dir
+        .as_deref()
+        .filter(|d| d.starts_with('/'))
+        .map(PathBuf::from)
+        .ok_or_else(|| {
+            frame("no absolute working directory (submit it with `hyperplan submit`, or set workingDir)".into())
+        })?;
+    let hostfile_at = hostfile_path(node.state_dir, &task.job);
+    let mut env: BTreeMap<String, String> = BTreeMap::from([
+        ("PATH".to_string(), DEFAULT_PATH.to_string()),
+        ("USER".to_string(), task.user.clone()),
+        ("LOGNAME".to_string(), task.user.clone()),
+    ]);
+    let hostfile_text = hostfile(&nodes_by_rank);
+    let input = TaskEnvInput {
+        job: &task.job,
+        task: &task.task,
+        place,
+        world_size: ranks.len() as u32,
+        nnodes: world.nodes.len() as u32,
+        nodes_by_rank: &nodes_by_rank,
+        hostfile_path: &hostfile_at.to_string_lossy(),
+        cpus: &task.cpus,
+        numa_nodes: &task.numa_nodes,
+        gpus: &task.gpus,
+        node_gpus: node.gpus,
+        nics: &task.nics,
+        hypernodes: &task.hyper_nodes,
+        master_addr: &world.master_addr,
+        master_port: world.master_port,
+        job_env: &task.env,
+    };
+    env.extend(task_env(&input).map_err(|source| LaunchError::Ranks {
+        job: task.job.clone(),
+        task: task.task.clone(),
+        source,
+    })?);
+    let values = PatternValues {
+        job: &task.job,
+        task: &task.task,
+        rank: task.rank,
+        node: node.node,
+        user: &task.user,
+    };
+    let output = |pattern: &str| {
+        output_path(&working_dir, pattern, &values).map_err(|source| LaunchError::Output {
+            job: task.job.clone(),
+            task: task.task.clone(),
+            source,
+        })
+    };
+    let spec = LaunchSpec {
+        job: task.job.clone(),
+        task: task.task.clone(),
+        rank: task.rank,
+        argv: task.argv.clone(),
+        env,
+        stdout: output(&task.output)?,
+        stderr: output(&task.error)?,
+        working_dir,
+        user: task.user.clone(),
+        allow_root: node.allow_root,
+        cpus: if node.pin { task.cpus.clone() } else { String::new() },
+        numa_nodes: if node.pin { task.numa_nodes.clone() } else { Vec::new() },
+        memory_policy: if node.pin && task.bind_memory {
+            MemoryPolicy::Bind
+        } else {
+            MemoryPolicy::None
+        },
+        cgroup: None,
+        state_dir: node.state_dir.to_path_buf(),
+        time_limit_secs: task.time_limit_secs,
+        kill_grace_secs: None,
+    };
+    Ok(Prepared {
+        spec,
+        hostfile: hostfile_text,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn world() -> JobWorld {
+        JobWorld {
+            job: "train".into(),
+            job_id: 7,
+            nodes: vec!["gpu1".into(), "gpu2".into()],
+            node_of_rank: vec![0, 0, 1, 1],
+            master_addr: "10.0.0.1".into(),
+            master_port: 29507,
+        }
+    }
+
+    fn task(rank: u32) -> LaunchTask {
+        LaunchTask {
+            job: "train".into(),
+            job_id: 7,
+            task: format!("worker-{rank}"),
+            rank,
+            user: "alice".into(),
+            argv: vec!["torchrun".into(), "train.py".into()],
+            env: BTreeMap::from([("OMP_NUM_THREADS".into(), "2".into())]),
+            working_dir: Some("/home/alice/runs".into()),
+            output: "%j-%t.out".into(),
+            error: "%j-%t.err".into(),
+            time_limit_secs: Some(60),
+            hyper_nodes: vec!["leaf-1".into(), "spine-1".into()],
+            cpus: "4-7".into(),
+            numa_nodes: vec![1],
+            bind_memory: true,
+            gpus: vec!["0000:b1:00.0".into()],
+            nics: vec!["mlx5_1".into()],
+        }
+    }
+
+    fn node(pin: bool) -> NodeContext<'static> {
+        static GPUS: std::sync::LazyLock<Vec<String>> =
+            std::sync::LazyLock::new(|| vec!["0000:b1:00.0".into(), "0000:3b:00.0".into()]);
+        NodeContext {
+            node: "gpu2",
+            gpus: &GPUS,
+            state_dir: Path::new("/var/lib/hyperplan-agent"),
+            pin,
+            allow_root: false,
+        }
+    }
+
+    #[test]
+    fn a_task_gets_its_place_environment_files_and_pinning() {
+        let p = prepare(&world(), &task(3), &node(true)).unwrap();
+        let env = &p.spec.env;
+        let get = |k: &str| env.get(k).map(String::as_str);
+        assert_eq!(get("RANK"), Some("3"));
+        assert_eq!(get("LOCAL_RANK"), Some("1"));
+        assert_eq!(get("LOCAL_WORLD_SIZE"), Some("2"));
+        assert_eq!(get("NODE_RANK"), Some("1"));
+        assert_eq!(get("WORLD_SIZE"), Some("4"));
+        assert_eq!(get("HYPERPLAN_NNODES"), Some("2"));
+        assert_eq!(get("MASTER_ADDR"), Some("10.0.0.1"));
+        assert_eq!(get("MASTER_PORT"), Some("29507"));
+        assert_eq!(
+            get("CUDA_VISIBLE_DEVICES"),
+            Some("1"),
+            "the 2nd of the node's GPUs by bus id"
+        );
+        assert_eq!(get("NCCL_IB_HCA"), Some("mlx5_1:1"));
+        assert_eq!(get("OMP_NUM_THREADS"), Some("2"), "the job's own env wins");
+        assert_eq!(
+            get("HYPERPLAN_HOSTFILE"),
+            Some("/var/lib/hyperplan-agent/tasks/train/hostfile")
+        );
+        assert_eq!(get("HYPERPLAN_HYPERNODES"), Some("leaf-1,spine-1"));
+        assert_eq!(get("PATH"), Some(DEFAULT_PATH));
+        assert_eq!(get("USER"), Some("alice"));
+        assert_eq!(p.hostfile, "gpu1\ngpu1\ngpu2\ngpu2\n");
+        assert_eq!(p.spec.stdout, Path::new("/home/alice/runs/train-worker-3.out"));
+        assert_eq!(p.spec.stderr, Path::new("/home/alice/runs/train-worker-3.err"));
+        assert_eq!(
+            (p.spec.cpus.as_str(), p.spec.memory_policy),
+            ("4-7", MemoryPolicy::Bind)
+        );
+        assert_eq!(p.spec.numa_nodes, [1]);
+        assert_eq!(p.spec.time_limit_secs, Some(60));
+
+        // Unpinned (a synthetic topology): no affinity, no binding; the variables still say.
+        let p = prepare(&world(), &task(3), &node(false)).unwrap();
+        assert_eq!((p.spec.cpus.as_str(), p.spec.memory_policy), ("", MemoryPolicy::None));
+        assert_eq!(p.spec.env.get("HYPERPLAN_CPUS").map(String::as_str), Some("4-7"));
+    }
+
+    #[test]
+    fn frames_that_do_not_fit_are_errors_naming_the_task() {
+        let err = |w: JobWorld, t: LaunchTask| prepare(&w, &t, &node(true)).unwrap_err().to_string();
+        assert!(err(world(), task(0)).contains("rank 0 is not placed on this node (gpu2)"));
+        let mut t = task(2);
+        t.working_dir = Some("runs".into());
+        assert!(err(world(), t).contains("no absolute working directory"));
+        let mut t = task(2);
+        t.job = "../etc".into();
+        assert!(err(world(), t).contains("job name"));
+        let mut w = world();
+        w.job_id = 8;
+        assert!(err(w, task(2)).contains("the job frame is for train (id 8)"));
+        let mut t = task(2);
+        t.output = "%q".into();
+        assert!(err(world(), t).starts_with("task train/worker-2: its output file"));
+    }
+}
