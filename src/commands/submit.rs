@@ -22,6 +22,8 @@ const EXAMPLES: &str = "  hyperplan submit examples/jobs.yaml
 /// --jobs` reads). Every file is read before anything is sent; then the files go to the
 /// planner in order, and the first one it refuses stops the rest (the jobs before it
 /// stay submitted, and are named). `-` reads a file from standard input.
+/// Tasks without a `workingDir` run in the directory you submit from (on their nodes, so
+/// it should be on a shared filesystem), and a relative `workingDir` starts there.
 /// Follow the jobs with `hyperplan status`.
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = long_help(EXAMPLES))]
