@@ -5,7 +5,6 @@
 //! that fails its policy is no candidate) and gets its PUs, memory and GPUs as it lands;
 //! the numa-aware score (fewer NUMA nodes spanned) joins the topology score.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::capacity::{Capacity, Shape};
@@ -354,13 +353,24 @@ impl<'a> Search<'a> {
         let with_topology = job.sub_jobs[sj].with_topology;
         let mut allocated = job.sub_jobs[sj].allocated;
         let total_tasks = job.sub_jobs[sj].tasks.len().max(1) as f64;
-        // Tasks of this sub-job per leaf HyperNode (the LCA tie-break).
-        let mut on_leaf: BTreeMap<HnIdx, u32> = BTreeMap::new();
+        // Tasks of this sub-job per leaf HyperNode (the LCA tie-break), by HyperNode index.
+        let mut on_leaf: Vec<u32> = Vec::new();
+        let count_on = |on_leaf: &mut Vec<u32>, leaf: HnIdx| {
+            if on_leaf.is_empty() {
+                on_leaf.resize(index.hns.len(), 0);
+            }
+            if let Some(c) = on_leaf.get_mut(leaf.ix()) {
+                *c += 1;
+            }
+        };
         for &t in &job.sub_jobs[sj].tasks {
             if let Some(leaf) = job.tasks[t].node.and_then(|n| index.leaf_of(n)) {
-                *on_leaf.entry(leaf).or_default() += 1;
+                count_on(&mut on_leaf, leaf);
             }
         }
+        // Per group of `h`: its LCA score for the `allocated` it was worked out with
+        // (`allocated` changes only when a task lands outside it).
+        let mut lca_memo: Vec<Option<(Option<HnIdx>, f64)>> = vec![None; groups.len()];
         // Per role, per group of `h`: position of the first node that may still fit, and
         // for a role with a NUMA request the node and assignment it would get (the first
         // fit, or a node a little further on where it spans fewer NUMA nodes). Capacity
@@ -445,9 +455,17 @@ impl<'a> Search<'a> {
                 let (score, bonus) = if with_topology {
                     let leaf = index.groups[g.ix()].leaf;
                     let bonus = leaf
-                        .and_then(|l| on_leaf.get(&l))
-                        .map_or(0.0, |c| *c as f64 / total_tasks);
-                    (lca_score(index, g, allocated), bonus)
+                        .and_then(|l| on_leaf.get(l.ix()))
+                        .map_or(0.0, |c| f64::from(*c) / total_tasks);
+                    let score = match lca_memo[gi] {
+                        Some((a, s)) if a == allocated => s,
+                        _ => {
+                            let s = lca_score(index, g, allocated);
+                            lca_memo[gi] = Some((allocated, s));
+                            s
+                        }
+                    };
+                    (score, bonus)
                 } else {
                     (
                         fading_score(index, self.cap, self.cfg, &self.weights, g, &shape.req),
@@ -490,7 +508,7 @@ impl<'a> Search<'a> {
                     }
                     placed += 1;
                     if let Some(leaf) = index.leaf_of(n) {
-                        *on_leaf.entry(leaf).or_default() += 1;
+                        count_on(&mut on_leaf, leaf);
                         if with_topology {
                             allocated = index.lca_opt(Some(leaf), allocated);
                         }
