@@ -72,17 +72,7 @@ impl Step {
 pub struct Prepared {
     argv: Vec<String>,
     env: Vec<(String, String)>,
-    /// `cgroup.procs` of the task's cgroup.
-    cgroup_procs: Option<CString>,
-    cpu_mask: Option<Vec<libc::c_ulong>>,
-    node_mask: Option<Vec<libc::c_ulong>>,
-    /// (groups, gid, uid) to switch to; None: stay who we are.
-    ids: Option<(Vec<libc::gid_t>, libc::gid_t, libc::uid_t)>,
-    stdout: CString,
-    /// None: the same file as stdout.
-    stderr: Option<CString>,
-    working_dir: CString,
-    memlock_hard: libc::rlim_t,
+    setup: Setup,
     // For messages.
     user: String,
     cpus_text: String,
@@ -135,14 +125,16 @@ impl Prepared {
         Prepared {
             argv: s.argv.clone(),
             env: s.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            cgroup_procs: s.cgroup.as_ref().map(|c| cstring(&c.join("cgroup.procs"))),
-            cpu_mask,
-            node_mask,
-            ids: identity.map(|i| (i.groups.clone(), i.gid, i.uid)),
-            stdout: cstring(&s.stdout),
-            stderr: (s.stderr != s.stdout).then(|| cstring(&s.stderr)),
-            working_dir: cstring(&s.working_dir),
-            memlock_hard,
+            setup: Setup {
+                cgroup_procs: s.cgroup.as_ref().map(|c| cstring(&c.join("cgroup.procs"))),
+                cpu_mask,
+                node_mask,
+                ids: identity.map(|i| (i.groups.clone(), i.gid, i.uid)),
+                stdout: cstring(&s.stdout),
+                stderr: (s.stderr != s.stdout).then(|| cstring(&s.stderr)),
+                working_dir: cstring(&s.working_dir),
+                memlock_hard,
+            },
             user: s.user.clone(),
             cpus_text: format_cpu_list(&spec.cpus),
             nodes_text: s.numa_nodes.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
@@ -171,14 +163,7 @@ impl Prepared {
             .process_group(0);
         let child = Child {
             pipe: writer.as_raw_fd(),
-            cgroup_procs: self.cgroup_procs.clone(),
-            cpu_mask: self.cpu_mask.clone(),
-            node_mask: self.node_mask.clone(),
-            ids: self.ids.clone(),
-            stdout: self.stdout.clone(),
-            stderr: self.stderr.clone(),
-            working_dir: self.working_dir.clone(),
-            memlock_hard: self.memlock_hard,
+            setup: self.setup.clone(),
         };
         // SAFETY: the closure only makes async-signal-safe calls (raw syscalls on data
         // built before the fork, no allocation, no locks); see `Child::set_up`.
@@ -245,17 +230,26 @@ impl Prepared {
     }
 }
 
-/// What the `pre_exec` closure owns.
-struct Child {
-    pipe: libc::c_int,
+/// What the child sets up between fork and exec, all built before the fork.
+#[derive(Clone)]
+struct Setup {
+    /// `cgroup.procs` of the task's cgroup.
     cgroup_procs: Option<CString>,
     cpu_mask: Option<Vec<libc::c_ulong>>,
     node_mask: Option<Vec<libc::c_ulong>>,
+    /// (groups, gid, uid) to switch to; None: stay who we are.
     ids: Option<(Vec<libc::gid_t>, libc::gid_t, libc::uid_t)>,
     stdout: CString,
+    /// None: the same file as stdout.
     stderr: Option<CString>,
     working_dir: CString,
     memlock_hard: libc::rlim_t,
+}
+
+/// What the `pre_exec` closure owns.
+struct Child {
+    pipe: libc::c_int,
+    setup: Setup,
 }
 
 const MPOL_BIND: libc::c_long = 2;
@@ -288,16 +282,16 @@ impl Child {
                 CLOSE_RANGE_CLOEXEC,
             )
         };
-        if let Some(procs) = &self.cgroup_procs {
+        if let Some(procs) = &self.setup.cgroup_procs {
             self.join_cgroup(procs)?;
         }
-        if let Some(mask) = &self.cpu_mask {
+        if let Some(mask) = &self.setup.cpu_mask {
             let bytes = std::mem::size_of_val(mask.as_slice());
             // SAFETY: `mask` is a live buffer of `bytes` bytes; pid 0 is this process.
             let rc = unsafe { libc::syscall(libc::SYS_sched_setaffinity, 0 as libc::pid_t, bytes, mask.as_ptr()) };
             self.check(rc, Step::Affinity)?;
         }
-        if let Some(mask) = &self.node_mask {
+        if let Some(mask) = &self.setup.node_mask {
             // The kernel reads maxnode - 1 bits (as libnuma passes them).
             let maxnode = mask.len() as libc::c_ulong * libc::c_ulong::from(libc::c_ulong::BITS) + 1;
             // SAFETY: `mask` is a live buffer of at least (maxnode - 1) bits.
@@ -305,7 +299,7 @@ impl Child {
             self.check(rc, Step::MemPolicy)?;
         }
         self.lift_memlock()?;
-        if let Some((groups, gid, uid)) = &self.ids {
+        if let Some((groups, gid, uid)) = &self.setup.ids {
             // SAFETY: `groups` is a live slice of `len` gids.
             let rc = unsafe { libc::setgroups(groups.len(), groups.as_ptr()) };
             self.check(rc.into(), Step::Groups)?;
@@ -314,9 +308,9 @@ impl Child {
             // SAFETY: as above; after this the process is the user, for good.
             self.check(unsafe { libc::setuid(*uid) }.into(), Step::Uid)?;
         }
-        let out = self.open_output(&self.stdout, Step::Stdout)?;
+        let out = self.open_output(&self.setup.stdout, Step::Stdout)?;
         self.dup_to(out, 1, Step::Stdout)?;
-        match &self.stderr {
+        match &self.setup.stderr {
             None => self.dup_to(out, 2, Step::Stdout)?,
             Some(path) => {
                 let err = self.open_output(path, Step::Stderr)?;
@@ -324,7 +318,7 @@ impl Child {
             }
         }
         // SAFETY: a NUL-terminated path that lives as long as `self`.
-        let rc = unsafe { libc::chdir(self.working_dir.as_ptr()) };
+        let rc = unsafe { libc::chdir(self.setup.working_dir.as_ptr()) };
         self.check(rc.into(), Step::Chdir)?;
         self.tell(Step::Ready, 0);
         Ok(())
@@ -370,8 +364,8 @@ impl Child {
         }
         // Not privileged: the soft limit may still rise to the hard one.
         let hard = libc::rlimit {
-            rlim_cur: self.memlock_hard,
-            rlim_max: self.memlock_hard,
+            rlim_cur: self.setup.memlock_hard,
+            rlim_max: self.setup.memlock_hard,
         };
         // SAFETY: a valid rlimit value; a failure here is ignored (best effort).
         unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &hard) };
