@@ -411,7 +411,10 @@ fn one_job(c: &mut Criterion) {
                         let placed = cmds.iter().filter(|c| matches!(c, Command::Place(_))).count();
                         assert_eq!(placed, size as usize, "{label}/{size}: the job is placed whole");
                         black_box(cmds);
-                        planner.push(Event::Cancel { job: name });
+                        planner.push(Event::Cancel {
+                            job: name,
+                            grace_secs: 0,
+                        });
                         now += 1;
                         black_box(planner.tick(now));
                     }

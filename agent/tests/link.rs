@@ -192,8 +192,12 @@ async fn serve(conn: usize, connection: quinn::Connection, tx: mpsc::UnboundedSe
                         nics: vec![],
                     }));
                     let kill = PlannerToAgent::Kill {
-                        job: "job-1".into(),
-                        task: "0".into(),
+                        task: hyperplan_net::messages::TaskRef {
+                            job: "job-1".into(),
+                            job_id: 1,
+                            task: "0".into(),
+                        },
+                        grace_secs: 10,
                     };
                     for message in [reply, launch, kill] {
                         if write_frame(&mut send, &message, DEFAULT_MAX_FRAME).await.is_err() {

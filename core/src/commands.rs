@@ -121,6 +121,16 @@ pub enum Command {
     Warn(String),
     /// Worth a log line, nothing to do (a discovery source that works again).
     Info(String),
+    /// Stop a task on its node: SIGTERM to its process group, SIGKILL `grace_secs`
+    /// later. Its resources stay held until its end is reported (or the node is lost).
+    Kill {
+        node: Arc<str>,
+        job: Arc<str>,
+        job_id: u64,
+        task: Arc<str>,
+        grace_secs: u64,
+        why: KillReason,
+    },
     /// A node turned Ready or NotReady, and why (the daemon logs it; the simulator's
     /// nodes have no link and never change).
     NodeHealth {
@@ -128,6 +138,31 @@ pub enum Command {
         ready: bool,
         why: HealthChange,
     },
+}
+
+/// Why the core kills a task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillReason {
+    /// `hyperplan cancel`.
+    Cancel,
+    /// Another task of its job failed (`onTaskFailure: killJob`, the default).
+    TaskFailed,
+    /// Another task of its job hit the time limit.
+    Timeout,
+    /// Its node reports a task the planner does not have running there (an orphan: its
+    /// job ended, it was declared lost, or the planner never placed it).
+    Orphan,
+}
+
+impl KillReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KillReason::Cancel => "cancelled",
+            KillReason::TaskFailed => "another task of the job failed",
+            KillReason::Timeout => "the job's time limit",
+            KillReason::Orphan => "orphan: the planner does not have it running there",
+        }
+    }
 }
 
 /// Why a node's readiness changed (see `core::health`).

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use hyperplan_shared::taskend::TaskEnd;
 use hyperplan_shared::{HyperNodeSpec, JobSpec, NodeSpec};
 
 use super::components::SourceKind;
@@ -70,11 +71,53 @@ pub enum Event {
         spec: JobSpec,
         owner: String,
     },
+    /// Cancel a job: its tasks that run on agents' nodes are killed (SIGTERM, SIGKILL
+    /// `grace_secs` later) and hold their resources until their ends are reported; the
+    /// others (the simulator's) end at once.
     Cancel {
         job: String,
+        grace_secs: u64,
     },
+    /// The simulator's end of a task: exited 0 now.
     TaskFinished {
         job: String,
         task: String,
     },
+    /// A node's agent started a task (`pid` on that node) at `at_ms`. Applies to the
+    /// job of that name and id only; a repeat changes nothing.
+    TaskStarted {
+        node: String,
+        job: String,
+        job_id: u64,
+        task: String,
+        pid: u32,
+        at_ms: u64,
+    },
+    /// A node's agent reports a task's end: its resources are free from now. A repeat,
+    /// or the end of a task the planner no longer has on that node, changes nothing.
+    TaskEnded {
+        node: String,
+        job: String,
+        job_id: u64,
+        task: String,
+        end: TaskEnd,
+    },
+    /// What a node's agent runs now (each heartbeat): a task the planner does not have
+    /// running there (unknown, ended, lost, another job of that name) is killed.
+    TasksOnNode {
+        node: String,
+        tasks: Vec<TaskOnNode>,
+    },
+}
+
+/// One task a node's agent runs, with its use (sampled by the agent).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskOnNode {
+    pub job: String,
+    pub job_id: u64,
+    pub task: String,
+    pub pid: u32,
+    /// CPU use now, in cores.
+    pub cpu_cores: f32,
+    pub rss_bytes: u64,
 }

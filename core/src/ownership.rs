@@ -339,7 +339,10 @@ mod tests {
         assert_eq!(p.next_job_id(), 2, "a queued submission has its id");
         p.tick(0);
         assert!(p.check_job_names(["j"]).is_err());
-        p.push(Event::Cancel { job: "j".into() });
+        p.push(Event::Cancel {
+            job: "j".into(),
+            grace_secs: 0,
+        });
         p.tick(1);
         assert_eq!(p.check_job_names(["j"]), Ok(()));
         submit_by(&mut p, "j", "bob");
@@ -379,7 +382,10 @@ mod tests {
         };
         assert_eq!(status(&mut p), Some((JobStatus::Pending, true)), "waits for the node");
         assert!(p.check_job_names(["waiter"]).is_err());
-        p.push(Event::Cancel { job: "waiter".into() });
+        p.push(Event::Cancel {
+            job: "waiter".into(),
+            grace_secs: 0,
+        });
         p.tick(1);
         assert_eq!(status(&mut p), Some((JobStatus::Cancelled, false)));
         assert_eq!(p.check_job_names(["waiter"]), Ok(()));

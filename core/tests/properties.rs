@@ -289,6 +289,7 @@ fn push_step(
         }
         Step::Cancel(j) => planner.push(Event::Cancel {
             job: format!("job-{j:02}"),
+            grace_secs: 0,
         }),
         Step::Finish(j, t) => planner.push(Event::TaskFinished {
             job: format!("job-{j:02}"),

@@ -170,8 +170,12 @@ mod tests {
     fn wrong_message_type_is_malformed() {
         let frame = encode(
             &crate::messages::PlannerToAgent::Kill {
-                job: "j".into(),
-                task: "t".into(),
+                task: crate::messages::TaskRef {
+                    job: "j".into(),
+                    job_id: 1,
+                    task: "t".into(),
+                },
+                grace_secs: 10,
             },
             1024,
         )

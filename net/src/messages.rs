@@ -9,11 +9,12 @@
 
 use std::collections::BTreeMap;
 
+use hyperplan_shared::taskend::TaskEnd;
 use hyperplan_shared::topology::NodeTopology;
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change to the messages below.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Who is speaking on a connection. The certificate says the same (its OU), and the
 /// planner checks that the two agree.
@@ -62,11 +63,69 @@ pub enum AgentMessage {
         load: f64,
         /// Free bytes per NUMA node, by NUMA OS index.
         free_memory: Vec<(u32, u64)>,
-        /// `job/task` names running on the node (empty until tasks run).
-        running_tasks: Vec<String>,
+        /// The tasks whose shepherds run on the node, with their use now: the planner
+        /// kills those it does not know (orphans) and shows the figures.
+        running_tasks: Vec<RunningTask>,
     },
     /// The probe saw a real change (the hash moved), e.g. an IB port went down.
     TopologyChanged { topology: NodeTopology, topology_hash: u64 },
+    /// A task runs (its shepherd started it). Sent until the planner acknowledges it
+    /// ([`PlannerToAgent::Ack`]); a repeat is harmless.
+    TaskStarted(TaskStarted),
+    /// A task ended. Kept on the node's disk and sent (again after a reconnect or an
+    /// agent restart) until the planner acknowledges it; a repeat is harmless.
+    TaskFinished(Box<TaskFinished>),
+    /// A piece of a task's output, the answer to [`PlannerToAgent::ReadLog`].
+    Log(LogChunk),
+}
+
+/// Names one task instance: a job's name may be used again, its id not.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TaskRef {
+    pub job: String,
+    pub job_id: u64,
+    /// `<task name>-<index>`.
+    pub task: String,
+}
+
+/// A running task and its use, sampled by the agent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunningTask {
+    pub task: TaskRef,
+    /// The task's pid (its process group); 0 while it is being started.
+    pub pid: u32,
+    /// CPU use of its process tree since the last sample, in cores (1.0 = one PU busy).
+    pub cpu_cores: f32,
+    /// Resident memory of its process tree.
+    pub rss_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskStarted {
+    pub task: TaskRef,
+    pub pid: u32,
+    pub start_time_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskFinished {
+    pub task: TaskRef,
+    pub end: TaskEnd,
+}
+
+/// Bytes of a task's output file from `offset`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogChunk {
+    /// The `request` of the [`PlannerToAgent::ReadLog`] it answers.
+    pub request: u64,
+    /// Where `data` starts in the file.
+    pub offset: u64,
+    #[serde(with = "serde_bytes")]
+    pub data: Vec<u8>,
+    /// The file's length when it was read: more to read when `offset + data.len()` is less.
+    pub size: u64,
+    /// Why nothing could be read (no such task here, the file is gone).
+    pub error: Option<String>,
 }
 
 /// Planner → agent.
@@ -79,11 +138,28 @@ pub enum PlannerToAgent {
     /// A job's ranks and nodes, sent to each of its nodes before the `Launch` of its
     /// first task there (again, replacing it, when later tasks of the job are placed).
     Job(Box<JobWorld>),
-    /// One task to start.
+    /// One task to start. A repeat (same job id and task) starts nothing.
     Launch(Box<LaunchTask>),
+    /// Stop a task: SIGTERM to its process group, SIGKILL `grace_secs` later. A task
+    /// the node does not run, or one already being killed, is left as it is.
     Kill {
-        job: String,
-        task: String,
+        task: TaskRef,
+        grace_secs: u64,
+    },
+    /// The planner has the agent's `TaskStarted` (`finished: false`) or `TaskFinished`
+    /// (`finished: true`) of this task: stop sending it (and, for an end, forget it).
+    Ack {
+        task: TaskRef,
+        finished: bool,
+    },
+    /// Read up to `max_bytes` of the task's output file from `offset` (`stderr`: its
+    /// error file, when that is another file); answered by [`AgentMessage::Log`].
+    ReadLog {
+        request: u64,
+        task: TaskRef,
+        stderr: bool,
+        offset: u64,
+        max_bytes: u32,
     },
 }
 
@@ -138,6 +214,13 @@ pub struct LaunchTask {
     pub nics: Vec<String>,
 }
 
+/// `hyperplan cancel`'s default grace between SIGTERM and SIGKILL.
+pub const DEFAULT_GRACE_SECS: u64 = 10;
+
+fn default_grace() -> u64 {
+    DEFAULT_GRACE_SECS
+}
+
 /// CLI → planner. `id` is echoed in the matching [`Response`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Request {
@@ -158,6 +241,9 @@ pub enum RequestCommand {
     },
     Cancel {
         job: String,
+        /// Seconds between SIGTERM and SIGKILL for its tasks (`--grace`).
+        #[serde(default = "default_grace")]
+        grace_secs: u64,
     },
     /// One job (the newest of that name), or the newest job of every name; with `all`,
     /// every job of the name(s), ended ones included.
@@ -173,6 +259,17 @@ pub enum RequestCommand {
     Manifests,
     Explain {
         job: String,
+    },
+    /// Up to `max_bytes` of a task's output from `offset` (the job's rank-0 task when
+    /// `task` is `None`), read on its node; only its owner or an admin. Answered with a
+    /// `hyperplan_shared::status::LogPiece`.
+    Logs {
+        job: String,
+        task: Option<String>,
+        #[serde(default)]
+        stderr: bool,
+        offset: u64,
+        max_bytes: u32,
     },
 }
 
@@ -323,8 +420,50 @@ mod tests {
             seq: u64::MAX,
             load: 0.25,
             free_memory: vec![(0, 1 << 33), (3, 7)],
-            running_tasks: vec!["job-1/0".into()],
+            running_tasks: vec![RunningTask {
+                task: TaskRef {
+                    job: "job-1".into(),
+                    job_id: 1,
+                    task: "w-0".into(),
+                },
+                pid: 4242,
+                cpu_cores: 1.5,
+                rss_bytes: 1 << 30,
+            }],
         });
+        let task = TaskRef {
+            job: "j".into(),
+            job_id: 2,
+            task: "w-1".into(),
+        };
+        roundtrip(&AgentMessage::TaskStarted(TaskStarted {
+            task: task.clone(),
+            pid: 77,
+            start_time_ms: 1_767_225_600_000,
+        }));
+        roundtrip(&AgentMessage::TaskFinished(Box::new(TaskFinished {
+            task,
+            end: TaskEnd {
+                outcome: hyperplan_shared::taskend::TaskOutcome::Signaled,
+                signal: Some(9),
+                pid: Some(77),
+                end_time_ms: 1_767_225_601_000,
+                cpu_seconds: 0.25,
+                max_rss_bytes: 1 << 20,
+                ..TaskEnd::default()
+            },
+        })));
+        let log = AgentMessage::Log(LogChunk {
+            request: 9,
+            offset: 0,
+            data: b"rank 0 on n1\n\xff".to_vec(),
+            size: 14,
+            error: None,
+        });
+        roundtrip(&log);
+        // Bytes travel as a binary, not as an array of small integers.
+        let bytes = rmp_serde::to_vec_named(&log).unwrap();
+        assert!(bytes.len() < 60, "{}", bytes.len());
         roundtrip(&AgentMessage::TopologyChanged {
             topology: t,
             topology_hash: hash,
@@ -364,9 +503,25 @@ mod tests {
             gpus: vec!["0000:3b:00.0".into()],
             nics: vec!["mlx5_0".into()],
         })));
-        roundtrip(&PlannerToAgent::Kill {
+        let task = TaskRef {
             job: "j".into(),
-            task: "0".into(),
+            job_id: 7,
+            task: "w-0".into(),
+        };
+        roundtrip(&PlannerToAgent::Kill {
+            task: task.clone(),
+            grace_secs: 10,
+        });
+        roundtrip(&PlannerToAgent::Ack {
+            task: task.clone(),
+            finished: true,
+        });
+        roundtrip(&PlannerToAgent::ReadLog {
+            request: 3,
+            task,
+            stderr: false,
+            offset: 1 << 40,
+            max_bytes: 65536,
         });
     }
 
@@ -378,7 +533,10 @@ mod tests {
                 text: "jobs: []\n".into(),
                 submit_dir: Some("/home/alice/runs".into()),
             },
-            RequestCommand::Cancel { job: "j".into() },
+            RequestCommand::Cancel {
+                job: "j".into(),
+                grace_secs: 10,
+            },
             RequestCommand::Status { job: None, all: true },
             RequestCommand::Status {
                 job: Some("j".into()),

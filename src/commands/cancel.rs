@@ -29,7 +29,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let command = RequestCommand::Cancel { job: args.job };
+    let command = RequestCommand::Cancel {
+        job: args.job,
+        grace_secs: hyperplan_net::messages::DEFAULT_GRACE_SECS,
+    };
     run_request(&args.client, command, args.output, "cancellation receipt", render)
 }
 

@@ -139,6 +139,8 @@ fn kind(message: &PlannerToAgent) -> &'static str {
         PlannerToAgent::Job(_) => "Job",
         PlannerToAgent::Launch(_) => "Launch",
         PlannerToAgent::Kill { .. } => "Kill",
+        PlannerToAgent::Ack { .. } => "Ack",
+        PlannerToAgent::ReadLog { .. } => "ReadLog",
     }
 }
 
@@ -156,9 +158,10 @@ async fn read_planner(mut recv: quinn::RecvStream) -> LinkDown {
                 numa_nodes = ?l.numa_nodes,
                 "planner asks to launch a task (not run: task execution is not built yet)"
             ),
-            Ok(Some(PlannerToAgent::Kill { job, task })) => {
-                tracing::info!(%job, %task, "planner asks to kill a task (none run here yet)");
+            Ok(Some(PlannerToAgent::Kill { task, .. })) => {
+                tracing::info!(job = %task.job, task = %task.task, "planner asks to kill a task (none run here yet)");
             }
+            Ok(Some(PlannerToAgent::Ack { .. } | PlannerToAgent::ReadLog { .. })) => {}
             Ok(Some(PlannerToAgent::Registered {
                 heartbeat_interval_ms, ..
             })) => tracing::debug!(heartbeat_interval_ms, "Registered again; ignored"),

@@ -1,5 +1,6 @@
 //! An agent's link: `Register` first (naming the node its certificate names), then
-//! heartbeats and topology changes in; `Registered`, `Launch` and `Kill` out. When the
+//! heartbeats, topology changes, task starts and ends and output in; `Registered`,
+//! `Job`, `Launch`, `Kill`, `Ack` and `ReadLog` out. When the
 //! link ends, for whatever reason, the driver hears `Gone` and the node turns NotReady.
 
 use std::time::Duration;
@@ -87,12 +88,13 @@ pub async fn serve(
     let reader = async {
         loop {
             match read_frame::<AgentMessage, _>(&mut recv, max_frame).await {
-                Ok(Some(AgentMessage::Heartbeat { seq, .. })) => {
+                Ok(Some(AgentMessage::Heartbeat { seq, running_tasks, .. })) => {
                     if to_core
                         .send(ToCore::Heartbeat {
                             node: node.clone(),
                             conn_id: id,
                             seq,
+                            running: running_tasks,
                         })
                         .is_err()
                     {
@@ -104,6 +106,18 @@ pub async fn serve(
                         node: node.clone(),
                         conn_id: id,
                         topology: Box::new(topology),
+                    };
+                    if to_core.send(msg).is_err() {
+                        break;
+                    }
+                }
+                Ok(Some(
+                    message @ (AgentMessage::TaskStarted(_) | AgentMessage::TaskFinished(_) | AgentMessage::Log(_)),
+                )) => {
+                    let msg = ToCore::Tasks {
+                        node: node.clone(),
+                        conn_id: id,
+                        message,
                     };
                     if to_core.send(msg).is_err() {
                         break;
@@ -140,5 +154,8 @@ fn kind(m: &AgentMessage) -> &'static str {
         AgentMessage::Register { .. } => "Register",
         AgentMessage::Heartbeat { .. } => "Heartbeat",
         AgentMessage::TopologyChanged { .. } => "TopologyChanged",
+        AgentMessage::TaskStarted(_) => "TaskStarted",
+        AgentMessage::TaskFinished(_) => "TaskFinished",
+        AgentMessage::Log(_) => "Log",
     }
 }

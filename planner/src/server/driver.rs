@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use hyperplan_net::messages::{PlannerToAgent, RequestCommand, ResponseError};
+use hyperplan_net::messages::{AgentMessage, PlannerToAgent, RequestCommand, ResponseError, RunningTask};
 use hyperplan_shared::NodeSpec;
 use hyperplan_shared::status::{Cancelled, JobList, Manifests, NodeList, Submitted};
 use hyperplan_shared::topology::{NodeTopology, SharedTopology};
@@ -40,6 +40,14 @@ pub enum ToCore {
         node: String,
         conn_id: u64,
         seq: u64,
+        /// The tasks the node's shepherds run.
+        running: Vec<RunningTask>,
+    },
+    /// `TaskStarted`, `TaskFinished` or `Log` from a registered agent.
+    Tasks {
+        node: String,
+        conn_id: u64,
+        message: AgentMessage,
     },
     TopologyChanged {
         node: String,
@@ -47,10 +55,7 @@ pub enum ToCore {
         topology: Box<NodeTopology>,
     },
     /// The link ended (closed, lost, refused after registering).
-    Gone {
-        node: String,
-        conn_id: u64,
-    },
+    Gone { node: String, conn_id: u64 },
     /// A discovery source was read (see `super::discovery`).
     Discovered {
         source: String,
@@ -241,7 +246,12 @@ impl Driver {
                 );
                 self.dirty = true;
             }
-            ToCore::Heartbeat { node, conn_id, seq } => {
+            ToCore::Heartbeat {
+                node,
+                conn_id,
+                seq,
+                running: _,
+            } => {
                 let Some(l) = self.links.get_mut(&node).filter(|l| l.conn_id == conn_id) else {
                     return;
                 };
@@ -253,6 +263,7 @@ impl Driver {
                     at_ms: self.clock.now_ms(),
                 });
             }
+            ToCore::Tasks { .. } => {} // issue 13, in progress
             ToCore::TopologyChanged {
                 node,
                 conn_id,
@@ -321,6 +332,7 @@ impl Driver {
                 Command::Warn(w) => super::quiet::warn_limited!(w, "{w}"),
                 Command::Info(i) => tracing::info!("{i}"),
                 Command::NodeHealth { node, why, .. } => self.log_health(&node, why),
+                Command::Kill { .. } => {} // issue 13, in progress
             }
         }
         if placements.is_empty() {
@@ -398,7 +410,7 @@ impl Driver {
                 self.dirty = true;
                 to_value(&Submitted { submitted: names, ids })
             }
-            RequestCommand::Cancel { job } => {
+            RequestCommand::Cancel { job, grace_secs } => {
                 if let Err(e) = self.planner.authorize_cancel(&job, user, admin) {
                     if let CancelError::NotOwner { owner, .. } = &e {
                         tracing::warn!(%peer, user, job, owner, "refused: cancel of another user's job");
@@ -406,7 +418,10 @@ impl Driver {
                     return Err(e.to_string().into());
                 }
                 tracing::info!(user, job, "cancelled");
-                self.planner.push(Event::Cancel { job: job.clone() });
+                self.planner.push(Event::Cancel {
+                    job: job.clone(),
+                    grace_secs,
+                });
                 self.tick();
                 to_value(&Cancelled { cancelled: job })
             }
@@ -433,6 +448,7 @@ impl Driver {
                     manifests: hyperplan_shared::hypernode::to_hypernode_manifests(&specs),
                 })
             }
+            RequestCommand::Logs { .. } => Err("logs: not built yet".into()),
             RequestCommand::Explain { job } => match view::explain(self.planner.world_mut(), &job) {
                 Some(e) => to_value(&e),
                 None => Err(format!("no job named {job:?}").into()),

@@ -1,0 +1,76 @@
+//! How a task ended, as its agent reports it (`TaskFinished`) and the planner keeps it:
+//! one type for the agent, the wire and the core, so an exit code or a signal means the
+//! same thing everywhere.
+
+use serde::{Deserialize, Serialize};
+
+/// How a task ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TaskOutcome {
+    /// It exited by itself (`exit_code`, 0 or not).
+    #[default]
+    Exited,
+    /// A signal hyperplan did not send ended it (`signal`): a crash, an OOM kill, a user.
+    Signaled,
+    /// The job's time limit: SIGTERM, then SIGKILL after the grace period.
+    Timeout,
+    /// Killed on purpose: a cancel, or another task of its job failed.
+    Cancelled,
+    /// It never ran (`reason`: unknown user, root refused, exec or chdir failed, …).
+    Failed,
+    /// Its node was NotReady for longer than `[server] nodeLostAfter`: the planner gave
+    /// it up (a node that comes back has it killed).
+    Lost,
+}
+
+impl TaskOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskOutcome::Exited => "exited",
+            TaskOutcome::Signaled => "signaled",
+            TaskOutcome::Timeout => "timeout",
+            TaskOutcome::Cancelled => "cancelled",
+            TaskOutcome::Failed => "failed",
+            TaskOutcome::Lost => "lost",
+        }
+    }
+}
+
+/// A task's end with its figures. Times are Unix milliseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskEnd {
+    pub outcome: TaskOutcome,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// The task's pid on its node (its process group); `None` when none was started.
+    pub pid: Option<u32>,
+    pub start_time_ms: Option<u64>,
+    pub end_time_ms: u64,
+    /// User plus system CPU time.
+    pub cpu_seconds: f64,
+    /// Peak resident memory.
+    pub max_rss_bytes: u64,
+    /// Its cgroup counted an OOM kill.
+    pub oom_killed: bool,
+    /// Why it failed before it ran, or was lost.
+    pub reason: Option<String>,
+}
+
+impl TaskEnd {
+    /// Ended well: exited 0.
+    pub fn succeeded(&self) -> bool {
+        self.outcome == TaskOutcome::Exited && self.exit_code == Some(0)
+    }
+
+    /// The exit code a shell would show: the code, or 128 + the signal; 1 for a task that
+    /// never ran or was lost.
+    pub fn shell_code(&self) -> i32 {
+        match (self.exit_code, self.signal) {
+            (Some(c), _) => c,
+            (None, Some(s)) => 128 + s,
+            (None, None) => 1,
+        }
+    }
+}
