@@ -141,6 +141,26 @@ pub struct Cancelled {
     pub cancelled: String,
 }
 
+/// A piece of a task's output (`hyperplan logs --output json`), read on its node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogPiece {
+    pub job: String,
+    pub task: String,
+    pub node: String,
+    /// Where `data` starts in the file.
+    pub offset: u64,
+    /// The text read (UTF-8; bytes that are not become U+FFFD, and a character cut at
+    /// the end is left for the next read).
+    pub data: String,
+    /// Where the next read starts.
+    pub next_offset: u64,
+    /// The file's length when it was read.
+    pub size: u64,
+    /// The task has ended: once `next_offset` reaches `size` there is no more to come.
+    pub ended: bool,
+}
+
 /// `hyperplan explain JOB --output json`: the gradient search as the planner sees it now.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -5,8 +5,8 @@
 //! For a job of W tasks on N nodes, task rank r has local rank l among the L tasks on its
 //! node, whose node rank is k ([`local_ranks`]). [`task_env`] sets:
 //!
-//! - `HYPERPLAN_JOB`, `HYPERPLAN_TASK`, `HYPERPLAN_RANK`, `HYPERPLAN_LOCAL_RANK`,
-//!   `HYPERPLAN_NODE_RANK`, `HYPERPLAN_NTASKS` (W), `HYPERPLAN_NNODES` (N),
+//! - `HYPERPLAN_JOB`, `HYPERPLAN_TASK`, `HYPERPLAN_NODE` (its node's name, as the planner
+//!   knows it), `HYPERPLAN_RANK`, `HYPERPLAN_LOCAL_RANK`, `HYPERPLAN_NODE_RANK`, `HYPERPLAN_NTASKS` (W), `HYPERPLAN_NNODES` (N),
 //!   `HYPERPLAN_NODELIST` (a compressed hostlist), `HYPERPLAN_HOSTFILE` (a path; its text is
 //!   [`hostfile`]), `HYPERPLAN_CPUS` (`0-23,112-135`), `HYPERPLAN_NUMA_NODES` (`0,1`),
 //!   `HYPERPLAN_GPUS` (PCI bus ids), `HYPERPLAN_NICS`, `HYPERPLAN_HYPERNODES` (lowest tier
@@ -198,6 +198,7 @@ pub fn task_env(input: &TaskEnvInput<'_>) -> Result<BTreeMap<String, String>, Ta
     set("HYPERPLAN_RANK", p.rank.to_string());
     set("HYPERPLAN_LOCAL_RANK", p.local_rank.to_string());
     set("HYPERPLAN_NODE_RANK", p.node_rank.to_string());
+    set("HYPERPLAN_NODE", p.node.clone());
     set("HYPERPLAN_NTASKS", input.world_size.to_string());
     set("HYPERPLAN_NNODES", input.nnodes.to_string());
     set("HYPERPLAN_NODELIST", compress(input.nodes_by_rank));
@@ -406,6 +407,7 @@ mod tests {
             ("HYPERPLAN_RANK", "5"),
             ("HYPERPLAN_LOCAL_RANK", "1"),
             ("HYPERPLAN_NODE_RANK", "1"),
+            ("HYPERPLAN_NODE", "gpu001"),
             ("HYPERPLAN_NTASKS", "8"),
             ("HYPERPLAN_NNODES", "2"),
             ("HYPERPLAN_NODELIST", "gpu[001-002]"),
