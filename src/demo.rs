@@ -80,6 +80,9 @@ const MACHINES: &[(&str, &str)] = &[
 const DEMO_JOBS: &str = "\
 # The demo's jobs: a gang that must share a leaf switch with NUMA-pinned ranks, a job
 # spread over the spine, a bag of small unpinned tasks, and one that can never fit.
+# Each task says who and where it is: its rank, node, user, the CPUs the planner gave
+# it and the CPUs the kernel lets it use (the demo's machines are synthetic, so the
+# agents run tasks unpinned: on a real node the two are the same).
 ---
 name: mpi-leaf
 networkTopology: {mode: hard, highestTierAllowed: 1}
@@ -88,7 +91,7 @@ tasks:
     replicas: 4
     topologyPolicy: single-numa-node
     resources: {cpu: 4, memory: 4Gi}
-    command: [\"mpirun\", \"./solver\"]
+    command: [sh, -c, \"echo rank $RANK of $WORLD_SIZE on $HYPERPLAN_NODE as $(id -un): given CPUs $HYPERPLAN_CPUS, $(grep Cpus_allowed_list /proc/self/status | tr -d '\\t')\"]
 ---
 name: train-spine
 networkTopology: {mode: hard, highestTierAllowed: 2}
@@ -97,12 +100,14 @@ tasks:
     replicas: 6
     topologyPolicy: best-effort
     resources: {cpu: 8, memory: 8Gi}
+    command: [sh, -c, \"echo worker $RANK on $HYPERPLAN_NODE, master $MASTER_ADDR:$MASTER_PORT; sleep 1\"]
 ---
 name: etl
 tasks:
   - name: map
     replicas: 8
     resources: {cpu: 1500m, memory: 2Gi}
+    command: [sh, -c, \"echo map $HYPERPLAN_RANK on $HYPERPLAN_NODE\"]
 ---
 name: too-big
 tasks:
@@ -129,6 +134,11 @@ impl State {
         if let Some(mut w) = self.watcher.take() {
             let _ = w.kill();
             let _ = w.wait();
+        }
+        // The agents' shepherds left the demo's session on purpose (they outlive agent
+        // restarts): they are stopped here, by the pids they wrote, with their tasks.
+        if let Some(dir) = &self.dir {
+            stop_shepherds(&dir.path().join("agents"));
         }
         for (_, c) in self.procs.iter_mut() {
             signal(c.id(), libc::SIGTERM);
@@ -193,6 +203,71 @@ fn signal(pid: u32, sig: libc::c_int) {
     // we have not reaped (it is still in `State::procs`), so it cannot name another process.
     #[allow(unsafe_code)]
     let _ = unsafe { libc::kill(pid, sig) };
+}
+
+/// Stops every shepherd that wrote a pid under `agents/NODE/tasks/JOB/TASK/pid`: SIGTERM
+/// (the shepherd passes it on to its task's process group), then, for what is still
+/// there after 3 s, SIGKILL to the task's group and the shepherd.
+fn stop_shepherds(agents: &Path) {
+    let pid_files = glob_depth(agents, &["tasks", "*", "*", "pid"]);
+    // Only pids that still are shepherds (a pid may have been reused since).
+    let alive = |pid: u32| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"shepherd"))
+    };
+    let mut shepherds: Vec<(u32, Option<u32>)> = pid_files
+        .iter()
+        .filter_map(|p| {
+            let pid = std::fs::read_to_string(p).ok()?.trim().parse::<u32>().ok()?;
+            let task = std::fs::read_to_string(p.with_file_name("started.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .and_then(|v| v["pid"].as_u64())
+                .and_then(|p| u32::try_from(p).ok());
+            Some((pid, task))
+        })
+        .filter(|&(pid, _)| alive(pid))
+        .collect();
+    for &(pid, _) in &shepherds {
+        signal(pid, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !shepherds.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        shepherds.retain(|&(pid, _)| alive(pid));
+    }
+    for (pid, task) in shepherds {
+        if let Some(group) = task.and_then(|t| i32::try_from(t).ok()) {
+            // A negative pid names the task's process group.
+            // SAFETY: kill(2) with plain integers; the group is the one the shepherd,
+            // still alive here, made for its task.
+            #[allow(unsafe_code)]
+            let _ = unsafe { libc::kill(-group, libc::SIGKILL) };
+        }
+        signal(pid, libc::SIGKILL);
+    }
+}
+
+/// The paths under `root` that match `parts` (`*`: any one name), one level per part.
+fn glob_depth(root: &Path, parts: &[&str]) -> Vec<PathBuf> {
+    let mut level = match std::fs::read_dir(root) {
+        Ok(entries) => entries.filter_map(|e| e.ok()).map(|e| e.path()).collect::<Vec<_>>(),
+        Err(_) => return Vec::new(),
+    };
+    for part in parts {
+        level = level
+            .iter()
+            .flat_map(|dir| match *part {
+                "*" => std::fs::read_dir(dir)
+                    .map(|es| es.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+                    .unwrap_or_default(),
+                name => vec![dir.join(name)]
+                    .into_iter()
+                    .filter(|p| p.exists())
+                    .collect::<Vec<_>>(),
+            })
+            .collect();
+    }
+    level
 }
 
 /// Makes the child started by `cmd` receive SIGTERM when the demo dies, however it dies.
@@ -344,12 +419,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for n in &nodes {
         issue_node(&certs, n)?;
     }
-    issue_user(&certs, "demo", UserRole::Admin)?;
+    // Tasks run as the user whose certificate submitted them: you.
+    let user = current_user()?;
+    issue_user(&certs, &user, UserRole::Admin)?;
     // Nothing more to issue: the CA key goes now (see the module doc).
     let ca_key = certs.join("ca.key");
     std::fs::remove_file(&ca_key).with_context(|| format!("removing {}", ca_key.display()))?;
     println!(
-        "cluster CA, planner, {} node and 1 user certificate in {}",
+        "cluster CA, planner, {} node and 1 user certificate ({user}, admin) in {}",
         nodes.len(),
         certs.display()
     );
@@ -391,6 +468,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let (what, synthetic) = MACHINES[i % MACHINES.len()];
         let leaf = format!("leaf-{}", i / 4 + 1);
         let log = std::fs::File::create(dir.join(format!("{n}.log")))?;
+        let state_dir = dir.join("agents").join(n);
         let mut agent = Command::new(&agent_bin);
         agent
             .args([
@@ -406,6 +484,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ])
             .arg("--cert-dir")
             .arg(&certs)
+            .arg("--state-dir")
+            .arg(&state_dir)
             .args([
                 "--label",
                 &format!("hyperplan.io/leaf={leaf}"),
@@ -414,6 +494,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ])
             .stdout(Stdio::null())
             .stderr(log);
+        if user == "root" {
+            // You run the demo as root: its tasks run as you, which agents refuse by default.
+            agent.arg("--allow-root");
+        }
         session
             .spawn(format!("agent {n}"), agent)
             .with_context(|| format!("starting {}", agent_bin.display()))?;
@@ -424,8 +508,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         c.args(args)
             .env("HYPERPLAN_PLANNER", &addr)
             .env("HYPERPLAN_CERT_DIR", &certs)
-            .env("HYPERPLAN_USER", "demo")
-            .env("XDG_CONFIG_HOME", &dir);
+            .env("HYPERPLAN_USER", &user)
+            .env("XDG_CONFIG_HOME", &dir)
+            // The jobs' outputs land in the submit directory: the temp dir.
+            .current_dir(&dir);
         die_with_parent(&mut c);
         c
     };
@@ -481,11 +567,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     // The planner ticks as soon as the jobs arrive; give it a moment and show the result.
-    std::thread::sleep(Duration::from_millis(1500));
-    heading("hyperplan status");
+    std::thread::sleep(Duration::from_millis(1000));
+    heading("hyperplan status (running)");
     show(cli(&["status"]))?;
-    heading("hyperplan nodes (after placement)");
+    heading("hyperplan nodes (while the jobs run)");
     show(cli(&["nodes"]))?;
+    wait_until_ended(&cli, Duration::from_secs(60))?;
+    heading("hyperplan status (ended)");
+    show(cli(&["status"]))?;
+    let demo_jobs = args.jobs.is_none();
+    if demo_jobs {
+        heading("hyperplan status mpi-leaf");
+        show(cli(&["status", "mpi-leaf"]))?;
+        for rank in 0..4 {
+            let task = format!("rank-{rank}");
+            heading(&format!("hyperplan logs mpi-leaf --task {task}"));
+            show(cli(&["logs", "mpi-leaf", "--task", &task]))?;
+        }
+    }
 
     if args.keep_running {
         println!(
@@ -502,6 +601,41 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     session.lock().stop();
     println!("planner and agents stopped; temp dir removed");
     Ok(())
+}
+
+/// Waits until no job is pending, placed or running (the rejected one never will be).
+fn wait_until_ended(cli: &dyn Fn(&[&str]) -> Command, limit: Duration) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let out = cli(&["status", "--output", "json"]).output()?;
+        let busy = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v["jobs"].as_array().cloned())
+            .map_or(usize::MAX, |jobs| {
+                jobs.iter()
+                    .filter(|j| matches!(j["status"].as_str(), Some("placed" | "running")))
+                    .count()
+            });
+        if busy == 0 {
+            return Ok(());
+        }
+        if started.elapsed() > limit {
+            println!("({busy} job(s) still running after {} s)", limit.as_secs());
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// The user this process runs as (`id -un`): the demo's certificate names it, so the
+/// tasks run as you.
+fn current_user() -> anyhow::Result<String> {
+    let out = Command::new("id").arg("-un").output().context("running `id -un`")?;
+    let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() || name.is_empty() {
+        bail!("`id -un` did not name the current user");
+    }
+    Ok(name)
 }
 
 fn show(mut cmd: Command) -> anyhow::Result<()> {

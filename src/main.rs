@@ -48,6 +48,7 @@ enum Command {
     Status(commands::status::Args),
     Cancel(commands::cancel::Args),
     Explain(commands::explain::Args),
+    Logs(commands::logs::Args),
     /// Cluster CA and certificates for mutual TLS between planner, agents and people.
     Certs {
         #[command(subcommand)]
@@ -89,12 +90,17 @@ fn main() -> ExitCode {
         Command::Status(args) => commands::status::run(args),
         Command::Cancel(args) => commands::cancel::run(args),
         Command::Explain(args) => commands::explain::run(args),
+        Command::Logs(args) => commands::logs::run(args),
         Command::Certs { command } => certs::run(command),
         Command::Cluster { command } => cluster::run(command),
         Command::Topology { command } => fabric::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // `submit --wait`: the job's own exit code, already explained on stderr.
+        Err(e) if e.downcast_ref::<commands::submit::JobsEnded>().is_some() => {
+            ExitCode::from(e.downcast_ref::<commands::submit::JobsEnded>().map_or(1, |j| j.0))
+        }
         Err(e) => {
             eprintln!("hyperplan: {e:#}");
             ExitCode::FAILURE

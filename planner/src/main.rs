@@ -56,6 +56,11 @@ struct Args {
     /// Heartbeats a node may miss before it is NotReady [server.missedHeartbeats; default 3].
     #[arg(long, value_name = "N")]
     missed_heartbeats: Option<u32>,
+    /// Seconds a node may be NotReady before its running tasks are lost: their resources
+    /// are free again, their jobs fail (or are requeued with `requeue: true`), and if the
+    /// node comes back the tasks are killed [server.nodeLostAfter; default 300].
+    #[arg(long, value_name = "SECONDS")]
+    node_lost_after: Option<f64>,
     /// Largest message accepted, in bytes [server.maxFrameBytes; default 16777216].
     #[arg(long, value_name = "BYTES")]
     max_frame_bytes: Option<usize>,
@@ -110,6 +115,9 @@ fn run() -> anyhow::Result<()> {
     if let Some(v) = args.missed_heartbeats {
         anyhow::ensure!(v > 0, "--missed-heartbeats: expected at least 1");
         s.missed_heartbeats = v;
+    }
+    if let Some(v) = args.node_lost_after {
+        s.node_lost_after = seconds(v).context("--node-lost-after: expected seconds > 0")?;
     }
     if let Some(v) = args.max_frame_bytes {
         anyhow::ensure!(

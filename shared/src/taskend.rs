@@ -74,3 +74,49 @@ impl TaskEnd {
         }
     }
 }
+
+/// `SIGTERM` for 15; `signal N` for what has no name here.
+pub fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        _ => return format!("signal {signal}"),
+    };
+    name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_as_a_shell_shows_them() {
+        let end = |exit_code, signal| TaskEnd {
+            exit_code,
+            signal,
+            ..TaskEnd::default()
+        };
+        assert_eq!(end(Some(3), None).shell_code(), 3);
+        assert_eq!(end(None, Some(9)).shell_code(), 137);
+        assert_eq!(end(None, None).shell_code(), 1);
+        assert!(end(Some(0), None).succeeded());
+        assert!(!end(Some(1), None).succeeded());
+        assert_eq!(signal_name(9), "SIGKILL");
+        assert_eq!(signal_name(40), "signal 40");
+    }
+}

@@ -8,10 +8,12 @@ use super::{Output, long_help, run_request};
 use crate::client::ClientArgs;
 
 const EXAMPLES: &str = "  hyperplan cancel train-64
+  hyperplan cancel train-64 --grace 60s
   hyperplan cancel train-64 --user admin --output json";
 
-/// Cancel a job: pending, it never starts; placed, its tasks are stopped and their CPUs,
-/// GPUs and memory freed.
+/// Cancel a job: pending, it never starts; running, every task's process group gets
+/// SIGTERM, then SIGKILL after the grace period, and its CPUs, GPUs and memory are free
+/// once its node reports it ended.
 ///
 /// You may cancel your own jobs (the user your certificate names); an admin certificate
 /// may cancel anyone's. Prints `cancelled JOB`, or with `--output json` `{"cancelled":
@@ -22,6 +24,9 @@ pub struct Args {
     /// The job's name (see `hyperplan status`).
     #[arg(value_name = "JOB")]
     job: String,
+    /// Time between SIGTERM and SIGKILL for the job's tasks: seconds, or `30s`, `2m`.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_grace)]
+    grace: u64,
     #[arg(long, value_enum, default_value_t)]
     output: Output,
     #[command(flatten)]
@@ -31,9 +36,17 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let command = RequestCommand::Cancel {
         job: args.job,
-        grace_secs: hyperplan_net::messages::DEFAULT_GRACE_SECS,
+        grace_secs: args.grace,
     };
     run_request(&args.client, command, args.output, "cancellation receipt", render)
+}
+
+/// `--grace`: `10`, `10s`, `2m` (the job file's time format).
+fn parse_grace(text: &str) -> Result<u64, String> {
+    if text.trim() == "0" {
+        return Ok(0); // SIGKILL at once
+    }
+    hyperplan_shared::timelimit::parse_time_limit(text).map_err(|e| e.to_string())
 }
 
 /// `cancelled JOB`.

@@ -70,21 +70,23 @@ pub fn render(e: &Explanation) -> String {
     out
 }
 
-/// `placed 8/8 tasks under leaf-0`, `pending`, `rejected`.
+/// `placed 8/8 tasks under leaf-0`, `running 8/8 tasks …`, `pending`, `failed (exit code 3)`.
 fn status(job: &JobReport) -> String {
     match job.status {
-        JobStatus::Placed => {
+        JobStatus::Placed | JobStatus::Running => {
             let placed = job.tasks.iter().filter(|t| t.node.is_some()).count();
             let under = job
                 .allocated_hyper_node
                 .as_deref()
                 .map(|h| format!(" under {h}"))
                 .unwrap_or_default();
-            format!("placed {placed}/{} tasks{under}", job.tasks.len())
+            format!("{} {placed}/{} tasks{under}", job.status.as_str(), job.tasks.len())
         }
-        JobStatus::Pending => "pending".into(),
-        JobStatus::Rejected => "rejected".into(),
-        JobStatus::Cancelled => "cancelled".into(),
+        JobStatus::Failed => match job.exit_code {
+            Some(c) => format!("failed (exit code {c})"),
+            None => "failed".into(),
+        },
+        other => other.as_str().into(),
     }
 }
 

@@ -1,5 +1,5 @@
 //! The commands that talk to a running planner: `nodes`, `hypernodes`, `submit`, `status`,
-//! `cancel`, `explain`. Each sends one request (see `crate::client`) and prints the reply
+//! `cancel`, `explain`, `logs`. Each sends one request (see `crate::client`) and prints the reply
 //! through [`run_request`] (`submit`, sending one request per file, through
 //! [`print_reply`]): `--output json` prints the planner's JSON value exactly,
 //! `--output table` renders it for people. Renderers are pure functions of the reply
@@ -9,6 +9,7 @@ pub mod cancel;
 mod columns;
 pub mod explain;
 pub mod hypernodes;
+pub mod logs;
 pub mod nodes;
 pub mod status;
 pub mod submit;

@@ -3,6 +3,8 @@
 
 use hyperplan_core::sim::{render_table, render_task_table};
 use hyperplan_net::messages::RequestCommand;
+use hyperplan_shared::MEMORY;
+use hyperplan_shared::quantity::format_quantity;
 use hyperplan_shared::report::{JobStatus, Report, Summary};
 use hyperplan_shared::status::JobList;
 
@@ -103,99 +105,48 @@ pub fn render(list: &JobList, tasks: bool) -> String {
     if tasks {
         out.push('\n');
         out.push_str(&render_task_table(&report));
+        out.push_str(&render_runs(&list.jobs));
     }
     out
 }
 
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-    use std::collections::BTreeMap;
-
-    use hyperplan_shared::report::{JobReport, TaskReport};
-
-    use super::*;
-
-    fn task(rank: u32, node: Option<&str>, pinned: bool) -> TaskReport {
-        TaskReport {
-            name: format!("worker-{rank}"),
-            rank: node.map(|_| rank),
-            sub_job: "worker".into(),
-            node: node.map(Into::into),
-            hyper_nodes: node
-                .map(|_| vec!["leaf-0".into(), "spine-0".into()])
-                .unwrap_or_default(),
-            cpus: pinned.then(|| "0-15".into()),
-            numa_nodes: if pinned { vec![0] } else { vec![] },
-            memory_numa: if pinned {
-                BTreeMap::from([(0, 64 << 30)])
-            } else {
-                BTreeMap::new()
-            },
-            gpus: if pinned { vec!["0000:3b:00.0".into()] } else { vec![] },
-            nics: if pinned { vec!["mlx5_0".into()] } else { vec![] },
-            working_dir: None,
-        }
+/// How each task runs or ended, for tasks that ran on agents (the simulator's have no
+/// run): `TASK NODE STATE EXIT PID CPU-TIME PEAK-MEM`. Empty when no task has a state.
+fn render_runs(jobs: &[hyperplan_shared::report::JobReport]) -> String {
+    let runs: Vec<_> = jobs
+        .iter()
+        .flat_map(|j| j.tasks.iter())
+        .filter(|t| t.state.is_some())
+        .collect();
+    if runs.is_empty() {
+        return String::new();
     }
-
-    fn jobs() -> JobList {
-        JobList {
-            jobs: vec![
-                JobReport {
-                    id: 1,
-                    name: "train-64".into(),
-                    status: JobStatus::Placed,
-                    reason: None,
-                    submit_time: 100,
-                    start_time: Some(101),
-                    end_time: None,
-                    allocated_hyper_node: Some("leaf-0".into()),
-                    owner: None,
-                    tasks: vec![task(0, Some("gpu-b01"), true), task(1, Some("gpu-b02"), true)],
-                },
-                JobReport {
-                    id: 1,
-                    name: "big-256".into(),
-                    status: JobStatus::Pending,
-                    reason: Some("no tier-1 HyperNode has 32 free GPUs; best is leaf-7 with 24".into()),
-                    submit_time: 102,
-                    start_time: None,
-                    end_time: None,
-                    allocated_hyper_node: None,
-                    owner: None,
-                    tasks: vec![task(0, None, false)],
-                },
-                JobReport {
-                    id: 1,
-                    name: "huge".into(),
-                    status: JobStatus::Rejected,
-                    reason: Some("needs 4096 GPUs; the cluster has 512".into()),
-                    submit_time: 103,
-                    start_time: None,
-                    end_time: None,
-                    allocated_hyper_node: None,
-                    owner: None,
-                    tasks: vec![],
-                },
-            ],
-        }
+    let mut rows = vec![[
+        "TASK".to_string(),
+        "NODE".into(),
+        "STATE".into(),
+        "EXIT".into(),
+        "PID".into(),
+        "CPU-TIME".into(),
+        "PEAK-MEM".into(),
+    ]];
+    for t in runs {
+        let exit = match (t.exit_code, t.signal) {
+            (_, Some(s)) => hyperplan_shared::taskend::signal_name(s),
+            (Some(c), None) => c.to_string(),
+            (None, None) => "-".into(),
+        };
+        rows.push([
+            t.name.clone(),
+            t.node.clone().unwrap_or_else(|| "-".into()),
+            t.state.map_or("-", |s| s.as_str()).to_string(),
+            exit,
+            t.pid.map_or_else(|| "-".into(), |p| p.to_string()),
+            t.cpu_seconds.map_or_else(|| "-".into(), |s| format!("{s:.2}s")),
+            t.max_rss_bytes
+                .or(t.rss_bytes)
+                .map_or_else(|| "-".into(), |b| format_quantity(MEMORY, b)),
+        ]);
     }
-
-    #[test]
-    fn all_jobs() {
-        insta::assert_snapshot!(render(&jobs(), false));
-    }
-
-    #[test]
-    fn one_job_with_its_tasks() {
-        let mut list = jobs();
-        list.jobs.truncate(1);
-        insta::assert_snapshot!(render(&list, true));
-    }
-
-    #[test]
-    fn no_jobs() {
-        insta::assert_snapshot!(render(&JobList::default(), false), @"no jobs: submit one with `hyperplan submit FILE`");
-    }
+    format!("\n{}", super::columns::columns(&rows))
 }

@@ -12,6 +12,7 @@ use super::{Output, decode, long_help, print_reply};
 use crate::client::{self, ClientArgs, ClientConfig};
 
 const EXAMPLES: &str = "  hyperplan submit examples/jobs.yaml
+  hyperplan submit --wait train.yaml && echo trained
   hyperplan submit train.yaml eval.yaml --output json
   generate-job | hyperplan submit -";
 
@@ -24,18 +25,40 @@ const EXAMPLES: &str = "  hyperplan submit examples/jobs.yaml
 /// stay submitted, and are named). `-` reads a file from standard input.
 /// Tasks without a `workingDir` run in the directory you submit from (on their nodes, so
 /// it should be on a shared filesystem), and a relative `workingDir` starts there.
-/// Follow the jobs with `hyperplan status`.
+/// Follow the jobs with `hyperplan status` and `hyperplan logs`, or stay with `--wait`.
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = long_help(EXAMPLES))]
 pub struct Args {
     /// Job files (YAML); `-` for standard input.
     #[arg(value_name = "FILE", required = true)]
     files: Vec<PathBuf>,
+    /// Stay until the submitted jobs have ended; exit with the job's exit code (the first
+    /// non-zero one of several jobs): 0 when all completed, the task's exit code for a
+    /// failed job (128 + N for a signal), 124 for a time limit, 130 when cancelled, 1 when
+    /// rejected.
+    #[arg(long)]
+    wait: bool,
     #[arg(long, value_enum, default_value_t)]
     output: Output,
     #[command(flatten)]
     client: ClientArgs,
 }
+
+/// The process's exit code after `submit --wait`: how the jobs ended (see `Args::wait`).
+/// `main` exits with it and prints nothing more.
+#[derive(Debug)]
+pub struct JobsEnded(pub u8);
+
+impl std::fmt::Display for JobsEnded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the job ended with exit code {}", self.0)
+    }
+}
+
+impl std::error::Error for JobsEnded {}
+
+/// How often `--wait` asks how the jobs are.
+const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(300);
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let files = read_files(&args.files)?;
@@ -75,7 +98,83 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         [one] => one.clone(),
         _ => serde_json::to_value(&submitted).context("encoding the receipt")?,
     };
-    print_reply(args.output, value, "submission receipt", render)
+    print_reply(args.output, value, "submission receipt", render)?;
+    if args.wait {
+        let code = wait_for(&config, &submitted)?;
+        if code != 0 {
+            return Err(JobsEnded(code).into());
+        }
+    }
+    Ok(())
+}
+
+/// Polls the planner until every submitted job has ended; says how each ended (on
+/// standard error) and returns the exit code for the process.
+fn wait_for(config: &ClientConfig, submitted: &Submitted) -> anyhow::Result<u8> {
+    let mut waiting: Vec<(String, u64)> = submitted
+        .submitted
+        .iter()
+        .cloned()
+        .zip(submitted.ids.iter().copied())
+        .collect();
+    let mut code = 0u8;
+    while !waiting.is_empty() {
+        let mut still = Vec::new();
+        for (name, id) in waiting {
+            let command = RequestCommand::Status {
+                job: Some(name.clone()),
+                all: true,
+            };
+            let list: hyperplan_shared::status::JobList = decode(client::request(config, command)?, "job list")?;
+            let Some(job) = list.jobs.iter().find(|j| j.id == id) else {
+                bail!("job {name} (id {id}) is no longer known to the planner");
+            };
+            match ended_code(job) {
+                Some(c) => {
+                    eprintln!("{}", ended_line(job));
+                    if code == 0 {
+                        code = c;
+                    }
+                }
+                None => still.push((name, id)),
+            }
+        }
+        waiting = still;
+        if !waiting.is_empty() {
+            std::thread::sleep(WAIT_POLL);
+        }
+    }
+    Ok(code)
+}
+
+/// The exit code for a job that has ended; `None` while it has not.
+fn ended_code(job: &hyperplan_shared::report::JobReport) -> Option<u8> {
+    use hyperplan_shared::report::JobStatus as S;
+    let code = |c: Option<i32>| u8::try_from(c.unwrap_or(1).clamp(0, 255)).unwrap_or(1);
+    match job.status {
+        S::Completed => Some(0),
+        S::Failed => Some(code(job.exit_code).max(1)),
+        S::Timeout => Some(124),
+        S::Cancelled => Some(130),
+        S::Rejected => Some(1),
+        S::Pending | S::Placed | S::Running => None,
+    }
+}
+
+/// `job train (id 7): failed, exit code 3`.
+fn ended_line(job: &hyperplan_shared::report::JobReport) -> String {
+    let status = serde_json::to_value(job.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let mut line = format!("job {} (id {}): {status}", job.name, job.id);
+    if let Some(c) = job.exit_code {
+        line.push_str(&format!(", exit code {c}"));
+    }
+    if let Some(r) = &job.reason {
+        line.push_str(&format!(" ({})", hyperplan_shared::names::escape_text(r)));
+    }
+    line
 }
 
 /// `(name as typed, text)` per file, all read before any is sent. Each is read up to

@@ -23,6 +23,8 @@ pub struct ServerConfig {
     pub missed_heartbeats: u32,
     /// `maxFrameBytes`: the largest message accepted.
     pub max_frame_bytes: usize,
+    /// `nodeLostAfter` (seconds): NotReady this long, a node's running tasks are lost.
+    pub node_lost_after: std::time::Duration,
 }
 
 impl Default for ServerConfig {
@@ -34,6 +36,7 @@ impl Default for ServerConfig {
             heartbeat_interval: HealthConfig::default().heartbeat_interval,
             missed_heartbeats: HealthConfig::default().missed_heartbeats,
             max_frame_bytes: 16 * 1024 * 1024,
+            node_lost_after: HealthConfig::default().node_lost_after,
         }
     }
 }
@@ -44,6 +47,7 @@ impl ServerConfig {
         HealthConfig {
             heartbeat_interval: self.heartbeat_interval,
             missed_heartbeats: self.missed_heartbeats,
+            node_lost_after: self.node_lost_after,
         }
     }
 }
@@ -60,6 +64,7 @@ pub struct RawServer {
     heartbeat_interval: Option<toml::Spanned<f64>>,
     missed_heartbeats: Option<toml::Spanned<u32>>,
     max_frame_bytes: Option<toml::Spanned<u64>>,
+    node_lost_after: Option<toml::Spanned<f64>>,
 }
 
 /// Seconds as a duration: positive and finite, else `None`.
@@ -95,6 +100,7 @@ pub fn server_config(
                 s.heartbeat_interval,
                 &mut server.heartbeat_interval,
             ),
+            ("nodeLostAfter", s.node_lost_after, &mut server.node_lost_after),
         ] {
             if let Some(v) = value {
                 *target = seconds(*v.get_ref()).ok_or_else(|| {

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use hyperplan_net::messages::{AgentMessage, PlannerToAgent, RequestCommand, ResponseError, RunningTask};
+use hyperplan_net::messages::{AgentMessage, PlannerToAgent, RequestCommand, ResponseError, RunningTask, TaskRef};
 use hyperplan_shared::NodeSpec;
 use hyperplan_shared::status::{Cancelled, JobList, Manifests, NodeList, Submitted};
 use hyperplan_shared::topology::{NodeTopology, SharedTopology};
@@ -21,6 +21,7 @@ use super::close;
 use crate::config::{DaemonConfig, SourceKind};
 use hyperplan_core::commands::HealthChange;
 use hyperplan_core::discovery::{Found, SourceError};
+use hyperplan_core::events::TaskOnNode;
 use hyperplan_core::numa::node::hardware_resources;
 use hyperplan_core::ownership::{CancelError, SubmitError};
 use hyperplan_core::{Command, Event, Planner, view};
@@ -114,6 +115,8 @@ struct Driver {
     /// What agents are told to heartbeat at (`[server] heartbeatInterval`).
     heartbeat_interval_ms: u64,
     dirty: bool,
+    /// `hyperplan logs` requests waiting for their agents.
+    logs: super::logs::LogRelay,
 }
 
 pub async fn run(mut config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCore>) {
@@ -136,6 +139,7 @@ pub async fn run(mut config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCor
         clock: Clock::new(),
         heartbeat_interval_ms: u64::try_from(config.server.heartbeat_interval.as_millis()).unwrap_or(u64::MAX),
         dirty: true,
+        logs: super::logs::LogRelay::default(),
     };
     // Ticks at least as often as heartbeats are due, so silence is noticed in time.
     let period = config.server.tick_interval.min(config.server.heartbeat_interval);
@@ -167,6 +171,7 @@ pub async fn run(mut config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCor
             _ = timer.tick() => d.dirty = true,
             () = wait => {}
         }
+        d.logs.expire(Instant::now());
         if d.dirty {
             let next = last_tick + min_gap;
             if Instant::now() >= next {
@@ -250,12 +255,29 @@ impl Driver {
                 node,
                 conn_id,
                 seq,
-                running: _,
+                running,
             } => {
                 let Some(l) = self.links.get_mut(&node).filter(|l| l.conn_id == conn_id) else {
                     return;
                 };
                 l.last_seq = seq;
+                if !running.is_empty() {
+                    let tasks = running
+                        .into_iter()
+                        .map(|r| TaskOnNode {
+                            job: r.task.job,
+                            job_id: r.task.job_id,
+                            task: r.task.task,
+                            pid: r.pid,
+                            cpu_cores: r.cpu_cores,
+                            rss_bytes: r.rss_bytes,
+                        })
+                        .collect();
+                    self.planner.push(Event::TasksOnNode {
+                        node: node.clone(),
+                        tasks,
+                    });
+                }
                 // No tick for it: the core reads the time it arrived, and the timer ticks
                 // at least once per heartbeat interval.
                 self.planner.push(Event::Heartbeat {
@@ -263,7 +285,7 @@ impl Driver {
                     at_ms: self.clock.now_ms(),
                 });
             }
-            ToCore::Tasks { .. } => {} // issue 13, in progress
+            ToCore::Tasks { node, conn_id, message } => self.task_report(node, conn_id, message),
             ToCore::TopologyChanged {
                 node,
                 conn_id,
@@ -279,6 +301,7 @@ impl Driver {
             ToCore::Gone { node, conn_id } => {
                 if self.links.get(&node).is_some_and(|l| l.conn_id == conn_id) {
                     self.links.remove(&node);
+                    self.logs.node_gone(&node);
                     self.planner.push(Event::LinkDown {
                         node,
                         link: conn_id,
@@ -311,6 +334,16 @@ impl Driver {
                 if self.dirty && !matches!(command, RequestCommand::Submit { .. }) {
                     self.tick(); // answer from a world that has seen everything received
                 }
+                if let RequestCommand::Logs {
+                    job,
+                    task,
+                    stderr,
+                    offset,
+                    max_bytes,
+                } = command
+                {
+                    return self.relay_logs(&user, admin, &job, task.as_deref(), stderr, offset, max_bytes, reply);
+                }
                 let answer = self.answer(&user, admin, peer, command);
                 let _ = reply.send(answer);
             }
@@ -332,7 +365,31 @@ impl Driver {
                 Command::Warn(w) => super::quiet::warn_limited!(w, "{w}"),
                 Command::Info(i) => tracing::info!("{i}"),
                 Command::NodeHealth { node, why, .. } => self.log_health(&node, why),
-                Command::Kill { .. } => {} // issue 13, in progress
+                Command::Kill {
+                    node,
+                    job,
+                    job_id,
+                    task,
+                    grace_secs,
+                    why,
+                } => {
+                    tracing::info!(
+                        job = &*job,
+                        task = &*task,
+                        node = &*node,
+                        grace_secs,
+                        "kill: {}",
+                        why.as_str()
+                    );
+                    if let Some(l) = self.links.get(&*node) {
+                        let task = TaskRef {
+                            job: job.to_string(),
+                            job_id,
+                            task: task.to_string(),
+                        };
+                        let _ = l.tx.send(PlannerToAgent::Kill { task, grace_secs });
+                    }
+                }
             }
         }
         if placements.is_empty() {
@@ -343,6 +400,128 @@ impl Driver {
         for (node, frame) in super::launch::frames(self.planner.world(), placements, address_of) {
             if let Some(l) = self.links.get(&*node) {
                 let _ = l.tx.send(frame);
+            }
+        }
+    }
+
+    /// A task's start or end from its node's agent: to the core, acknowledged at once
+    /// (the agent keeps sending it until then); or a piece of output for `logs`.
+    fn task_report(&mut self, node: String, conn_id: u64, message: AgentMessage) {
+        let Some(link) = self.links.get(&node).filter(|l| l.conn_id == conn_id) else {
+            return; // a link that no longer holds the node: its agent sends again
+        };
+        match message {
+            AgentMessage::TaskStarted(s) => {
+                tracing::info!(job = s.task.job, task = s.task.task, node, pid = s.pid, "task started");
+                let _ = link.tx.send(PlannerToAgent::Ack {
+                    task: s.task.clone(),
+                    finished: false,
+                });
+                self.planner.push(Event::TaskStarted {
+                    node,
+                    job: s.task.job,
+                    job_id: s.task.job_id,
+                    task: s.task.task,
+                    pid: s.pid,
+                    at_ms: s.start_time_ms,
+                });
+                self.dirty = true;
+            }
+            AgentMessage::TaskFinished(f) => {
+                let f = *f;
+                let end = &f.end;
+                tracing::info!(
+                    job = f.task.job,
+                    task = f.task.task,
+                    node,
+                    outcome = end.outcome.as_str(),
+                    exit_code = end.exit_code,
+                    signal = end.signal,
+                    reason = end.reason.as_deref(),
+                    "task ended"
+                );
+                let _ = link.tx.send(PlannerToAgent::Ack {
+                    task: f.task.clone(),
+                    finished: true,
+                });
+                self.planner.push(Event::TaskEnded {
+                    node,
+                    job: f.task.job,
+                    job_id: f.task.job_id,
+                    task: f.task.task,
+                    end: f.end,
+                });
+                self.dirty = true;
+            }
+            AgentMessage::Log(chunk) => self.logs.answer(&node, chunk),
+            AgentMessage::Register { .. } | AgentMessage::Heartbeat { .. } | AgentMessage::TopologyChanged { .. } => {}
+        }
+    }
+
+    /// `hyperplan logs`: finds the task and its node, checks the person may read it, and
+    /// asks the node's agent (the answer comes with its `Log`).
+    #[allow(clippy::too_many_arguments)]
+    fn relay_logs(
+        &mut self,
+        user: &str,
+        admin: bool,
+        job: &str,
+        task: Option<&str>,
+        stderr: bool,
+        offset: u64,
+        max_bytes: u32,
+        reply: oneshot::Sender<Result<Value, ResponseError>>,
+    ) {
+        let found = (|| {
+            let owner = self.planner.owner_of(job).map(str::to_string);
+            let report = view::job_report(self.planner.world_mut(), job)
+                .ok_or_else(|| ResponseError::new(format!("no job named {job:?}")))?;
+            if !admin && owner.as_deref() != Some(user) {
+                return Err(ResponseError::new(format!(
+                    "job {job} belongs to {}; only its owner or an admin may read its output",
+                    owner.as_deref().unwrap_or("nobody")
+                )));
+            }
+            let t = match task {
+                Some(name) => report.tasks.iter().find(|t| t.name == name).ok_or_else(|| {
+                    ResponseError::new(format!("job {job} has no task {name:?} (see `hyperplan status {job}`)"))
+                })?,
+                None => report
+                    .tasks
+                    .iter()
+                    .filter(|t| t.rank.is_some())
+                    .min_by_key(|t| t.rank)
+                    .ok_or_else(|| ResponseError::new(format!("job {job} has no task placed yet: no output")))?,
+            };
+            let node = t
+                .node
+                .clone()
+                .ok_or_else(|| ResponseError::new(format!("task {job}/{} is not placed yet: no output", t.name)))?;
+            let piece = hyperplan_shared::status::LogPiece {
+                job: job.to_string(),
+                task: t.name.clone(),
+                node,
+                offset,
+                ended: t.state.is_some_and(|s| {
+                    use hyperplan_shared::report::TaskStatus as S;
+                    matches!(s, S::Exited | S::Killed | S::Lost)
+                }),
+                ..Default::default()
+            };
+            let task = TaskRef {
+                job: job.to_string(),
+                job_id: report.id,
+                task: t.name.clone(),
+            };
+            Ok((task, piece))
+        })();
+        match found {
+            Ok((task, piece)) => {
+                let link = self.links.get(&piece.node).map(|l| &l.tx);
+                self.logs.ask(link, task, stderr, max_bytes, piece, reply);
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
             }
         }
     }
@@ -448,7 +627,7 @@ impl Driver {
                     manifests: hyperplan_shared::hypernode::to_hypernode_manifests(&specs),
                 })
             }
-            RequestCommand::Logs { .. } => Err("logs: not built yet".into()),
+            RequestCommand::Logs { .. } => Err("logs: answered by the relay".into()),
             RequestCommand::Explain { job } => match view::explain(self.planner.world_mut(), &job) {
                 Some(e) => to_value(&e),
                 None => Err(format!("no job named {job:?}").into()),

@@ -16,6 +16,7 @@ pub mod discovery;
 mod driver;
 mod handshake;
 mod launch;
+mod logs;
 pub(crate) mod quiet;
 mod refuse;
 mod revoked;
