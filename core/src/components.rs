@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use bevy_ecs::prelude::*;
 use hyperplan_shared::{HyperNodeSpec, JobSpec, NetworkTopology, Resources};
 
+use super::commands::KillReason;
 use super::ids::NodeIdx;
 
 /// A machine the planner may place tasks on.
@@ -93,6 +94,16 @@ pub struct HyperNode {
     pub source: Source,
 }
 
+/// How a job ended (or is ending), once decided; `None` on the simulator's jobs, whose
+/// tasks nobody reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Completed,
+    Failed,
+    Cancelled,
+    Timeout,
+}
+
 /// Lifecycle of a job as people see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JobPhase {
@@ -100,6 +111,10 @@ pub enum JobPhase {
     Pending,
     /// Gang minimum placed (tasks may still be waiting for room).
     Running,
+    /// The verdict is decided (`JobState::verdict`, or a requeue) but tasks on agents'
+    /// nodes still hold resources until their ends are reported: never placed, never
+    /// retired (retiring would hide their ends from the resource cache), name taken.
+    Ending,
     /// Every placed task finished.
     Finished,
     /// Can never run, even on the empty cluster.
@@ -136,6 +151,23 @@ pub struct JobState {
     /// The capacity epoch of the last attempt that placed nothing (see `CapacityEpoch`).
     pub failed_epoch: Option<u64>,
     pub next_rank: u32,
+    /// Decided by the first task that failed or timed out, a cancel, or every placed
+    /// task exiting 0 (see `lifecycle`).
+    pub verdict: Option<Verdict>,
+    /// Set when it ended, if any task's end was reported: 0, or `first_failure`'s code.
+    pub exit_code: Option<i32>,
+    /// The earliest (by end time, Unix ms) non-zero task end and its shell exit code.
+    pub first_failure: Option<(u64, i32)>,
+    /// Some task's end was reported by its agent (or it was lost): the job gets an exit
+    /// code and a verdict of `completed` when all went well.
+    pub reported: bool,
+    /// Some task reported started (status `running` rather than `placed`).
+    pub task_started: bool,
+    /// While ending: the kill sent to its tasks, repeated to a task its node still lists.
+    pub kill: Option<(KillReason, u64)>,
+    /// Back to pending once its tasks ended (a node with its tasks was lost and the job
+    /// asks `requeue`); the reason it will show.
+    pub requeue: Option<String>,
 }
 
 impl JobState {
@@ -149,6 +181,13 @@ impl JobState {
             checked_generation: None,
             failed_epoch: None,
             next_rank: 0,
+            verdict: None,
+            exit_code: None,
+            first_failure: None,
+            reported: false,
+            task_started: false,
+            kill: None,
+            requeue: None,
         }
     }
 }

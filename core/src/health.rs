@@ -32,6 +32,15 @@ pub struct Heartbeats {
     pub link: u64,
 }
 
+/// On a node with a link record while it is NotReady: since when (the driver's clock,
+/// ms), and whether its running tasks were declared lost already (see `lost`). The
+/// lost-node check looks at these nodes only.
+#[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotReady {
+    pub since_ms: u64,
+    pub lost: bool,
+}
+
 /// The node's agent registered: Ready, heard now.
 pub(super) fn link_up(world: &mut World, node: &str, link: u64, at_ms: u64) {
     let Some(e) = entity(world, node) else { return };
@@ -40,7 +49,7 @@ pub(super) fn link_up(world: &mut World, node: &str, link: u64, at_ms: u64) {
         linked: true,
         link,
     });
-    set_ready(world, e, true);
+    set_ready(world, e, true, at_ms);
     say(world, node, true, HealthChange::Registered);
 }
 
@@ -51,7 +60,7 @@ pub(super) fn heartbeat(world: &mut World, node: &str, at_ms: u64) {
         return;
     };
     h.last_ms = h.last_ms.max(at_ms);
-    if set_ready(world, e, true) {
+    if set_ready(world, e, true, at_ms) {
         say(world, node, true, HealthChange::HeartbeatAgain);
     }
 }
@@ -65,7 +74,7 @@ pub(super) fn link_down(world: &mut World, node: &str, link: u64, at_ms: u64) {
     };
     h.linked = false;
     h.last_ms = h.last_ms.max(at_ms);
-    set_ready(world, e, false);
+    set_ready(world, e, false, at_ms);
     say(world, node, false, HealthChange::LinkClosed);
 }
 
@@ -84,7 +93,7 @@ pub fn check_silence(world: &mut World) {
         .collect();
     silent.sort();
     for (name, e, silent_ms) in silent {
-        set_ready(world, e, false);
+        set_ready(world, e, false, now);
         let missed = health.missed_heartbeats;
         say(world, &name, false, HealthChange::Silent { silent_ms, missed });
     }
@@ -101,9 +110,9 @@ fn entity(world: &World, node: &str) -> Option<Entity> {
     world.resource::<NodeNames>().0.get(node).copied()
 }
 
-/// Sets the node's readiness; `true` when it changed. Capacity per HyperNode changes
-/// with it (rebuild the index and cache), and a node back may make room.
-fn set_ready(world: &mut World, e: Entity, ready: bool) -> bool {
+/// Sets the node's readiness at `at_ms`; `true` when it changed. Capacity per HyperNode
+/// changes with it (rebuild the index and cache), and a node back may make room.
+fn set_ready(world: &mut World, e: Entity, ready: bool, at_ms: u64) -> bool {
     let changed = match world.get_mut::<Node>(e) {
         Some(mut n) if n.ready != ready => {
             n.ready = ready;
@@ -114,6 +123,14 @@ fn set_ready(world: &mut World, e: Entity, ready: bool) -> bool {
     if changed {
         world.resource_mut::<TopologyDirty>().0 = true;
         world.resource_mut::<CapacityEpoch>().0 += 1;
+        if ready {
+            world.entity_mut(e).remove::<NotReady>();
+        } else {
+            world.entity_mut(e).insert(NotReady {
+                since_ms: at_ms,
+                lost: false,
+            });
+        }
     }
     changed
 }
@@ -144,6 +161,7 @@ mod tests {
             health: HealthConfig {
                 heartbeat_interval: Duration::from_millis(300),
                 missed_heartbeats: 3,
+                ..HealthConfig::default()
             },
             ..PlannerConfig::default()
         };

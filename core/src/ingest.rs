@@ -1,16 +1,17 @@
 //! The ingest system: applies queued events to the world (nodes, their links and
 //! heartbeats (see `health`), HyperNode sources, jobs with their owners, sub-jobs and
-//! tasks, completions, cancellations).
+//! tasks); task starts, ends, cancellations and what nodes run go to `lifecycle`.
 
 use bevy_ecs::prelude::*;
 use hyperplan_shared::{JobSpec, NodeSpec};
 
 use super::commands::Command;
 use super::components::SourceKind;
-use super::components::{Job, JobPhase, JobState, Node, SubJob, SubJobState, Task, TaskPhase, TaskState};
+use super::components::{Job, JobPhase, JobState, Node, SubJob, SubJobState, Task, TaskState};
 use super::discovery::{self, Found};
 use super::events::Event;
 use super::health::{self, Heartbeats};
+use super::lifecycle;
 use super::numa::node::{HardwareCache, NodeHardware};
 use super::numa::request::task_numa;
 use super::ownership::{JobId, JobOwner, NextJobId, SIM_OWNER, is_live, task_count};
@@ -30,6 +31,8 @@ pub fn ingest(world: &mut World) {
             Event::Submit(_)
                 | Event::SubmitBy { .. }
                 | Event::Heartbeat { .. }
+                | Event::TaskStarted { .. }
+                | Event::TasksOnNode { .. }
                 | Event::DeclareSource { .. }
                 | Event::Discovered {
                     result: Ok(Found::Unchanged) | Err(_),
@@ -88,10 +91,24 @@ pub fn ingest(world: &mut World) {
             Event::LinkDown { node, link, at_ms } => health::link_down(world, &node, link, at_ms),
             Event::Submit(spec) => submit(world, spec, SIM_OWNER.to_string()),
             Event::SubmitBy { spec, owner } => submit(world, spec, owner),
-            Event::Cancel { job, .. } => cancel(world, &job),
-            Event::TaskFinished { job, task } => task_finished(world, &job, &task),
-            // Issue 13, in progress: the lifecycle the agents report.
-            Event::TaskStarted { .. } | Event::TaskEnded { .. } | Event::TasksOnNode { .. } => {}
+            Event::Cancel { job, grace_secs } => lifecycle::cancel(world, &job, grace_secs),
+            Event::TaskFinished { job, task } => lifecycle::task_finished(world, &job, &task),
+            Event::TaskStarted {
+                node,
+                job,
+                job_id,
+                task,
+                pid,
+                at_ms,
+            } => lifecycle::task_started(world, &node, &job, job_id, &task, pid, at_ms),
+            Event::TaskEnded {
+                node,
+                job,
+                job_id,
+                task,
+                end,
+            } => lifecycle::task_ended(world, &node, &job, job_id, &task, end),
+            Event::TasksOnNode { node, tasks } => lifecycle::tasks_on_node(world, &node, tasks),
         }
     }
 }
@@ -339,58 +356,4 @@ fn submit(world: &mut World, spec: JobSpec, owner: String) {
         JobOwner(owner.into()),
         id,
     ));
-}
-
-fn cancel(world: &mut World, name: &str) {
-    let Some(&job_e) = world.resource::<JobNames>().0.get(name) else {
-        world
-            .resource_mut::<Outbox>()
-            .0
-            .push(Command::Warn(format!("cancel: no job {name}")));
-        return;
-    };
-    let tasks = world.get::<Job>(job_e).map(|j| j.tasks.clone()).unwrap_or_default();
-    for t in tasks {
-        if let Some(mut ts) = world.get_mut::<TaskState>(t)
-            && ts.phase == TaskPhase::Running
-        {
-            ts.phase = TaskPhase::Finished;
-        }
-    }
-    let now = world.resource::<Now>().0;
-    if let Some(mut st) = world.get_mut::<JobState>(job_e)
-        && !matches!(st.phase, JobPhase::Finished | JobPhase::Cancelled)
-    {
-        // A rejected job too: it would be looked at again when nodes join.
-        st.phase = JobPhase::Cancelled;
-        st.end_time = Some(now);
-        // Why it waited no longer matters: it will never run.
-        st.reason = None;
-    }
-}
-
-fn task_finished(world: &mut World, job: &str, task: &str) {
-    let Some(&job_e) = world.resource::<JobNames>().0.get(job) else {
-        return;
-    };
-    let tasks = world.get::<Job>(job_e).map(|j| j.tasks.clone()).unwrap_or_default();
-    let mut all_done = true;
-    for t in tasks {
-        let is_it = world.get::<Task>(t).is_some_and(|x| *x.name == *task);
-        if let Some(mut ts) = world.get_mut::<TaskState>(t) {
-            if is_it && ts.phase == TaskPhase::Running {
-                ts.phase = TaskPhase::Finished;
-            }
-            all_done &= ts.phase != TaskPhase::Running;
-        }
-    }
-    let now = world.resource::<Now>().0;
-    if let Some(mut st) = world.get_mut::<JobState>(job_e)
-        && all_done
-        && st.phase == JobPhase::Running
-    {
-        // Tasks never placed beyond the gang minimum are dropped with the job.
-        st.phase = JobPhase::Finished;
-        st.end_time = Some(now);
-    }
 }

@@ -2,9 +2,12 @@
 //! drivers push [`Event`]s, call [`Planner::tick`] with `now`, and carry out the
 //! [`Command`]s it returns. The daemon and the simulator drive the very same Schedule.
 //! What decides anything lives here, not in a driver: node health (`health`), job
-//! owners and job-name uniqueness (`ownership`).
+//! owners and job-name uniqueness (`ownership`), the job and task lifecycle the agents
+//! report (`lifecycle`: verdicts, kills, orphans; `taskrun`: each task's run), lost nodes
+//! (`lost`).
 //!
-//! A tick: ingest → node health → discovery → topology index → resource cache (capacity, then NUMA)
+//! A tick: ingest (task starts, ends and cancels through `lifecycle`) → node health →
+//! lost nodes → discovery → topology index → resource cache (capacity, then NUMA)
 //! → recover → allocate (gradient search, scoring, NUMA assignment; each placement
 //! recorded in the caches' ledger) → dispatch → retire the jobs that ended. Between
 //! topology changes every system after the index works on what changed (see
@@ -27,6 +30,8 @@ pub mod holdings;
 pub mod ids;
 pub(crate) mod ingest;
 pub mod invariants;
+pub mod lifecycle;
+pub mod lost;
 pub mod names;
 pub mod numa;
 pub mod ownership;
@@ -36,6 +41,7 @@ mod recover;
 pub mod refresh;
 mod reindex;
 mod retire;
+pub mod taskrun;
 pub mod topology;
 pub mod view;
 
@@ -89,6 +95,7 @@ impl Planner {
             (
                 ingest::ingest,
                 health::check_silence,
+                lost::lose_tasks,
                 discovery::discovery,
                 reindex::reindex,
                 refresh::refresh_capacity,

@@ -50,7 +50,8 @@ impl Default for NextJobId {
 /// (over a limit, a bad NUMA policy) never is, so it has.
 pub fn is_live(state: &JobState) -> bool {
     match state.phase {
-        JobPhase::Pending | JobPhase::Running => true,
+        // An ending job's tasks still hold resources: its name stays taken until they ended.
+        JobPhase::Pending | JobPhase::Running | JobPhase::Ending => true,
         JobPhase::Rejected => state.checked_generation.is_some(),
         JobPhase::Finished | JobPhase::Cancelled => false,
     }

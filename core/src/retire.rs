@@ -1,5 +1,5 @@
 //! The retire system, last in a tick: a job that ended in this tick (finished or
-//! cancelled) is marked `Retired`, with its sub-jobs and tasks, after the resource caches
+//! cancelled; an ending job is not: its tasks still hold resources) is marked `Retired`, with its sub-jobs and tasks, after the resource caches
 //! gave back what it held. The per-tick scans (resource cache, recover, allocate,
 //! dispatch) skip retired entities — bevy iterates only the archetypes that match — so
 //! a planner that has run for months pays per tick for what is live, not for its

@@ -5,20 +5,90 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A job's status for people: `pending` → `placed` → `running` → `completed` | `failed` |
+/// `cancelled` | `timeout`, or `rejected`. The simulator's jobs stay `placed` (nothing
+/// reports their tasks starting or ending).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobStatus {
-    /// The gang minimum is placed (it may since have finished).
+    /// The gang minimum is placed, no task reported started yet (the simulator's jobs,
+    /// finished or not, stay here).
     Placed,
     /// Could run later; `reason` says why not now.
+    #[default]
     Pending,
     /// Can never run, even on the empty cluster; `reason` says why.
     Rejected,
-    /// Cancelled (before or after it was placed); its name is free again.
+    /// Cancelled (before or after it was placed); its name is free again once its tasks
+    /// ended.
     Cancelled,
+    /// Placed, and some task reported started.
+    Running,
+    /// Every placed task exited 0.
+    Completed,
+    /// A task failed (non-zero exit, a signal, never ran, or lost with its node).
+    Failed,
+    /// A task hit the job's time limit.
+    Timeout,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+impl JobStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Placed => "placed",
+            JobStatus::Pending => "pending",
+            JobStatus::Rejected => "rejected",
+            JobStatus::Cancelled => "cancelled",
+            JobStatus::Running => "running",
+            JobStatus::Completed => "completed",
+            JobStatus::Failed => "failed",
+            JobStatus::Timeout => "timeout",
+        }
+    }
+
+    /// Over for good: completed, failed, cancelled or timeout (`rejected` may be looked
+    /// at again when nodes join).
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Completed | JobStatus::Failed | JobStatus::Cancelled | JobStatus::Timeout
+        )
+    }
+}
+
+/// A task's state for people.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskStatus {
+    /// Not placed.
+    Pending,
+    /// Placed (launching), its start not reported yet.
+    Starting,
+    Running,
+    /// Ended by itself: exited (0 or not), a signal hyperplan did not send, or never ran.
+    Exited,
+    /// Killed on purpose: a cancel, another task failed, the time limit.
+    Killed,
+    /// Its node was NotReady for longer than `nodeLostAfter`.
+    Lost,
+}
+
+impl TaskStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::Starting => "starting",
+            TaskStatus::Running => "running",
+            TaskStatus::Exited => "exited",
+            TaskStatus::Killed => "killed",
+            TaskStatus::Lost => "lost",
+        }
+    }
+}
+
+/// One task. The run fields (`state` to `rssBytes`) are set for tasks on agents' nodes
+/// only (the simulator's have none, so its output has none of them).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskReport {
     pub name: String,
@@ -46,9 +116,40 @@ pub struct TaskReport {
     /// simulator has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_dir: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<TaskStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The signal that ended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// On its node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<u64>,
+    /// Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<u64>,
+    /// User plus system CPU time, once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<f64>,
+    /// Peak resident memory, once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rss_bytes: Option<u64>,
+    /// Why it never ran, was lost or was killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// CPU use (cores) its agent last sampled, while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_cores: Option<f32>,
+    /// Resident memory its agent last sampled, while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobReport {
     /// The number the planner gave the job at submit (1, 2, …): tells jobs of one name
@@ -65,6 +166,10 @@ pub struct JobReport {
     /// Who submitted it (they and admins may cancel it); `sim` in the simulator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// Once it ended (tasks on agents' nodes only): 0, or the first non-zero task exit
+    /// code by end time (a signal counts 128 + its number).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
     pub tasks: Vec<TaskReport>,
 }
 

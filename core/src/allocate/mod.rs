@@ -22,6 +22,7 @@ use super::capacity::Capacity;
 use super::commands::Command;
 use super::components::{Job, JobPhase, JobState, NodeSlot, Retired, SubJob, SubJobState, Task, TaskPhase, TaskState};
 use super::holdings::{Holdings, ShapeMemo, held_by};
+use super::lifecycle::Requeued;
 use super::numa::state::NumaState;
 use super::queues::{CapacityEpoch, Now, Outbox};
 use super::topology::TopologyIndex;
@@ -51,6 +52,7 @@ pub fn allocate(
     mut tasks: Query<(&Task, &mut TaskState)>,
     nodes: Query<&NodeSlot>,
     submitted: Query<Entity, (Added<Job>, Without<Retired>)>,
+    requeued: Query<Entity, (Changed<Requeued>, Without<Retired>)>,
     mut unsettled: Local<Unsettled>,
 ) {
     let _span = tracing::info_span!("allocate").entered();
@@ -63,6 +65,7 @@ pub fn allocate(
         unsettled.jobs = jobs.iter().map(|(e, _, _)| e).collect();
     } else {
         unsettled.jobs.extend(submitted.iter());
+        unsettled.jobs.extend(requeued.iter());
     }
     let mut order: Vec<(Reverse<i32>, u64, String, Entity)> = unsettled
         .jobs
@@ -72,9 +75,12 @@ pub fn allocate(
             // Nothing freed since it last failed: it would fail again (see below).
             JobPhase::Pending => st.failed_epoch != Some(epoch.0),
             // Ranks count the placed tasks: a job with all of them placed has none left.
-            JobPhase::Running => (st.next_rank as usize) < job.tasks.len() && st.failed_epoch != Some(epoch.0),
+            // One with a verdict (a task failed, `continue`) gets no more.
+            JobPhase::Running => {
+                (st.next_rank as usize) < job.tasks.len() && st.failed_epoch != Some(epoch.0) && st.verdict.is_none()
+            }
             JobPhase::Rejected => st.checked_generation.is_some_and(|g| g != index.generation),
-            JobPhase::Finished | JobPhase::Cancelled => false,
+            JobPhase::Ending | JobPhase::Finished | JobPhase::Cancelled => false,
         })
         .map(|(e, j, _)| (Reverse(j.spec.priority), j.spec.submit_time, j.spec.name.clone(), e))
         .collect();
@@ -168,9 +174,9 @@ pub fn allocate(
     unsettled.jobs.retain(|&e| {
         jobs.get(e).is_ok_and(|(_, job, st)| match st.phase {
             JobPhase::Pending => true,
-            JobPhase::Running => (st.next_rank as usize) < job.tasks.len(),
-            // Looked at again with the next topology (every job is, then).
-            JobPhase::Rejected | JobPhase::Finished | JobPhase::Cancelled => false,
+            JobPhase::Running => (st.next_rank as usize) < job.tasks.len() && st.verdict.is_none(),
+            // Looked at again with the next topology (every job is, then), or when requeued.
+            JobPhase::Rejected | JobPhase::Ending | JobPhase::Finished | JobPhase::Cancelled => false,
         })
     });
 }

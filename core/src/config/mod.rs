@@ -73,6 +73,9 @@ pub struct HealthConfig {
     pub heartbeat_interval: Duration,
     /// Silent intervals after which a node is NotReady.
     pub missed_heartbeats: u32,
+    /// NotReady for longer than this, a node's running tasks are lost (`[server]
+    /// nodeLostAfter`): their resources are free and their jobs fail or are requeued.
+    pub node_lost_after: Duration,
 }
 
 impl HealthConfig {
@@ -87,6 +90,7 @@ impl Default for HealthConfig {
         Self {
             heartbeat_interval: Duration::from_secs(1),
             missed_heartbeats: 3,
+            node_lost_after: Duration::from_secs(300),
         }
     }
 }

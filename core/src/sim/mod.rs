@@ -104,7 +104,10 @@ pub fn simulate_with(
     let mut summary = Summary::default();
     for j in &jobs {
         match j.status {
-            JobStatus::Placed => summary.placed += 1,
+            // The simulator's jobs are `placed` however they end; the others were placed too.
+            JobStatus::Placed | JobStatus::Running | JobStatus::Completed | JobStatus::Failed | JobStatus::Timeout => {
+                summary.placed += 1
+            }
             JobStatus::Pending => summary.pending += 1,
             JobStatus::Rejected => summary.rejected += 1,
             JobStatus::Cancelled => {}

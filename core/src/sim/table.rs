@@ -23,9 +23,7 @@ pub fn render_table(report: &Report) -> String {
         let placed = j.tasks.iter().filter(|t| t.node.is_some()).count();
         let status = match j.status {
             JobStatus::Placed => format!("placed {placed}/{}", j.tasks.len()),
-            JobStatus::Pending => "pending".into(),
-            JobStatus::Rejected => "rejected".into(),
-            JobStatus::Cancelled => "cancelled".into(),
+            other => other.as_str().into(),
         };
         rows.push([
             j.name.clone(),
@@ -111,6 +109,7 @@ mod tests {
             gpus: Vec::new(),
             nics: Vec::new(),
             working_dir: None,
+            ..TaskReport::default()
         }
     }
 
@@ -126,6 +125,7 @@ mod tests {
             allocated_hyper_node: None,
             owner: None,
             tasks,
+            ..JobReport::default()
         }
     }
 

@@ -1,12 +1,16 @@
 //! Job reports: what `hyperplan simulate` prints and `hyperplan status` shows, with each
-//! job's owner and each task's node, HyperNodes and NUMA pinning.
+//! job's owner, status and exit code, and each task's node, HyperNodes and NUMA pinning;
+//! for the tasks of jobs on agents' nodes also their run (state, pid, times, exit, use).
 
 use bevy_ecs::prelude::*;
-use hyperplan_shared::report::{JobReport, JobStatus, TaskReport};
+use hyperplan_shared::report::{JobReport, TaskReport};
 
-use crate::components::{Job, JobPhase, JobState, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
+use crate::components::{Job, JobState, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
+use crate::health::Heartbeats;
+use crate::lifecycle::job_status;
 use crate::numa::node::NodeHardware;
 use crate::ownership::{JobId, JobOwner};
+use crate::taskrun::{TaskRun, task_status};
 use crate::topology::TopologyIndex;
 
 /// Every job, in (priority, submit time, name, id) order.
@@ -65,22 +69,43 @@ fn report(
     owner: Option<&JobOwner>,
     id: Option<&JobId>,
 ) -> JobReport {
-    let status = match st.phase {
-        JobPhase::Pending => JobStatus::Pending,
-        JobPhase::Rejected => JobStatus::Rejected,
-        JobPhase::Cancelled => JobStatus::Cancelled,
-        _ => JobStatus::Placed,
-    };
+    let status = job_status(st);
+    // Run fields only for a job placed on agents' nodes (the simulator's have none).
+    let tracked = job.tasks.iter().any(|&t| {
+        world.get::<TaskRun>(t).is_some()
+            || world
+                .get::<TaskState>(t)
+                .and_then(|ts| ts.node)
+                .is_some_and(|n| world.get::<Heartbeats>(n).is_some())
+    });
     let tasks = job
         .tasks
         .iter()
-        .filter_map(|&t| Some((world.get::<Task>(t)?, world.get::<TaskState>(t)?)))
-        .map(|(task, ts)| {
+        .filter_map(|&t| {
+            Some((
+                world.get::<Task>(t)?,
+                world.get::<TaskState>(t)?,
+                world.get::<TaskRun>(t),
+            ))
+        })
+        .map(|(task, ts, run)| {
             let placed = ts.phase != TaskPhase::Pending;
             let node = ts.node.filter(|_| placed);
             let slot = node.and_then(|n| world.get::<NodeSlot>(n));
             let pinned = node.and_then(|n| world.get::<NodeHardware>(n)).zip(ts.numa.as_ref());
+            let end = run.and_then(|r| r.end.as_ref());
             TaskReport {
+                state: tracked.then(|| task_status(ts, run)),
+                exit_code: end.and_then(|e| e.exit_code),
+                signal: end.and_then(|e| e.signal),
+                pid: run.and_then(|r| r.pid),
+                start_time: run.and_then(|r| r.start_ms),
+                end_time: end.map(|e| e.end_time_ms),
+                cpu_seconds: end.map(|e| e.cpu_seconds),
+                max_rss_bytes: end.map(|e| e.max_rss_bytes),
+                reason: end.and_then(|e| e.reason.clone()),
+                cpu_cores: run.and_then(|r| r.cpu_cores),
+                rss_bytes: run.and_then(|r| r.rss_bytes),
                 name: task.name.to_string(),
                 rank: ts.rank.filter(|_| placed),
                 sub_job: world
@@ -112,6 +137,7 @@ fn report(
         end_time: st.end_time,
         allocated_hyper_node: st.allocated_hyper_node.clone(),
         owner: owner.map(|o| o.0.to_string()),
+        exit_code: st.exit_code,
         tasks,
     }
 }

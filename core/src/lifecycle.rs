@@ -1,0 +1,461 @@
+//! The job and task lifecycle: starts, ends and cancels as the agents (or the simulator)
+//! report them, each job's verdict, and the kills it sends. A task on a node with an
+//! agent link (`health::Heartbeats`) holds its resources until its end is reported, never
+//! before; a task elsewhere (the simulator's, cluster-file nodes) stops at once.
+//!
+//! The first task to fail (non-zero exit, a signal, never ran, lost) decides `failed`:
+//! with `onTaskFailure: killJob` (the default) the job turns [`JobPhase::Ending`] and
+//! its other tasks are killed; with `continue` they run on. A task's time limit decides
+//! `timeout` and kills the others; a cancel decides `cancelled`. An ending job stays
+//! live (its name taken, never retired) until no task of it holds resources; then it is
+//! finished (or cancelled), or back to pending when a lost node asked for a requeue.
+//! Every event here is idempotent: a repeat, a task already ended, another job's id or
+//! another node change nothing.
+
+use std::sync::Arc;
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::OnTaskFailure;
+use hyperplan_shared::report::JobStatus;
+use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
+
+use super::commands::{Command, KillReason};
+use super::components::{Job, JobPhase, JobState, Node, SubJobState, Task, TaskPhase, TaskState, Verdict};
+use super::events::TaskOnNode;
+use super::health::Heartbeats;
+use super::names::{JobNames, NodeNames};
+use super::ownership::JobId;
+use super::queues::{Now, Outbox};
+use super::taskrun::TaskRun;
+
+/// SIGTERM to SIGKILL when the core kills a task on its own account (a failed task, the
+/// time limit, an orphan); a cancel says its own.
+pub const KILL_GRACE_SECS: u64 = 10;
+
+/// The job's status for people: the phase, refined by the verdict and whether a task
+/// reported started. A job without a verdict (the simulator's) stays `placed`.
+pub fn job_status(st: &JobState) -> JobStatus {
+    let decided = |v: Option<Verdict>| match v {
+        Some(Verdict::Completed) => JobStatus::Completed,
+        Some(Verdict::Failed) => JobStatus::Failed,
+        Some(Verdict::Cancelled) => JobStatus::Cancelled,
+        Some(Verdict::Timeout) => JobStatus::Timeout,
+        None => JobStatus::Placed,
+    };
+    match st.phase {
+        JobPhase::Pending => JobStatus::Pending,
+        JobPhase::Rejected => JobStatus::Rejected,
+        JobPhase::Cancelled => JobStatus::Cancelled,
+        JobPhase::Running if st.task_started => JobStatus::Running,
+        JobPhase::Running => JobStatus::Placed,
+        // Ending without a verdict: a requeue, pending again once its tasks ended.
+        JobPhase::Ending if st.verdict.is_none() && st.requeue.is_some() => JobStatus::Pending,
+        JobPhase::Ending | JobPhase::Finished => decided(st.verdict),
+    }
+}
+
+/// `Event::Cancel`: tasks on agents' nodes are killed and hold their resources until
+/// their ends arrive; the others stop now. Tasks not placed never will be.
+pub(crate) fn cancel(world: &mut World, name: &str, grace_secs: u64) {
+    let Some(&job_e) = world.resource::<JobNames>().0.get(name) else {
+        world
+            .resource_mut::<Outbox>()
+            .0
+            .push(Command::Warn(format!("cancel: no job {name}")));
+        return;
+    };
+    let now = world.resource::<Now>().0;
+    let Some(mut st) = world.get_mut::<JobState>(job_e) else {
+        return;
+    };
+    match st.phase {
+        JobPhase::Finished | JobPhase::Cancelled => return,
+        // A rejected job too: it would be looked at again when nodes join.
+        JobPhase::Pending | JobPhase::Rejected => {
+            st.phase = JobPhase::Cancelled;
+            st.verdict = Some(Verdict::Cancelled);
+            st.end_time = Some(now);
+            // Why it waited no longer matters: it will never run.
+            st.reason = None;
+            return;
+        }
+        JobPhase::Running | JobPhase::Ending => {}
+    }
+    // A verdict already decided (a failed task, the time limit) stands; a requeue does not.
+    if st.verdict.is_none() {
+        st.verdict = Some(Verdict::Cancelled);
+        st.reason = None;
+    }
+    st.requeue = None;
+    st.phase = JobPhase::Ending;
+    st.kill = Some((KillReason::Cancel, grace_secs));
+    stop_tasks(world, job_e, KillReason::Cancel, grace_secs);
+    settle(world, job_e);
+}
+
+/// `Event::TaskFinished`, the simulator's end of a task: exited 0 now, free at once.
+pub(crate) fn task_finished(world: &mut World, job: &str, task: &str) {
+    let Some(&job_e) = world.resource::<JobNames>().0.get(job) else {
+        return;
+    };
+    let Some(task_e) = world.get::<Job>(job_e).and_then(|j| find_task(world, j, task)) else {
+        return;
+    };
+    if let Some(mut ts) = world.get_mut::<TaskState>(task_e)
+        && ts.phase == TaskPhase::Running
+    {
+        ts.phase = TaskPhase::Finished;
+    }
+    settle(world, job_e);
+}
+
+/// `Event::TaskStarted`: its pid and start time, once.
+pub(crate) fn task_started(world: &mut World, node: &str, job: &str, job_id: u64, task: &str, pid: u32, at_ms: u64) {
+    let Some((job_e, task_e)) = running_task(world, node, job, job_id, task) else {
+        return;
+    };
+    let mut run = world.get::<TaskRun>(task_e).cloned().unwrap_or_default();
+    if run.start_ms.is_some() {
+        return;
+    }
+    run.start_ms = Some(at_ms);
+    run.pid = Some(pid);
+    world.entity_mut(task_e).insert(run);
+    mark_started(world, job_e);
+}
+
+/// `Event::TaskEnded`: the task's end from its agent, applied only to the task the core
+/// has running on that node for the job of that id.
+pub(crate) fn task_ended(world: &mut World, node: &str, job: &str, job_id: u64, task: &str, end: TaskEnd) {
+    if let Some((job_e, task_e)) = running_task(world, node, job, job_id, task) {
+        end_task(world, job_e, task_e, end);
+    }
+}
+
+/// `Event::TasksOnNode`: what a node's agent runs. A task the core does not have running
+/// there is an orphan and is killed; one of an ending job is killed again (its kill may
+/// have been lost); the others' use is kept.
+pub(crate) fn tasks_on_node(world: &mut World, node: &str, tasks: Vec<TaskOnNode>) {
+    let Some(&node_e) = world.resource::<NodeNames>().0.get(node) else {
+        return;
+    };
+    let Some(node_name) = world.get::<Node>(node_e).map(|n| n.name.clone()) else {
+        return;
+    };
+    for t in tasks {
+        let Some((job_e, task_e)) = running_task(world, node, &t.job, t.job_id, &t.task) else {
+            world.resource_mut::<Outbox>().0.push(Command::Kill {
+                node: node_name.clone(),
+                job: Arc::from(t.job.as_str()),
+                job_id: t.job_id,
+                task: Arc::from(t.task.as_str()),
+                grace_secs: KILL_GRACE_SECS,
+                why: KillReason::Orphan,
+            });
+            continue;
+        };
+        let mut run = world.get::<TaskRun>(task_e).cloned().unwrap_or_default();
+        run.pid.get_or_insert(t.pid);
+        run.cpu_cores = Some(t.cpu_cores);
+        run.rss_bytes = Some(t.rss_bytes);
+        world.entity_mut(task_e).insert(run);
+        mark_started(world, job_e);
+        let ending = world
+            .get::<JobState>(job_e)
+            .filter(|st| st.phase == JobPhase::Ending)
+            .and_then(|st| st.kill);
+        if let Some((why, grace_secs)) = ending {
+            kill(world, job_e, task_e, node_name.clone(), why, grace_secs);
+        }
+    }
+}
+
+/// Ends a running task (reported, or lost with its node): it frees its resources, and
+/// its job's verdict and phase follow.
+pub(crate) fn end_task(world: &mut World, job_e: Entity, task_e: Entity, end: TaskEnd) {
+    match world.get_mut::<TaskState>(task_e) {
+        Some(mut ts) => ts.phase = TaskPhase::Finished,
+        None => return,
+    }
+    let name = world
+        .get::<Task>(task_e)
+        .map(|t| t.name.clone())
+        .unwrap_or_else(|| Arc::from(""));
+    let mut run = world.get::<TaskRun>(task_e).cloned().unwrap_or_default();
+    run.start_ms = run.start_ms.or(end.start_time_ms);
+    run.pid = run.pid.or(end.pid);
+    run.cpu_cores = None;
+    run.rss_bytes = None;
+    let started = run.started();
+    let (policy, requeue) = world
+        .get::<Job>(job_e)
+        .map(|j| (j.spec.run.on_task_failure, j.spec.run.requeue))
+        .unwrap_or_default();
+    let Some(mut st) = world.get_mut::<JobState>(job_e) else {
+        return;
+    };
+    st.reported = true;
+    if started && !st.task_started {
+        st.task_started = true;
+    }
+    if !end.succeeded() {
+        let code = end.shell_code();
+        if st.first_failure.is_none_or(|(at, _)| end.end_time_ms < at) {
+            st.first_failure = Some((end.end_time_ms, code));
+        }
+    }
+    // Only the first end that goes wrong while the job runs decides; the ends of the
+    // tasks killed after it (or during a cancel or a requeue) change nothing.
+    let mut stop = None;
+    if !end.succeeded() && st.phase == JobPhase::Running && st.verdict.is_none() {
+        let what = describe(&end);
+        match end.outcome {
+            TaskOutcome::Timeout => {
+                st.verdict = Some(Verdict::Timeout);
+                st.reason = Some(format!("task {name} {what}"));
+                stop = Some(KillReason::Timeout);
+            }
+            TaskOutcome::Lost if requeue => {
+                let why = end.reason.clone().unwrap_or_else(|| "its node was lost".into());
+                let why = format!("requeued: task {name} lost ({why})");
+                st.reason = Some(why.clone());
+                st.requeue = Some(why);
+                stop = Some(KillReason::TaskFailed);
+            }
+            _ => {
+                st.verdict = Some(Verdict::Failed);
+                st.reason = Some(format!("task {name} {what}"));
+                if policy == OnTaskFailure::KillJob {
+                    stop = Some(KillReason::TaskFailed);
+                }
+            }
+        }
+        if let Some(why) = stop {
+            st.phase = JobPhase::Ending;
+            st.kill = Some((why, KILL_GRACE_SECS));
+        }
+    }
+    run.end = Some(end);
+    world.entity_mut(task_e).insert(run);
+    if let Some(why) = stop {
+        stop_tasks(world, job_e, why, KILL_GRACE_SECS);
+    }
+    settle(world, job_e);
+}
+
+/// What ended the task, for the job's reason: `exited with code 3`.
+fn describe(end: &TaskEnd) -> String {
+    let why = end.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+    match end.outcome {
+        TaskOutcome::Exited => format!("exited with code {}", end.exit_code.unwrap_or(1)),
+        TaskOutcome::Signaled => match end.signal {
+            Some(s) => format!(
+                "was killed by signal {s}{}",
+                if end.oom_killed { " (out of memory)" } else { "" }
+            ),
+            None => "was killed by a signal".into(),
+        },
+        TaskOutcome::Timeout => "reached the job's time limit".into(),
+        TaskOutcome::Cancelled => "was killed".into(),
+        TaskOutcome::Failed => format!("never ran{why}"),
+        TaskOutcome::Lost => format!("was lost{why}"),
+    }
+}
+
+/// Stops every running task of the job: a kill to those on agents' nodes (they hold
+/// their resources until their ends arrive), at once for the others.
+fn stop_tasks(world: &mut World, job_e: Entity, why: KillReason, grace_secs: u64) {
+    let tasks = world.get::<Job>(job_e).map(|j| j.tasks.clone()).unwrap_or_default();
+    for t in tasks {
+        let Some(node) = world
+            .get::<TaskState>(t)
+            .filter(|ts| ts.is_running())
+            .and_then(|ts| ts.node)
+        else {
+            continue;
+        };
+        if world.get::<Heartbeats>(node).is_some() {
+            if let Some(name) = world.get::<Node>(node).map(|n| n.name.clone()) {
+                kill(world, job_e, t, name, why, grace_secs);
+            }
+        } else if let Some(mut ts) = world.get_mut::<TaskState>(t) {
+            ts.phase = TaskPhase::Finished;
+        }
+    }
+}
+
+fn kill(world: &mut World, job_e: Entity, task_e: Entity, node: Arc<str>, why: KillReason, grace_secs: u64) {
+    let (Some(job), Some(task)) = (world.get::<Job>(job_e), world.get::<Task>(task_e)) else {
+        return;
+    };
+    let cmd = Command::Kill {
+        node,
+        job: Arc::from(job.spec.name.as_str()),
+        job_id: world.get::<JobId>(job_e).map_or(0, |i| i.0),
+        task: task.name.clone(),
+        grace_secs,
+        why,
+    };
+    world.resource_mut::<Outbox>().0.push(cmd);
+}
+
+/// Ends a placed job once none of its tasks holds resources: finished (or cancelled)
+/// with its verdict and exit code, or pending again for a requeue. Tasks never placed
+/// beyond the gang minimum are dropped with it.
+fn settle(world: &mut World, job_e: Entity) {
+    let Some(job) = world.get::<Job>(job_e) else { return };
+    if !world
+        .get::<JobState>(job_e)
+        .is_some_and(|st| matches!(st.phase, JobPhase::Running | JobPhase::Ending))
+    {
+        return;
+    }
+    let holding = job
+        .tasks
+        .iter()
+        .any(|&t| world.get::<TaskState>(t).is_some_and(TaskState::is_running));
+    if holding {
+        return;
+    }
+    let now = world.resource::<Now>().0;
+    let Some(mut st) = world.get_mut::<JobState>(job_e) else {
+        return;
+    };
+    if let Some(why) = st.requeue.take() {
+        requeue(world, job_e, why);
+        return;
+    }
+    if st.reported && st.verdict.is_none() {
+        st.verdict = Some(Verdict::Completed);
+    }
+    st.phase = match st.verdict {
+        Some(Verdict::Cancelled) => JobPhase::Cancelled,
+        _ => JobPhase::Finished,
+    };
+    st.end_time = Some(now);
+    st.kill = None;
+    if st.reported {
+        st.exit_code = Some(st.first_failure.map_or(0, |(_, code)| code));
+    }
+}
+
+/// Back to pending, as if just submitted: every task unplaced with no run, ranks and
+/// AllocatedHyperNodes cleared; the allocator looks at it again (see [`Requeued`]).
+fn requeue(world: &mut World, job_e: Entity, why: String) {
+    let Some(job) = world.get::<Job>(job_e) else { return };
+    let (tasks, sub_jobs) = (job.tasks.clone(), job.sub_jobs.clone());
+    for t in tasks {
+        world.entity_mut(t).insert(TaskState::pending()).remove::<TaskRun>();
+    }
+    for sj in sub_jobs {
+        if let Some(mut s) = world.get_mut::<SubJobState>(sj) {
+            s.allocated_hyper_node = None;
+        }
+    }
+    if let Some(mut st) = world.get_mut::<JobState>(job_e) {
+        *st = JobState {
+            reason: Some(why),
+            checked_generation: st.checked_generation,
+            ..JobState::new()
+        };
+    }
+    let times = world.get::<Requeued>(job_e).map_or(1, |r| r.0 + 1);
+    world.entity_mut(job_e).insert(Requeued(times));
+}
+
+/// On a job sent back to pending (how many times): the allocator only looks at jobs
+/// submitted since or left unplaced, so it picks this one up when it changes.
+#[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Requeued(pub u32);
+
+/// Some task of the job reported started.
+fn mark_started(world: &mut World, job_e: Entity) {
+    if let Some(mut st) = world.get_mut::<JobState>(job_e)
+        && !st.task_started
+    {
+        st.task_started = true;
+    }
+}
+
+/// The job (by name and id) and its task (by name), when the core has that task running
+/// on `node`.
+fn running_task(world: &World, node: &str, job: &str, job_id: u64, task: &str) -> Option<(Entity, Entity)> {
+    let &job_e = world.resource::<JobNames>().0.get(job)?;
+    if world.get::<JobId>(job_e).map(|i| i.0) != Some(job_id) {
+        return None;
+    }
+    let task_e = find_task(world, world.get::<Job>(job_e)?, task)?;
+    let &node_e = world.resource::<NodeNames>().0.get(node)?;
+    let ts = world.get::<TaskState>(task_e)?;
+    (ts.is_running() && ts.node == Some(node_e)).then_some((job_e, task_e))
+}
+
+/// The job's task called `name` (`<role>-<index>`): the job's tasks are in spec order,
+/// then replica index, so the name gives its place; checked, with a scan as fallback.
+pub(crate) fn find_task(world: &World, job: &Job, name: &str) -> Option<Entity> {
+    let named = |e: &Entity| world.get::<Task>(*e).is_some_and(|t| *t.name == *name);
+    if let Some((role, i)) = name.rsplit_once('-')
+        && let Ok(i) = i.parse::<usize>()
+    {
+        let mut offset = 0usize;
+        for t in &job.spec.tasks {
+            if t.name == role {
+                if i < t.replicas as usize
+                    && let Some(e) = job.tasks.get(offset + i).filter(|e| named(e))
+                {
+                    return Some(*e);
+                }
+                break;
+            }
+            offset += t.replicas as usize;
+        }
+    }
+    job.tasks.iter().find(|e| named(e)).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(phase: JobPhase, verdict: Option<Verdict>, task_started: bool) -> JobState {
+        JobState {
+            phase,
+            verdict,
+            task_started,
+            ..JobState::new()
+        }
+    }
+
+    #[test]
+    fn job_statuses_follow_phase_verdict_and_starts() {
+        use JobPhase as P;
+        use JobStatus as S;
+        use Verdict as V;
+        let cases = [
+            (st(P::Pending, None, false), S::Pending),
+            (st(P::Rejected, None, false), S::Rejected),
+            (st(P::Running, None, false), S::Placed),
+            (st(P::Running, None, true), S::Running),
+            // `continue`: failed is decided, but it runs on.
+            (st(P::Running, Some(V::Failed), true), S::Running),
+            (st(P::Ending, Some(V::Failed), true), S::Failed),
+            (st(P::Ending, Some(V::Cancelled), true), S::Cancelled),
+            (st(P::Ending, Some(V::Timeout), true), S::Timeout),
+            (st(P::Finished, Some(V::Completed), true), S::Completed),
+            (st(P::Finished, Some(V::Failed), true), S::Failed),
+            (st(P::Finished, Some(V::Timeout), true), S::Timeout),
+            // The simulator's jobs: finished without reports, still `placed`.
+            (st(P::Finished, None, false), S::Placed),
+            (st(P::Cancelled, Some(V::Cancelled), false), S::Cancelled),
+            (st(P::Cancelled, None, false), S::Cancelled),
+        ];
+        for (state, want) in cases {
+            assert_eq!(job_status(&state), want, "{:?} {:?}", state.phase, state.verdict);
+        }
+        let requeued = JobState {
+            requeue: Some("requeued".into()),
+            ..st(P::Ending, None, true)
+        };
+        assert_eq!(job_status(&requeued), S::Pending);
+    }
+}

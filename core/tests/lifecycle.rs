@@ -1,0 +1,626 @@
+//! Scenario tests for the job and task lifecycle (issue 13): what agents report of their
+//! tasks (starts, ends, what they run), verdicts, kills, cancels, orphans and lost nodes.
+//! The nodes have agent links (their tasks hold resources until their ends are
+//! reported); every tick is followed by the invariants check.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use hyperplan_core::commands::KillReason;
+use hyperplan_core::config::HealthConfig;
+use hyperplan_core::events::TaskOnNode;
+use hyperplan_core::testing::{ClusterBuilder, JobBuilder};
+use hyperplan_core::{Command, Event, Planner, PlannerConfig, invariants, view};
+use hyperplan_shared::OnTaskFailure;
+use hyperplan_shared::report::{JobReport, JobStatus, TaskStatus};
+use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
+
+/// A daemon-like planner: `nodes` linked nodes `n01..` (cpu=8 each) that heartbeat
+/// every second unless silenced; time in milliseconds.
+struct Rig {
+    p: Planner,
+    now: u64,
+    silent: Vec<String>,
+    nodes: Vec<String>,
+}
+
+impl Rig {
+    fn new(nodes: u32) -> Self {
+        let config = PlannerConfig {
+            health: HealthConfig {
+                node_lost_after: Duration::from_secs(10),
+                ..HealthConfig::default()
+            },
+            ..PlannerConfig::default()
+        };
+        let mut p = Planner::new(config);
+        let mut names = Vec::new();
+        for n in ClusterBuilder::flat(nodes).node_resources("cpu=8").build().nodes {
+            names.push(n.name.clone());
+            let node = n.name.clone();
+            p.push(Event::NodeUp(n));
+            p.push(Event::LinkUp {
+                node,
+                link: 1,
+                at_ms: 1_000,
+            });
+        }
+        let mut rig = Self {
+            p,
+            now: 1_000,
+            silent: Vec::new(),
+            nodes: names,
+        };
+        rig.tick();
+        rig
+    }
+
+    /// One tick, a second later, after a heartbeat from every node not silenced.
+    fn step(&mut self) -> Vec<Command> {
+        self.now += 1_000;
+        for n in &self.nodes {
+            if !self.silent.contains(n) {
+                self.p.push(Event::Heartbeat {
+                    node: n.clone(),
+                    at_ms: self.now,
+                });
+            }
+        }
+        self.tick()
+    }
+
+    fn tick(&mut self) -> Vec<Command> {
+        let cmds = self.p.tick_millis(self.now);
+        let bad = invariants::check(self.p.world_mut());
+        assert!(bad.is_empty(), "invariants broken: {bad:#?}");
+        cmds
+    }
+
+    /// Submits a job and returns its id.
+    fn submit(&mut self, spec: hyperplan_shared::JobSpec) -> u64 {
+        let id = self.p.next_job_id();
+        self.p.push(Event::Submit(spec));
+        id
+    }
+
+    fn job(&mut self, name: &str) -> JobReport {
+        view::job_report(self.p.world_mut(), name).unwrap_or_else(|| panic!("no job {name}"))
+    }
+
+    /// Task name → node, for a placed job.
+    fn node_of(&mut self, job: &str, task: &str) -> String {
+        let r = self.job(job);
+        let t = r.tasks.iter().find(|t| t.name == task).unwrap();
+        t.node.clone().unwrap()
+    }
+
+    fn started(&mut self, job: &str, id: u64, task: &str, pid: u32) {
+        let node = self.node_of(job, task);
+        self.p.push(Event::TaskStarted {
+            node,
+            job: job.into(),
+            job_id: id,
+            task: task.into(),
+            pid,
+            at_ms: self.now,
+        });
+    }
+
+    fn start_all(&mut self, job: &str, id: u64) {
+        let tasks: Vec<String> = self
+            .job(job)
+            .tasks
+            .iter()
+            .filter(|t| t.node.is_some())
+            .map(|t| t.name.clone())
+            .collect();
+        for (i, t) in tasks.iter().enumerate() {
+            self.started(job, id, t, 100 + i as u32);
+        }
+    }
+
+    fn ended(&mut self, job: &str, id: u64, task: &str, end: TaskEnd) {
+        let node = self.node_of(job, task);
+        self.p.push(Event::TaskEnded {
+            node,
+            job: job.into(),
+            job_id: id,
+            task: task.into(),
+            end: TaskEnd {
+                end_time_ms: self.now,
+                ..end
+            },
+        });
+    }
+}
+
+fn exited(code: i32) -> TaskEnd {
+    TaskEnd {
+        outcome: TaskOutcome::Exited,
+        exit_code: Some(code),
+        cpu_seconds: 1.5,
+        max_rss_bytes: 1 << 20,
+        ..TaskEnd::default()
+    }
+}
+
+fn signaled(outcome: TaskOutcome, signal: i32) -> TaskEnd {
+    TaskEnd {
+        outcome,
+        signal: Some(signal),
+        ..TaskEnd::default()
+    }
+}
+
+/// (node, task, why, grace) of every `Kill`.
+fn kills(cmds: &[Command]) -> Vec<(String, String, KillReason, u64)> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::Kill {
+                node,
+                task,
+                why,
+                grace_secs,
+                ..
+            } => Some((node.to_string(), task.to_string(), *why, *grace_secs)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The jobs of the `Place` commands.
+fn placed_jobs(cmds: &[Command]) -> Vec<String> {
+    let mut v: Vec<String> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            Command::Place(p) => Some(p.job().to_string()),
+            _ => None,
+        })
+        .collect();
+    v.dedup();
+    v
+}
+
+fn task_state(r: &JobReport, task: &str) -> Option<TaskStatus> {
+    r.tasks.iter().find(|t| t.name == task).unwrap().state
+}
+
+/// Two nodes, `a` (2 tasks, one per node) placed and started, `b` (the same size)
+/// waiting for the room.
+fn two_jobs(policy: OnTaskFailure) -> (Rig, u64) {
+    let mut rig = Rig::new(2);
+    let mut a = JobBuilder::gang("a", 2, "cpu=8").build();
+    a.run.on_task_failure = policy;
+    let id = rig.submit(a);
+    rig.submit(JobBuilder::gang("b", 2, "cpu=8").priority(-1).build());
+    let cmds = rig.step();
+    assert_eq!(placed_jobs(&cmds), ["a"]);
+    let r = rig.job("a");
+    assert_eq!(r.status, JobStatus::Placed, "no task reported started yet");
+    assert_eq!(task_state(&r, "worker-0"), Some(TaskStatus::Starting));
+    rig.start_all("a", id);
+    rig.step();
+    let r = rig.job("a");
+    assert_eq!(r.status, JobStatus::Running);
+    assert_eq!(task_state(&r, "worker-1"), Some(TaskStatus::Running));
+    assert_eq!(r.tasks[1].pid, Some(101));
+    assert_eq!(rig.job("b").status, JobStatus::Pending);
+    (rig, id)
+}
+
+#[test]
+fn exit_3_fails_the_job_kills_the_others_and_holds_their_room_until_they_end() {
+    let (mut rig, id) = two_jobs(OnTaskFailure::KillJob);
+    rig.ended("a", id, "worker-0", exited(3));
+    let other = rig.node_of("a", "worker-1");
+    let cmds = rig.step();
+    assert_eq!(
+        kills(&cmds),
+        [(other.clone(), "worker-1".into(), KillReason::TaskFailed, 10)]
+    );
+    let r = rig.job("a");
+    assert_eq!(r.status, JobStatus::Failed);
+    assert_eq!(r.exit_code, None, "set once the job ended");
+    assert_eq!(r.end_time, None);
+    assert_eq!(r.reason.as_deref(), Some("task worker-0 exited with code 3"));
+    let t0 = &r.tasks[0];
+    assert_eq!((t0.state, t0.exit_code), (Some(TaskStatus::Exited), Some(3)));
+    assert_eq!((t0.cpu_seconds, t0.max_rss_bytes), (Some(1.5), Some(1 << 20)));
+    assert!(t0.end_time.is_some() && t0.start_time.is_some());
+    // worker-1 still holds its node: b waits, and the name is still taken.
+    assert!(placed_jobs(&cmds).is_empty());
+    assert_eq!(rig.job("b").status, JobStatus::Pending);
+    assert!(rig.p.check_job_names(["a"]).is_err());
+    assert!(placed_jobs(&rig.step()).is_empty());
+    // Its end arrives: the job is over, the room free, b placed in that very tick.
+    rig.ended("a", id, "worker-1", signaled(TaskOutcome::Cancelled, 15));
+    let cmds = rig.step();
+    assert_eq!(placed_jobs(&cmds), ["b"]);
+    let r = rig.job("a");
+    assert_eq!(r.status, JobStatus::Failed);
+    assert_eq!(r.exit_code, Some(3), "the first non-zero exit by end time");
+    assert!(r.end_time.is_some());
+    assert_eq!(task_state(&r, "worker-1"), Some(TaskStatus::Killed));
+    assert_eq!(r.tasks[1].signal, Some(15));
+    assert!(rig.p.check_job_names(["a"]).is_ok());
+}
+
+#[test]
+fn with_continue_the_others_run_on_and_the_job_fails_when_all_ended() {
+    let (mut rig, id) = two_jobs(OnTaskFailure::Continue);
+    rig.ended("a", id, "worker-1", exited(2));
+    let cmds = rig.step();
+    assert!(kills(&cmds).is_empty(), "{cmds:?}");
+    assert_eq!(rig.job("a").status, JobStatus::Running);
+    rig.ended("a", id, "worker-0", exited(0));
+    let cmds = rig.step();
+    let r = rig.job("a");
+    assert_eq!((r.status, r.exit_code), (JobStatus::Failed, Some(2)));
+    assert_eq!(placed_jobs(&cmds), ["b"]);
+}
+
+#[test]
+fn all_exiting_0_completes_with_exit_code_0() {
+    let (mut rig, id) = two_jobs(OnTaskFailure::KillJob);
+    rig.ended("a", id, "worker-0", exited(0));
+    rig.step();
+    assert_eq!(rig.job("a").status, JobStatus::Running);
+    rig.ended("a", id, "worker-1", exited(0));
+    let cmds = rig.step();
+    let r = rig.job("a");
+    assert_eq!((r.status, r.exit_code), (JobStatus::Completed, Some(0)));
+    assert_eq!(placed_jobs(&cmds), ["b"]);
+}
+
+#[test]
+fn a_signal_counts_128_plus_its_number() {
+    let (mut rig, id) = two_jobs(OnTaskFailure::KillJob);
+    rig.ended("a", id, "worker-1", signaled(TaskOutcome::Signaled, 9));
+    let cmds = rig.step();
+    assert_eq!(kills(&cmds).len(), 1);
+    rig.ended("a", id, "worker-0", signaled(TaskOutcome::Cancelled, 15));
+    rig.step();
+    let r = rig.job("a");
+    assert_eq!((r.status, r.exit_code), (JobStatus::Failed, Some(137)));
+    assert_eq!(r.tasks[1].signal, Some(9));
+    assert_eq!(r.tasks[1].state, Some(TaskStatus::Exited));
+    assert_eq!(r.reason.as_deref(), Some("task worker-1 was killed by signal 9"));
+}
+
+#[test]
+fn the_time_limit_decides_timeout_and_kills_the_others() {
+    let (mut rig, id) = two_jobs(OnTaskFailure::Continue);
+    rig.ended("a", id, "worker-0", signaled(TaskOutcome::Timeout, 15));
+    let other = rig.node_of("a", "worker-1");
+    let cmds = rig.step();
+    assert_eq!(kills(&cmds), [(other, "worker-1".into(), KillReason::Timeout, 10)]);
+    assert_eq!(rig.job("a").status, JobStatus::Timeout);
+    rig.ended("a", id, "worker-1", signaled(TaskOutcome::Timeout, 15));
+    rig.step();
+    let r = rig.job("a");
+    assert_eq!((r.status, r.exit_code), (JobStatus::Timeout, Some(143)));
+    assert_eq!(task_state(&r, "worker-0"), Some(TaskStatus::Killed));
+}
+
+#[test]
+fn cancel_kills_with_its_grace_and_frees_only_on_the_ends() {
+    let (mut rig, id) = two_jobs(OnTaskFailure::KillJob);
+    rig.p.push(Event::Cancel {
+        job: "a".into(),
+        grace_secs: 30,
+    });
+    let (n0, n1) = (rig.node_of("a", "worker-0"), rig.node_of("a", "worker-1"));
+    let cmds = rig.step();
+    assert_eq!(
+        kills(&cmds),
+        [
+            (n0, "worker-0".into(), KillReason::Cancel, 30),
+            (n1, "worker-1".into(), KillReason::Cancel, 30)
+        ]
+    );
+    assert_eq!(rig.job("a").status, JobStatus::Cancelled);
+    assert!(placed_jobs(&cmds).is_empty(), "the tasks still hold their nodes");
+    // The name is not free yet: a new `a` is refused.
+    assert!(rig.p.check_job_names(["a"]).is_err());
+    rig.p.push(Event::Submit(JobBuilder::gang("a", 1, "cpu=1").build()));
+    let cmds = rig.step();
+    assert!(
+        cmds.iter()
+            .any(|c| matches!(c, Command::Warn(w) if w.contains("has not ended")))
+    );
+    assert_eq!(rig.job("a").id, id);
+    rig.ended("a", id, "worker-0", signaled(TaskOutcome::Cancelled, 15));
+    assert!(placed_jobs(&rig.step()).is_empty());
+    rig.ended("a", id, "worker-1", exited(0));
+    let cmds = rig.step();
+    assert_eq!(placed_jobs(&cmds), ["b"]);
+    let r = rig.job("a");
+    assert_eq!((r.status, r.exit_code), (JobStatus::Cancelled, Some(143)));
+    assert!(r.end_time.is_some());
+    assert!(rig.p.check_job_names(["a"]).is_ok());
+}
+
+#[test]
+fn a_cancelled_job_never_places_its_remaining_tasks() {
+    let mut rig = Rig::new(2);
+    // Gang of 2, 4 replicas: 2 placed (cpu=8 each fills a node), 2 wait for room.
+    let id = rig.submit(JobBuilder::gang("a", 4, "cpu=8").min_available(2).build());
+    rig.step();
+    rig.start_all("a", id);
+    rig.step();
+    rig.p.push(Event::Cancel {
+        job: "a".into(),
+        grace_secs: 5,
+    });
+    rig.step();
+    let placed: Vec<String> = rig
+        .job("a")
+        .tasks
+        .iter()
+        .filter(|t| t.node.is_some())
+        .map(|t| t.name.clone())
+        .collect();
+    for t in &placed {
+        rig.ended("a", id, t, signaled(TaskOutcome::Cancelled, 15));
+    }
+    let cmds = rig.step();
+    assert!(placed_jobs(&cmds).is_empty(), "{cmds:?}");
+    let r = rig.job("a");
+    assert_eq!(r.status, JobStatus::Cancelled);
+    assert_eq!(
+        r.tasks.iter().filter(|t| t.state == Some(TaskStatus::Pending)).count(),
+        2
+    );
+}
+
+#[test]
+fn repeated_and_foreign_reports_change_nothing() {
+    let (mut rig, id) = two_jobs(OnTaskFailure::KillJob);
+    let start = rig.job("a").tasks[0].start_time;
+    // A repeated start: pid and time stay.
+    rig.started("a", id, "worker-0", 999);
+    rig.step();
+    let r = rig.job("a");
+    assert_eq!((r.tasks[0].pid, r.tasks[0].start_time), (Some(100), start));
+    // Another job's id, another node, a task that does not exist: ignored.
+    rig.ended("a", id + 7, "worker-0", exited(3));
+    let wrong = rig.node_of("a", "worker-1");
+    rig.p.push(Event::TaskEnded {
+        node: wrong,
+        job: "a".into(),
+        job_id: id,
+        task: "worker-0".into(),
+        end: exited(4),
+    });
+    rig.ended("a", id, "worker-0", exited(0));
+    rig.p.push(Event::TaskEnded {
+        node: "n01".into(),
+        job: "a".into(),
+        job_id: id,
+        task: "worker-9".into(),
+        end: exited(5),
+    });
+    let cmds = rig.step();
+    assert!(kills(&cmds).is_empty(), "{cmds:?}");
+    let r = rig.job("a");
+    assert_eq!(r.status, JobStatus::Running);
+    assert_eq!(r.tasks[0].exit_code, Some(0));
+    // The same end again, and then a failing one for the ended task: nothing.
+    rig.ended("a", id, "worker-0", exited(0));
+    rig.ended("a", id, "worker-0", exited(3));
+    let cmds = rig.step();
+    assert!(kills(&cmds).is_empty(), "{cmds:?}");
+    assert_eq!(rig.job("a").status, JobStatus::Running);
+    rig.ended("a", id, "worker-1", exited(0));
+    rig.ended("a", id, "worker-1", exited(0));
+    rig.step();
+    let r = rig.job("a");
+    assert_eq!((r.status, r.exit_code), (JobStatus::Completed, Some(0)));
+}
+
+fn on_node(job: &str, id: u64, task: &str) -> TaskOnNode {
+    TaskOnNode {
+        job: job.into(),
+        job_id: id,
+        task: task.into(),
+        pid: 4242,
+        cpu_cores: 1.25,
+        rss_bytes: 3 << 20,
+    }
+}
+
+#[test]
+fn tasks_a_node_runs_that_the_planner_does_not_are_killed_as_orphans() {
+    let (mut rig, id) = two_jobs(OnTaskFailure::KillJob);
+    let node = rig.node_of("a", "worker-0");
+    rig.p.push(Event::TasksOnNode {
+        node: node.clone(),
+        tasks: vec![
+            on_node("a", id, "worker-0"),
+            // Runs on the other node, as far as the planner knows.
+            on_node("a", id, "worker-1"),
+            on_node("a", id + 1, "worker-0"),
+            on_node("gone", 77, "worker-0"),
+        ],
+    });
+    let cmds = rig.step();
+    assert_eq!(
+        kills(&cmds),
+        [
+            (node.clone(), "worker-1".into(), KillReason::Orphan, 10),
+            (node.clone(), "worker-0".into(), KillReason::Orphan, 10),
+            (node.clone(), "worker-0".into(), KillReason::Orphan, 10),
+        ]
+    );
+    let ids: Vec<(String, u64)> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            Command::Kill { job, job_id, .. } => Some((job.to_string(), *job_id)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, [("a".into(), id), ("a".into(), id + 1), ("gone".into(), 77)]);
+    let t = &rig.job("a").tasks[0];
+    assert_eq!((t.cpu_cores, t.rss_bytes), (Some(1.25), Some(3 << 20)));
+    assert_eq!(t.pid, Some(100), "the started pid stays");
+    // Once ended, the same listing makes it an orphan too.
+    rig.ended("a", id, "worker-0", exited(0));
+    rig.step();
+    rig.p.push(Event::TasksOnNode {
+        node: node.clone(),
+        tasks: vec![on_node("a", id, "worker-0")],
+    });
+    let cmds = rig.step();
+    assert_eq!(kills(&cmds), [(node, "worker-0".into(), KillReason::Orphan, 10)]);
+}
+
+#[test]
+fn an_ending_jobs_task_its_node_still_lists_is_killed_again() {
+    let (mut rig, id) = two_jobs(OnTaskFailure::KillJob);
+    rig.p.push(Event::Cancel {
+        job: "a".into(),
+        grace_secs: 20,
+    });
+    assert_eq!(kills(&rig.step()).len(), 2);
+    let node = rig.node_of("a", "worker-1");
+    rig.p.push(Event::TasksOnNode {
+        node: node.clone(),
+        tasks: vec![on_node("a", id, "worker-1")],
+    });
+    let cmds = rig.step();
+    assert_eq!(kills(&cmds), [(node, "worker-1".into(), KillReason::Cancel, 20)]);
+}
+
+#[test]
+fn a_node_not_ready_for_longer_than_node_lost_after_loses_its_tasks() {
+    let (mut rig, id) = two_jobs(OnTaskFailure::KillJob);
+    let lost = rig.node_of("a", "worker-1");
+    let other = rig.node_of("a", "worker-0");
+    rig.silent.push(lost.clone());
+    // NotReady after 3 s of silence, lost 10 s after that.
+    let mut ticks = 0;
+    let cmds = loop {
+        let cmds = rig.step();
+        ticks += 1;
+        if !kills(&cmds).is_empty() {
+            break cmds;
+        }
+        assert_eq!(rig.job("a").status, JobStatus::Running, "{ticks} ticks");
+        assert!(ticks < 20, "never lost");
+    };
+    assert!((13..=15).contains(&ticks), "{ticks}");
+    assert_eq!(kills(&cmds), [(other, "worker-0".into(), KillReason::TaskFailed, 10)]);
+    let r = rig.job("a");
+    assert_eq!(r.status, JobStatus::Failed);
+    let t1 = &r.tasks[1];
+    assert_eq!(t1.state, Some(TaskStatus::Lost));
+    assert_eq!(
+        t1.reason.as_deref(),
+        Some(format!("node {lost} was NotReady for more than 10 s").as_str())
+    );
+    rig.ended("a", id, "worker-0", signaled(TaskOutcome::Cancelled, 15));
+    rig.step();
+    let r = rig.job("a");
+    assert_eq!((r.status, r.exit_code), (JobStatus::Failed, Some(1)));
+    // The node comes back, still running the lost task: it is killed as an orphan.
+    rig.silent.clear();
+    rig.p.push(Event::LinkUp {
+        node: lost.clone(),
+        link: 2,
+        at_ms: rig.now,
+    });
+    rig.p.push(Event::TasksOnNode {
+        node: lost.clone(),
+        tasks: vec![on_node("a", id, "worker-1")],
+    });
+    let cmds = rig.step();
+    assert_eq!(kills(&cmds), [(lost, "worker-1".into(), KillReason::Orphan, 10)]);
+}
+
+#[test]
+fn requeue_sends_the_job_back_to_pending_once_its_tasks_ended_and_places_it_again() {
+    let mut rig = Rig::new(3);
+    let mut a = JobBuilder::gang("a", 2, "cpu=8").build();
+    a.run.requeue = true;
+    let id = rig.submit(a);
+    rig.step();
+    rig.start_all("a", id);
+    rig.step();
+    let lost = rig.node_of("a", "worker-1");
+    let other = rig.node_of("a", "worker-0");
+    rig.silent.push(lost.clone());
+    let cmds = loop {
+        let cmds = rig.step();
+        if !kills(&cmds).is_empty() {
+            break cmds;
+        }
+        assert!(rig.now < 30_000, "never lost");
+    };
+    assert_eq!(
+        kills(&cmds),
+        [(other.clone(), "worker-0".into(), KillReason::TaskFailed, 10)]
+    );
+    let r = rig.job("a");
+    assert_eq!(r.status, JobStatus::Pending, "requeued, waiting for its tasks to end");
+    assert!(r.reason.as_deref().unwrap().starts_with("requeued: "), "{:?}", r.reason);
+    assert!(rig.p.check_job_names(["a"]).is_err());
+    rig.ended("a", id, "worker-0", signaled(TaskOutcome::Cancelled, 15));
+    let cmds = rig.step();
+    // Placed again in the same tick, on the two Ready nodes, as the same job.
+    assert_eq!(placed_jobs(&cmds), ["a"]);
+    let r = rig.job("a");
+    assert_eq!((r.id, r.status, r.exit_code), (id, JobStatus::Placed, None));
+    let mut nodes: Vec<String> = r
+        .tasks
+        .iter()
+        .map(|t| t.node.clone().unwrap_or_else(|| panic!("{r:#?}")))
+        .collect();
+    nodes.sort();
+    assert!(!nodes.contains(&lost), "{nodes:?}");
+    assert!(r.tasks.iter().all(|t| t.state == Some(TaskStatus::Starting)));
+    assert!(r.tasks.iter().all(|t| t.exit_code.is_none() && t.pid.is_none()));
+    // It runs to completion the second time.
+    rig.start_all("a", id);
+    rig.step();
+    rig.ended("a", id, "worker-0", exited(0));
+    rig.ended("a", id, "worker-1", exited(0));
+    rig.step();
+    let r = rig.job("a");
+    assert_eq!((r.status, r.exit_code), (JobStatus::Completed, Some(0)));
+}
+
+#[test]
+fn nodes_without_an_agent_free_at_once_and_say_nothing_new() {
+    let mut p = Planner::new(PlannerConfig::default());
+    for n in ClusterBuilder::flat(2).node_resources("cpu=8").build().nodes {
+        p.push(Event::NodeUp(n));
+    }
+    p.push(Event::Submit(JobBuilder::gang("a", 2, "cpu=8").build()));
+    p.push(Event::Submit(JobBuilder::gang("b", 2, "cpu=8").priority(-1).build()));
+    p.tick(0);
+    p.push(Event::Cancel {
+        job: "a".into(),
+        grace_secs: 0,
+    });
+    let cmds = p.tick(1);
+    assert!(kills(&cmds).is_empty());
+    assert_eq!(placed_jobs(&cmds), ["b"]);
+    let a = view::job_report(p.world_mut(), "a").unwrap();
+    assert_eq!((a.status, a.exit_code), (JobStatus::Cancelled, None));
+    assert!(a.tasks.iter().all(|t| t.state.is_none()));
+    // The simulator's end of a task: the job is over, still `placed`.
+    p.push(Event::TaskFinished {
+        job: "b".into(),
+        task: "worker-0".into(),
+    });
+    p.push(Event::TaskFinished {
+        job: "b".into(),
+        task: "worker-1".into(),
+    });
+    p.tick(2);
+    let b = view::job_report(p.world_mut(), "b").unwrap();
+    assert_eq!((b.status, b.exit_code, b.end_time), (JobStatus::Placed, None, Some(2)));
+    assert!(p.check_job_names(["b"]).is_ok());
+    assert!(invariants::check(p.world_mut()).is_empty());
+}
