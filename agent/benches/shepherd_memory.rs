@@ -83,10 +83,10 @@ fn main() {
     let mut task_dirs: Vec<PathBuf> = Vec::new();
     let mut reaper = Reaper(Vec::new(), Vec::new());
     for i in 0..SHEPHERDS {
-        let task_dir = dir.path().join(format!("state/tasks/mem/worker-{i}"));
+        let task_dir = dir.path().join(format!("state/tasks/mem.1/worker-{i}"));
         std::fs::create_dir_all(&task_dir).unwrap();
         let spec = serde_json::json!({
-            "job": "mem", "task": format!("worker-{i}"), "rank": i,
+            "job": "mem", "jobId": 1, "task": format!("worker-{i}"), "rank": i,
             "argv": ["sleep", "600"],
             "env": {"PATH": "/usr/local/bin:/usr/bin:/bin"},
             "workingDir": dir.path(),

@@ -1,6 +1,7 @@
 //! The agent configuration (`/etc/hyperplan/agent.toml`): labels for label discovery,
-//! where to read sysfs from, and for `run` the planner, certificates, node name and
-//! re-probe interval. Every key also has a command-line flag; flags win.
+//! where to read sysfs from, and for `run` the planner, certificates, node name,
+//! re-probe interval, and how tasks run (state directory, pinning, root). Every key also
+//! has a command-line flag; flags win.
 //!
 //! ```toml
 //! # sysfsRoot = "/sys"
@@ -8,6 +9,9 @@
 //! # certDir = "/etc/hyperplan/certs"
 //! # nodeName = "n001"
 //! # reprobeInterval = 60
+//! # stateDir = "/var/lib/hyperplan-agent"
+//! # pin = "auto"
+//! # allowRoot = false
 //! [labels]
 //! rack = "r7"
 //! leaf = "ib-leaf-12"
@@ -42,6 +46,27 @@ pub struct AgentConfig {
     /// `run`: seconds between periodic re-probes (default 60; 0: only on SIGHUP).
     #[serde(default)]
     pub reprobe_interval: Option<u64>,
+    /// `run`: where task directories live (default `/var/lib/hyperplan-agent`).
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
+    /// `run`: pin tasks to their PUs and NUMA nodes (default `auto`).
+    #[serde(default)]
+    pub pin: Option<Pin>,
+    /// `run`: tasks may run as root (uid 0); default false.
+    #[serde(default)]
+    pub allow_root: Option<bool>,
+}
+
+/// Whether tasks are pinned to the PUs and NUMA nodes the planner gave them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Pin {
+    /// Pin when the topology is this machine's (the live probe), not a described one
+    /// (`--synthetic`, `--hwloc-xml`, `--sysfs-root`).
+    #[default]
+    Auto,
+    On,
+    Off,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -101,8 +126,11 @@ mod tests {
             .collect();
         let all = AgentConfig::parse(&uncommented, path);
         assert!(
-            all.as_ref()
-                .is_ok_and(|c| c.planner.is_some() && c.reprobe_interval == Some(60)),
+            all.as_ref().is_ok_and(|c| c.planner.is_some()
+                && c.reprobe_interval == Some(60)
+                && c.state_dir.is_some()
+                && c.pin.is_some()
+                && c.allow_root.is_some()),
             "{all:?}"
         );
     }
@@ -122,6 +150,10 @@ mod tests {
         assert_eq!(run.cert_dir.as_deref(), Some(Path::new("/c")));
         assert_eq!(run.node_name.as_deref(), Some("n7"));
         assert_eq!(run.reprobe_interval, Some(5));
+        let tasks = AgentConfig::parse("stateDir = \"/s\"\npin = \"off\"\nallowRoot = true\n", p).unwrap_or_default();
+        assert_eq!(tasks.state_dir.as_deref(), Some(Path::new("/s")));
+        assert_eq!((tasks.pin, tasks.allow_root), (Some(Pin::Off), Some(true)));
+        assert!(AgentConfig::parse("pin = \"sometimes\"\n", p).is_err());
         let err = AgentConfig::parse("[labels]\nrack = \"r7\"\nplaner = 1\n", p)
             .err()
             .map(|e| e.to_string());

@@ -52,7 +52,7 @@ pub enum LaunchError {
 }
 
 /// The shepherd's spec and the job's hostfile (one node per line, one line per task, by
-/// rank), whose path is `hostfile_path(state_dir, job)`.
+/// rank), whose path is `hostfile_path(state_dir, job, job_id)`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Prepared {
     pub spec: LaunchSpec,
@@ -60,8 +60,8 @@ pub struct Prepared {
 }
 
 /// Where the job's hostfile lives on this node: beside its tasks' directories.
-pub fn hostfile_path(state_dir: &Path, job: &str) -> PathBuf {
-    state_dir.join("tasks").join(job).join("hostfile")
+pub fn hostfile_path(state_dir: &Path, job: &str, job_id: u64) -> PathBuf {
+    crate::shepherd::layout::job_dir(state_dir, job, job_id).join("hostfile")
 }
 
 pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> Result<Prepared, LaunchError> {
@@ -104,7 +104,7 @@ pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> R
         .ok_or_else(|| {
             frame("no absolute working directory (submit it with `hyperplan submit`, or set workingDir)".into())
         })?;
-    let hostfile_at = hostfile_path(node.state_dir, &task.job);
+    let hostfile_at = hostfile_path(node.state_dir, &task.job, task.job_id);
     let mut env: BTreeMap<String, String> = BTreeMap::from([
         ("PATH".to_string(), DEFAULT_PATH.to_string()),
         ("USER".to_string(), task.user.clone()),
@@ -150,6 +150,7 @@ pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> R
     };
     let spec = LaunchSpec {
         job: task.job.clone(),
+        job_id: task.job_id,
         task: task.task.clone(),
         rank: task.rank,
         argv: task.argv.clone(),
@@ -249,7 +250,7 @@ mod tests {
         assert_eq!(get("OMP_NUM_THREADS"), Some("2"), "the job's own env wins");
         assert_eq!(
             get("HYPERPLAN_HOSTFILE"),
-            Some("/var/lib/hyperplan-agent/tasks/train/hostfile")
+            Some("/var/lib/hyperplan-agent/tasks/train.7/hostfile")
         );
         assert_eq!(get("HYPERPLAN_HYPERNODES"), Some("leaf-1,spine-1"));
         assert_eq!(get("PATH"), Some(DEFAULT_PATH));

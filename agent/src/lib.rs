@@ -8,3 +8,4 @@ pub mod launch;
 pub mod link;
 pub mod probe;
 pub mod shepherd;
+pub mod tasks;

@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use hyperplan_agent::config::{AgentConfig, DEFAULT_CONFIG};
+use hyperplan_agent::config::{AgentConfig, DEFAULT_CONFIG, Pin};
 use hyperplan_agent::link::{self, CERT_DIR_ENV, DEFAULT_CERT_DIR, DEFAULT_REPROBE_INTERVAL, LinkOptions};
 use hyperplan_agent::probe::{self, ProbeOptions, Source};
 use hyperplan_agent::shepherd;
+use hyperplan_agent::tasks::{DEFAULT_STATE_DIR, TaskOptions};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -56,6 +57,13 @@ enum Command {
     /// heartbeat; re-probe periodically and on SIGHUP and send the topology again only
     /// when it changed; reconnect with backoff whenever the planner is away.
     ///
+    /// Runs the tasks the planner places here: one shepherd per task (`hyperplan-agent
+    /// shepherd`, detached: tasks outlive agent restarts), files under
+    /// STATE/tasks/JOB.JOBID/TASK/; reports their start and end until the planner
+    /// acknowledges them, lists them with their CPU and memory use in heartbeats, cancels
+    /// them on Kill and serves their output files (ReadLog). A restarted agent finds its
+    /// tasks in the state directory.
+    ///
     /// Every option is also an agent.toml key (in parentheses); flags win. Stops cleanly
     /// on SIGTERM or SIGINT. Under systemd (Type=notify) it reports READY=1 once first
     /// registered, STATUS= lines, and WATCHDOG=1 when WatchdogSec= is set.
@@ -81,29 +89,49 @@ enum Command {
         /// (`reprobeInterval`). Default: 60.
         #[arg(long, value_name = "SECS")]
         reprobe_interval: Option<u64>,
+        #[command(flatten)]
+        tasks: TaskArgs,
     },
     /// Run one task as its parent, detached from the agent (the agent starts one per
     /// task; people rarely need to).
     ///
-    /// Reads the launch spec FILE (JSON: job, task, rank, argv, env, workingDir, stdout,
-    /// stderr, user, allowRoot, cpus, numaNodes, memoryPolicy, cgroup, stateDir,
+    /// Reads the launch spec FILE (JSON: job, jobId, task, rank, argv, env, workingDir,
+    /// stdout, stderr, user, allowRoot, cpus, numaNodes, memoryPolicy, cgroup, stateDir,
     /// timeLimitSecs, killGraceSecs), leaves the caller's session, and writes its pid to
-    /// STATE/tasks/JOB/TASK/pid. Then it starts the task pinned to its CPUs and NUMA nodes,
+    /// STATE/tasks/JOB.JOBID/TASK/pid. Then it starts the task pinned to its CPUs and NUMA nodes,
     /// as the user (all of the user's groups), with exactly the spec's environment and
     /// stdout/stderr opened as that user; waits for it; and writes record.json there (exit
     /// code or signal, start and end time, CPU seconds, peak memory, or the reason it never
-    /// ran). SIGTERM or SIGINT to the shepherd goes to the task's process group (cancel);
-    /// the time limit sends SIGTERM, then SIGKILL after the grace period (default 10 s).
+    /// ran). SIGTERM or SIGINT to the shepherd goes to the task's process group (cancel),
+    /// SIGKILL following after the seconds in the task directory's kill_grace file when
+    /// there is one (the agent writes the planner's grace there), else killGraceSecs; the
+    /// time limit sends SIGTERM, then SIGKILL after killGraceSecs (default 10 s).
     /// Exits 0 once the record is written, whatever the task did; 1 when no record could be
     /// written (the reason is on stderr).
     #[command(
-        after_help = "Example:\n  hyperplan-agent shepherd --spec /var/lib/hyperplan-agent/tasks/train-7/worker-3/spec.json\n  cat /var/lib/hyperplan-agent/tasks/train-7/worker-3/record.json"
+        after_help = "Example:\n  hyperplan-agent shepherd --spec /var/lib/hyperplan-agent/tasks/train.7/worker-3/spec.json\n  cat /var/lib/hyperplan-agent/tasks/train.7/worker-3/record.json"
     )]
     Shepherd {
-        /// The launch spec (JSON), normally STATE/tasks/JOB/TASK/spec.json.
+        /// The launch spec (JSON), normally STATE/tasks/JOB.JOBID/TASK/spec.json.
         #[arg(long, value_name = "FILE")]
         spec: PathBuf,
     },
+}
+
+/// How `run` runs tasks.
+#[derive(Args, Debug)]
+struct TaskArgs {
+    /// Where task directories live (`stateDir`); created if missing. Default:
+    /// /var/lib/hyperplan-agent.
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Pin tasks to their PUs and NUMA nodes (`pin`): auto pins when the topology is
+    /// this machine's (not --synthetic, --hwloc-xml or --sysfs-root). Default: auto.
+    #[arg(long, value_enum, value_name = "WHEN")]
+    pin: Option<Pin>,
+    /// Let tasks run as root (uid 0) (`allowRoot`). Default: refused.
+    #[arg(long)]
+    allow_root: bool,
 }
 
 /// Where the topology comes from: the probe's sources, shared by `probe` and `run`.
@@ -125,7 +153,7 @@ struct SourceArgs {
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     labels: Vec<(String, String)>,
     /// Agent configuration (TOML: `[labels]`, `sysfsRoot`, and for `run` `planner`,
-    /// `certDir`, `nodeName`, `reprobeInterval`). Default: /etc/hyperplan/agent.toml when
+    /// `certDir`, `nodeName`, `reprobeInterval`, `stateDir`, `pin`, `allowRoot`). Default: /etc/hyperplan/agent.toml when
     /// it exists.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -173,7 +201,8 @@ fn main() -> ExitCode {
             cert_dir,
             node,
             reprobe_interval,
-        } => run_agent(source, planner, cert_dir, node, reprobe_interval),
+            tasks,
+        } => run_agent(source, planner, cert_dir, node, reprobe_interval, tasks),
         Command::Shepherd { .. } => Ok(()), // handled above
     };
     match result {
@@ -246,6 +275,7 @@ fn run_agent(
     cert_dir: Option<PathBuf>,
     node: Option<String>,
     reprobe_interval: Option<u64>,
+    tasks: TaskArgs,
 ) -> anyhow::Result<()> {
     let config = load_config(source.config.as_deref())?;
     let planner = planner
@@ -266,12 +296,34 @@ fn run_agent(
     let reprobe_secs = reprobe_interval
         .or(config.reprobe_interval)
         .unwrap_or(DEFAULT_REPROBE_INTERVAL.as_secs());
+    let probe = probe_options(source, &config)?;
+    let live = probe.source == Source::Local && probe.sysfs_root.is_none();
+    let pin = match tasks.pin.or(config.pin).unwrap_or_default() {
+        Pin::Auto => live,
+        Pin::On => true,
+        Pin::Off => false,
+    };
+    let state_dir = tasks
+        .state_dir
+        .or_else(|| config.state_dir.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    anyhow::ensure!(
+        state_dir.is_absolute(),
+        "the state directory must be an absolute path, got {}",
+        state_dir.display()
+    );
     let opts = LinkOptions {
         planner,
         cert_dir,
         node,
         reprobe_interval: (reprobe_secs > 0).then(|| Duration::from_secs(reprobe_secs)),
-        probe: probe_options(source, &config)?,
+        probe,
+        tasks: TaskOptions {
+            state_dir,
+            pin,
+            allow_root: tasks.allow_root || config.allow_root.unwrap_or(false),
+            shepherd: std::env::current_exe().context("finding this executable (it runs the shepherds)")?,
+        },
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

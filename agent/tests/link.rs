@@ -2,7 +2,7 @@
 //! certificates in a temp dir, 127.0.0.1 port 0): hellos and Register with the node's
 //! name and topology, heartbeats at the interval the planner named, reconnection after
 //! the planner drops the connection, SIGHUP without and with a machine change, systemd
-//! notifications, and a clean SIGTERM exit.
+//! notifications, and a clean SIGTERM exit. (Tasks: `run_tasks.rs`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use hyperplan_net::certs::{self, CertPaths};
 use hyperplan_net::frame::{DEFAULT_MAX_FRAME, read_frame, write_frame};
-use hyperplan_net::messages::{AgentMessage, Hello, LaunchTask, PROTOCOL_VERSION, PlannerToAgent, Role, topology_hash};
+use hyperplan_net::messages::{AgentMessage, Hello, PROTOCOL_VERSION, PlannerToAgent, Role, topology_hash};
 use hyperplan_net::tls::{self, TlsMaterial};
 use tokio::sync::mpsc;
 
@@ -171,38 +171,8 @@ async fn serve(conn: usize, connection: quinn::Connection, tx: mpsc::UnboundedSe
                         node: name.clone(),
                         heartbeat_interval_ms: HEARTBEAT_MS,
                     };
-                    // Tasks are a later issue: the agent only logs Launch and Kill.
-                    let launch = PlannerToAgent::Launch(Box::new(LaunchTask {
-                        job: "job-1".into(),
-                        job_id: 1,
-                        task: "w-0".into(),
-                        rank: 0,
-                        user: "alice".into(),
-                        argv: vec!["/bin/true".into()],
-                        env: Default::default(),
-                        working_dir: Some("/tmp".into()),
-                        output: "hyperplan-%j-%t.out".into(),
-                        error: "hyperplan-%j-%t.out".into(),
-                        time_limit_secs: None,
-                        hyper_nodes: vec![],
-                        cpus: "0-3".into(),
-                        numa_nodes: vec![0],
-                        bind_memory: false,
-                        gpus: vec![],
-                        nics: vec![],
-                    }));
-                    let kill = PlannerToAgent::Kill {
-                        task: hyperplan_net::messages::TaskRef {
-                            job: "job-1".into(),
-                            job_id: 1,
-                            task: "0".into(),
-                        },
-                        grace_secs: 10,
-                    };
-                    for message in [reply, launch, kill] {
-                        if write_frame(&mut send, &message, DEFAULT_MAX_FRAME).await.is_err() {
-                            return;
-                        }
+                    if write_frame(&mut send, &reply, DEFAULT_MAX_FRAME).await.is_err() {
+                        return;
                     }
                 }
             }
@@ -229,15 +199,20 @@ fn cluster(dir: &Path, nodes: &[&str]) {
 /// The agent process; its stderr lines arrive on `lines`. Killed when dropped.
 struct Agent {
     child: Option<Child>,
+    /// Its state directory (no task runs in these tests).
+    _state: tempfile::TempDir,
     lines: mpsc::UnboundedReceiver<String>,
     seen: Vec<String>,
 }
 
 impl Agent {
     fn spawn(cert_dir: &Path, planner: SocketAddr, node: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let state = tempfile::tempdir().unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_hyperplan-agent"));
         command
             .arg("run")
+            .arg("--state-dir")
+            .arg(state.path())
             .arg("--planner")
             .arg(planner.to_string())
             .arg("--cert-dir")
@@ -268,6 +243,7 @@ impl Agent {
         });
         Self {
             child: Some(child),
+            _state: state,
             lines,
             seen: Vec::new(),
         }
@@ -440,9 +416,8 @@ async fn registers_heartbeats_reconnects_and_stops() {
     assert_eq!(free_memory.len(), 4);
     assert!(running_tasks.is_empty());
 
-    // Launch and Kill are logged, and the link goes on.
-    agent.log("planner asks to launch a task").await;
-    agent.log("planner asks to kill a task").await;
+    // A described machine: tasks would run unpinned, and the agent says so.
+    agent.log("tasks are not pinned").await;
 
     // systemd: ready once registered, status, watchdog pings.
     notifications.wait_for("READY=1").await;
@@ -560,6 +535,8 @@ async fn a_missing_certificate_is_a_startup_error() {
             "--synthetic",
             SYNTHETIC,
         ])
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
         .arg("--cert-dir")
         .arg(dir.path())
         .output()

@@ -72,6 +72,7 @@ impl Task {
         let user = me();
         let spec = json!({
             "job": "j1",
+            "jobId": 5,
             "task": "worker-0",
             "rank": 0,
             "argv": argv,
@@ -100,7 +101,7 @@ impl Task {
     }
 
     fn task_dir(&self) -> PathBuf {
-        self.dir.path().join("state/tasks/j1/worker-0")
+        self.dir.path().join("state/tasks/j1.5/worker-0")
     }
 
     fn write_spec(&self) -> PathBuf {
@@ -202,6 +203,7 @@ fn exit_code_is_recorded() {
     assert_eq!(record["exitCode"], 3);
     assert_eq!(record["signal"], Value::Null);
     assert_eq!(record["job"], "j1");
+    assert_eq!(record["jobId"], 5);
     assert_eq!(record["task"], "worker-0");
     assert!(record["pid"].as_u64().unwrap() > 1);
     let start = record["startTimeMs"].as_u64().unwrap();
@@ -308,6 +310,23 @@ fn sigterm_to_the_shepherd_kills_the_whole_group() {
     wait_until("the task and its child to be gone", Duration::from_secs(5), || {
         !alive(pid) && !alive(grandchild)
     });
+}
+
+/// The agent writes the planner's grace into `kill_grace` before its SIGTERM: a task that
+/// ignores SIGTERM is killed after that grace, not the spec's.
+#[test]
+fn a_cancel_uses_the_grace_the_agent_wrote() {
+    let mut task = Task::new(&["sh", "-c", "trap '' TERM; sleep 60"]).set("killGraceSecs", json!(60));
+    task.start();
+    let pid = task.task_pid();
+    std::fs::write(task.task_dir().join("kill_grace"), "1\n").unwrap();
+    let began = Instant::now();
+    kill(task.shepherd_pid(), "TERM");
+    let record = task.finish();
+    assert_eq!(record["outcome"], "cancelled", "{record:#}");
+    assert_eq!(record["signal"], 9);
+    assert!(began.elapsed() < Duration::from_secs(20), "{:?}", began.elapsed());
+    assert!(!alive(pid));
 }
 
 #[test]

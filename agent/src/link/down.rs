@@ -52,6 +52,8 @@ pub(crate) enum LinkDown {
     SendHeartbeat { seq: u64, error: FrameError },
     #[error("sending TopologyChanged: {0}")]
     SendTopology(FrameError),
+    #[error("sending a task report: {0}")]
+    SendReport(FrameError),
     #[error("the planner ended the stream")]
     StreamEnded,
     #[error("reading from the planner: {0}")]

@@ -1,6 +1,10 @@
 //! The link to the planner (`hyperplan-agent run`): probe, connect (QUIC, mutual TLS),
 //! register, heartbeat, and re-probe periodically and on SIGHUP, sending
-//! `TopologyChanged` only when the topology hash moves.
+//! `TopologyChanged` only when the topology hash moves. It owns the node's
+//! [`Tasks`](crate::tasks::Tasks), which outlive connections: the planner's `Job`,
+//! `Launch`, `Kill`, `Ack` and `ReadLog` go to it, its reports go out at once, again at
+//! each registration and every few seconds until acknowledged, and its state directory
+//! is scanned every 100 ms whether the planner is there or not.
 //!
 //! The run loop never gives up on the planner: a lost or refused connection is logged
 //! once with its reason and retried after a jittered exponential [`Backoff`]. Only
@@ -21,6 +25,8 @@ mod session;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyperplan_net::certs::{self, CertError, CertPaths};
@@ -33,6 +39,8 @@ use tokio::time::{Interval, MissedTickBehavior};
 use tracing::Instrument;
 
 use crate::probe::{self, ProbeError, ProbeOptions, Source};
+use crate::tasks::usage::Sampler;
+use crate::tasks::{TaskOptions, Tasks, TasksError};
 
 pub use backoff::Backoff;
 use down::LinkDown;
@@ -62,7 +70,14 @@ pub struct LinkOptions {
     /// `None`: re-probe only on SIGHUP.
     pub reprobe_interval: Option<Duration>,
     pub probe: ProbeOptions,
+    /// How tasks run here: state directory, pinning, root.
+    pub tasks: TaskOptions,
 }
+
+/// How often task directories are looked at.
+const SCAN_INTERVAL: Duration = Duration::from_millis(100);
+/// How often unacknowledged task reports are sent again.
+const RESEND_INTERVAL: Duration = Duration::from_secs(3);
 
 /// Why `run` could not start. Messages carry their cause inline (no error source), so
 /// `{:#}` prints each cause once.
@@ -78,6 +93,8 @@ pub enum LinkError {
     ProbeTask(tokio::task::JoinError),
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
+    #[error(transparent)]
+    Tasks(#[from] TasksError),
 }
 
 /// This machine's host name (`/proc/sys/kernel/hostname`, else `/etc/hostname`): the
@@ -101,6 +118,17 @@ pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
         error,
     })?;
     let signals = Signals::install().map_err(LinkError::Signals)?;
+    let tasks = Tasks::new(opts.tasks.clone())?;
+    if opts.tasks.pin {
+        tracing::info!("tasks are confined by affinity: pinned to their PUs (and NUMA memory when asked)");
+    } else if opts.probe.source == Source::Local && opts.probe.sysfs_root.is_none() {
+        tracing::info!("tasks are not pinned (--pin off): they run where the kernel puts them");
+    } else {
+        tracing::info!(
+            "tasks are not pinned: the topology is a description (--synthetic, --hwloc-xml or --sysfs-root), \
+             not this machine's PUs; their HYPERPLAN_CPUS still say what the planner gave them"
+        );
+    }
     let topology = probe_now(&opts)
         .await
         .map_err(LinkError::ProbeTask)?
@@ -124,6 +152,10 @@ pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
         hash,
         signals,
         ready_sent: false,
+        tasks,
+        scan_timer: ticker(SCAN_INTERVAL),
+        sampler: Arc::new(Mutex::new(Sampler::default())),
+        log_reads: Arc::new(AtomicUsize::new(0)),
     };
     let span = tracing::info_span!("link", node = %link.opts.node);
     link.run().instrument(span).await;
@@ -199,6 +231,13 @@ struct Link {
     reprobe_timer: Option<Interval>,
     watchdog: Option<Interval>,
     ready_sent: bool,
+    /// The node's tasks; they outlive connections.
+    tasks: Tasks,
+    scan_timer: Interval,
+    /// Task CPU and memory use between heartbeats (its own thread: it reads /proc).
+    sampler: Arc<Mutex<Sampler>>,
+    /// `ReadLog`s being read now.
+    log_reads: Arc<AtomicUsize>,
 }
 
 impl Link {
@@ -280,6 +319,8 @@ impl Link {
             tokio::select! {
                 out = &mut fut => return Some(out),
                 _ = maybe_tick(&mut self.watchdog) => tell_systemd("WATCHDOG=1"),
+                // Reports made while the planner is away go out at the next registration.
+                _ = self.scan_timer.tick() => drop(self.tasks.scan()),
                 _ = maybe_tick(&mut self.reprobe_timer) => self.reprobe("periodic").await,
                 _ = self.signals.hup.recv() => self.reprobe("SIGHUP").await,
                 _ = self.signals.term.recv() => return None,

@@ -1,6 +1,7 @@
 //! One connection to the planner: QUIC handshake, one bidirectional stream, hellos,
-//! Register / Registered, then heartbeats and topology changes out while a reader task
-//! takes what the planner sends, until either side ends it.
+//! Register / Registered, then heartbeats (with the running tasks), topology changes and
+//! task reports out, while a reader task passes on what the planner sends (task frames
+//! go to [`Tasks`](crate::tasks::Tasks)), until either side ends it.
 //!
 //! Failures come back as a [`LinkDown`], one sentence for the log and systemd's STATUS. When the
 //! planner closed the connection its own reason wins (e.g. "closed by peer: hello
@@ -8,12 +9,16 @@
 //! error it caused.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use hyperplan_net::frame::{DEFAULT_MAX_FRAME, read_frame, write_frame};
-use hyperplan_net::messages::{AgentMessage, Hello, PROTOCOL_VERSION, PlannerToAgent, Role};
+use hyperplan_net::messages::{AgentMessage, Hello, LogChunk, PROTOCOL_VERSION, PlannerToAgent, Role};
 use hyperplan_net::tls;
 use hyperplan_shared::topology::NodeTopology;
+use tokio::sync::mpsc;
+
+use crate::tasks::logs;
 
 use super::down::LinkDown;
 use super::{Link, maybe_tick, tell_systemd, ticker};
@@ -27,6 +32,10 @@ pub(super) const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 const MIN_HEARTBEAT: Duration = Duration::from_millis(50);
 /// Close code for a planner that broke the protocol.
 const PROTOCOL_CODE: u32 = 1;
+/// Planner frames read ahead of the session loop.
+const FRAME_QUEUE: usize = 256;
+/// `ReadLog`s read at once; more are answered "busy".
+const MAX_LOG_READS: usize = 4;
 
 /// How a connection attempt or session ended.
 pub(super) enum Outcome {
@@ -144,27 +153,16 @@ fn kind(message: &PlannerToAgent) -> &'static str {
     }
 }
 
-/// Takes what the planner sends until the stream ends; returns why it ended. Tasks
-/// are not run yet (a later issue): Launch and Kill are logged.
-async fn read_planner(mut recv: quinn::RecvStream) -> LinkDown {
+/// Takes what the planner sends until the stream ends and passes it on; returns why it
+/// ended.
+async fn read_planner(mut recv: quinn::RecvStream, frames: mpsc::Sender<PlannerToAgent>) -> LinkDown {
     loop {
         match read_frame::<PlannerToAgent, _>(&mut recv, DEFAULT_MAX_FRAME).await {
-            Ok(Some(PlannerToAgent::Job(w))) => tracing::debug!(
-                job = %w.job, ntasks = w.node_of_rank.len(), nnodes = w.nodes.len(), master = %w.master_addr,
-                "the job's ranks and nodes"
-            ),
-            Ok(Some(PlannerToAgent::Launch(l))) => tracing::info!(
-                job = %l.job, task = %l.task, rank = l.rank, user = %l.user, argv = ?l.argv, cpus = %l.cpus,
-                numa_nodes = ?l.numa_nodes,
-                "planner asks to launch a task (not run: task execution is not built yet)"
-            ),
-            Ok(Some(PlannerToAgent::Kill { task, .. })) => {
-                tracing::info!(job = %task.job, task = %task.task, "planner asks to kill a task (none run here yet)");
+            Ok(Some(frame)) => {
+                if frames.send(frame).await.is_err() {
+                    return LinkDown::StreamEnded; // the session is over
+                }
             }
-            Ok(Some(PlannerToAgent::Ack { .. } | PlannerToAgent::ReadLog { .. })) => {}
-            Ok(Some(PlannerToAgent::Registered {
-                heartbeat_interval_ms, ..
-            })) => tracing::debug!(heartbeat_interval_ms, "Registered again; ignored"),
             Ok(None) => return LinkDown::StreamEnded,
             Err(e) => return LinkDown::Read(e),
         }
@@ -181,21 +179,43 @@ impl Link {
             heartbeat,
         } = registered;
         // Frames are not cancel-safe to read inside select!: the reader owns the stream.
-        let mut reader = tokio::spawn(read_planner(recv));
+        let (frames_tx, mut frames) = mpsc::channel(FRAME_QUEUE);
+        let mut reader = tokio::spawn(read_planner(recv, frames_tx));
+        // Answers made off this task (log pieces) come back here, for this connection only.
+        let (answers_tx, mut answers) = mpsc::unbounded_channel::<LogChunk>();
         let mut beat = ticker(heartbeat);
+        let mut resend = ticker(super::RESEND_INTERVAL);
         let mut seq = 0u64;
         let mut announced = self.hash;
-        let outcome = loop {
+        // Everything not yet acknowledged, first thing on a new connection.
+        let mut outgoing: Vec<AgentMessage> = self.tasks.unacked();
+        let outcome = 'session: loop {
+            for message in outgoing.drain(..) {
+                if let Err(e) = write_frame(&mut send, &message, DEFAULT_MAX_FRAME).await {
+                    break 'session Outcome::Lost(fail(&connection, LinkDown::SendReport(e)));
+                }
+            }
             tokio::select! {
                 _ = beat.tick() => {
                     seq += 1;
                     let (load, free_memory) = self.figures.now(&self.topology);
-                    let message = AgentMessage::Heartbeat { seq, load, free_memory, running_tasks: Vec::new() };
+                    let running_tasks = self.running_tasks().await;
+                    let message = AgentMessage::Heartbeat { seq, load, free_memory, running_tasks };
                     if let Err(e) = write_frame(&mut send, &message, DEFAULT_MAX_FRAME).await {
                         break Outcome::Lost(fail(&connection, LinkDown::SendHeartbeat { seq, error: e }));
                     }
                     tracing::trace!(seq, "heartbeat");
                 }
+                frame = frames.recv() => match frame {
+                    Some(frame) => outgoing = self.on_frame(frame, &answers_tx),
+                    None => {
+                        let reason = (&mut reader).await.unwrap_or_else(LinkDown::ReaderTask);
+                        break Outcome::Lost(fail(&connection, reason));
+                    }
+                },
+                Some(chunk) = answers.recv() => outgoing.push(AgentMessage::Log(chunk)),
+                _ = self.scan_timer.tick() => outgoing = self.tasks.scan(),
+                _ = resend.tick() => outgoing = self.tasks.unacked(),
                 ended = &mut reader => {
                     let reason = ended.unwrap_or_else(LinkDown::ReaderTask);
                     break Outcome::Lost(fail(&connection, reason));
@@ -219,9 +239,94 @@ impl Link {
             }
         };
         reader.abort();
+        // Reports made but not sent stay unacknowledged and go out at the next registration.
         if matches!(outcome, Outcome::Stop) {
             connection.close(quinn::VarInt::from_u32(super::STOP_CODE), super::STOP_REASON);
         }
         outcome
+    }
+}
+
+impl Link {
+    /// One planner frame; returns the reports to send now.
+    fn on_frame(&mut self, frame: PlannerToAgent, answers: &mpsc::UnboundedSender<LogChunk>) -> Vec<AgentMessage> {
+        match frame {
+            PlannerToAgent::Job(world) => {
+                tracing::debug!(
+                    job = %world.job, job_id = world.job_id, ntasks = world.node_of_rank.len(),
+                    nnodes = world.nodes.len(), master = %world.master_addr, "the job's ranks and nodes"
+                );
+                self.tasks.on_job(*world);
+                Vec::new()
+            }
+            PlannerToAgent::Launch(launch) => {
+                let gpus: Vec<String> = self.topology.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
+                self.tasks.on_launch(&self.opts.node, &gpus, &launch)
+            }
+            PlannerToAgent::Kill { task, grace_secs } => {
+                self.tasks.on_kill(&task, grace_secs);
+                Vec::new()
+            }
+            PlannerToAgent::Ack { task, finished } => {
+                self.tasks.on_ack(&task, finished);
+                Vec::new()
+            }
+            PlannerToAgent::ReadLog {
+                request,
+                task,
+                stderr,
+                offset,
+                max_bytes,
+            } => {
+                let refuse = |error: String| {
+                    vec![AgentMessage::Log(LogChunk {
+                        request,
+                        offset,
+                        data: Vec::new(),
+                        size: 0,
+                        error: Some(error),
+                    })]
+                };
+                let Some(spec) = self.tasks.spec_of(&task) else {
+                    return refuse(format!("no task {}/{} on this node", task.job, task.task));
+                };
+                let reads = self.log_reads.clone();
+                if reads.fetch_add(1, Ordering::SeqCst) >= MAX_LOG_READS {
+                    reads.fetch_sub(1, Ordering::SeqCst);
+                    return refuse("this node is reading other logs now; ask again".into());
+                }
+                let answers = answers.clone();
+                tokio::task::spawn_blocking(move || {
+                    let chunk = logs::read_chunk(request, &spec, stderr, offset, max_bytes);
+                    reads.fetch_sub(1, Ordering::SeqCst);
+                    // The connection may be gone: its answers go with it.
+                    let _ = answers.send(chunk);
+                });
+                Vec::new()
+            }
+            PlannerToAgent::Registered {
+                heartbeat_interval_ms, ..
+            } => {
+                tracing::debug!(heartbeat_interval_ms, "Registered again; ignored");
+                Vec::new()
+            }
+        }
+    }
+
+    /// The running tasks with their use, sampled off the async thread.
+    async fn running_tasks(&mut self) -> Vec<hyperplan_net::messages::RunningTask> {
+        let shepherds = self.tasks.shepherds();
+        let usage = if shepherds.is_empty() {
+            Default::default()
+        } else {
+            let sampler = self.sampler.clone();
+            tokio::task::spawn_blocking(move || match sampler.lock() {
+                Ok(mut s) => s.sample(&shepherds),
+                Err(_) => Default::default(),
+            })
+            .await
+            .unwrap_or_default()
+        };
+        self.tasks.running(&usage)
     }
 }

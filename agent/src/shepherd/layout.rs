@@ -2,14 +2,19 @@
 //! whole or not at all (temporary file, fsync, rename, fsync of the directory).
 //!
 //! ```text
-//! STATE/tasks/<job>/<task>/spec.json     the launch spec (the agent writes it)
-//!                          pid           the shepherd's pid, written first, exclusively
-//!                          started.json  {"pid", "startTimeMs"} once the task was started
-//!                          record.json   the exit record (see record.rs), written last
+//! STATE/tasks/<job>.<jobId>/hostfile             the job's hostfile (the agent writes it)
+//!                          <task>/spec.json      the launch spec (the agent writes it)
+//!                                 shepherd.log   the shepherd's stderr (the agent opens it)
+//!                                 pid            the shepherd's pid, written first, exclusively
+//!                                 started.json   {"pid", "startTimeMs"} once the task was started
+//!                                 kill_grace     seconds from SIGTERM to SIGKILL of a cancel
+//!                                                (the agent writes it before its SIGTERM)
+//!                                 record.json    the exit record (see record.rs), written last
 //! ```
 //!
-//! `<job>` and `<task>` follow the shared name rule (no `/`, no `..`), checked before any
-//! path is built.
+//! A job's name may be used again by a later job; its id never is, so the job directory
+//! carries both. `<job>` and `<task>` follow the shared name rule (no `/`, no `..`),
+//! checked before any path is built.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -23,12 +28,20 @@ pub struct TaskDir {
 }
 
 impl TaskDir {
-    /// `STATE/tasks/<job>/<task>`; the names must already be checked
+    /// `STATE/tasks/<job>.<jobId>/<task>`; the names must already be checked
     /// ([`LaunchSpec::check_names`](super::spec::LaunchSpec::check_names)).
-    pub fn new(state_dir: &Path, job: &str, task: &str) -> TaskDir {
+    pub fn new(state_dir: &Path, job: &str, job_id: u64, task: &str) -> TaskDir {
         TaskDir {
-            dir: state_dir.join("tasks").join(job).join(task),
+            dir: job_dir(state_dir, job, job_id).join(task),
         }
+    }
+
+    pub fn shepherd_log(&self) -> PathBuf {
+        self.dir.join("shepherd.log")
+    }
+
+    pub fn kill_grace(&self) -> PathBuf {
+        self.dir.join("kill_grace")
     }
 
     pub fn spec(&self) -> PathBuf {
@@ -46,6 +59,20 @@ impl TaskDir {
     pub fn record(&self) -> PathBuf {
         self.dir.join("record.json")
     }
+}
+
+/// `STATE/tasks/<job>.<jobId>`: the directory of one job's tasks on this node.
+pub fn job_dir(state_dir: &Path, job: &str, job_id: u64) -> PathBuf {
+    state_dir.join("tasks").join(format!("{job}.{job_id}"))
+}
+
+/// The job name and id of a job directory's name (`<job>.<jobId>`).
+pub fn parse_job_dir(name: &str) -> Option<(&str, u64)> {
+    let (job, id) = name.rsplit_once('.')?;
+    if job.is_empty() || id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((job, id.parse().ok()?))
 }
 
 /// Writes `bytes` to `path` atomically: a reader sees the old file or the whole new one,
@@ -101,12 +128,16 @@ mod tests {
 
     #[test]
     fn paths_follow_the_layout() {
-        let t = TaskDir::new(Path::new("/var/lib/hyperplan-agent"), "j1", "worker-3");
+        let t = TaskDir::new(Path::new("/var/lib/hyperplan-agent"), "j1", 7, "worker-3");
         assert_eq!(
             t.record(),
-            Path::new("/var/lib/hyperplan-agent/tasks/j1/worker-3/record.json")
+            Path::new("/var/lib/hyperplan-agent/tasks/j1.7/worker-3/record.json")
         );
-        assert_eq!(t.pid(), Path::new("/var/lib/hyperplan-agent/tasks/j1/worker-3/pid"));
+        assert_eq!(t.pid(), Path::new("/var/lib/hyperplan-agent/tasks/j1.7/worker-3/pid"));
+        assert_eq!(parse_job_dir("train.v2.42"), Some(("train.v2", 42)));
+        assert_eq!(parse_job_dir("train"), None);
+        assert_eq!(parse_job_dir("train.x"), None);
+        assert_eq!(parse_job_dir(".4"), None);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! What one run does:
 //!
 //! 1. reads the launch spec ([`spec`]) and checks the job and task names, which place its
-//!    files ([`layout`]): `STATE/tasks/<job>/<task>/`;
+//!    files ([`layout`]): `STATE/tasks/<job>.<jobId>/<task>/`;
 //! 2. leaves the agent's session (`setsid`; forking once first if it leads a process
 //!    group), blocks the signals it will wait for, becomes a child subreaper;
 //! 3. writes its pid to `pid`, exclusively: a task directory runs at most one shepherd,
@@ -68,7 +68,7 @@ pub enum ShepherdError {
 pub fn run(spec_path: &Path) -> Result<ExitRecord, ShepherdError> {
     let spec = LaunchSpec::read(spec_path)?;
     spec.check_names(spec_path)?;
-    let dir = TaskDir::new(&spec.state_dir, &spec.job, &spec.task);
+    let dir = TaskDir::new(&spec.state_dir, &spec.job, spec.job_id, &spec.task);
     detach().map_err(ShepherdError::Detach)?;
     let signals = supervise::block_signals().map_err(ShepherdError::Signals)?;
     // Best effort: without it orphans go to init instead, which reaps them too.
@@ -91,6 +91,7 @@ pub fn run(spec_path: &Path) -> Result<ExitRecord, ShepherdError> {
     }
     let mut record = ExitRecord {
         job: spec.job.clone(),
+        job_id: spec.job_id,
         task: spec.task.clone(),
         rank: spec.rank,
         shepherd_pid,
@@ -193,8 +194,8 @@ fn launch(
             dir.started().display()
         );
     }
-    let ended =
-        supervise::supervise(pid, signals, time_limit, grace).map_err(|source| ShepherdError::Wait { pid, source })?;
+    let ended = supervise::supervise(pid, signals, time_limit, grace, Some(&dir.kill_grace()))
+        .map_err(|source| ShepherdError::Wait { pid, source })?;
     Ok((started, ended))
 }
 

@@ -1,9 +1,9 @@
 //! The exit record: how a task ended, as the shepherd writes it last into
-//! `STATE/tasks/<job>/<task>/record.json` (JSON, camelCase):
+//! `STATE/tasks/<job>.<jobId>/<task>/record.json` (JSON, camelCase):
 //!
 //! ```json
 //! {
-//!   "job": "train-7", "task": "worker-3", "rank": 3, "shepherdPid": 4100, "pid": 4101,
+//!   "job": "train", "jobId": 7, "task": "worker-3", "rank": 3, "shepherdPid": 4100, "pid": 4101,
 //!   "outcome": "exited", "exitCode": 3, "signal": null, "signalName": null,
 //!   "startTimeMs": 1767225600000, "endTimeMs": 1767225612345,
 //!   "cpuSeconds": 11.92, "maxRssBytes": 104857600, "oomKilled": false, "reason": null
@@ -35,6 +35,8 @@ pub enum Outcome {
 #[serde(rename_all = "camelCase")]
 pub struct ExitRecord {
     pub job: String,
+    #[serde(default)]
+    pub job_id: u64,
     pub task: String,
     pub rank: u32,
     pub shepherd_pid: u32,
@@ -140,6 +142,7 @@ mod tests {
     fn record_roundtrips_with_camel_case_names() {
         let r = ExitRecord {
             job: "j".into(),
+            job_id: 3,
             task: "t".into(),
             rank: 0,
             shepherd_pid: 10,

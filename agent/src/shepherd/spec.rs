@@ -1,9 +1,9 @@
-//! The launch spec: what the agent writes (`STATE/tasks/<job>/<task>/spec.json`) for one
-//! task and the shepherd reads. JSON, camelCase field names, unknown fields refused:
+//! The launch spec: what the agent writes (`STATE/tasks/<job>.<jobId>/<task>/spec.json`)
+//! for one task and the shepherd reads. JSON, camelCase field names, unknown fields refused:
 //!
 //! ```json
 //! {
-//!   "job": "train-7", "task": "worker-3", "rank": 3,
+//!   "job": "train", "jobId": 7, "task": "worker-3", "rank": 3,
 //!   "argv": ["python", "train.py"], "env": {"PATH": "/usr/bin:/bin", "RANK": "3"},
 //!   "workingDir": "/home/alice/run", "stdout": "/home/alice/run/out.txt",
 //!   "stderr": "/home/alice/run/out.txt",
@@ -55,6 +55,9 @@ pub enum MemoryPolicy {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LaunchSpec {
     pub job: String,
+    /// The job's id (a job name may be used again, its id not); 0 when not given.
+    #[serde(default)]
+    pub job_id: u64,
     pub task: String,
     pub rank: u32,
     /// Program and arguments; a program without `/` is looked up in the spec's `PATH`.
@@ -79,7 +82,7 @@ pub struct LaunchSpec {
     pub memory_policy: MemoryPolicy,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<PathBuf>,
-    /// The agent's state directory; the shepherd's files go under `tasks/<job>/<task>/`.
+    /// The agent's state directory; the shepherd's files go under `tasks/<job>.<jobId>/<task>/`.
     pub state_dir: PathBuf,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_limit_secs: Option<u64>,

@@ -3,14 +3,17 @@
 //! signal handler), reaps with `wait4` to get the task's rusage, and acts:
 //!
 //! - SIGTERM or SIGINT (cancel): passed on to the task's process group; SIGKILL follows
-//!   after the grace period if the task is still there. SIGHUP is ignored.
+//!   after the grace period if the task is still there: the seconds in the task's
+//!   `kill_grace` file when the agent wrote one (the planner's `Kill` carries its grace),
+//!   else the spec's. SIGHUP is ignored.
 //! - the time limit: SIGTERM to the group, SIGKILL after the grace period.
 //! - the task's end: whatever is left in its process group is killed (SIGKILL), and the
 //!   children the shepherd inherited as a subreaper are reaped.
 
 #![allow(unsafe_code)]
 
-use std::io;
+use std::io::{self, Read};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The signals the shepherd waits for instead of being killed by.
@@ -122,8 +125,27 @@ fn group_exists(pgid: u32) -> bool {
     unsafe { libc::kill(-(pgid as libc::pid_t), 0) == 0 }
 }
 
+/// The grace of a cancel, from the agent's `kill_grace` file (decimal seconds); None
+/// when there is none or it says nothing usable.
+pub fn read_kill_grace(path: &Path) -> Option<Duration> {
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(32)
+        .read_to_string(&mut text)
+        .ok()?;
+    text.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
 /// Waits for the task `pid` (a child of this process, leader of its own group) to end.
-pub fn supervise(pid: u32, signals: &Signals, time_limit: Option<Duration>, grace: Duration) -> io::Result<Ended> {
+/// `cancel_grace`: the file that may hold a cancel's grace ([`read_kill_grace`]).
+pub fn supervise(
+    pid: u32,
+    signals: &Signals,
+    time_limit: Option<Duration>,
+    grace: Duration,
+    cancel_grace: Option<&Path>,
+) -> io::Result<Ended> {
     let start = Instant::now();
     let term_at = time_limit.map(|limit| start + limit);
     let mut kill_at: Option<Instant> = None;
@@ -174,7 +196,9 @@ pub fn supervise(pid: u32, signals: &Signals, time_limit: Option<Duration>, grac
             if !timed_out {
                 cancelled = true;
             }
-            kill_at.get_or_insert(Instant::now() + grace);
+            let wait = cancel_grace.and_then(read_kill_grace).unwrap_or(grace);
+            let at = Instant::now() + wait;
+            kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
         }
     }
 }

@@ -14,6 +14,9 @@ pub struct Identity {
     pub gid: u32,
     /// Supplementary groups (the primary one included), for `setgroups`.
     pub groups: Vec<u32>,
+    /// The passwd entry's home directory and login shell (the task's `HOME`, `SHELL`).
+    pub home: String,
+    pub shell: String,
 }
 
 /// Why a user cannot be looked up. The messages go into the exit record.
@@ -37,7 +40,7 @@ pub fn lookup(name: &str) -> Result<Identity, UserError> {
         source,
     };
     let mut buf: Vec<libc::c_char> = vec![0; 16 * 1024];
-    let (uid, gid) = loop {
+    let (uid, gid, home, shell) = loop {
         // SAFETY: an all-zero `passwd` is a valid value (null pointers, zero ids); it is
         // only read after getpwnam_r filled it.
         let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
@@ -55,7 +58,16 @@ pub fn lookup(name: &str) -> Result<Identity, UserError> {
         if result.is_null() {
             return Err(UserError::Unknown(name.to_string()));
         }
-        break (pwd.pw_uid, pwd.pw_gid);
+        // SAFETY: getpwnam_r succeeded, so the non-null string fields point into `buf`,
+        // NUL-terminated, and `buf` outlives these reads.
+        let text = |p: *const libc::c_char| {
+            if p.is_null() {
+                String::new()
+            } else {
+                unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+            }
+        };
+        break (pwd.pw_uid, pwd.pw_gid, text(pwd.pw_dir), text(pwd.pw_shell));
     };
     let groups = group_list(&cname, gid).map_err(lookup_err)?;
     Ok(Identity {
@@ -63,6 +75,8 @@ pub fn lookup(name: &str) -> Result<Identity, UserError> {
         uid,
         gid,
         groups,
+        home,
+        shell,
     })
 }
 
@@ -95,6 +109,7 @@ mod tests {
         let root = lookup("root").unwrap();
         assert_eq!((root.uid, root.gid), (0, 0));
         assert!(root.groups.contains(&0));
+        assert!(root.home.starts_with('/'), "{root:?}");
         let e = lookup("no-such-user-hp").unwrap_err();
         assert_eq!(e.to_string(), "user \"no-such-user-hp\" is unknown on this node");
     }

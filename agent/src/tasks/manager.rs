@@ -1,0 +1,480 @@
+//! [`Tasks`]: the tasks of this node, kept across reconnects (the link owns it) and, via
+//! the state directory, across agent restarts.
+//!
+//! - `Job`: the job's world is kept per job id until its tasks here are all acknowledged
+//!   finished (at most [`MAX_WORLDS`] without tasks are kept).
+//! - `Launch`: a task already known (in memory, on disk, or recently acknowledged
+//!   finished) starts nothing; otherwise its shepherd is started ([`runner`]).
+//! - [`Tasks::scan`] (every 100 ms): reaps shepherds the agent started, reads new
+//!   `started.json` and `record.json` files, turns a shepherd that died without a record
+//!   into a failed record, and sends a `Kill` that waited for a shepherd's pid.
+//! - `Ack`: `finished: false` stops the `TaskStarted`; `finished: true` deletes the
+//!   task's directory (and the job's, with its hostfile, after its last task).
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use hyperplan_net::messages::{AgentMessage, JobWorld, LaunchTask, RunningTask, TaskRef};
+use hyperplan_shared::names::{NameKind, check_name};
+
+use super::report::{finished_message, started_message, task_end};
+use super::runner::{self, Launched};
+use super::scan::{self, Files};
+use super::usage::Use;
+use super::{TaskOptions, TasksError};
+use crate::shepherd::layout::{job_dir, write_exclusive};
+use crate::shepherd::{ExitRecord, Started, TaskDir};
+
+/// Job worlds kept for jobs with no task here (a `Job` frame before its `Launch`).
+pub const MAX_WORLDS: usize = 1024;
+/// Acknowledged ends remembered, so a late repeated `Launch` starts nothing.
+const MAX_DONE: usize = 16_384;
+/// Reports kept in memory for tasks that have no directory (an invalid name).
+const MAX_HOMELESS: usize = 256;
+/// A task directory without a shepherd pid, found at start-up: how long its shepherd
+/// may take to write one before the task counts as never started.
+const PID_GRACE: Duration = Duration::from_secs(30);
+
+/// A cancel asked for, and where it stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kill {
+    None,
+    /// Waiting for the shepherd's pid.
+    Pending(u64),
+    Sent,
+}
+
+#[derive(Debug)]
+struct Entry {
+    dir: TaskDir,
+    rank: u32,
+    /// The shepherd this agent started (reaped by [`Tasks::scan`]).
+    child: Option<Child>,
+    /// Its exit status when it ended before a record was read.
+    child_exit: Option<std::process::ExitStatus>,
+    shepherd_pid: Option<u32>,
+    started: Option<Started>,
+    started_acked: bool,
+    record: Option<ExitRecord>,
+    kill: Kill,
+    /// When this agent first saw the task (its launch, or its start-up).
+    since: Instant,
+}
+
+impl Entry {
+    fn new(dir: TaskDir, rank: u32) -> Self {
+        Self {
+            dir,
+            rank,
+            child: None,
+            child_exit: None,
+            shepherd_pid: None,
+            started: None,
+            started_acked: false,
+            record: None,
+            kill: Kill::None,
+            since: Instant::now(),
+        }
+    }
+
+    /// Reports not yet acknowledged, started before finished.
+    fn reports(&self, task: &TaskRef, out: &mut Vec<AgentMessage>) {
+        if let Some(started) = self.started.as_ref().filter(|_| !self.started_acked) {
+            out.push(started_message(task, started));
+        }
+        if let Some(record) = &self.record {
+            out.push(finished_message(task, task_end(record)));
+        }
+    }
+}
+
+/// The node's tasks.
+#[derive(Debug)]
+pub struct Tasks {
+    opts: TaskOptions,
+    worlds: BTreeMap<(String, u64), JobWorld>,
+    /// Order the worlds came in, for forgetting the oldest.
+    world_order: VecDeque<(String, u64)>,
+    tasks: BTreeMap<TaskRef, Entry>,
+    done: HashSet<TaskRef>,
+    done_order: VecDeque<TaskRef>,
+    /// Ends of tasks that never had a directory (their names were refused).
+    homeless: BTreeMap<TaskRef, ExitRecord>,
+    /// Shepherds whose task was forgotten before they exited, still to be reaped.
+    exiting: Vec<Child>,
+}
+
+impl Tasks {
+    /// Creates the state directory when missing and takes every task found in it.
+    pub fn new(opts: TaskOptions) -> Result<Self, TasksError> {
+        runner::make_state_dir(&opts.state_dir).map_err(|source| TasksError::StateDir {
+            path: opts.state_dir.clone(),
+            source,
+        })?;
+        let mut tasks = Tasks {
+            opts,
+            worlds: BTreeMap::new(),
+            world_order: VecDeque::new(),
+            tasks: BTreeMap::new(),
+            done: HashSet::new(),
+            done_order: VecDeque::new(),
+            homeless: BTreeMap::new(),
+            exiting: Vec::new(),
+        };
+        for (task, dir) in scan::list(&tasks.opts.state_dir) {
+            let files = scan::read_files(&dir);
+            let mut entry = Entry::new(dir, 0);
+            apply(&mut entry, files);
+            tasks.tasks.insert(task, entry);
+        }
+        let running = tasks.tasks.values().filter(|e| e.record.is_none()).count();
+        if !tasks.tasks.is_empty() {
+            tracing::info!(
+                tasks = tasks.tasks.len(),
+                running,
+                state_dir = %tasks.opts.state_dir.display(),
+                "found tasks of an earlier agent run; reporting them"
+            );
+        }
+        tasks.scan();
+        Ok(tasks)
+    }
+
+    pub fn state_dir(&self) -> &std::path::Path {
+        &self.opts.state_dir
+    }
+
+    /// A task runs or may still start (a scan is worth doing).
+    pub fn active(&self) -> bool {
+        self.tasks.values().any(|e| e.record.is_none() || e.child.is_some()) || !self.exiting.is_empty()
+    }
+
+    pub fn on_job(&mut self, world: JobWorld) {
+        let key = (world.job.clone(), world.job_id);
+        if self.worlds.insert(key.clone(), world).is_none() {
+            self.world_order.push_back(key);
+        }
+        // Forget the oldest worlds without tasks here beyond the bound.
+        while self.worlds.len() > MAX_WORLDS {
+            let Some(pos) = self.world_order.iter().position(|k| !self.has_tasks(&k.0, k.1)) else {
+                break;
+            };
+            if let Some(old) = self.world_order.remove(pos) {
+                self.worlds.remove(&old);
+            }
+        }
+    }
+
+    fn has_tasks(&self, job: &str, job_id: u64) -> bool {
+        self.tasks.keys().any(|t| t.job == job && t.job_id == job_id)
+    }
+
+    /// Starts the task unless it is known already; `gpus`: this node's GPUs (PCI bus ids).
+    /// Returns the reports it made at once (a task that could not start).
+    pub fn on_launch(&mut self, node: &str, gpus: &[String], launch: &LaunchTask) -> Vec<AgentMessage> {
+        let key = TaskRef {
+            job: launch.job.clone(),
+            job_id: launch.job_id,
+            task: launch.task.clone(),
+        };
+        if self.tasks.contains_key(&key) || self.done.contains(&key) || self.homeless.contains_key(&key) {
+            tracing::debug!(job = %key.job, job_id = key.job_id, task = %key.task, "Launch repeated; nothing started");
+            return Vec::new();
+        }
+        let names_ok = check_name(NameKind::Job, &key.job)
+            .and_then(|()| check_name(NameKind::Task, &key.task))
+            .map_err(|e| e.to_string());
+        if let Err(why) = names_ok {
+            tracing::warn!(job = ?key.job, task = ?key.task, "refusing a Launch: {why}");
+            if self.homeless.len() >= MAX_HOMELESS {
+                return Vec::new();
+            }
+            let record = runner::synthesized(
+                &key.job,
+                key.job_id,
+                &key.task,
+                launch.rank,
+                0,
+                None,
+                format!("task {}/{}: {why}", key.job, key.task),
+            );
+            let message = finished_message(&key, task_end(&record));
+            self.homeless.insert(key, record);
+            return vec![message];
+        }
+        let dir = TaskDir::new(&self.opts.state_dir, &key.job, key.job_id, &key.task);
+        if dir.dir.exists() {
+            // Made by an earlier run that this one did not list (it was created since).
+            tracing::info!(job = %key.job, task = %key.task, "Launch of a task whose directory exists; nothing started");
+            let mut entry = Entry::new(dir, launch.rank);
+            let files = scan::read_files(&entry.dir);
+            apply(&mut entry, files);
+            self.tasks.insert(key, entry);
+            return Vec::new();
+        }
+        let world = self.worlds.get(&(key.job.clone(), key.job_id));
+        let mut entry = Entry::new(dir, launch.rank);
+        let mut out = Vec::new();
+        match runner::launch(&self.opts, node, gpus, world, launch, &entry.dir) {
+            Launched::Spawned(child) => {
+                tracing::info!(
+                    job = %key.job, job_id = key.job_id, task = %key.task, rank = launch.rank, user = %launch.user,
+                    shepherd = child.id(), "started the task's shepherd"
+                );
+                entry.child = Some(child);
+            }
+            Launched::Failed(record) => {
+                tracing::warn!(
+                    job = %key.job, job_id = key.job_id, task = %key.task,
+                    "cannot start the task: {}", record.reason.as_deref().unwrap_or("")
+                );
+                out.push(finished_message(&key, task_end(&record)));
+                entry.record = Some(record);
+            }
+        }
+        self.tasks.insert(key, entry);
+        out
+    }
+
+    /// Cancels the task (SIGTERM to its shepherd, which passes it on and SIGKILLs after
+    /// `grace_secs`). Unknown, ended, or already being killed: nothing happens.
+    pub fn on_kill(&mut self, task: &TaskRef, grace_secs: u64) {
+        let Some(entry) = self.tasks.get_mut(task) else {
+            tracing::debug!(job = %task.job, task = %task.task, "Kill of a task not on this node; ignored");
+            return;
+        };
+        if entry.record.is_some() || entry.kill != Kill::None {
+            return;
+        }
+        tracing::info!(job = %task.job, job_id = task.job_id, task = %task.task, grace_secs, "cancelling the task");
+        entry.kill = Kill::Pending(grace_secs);
+        if entry.shepherd_pid.is_none() {
+            entry.shepherd_pid = scan::read_pid(&entry.dir);
+        }
+        send_kill(entry);
+    }
+
+    /// The planner has the task's start (`finished: false`) or end (`finished: true`).
+    pub fn on_ack(&mut self, task: &TaskRef, finished: bool) {
+        if !finished {
+            if let Some(entry) = self.tasks.get_mut(task) {
+                entry.started_acked = true;
+            }
+            return;
+        }
+        if self.homeless.remove(task).is_some() {
+            self.remember_done(task.clone());
+            return;
+        }
+        let Some(entry) = self.tasks.get(task) else { return };
+        if entry.record.is_none() {
+            tracing::warn!(job = %task.job, task = %task.task, "the planner acknowledged an end this node has not reported; ignored");
+            return;
+        }
+        let Some(mut entry) = self.tasks.remove(task) else {
+            return;
+        };
+        if let Err(e) = std::fs::remove_dir_all(&entry.dir.dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %entry.dir.dir.display(), "cannot remove the task directory: {e}");
+        }
+        if let Some(mut child) = entry.child.take()
+            && let Ok(None) = child.try_wait()
+        {
+            self.exiting.push(child);
+        }
+        self.remember_done(task.clone());
+        if !self.has_tasks(&task.job, task.job_id) {
+            let dir = job_dir(&self.opts.state_dir, &task.job, task.job_id);
+            let _ = std::fs::remove_file(dir.join("hostfile"));
+            if let Err(e) = std::fs::remove_dir(&dir)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(dir = %dir.display(), "cannot remove the job directory: {e}");
+            }
+            let key = (task.job.clone(), task.job_id);
+            self.worlds.remove(&key);
+            self.world_order.retain(|k| k != &key);
+        }
+    }
+
+    fn remember_done(&mut self, task: TaskRef) {
+        if self.done.insert(task.clone()) {
+            self.done_order.push_back(task);
+        }
+        while self.done_order.len() > MAX_DONE {
+            if let Some(old) = self.done_order.pop_front() {
+                self.done.remove(&old);
+            }
+        }
+    }
+
+    /// Looks at every task that may have moved on; returns the reports that are new.
+    pub fn scan(&mut self) -> Vec<AgentMessage> {
+        self.exiting.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
+        let mut out = Vec::new();
+        for (task, entry) in &mut self.tasks {
+            if let Some(child) = &mut entry.child {
+                match child.try_wait() {
+                    Ok(None) => {}
+                    Ok(Some(status)) => {
+                        entry.child_exit = Some(status);
+                        entry.child = None;
+                    }
+                    Err(e) => {
+                        tracing::warn!(job = %task.job, task = %task.task, "cannot wait for the shepherd: {e}");
+                        entry.child = None;
+                    }
+                }
+            }
+            if entry.record.is_some() {
+                continue;
+            }
+            if entry.shepherd_pid.is_none() {
+                entry.shepherd_pid = scan::read_pid(&entry.dir);
+            }
+            send_kill(entry);
+            if entry.started.is_none()
+                && let Some(started) = scan::read_started(&entry.dir)
+            {
+                tracing::info!(job = %task.job, task = %task.task, pid = started.pid, "task started");
+                out.push(started_message(task, &started));
+                entry.started = Some(started);
+            }
+            let record = match scan::read_record(&entry.dir) {
+                Some(r) => Some(r),
+                None => vanished(task, entry),
+            };
+            if let Some(record) = record {
+                tracing::info!(
+                    job = %task.job, task = %task.task, outcome = ?record.outcome,
+                    exit_code = ?record.exit_code, signal = ?record.signal, "task ended"
+                );
+                out.push(finished_message(task, task_end(&record)));
+                entry.record = Some(record);
+            }
+        }
+        out
+    }
+
+    /// Every report the planner has not acknowledged.
+    pub fn unacked(&self) -> Vec<AgentMessage> {
+        let mut out = Vec::new();
+        for (task, entry) in &self.tasks {
+            entry.reports(task, &mut out);
+        }
+        for (task, record) in &self.homeless {
+            out.push(finished_message(task, task_end(record)));
+        }
+        out
+    }
+
+    /// The shepherd pids of the tasks that run (for usage sampling).
+    pub fn shepherds(&self) -> Vec<u32> {
+        self.tasks
+            .values()
+            .filter(|e| e.record.is_none())
+            .filter_map(|e| e.shepherd_pid.filter(|&p| p > 0))
+            .collect()
+    }
+
+    /// The tasks whose shepherds run and have no record, with their use.
+    pub fn running(&self, usage: &std::collections::HashMap<u32, Use>) -> Vec<RunningTask> {
+        self.tasks
+            .iter()
+            .filter(|(_, e)| e.record.is_none())
+            .map(|(task, e)| {
+                let u = e.shepherd_pid.and_then(|p| usage.get(&p)).copied().unwrap_or_default();
+                RunningTask {
+                    task: task.clone(),
+                    pid: e.started.as_ref().map_or(0, |s| s.pid),
+                    cpu_cores: u.cpu_cores,
+                    rss_bytes: u.rss_bytes,
+                }
+            })
+            .collect()
+    }
+
+    /// The spec of a task on this node, for `ReadLog`.
+    pub fn spec_of(&self, task: &TaskRef) -> Option<PathBuf> {
+        self.tasks.get(task).map(|e| e.dir.spec())
+    }
+}
+
+/// Takes what a task directory says into its entry (a task found after start-up).
+fn apply(entry: &mut Entry, files: Files) {
+    entry.shepherd_pid = files.pid;
+    entry.started = files.started;
+    if let Some(r) = &files.record {
+        entry.rank = r.rank;
+    }
+    entry.record = files.record;
+}
+
+/// Sends a pending cancel once the shepherd's pid is known.
+fn send_kill(entry: &mut Entry) {
+    if let (Kill::Pending(grace), Some(pid)) = (entry.kill, entry.shepherd_pid) {
+        if pid > 0 {
+            runner::cancel(&entry.dir, pid, grace);
+        }
+        entry.kill = Kill::Sent;
+    }
+}
+
+/// A task without a record whose shepherd is gone (or never came): the failed record
+/// the agent writes for it, or None while the shepherd may still be there.
+fn vanished(task: &TaskRef, entry: &mut Entry) -> Option<ExitRecord> {
+    if entry.child.is_some() {
+        return None; // our own child, not reaped: it runs
+    }
+    let reason = match entry.shepherd_pid {
+        Some(pid) if pid > 0 && runner::shepherd_alive(pid, &entry.dir.spec()) => return None,
+        Some(pid) if pid > 0 => format!("the shepherd (pid {pid}) died without a record"),
+        Some(_) => "the agent could not start the task's shepherd".to_string(),
+        None => {
+            // No pid yet: a shepherd this agent started and saw exit, or one an earlier run
+            // started that had its time. The tombstone stops a late one from running it.
+            let gave_up = entry.child_exit.is_some() || entry.since.elapsed() > PID_GRACE;
+            if !gave_up {
+                return None;
+            }
+            match write_exclusive(&entry.dir.pid(), b"0\n") {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    entry.shepherd_pid = scan::read_pid(&entry.dir);
+                    return None; // it came after all: look again next scan
+                }
+                Err(e) => tracing::warn!(dir = %entry.dir.dir.display(), "cannot write the pid tombstone: {e}"),
+            }
+            entry.shepherd_pid = Some(0);
+            match (&entry.child_exit, runner::last_log_line(&entry.dir)) {
+                (Some(status), Some(line)) => format!("the shepherd exited ({status}) without a record: {line}"),
+                (Some(status), None) => format!("the shepherd exited ({status}) without a record"),
+                (None, _) if !entry.dir.spec().exists() => "the agent stopped before it started the task".to_string(),
+                (None, _) => "the task's shepherd never started".to_string(),
+            }
+        }
+    };
+    // It may have written its record just before it went.
+    if let Some(record) = scan::read_record(&entry.dir) {
+        return Some(record);
+    }
+    tracing::warn!(job = %task.job, task = %task.task, "{reason}");
+    if let (Some(started), Some(shepherd)) = (&entry.started, entry.shepherd_pid) {
+        runner::kill_orphaned_task(started.pid, shepherd);
+    }
+    let record = runner::synthesized(
+        &task.job,
+        task.job_id,
+        &task.task,
+        entry.rank,
+        entry.shepherd_pid.unwrap_or(0),
+        entry.started.as_ref().map(|s| s.pid),
+        reason,
+    );
+    runner::write_record(&entry.dir, &record);
+    Some(record)
+}

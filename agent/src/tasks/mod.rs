@@ -1,0 +1,50 @@
+//! The tasks this node runs for the planner: `Launch` starts a shepherd
+//! (`hyperplan-agent shepherd --spec FILE`, detached, the task's parent), the state
+//! directory says how each task goes, and its start and end are reported until the
+//! planner acknowledges them. Everything a task is lives in its directory
+//! (`STATE/tasks/<job>.<jobId>/<task>/`, see [`crate::shepherd::layout`]), so an agent
+//! that was killed and started again finds its tasks there and goes on reporting them.
+//!
+//! - [`manager`]: [`Tasks`], what the link calls for each planner frame and timer.
+//! - [`runner`]: writing a task's spec and hostfile, starting and signalling shepherds.
+//! - [`scan`]: reading task directories (bounded reads of untrusted files).
+//! - [`report`]: exit records as the protocol's `TaskEnd`, reports awaiting an `Ack`.
+//! - [`logs`]: `ReadLog`, a piece of a task's output file.
+//! - [`usage`]: CPU and memory of each task's processes, for heartbeats.
+
+pub mod logs;
+pub mod manager;
+pub mod report;
+pub mod runner;
+pub mod scan;
+pub mod usage;
+
+use std::path::PathBuf;
+
+pub use manager::Tasks;
+
+/// The agent's default state directory (`--state-dir`, agent.toml `stateDir`).
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/hyperplan-agent";
+
+/// How this node runs tasks, from flags and agent.toml.
+#[derive(Clone, Debug)]
+pub struct TaskOptions {
+    pub state_dir: PathBuf,
+    /// Pin tasks to their PUs and NUMA nodes (the probed topology is this machine).
+    pub pin: bool,
+    /// Tasks may run as uid 0 (`allowRoot`).
+    pub allow_root: bool,
+    /// The program started as `PROGRAM shepherd --spec FILE` (this executable).
+    pub shepherd: PathBuf,
+}
+
+/// Why the task manager cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum TasksError {
+    #[error("the state directory {path}: {source}")]
+    StateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,229 @@
+//! Starting and stopping shepherds: a task's directory, hostfile and spec written, the
+//! shepherd started (`PROGRAM shepherd --spec FILE`, stdin and stdout null, stderr to
+//! `shepherd.log`; it detaches itself), signalled on `Kill`, and checked for life. A
+//! task that cannot be started gets a record written here, with `outcome: failed` and
+//! the reason, so its end is reported like any other.
+
+#![allow(unsafe_code)]
+
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hyperplan_net::messages::{JobWorld, LaunchTask};
+
+use super::TaskOptions;
+use crate::launch::{NodeContext, hostfile_path, prepare};
+use crate::shepherd::layout::{write_atomic, write_exclusive};
+use crate::shepherd::{ExitRecord, Outcome, TaskDir, user};
+
+/// What became of a `Launch`.
+#[derive(Debug)]
+pub enum Launched {
+    /// The shepherd runs (it may still fail the task; its record will say).
+    Spawned(Child),
+    /// Nothing runs; the record written says why.
+    Failed(ExitRecord),
+}
+
+/// Makes `dir` (and its parents) with `mode` on the last component.
+pub fn make_dir(dir: &Path, mode: u32) -> std::io::Result<()> {
+    std::fs::DirBuilder::new().recursive(true).mode(mode).create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+}
+
+/// The state directory and its `tasks/`: only traversable by others, so a task's user can
+/// read its job's hostfile by name and list nothing.
+pub fn make_state_dir(state_dir: &Path) -> std::io::Result<()> {
+    make_dir(state_dir, 0o711)?;
+    make_dir(&state_dir.join("tasks"), 0o711)
+}
+
+/// Writes the task's files and starts its shepherd; `dir` must not exist yet as a task.
+pub fn launch(
+    opts: &TaskOptions,
+    node: &str,
+    gpus: &[String],
+    world: Option<&JobWorld>,
+    task: &LaunchTask,
+    dir: &TaskDir,
+) -> Launched {
+    let fail = |reason: String| Launched::Failed(failed_record(dir, task, reason));
+    if let Err(e) = make_dir(&dir.dir, 0o700) {
+        return fail(format!("cannot create the task directory {}: {e}", dir.dir.display()));
+    }
+    let Some(world) = world else {
+        return fail(format!(
+            "no Job frame for job {} (id {}) came before its Launch",
+            task.job, task.job_id
+        ));
+    };
+    let context = NodeContext {
+        node,
+        gpus,
+        state_dir: &opts.state_dir,
+        pin: opts.pin,
+        allow_root: opts.allow_root,
+    };
+    let mut prepared = match prepare(world, task, &context) {
+        Ok(p) => p,
+        Err(e) => return fail(e.to_string()),
+    };
+    // HOME and SHELL from the user's passwd entry (the job's own env still wins). An
+    // unknown user is the shepherd's to fail, with its reason.
+    if let Ok(identity) = user::lookup(&task.user) {
+        let env = &mut prepared.spec.env;
+        env.entry("HOME".into()).or_insert(identity.home);
+        env.entry("SHELL".into()).or_insert(identity.shell);
+    }
+    let hostfile = hostfile_path(&opts.state_dir, &task.job, task.job_id);
+    if let Err(e) = write_atomic(&hostfile, prepared.hostfile.as_bytes()) {
+        return fail(format!("cannot write the hostfile {}: {e}", hostfile.display()));
+    }
+    let spec = match serde_json::to_vec_pretty(&prepared.spec) {
+        Ok(s) => s,
+        Err(e) => return fail(format!("cannot encode the launch spec: {e}")),
+    };
+    if let Err(e) = write_atomic(&dir.spec(), &spec) {
+        return fail(format!("cannot write {}: {e}", dir.spec().display()));
+    }
+    let log = match std::fs::File::create(dir.shepherd_log()) {
+        Ok(f) => f,
+        Err(e) => return fail(format!("cannot create {}: {e}", dir.shepherd_log().display())),
+    };
+    let spawned = Command::new(&opts.shepherd)
+        .arg("shepherd")
+        .arg("--spec")
+        .arg(dir.spec())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn();
+    match spawned {
+        Ok(child) => Launched::Spawned(child),
+        Err(e) => {
+            // No shepherd will ever run it: say so where a restarted agent looks.
+            let _ = write_exclusive(&dir.pid(), b"0\n");
+            fail(format!("cannot start the shepherd {}: {e}", opts.shepherd.display()))
+        }
+    }
+}
+
+/// A record for a task that did not run (or whose shepherd vanished), written atomically.
+/// A write failure is logged: the report still goes out from memory.
+pub fn failed_record(dir: &TaskDir, task: &LaunchTask, reason: String) -> ExitRecord {
+    let record = synthesized(&task.job, task.job_id, &task.task, task.rank, 0, None, reason);
+    write_record(dir, &record);
+    record
+}
+
+/// An exit record the agent makes itself: outcome failed, with `reason`.
+pub fn synthesized(
+    job: &str,
+    job_id: u64,
+    task: &str,
+    rank: u32,
+    shepherd_pid: u32,
+    pid: Option<u32>,
+    reason: String,
+) -> ExitRecord {
+    let now = now_ms();
+    ExitRecord {
+        job: job.to_string(),
+        job_id,
+        task: task.to_string(),
+        rank,
+        shepherd_pid,
+        pid,
+        outcome: Outcome::Failed,
+        exit_code: None,
+        signal: None,
+        signal_name: None,
+        start_time_ms: now,
+        end_time_ms: now,
+        cpu_seconds: 0.0,
+        max_rss_bytes: 0,
+        oom_killed: false,
+        reason: Some(reason),
+    }
+}
+
+pub fn write_record(dir: &TaskDir, record: &ExitRecord) {
+    let text = serde_json::to_vec_pretty(record).unwrap_or_default();
+    if let Err(e) = write_atomic(&dir.record(), &text) {
+        tracing::warn!(path = %dir.record().display(), "cannot write the exit record: {e}");
+    }
+}
+
+/// Asks the shepherd `pid` to cancel its task: the grace first (`kill_grace`, which the
+/// shepherd reads on SIGTERM), then SIGTERM, which it passes on to the task's group.
+pub fn cancel(dir: &TaskDir, shepherd_pid: u32, grace_secs: u64) {
+    if let Err(e) = write_atomic(&dir.kill_grace(), format!("{grace_secs}\n").as_bytes()) {
+        tracing::warn!(path = %dir.kill_grace().display(), "cannot write the kill grace: {e}");
+    }
+    signal(shepherd_pid, libc::SIGTERM);
+}
+
+/// Sends `signal` to the process `pid` (never to a group or to every process).
+pub fn signal(pid: u32, signal: i32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return };
+    if pid <= 0 {
+        return;
+    }
+    // SAFETY: kill with a positive pid signals that one process; no memory is involved.
+    unsafe { libc::kill(pid, signal) };
+}
+
+/// After its shepherd died: kills what is left of the task's process group, when the
+/// group's leader `task_pid` is still in the dead shepherd's session (not a recycled pid).
+pub fn kill_orphaned_task(task_pid: u32, shepherd_pid: u32) {
+    let (Ok(task), Ok(shepherd)) = (libc::pid_t::try_from(task_pid), libc::pid_t::try_from(shepherd_pid)) else {
+        return;
+    };
+    if task <= 0 || shepherd <= 0 {
+        return;
+    }
+    // SAFETY: getsid only queries; kill with a negative pid signals that one group.
+    unsafe {
+        if libc::getsid(task) == shepherd {
+            libc::kill(-task, libc::SIGKILL);
+        }
+    }
+}
+
+/// The shepherd of `spec` runs as `pid`: a live process whose command line names the
+/// spec (so a recycled pid is not mistaken for it).
+pub fn shepherd_alive(pid: u32, spec: &Path) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    let Some(cmdline) = super::scan::read_small(Path::new(&format!("/proc/{pid}/cmdline")), 64 * 1024) else {
+        return false; // gone, or a zombie (empty command line reads as Some(empty))
+    };
+    use std::os::unix::ffi::OsStrExt;
+    let want = spec.as_os_str().as_bytes();
+    !want.is_empty() && cmdline.split(|&b| b == 0).any(|arg| arg == want)
+}
+
+/// The last line of the shepherd's stderr: why it exited without a record.
+pub fn last_log_line(dir: &TaskDir) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(dir.shepherd_log()).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(4096))).ok()?;
+    let mut tail = Vec::new();
+    file.take(4096).read_to_end(&mut tail).ok()?;
+    let text = String::from_utf8_lossy(&tail);
+    text.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_string)
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
