@@ -245,6 +245,8 @@ impl Cluster {
         ])
         .arg(self.certs())
         .args(["--config", "/dev/null"])
+        .arg("--state-dir")
+        .arg(self.dir.path().join(format!("state-{node}")))
         .stdout(Stdio::null())
         .stderr(log)
         .env("RUST_LOG", "info");
