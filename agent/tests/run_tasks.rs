@@ -204,8 +204,15 @@ struct Agent {
 
 impl Agent {
     fn spawn(certs: &Path, planner: SocketAddr, state: &Path) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_hyperplan-agent"));
+        // Under a private umask, as its systemd unit runs it (UMask=0077): the tasks still
+        // get the usual one.
+        let mut command = Command::new("sh");
         command
+            .args([
+                "-c",
+                "umask 077; exec \"$0\" \"$@\"",
+                env!("CARGO_BIN_EXE_hyperplan-agent"),
+            ])
             .arg("run")
             .args(["--planner", &planner.to_string(), "--node", NODE])
             .args(["--synthetic", "pack:1 numa:1 core:2 pu:1", "--reprobe-interval", "0"])
@@ -360,6 +367,9 @@ async fn runs_a_task_reports_its_end_and_forgets_it_when_acknowledged() {
     let out = s.output(&task);
     assert!(out.starts_with("rank 0 home /"), "{out}");
     assert!(out.contains("Cpus_allowed_list:"), "{out}");
+    let out_file = s.work().join("exit3-w-0.out");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&out_file).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o644, "the task's umask is 0022, not the agent's");
     let dir = s.task_dir(&task);
     assert!(dir.join("record.json").is_file());
 

@@ -6,7 +6,8 @@
 //! (`sched_setaffinity`), binds memory (`set_mempolicy(MPOL_BIND)`), lifts
 //! `RLIMIT_MEMLOCK` (RDMA; without the privilege only the soft limit rises to the hard
 //! one), switches to the user (`setgroups` with all its groups, `setgid`, `setuid` — std's
-//! `Command::uid` would drop the supplementary groups), opens stdout and stderr as that
+//! `Command::uid` would drop the supplementary groups), sets the umask to 0022, opens
+//! stdout and stderr as that
 //! user (so the files are the user's and the user's permissions apply), and changes to
 //! the working directory as that user.
 //!
@@ -308,6 +309,10 @@ impl Child {
             // SAFETY: as above; after this the process is the user, for good.
             self.check(unsafe { libc::setuid(*uid) }.into(), Step::Uid)?;
         }
+        // The task's files get the usual modes, whatever umask the agent runs with (its
+        // unit's UMask=0077 keeps the agent's own files private).
+        // SAFETY: umask cannot fail and touches no memory.
+        unsafe { libc::umask(0o022) };
         let out = self.open_output(&self.setup.stdout, Step::Stdout)?;
         self.dup_to(out, 1, Step::Stdout)?;
         match &self.setup.stderr {
