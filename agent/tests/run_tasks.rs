@@ -536,6 +536,26 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
         })
         .await;
     assert!(listed.is_empty(), "{listed:?}");
+    // A Kill right behind its Launch (the shepherd has no pid yet) still cancels it.
+    let mut launch = launch_task("sleepy", 21, &me(), "", &s.work());
+    launch.task = "w-1".into();
+    launch.argv = vec!["sleep".into(), "60".into()];
+    s.planner.send(PlannerToAgent::Launch(Box::new(launch)));
+    let quick = TaskRef {
+        job: "sleepy".into(),
+        job_id: 21,
+        task: "w-1".into(),
+    };
+    s.planner.send(PlannerToAgent::Kill {
+        task: quick.clone(),
+        grace_secs: 1,
+    });
+    let end = s.planner.finished(&quick).await;
+    assert_eq!(end.outcome, TaskOutcome::Cancelled, "{end:?}");
+    if let Some(pid) = end.pid {
+        reaper.0.push(pid);
+        assert!(!alive(pid));
+    }
     // Kill of an unknown task: nothing happens, the link goes on.
     s.planner.send(PlannerToAgent::Kill {
         task: TaskRef {

@@ -142,10 +142,6 @@ impl Tasks {
         Ok(tasks)
     }
 
-    pub fn state_dir(&self) -> &std::path::Path {
-        &self.opts.state_dir
-    }
-
     /// A task runs or may still start (a scan is worth doing).
     pub fn active(&self) -> bool {
         self.tasks.values().any(|e| e.record.is_none() || e.child.is_some()) || !self.exiting.is_empty()
@@ -466,6 +462,11 @@ fn vanished(task: &TaskRef, entry: &mut Entry) -> Option<ExitRecord> {
     if let (Some(started), Some(shepherd)) = (&entry.started, entry.shepherd_pid) {
         runner::kill_orphaned_task(started.pid, shepherd);
     }
+    if entry.rank == 0
+        && let Ok(spec) = crate::shepherd::LaunchSpec::read(&entry.dir.spec())
+    {
+        entry.rank = spec.rank; // a task found at start-up
+    }
     let record = runner::synthesized(
         &task.job,
         task.job_id,
@@ -477,4 +478,146 @@ fn vanished(task: &TaskRef, entry: &mut Entry) -> Option<ExitRecord> {
     );
     runner::write_record(&entry.dir, &record);
     Some(record)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn tasks(state: &std::path::Path) -> Tasks {
+        Tasks::new(TaskOptions {
+            state_dir: state.to_path_buf(),
+            pin: false,
+            allow_root: false,
+            shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
+        })
+        .unwrap()
+    }
+
+    fn finished(messages: &[AgentMessage]) -> Vec<(TaskRef, hyperplan_shared::taskend::TaskEnd)> {
+        messages
+            .iter()
+            .filter_map(|m| match m {
+                AgentMessage::TaskFinished(f) => Some((f.task.clone(), f.end.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_shepherd_that_died_without_a_record_fails_its_task_and_an_ack_forgets_it() {
+        let state = tempfile::tempdir().unwrap();
+        let dir = TaskDir::new(state.path(), "j", 3, "w-0");
+        std::fs::create_dir_all(&dir.dir).unwrap();
+        std::fs::write(dir.spec(), "{}").unwrap();
+        std::fs::write(dir.dir.parent().unwrap().join("hostfile"), "n1\n").unwrap();
+        // A pid that is gone (a child already reaped).
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let pid = gone.id();
+        gone.wait().unwrap();
+        std::fs::write(dir.pid(), format!("{pid}\n")).unwrap();
+        let t = tasks(state.path());
+        let ends = finished(&t.unacked());
+        assert_eq!(ends.len(), 1);
+        let (task, end) = &ends[0];
+        assert_eq!((task.job.as_str(), task.job_id, task.task.as_str()), ("j", 3, "w-0"));
+        assert_eq!(end.outcome, hyperplan_shared::taskend::TaskOutcome::Failed);
+        assert!(
+            end.reason.as_deref().unwrap().contains("died without a record"),
+            "{end:?}"
+        );
+        assert!(dir.record().is_file(), "the record is kept on disk until acknowledged");
+        assert!(t.running(&Default::default()).is_empty());
+
+        // Found again by a restarted agent: the same end, once.
+        drop(t);
+        let mut t = tasks(state.path());
+        assert_eq!(finished(&t.unacked()).len(), 1);
+        assert!(t.scan().is_empty(), "nothing new");
+        t.on_kill(task, 1); // ended: nothing to do
+        t.on_ack(task, true);
+        assert!(t.unacked().is_empty());
+        assert!(
+            !dir.dir.parent().unwrap().exists(),
+            "the job directory and hostfile are gone"
+        );
+        // A late repeated Launch starts nothing.
+        let launch = LaunchTask {
+            job: "j".into(),
+            job_id: 3,
+            task: "w-0".into(),
+            rank: 0,
+            user: "nobody".into(),
+            argv: vec!["true".into()],
+            env: Default::default(),
+            working_dir: Some("/".into()),
+            output: "o".into(),
+            error: "o".into(),
+            time_limit_secs: None,
+            hyper_nodes: vec![],
+            cpus: String::new(),
+            numa_nodes: vec![],
+            bind_memory: false,
+            gpus: vec![],
+            nics: vec![],
+        };
+        assert!(t.on_launch("n1", &[], &launch).is_empty());
+        assert!(!dir.dir.exists());
+    }
+
+    #[test]
+    fn launches_that_cannot_start_are_failed_records() {
+        let state = tempfile::tempdir().unwrap();
+        let mut t = tasks(state.path());
+        let mut launch = LaunchTask {
+            job: "j".into(),
+            job_id: 4,
+            task: "w-0".into(),
+            rank: 0,
+            user: "nobody".into(),
+            argv: vec!["true".into()],
+            env: Default::default(),
+            working_dir: Some("/".into()),
+            output: "o".into(),
+            error: "o".into(),
+            time_limit_secs: None,
+            hyper_nodes: vec![],
+            cpus: String::new(),
+            numa_nodes: vec![],
+            bind_memory: false,
+            gpus: vec![],
+            nics: vec![],
+        };
+        // No Job frame.
+        let ends = finished(&t.on_launch("n1", &[], &launch));
+        assert!(ends[0].1.reason.as_deref().unwrap().contains("no Job frame"));
+        // A hostile name: refused, reported from memory, no directory.
+        launch.job = "../etc".into();
+        let ends = finished(&t.on_launch("n1", &[], &launch));
+        assert!(ends[0].1.reason.as_deref().unwrap().contains("job name"), "{ends:?}");
+        assert!(!state.path().join("etc").exists());
+        // The shepherd program cannot be started.
+        launch.job = "j".into();
+        launch.job_id = 5;
+        t.on_job(JobWorld {
+            job: "j".into(),
+            job_id: 5,
+            nodes: vec!["n1".into()],
+            node_of_rank: vec![0],
+            master_addr: "127.0.0.1".into(),
+            master_port: 29500,
+        });
+        let ends = finished(&t.on_launch("n1", &[], &launch));
+        assert!(
+            ends[0]
+                .1
+                .reason
+                .as_deref()
+                .unwrap()
+                .contains("cannot start the shepherd"),
+            "{ends:?}"
+        );
+        assert_eq!(finished(&t.unacked()).len(), 3);
+    }
 }

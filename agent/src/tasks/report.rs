@@ -49,13 +49,6 @@ pub fn finished_message(task: &TaskRef, end: TaskEnd) -> AgentMessage {
     }))
 }
 
-/// Where a task's reports stand.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Acks {
-    /// The planner has its `TaskStarted`.
-    pub started: bool,
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
