@@ -429,6 +429,22 @@ async fn runs_a_task_reports_its_end_and_forgets_it_when_acknowledged() {
     assert!(about.len() <= 1, "{about:?}");
     assert_eq!(s.output(&task).matches("rank 0").count(), 1, "ran once");
     assert!(!dir.exists());
+    // Its output is still readable (`hyperplan logs` of an ended job).
+    s.planner.send(PlannerToAgent::ReadLog {
+        request: 9,
+        task: task.clone(),
+        stderr: false,
+        offset: 0,
+        max_bytes: 6,
+    });
+    let chunk: LogChunk = s
+        .planner
+        .find("Log", |m| match m {
+            AgentMessage::Log(c) if c.request == 9 => Some(c.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!((chunk.data.as_slice(), chunk.error), (&b"rank 0"[..], None));
 
     // The same job name with a new id is another job.
     let again = s.launch("exit3", 12, "exit 0");

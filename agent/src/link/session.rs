@@ -170,8 +170,10 @@ async fn read_planner(mut recv: quinn::RecvStream, frames: mpsc::Sender<PlannerT
 }
 
 impl Link {
-    /// A registered connection until it ends: heartbeats every `registered.heartbeat`,
-    /// `TopologyChanged` after a re-probe that moved the hash, watchdog pings.
+    /// A registered connection until it ends: every unacknowledged task report first,
+    /// heartbeats every `registered.heartbeat` (with the running tasks), planner frames
+    /// to the tasks, new task reports as scans find them and all unacknowledged ones every
+    /// few seconds, `TopologyChanged` after a re-probe that moved the hash, watchdog pings.
     pub(super) async fn session(&mut self, connection: quinn::Connection, registered: Registered) -> Outcome {
         let Registered {
             mut send,
@@ -287,7 +289,7 @@ impl Link {
                         error: Some(error),
                     })]
                 };
-                let Some(spec) = self.tasks.spec_of(&task) else {
+                let Some(source) = self.tasks.log_source(&task) else {
                     return refuse(format!("no task {}/{} on this node", task.job, task.task));
                 };
                 let reads = self.log_reads.clone();
@@ -297,7 +299,7 @@ impl Link {
                 }
                 let answers = answers.clone();
                 tokio::task::spawn_blocking(move || {
-                    let chunk = logs::read_chunk(request, &spec, stderr, offset, max_bytes);
+                    let chunk = logs::read_chunk(request, &source, stderr, offset, max_bytes);
                     reads.fetch_sub(1, Ordering::SeqCst);
                     // The connection may be gone: its answers go with it.
                     let _ = answers.send(chunk);

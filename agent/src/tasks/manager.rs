@@ -9,9 +9,11 @@
 //!   `started.json` and `record.json` files, turns a shepherd that died without a record
 //!   into a failed record, and sends a `Kill` that waited for a shepherd's pid.
 //! - `Ack`: `finished: false` stops the `TaskStarted`; `finished: true` deletes the
-//!   task's directory (and the job's, with its hostfile, after its last task).
+//!   task's directory (and the job's, with its hostfile, after its last task), keeping
+//!   only the names of its output files, so `hyperplan logs` still reads an ended job
+//!   (the last [`MAX_DONE`], until the agent restarts).
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant};
 use hyperplan_net::messages::{AgentMessage, JobWorld, LaunchTask, RunningTask, TaskRef};
 use hyperplan_shared::names::{NameKind, check_name};
 
+use super::logs::{self, Source};
 use super::report::{finished_message, started_message, task_end};
 use super::runner::{self, Launched};
 use super::scan::{self, Files};
@@ -29,8 +32,9 @@ use crate::shepherd::{ExitRecord, Started, TaskDir};
 
 /// Job worlds kept for jobs with no task here (a `Job` frame before its `Launch`).
 pub const MAX_WORLDS: usize = 1024;
-/// Acknowledged ends remembered, so a late repeated `Launch` starts nothing.
-const MAX_DONE: usize = 16_384;
+/// Acknowledged ends remembered, so a late repeated `Launch` starts nothing and their
+/// output can still be read.
+pub const MAX_DONE: usize = 16_384;
 /// Reports kept in memory for tasks that have no directory (an invalid name).
 const MAX_HOMELESS: usize = 256;
 /// A task directory without a shepherd pid, found at start-up: how long its shepherd
@@ -100,6 +104,8 @@ pub struct Tasks {
     tasks: BTreeMap<TaskRef, Entry>,
     done: HashSet<TaskRef>,
     done_order: VecDeque<TaskRef>,
+    /// Output files `(stdout, stderr)` of acknowledged ends, for `ReadLog`.
+    done_logs: HashMap<TaskRef, (PathBuf, PathBuf)>,
     /// Ends of tasks that never had a directory (their names were refused).
     homeless: BTreeMap<TaskRef, ExitRecord>,
     /// Shepherds whose task was forgotten before they exited, still to be reaped.
@@ -120,6 +126,7 @@ impl Tasks {
             tasks: BTreeMap::new(),
             done: HashSet::new(),
             done_order: VecDeque::new(),
+            done_logs: HashMap::new(),
             homeless: BTreeMap::new(),
             exiting: Vec::new(),
         };
@@ -272,6 +279,7 @@ impl Tasks {
         let Some(mut entry) = self.tasks.remove(task) else {
             return;
         };
+        let outputs = logs::output_files(&entry.dir.spec());
         if let Err(e) = std::fs::remove_dir_all(&entry.dir.dir)
             && e.kind() != std::io::ErrorKind::NotFound
         {
@@ -283,6 +291,9 @@ impl Tasks {
             self.exiting.push(child);
         }
         self.remember_done(task.clone());
+        if let Some(files) = outputs {
+            self.done_logs.insert(task.clone(), files);
+        }
         if !self.has_tasks(&task.job, task.job_id) {
             let dir = job_dir(&self.opts.state_dir, &task.job, task.job_id);
             let _ = std::fs::remove_file(dir.join("hostfile"));
@@ -304,6 +315,7 @@ impl Tasks {
         while self.done_order.len() > MAX_DONE {
             if let Some(old) = self.done_order.pop_front() {
                 self.done.remove(&old);
+                self.done_logs.remove(&old);
             }
         }
     }
@@ -394,9 +406,16 @@ impl Tasks {
             .collect()
     }
 
-    /// The spec of a task on this node, for `ReadLog`.
-    pub fn spec_of(&self, task: &TaskRef) -> Option<PathBuf> {
-        self.tasks.get(task).map(|e| e.dir.spec())
+    /// Where a task's output is named, for `ReadLog`: its spec, or the files kept after
+    /// its acknowledged end.
+    pub fn log_source(&self, task: &TaskRef) -> Option<Source> {
+        if let Some(e) = self.tasks.get(task) {
+            return Some(Source::Spec(e.dir.spec()));
+        }
+        self.done_logs.get(task).map(|(stdout, stderr)| Source::Files {
+            stdout: stdout.clone(),
+            stderr: stderr.clone(),
+        })
     }
 }
 
