@@ -32,14 +32,11 @@ pub struct Heartbeats {
     pub link: u64,
 }
 
-/// On a node with a link record while it is NotReady: since when (the driver's clock,
-/// ms), and whether its running tasks were declared lost already (see `lost`). The
-/// lost-node check looks at these nodes only.
-#[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NotReady {
-    pub since_ms: u64,
-    pub lost: bool,
-}
+/// The nodes with a link record that are NotReady and whose tasks are not declared lost
+/// yet, with since when (the driver's clock, ms): all the lost-node check looks at (see
+/// `lost`), so a tick with every node Ready pays nothing for it.
+#[derive(Resource, Debug, Default)]
+pub struct Away(pub std::collections::BTreeMap<Entity, u64>);
 
 /// The node's agent registered: Ready, heard now.
 pub(super) fn link_up(world: &mut World, node: &str, link: u64, at_ms: u64) {
@@ -79,8 +76,15 @@ pub(super) fn link_down(world: &mut World, node: &str, link: u64, at_ms: u64) {
 }
 
 /// The system: every linked, Ready node silent for longer than the configured heartbeats
-/// turns NotReady (in name order, so the commands are deterministic).
+/// turns NotReady (in name order, so the commands are deterministic); then nodes NotReady
+/// for too long lose their tasks (`lost`, here rather than a system of its own: a tick
+/// with no node away pays one map lookup).
 pub fn check_silence(world: &mut World) {
+    turn_silent_not_ready(world);
+    super::lost::lose_tasks(world);
+}
+
+fn turn_silent_not_ready(world: &mut World) {
     let now = world.resource::<NowMillis>().0;
     let health = world.resource::<PlannerConfig>().health;
     let limit = u64::try_from(health.silent_after().as_millis()).unwrap_or(u64::MAX);
@@ -123,13 +127,11 @@ fn set_ready(world: &mut World, e: Entity, ready: bool, at_ms: u64) -> bool {
     if changed {
         world.resource_mut::<TopologyDirty>().0 = true;
         world.resource_mut::<CapacityEpoch>().0 += 1;
+        let mut away = world.resource_mut::<Away>();
         if ready {
-            world.entity_mut(e).remove::<NotReady>();
+            away.0.remove(&e);
         } else {
-            world.entity_mut(e).insert(NotReady {
-                since_ms: at_ms,
-                lost: false,
-            });
+            away.0.insert(e, at_ms);
         }
     }
     changed

@@ -6,8 +6,8 @@
 //! report (`lifecycle`: verdicts, kills, orphans; `taskrun`: each task's run), lost nodes
 //! (`lost`).
 //!
-//! A tick: ingest (task starts, ends and cancels through `lifecycle`) → node health →
-//! lost nodes → discovery → topology index → resource cache (capacity, then NUMA)
+//! A tick: ingest (task starts, ends and cancels through `lifecycle`) → node health
+//! (then lost nodes) → discovery → topology index → resource cache (capacity, then NUMA)
 //! → recover → allocate (gradient search, scoring, NUMA assignment; each placement
 //! recorded in the caches' ledger) → dispatch → retire the jobs that ended. Between
 //! topology changes every system after the index works on what changed (see
@@ -81,6 +81,7 @@ impl Planner {
         world.insert_resource(names::JobNames::default());
         world.insert_resource(ownership::NextJobId::default());
         world.insert_resource(names::NodeNames::default());
+        world.insert_resource(health::Away::default());
         world.insert_resource(NodeSetGeneration::default());
         world.insert_resource(discovery::Sources::default());
         world.insert_resource(discovery::ReportedGuids::default());
@@ -95,7 +96,6 @@ impl Planner {
             (
                 ingest::ingest,
                 health::check_silence,
-                lost::lose_tasks,
                 discovery::discovery,
                 reindex::reindex,
                 refresh::refresh_capacity,

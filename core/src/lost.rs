@@ -13,35 +13,42 @@ use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 
 use super::commands::Command;
 use super::components::{Job, Node, Retired, Task, TaskState};
-use super::health::NotReady;
+use super::health::Away;
 use super::lifecycle::end_task;
 use super::queues::{CapacityEpoch, NowMillis, Outbox};
 use super::taskrun::TaskRun;
 use crate::config::PlannerConfig;
 
-/// The system (after node health): NotReady nodes past the limit lose their tasks, in
-/// node name order, each node's tasks in (job name, rank) order.
-pub fn lose_tasks(
-    world: &mut World,
-    away: &mut QueryState<(Entity, &Node, &NotReady)>,
-    tasks: &mut QueryState<(Entity, &Task, &TaskState), Without<Retired>>,
-) {
+/// Called by the node-health system each tick: nodes NotReady past the limit lose their
+/// tasks, in node name order, each node's tasks in (job name, rank) order.
+pub(crate) fn lose_tasks(world: &mut World) {
+    if world.resource::<Away>().0.is_empty() {
+        return;
+    }
     let now = world.resource::<NowMillis>().0;
     let after = world.resource::<PlannerConfig>().health.node_lost_after;
     let limit = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
-    let mut due: Vec<(Arc<str>, Entity)> = away
-        .iter(world)
-        .filter(|(_, _, nr)| !nr.lost && now.saturating_sub(nr.since_ms) > limit)
-        .map(|(e, n, _)| (n.name.clone(), e))
+    let due: Vec<Entity> = world
+        .resource::<Away>()
+        .0
+        .iter()
+        .filter(|&(_, &since)| now.saturating_sub(since) > limit)
+        .map(|(&e, _)| e)
         .collect();
     if due.is_empty() {
         return;
     }
+    let mut away = world.resource_mut::<Away>();
+    for e in &due {
+        away.0.remove(e);
+    }
+    let mut due: Vec<(Arc<str>, Entity)> = due
+        .into_iter()
+        .filter_map(|e| Some((world.get::<Node>(e)?.name.clone(), e)))
+        .collect();
     due.sort();
+    let mut tasks = world.query_filtered::<(Entity, &Task, &TaskState), Without<Retired>>();
     for (name, node) in due {
-        if let Some(mut nr) = world.get_mut::<NotReady>(node) {
-            nr.lost = true;
-        }
         // Rare (once per lost node): a scan of the live tasks finds the node's.
         let mut lost: Vec<(String, u32, Entity, Entity)> = tasks
             .iter(world)
