@@ -110,6 +110,7 @@ mod tests {
             end_time: None,
             allocated_hyper_node: under.map(Into::into),
             owner: None,
+            exit_code: None,
             tasks: nodes
                 .iter()
                 .enumerate()
@@ -119,12 +120,7 @@ mod tests {
                     sub_job: "w".into(),
                     node: n.map(Into::into),
                     hyper_nodes: vec![],
-                    cpus: None,
-                    numa_nodes: vec![],
-                    memory_numa: Default::default(),
-                    gpus: vec![],
-                    nics: vec![],
-                    working_dir: None,
+                    ..TaskReport::default()
                 })
                 .collect(),
         }

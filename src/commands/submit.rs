@@ -149,7 +149,15 @@ fn wait_for(config: &ClientConfig, submitted: &Submitted) -> anyhow::Result<u8> 
 
 /// The exit code for a job that has ended; `None` while it has not.
 fn ended_code(job: &hyperplan_shared::report::JobReport) -> Option<u8> {
-    use hyperplan_shared::report::JobStatus as S;
+    use hyperplan_shared::report::{JobStatus as S, TaskStatus as T};
+    // Decided, but tasks are still being stopped: not over until they are.
+    if job
+        .tasks
+        .iter()
+        .any(|t| matches!(t.state, Some(T::Starting | T::Running)))
+    {
+        return None;
+    }
     let code = |c: Option<i32>| u8::try_from(c.unwrap_or(1).clamp(0, 255)).unwrap_or(1);
     match job.status {
         S::Completed => Some(0),

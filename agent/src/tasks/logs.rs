@@ -21,12 +21,26 @@ pub enum Source {
     /// The task's spec (its directory is still there).
     Spec(PathBuf),
     /// The files, kept after its directory was removed.
-    Files { stdout: PathBuf, stderr: PathBuf },
+    Files(Outputs),
 }
 
-/// The output files a spec names, `(stdout, stderr)`.
-pub fn output_files(spec: &Path) -> Option<(PathBuf, PathBuf)> {
-    LaunchSpec::read(spec).ok().map(|s| (s.stdout, s.stderr))
+/// A task's output and error files, and the user it ran as: the agent (root) reads a
+/// file for `logs` only when that user owns it, so a task that swapped its output for a
+/// link to a file it may not read (`/etc/shadow`) gets nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outputs {
+    pub stdout: PathBuf,
+    pub stderr: PathBuf,
+    pub user: String,
+}
+
+/// The output files a spec names.
+pub fn output_files(spec: &Path) -> Option<Outputs> {
+    LaunchSpec::read(spec).ok().map(|s| Outputs {
+        stdout: s.stdout,
+        stderr: s.stderr,
+        user: s.user,
+    })
 }
 
 /// Reads the chunk `request` asks for from the task's output (`stderr`: its error file).
@@ -38,18 +52,34 @@ pub fn read_chunk(request: u64, source: &Source, stderr: bool, offset: u64, max_
         size: 0,
         error: None,
     };
-    let (stdout_path, stderr_path) = match source {
-        Source::Spec(spec) => match LaunchSpec::read(spec) {
-            Ok(s) => (s.stdout, s.stderr),
+    let outputs = match source {
+        Source::Spec(spec) => match output_files(spec) {
+            Some(o) => o,
+            None => {
+                chunk.error = Some(
+                    LaunchSpec::read(spec)
+                        .err()
+                        .map_or_else(|| "cannot read the launch spec".to_string(), |e| e.to_string()),
+                );
+                return chunk;
+            }
+        },
+        Source::Files(o) => o.clone(),
+    };
+    let path = if stderr { &outputs.stderr } else { &outputs.stdout };
+    // Root reads only what the task's user owns; any other agent reads only what it may.
+    let owner = if current_euid() == 0 {
+        match crate::shepherd::user::lookup(&outputs.user) {
+            Ok(id) => Some(id.uid),
             Err(e) => {
                 chunk.error = Some(e.to_string());
                 return chunk;
             }
-        },
-        Source::Files { stdout, stderr } => (stdout.clone(), stderr.clone()),
+        }
+    } else {
+        None
     };
-    let path = if stderr { &stderr_path } else { &stdout_path };
-    match read_file(path, offset, max_bytes.min(MAX_LOG_CHUNK)) {
+    match read_file(path, owner, offset, max_bytes.min(MAX_LOG_CHUNK)) {
         Ok((data, size)) => {
             chunk.data = data;
             chunk.size = size;
@@ -59,9 +89,11 @@ pub fn read_chunk(request: u64, source: &Source, stderr: bool, offset: u64, max_
     chunk
 }
 
-/// `(bytes from offset, the file's length)`. Only a regular file is read: a FIFO or a
-/// device named as output is refused, not waited on.
-fn read_file(path: &Path, offset: u64, max: u32) -> std::io::Result<(Vec<u8>, u64)> {
+/// `(bytes from offset, the file's length)`. Only a regular file is read (a FIFO or a
+/// device named as output is refused, not waited on), and with `owner`, only one that
+/// uid owns (checked on the opened file, so no link or rename in between fools it).
+fn read_file(path: &Path, owner: Option<u32>, offset: u64, max: u32) -> std::io::Result<(Vec<u8>, u64)> {
+    use std::os::unix::fs::MetadataExt;
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
@@ -69,6 +101,14 @@ fn read_file(path: &Path, offset: u64, max: u32) -> std::io::Result<(Vec<u8>, u6
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(std::io::Error::other("not a regular file"));
+    }
+    if let Some(uid) = owner
+        && meta.uid() != uid
+    {
+        return Err(std::io::Error::other(format!(
+            "owned by uid {}, not by the task's user (uid {uid}): not read",
+            meta.uid()
+        )));
     }
     let size = meta.len();
     let mut data = Vec::new();
@@ -81,19 +121,31 @@ fn read_file(path: &Path, offset: u64, max: u32) -> std::io::Result<(Vec<u8>, u6
     Ok((data, size))
 }
 
+#[allow(unsafe_code)]
+fn current_euid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
+    fn me() -> String {
+        let out = std::process::Command::new("id").arg("-un").output().unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
     #[test]
     fn reads_pieces_and_refuses_what_is_not_a_file() {
+        let me = me();
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
         std::fs::write(&out, b"hello world\n").unwrap();
         let spec = serde_json::json!({
             "job": "j", "task": "t", "rank": 0, "argv": ["true"], "workingDir": "/",
-            "stdout": out, "stderr": dir.path(), "user": "u", "stateDir": "/s"
+            "stdout": out, "stderr": dir.path(), "user": me, "stateDir": "/s"
         });
         let spec_path = Source::Spec(dir.path().join("spec.json"));
         std::fs::write(dir.path().join("spec.json"), spec.to_string()).unwrap();
@@ -105,10 +157,37 @@ mod tests {
         assert!(c.error.unwrap().contains("not a regular file"));
         let c = read_chunk(4, &Source::Spec(dir.path().join("nope.json")), false, 0, 3);
         assert!(c.error.unwrap().contains("cannot read the launch spec"));
-        let kept = Source::Files {
+        let kept = Source::Files(Outputs {
             stdout: out.clone(),
             stderr: out,
-        };
+            user: me,
+        });
         assert_eq!(read_chunk(5, &kept, true, 0, 5).data, b"hello");
+    }
+
+    /// As root, a file the task's user does not own (its output swapped for a link to
+    /// `/etc/shadow`, say) is not read for it.
+    #[test]
+    fn root_reads_only_what_the_tasks_user_owns() {
+        if current_euid() != 0 {
+            eprintln!("skipped: needs root (chown)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, b"root only\n").unwrap();
+        let link = dir.path().join("out");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        let kept = |user: &str| {
+            Source::Files(Outputs {
+                stdout: link.clone(),
+                stderr: link.clone(),
+                user: user.into(),
+            })
+        };
+        let c = read_chunk(1, &kept("nobody"), false, 0, 100);
+        assert!(c.data.is_empty(), "{:?}", c.data);
+        assert!(c.error.unwrap().contains("not by the task's user"));
+        assert_eq!(read_chunk(2, &kept("root"), false, 0, 100).data, b"root only\n");
     }
 }

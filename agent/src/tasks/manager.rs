@@ -105,7 +105,7 @@ pub struct Tasks {
     done: HashSet<TaskRef>,
     done_order: VecDeque<TaskRef>,
     /// Output files `(stdout, stderr)` of acknowledged ends, for `ReadLog`.
-    done_logs: HashMap<TaskRef, (PathBuf, PathBuf)>,
+    done_logs: HashMap<TaskRef, logs::Outputs>,
     /// Ends of tasks that never had a directory (their names were refused).
     homeless: BTreeMap<TaskRef, ExitRecord>,
     /// Shepherds whose task was forgotten before they exited, still to be reaped.
@@ -412,10 +412,7 @@ impl Tasks {
         if let Some(e) = self.tasks.get(task) {
             return Some(Source::Spec(e.dir.spec()));
         }
-        self.done_logs.get(task).map(|(stdout, stderr)| Source::Files {
-            stdout: stdout.clone(),
-            stderr: stderr.clone(),
-        })
+        self.done_logs.get(task).cloned().map(Source::Files)
     }
 }
 
