@@ -146,13 +146,8 @@ fn failure(status: ExitStatus, stderr: &[u8]) -> String {
 
 fn signal_name(signal: i32) -> String {
     match signal {
-        4 => "SIGILL".to_owned(),
-        6 => "SIGABRT".to_owned(),
-        7 => "SIGBUS".to_owned(),
-        8 => "SIGFPE".to_owned(),
         9 => "SIGKILL, perhaps out of memory".to_owned(),
-        11 => "SIGSEGV".to_owned(),
-        n => format!("signal {n}"),
+        n => hyperplan_shared::taskend::signal_name(n),
     }
 }
 

@@ -66,30 +66,7 @@ pub struct Started {
     pub start_time_ms: u64,
 }
 
-/// `SIGTERM` for 15; `signal N` for what has no name here.
-pub fn signal_name(signal: i32) -> String {
-    let name = match signal {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        3 => "SIGQUIT",
-        4 => "SIGILL",
-        5 => "SIGTRAP",
-        6 => "SIGABRT",
-        7 => "SIGBUS",
-        8 => "SIGFPE",
-        9 => "SIGKILL",
-        10 => "SIGUSR1",
-        11 => "SIGSEGV",
-        12 => "SIGUSR2",
-        13 => "SIGPIPE",
-        14 => "SIGALRM",
-        15 => "SIGTERM",
-        24 => "SIGXCPU",
-        25 => "SIGXFSZ",
-        _ => return format!("signal {signal}"),
-    };
-    name.to_string()
-}
+pub use hyperplan_shared::taskend::signal_name;
 
 /// `ENOENT` for 2: the symbolic name people search for; `errno N` otherwise.
 pub fn errno_name(errno: i32) -> String {
