@@ -78,17 +78,28 @@ pub fn render(list: &JobList, tasks: bool) -> String {
         rejected: count(JobStatus::Rejected),
         makespan: 0,
     };
-    let cancelled = count(JobStatus::Cancelled);
     // The simulator's count line ends in its virtual makespan, which a live planner has
-    // not got: drop that part.
+    // not got; and a live planner's jobs run and end: count every status there is.
     let simulated = format!(
         "{} placed, {} pending, {} rejected; makespan 0 s\n",
         summary.placed, summary.pending, summary.rejected
     );
-    let live = format!(
-        "{} placed, {} pending, {} rejected\n",
-        summary.placed, summary.pending, summary.rejected
-    );
+    let mut counts: Vec<String> = [JobStatus::Placed, JobStatus::Pending, JobStatus::Rejected]
+        .into_iter()
+        .map(|s| format!("{} {}", count(s), s.as_str()))
+        .collect();
+    for s in [
+        JobStatus::Running,
+        JobStatus::Completed,
+        JobStatus::Failed,
+        JobStatus::Timeout,
+        JobStatus::Cancelled,
+    ] {
+        if count(s) > 0 {
+            counts.push(format!("{} {}", count(s), s.as_str()));
+        }
+    }
+    let live = format!("{}\n", counts.join(", "));
     let report = Report {
         jobs: list.jobs.clone(),
         summary,
@@ -98,9 +109,6 @@ pub fn render(list: &JobList, tasks: bool) -> String {
     if out.ends_with(&simulated) {
         out.truncate(out.len() - simulated.len());
         out.push_str(&live);
-        if cancelled > 0 {
-            out.insert_str(out.len() - 1, &format!(", {cancelled} cancelled"));
-        }
     }
     if tasks {
         out.push('\n');
@@ -149,4 +157,129 @@ fn render_runs(jobs: &[hyperplan_shared::report::JobReport]) -> String {
         ]);
     }
     format!("\n{}", super::columns::columns(&rows))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::collections::BTreeMap;
+
+    use hyperplan_shared::report::{JobReport, TaskReport};
+
+    use super::*;
+
+    fn task(rank: u32, node: Option<&str>, pinned: bool) -> TaskReport {
+        TaskReport {
+            name: format!("worker-{rank}"),
+            rank: node.map(|_| rank),
+            sub_job: "worker".into(),
+            node: node.map(Into::into),
+            hyper_nodes: node
+                .map(|_| vec!["leaf-0".into(), "spine-0".into()])
+                .unwrap_or_default(),
+            cpus: pinned.then(|| "0-15".into()),
+            numa_nodes: if pinned { vec![0] } else { vec![] },
+            memory_numa: if pinned {
+                BTreeMap::from([(0, 64 << 30)])
+            } else {
+                BTreeMap::new()
+            },
+            gpus: if pinned { vec!["0000:3b:00.0".into()] } else { vec![] },
+            nics: if pinned { vec!["mlx5_0".into()] } else { vec![] },
+            ..TaskReport::default()
+        }
+    }
+
+    fn jobs() -> JobList {
+        JobList {
+            jobs: vec![
+                JobReport {
+                    id: 1,
+                    name: "train-64".into(),
+                    status: JobStatus::Placed,
+                    reason: None,
+                    submit_time: 100,
+                    start_time: Some(101),
+                    end_time: None,
+                    allocated_hyper_node: Some("leaf-0".into()),
+                    owner: None,
+                    exit_code: None,
+                    tasks: vec![task(0, Some("gpu-b01"), true), task(1, Some("gpu-b02"), true)],
+                },
+                JobReport {
+                    id: 1,
+                    name: "big-256".into(),
+                    status: JobStatus::Pending,
+                    reason: Some("no tier-1 HyperNode has 32 free GPUs; best is leaf-7 with 24".into()),
+                    submit_time: 102,
+                    start_time: None,
+                    end_time: None,
+                    allocated_hyper_node: None,
+                    owner: None,
+                    exit_code: None,
+                    tasks: vec![task(0, None, false)],
+                },
+                JobReport {
+                    id: 1,
+                    name: "huge".into(),
+                    status: JobStatus::Rejected,
+                    reason: Some("needs 4096 GPUs; the cluster has 512".into()),
+                    submit_time: 103,
+                    start_time: None,
+                    end_time: None,
+                    allocated_hyper_node: None,
+                    owner: None,
+                    exit_code: None,
+                    tasks: vec![],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn all_jobs() {
+        insta::assert_snapshot!(render(&jobs(), false));
+    }
+
+    #[test]
+    fn one_job_with_its_tasks() {
+        let mut list = jobs();
+        list.jobs.truncate(1);
+        insta::assert_snapshot!(render(&list, true));
+    }
+
+    /// A live planner's jobs: every status counted, and how each task ran or ended.
+    #[test]
+    fn jobs_that_ran_with_their_tasks_runs() {
+        use hyperplan_shared::report::TaskStatus;
+        let ran = |rank: u32, state: TaskStatus, exit: Option<i32>, signal: Option<i32>| TaskReport {
+            state: Some(state),
+            exit_code: exit,
+            signal,
+            pid: Some(4100 + rank),
+            cpu_seconds: Some(12.5),
+            max_rss_bytes: Some(3 << 30),
+            ..task(rank, Some("gpu-b01"), false)
+        };
+        let mut list = jobs();
+        list.jobs.truncate(1);
+        list.jobs[0].status = JobStatus::Failed;
+        list.jobs[0].exit_code = Some(3);
+        list.jobs[0].tasks = vec![
+            ran(0, TaskStatus::Exited, Some(3), None),
+            ran(1, TaskStatus::Killed, None, Some(15)),
+        ];
+        let mut done = list.jobs[0].clone();
+        done.name = "eval".into();
+        done.status = JobStatus::Completed;
+        done.tasks.clear();
+        list.jobs.push(done);
+        insta::assert_snapshot!(render(&list, true));
+    }
+
+    #[test]
+    fn no_jobs() {
+        insta::assert_snapshot!(render(&JobList::default(), false), @"no jobs: submit one with `hyperplan submit FILE`");
+    }
 }
