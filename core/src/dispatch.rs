@@ -51,28 +51,39 @@ pub fn dispatch(
         let (Ok((job, owner, id)), Some(Ok(node))) = (jobs.get(task.job), ts.node.map(|n| nodes.get(n))) else {
             continue;
         };
-        out.0.push(Command::Place(Placement {
-            spec: job.spec.clone(),
-            job_id: id.map_or(0, |i| i.0),
-            owner: owner.map_or_else(|| Arc::from(SIM_OWNER), |o| o.0.clone()),
-            role: task.role,
-            task: task.name.clone(),
-            node: node.name.clone(),
-            rank: ts.rank.unwrap_or(0),
-            pinning: ts
+        let hw = ts.node.and_then(|n| hardware.get(n).ok());
+        out.0
+            .push(Command::Place(placement(job, owner, id, task, ts, node, hw)));
+    }
+}
+
+/// The `Place` command of a placed task: shared parts of its job, node and hardware.
+pub(crate) fn placement(
+    job: &Job,
+    owner: Option<&JobOwner>,
+    id: Option<&JobId>,
+    task: &Task,
+    ts: &TaskState,
+    node: &Node,
+    hardware: Option<&NodeHardware>,
+) -> Placement {
+    Placement {
+        spec: job.spec.clone(),
+        job_id: id.map_or(0, |i| i.0),
+        owner: owner.map_or_else(|| Arc::from(SIM_OWNER), |o| o.0.clone()),
+        role: task.role,
+        task: task.name.clone(),
+        node: node.name.clone(),
+        rank: ts.rank.unwrap_or(0),
+        pinning: ts.numa.as_ref().zip(hardware).map(|(a, hw)| Pinning {
+            hardware: hw.0.clone(),
+            assignment: a.clone(),
+            policy: job
                 .numa
-                .as_ref()
-                .zip(ts.node.and_then(|n| hardware.get(n).ok()))
-                .map(|(a, hw)| Pinning {
-                    hardware: hw.0.clone(),
-                    assignment: a.clone(),
-                    policy: job
-                        .numa
-                        .get(task.role)
-                        .copied()
-                        .flatten()
-                        .map_or(Policy::None, |n| n.policy),
-                }),
-        }));
+                .get(task.role)
+                .copied()
+                .flatten()
+                .map_or(Policy::None, |n| n.policy),
+        }),
     }
 }

@@ -624,3 +624,33 @@ fn nodes_without_an_agent_free_at_once_and_say_nothing_new() {
     assert!(p.check_job_names(["b"]).is_ok());
     assert!(invariants::check(p.world_mut()).is_empty());
 }
+
+/// What the daemon sends again when a node's agent registers: the placements of its tasks
+/// not known to have started (their `Launch` may have been lost with a link), and only
+/// those of jobs still running.
+#[test]
+fn the_unstarted_tasks_of_a_node_are_there_to_launch_again() {
+    let mut rig = Rig::new(2);
+    let id = rig.submit(JobBuilder::gang("a", 2, "cpu=8").build());
+    rig.step();
+    let n0 = rig.node_of("a", "worker-0");
+    let again = view::unstarted_on(rig.p.world_mut(), &n0);
+    assert_eq!(again.len(), 1);
+    assert_eq!((&*again[0].task, again[0].job_id), ("worker-0", id));
+    rig.started("a", id, "worker-0", 7);
+    rig.step();
+    assert!(
+        view::unstarted_on(rig.p.world_mut(), &n0).is_empty(),
+        "started: not sent again"
+    );
+    let n1 = rig.node_of("a", "worker-1");
+    assert_eq!(view::unstarted_on(rig.p.world_mut(), &n1).len(), 1);
+    // Once the job is decided (cancelled), nothing is launched any more.
+    rig.p.push(Event::Cancel {
+        job: "a".into(),
+        grace_secs: 10,
+    });
+    rig.step();
+    assert!(view::unstarted_on(rig.p.world_mut(), &n1).is_empty());
+    assert!(view::unstarted_on(rig.p.world_mut(), "no-such-node").is_empty());
+}

@@ -8,6 +8,7 @@ mod jobs;
 mod manifests;
 mod nodes;
 mod ranks;
+mod unstarted;
 
 pub use explain::explain;
 pub use hypernodes::hyper_node_tree;
@@ -15,3 +16,4 @@ pub use jobs::{job_report, job_reports, newest_of_each_name};
 pub use manifests::resolved_specs;
 pub use nodes::node_statuses;
 pub use ranks::{hyper_nodes_of, job_ranks};
+pub use unstarted::unstarted_on;

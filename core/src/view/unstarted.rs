@@ -1,0 +1,47 @@
+//! The placements of a node's tasks whose start its agent has not reported: what the
+//! daemon sends again when the node's agent registers. A `Launch` sent on a link that
+//! then dropped is otherwise lost, and its task would hold its resources for ever; the
+//! agent starts nothing twice, so sending one it already has is harmless.
+
+use bevy_ecs::prelude::*;
+
+use crate::Placement;
+use crate::components::{Job, JobPhase, JobState, Node, Task, TaskPhase, TaskState};
+use crate::dispatch::placement;
+use crate::names::NodeNames;
+use crate::numa::node::NodeHardware;
+use crate::ownership::{JobId, JobOwner};
+use crate::taskrun::TaskRun;
+
+/// Placed (and dispatched) on `node`, of a job still running, and not known to have
+/// started; in job name, then rank order.
+pub fn unstarted_on(world: &mut World, node: &str) -> Vec<Placement> {
+    let Some(&node_e) = world.resource::<NodeNames>().0.get(node) else {
+        return Vec::new();
+    };
+    let mut tasks = world.query::<(&Task, &TaskState, Option<&TaskRun>)>();
+    let world = &*world;
+    let (Some(n), hw) = (world.get::<Node>(node_e), world.get::<NodeHardware>(node_e)) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Placement> = tasks
+        .iter(world)
+        .filter(|(_, ts, run)| {
+            ts.phase == TaskPhase::Running
+                && ts.dispatched
+                && ts.node == Some(node_e)
+                && !run.is_some_and(|r| r.started())
+        })
+        .filter_map(|(task, ts, _)| {
+            let job = world.get::<Job>(task.job)?;
+            let running = world.get::<JobState>(task.job)?.phase == JobPhase::Running;
+            running.then(|| {
+                let owner = world.get::<JobOwner>(task.job);
+                let id = world.get::<JobId>(task.job);
+                placement(job, owner, id, task, ts, n, hw)
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.job().cmp(b.job()).then(a.rank.cmp(&b.rank)));
+    out
+}
