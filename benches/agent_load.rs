@@ -124,6 +124,7 @@ async fn agent(
                 labels: Default::default(),
                 topology: topology.clone(),
                 topology_hash: hash,
+                confinement: None,
             };
             write_frame(&mut send, &register, 1 << 24).await.ok()?;
             let reply: PlannerToAgent = read_frame(&mut recv, 1 << 24).await.ok()??;

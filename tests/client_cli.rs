@@ -40,6 +40,7 @@ fn node_list() -> NodeList {
                 ib_ports: ft(0, 2),
                 last_heartbeat_secs: Some(40),
                 running_tasks: 0,
+                confinement: None,
             },
             NodeStatus {
                 name: "n001".into(),
@@ -52,6 +53,7 @@ fn node_list() -> NodeList {
                 ib_ports: ft(2, 2),
                 last_heartbeat_secs: Some(1),
                 running_tasks: 2,
+                confinement: Some("cgroup".into()),
             },
         ],
     }
@@ -156,9 +158,9 @@ fn nodes_as_a_table() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     insta::assert_snapshot!(text(&out.stdout), @r"
-    NAME  STATE     CPUS   GPUS  MEMORY       NUMA  IB   LABELS
-    n001  Ready     32/64  2/4   128Gi/256Gi  2     2/2  gpu=a100,rack=r1
-    n002  NotReady  0/64   0/4   0/256Gi      2     0/2  rack=r1
+    NAME  STATE     CPUS   GPUS  MEMORY       NUMA  IB   CONFINE  LABELS
+    n001  Ready     32/64  2/4   128Gi/256Gi  2     2/2  cgroup   gpu=a100,rack=r1
+    n002  NotReady  0/64   0/4   0/256Gi      2     0/2  -        rack=r1
 
     2 nodes: 1 ready, 1 not ready
     ");

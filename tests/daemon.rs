@@ -47,6 +47,7 @@ fn agents_register_ready_and_a_killed_one_turns_not_ready_then_back() {
     assert_eq!(n1["labels"]["hyperplan.io/leaf"], "leaf-a");
     assert_eq!(n1["cpus"]["total"], 16);
     assert_eq!(n1["numaNodes"], 2);
+    assert_eq!(n1["confinement"], "none", "a synthetic machine's tasks are not pinned");
 
     c.kill_agent("n2");
     // SIGKILL sends no goodbye: the planner notices the missed heartbeats (or the QUIC
@@ -167,6 +168,7 @@ fn refusals_close_only_the_offending_connection() {
             labels: Default::default(),
             topology_hash: hyperplan_net::topology_hash(&topology),
             topology,
+            confinement: None,
         };
         write_frame(&mut send, &register, 1 << 20).await.unwrap();
         let reason = closed_reason(&conn).await;

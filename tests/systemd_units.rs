@@ -105,6 +105,11 @@ fn units_have_the_required_settings() {
     for setting in ["KillMode=process", "StateDirectory=hyperplan-agent"] {
         assert!(agent.lines().any(|l| l == setting), "the agent lacks {setting}");
     }
+    // Tasks get cgroups of their own only in a subtree delegated to the agent.
+    assert!(
+        agent.lines().any(|l| l == "Delegate=yes"),
+        "the agent lacks Delegate=yes"
+    );
     // Users' tasks inherit the agent's sandbox: nothing that would hide their files or
     // forbid what a login shell may do.
     for confining in [

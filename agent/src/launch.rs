@@ -213,6 +213,7 @@ mod tests {
             bind_memory: true,
             gpus: vec!["0000:b1:00.0".into()],
             nics: vec!["mlx5_1".into()],
+            memory_bytes: Some(1 << 30),
         }
     }
 

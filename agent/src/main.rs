@@ -15,6 +15,7 @@ use hyperplan_agent::config::{AgentConfig, DEFAULT_CONFIG, Pin};
 use hyperplan_agent::link::{self, CERT_DIR_ENV, DEFAULT_CERT_DIR, DEFAULT_REPROBE_INTERVAL, LinkOptions};
 use hyperplan_agent::probe::{self, ProbeOptions, Source};
 use hyperplan_agent::shepherd;
+use hyperplan_agent::tasks::cgroup::{CGROUP_ROOT, Confinement};
 use hyperplan_agent::tasks::{DEFAULT_STATE_DIR, TaskOptions};
 
 #[derive(Parser, Debug)]
@@ -63,6 +64,14 @@ enum Command {
     /// acknowledges them, lists them with their CPU and memory use in heartbeats, cancels
     /// them on Kill and serves their output files (ReadLog). A restarted agent finds its
     /// tasks in the state directory.
+    ///
+    /// Confinement (shown by `hyperplan nodes`, said once at start): `cgroup` where
+    /// pinning is on and cgroup v2 has cpuset and memory delegated to the agent (systemd
+    /// Delegate=yes): the agent moves itself into CGROUP/agent and runs each task in
+    /// CGROUP/tasks/JOB.JOBID.TASK with its CPUs (cpuset.cpus), its NUMA nodes when its
+    /// memory is bound (cpuset.mems) and its memory request (memory.max), pinned as well;
+    /// `affinity` where pinning is on without such a cgroup (pinned to its PUs and NUMA
+    /// memory only); `none` with pinning off.
     ///
     /// Every option is also an agent.toml key (in parentheses); flags win. Stops cleanly
     /// on SIGTERM or SIGINT. Under systemd (Type=notify) it reports READY=1 once first
@@ -312,6 +321,8 @@ fn run_agent(
         "the state directory must be an absolute path, got {}",
         state_dir.display()
     );
+    // Before the runtime's threads: this may move the process into its cgroup's leaf.
+    let confinement = Confinement::detect(Path::new(CGROUP_ROOT), pin);
     let opts = LinkOptions {
         planner,
         cert_dir,
@@ -321,6 +332,7 @@ fn run_agent(
         tasks: TaskOptions {
             state_dir,
             pin,
+            confinement,
             allow_root: tasks.allow_root || config.allow_root.unwrap_or(false),
             shepherd: std::env::current_exe().context("finding this executable (it runs the shepherds)")?,
         },

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use hyperplan_net::certs::{self, CertPaths};
 use hyperplan_net::frame::{DEFAULT_MAX_FRAME, read_frame, write_frame};
-use hyperplan_net::messages::{AgentMessage, Hello, PROTOCOL_VERSION, PlannerToAgent, Role, topology_hash};
+use hyperplan_net::messages::{
+    AgentMessage, Confinement, Hello, PROTOCOL_VERSION, PlannerToAgent, Role, topology_hash,
+};
 use hyperplan_net::tls::{self, TlsMaterial};
 use tokio::sync::mpsc;
 
@@ -354,11 +356,14 @@ fn register_fields(register: &AgentMessage) -> (&str, &std::collections::BTreeMa
         labels,
         topology,
         topology_hash: hash,
+        confinement,
     } = register
     else {
         panic!("not a Register: {register:?}")
     };
     assert_eq!(*version, PROTOCOL_VERSION);
+    // Every agent here describes its machine (--synthetic, --hwloc-xml): not pinned.
+    assert_eq!(*confinement, Some(Confinement::None));
     assert_eq!(*hash, topology_hash(topology), "Register's hash is its topology's");
     (node, labels, *hash)
 }

@@ -331,6 +331,7 @@ fn launch_task(job: &str, job_id: u64, user: &str, script: &str, work: &Path) ->
         bind_memory: false,
         gpus: vec![],
         nics: vec![],
+        memory_bytes: None,
     }
 }
 

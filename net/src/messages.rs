@@ -56,6 +56,9 @@ pub enum AgentMessage {
         topology: NodeTopology,
         /// [`topology_hash`] of `topology`.
         topology_hash: u64,
+        /// How the node confines its tasks; `None` from an agent that does not say.
+        #[serde(default)]
+        confinement: Option<Confinement>,
     },
     Heartbeat {
         seq: u64,
@@ -77,6 +80,36 @@ pub enum AgentMessage {
     TaskFinished(Box<TaskFinished>),
     /// A piece of a task's output, the answer to [`PlannerToAgent::ReadLog`].
     Log(LogChunk),
+}
+
+/// How an agent confines the tasks it runs (`hyperplan nodes` shows it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Confinement {
+    /// Each task in its own cgroup v2 (`cpuset.cpus`, `cpuset.mems`, `memory.max`), and
+    /// pinned.
+    Cgroup,
+    /// Pinned to its PUs (`sched_setaffinity`) and NUMA memory; no cgroup of its own.
+    Affinity,
+    /// Not pinned (`--pin off`, or a described topology that is not this machine).
+    None,
+}
+
+impl Confinement {
+    /// The word shown and sent: `cgroup`, `affinity` or `none`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confinement::Cgroup => "cgroup",
+            Confinement::Affinity => "affinity",
+            Confinement::None => "none",
+        }
+    }
+}
+
+impl std::fmt::Display for Confinement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Names one task instance: a job's name may be used again, its id not.
@@ -212,6 +245,10 @@ pub struct LaunchTask {
     pub gpus: Vec<String>,
     /// RDMA devices (rails) local to its GPUs or CPUs.
     pub nics: Vec<String>,
+    /// The task's memory request in bytes (`memory.max` of its cgroup where the agent
+    /// confines tasks by cgroup); `None` when the job asked for none.
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
 }
 
 /// `hyperplan cancel`'s default grace between SIGTERM and SIGKILL.
@@ -406,6 +443,41 @@ mod tests {
     }
 
     #[test]
+    fn confinement_and_memory_are_optional_on_the_wire() {
+        // A Register and a Launch of a build that did not send the new fields.
+        #[derive(Serialize)]
+        enum OldAgent {
+            Register {
+                version: u32,
+                node: String,
+                labels: BTreeMap<String, String>,
+                topology: NodeTopology,
+                topology_hash: u64,
+            },
+        }
+        let old = OldAgent::Register {
+            version: PROTOCOL_VERSION,
+            node: "n1".into(),
+            labels: BTreeMap::new(),
+            topology: topology(),
+            topology_hash: 1,
+        };
+        let back: AgentMessage = rmp_serde::from_slice(&rmp_serde::to_vec_named(&old).unwrap()).unwrap();
+        assert!(
+            matches!(back, AgentMessage::Register { confinement: None, .. }),
+            "{back:?}"
+        );
+        for (c, word) in [
+            (Confinement::Cgroup, "cgroup"),
+            (Confinement::Affinity, "affinity"),
+            (Confinement::None, "none"),
+        ] {
+            assert_eq!(serde_json::to_value(c).unwrap(), word);
+            assert_eq!(c.to_string(), word);
+        }
+    }
+
+    #[test]
     fn every_agent_message_roundtrips() {
         let t = topology();
         let hash = topology_hash(&t);
@@ -415,6 +487,7 @@ mod tests {
             labels: BTreeMap::from([("gpu".into(), "a100".into())]),
             topology: t.clone(),
             topology_hash: hash,
+            confinement: Some(Confinement::Cgroup),
         });
         roundtrip(&AgentMessage::Heartbeat {
             seq: u64::MAX,
@@ -502,6 +575,7 @@ mod tests {
             bind_memory: true,
             gpus: vec!["0000:3b:00.0".into()],
             nics: vec!["mlx5_0".into()],
+            memory_bytes: Some(1 << 30),
         })));
         let task = TaskRef {
             job: "j".into(),

@@ -43,6 +43,10 @@ pub struct NodeStatus {
     pub last_heartbeat_secs: Option<u64>,
     /// Tasks holding resources on it.
     pub running_tasks: u32,
+    /// How its agent confines tasks: `cgroup`, `affinity` or `none` (`None`: no agent
+    /// link now, or an agent that does not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confinement: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

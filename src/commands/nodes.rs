@@ -1,5 +1,5 @@
 //! `hyperplan nodes`: the planner's nodes, like `sinfo`: state, free and total CPUs,
-//! GPUs and memory, NUMA nodes, InfiniBand ports up, labels.
+//! GPUs and memory, NUMA nodes, InfiniBand ports up, how tasks are confined, labels.
 
 use hyperplan_net::messages::RequestCommand;
 use hyperplan_shared::MEMORY;
@@ -18,7 +18,10 @@ const EXAMPLES: &str = "  hyperplan nodes
 ///
 /// One row per node, sorted by name: NAME, STATE (Ready: registered and heartbeating;
 /// NotReady: missed heartbeats or disconnected, left out of placement), CPUS, GPUS and
-/// MEMORY as free/total, NUMA nodes, IB ports up/total, and LABELS (k=v,...). With
+/// MEMORY as free/total, NUMA nodes, IB ports up/total, CONFINE (how its agent confines
+/// tasks: cgroup, each task in its own cgroup v2 with its CPUs, NUMA nodes and memory
+/// limit; affinity, pinned to its CPUs and NUMA memory; none, not pinned; `-`: no agent
+/// connected, or one that does not say), and LABELS (k=v,...). With
 /// `--output json`: `{"nodes": [{"name", "state", "labels", "cpus": {"free", "total"},
 /// ...}]}`.
 #[derive(clap::Args, Debug)]
@@ -41,7 +44,7 @@ pub fn render(list: &NodeList) -> String {
     }
     let mut nodes: Vec<&NodeStatus> = list.nodes.iter().collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut rows: Vec<[String; 8]> = vec![[
+    let mut rows: Vec<[String; 9]> = vec![[
         "NAME".into(),
         "STATE".into(),
         "CPUS".into(),
@@ -49,6 +52,7 @@ pub fn render(list: &NodeList) -> String {
         "MEMORY".into(),
         "NUMA".into(),
         "IB".into(),
+        "CONFINE".into(),
         "LABELS".into(),
     ]];
     for n in &nodes {
@@ -61,6 +65,7 @@ pub fn render(list: &NodeList) -> String {
             ratio(memory(n.memory.free), memory(n.memory.total)),
             n.numa_nodes.to_string(),
             ratio(n.ib_ports.free, n.ib_ports.total),
+            n.confinement.clone().unwrap_or_else(|| "-".into()),
             if labels.is_empty() {
                 "-".into()
             } else {
@@ -131,6 +136,7 @@ mod tests {
             ib_ports: ft(4, 4),
             last_heartbeat_secs: Some(1),
             running_tasks: 0,
+            confinement: Some("cgroup".into()),
         }
     }
 
@@ -144,10 +150,12 @@ mod tests {
         let mut down = node("gpu-b10", NodeState::NotReady, &[("rack", "r2")]);
         down.ib_ports = ft(2, 4);
         down.last_heartbeat_secs = Some(93);
+        down.confinement = None;
         let mut cpu = node("cpu-a01", NodeState::Ready, &[]);
         cpu.gpus = ft(0, 0);
         cpu.numa_nodes = 8;
         cpu.ib_ports = ft(1, 1);
+        cpu.confinement = Some("affinity".into());
         let list = NodeList {
             nodes: vec![
                 down,
@@ -182,6 +190,7 @@ mod tests {
         };
         let v = serde_json::to_value(&list).unwrap();
         assert_eq!(v["nodes"][0]["state"], "Ready");
+        assert_eq!(v["nodes"][0]["confinement"], "cgroup");
         assert_eq!(
             v["nodes"][0]["labels"],
             serde_json::json!(BTreeMap::from([("rack", "r1")]))

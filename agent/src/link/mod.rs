@@ -119,15 +119,16 @@ pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
     })?;
     let signals = Signals::install().map_err(LinkError::Signals)?;
     let tasks = Tasks::new(opts.tasks.clone())?;
-    if opts.tasks.pin {
-        tracing::info!("tasks are confined by affinity: pinned to their PUs (and NUMA memory when asked)");
-    } else if opts.probe.source == Source::Local && opts.probe.sysfs_root.is_none() {
-        tracing::info!("tasks are not pinned (--pin off): they run where the kernel puts them");
-    } else {
-        tracing::info!(
-            "tasks are not pinned: the topology is a description (--synthetic, --hwloc-xml or --sysfs-root), \
-             not this machine's PUs; their HYPERPLAN_CPUS still say what the planner gave them"
-        );
+    // Pinned: `Confinement::detect` said how (cgroup or affinity), and why not by cgroup.
+    if !opts.tasks.pin {
+        if opts.probe.source == Source::Local && opts.probe.sysfs_root.is_none() {
+            tracing::info!("tasks are not pinned (--pin off): they run where the kernel puts them");
+        } else {
+            tracing::info!(
+                "tasks are not pinned: the topology is a description (--synthetic, --hwloc-xml or --sysfs-root), \
+                 not this machine's PUs; their HYPERPLAN_CPUS still say what the planner gave them"
+            );
+        }
     }
     let topology = probe_now(&opts)
         .await
@@ -289,7 +290,12 @@ impl Link {
             Some(Err(reason)) => return Outcome::Lost(reason),
             Some(Ok(c)) => c,
         };
-        let register = session::register_message(&self.opts.node, &self.topology, self.hash);
+        let register = session::register_message(
+            &self.opts.node,
+            &self.topology,
+            self.hash,
+            self.opts.tasks.confinement.kind(),
+        );
         let handshake = session::handshake(connection.clone(), self.opts.node.clone(), register);
         let registered = match self.guard(handshake).await {
             None => return Outcome::Stop,

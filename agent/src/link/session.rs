@@ -64,13 +64,19 @@ pub(super) async fn connect(endpoint: quinn::Endpoint, addr: SocketAddr) -> Resu
     }
 }
 
-pub(super) fn register_message(node: &str, topology: &NodeTopology, hash: u64) -> AgentMessage {
+pub(super) fn register_message(
+    node: &str,
+    topology: &NodeTopology,
+    hash: u64,
+    confinement: hyperplan_net::messages::Confinement,
+) -> AgentMessage {
     AgentMessage::Register {
         version: PROTOCOL_VERSION,
         node: node.to_string(),
         labels: topology.labels.clone(),
         topology: topology.clone(),
         topology_hash: hash,
+        confinement: Some(confinement),
     }
 }
 

@@ -14,13 +14,13 @@
 //!   (the last [`MAX_DONE`], until the agent restarts).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::path::PathBuf;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
 use hyperplan_net::messages::{AgentMessage, JobWorld, LaunchTask, RunningTask, TaskRef};
 use hyperplan_shared::names::{NameKind, check_name};
 
+use super::cgroup::{self, TaskCgroups};
 use super::logs::{self, Source};
 use super::report::{finished_message, started_message, task_end};
 use super::runner::{self, Launched};
@@ -280,6 +280,7 @@ impl Tasks {
             return;
         };
         let outputs = logs::output_files(&entry.dir.spec());
+        self.remove_cgroup(task, &entry.dir);
         if let Err(e) = std::fs::remove_dir_all(&entry.dir.dir)
             && e.kind() != std::io::ErrorKind::NotFound
         {
@@ -305,6 +306,26 @@ impl Tasks {
             let key = (task.job.clone(), task.job_id);
             self.worlds.remove(&key);
             self.world_order.retain(|k| k != &key);
+        }
+    }
+
+    /// Removes the task's cgroup: the one its spec names (an earlier agent run's may be
+    /// elsewhere) and the one this run would have made (a launch that failed after it).
+    fn remove_cgroup(&self, task: &TaskRef, dir: &TaskDir) {
+        let from_spec = crate::shepherd::LaunchSpec::read(&dir.spec())
+            .ok()
+            .and_then(|s| s.cgroup)
+            .and_then(|c| TaskCgroups::named_in_spec(&c, &task.job, task.job_id, &task.task));
+        let ours = self
+            .opts
+            .confinement
+            .cgroups()
+            .and_then(|c| c.path(&task.job, task.job_id, &task.task).ok());
+        if let Some(path) = &from_spec {
+            cgroup::remove(path);
+        }
+        if let Some(path) = ours.filter(|p| Some(p) != from_spec.as_ref() && p.exists()) {
+            cgroup::remove(&path);
         }
     }
 
@@ -499,12 +520,15 @@ fn vanished(task: &TaskRef, entry: &mut Entry) -> Option<ExitRecord> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::path::PathBuf;
+
     use super::*;
 
     fn tasks(state: &std::path::Path) -> Tasks {
         Tasks::new(TaskOptions {
             state_dir: state.to_path_buf(),
             pin: false,
+            confinement: crate::tasks::cgroup::Confinement::None,
             allow_root: false,
             shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
         })
@@ -577,6 +601,7 @@ mod tests {
             bind_memory: false,
             gpus: vec![],
             nics: vec![],
+            memory_bytes: None,
         };
         assert!(t.on_launch("n1", &[], &launch).is_empty());
         assert!(!dir.dir.exists());
@@ -604,6 +629,7 @@ mod tests {
             bind_memory: false,
             gpus: vec![],
             nics: vec![],
+            memory_bytes: None,
         };
         // No Job frame.
         let ends = finished(&t.on_launch("n1", &[], &launch));
@@ -635,5 +661,73 @@ mod tests {
             "{ends:?}"
         );
         assert_eq!(finished(&t.unacked()).len(), 3);
+    }
+
+    #[test]
+    fn a_task_s_cgroup_is_made_before_its_shepherd_and_removed_after_its_acknowledged_end() {
+        // A fake cgroup v2 tree (see `cgroup`'s tests: no real cgroup v2 here).
+        let (state, fake) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(fake.path().join("cgroup.controllers"), "cpuset memory").unwrap();
+        let own = fake.path().join("agent.service");
+        std::fs::create_dir(&own).unwrap();
+        std::fs::write(own.join("cgroup.controllers"), "cpuset memory").unwrap();
+        std::fs::write(own.join("cgroup.procs"), "").unwrap();
+        let cgroups = crate::tasks::cgroup::TaskCgroups::set_up(fake.path(), "0::/agent.service\n", 1).unwrap();
+        let mut t = Tasks::new(TaskOptions {
+            state_dir: state.path().to_path_buf(),
+            pin: true,
+            confinement: cgroup::Confinement::Cgroup(cgroups),
+            allow_root: false,
+            shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
+        })
+        .unwrap();
+        t.on_job(JobWorld {
+            job: "j".into(),
+            job_id: 6,
+            nodes: vec!["n1".into()],
+            node_of_rank: vec![0],
+            master_addr: "127.0.0.1".into(),
+            master_port: 29500,
+        });
+        let launch = LaunchTask {
+            job: "j".into(),
+            job_id: 6,
+            task: "w-0".into(),
+            rank: 0,
+            user: "nobody".into(),
+            argv: vec!["true".into()],
+            env: Default::default(),
+            working_dir: Some("/".into()),
+            output: "o".into(),
+            error: "o".into(),
+            time_limit_secs: None,
+            hyper_nodes: vec![],
+            cpus: "0-1".into(),
+            numa_nodes: vec![0],
+            bind_memory: true,
+            gpus: vec![],
+            nics: vec![],
+            memory_bytes: Some(1 << 20),
+        };
+        // The shepherd cannot start here, but the spec naming the cgroup was written first.
+        let ends = finished(&t.on_launch("n1", &[], &launch));
+        assert_eq!(ends.len(), 1);
+        let cg = own.join("tasks/j.6.w-0");
+        let read = |f: &str| std::fs::read_to_string(cg.join(f)).unwrap();
+        assert_eq!(
+            (read("cpuset.cpus"), read("cpuset.mems"), read("memory.max")),
+            ("0-1".into(), "0".into(), "1048576".into())
+        );
+        let dir = TaskDir::new(state.path(), "j", 6, "w-0");
+        let spec = crate::shepherd::LaunchSpec::read(&dir.spec()).unwrap();
+        assert_eq!(spec.cgroup.as_deref(), Some(cg.as_path()));
+
+        // The kernel lists no interface files as contents: rmdir works on a real one.
+        for f in ["cpuset.cpus", "cpuset.mems", "memory.max"] {
+            std::fs::remove_file(cg.join(f)).unwrap();
+        }
+        t.on_ack(&ends[0].0, true);
+        assert!(!cg.exists(), "the task's cgroup is removed with its directory");
+        assert!(!dir.dir.exists());
     }
 }

@@ -11,7 +11,10 @@
 //! - [`report`]: exit records as the protocol's `TaskEnd`, reports awaiting an `Ack`.
 //! - [`logs`]: `ReadLog`, a piece of a task's output file.
 //! - [`usage`]: CPU and memory of each task's processes, for heartbeats.
+//! - [`cgroup`]: how the node confines tasks; a cgroup v2 of each task's own where the
+//!   agent has one delegated.
 
+pub mod cgroup;
 pub mod logs;
 pub mod manager;
 pub mod report;
@@ -32,6 +35,8 @@ pub struct TaskOptions {
     pub state_dir: PathBuf,
     /// Pin tasks to their PUs and NUMA nodes (the probed topology is this machine).
     pub pin: bool,
+    /// How tasks are confined ([`cgroup::Confinement::detect`], from `pin`).
+    pub confinement: cgroup::Confinement,
     /// Tasks may run as uid 0 (`allowRoot`).
     pub allow_root: bool,
     /// The program started as `PROGRAM shepherd --spec FILE` (this executable).

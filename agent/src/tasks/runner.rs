@@ -1,4 +1,5 @@
 //! Starting and stopping shepherds: a task's directory, hostfile and spec written, the
+//! task's cgroup made (where the node confines by cgroup, see [`super::cgroup`]), the
 //! shepherd started (`PROGRAM shepherd --spec FILE`, stdin and stdout null, stderr to
 //! `shepherd.log`; it detaches itself), signalled on `Kill`, and checked for life. A
 //! task that cannot be started gets a record written here, with `outcome: failed` and
@@ -14,9 +15,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use hyperplan_net::messages::{JobWorld, LaunchTask};
 
 use super::TaskOptions;
+use super::cgroup::Limits;
 use crate::launch::{NodeContext, hostfile_path, prepare};
 use crate::shepherd::layout::{write_atomic, write_exclusive};
-use crate::shepherd::{ExitRecord, Outcome, TaskDir, user};
+use crate::shepherd::{ExitRecord, MemoryPolicy, Outcome, TaskDir, user};
 
 /// What became of a `Launch`.
 #[derive(Debug)]
@@ -76,6 +78,24 @@ pub fn launch(
         let env = &mut prepared.spec.env;
         env.entry("HOME".into()).or_insert(identity.home);
         env.entry("SHELL".into()).or_insert(identity.shell);
+    }
+    // Its own cgroup where the node confines by cgroup: made before the spec names it.
+    if let Some(cgroups) = opts.confinement.cgroups() {
+        let spec = &prepared.spec;
+        let mems = if spec.memory_policy == MemoryPolicy::Bind {
+            spec.numa_nodes.as_slice()
+        } else {
+            &[] // memoryPolicy none: memory goes where the kernel puts it
+        };
+        let limits = Limits {
+            cpus: &spec.cpus,
+            mems,
+            memory_max: task.memory_bytes.filter(|&b| b > 0),
+        };
+        match cgroups.create(&task.job, task.job_id, &task.task, &limits) {
+            Ok(path) => prepared.spec.cgroup = Some(path),
+            Err(e) => return fail(format!("cannot set up the task's cgroup: {e}")),
+        }
     }
     let hostfile = hostfile_path(&opts.state_dir, &task.job, task.job_id);
     if let Err(e) = write_atomic(&hostfile, prepared.hostfile.as_bytes()) {

@@ -63,6 +63,7 @@ pub fn node_statuses(world: &mut World) -> Vec<NodeStatus> {
                 },
                 last_heartbeat_secs: heard_secs_ago(world, e),
                 running_tasks: running.get(&e).copied().unwrap_or(0),
+                confinement: None, // the agent's word, filled by the planner's driver
             }
         })
         .collect();

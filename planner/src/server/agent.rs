@@ -26,12 +26,13 @@ pub async fn serve(
 ) {
     let peer = conn.remote_address();
     let first = tokio::time::timeout(REGISTER_TIMEOUT, read_frame::<AgentMessage, _>(&mut recv, max_frame)).await;
-    let (labels, topology) = match first {
+    let (labels, topology, confinement) = match first {
         Ok(Ok(Some(AgentMessage::Register {
             version,
             node: claimed,
             labels,
             topology,
+            confinement,
             ..
         }))) => {
             if claimed != node {
@@ -50,7 +51,7 @@ pub async fn serve(
                     ),
                 );
             }
-            (labels, topology)
+            (labels, topology, confinement)
         }
         Ok(Ok(Some(other))) => {
             return refuse(
@@ -70,6 +71,7 @@ pub async fn serve(
             conn_id: id,
             labels,
             topology: Box::new(topology),
+            confinement,
             link: tx,
             conn: conn.clone(),
         })
@@ -117,7 +119,7 @@ pub async fn serve(
                     let msg = ToCore::Tasks {
                         node: node.clone(),
                         conn_id: id,
-                        message,
+                        message: Box::new(message),
                     };
                     if to_core.send(msg).is_err() {
                         break;

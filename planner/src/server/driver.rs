@@ -10,7 +10,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use hyperplan_net::messages::{AgentMessage, PlannerToAgent, RequestCommand, ResponseError, RunningTask, TaskRef};
+use hyperplan_net::messages::{
+    AgentMessage, Confinement, PlannerToAgent, RequestCommand, ResponseError, RunningTask, TaskRef,
+};
 use hyperplan_shared::NodeSpec;
 use hyperplan_shared::status::{Cancelled, JobList, Manifests, NodeList, Submitted};
 use hyperplan_shared::topology::{NodeTopology, SharedTopology};
@@ -34,6 +36,8 @@ pub enum ToCore {
         conn_id: u64,
         labels: BTreeMap<String, String>,
         topology: Box<NodeTopology>,
+        /// How the node confines tasks, as its agent said (display only).
+        confinement: Option<Confinement>,
         link: mpsc::UnboundedSender<PlannerToAgent>,
         conn: quinn::Connection,
     },
@@ -48,7 +52,8 @@ pub enum ToCore {
     Tasks {
         node: String,
         conn_id: u64,
-        message: AgentMessage,
+        /// Boxed: a Register-sized message would make every `ToCore` that large.
+        message: Box<AgentMessage>,
     },
     TopologyChanged {
         node: String,
@@ -80,6 +85,8 @@ struct Link {
     tx: mpsc::UnboundedSender<PlannerToAgent>,
     conn: quinn::Connection,
     labels: BTreeMap<String, String>,
+    /// How the node confines tasks (`hyperplan nodes`), as its agent said at Register.
+    confinement: Option<Confinement>,
     /// The last heartbeat's sequence number, for the log.
     last_seq: u64,
 }
@@ -207,6 +214,7 @@ impl Driver {
                 conn_id,
                 labels,
                 topology,
+                confinement,
                 link,
                 conn,
             } => {
@@ -246,6 +254,7 @@ impl Driver {
                         tx: link,
                         conn,
                         labels,
+                        confinement,
                         last_seq: 0,
                     },
                 );
@@ -285,7 +294,7 @@ impl Driver {
                     at_ms: self.clock.now_ms(),
                 });
             }
-            ToCore::Tasks { node, conn_id, message } => self.task_report(node, conn_id, message),
+            ToCore::Tasks { node, conn_id, message } => self.task_report(node, conn_id, *message),
             ToCore::TopologyChanged {
                 node,
                 conn_id,
@@ -617,9 +626,18 @@ impl Driver {
                 }
                 to_value(&JobList { jobs })
             }
-            RequestCommand::Nodes => to_value(&NodeList {
-                nodes: view::node_statuses(self.planner.world_mut()),
-            }),
+            RequestCommand::Nodes => {
+                let mut nodes = view::node_statuses(self.planner.world_mut());
+                // Display only: what each node's current link said at Register.
+                for n in &mut nodes {
+                    n.confinement = self
+                        .links
+                        .get(&n.name)
+                        .and_then(|l| l.confinement)
+                        .map(|c| c.as_str().to_string());
+                }
+                to_value(&NodeList { nodes })
+            }
             RequestCommand::HyperNodes => to_value(&view::hyper_node_tree(self.planner.world_mut())),
             RequestCommand::Manifests => {
                 let specs = view::resolved_specs(self.planner.index());

@@ -102,6 +102,9 @@ fn launch(p: &Placement, hyper_nodes: &[String]) -> LaunchTask {
         bind_memory: pin.is_some_and(|p| p.policy != Policy::None),
         gpus: pin.map(|p| strings(p.gpus())).unwrap_or_default(),
         nics: pin.map(|p| strings(p.nics())).unwrap_or_default(),
+        memory_bytes: task
+            .map(|t| t.resources.get(hyperplan_shared::MEMORY))
+            .filter(|&bytes| bytes > 0),
     }
 }
 
@@ -182,6 +185,11 @@ mod tests {
             assert_eq!(l.output, "hyperplan-%j-%t.out");
             assert_eq!(l.time_limit_secs, Some(90));
             assert!(l.bind_memory && l.numa_nodes.len() == 1 && !l.cpus.is_empty(), "{l:?}");
+            assert_eq!(
+                l.memory_bytes,
+                Some(1 << 30),
+                "the task's memory request, for memory.max"
+            );
         }
         // Two tasks on one node get disjoint PUs.
         for (i, (n1, a)) in launches.iter().enumerate() {
