@@ -124,6 +124,9 @@ struct Driver {
     dirty: bool,
     /// `hyperplan logs` requests waiting for their agents.
     logs: super::logs::LogRelay,
+    /// Nodes whose agent registered since the last tick: their unstarted tasks are
+    /// launched again after it (a `Launch` may have gone down with the old link).
+    relaunch: Vec<String>,
 }
 
 pub async fn run(mut config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCore>) {
@@ -147,6 +150,7 @@ pub async fn run(mut config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCor
         heartbeat_interval_ms: u64::try_from(config.server.heartbeat_interval.as_millis()).unwrap_or(u64::MAX),
         dirty: true,
         logs: super::logs::LogRelay::default(),
+        relaunch: Vec::new(),
     };
     // Ticks at least as often as heartbeats are due, so silence is noticed in time.
     let period = config.server.tick_interval.min(config.server.heartbeat_interval);
@@ -247,6 +251,7 @@ impl Driver {
                     node: node.clone(),
                     heartbeat_interval_ms: self.heartbeat_interval_ms,
                 });
+                self.relaunch.push(node.clone());
                 self.links.insert(
                     node,
                     Link {
@@ -400,6 +405,19 @@ impl Driver {
                     }
                 }
             }
+        }
+        // The registered nodes' tasks whose start was never reported, after this tick's
+        // own placements (the agent starts nothing twice: a repeat is harmless).
+        for node in std::mem::take(&mut self.relaunch) {
+            let again = hyperplan_core::view::unstarted_on(self.planner.world_mut(), &node);
+            if !again.is_empty() {
+                tracing::info!(
+                    node,
+                    tasks = again.len(),
+                    "sending the Launch of its unstarted tasks again"
+                );
+            }
+            placements.extend(again);
         }
         if placements.is_empty() {
             return;
