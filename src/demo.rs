@@ -205,69 +205,13 @@ fn signal(pid: u32, sig: libc::c_int) {
     let _ = unsafe { libc::kill(pid, sig) };
 }
 
-/// Stops every shepherd that wrote a pid under `agents/NODE/tasks/JOB/TASK/pid`: SIGTERM
-/// (the shepherd passes it on to its task's process group), then, for what is still
-/// there after 3 s, SIGKILL to the task's group and the shepherd.
+/// Stops the tasks of every agent's state directory (`agents/NODE`), by the pids their
+/// shepherds wrote (see `hyperplan_agent::tasks::stop`).
 fn stop_shepherds(agents: &Path) {
-    let pid_files = glob_depth(agents, &["tasks", "*", "*", "pid"]);
-    // Only pids that still are shepherds (a pid may have been reused since).
-    let alive = |pid: u32| {
-        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"shepherd"))
-    };
-    let mut shepherds: Vec<(u32, Option<u32>)> = pid_files
-        .iter()
-        .filter_map(|p| {
-            let pid = std::fs::read_to_string(p).ok()?.trim().parse::<u32>().ok()?;
-            let task = std::fs::read_to_string(p.with_file_name("started.json"))
-                .ok()
-                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-                .and_then(|v| v["pid"].as_u64())
-                .and_then(|p| u32::try_from(p).ok());
-            Some((pid, task))
-        })
-        .filter(|&(pid, _)| alive(pid))
-        .collect();
-    for &(pid, _) in &shepherds {
-        signal(pid, libc::SIGTERM);
+    let Ok(nodes) = std::fs::read_dir(agents) else { return };
+    for node in nodes.filter_map(|e| e.ok()) {
+        hyperplan_agent::tasks::stop::stop_all(&node.path(), Duration::from_secs(3));
     }
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while !shepherds.is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-        shepherds.retain(|&(pid, _)| alive(pid));
-    }
-    for (pid, task) in shepherds {
-        if let Some(group) = task.and_then(|t| i32::try_from(t).ok()) {
-            // A negative pid names the task's process group.
-            // SAFETY: kill(2) with plain integers; the group is the one the shepherd,
-            // still alive here, made for its task.
-            #[allow(unsafe_code)]
-            let _ = unsafe { libc::kill(-group, libc::SIGKILL) };
-        }
-        signal(pid, libc::SIGKILL);
-    }
-}
-
-/// The paths under `root` that match `parts` (`*`: any one name), one level per part.
-fn glob_depth(root: &Path, parts: &[&str]) -> Vec<PathBuf> {
-    let mut level = match std::fs::read_dir(root) {
-        Ok(entries) => entries.filter_map(|e| e.ok()).map(|e| e.path()).collect::<Vec<_>>(),
-        Err(_) => return Vec::new(),
-    };
-    for part in parts {
-        level = level
-            .iter()
-            .flat_map(|dir| match *part {
-                "*" => std::fs::read_dir(dir)
-                    .map(|es| es.filter_map(|e| e.ok()).map(|e| e.path()).collect())
-                    .unwrap_or_default(),
-                name => vec![dir.join(name)]
-                    .into_iter()
-                    .filter(|p| p.exists())
-                    .collect::<Vec<_>>(),
-            })
-            .collect();
-    }
-    level
 }
 
 /// Makes the child started by `cmd` receive SIGTERM when the demo dies, however it dies.

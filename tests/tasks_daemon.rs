@@ -15,46 +15,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Cluster, bin, path_str, wait_for};
+use common::{Cluster, TEST_USER, bin, euid_is_root, path_str, task_user, wait_for};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(60);
-/// Created (as root) for the tasks to run as.
-const TEST_USER: &str = "hyperplan-e2e";
-
-fn euid_is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-/// The user tasks run as: `hyperplan-e2e` (created when missing) as root, else you.
-fn task_user() -> String {
-    if euid_is_root() {
-        if Command::new("id")
-            .arg(TEST_USER)
-            .output()
-            .is_ok_and(|o| !o.status.success())
-        {
-            let out = Command::new("useradd")
-                .args(["--system", "--no-create-home", "--shell", "/bin/sh", TEST_USER])
-                .output()
-                .unwrap();
-            // Another test may have created it meanwhile (exit 9: already exists).
-            assert!(
-                out.status.success() || out.status.code() == Some(9),
-                "useradd: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        TEST_USER.to_string()
-    } else {
-        let out = Command::new("id").arg("-un").output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-}
-
 /// A cluster of agents that probe this machine and pin (`--pin on`), each with its own
 /// state directory, and a certificate for `user`.
 struct Live {
@@ -69,21 +33,7 @@ impl Live {
     fn start(nodes: &[&str]) -> Live {
         let c = Cluster::start(nodes);
         let user = task_user();
-        let certs = c.certs();
-        let out = Command::new(common::hyperplan_bin())
-            .args([
-                "certs",
-                "issue",
-                "--dir",
-                path_str(&certs),
-                "--user",
-                &user,
-                "--role",
-                "user",
-            ])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        c.issue_user(&user);
         let work = tempfile::tempdir().unwrap();
         set_mode(work.path(), 0o777);
         let mut live = Live {

@@ -527,3 +527,29 @@ fn a_bad_field_is_recorded_with_the_field_named() {
     let reason = record["reason"].as_str().unwrap();
     assert!(reason.contains("`cpus`") && reason.contains("spec.json"), "{reason}");
 }
+
+/// `tasks::stop::stop_all` (the demo's and the tests' end): every shepherd of a state
+/// directory is stopped with its task, and one whose task ignores SIGTERM is killed after
+/// the grace, task group included.
+#[test]
+fn stop_all_stops_every_shepherd_of_a_state_dir() {
+    let mut task = Task::new(&["sh", "-c", "trap '' TERM; sleep 60"]).set("killGraceSecs", json!(60));
+    task.start();
+    let pid = task.task_pid();
+    let shepherd = task.shepherd_pid();
+    let state = task.dir.path().join("state");
+    let started = std::time::Instant::now();
+    let n = hyperplan_agent::tasks::stop::stop_all(&state, Duration::from_millis(500));
+    assert_eq!(n, 1);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "waited for the grace, not the spec's 60 s"
+    );
+    let _ = task.shepherd.as_mut().map(Child::wait);
+    wait_until("the task gone", Duration::from_secs(5), || !alive(pid));
+    assert!(!alive(shepherd));
+    assert_eq!(
+        hyperplan_agent::tasks::stop::stop_all(&state, Duration::from_millis(100)),
+        0
+    );
+}

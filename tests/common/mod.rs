@@ -40,6 +40,42 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// Created (as root) for the tasks to run as.
+pub const TEST_USER: &str = "hyperplan-e2e";
+
+pub fn euid_is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// The user tasks run as: `hyperplan-e2e` (created when missing) as root, else you.
+pub fn task_user() -> String {
+    if euid_is_root() {
+        if Command::new("id")
+            .arg(TEST_USER)
+            .output()
+            .is_ok_and(|o| !o.status.success())
+        {
+            let out = Command::new("useradd")
+                .args(["--system", "--no-create-home", "--shell", "/bin/sh", TEST_USER])
+                .output()
+                .unwrap();
+            // Another test may have created it meanwhile (exit 9: already exists).
+            assert!(
+                out.status.success() || out.status.code() == Some(9),
+                "useradd: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        TEST_USER.to_string()
+    } else {
+        let out = Command::new("id").arg("-un").output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
 pub fn hyperplan_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_hyperplan"))
 }
@@ -106,6 +142,14 @@ impl Drop for Cluster {
         for (_, a) in &mut self.agents {
             let _ = a.kill();
             let _ = a.wait();
+        }
+        // The agents' shepherds left their session on purpose: stop them and their tasks.
+        if let Ok(entries) = std::fs::read_dir(self.dir.path()) {
+            for e in entries.filter_map(|e| e.ok()) {
+                if e.file_name().to_string_lossy().starts_with("state-") {
+                    hyperplan_agent::tasks::stop::stop_all(&e.path(), Duration::from_secs(2));
+                }
+            }
         }
         if let Some(p) = &mut self.planner {
             let _ = p.kill();
@@ -319,6 +363,24 @@ impl Cluster {
         wait_for(timeout, &format!("{node} {state}"), || {
             self.states().iter().any(|(n, s)| n == node && s == state).then_some(())
         });
+    }
+
+    /// A user certificate for `user` (role `user`), beside the others.
+    pub fn issue_user(&self, user: &str) {
+        let out = Command::new(hyperplan_bin())
+            .args([
+                "certs",
+                "issue",
+                "--dir",
+                path_str(&self.certs()),
+                "--user",
+                user,
+                "--role",
+                "user",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
 
     pub fn write(&self, name: &str, body: &str) -> PathBuf {

@@ -11,6 +11,7 @@
 //! - [`report`]: exit records as the protocol's `TaskEnd`, reports awaiting an `Ack`.
 //! - [`logs`]: `ReadLog`, a piece of a task's output file.
 //! - [`usage`]: CPU and memory of each task's processes, for heartbeats.
+//! - [`stop`]: stopping every task of a state directory (the demo's and tests' end).
 //! - [`cgroup`]: how the node confines tasks; a cgroup v2 of each task's own where the
 //!   agent has one delegated.
 
@@ -20,6 +21,7 @@ pub mod manager;
 pub mod report;
 pub mod runner;
 pub mod scan;
+pub mod stop;
 pub mod usage;
 
 use std::path::PathBuf;
