@@ -150,7 +150,7 @@ impl State {
                     Ok(Some(_)) => break,
                     Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
                     _ => {
-                        eprintln!("demo: {name} did not stop on SIGTERM; killing it");
+                        note(&format!("demo: {name} did not stop on SIGTERM; killing it"));
                         let _ = c.kill();
                         let _ = c.wait();
                         break;
@@ -161,7 +161,7 @@ impl State {
         if let Some(dir) = self.dir.take() {
             let path = dir.path().to_path_buf();
             if let Err(e) = dir.close() {
-                eprintln!("demo: cannot remove {}: {e}", path.display());
+                note(&format!("demo: cannot remove {}: {e}", path.display()));
             }
         }
     }
@@ -269,11 +269,13 @@ fn catch_signals(state: Arc<Mutex<State>>) -> anyhow::Result<()> {
                     _ = hup.recv() => ("SIGHUP", libc::SIGHUP),
                 }
             });
-            eprintln!("\ndemo: {name} received: stopping the planner and agents, removing the temp dir");
+            note(&format!(
+                "\ndemo: {name} received: stopping the planner and agents, removing the temp dir"
+            ));
             // Held until exit: the main thread starts nothing more.
             let mut state = lock(&state);
             state.stop();
-            eprintln!("demo: stopped by {name}");
+            note(&format!("demo: stopped by {name}"));
             std::process::exit(128 + number);
         })
         .context("starting the signal handler")?;
@@ -314,6 +316,14 @@ fn sibling(name: &str) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(path)
+}
+
+/// A line on stderr from the clean-up path, which must go on when nobody reads it any
+/// more (the terminal closed, the parent died: `eprintln!` would panic on the broken pipe
+/// and leave the children running).
+fn note(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 fn heading(text: &str) {
@@ -370,7 +380,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let ca_key = certs.join("ca.key");
     std::fs::remove_file(&ca_key).with_context(|| format!("removing {}", ca_key.display()))?;
     println!(
-        "cluster CA, planner, {} node and 1 user certificate ({user}, admin) in {}",
+        "cluster CA, planner, {} node and 1 user ({user}, admin) certificate in {}",
         nodes.len(),
         certs.display()
     );

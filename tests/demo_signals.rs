@@ -123,11 +123,13 @@ impl Demo {
 
     /// The demo's directory, from the line naming where the certificates are.
     fn dir(&self) -> PathBuf {
-        let out = self.stdout.lock().unwrap();
-        let certs = out
-            .lines()
-            .find_map(|l| l.split_once(" certificate in ").map(|(_, p)| p.trim().to_string()))
-            .unwrap_or_else(|| panic!("no certificate line; {}", self.output()));
+        let certs = {
+            let out = self.stdout.lock().unwrap();
+            out.lines()
+                .find_map(|l| l.split_once(" certificate in ").map(|(_, p)| p.trim().to_string()))
+        };
+        // (The lock is released first: `output` takes it again.)
+        let certs = certs.unwrap_or_else(|| panic!("no certificate line; {}", self.output()));
         PathBuf::from(certs).parent().unwrap().to_path_buf()
     }
 

@@ -370,3 +370,23 @@ fn root_is_refused_unless_the_agent_allows_it() {
     let reason = t["reason"].as_str().unwrap_or_default();
     assert!(reason.contains("root") && reason.contains("allowRoot"), "{t}");
 }
+
+#[test]
+fn logs_follow_prints_what_a_task_writes_until_it_ends() {
+    let live = Live::start(&["n1"]);
+    let job = live.job(
+        "chatty",
+        "tasks:\n  - name: t\n    replicas: 1\n    resources: {cpu: 1}\n    workingDir: WORKDIR\n    \
+         command: [sh, -c, 'for i in 1 2 3 4 5; do echo line $i; sleep 0.3; done']\n",
+    );
+    assert!(live.cli(&["submit", path_str(&job)]).status.success());
+    live.wait_status("chatty", "running");
+    // Started while the task writes; returns once it has ended and all is printed.
+    let out = live.cli(&["logs", "chatty", "--follow"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "line 1\nline 2\nline 3\nline 4\nline 5\n"
+    );
+    assert_eq!(live.status("chatty")["status"], "completed");
+}
