@@ -125,6 +125,7 @@ async fn agent(
                 topology: topology.clone(),
                 topology_hash: hash,
                 confinement: None,
+                advertise_address: None,
             };
             write_frame(&mut send, &register, 1 << 24).await.ok()?;
             let reply: PlannerToAgent = read_frame(&mut recv, 1 << 24).await.ok()??;

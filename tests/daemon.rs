@@ -179,6 +179,7 @@ fn refusals_close_only_the_offending_connection() {
             topology_hash: hyperplan_net::topology_hash(&topology),
             topology,
             confinement: None,
+            advertise_address: None,
         };
         write_frame(&mut send, &register, 1 << 20).await.unwrap();
         let reason = closed_reason(&conn).await;

@@ -27,10 +27,16 @@ struct Live {
     /// Where jobs write: world-writable, so the task user can.
     work: tempfile::TempDir,
     states: BTreeMap<String, PathBuf>,
+    agent_args: Vec<String>,
 }
 
 impl Live {
     fn start(nodes: &[&str]) -> Live {
+        Self::start_with(nodes, &[])
+    }
+
+    /// As [`Live::start`], the agents with more `run` arguments.
+    fn start_with(nodes: &[&str], agent_args: &[&str]) -> Live {
         let c = Cluster::start(nodes);
         let user = task_user();
         c.issue_user(&user);
@@ -41,6 +47,7 @@ impl Live {
             user,
             work,
             states: BTreeMap::new(),
+            agent_args: agent_args.iter().map(|a| a.to_string()).collect(),
         };
         for n in nodes {
             live.start_agent(n);
@@ -77,6 +84,7 @@ impl Live {
             .arg("--state-dir")
             .arg(&state)
             .args(["--config", "/dev/null"])
+            .args(&self.agent_args)
             .stdout(Stdio::null())
             .stderr(log)
             .env("RUST_LOG", "info")
@@ -195,6 +203,8 @@ fn tasks_run_pinned_as_the_user_with_their_ranks_and_report_how_they_ended() {
     }
     assert_eq!(ranks.len(), 4, "distinct ranks");
     assert_eq!(masters.len(), 1, "one MASTER_ADDR:MASTER_PORT: {masters:?}");
+    // No advertiseAddress: rank 0's node as the planner sees its agent connect.
+    assert!(masters.iter().all(|m| m.starts_with("127.0.0.1 ")), "{masters:?}");
     for (node, cpus) in &cpus_by_node {
         let distinct: BTreeSet<_> = cpus.iter().collect();
         assert_eq!(distinct.len(), cpus.len(), "{node}: disjoint PUs {cpus:?}");
@@ -389,4 +399,32 @@ fn logs_follow_prints_what_a_task_writes_until_it_ends() {
         "line 1\nline 2\nline 3\nline 4\nline 5\n"
     );
     assert_eq!(live.status("chatty")["status"], "completed");
+}
+
+#[test]
+fn master_addr_is_the_advertised_address_of_rank_0s_node() {
+    let live = Live::start_with(&["n1"], &["--advertise-address", "n1.data.example"]);
+    let job = live.job(
+        "adv",
+        "tasks:\n  - name: t\n    replicas: 1\n    resources: {cpu: 1}\n    workingDir: WORKDIR\n    \
+         command: [sh, -c, 'echo $MASTER_ADDR']\n",
+    );
+    let (code, err) = live.submit_wait(&job);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(live.output("adv", "t-0"), "n1.data.example\n");
+    // A bad address stops the agent at once, saying why.
+    let out = Command::new(bin("hyperplan-agent"))
+        .args([
+            "run",
+            "--planner",
+            "127.0.0.1:9",
+            "--config",
+            "/dev/null",
+            "--advertise-address",
+            "a b;c",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected an IP address or a host name"));
 }

@@ -55,6 +55,10 @@ pub struct AgentConfig {
     /// `run`: tasks may run as root (uid 0); default false.
     #[serde(default)]
     pub allow_root: Option<bool>,
+    /// `run`: the address other nodes reach this one at (`MASTER_ADDR` of the jobs whose
+    /// rank 0 runs here); default: the address the planner sees the agent connect from.
+    #[serde(default)]
+    pub advertise_address: Option<String>,
 }
 
 /// Whether tasks are pinned to the PUs and NUMA nodes the planner gave them.
@@ -130,7 +134,8 @@ mod tests {
                 && c.reprobe_interval == Some(60)
                 && c.state_dir.is_some()
                 && c.pin.is_some()
-                && c.allow_root.is_some()),
+                && c.allow_root.is_some()
+                && c.advertise_address.is_some()),
             "{all:?}"
         );
     }

@@ -141,6 +141,11 @@ struct TaskArgs {
     /// Let tasks run as root (uid 0) (`allowRoot`). Default: refused.
     #[arg(long)]
     allow_root: bool,
+    /// The address other nodes reach this one at, an IP address or host name
+    /// (`advertiseAddress`): MASTER_ADDR of the jobs whose rank 0 runs here. Default: the
+    /// address the planner sees this agent connect from.
+    #[arg(long, value_name = "ADDR")]
+    advertise_address: Option<String>,
 }
 
 /// Where the topology comes from: the probe's sources, shared by `probe` and `run`.
@@ -321,6 +326,14 @@ fn run_agent(
         "the state directory must be an absolute path, got {}",
         state_dir.display()
     );
+    let advertise_address = tasks.advertise_address.or_else(|| config.advertise_address.clone());
+    if let Some(a) = &advertise_address {
+        anyhow::ensure!(
+            is_host_or_ip(a),
+            "--advertise-address (advertiseAddress): expected an IP address or a host name, got {:?}",
+            hyperplan_shared::names::shorten(a, 100)
+        );
+    }
     // Before the runtime's threads: this may move the process into its cgroup's leaf.
     let confinement = Confinement::detect(Path::new(CGROUP_ROOT), pin);
     let opts = LinkOptions {
@@ -329,6 +342,7 @@ fn run_agent(
         node,
         reprobe_interval: (reprobe_secs > 0).then(|| Duration::from_secs(reprobe_secs)),
         probe,
+        advertise_address,
         tasks: TaskOptions {
             state_dir,
             pin,
@@ -343,6 +357,22 @@ fn run_agent(
         .context("starting the async runtime")?;
     runtime.block_on(link::run(opts))?;
     Ok(())
+}
+
+/// An IP address (v4 or v6) or a DNS host name: what tasks may put in MASTER_ADDR.
+fn is_host_or_ip(a: &str) -> bool {
+    if a.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    !a.is_empty()
+        && a.len() <= 253
+        && a.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
 }
 
 /// hwloc 2.x has no API for a file-system root: it reads `HWLOC_FSROOT` when it builds

@@ -357,6 +357,7 @@ fn register_fields(register: &AgentMessage) -> (&str, &std::collections::BTreeMa
         topology,
         topology_hash: hash,
         confinement,
+        advertise_address,
     } = register
     else {
         panic!("not a Register: {register:?}")
@@ -364,6 +365,8 @@ fn register_fields(register: &AgentMessage) -> (&str, &std::collections::BTreeMa
     assert_eq!(*version, PROTOCOL_VERSION);
     // Every agent here describes its machine (--synthetic, --hwloc-xml): not pinned.
     assert_eq!(*confinement, Some(Confinement::None));
+    // No advertiseAddress: the planner uses the address the connection comes from.
+    assert_eq!(*advertise_address, None);
     assert_eq!(*hash, topology_hash(topology), "Register's hash is its topology's");
     (node, labels, *hash)
 }

@@ -59,6 +59,10 @@ pub enum AgentMessage {
         /// How the node confines its tasks; `None` from an agent that does not say.
         #[serde(default)]
         confinement: Option<Confinement>,
+        /// The address other nodes reach this one at (`MASTER_ADDR` when it holds rank
+        /// 0): the agent's `advertiseAddress`; `None`: the address its connection comes from.
+        #[serde(default)]
+        advertise_address: Option<String>,
     },
     Heartbeat {
         seq: u64,
@@ -488,6 +492,7 @@ mod tests {
             topology: t.clone(),
             topology_hash: hash,
             confinement: Some(Confinement::Cgroup),
+            advertise_address: Some("10.0.0.7".into()),
         });
         roundtrip(&AgentMessage::Heartbeat {
             seq: u64::MAX,

@@ -70,6 +70,9 @@ pub struct LinkOptions {
     /// `None`: re-probe only on SIGHUP.
     pub reprobe_interval: Option<Duration>,
     pub probe: ProbeOptions,
+    /// `advertiseAddress`: sent at registration (MASTER_ADDR); `None`: the planner uses
+    /// the address the connection comes from.
+    pub advertise_address: Option<String>,
     /// How tasks run here: state directory, pinning, root.
     pub tasks: TaskOptions,
 }
@@ -295,6 +298,7 @@ impl Link {
             &self.topology,
             self.hash,
             self.opts.tasks.confinement.kind(),
+            self.opts.advertise_address.clone(),
         );
         let handshake = session::handshake(connection.clone(), self.opts.node.clone(), register);
         let registered = match self.guard(handshake).await {

@@ -69,6 +69,7 @@ pub(super) fn register_message(
     topology: &NodeTopology,
     hash: u64,
     confinement: hyperplan_net::messages::Confinement,
+    advertise_address: Option<String>,
 ) -> AgentMessage {
     AgentMessage::Register {
         version: PROTOCOL_VERSION,
@@ -77,6 +78,7 @@ pub(super) fn register_message(
         topology: topology.clone(),
         topology_hash: hash,
         confinement: Some(confinement),
+        advertise_address,
     }
 }
 

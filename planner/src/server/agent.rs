@@ -26,13 +26,14 @@ pub async fn serve(
 ) {
     let peer = conn.remote_address();
     let first = tokio::time::timeout(REGISTER_TIMEOUT, read_frame::<AgentMessage, _>(&mut recv, max_frame)).await;
-    let (labels, topology, confinement) = match first {
+    let (labels, topology, confinement, advertise) = match first {
         Ok(Ok(Some(AgentMessage::Register {
             version,
             node: claimed,
             labels,
             topology,
             confinement,
+            advertise_address,
             ..
         }))) => {
             if claimed != node {
@@ -51,7 +52,7 @@ pub async fn serve(
                     ),
                 );
             }
-            (labels, topology, confinement)
+            (labels, topology, confinement, advertise_address)
         }
         Ok(Ok(Some(other))) => {
             return refuse(
@@ -72,6 +73,7 @@ pub async fn serve(
             labels,
             topology: Box::new(topology),
             confinement,
+            advertise: advertise.filter(|a| usable_address(a)),
             link: tx,
             conn: conn.clone(),
         })
@@ -160,4 +162,12 @@ fn kind(m: &AgentMessage) -> &'static str {
         AgentMessage::TaskFinished(_) => "TaskFinished",
         AgentMessage::Log(_) => "Log",
     }
+}
+
+/// An agent's `advertiseAddress` the planner passes on as `MASTER_ADDR`: an IP address
+/// or a host name (letters, digits, `-`, `.`), nothing a shell or an environment could
+/// misread. Anything else is dropped (the connection's address is used instead).
+fn usable_address(a: &str) -> bool {
+    a.parse::<std::net::IpAddr>().is_ok()
+        || (!a.is_empty() && a.len() <= 253 && a.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.'))
 }

@@ -38,6 +38,8 @@ pub enum ToCore {
         topology: Box<NodeTopology>,
         /// How the node confines tasks, as its agent said (display only).
         confinement: Option<Confinement>,
+        /// Its `advertiseAddress` (checked): `MASTER_ADDR` when it holds rank 0.
+        advertise: Option<String>,
         link: mpsc::UnboundedSender<PlannerToAgent>,
         conn: quinn::Connection,
     },
@@ -87,6 +89,8 @@ struct Link {
     labels: BTreeMap<String, String>,
     /// How the node confines tasks (`hyperplan nodes`), as its agent said at Register.
     confinement: Option<Confinement>,
+    /// What the agent advertises as its address (`MASTER_ADDR`).
+    advertise: Option<String>,
     /// The last heartbeat's sequence number, for the log.
     last_seq: u64,
 }
@@ -219,6 +223,7 @@ impl Driver {
                 labels,
                 topology,
                 confinement,
+                advertise,
                 link,
                 conn,
             } => {
@@ -260,6 +265,7 @@ impl Driver {
                         conn,
                         labels,
                         confinement,
+                        advertise,
                         last_seq: 0,
                     },
                 );
@@ -423,7 +429,13 @@ impl Driver {
             return;
         }
         let links = &self.links;
-        let address_of = |node: &str| links.get(node).map(|l| l.conn.remote_address().ip().to_string());
+        let address_of = |node: &str| {
+            links.get(node).map(|l| {
+                l.advertise
+                    .clone()
+                    .unwrap_or_else(|| l.conn.remote_address().ip().to_string())
+            })
+        };
         for (node, frame) in super::launch::frames(self.planner.world(), placements, address_of) {
             if let Some(l) = self.links.get(&*node) {
                 let _ = l.tx.send(frame);
