@@ -187,7 +187,7 @@ fn launch(
     };
     let started = Started { pid, start_time_ms };
     let text = serde_json::to_vec(&started).unwrap_or_default();
-    if let Err(e) = layout::write_atomic(&dir.started(), &text) {
+    if let Err(e) = layout::write_replace(&dir.started(), &text) {
         // The task runs; a restarted agent finds its pid in the record instead.
         eprintln!(
             "hyperplan-agent shepherd: cannot write {}: {e}",

@@ -17,7 +17,7 @@ use hyperplan_net::messages::{JobWorld, LaunchTask};
 use super::TaskOptions;
 use super::cgroup::Limits;
 use crate::launch::{NodeContext, hostfile_path, prepare};
-use crate::shepherd::layout::{write_atomic, write_exclusive};
+use crate::shepherd::layout::{write_atomic, write_exclusive, write_replace};
 use crate::shepherd::{ExitRecord, MemoryPolicy, Outcome, TaskDir, user};
 
 /// What became of a `Launch`.
@@ -98,14 +98,14 @@ pub fn launch(
         }
     }
     let hostfile = hostfile_path(&opts.state_dir, &task.job, task.job_id);
-    if let Err(e) = write_atomic(&hostfile, prepared.hostfile.as_bytes()) {
+    if let Err(e) = write_replace(&hostfile, prepared.hostfile.as_bytes()) {
         return fail(format!("cannot write the hostfile {}: {e}", hostfile.display()));
     }
     let spec = match serde_json::to_vec_pretty(&prepared.spec) {
         Ok(s) => s,
         Err(e) => return fail(format!("cannot encode the launch spec: {e}")),
     };
-    if let Err(e) = write_atomic(&dir.spec(), &spec) {
+    if let Err(e) = write_replace(&dir.spec(), &spec) {
         return fail(format!("cannot write {}: {e}", dir.spec().display()));
     }
     let log = match std::fs::File::create(dir.shepherd_log()) {
@@ -179,7 +179,7 @@ pub fn write_record(dir: &TaskDir, record: &ExitRecord) {
 /// Asks the shepherd `pid` to cancel its task: the grace first (`kill_grace`, which the
 /// shepherd reads on SIGTERM), then SIGTERM, which it passes on to the task's group.
 pub fn cancel(dir: &TaskDir, shepherd_pid: u32, grace_secs: u64) {
-    if let Err(e) = write_atomic(&dir.kill_grace(), format!("{grace_secs}\n").as_bytes()) {
+    if let Err(e) = write_replace(&dir.kill_grace(), format!("{grace_secs}\n").as_bytes()) {
         tracing::warn!(path = %dir.kill_grace().display(), "cannot write the kill grace: {e}");
     }
     signal(shepherd_pid, libc::SIGTERM);
