@@ -335,6 +335,23 @@ fn launch_task(job: &str, job_id: u64, user: &str, script: &str, work: &Path) ->
     }
 }
 
+/// Asks for the first 6 bytes of `task`'s output and waits for the answer.
+async fn read_log(planner: &mut Planner, request: u64, task: TaskRef) -> LogChunk {
+    planner.send(PlannerToAgent::ReadLog {
+        request,
+        task,
+        stderr: false,
+        offset: 0,
+        max_bytes: 6,
+    });
+    planner
+        .find("Log", |m| match m {
+            AgentMessage::Log(c) if c.request == request => Some(c.clone()),
+            _ => None,
+        })
+        .await
+}
+
 fn ack(planner: &Planner, task: &TaskRef, finished: bool) {
     planner.send(PlannerToAgent::Ack {
         task: task.clone(),
@@ -375,38 +392,12 @@ async fn runs_a_task_reports_its_end_and_forgets_it_when_acknowledged() {
     assert!(dir.join("record.json").is_file());
 
     // ReadLog: the output, in pieces; an unknown task is an error.
-    s.planner.send(PlannerToAgent::ReadLog {
-        request: 7,
-        task: task.clone(),
-        stderr: false,
-        offset: 0,
-        max_bytes: 6,
-    });
-    let chunk: LogChunk = s
-        .planner
-        .find("Log", |m| match m {
-            AgentMessage::Log(c) if c.request == 7 => Some(c.clone()),
-            _ => None,
-        })
-        .await;
+    let chunk = read_log(&mut s.planner, 7, task.clone()).await;
     assert_eq!((chunk.data.as_slice(), chunk.error), (&b"rank 0"[..], None));
     assert_eq!(chunk.size, out.len() as u64);
     let mut other = task.clone();
     other.task = "w-9".into();
-    s.planner.send(PlannerToAgent::ReadLog {
-        request: 8,
-        task: other,
-        stderr: false,
-        offset: 0,
-        max_bytes: 6,
-    });
-    let error = s
-        .planner
-        .find("Log", |m| match m {
-            AgentMessage::Log(c) if c.request == 8 => c.error.clone(),
-            _ => None,
-        })
-        .await;
+    let error = read_log(&mut s.planner, 8, other).await.error.unwrap_or_default();
     assert_eq!(error, "no task exit3/w-9 on this node");
 
     // Unacknowledged, the end comes again; a repeated Launch starts nothing.
@@ -431,20 +422,7 @@ async fn runs_a_task_reports_its_end_and_forgets_it_when_acknowledged() {
     assert_eq!(s.output(&task).matches("rank 0").count(), 1, "ran once");
     assert!(!dir.exists());
     // Its output is still readable (`hyperplan logs` of an ended job).
-    s.planner.send(PlannerToAgent::ReadLog {
-        request: 9,
-        task: task.clone(),
-        stderr: false,
-        offset: 0,
-        max_bytes: 6,
-    });
-    let chunk: LogChunk = s
-        .planner
-        .find("Log", |m| match m {
-            AgentMessage::Log(c) if c.request == 9 => Some(c.clone()),
-            _ => None,
-        })
-        .await;
+    let chunk = read_log(&mut s.planner, 9, task.clone()).await;
     assert_eq!((chunk.data.as_slice(), chunk.error), (&b"rank 0"[..], None));
 
     // The same job name with a new id is another job.

@@ -524,6 +524,30 @@ mod tests {
 
     use super::*;
 
+    /// A Launch of task `w-0` of job `j` (id `job_id`), for user `nobody`.
+    fn frame(job_id: u64) -> LaunchTask {
+        LaunchTask {
+            job: "j".into(),
+            job_id,
+            task: "w-0".into(),
+            rank: 0,
+            user: "nobody".into(),
+            argv: vec!["true".into()],
+            env: Default::default(),
+            working_dir: Some("/".into()),
+            output: "o".into(),
+            error: "o".into(),
+            time_limit_secs: None,
+            hyper_nodes: vec![],
+            cpus: String::new(),
+            numa_nodes: vec![],
+            bind_memory: false,
+            gpus: vec![],
+            nics: vec![],
+            memory_bytes: None,
+        }
+    }
+
     fn tasks(state: &std::path::Path) -> Tasks {
         Tasks::new(TaskOptions {
             state_dir: state.to_path_buf(),
@@ -583,26 +607,7 @@ mod tests {
             "the job directory and hostfile are gone"
         );
         // A late repeated Launch starts nothing.
-        let launch = LaunchTask {
-            job: "j".into(),
-            job_id: 3,
-            task: "w-0".into(),
-            rank: 0,
-            user: "nobody".into(),
-            argv: vec!["true".into()],
-            env: Default::default(),
-            working_dir: Some("/".into()),
-            output: "o".into(),
-            error: "o".into(),
-            time_limit_secs: None,
-            hyper_nodes: vec![],
-            cpus: String::new(),
-            numa_nodes: vec![],
-            bind_memory: false,
-            gpus: vec![],
-            nics: vec![],
-            memory_bytes: None,
-        };
+        let launch = frame(3);
         assert!(t.on_launch("n1", &[], &launch).is_empty());
         assert!(!dir.dir.exists());
     }
@@ -611,26 +616,7 @@ mod tests {
     fn launches_that_cannot_start_are_failed_records() {
         let state = tempfile::tempdir().unwrap();
         let mut t = tasks(state.path());
-        let mut launch = LaunchTask {
-            job: "j".into(),
-            job_id: 4,
-            task: "w-0".into(),
-            rank: 0,
-            user: "nobody".into(),
-            argv: vec!["true".into()],
-            env: Default::default(),
-            working_dir: Some("/".into()),
-            output: "o".into(),
-            error: "o".into(),
-            time_limit_secs: None,
-            hyper_nodes: vec![],
-            cpus: String::new(),
-            numa_nodes: vec![],
-            bind_memory: false,
-            gpus: vec![],
-            nics: vec![],
-            memory_bytes: None,
-        };
+        let mut launch = frame(4);
         // No Job frame.
         let ends = finished(&t.on_launch("n1", &[], &launch));
         assert!(ends[0].1.reason.as_deref().unwrap().contains("no Job frame"));
@@ -690,24 +676,11 @@ mod tests {
             master_port: 29500,
         });
         let launch = LaunchTask {
-            job: "j".into(),
-            job_id: 6,
-            task: "w-0".into(),
-            rank: 0,
-            user: "nobody".into(),
-            argv: vec!["true".into()],
-            env: Default::default(),
-            working_dir: Some("/".into()),
-            output: "o".into(),
-            error: "o".into(),
-            time_limit_secs: None,
-            hyper_nodes: vec![],
             cpus: "0-1".into(),
             numa_nodes: vec![0],
             bind_memory: true,
-            gpus: vec![],
-            nics: vec![],
             memory_bytes: Some(1 << 20),
+            ..frame(6)
         };
         // The shepherd cannot start here, but the spec naming the cgroup was written first.
         let ends = finished(&t.on_launch("n1", &[], &launch));
