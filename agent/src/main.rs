@@ -329,7 +329,7 @@ fn run_agent(
     let advertise_address = tasks.advertise_address.or_else(|| config.advertise_address.clone());
     if let Some(a) = &advertise_address {
         anyhow::ensure!(
-            is_host_or_ip(a),
+            hyperplan_shared::names::is_host_or_ip(a),
             "--advertise-address (advertiseAddress): expected an IP address or a host name, got {:?}",
             hyperplan_shared::names::shorten(a, 100)
         );
@@ -357,22 +357,6 @@ fn run_agent(
         .context("starting the async runtime")?;
     runtime.block_on(link::run(opts))?;
     Ok(())
-}
-
-/// An IP address (v4 or v6) or a DNS host name: what tasks may put in MASTER_ADDR.
-fn is_host_or_ip(a: &str) -> bool {
-    if a.parse::<std::net::IpAddr>().is_ok() {
-        return true;
-    }
-    !a.is_empty()
-        && a.len() <= 253
-        && a.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        })
 }
 
 /// hwloc 2.x has no API for a file-system root: it reads `HWLOC_FSROOT` when it builds

@@ -152,10 +152,48 @@ pub fn shorten(s: &str, max: usize) -> String {
     }
 }
 
+/// An IP address (v4 or v6) or a DNS host name (labels of letters, digits and `-`, at
+/// most 63 bytes each, 253 in all): what may stand in `MASTER_ADDR` (an agent's
+/// `advertiseAddress`), nothing a shell or an environment could misread.
+pub fn is_host_or_ip(a: &str) -> bool {
+    if a.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    !a.is_empty()
+        && a.len() <= 253
+        && a.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn host_names_and_ip_addresses() {
+        for good in ["10.0.0.7", "fe80::1", "n001", "n001.ib.example", "a-b.c"] {
+            assert!(is_host_or_ip(good), "{good}");
+        }
+        for bad in [
+            "",
+            "a b",
+            "a;b",
+            "-a",
+            "a..b",
+            "a.",
+            "$(id)",
+            &"a".repeat(64),
+            &"a.".repeat(130),
+        ] {
+            assert!(!is_host_or_ip(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn good_names() {

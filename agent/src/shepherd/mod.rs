@@ -226,8 +226,9 @@ fn detach() -> std::io::Result<()> {
     }
 }
 
+/// The effective uid this process runs as.
 #[allow(unsafe_code)]
-fn current_euid() -> u32 {
+pub fn current_euid() -> u32 {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use hyperplan_net::messages::LogChunk;
 
-use crate::shepherd::LaunchSpec;
+use crate::shepherd::{LaunchSpec, current_euid};
 
 /// The most bytes one answer carries, whatever was asked.
 pub const MAX_LOG_CHUNK: u32 = 1 << 20;
@@ -119,12 +119,6 @@ fn read_file(path: &Path, owner: Option<u32>, offset: u64, max: u32) -> std::io:
         file.take(want).read_to_end(&mut data)?;
     }
     Ok((data, size))
-}
-
-#[allow(unsafe_code)]
-fn current_euid() -> u32 {
-    // SAFETY: geteuid cannot fail and touches no memory.
-    unsafe { libc::geteuid() }
 }
 
 #[cfg(test)]

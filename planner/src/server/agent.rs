@@ -73,7 +73,7 @@ pub async fn serve(
             labels,
             topology: Box::new(topology),
             confinement,
-            advertise: advertise.filter(|a| usable_address(a)),
+            advertise: advertise.filter(|a| hyperplan_shared::names::is_host_or_ip(a)),
             link: tx,
             conn: conn.clone(),
         })
@@ -162,12 +162,4 @@ fn kind(m: &AgentMessage) -> &'static str {
         AgentMessage::TaskFinished(_) => "TaskFinished",
         AgentMessage::Log(_) => "Log",
     }
-}
-
-/// An agent's `advertiseAddress` the planner passes on as `MASTER_ADDR`: an IP address
-/// or a host name (letters, digits, `-`, `.`), nothing a shell or an environment could
-/// misread. Anything else is dropped (the connection's address is used instead).
-fn usable_address(a: &str) -> bool {
-    a.parse::<std::net::IpAddr>().is_ok()
-        || (!a.is_empty() && a.len() <= 253 && a.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.'))
 }
