@@ -339,7 +339,7 @@ fn an_agent_killed_while_its_task_runs_reports_the_end_once_after_restart() {
     let job = live.job(
         "survivor",
         "tasks:\n  - name: t\n    replicas: 1\n    resources: {cpu: 1}\n    workingDir: WORKDIR\n    \
-         command: [sh, -c, 'sleep 3; echo done']\n",
+         command: [sh, -c, 'until [ -e go ]; do sleep 0.1; done; echo done']\n",
     );
     assert!(live.cli(&["submit", path_str(&job)]).status.success());
     let j = live.wait_status("survivor", "running");
@@ -347,6 +347,8 @@ fn an_agent_killed_while_its_task_runs_reports_the_end_once_after_restart() {
     live.c.kill_agent("n1"); // SIGKILL: the shepherd and its task stay
     assert!(alive(pid), "the task survives its agent");
     live.start_agent("n1");
+    // The task ends only when told, however slow the machine: its end comes while the new agent runs.
+    std::fs::write(live.work.path().join("go"), "").unwrap();
     let j = live.wait_status("survivor", "completed");
     assert_eq!(
         j["tasks"][0]["pid"].as_u64(),
