@@ -131,6 +131,9 @@ pub enum Command {
         grace_secs: u64,
         why: KillReason,
     },
+    /// Write this job's record (see `journal`) before carrying out anything else of the
+    /// tick: the daemon's store commits it first.
+    Persist(super::journal::Persist),
     /// A node turned Ready or NotReady, and why (the daemon logs it; the simulator's
     /// nodes have no link and never change).
     NodeHealth {
@@ -141,7 +144,8 @@ pub enum Command {
 }
 
 /// Why the core kills a task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum KillReason {
     /// `hyperplan cancel`.
     Cancel,

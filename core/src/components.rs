@@ -96,7 +96,8 @@ pub struct HyperNode {
 
 /// How a job ended (or is ending), once decided; `None` on the simulator's jobs, whose
 /// tasks nobody reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum Verdict {
     Completed,
     Failed,
@@ -105,7 +106,8 @@ pub enum Verdict {
 }
 
 /// Lifecycle of a job as people see it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum JobPhase {
     /// Gang minimum not placed yet.
     Pending,
@@ -229,7 +231,8 @@ pub struct Task {
     pub runtime: Option<u64>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum TaskPhase {
     Pending,
     Running,

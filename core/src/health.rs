@@ -30,6 +30,9 @@ pub struct Heartbeats {
     pub linked: bool,
     /// The link (the driver's connection id) that holds the node (see `core::claim`).
     pub link: u64,
+    /// When its agent last listed the tasks it runs (`Event::TasksOnNode`) on this link:
+    /// a started task missing from the lists for `nodeLostAfter` is lost (see `lost`).
+    pub listed_ms: Option<u64>,
 }
 
 /// The nodes with a link record that are NotReady and whose tasks are not declared lost
@@ -45,6 +48,7 @@ pub(super) fn link_up(world: &mut World, node: &str, link: u64, at_ms: u64) {
         last_ms: at_ms,
         linked: true,
         link,
+        listed_ms: None,
     });
     set_ready(world, e, true, at_ms);
     say(world, node, true, HealthChange::Registered);
@@ -82,6 +86,7 @@ pub(super) fn link_down(world: &mut World, node: &str, link: u64, at_ms: u64) {
 pub fn check_silence(world: &mut World) {
     turn_silent_not_ready(world);
     super::lost::lose_tasks(world);
+    super::lost::lose_missing(world);
 }
 
 fn turn_silent_not_ready(world: &mut World) {

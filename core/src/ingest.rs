@@ -163,6 +163,11 @@ fn node_up(world: &mut World, spec: NodeSpec) {
     }
     world.resource_mut::<TopologyDirty>().0 = true;
     world.resource_mut::<NodeSetGeneration>().0 += 1;
+    // A node known from the store until now: its restored tasks take their NUMA
+    // assignments again on the hardware it reports.
+    if let Some(e) = known {
+        super::restore::adopt(world, e);
+    }
 }
 
 fn submit(world: &mut World, spec: JobSpec, owner: String) {
@@ -173,6 +178,12 @@ fn submit(world: &mut World, spec: JobSpec, owner: String) {
         next.0 += 1;
         JobId(id)
     };
+    admit(world, spec, owner, id);
+}
+
+/// Makes the job `id` with its sub-jobs and tasks, pending (or rejected, saying why);
+/// also how `restore` brings a stored job back.
+pub(crate) fn admit(world: &mut World, spec: JobSpec, owner: String, id: JobId) {
     let taken = world.resource::<JobNames>().0.get(&spec.name).copied();
     if taken.and_then(|e| world.get::<JobState>(e)).is_some_and(is_live) {
         let msg = format!(

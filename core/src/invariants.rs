@@ -24,6 +24,7 @@ use super::ids::NodeIdx;
 use super::numa::hints::Policy;
 use super::numa::node::NodeHardware;
 use super::numa::state::NumaState;
+use super::restore::AwaitingAgent;
 use super::topology::TopologyIndex;
 
 /// Returns every violation found (empty when all hold).
@@ -41,6 +42,11 @@ pub fn check(world: &mut World) -> Vec<String> {
     }
     let mut nq = world.query::<(Entity, &Node)>();
     for (e, node) in nq.iter(world) {
+        // A node known only from the store offers nothing and holds its restored tasks
+        // until its agent says what it has (see `restore`).
+        if world.get::<AwaitingAgent>(e).is_some() {
+            continue;
+        }
         let mut total = node.external_used.clone();
         if let Some(u) = used.get(&e) {
             total.add(u);
@@ -115,6 +121,9 @@ fn running_nodes(world: &World, tasks: &[Entity]) -> Vec<NodeIdx> {
         .iter()
         .filter_map(|t| world.get::<TaskState>(*t))
         .filter(|s| s.phase == TaskPhase::Running)
+        // Restored tasks on a node whose agent has not registered: placed on an earlier
+        // topology, checked once it is back.
+        .filter(|s| s.node.is_some_and(|n| world.get::<AwaitingAgent>(n).is_none()))
         .filter_map(|s| s.node.and_then(|n| world.get::<NodeSlot>(n)).map(|s| s.0))
         .collect()
 }
@@ -179,6 +188,10 @@ fn check_numa(world: &mut World, bad: &mut Vec<String>) {
             continue;
         }
         let Some(node) = ts.node else { continue };
+        // Restored, its assignment taken again once its agent reports the hardware.
+        if world.get::<AwaitingAgent>(node).is_some() {
+            continue;
+        }
         let who = world
             .get::<Job>(task.job)
             .map_or_else(|| task.name.to_string(), |j| format!("{}/{}", j.spec.name, task.name));

@@ -30,6 +30,7 @@ pub mod holdings;
 pub mod ids;
 pub(crate) mod ingest;
 pub mod invariants;
+pub mod journal;
 pub mod lifecycle;
 pub mod lost;
 pub mod names;
@@ -38,6 +39,7 @@ pub mod ownership;
 pub mod queues;
 pub mod ratelimit;
 mod recover;
+pub mod restore;
 pub mod refresh;
 mod reindex;
 mod retire;
@@ -104,6 +106,7 @@ impl Planner {
                 allocate::allocate,
                 dispatch::dispatch,
                 retire::retire,
+                journal::journal.run_if(resource_exists::<journal::Journal>),
             )
                 .chain(),
         );

@@ -25,7 +25,7 @@ use super::events::TaskOnNode;
 use super::health::Heartbeats;
 use super::names::{JobNames, NodeNames};
 use super::ownership::JobId;
-use super::queues::{Now, Outbox};
+use super::queues::{Now, NowMillis, Outbox};
 use super::taskrun::TaskRun;
 
 /// SIGTERM to SIGKILL when the core kills a task on its own account (a failed task, the
@@ -120,6 +120,7 @@ pub(crate) fn task_started(world: &mut World, node: &str, job: &str, job_id: u64
     }
     run.start_ms = Some(at_ms);
     run.pid = Some(pid);
+    run.seen_ms = Some(world.resource::<NowMillis>().0);
     world.entity_mut(task_e).insert(run);
     mark_started(world, job_e);
 }
@@ -142,6 +143,10 @@ pub(crate) fn tasks_on_node(world: &mut World, node: &str, tasks: Vec<TaskOnNode
     let Some(node_name) = world.get::<Node>(node_e).map(|n| n.name.clone()) else {
         return;
     };
+    let now = world.resource::<NowMillis>().0;
+    if let Some(mut h) = world.get_mut::<Heartbeats>(node_e) {
+        h.bypass_change_detection().listed_ms = Some(now);
+    }
     for t in tasks {
         let Some((job_e, task_e)) = running_task(world, node, &t.job, t.job_id, &t.task) else {
             world.resource_mut::<Outbox>().0.push(Command::Kill {
@@ -154,11 +159,24 @@ pub(crate) fn tasks_on_node(world: &mut World, node: &str, tasks: Vec<TaskOnNode
             });
             continue;
         };
-        let mut run = world.get::<TaskRun>(task_e).cloned().unwrap_or_default();
-        run.pid.get_or_insert(t.pid);
-        run.cpu_cores = Some(t.cpu_cores);
-        run.rss_bytes = Some(t.rss_bytes);
-        world.entity_mut(task_e).insert(run);
+        // Samples and the time it was seen are not worth a change (the journal would
+        // look at the job every heartbeat); a pid first learnt here is.
+        match world.get_mut::<TaskRun>(task_e) {
+            Some(mut run) if run.pid.is_some() => {
+                let run = run.bypass_change_detection();
+                run.cpu_cores = Some(t.cpu_cores);
+                run.rss_bytes = Some(t.rss_bytes);
+                run.seen_ms = Some(now);
+            }
+            found => {
+                let mut run = found.map(|r| r.clone()).unwrap_or_default();
+                run.pid = Some(t.pid);
+                run.cpu_cores = Some(t.cpu_cores);
+                run.rss_bytes = Some(t.rss_bytes);
+                run.seen_ms = Some(now);
+                world.entity_mut(task_e).insert(run);
+            }
+        }
         mark_started(world, job_e);
         let ending = world
             .get::<JobState>(job_e)

@@ -13,7 +13,7 @@ use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 
 use super::commands::Command;
 use super::components::{Job, Node, Retired, Task, TaskState};
-use super::health::Away;
+use super::health::{Away, Heartbeats};
 use super::lifecycle::end_task;
 use super::queues::{CapacityEpoch, NowMillis, Outbox};
 use super::taskrun::TaskRun;
@@ -49,6 +49,8 @@ pub(crate) fn lose_tasks(world: &mut World) {
     due.sort();
     let mut tasks = world.query_filtered::<(Entity, &Task, &TaskState), Without<Retired>>();
     for (name, node) in due {
+        // A node known from the store whose agent never came: nothing to wait for.
+        super::restore::give_up(world, node);
         // Rare (once per lost node): a scan of the live tasks finds the node's.
         let mut lost: Vec<(String, u32, Entity, Entity)> = tasks
             .iter(world)
@@ -81,5 +83,71 @@ pub(crate) fn lose_tasks(world: &mut World) {
             };
             end_task(world, job, task, end);
         }
+    }
+}
+
+/// How often [`lose_missing`] looks (the driver's clock, ms).
+const MISSING_SWEEP_MS: u64 = 5_000;
+
+/// When [`lose_missing`] last looked.
+#[derive(Resource, Debug, Default)]
+pub struct MissingSweep(pub u64);
+
+/// Started tasks that their node's agent — linked and Ready — has left out of what it
+/// lists as running for longer than `nodeLostAfter` are lost: their shepherd is gone without a report (the node's
+/// state directory was wiped, or it rebooted), so nothing will ever end them. A scan of
+/// the live tasks every few seconds, in (job name, rank) order.
+pub(crate) fn lose_missing(world: &mut World) {
+    let now = world.resource::<NowMillis>().0;
+    let last = world.get_resource::<MissingSweep>().map_or(0, |s| s.0);
+    if now < last.saturating_add(MISSING_SWEEP_MS) {
+        return;
+    }
+    world.insert_resource(MissingSweep(now));
+    let after = world.resource::<PlannerConfig>().health.node_lost_after;
+    let limit = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+    let mut tasks = world.query_filtered::<(Entity, &Task, &TaskState, &TaskRun), Without<Retired>>();
+    let mut missing: Vec<(String, u32, Entity, Entity, Arc<str>)> = tasks
+        .iter(world)
+        .filter(|(_, _, ts, run)| ts.is_running() && run.started() && run.end.is_none())
+        .filter_map(|(e, t, ts, run)| {
+            let node = ts.node?;
+            // Its agent has listed what it runs since, more than `limit` after it was seen.
+            let listed = world
+                .get::<Heartbeats>(node)
+                .filter(|h| h.linked)
+                .and_then(|h| h.listed_ms)?;
+            if listed.saturating_sub(run.seen_ms.unwrap_or(listed)) <= limit {
+                return None;
+            }
+            let n = world.get::<Node>(node).filter(|n| n.ready)?;
+            let job = world.get::<Job>(t.job)?;
+            Some((job.spec.name.clone(), ts.rank.unwrap_or(0), t.job, e, n.name.clone()))
+        })
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    missing.sort();
+    world.resource_mut::<CapacityEpoch>().0 += 1;
+    for (job_name, _, job, task, node) in missing {
+        let reason = format!(
+            "node {node}'s agent has not listed it as running for more than {} s",
+            after.as_secs()
+        );
+        world
+            .resource_mut::<Outbox>()
+            .0
+            .push(Command::Warn(format!("job {job_name}: a task was lost: {reason}")));
+        let run = world.get::<TaskRun>(task);
+        let end = TaskEnd {
+            outcome: TaskOutcome::Lost,
+            pid: run.and_then(|r| r.pid),
+            start_time_ms: run.and_then(|r| r.start_ms),
+            end_time_ms: now,
+            reason: Some(reason),
+            ..TaskEnd::default()
+        };
+        end_task(world, job, task, end);
     }
 }

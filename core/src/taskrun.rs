@@ -20,6 +20,9 @@ pub struct TaskRun {
     /// CPU use (cores) and resident memory its agent last sampled, while it runs.
     pub cpu_cores: Option<f32>,
     pub rss_bytes: Option<u64>,
+    /// When its node's agent last listed it as running (the driver's clock, ms); a
+    /// started task its agent stops listing is lost after `nodeLostAfter`.
+    pub seen_ms: Option<u64>,
 }
 
 impl TaskRun {

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::FileError;
 use crate::hypernode::check_kind;
@@ -14,7 +14,8 @@ use crate::taskenv::is_env_name;
 use crate::timelimit::parse_time_limit;
 use crate::yaml::{self, Located, Node, Value, file_error, join_index, located_error};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum TopologyMode {
     Hard,
     Soft,
@@ -22,7 +23,8 @@ pub enum TopologyMode {
 
 /// `networkTopology: {mode, highestTierAllowed | highestTierName}`. At most one of the two
 /// limits is set (the loader rejects both).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NetworkTopology {
     pub mode: TopologyMode,
     pub highest_tier_allowed: Option<u32>,
@@ -31,7 +33,8 @@ pub struct NetworkTopology {
 
 /// `partitionPolicy`: the task's replicas split into `total_partitions` partitions of
 /// `partition_size`; the gang needs `min_partitions` whole partitions.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PartitionPolicy {
     pub total_partitions: u32,
     pub partition_size: u32,
@@ -39,7 +42,8 @@ pub struct PartitionPolicy {
     pub network_topology: Option<NetworkTopology>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TaskSpec {
     pub name: String,
     pub replicas: u32,
@@ -62,7 +66,8 @@ pub struct TaskSpec {
 
 /// How a task runs, beyond its `command`: the job file's `env`, `workingDir`, `output` and
 /// `error` (hyperplan's own format; a Volcano Job leaves them at their defaults).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TaskExec {
     /// Set over everything hyperplan sets ([`crate::taskenv`]). Names are
     /// `[A-Za-z_][A-Za-z0-9_]*`, values have no NUL.
@@ -90,7 +95,8 @@ impl TaskExec {
 }
 
 /// What happens to a job when one of its tasks fails (`onTaskFailure`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum OnTaskFailure {
     /// The other tasks get SIGTERM, then SIGKILL (the default).
     #[default]
@@ -101,7 +107,8 @@ pub enum OnTaskFailure {
 
 /// How a job runs (`simulate` ignores it): `timeLimit`, `masterPort`, `onTaskFailure`,
 /// `requeue`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct JobRun {
     /// Seconds from start to SIGTERM (SIGKILL 10 s later); `None` = no limit. Above 0.
     pub time_limit: Option<u64>,
@@ -113,7 +120,8 @@ pub struct JobRun {
 }
 
 /// A validated job: replicas match partitions, `min_available` ≤ replicas, names unique.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct JobSpec {
     pub name: String,
     pub priority: i32,

@@ -54,7 +54,11 @@ pub fn allocate(
     submitted: Query<Entity, (Added<Job>, Without<Retired>)>,
     requeued: Query<Entity, (Changed<Requeued>, Without<Retired>)>,
     mut unsettled: Local<Unsettled>,
+    awaiting: Option<Res<crate::restore::Awaiting>>,
 ) {
+    // While nodes known from the store have not registered, the cluster is not whole:
+    // "never fits" is not decided on it.
+    let whole = awaiting.is_none_or(|a| a.0 == 0);
     let _span = tracing::info_span!("allocate").entered();
     // A job rejected because it could not run on the emptied cluster is looked at again
     // when the topology changed since (in the daemon nodes register and discovery sources
@@ -112,7 +116,9 @@ pub fn allocate(
             let mut search = Search::new(&index, &mut cap, &mut numa, &config);
             let Some(decision) = search.allocate_job(&mut ctx) else {
                 state.failed_epoch = Some(epoch.0);
-                if pass == 0 && state.phase == JobPhase::Pending {
+                if pass == 0 && state.phase == JobPhase::Pending && !whole {
+                    state.reason = Some("waiting for the agents of the nodes that ran its tasks before the planner restarted".into());
+                } else if pass == 0 && state.phase == JobPhase::Pending {
                     explain(
                         &mut ctx,
                         &mut state,

@@ -1,0 +1,263 @@
+//! Start-up from the store: the jobs that had not ended come back as they were, their
+//! running tasks still holding their nodes. A node of a running task that has not
+//! registered yet is a stand-in — NotReady, nothing to offer, [`AwaitingAgent`] — so no
+//! pending job is placed on it before its agent reports: then its tasks' NUMA
+//! assignments are checked against the hardware it reports and taken again. If it never
+//! comes, `nodeLostAfter` declares its tasks lost, as for any silent node (see `lost`).
+//! What its agent lists from then on is adopted, what it does not know is killed
+//! (`lifecycle::tasks_on_node`), and a task it stops listing is lost after
+//! `nodeLostAfter` (`lost::lose_missing`).
+
+use std::sync::Arc;
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::Resources;
+use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
+
+use super::Planner;
+use super::components::{Job, JobPhase, JobState, Node, SubJobState, TaskPhase, TaskState};
+use super::health::{Away, Heartbeats};
+use super::journal::{AssignmentRecord, Journal, JobRecord, Persisted, fingerprint};
+use super::lifecycle::{Requeued, end_task};
+use super::names::{JobNames, NodeNames};
+use super::numa::node::{HardwareCache, NodeHardware, NodeNuma};
+use super::ownership::{JobId, NextJobId, is_live};
+use super::queues::{NodeSetGeneration, TopologyDirty};
+use super::taskrun::TaskRun;
+
+/// On a node known only from the store: the restored tasks running on it, with the NUMA
+/// assignment each held, to take again once its agent says what the node has.
+#[derive(Component, Debug, Default)]
+pub struct AwaitingAgent(pub Vec<(Entity, Option<AssignmentRecord>)>);
+
+/// How many nodes are [`AwaitingAgent`]: while any is, the cluster is not whole and no
+/// job is rejected as one that could never run.
+#[derive(Resource, Debug, Default)]
+pub struct Awaiting(pub u32);
+
+impl Planner {
+    /// The daemon's planner: every tick ends with a [`Command::Persist`](super::Command::Persist)
+    /// per job whose record changed (see `journal`).
+    pub fn enable_journal(&mut self) {
+        self.world.insert_resource(Journal);
+    }
+
+    /// Loads the live jobs of the store, before the first tick, at `now_ms` (the driver's
+    /// clock). `next_job_id` is the store's; ids go on from the larger of it and the
+    /// jobs'. Returns what could not be restored, one line each (the rest is loaded).
+    pub fn restore(&mut self, records: Vec<JobRecord>, next_job_id: u64, now_ms: u64) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let mut next = next_job_id.max(1);
+        for rec in records {
+            next = next.max(rec.id.saturating_add(1));
+            if let Err(why) = restore_job(&mut self.world, rec.clone(), now_ms) {
+                warnings.push(format!("job {:?} (id {}) not restored: {why}", rec.spec.name, rec.id));
+            }
+        }
+        self.world.resource_mut::<NextJobId>().0 = next;
+        warnings
+    }
+}
+
+fn restore_job(world: &mut World, rec: JobRecord, now_ms: u64) -> Result<(), String> {
+    if !rec.is_live() {
+        return Err("it has ended".into());
+    }
+    let name = rec.spec.name.clone();
+    if let Some(&e) = world.resource::<JobNames>().0.get(&name)
+        && world.get::<JobState>(e).is_some_and(is_live)
+    {
+        return Err("a job of that name is already loaded".into());
+    }
+    let bytes = rec.encode().map_err(|e| e.to_string())?;
+    super::ingest::admit(world, rec.spec.clone(), rec.owner.clone(), JobId(rec.id));
+    let job_e = *world
+        .resource::<JobNames>()
+        .0
+        .get(&name)
+        .ok_or("its spec was refused")?;
+    let job = world.get::<Job>(job_e).cloned().ok_or("its spec was refused")?;
+    if job.tasks.len() != rec.tasks.len() || job.sub_jobs.len() != rec.sub_jobs.len() {
+        world.despawn(job_e);
+        world.resource_mut::<JobNames>().0.remove(&name);
+        return Err(format!(
+            "its spec makes {} tasks, its record has {}",
+            job.tasks.len(),
+            rec.tasks.len()
+        ));
+    }
+    let s = rec.state;
+    // A job the allocator rejected is looked at again on the topology the agents bring.
+    let phase = if s.phase == JobPhase::Rejected { JobPhase::Pending } else { s.phase };
+    world.entity_mut(job_e).insert(JobState {
+        phase,
+        reason: s.reason,
+        start_time: s.start_time,
+        end_time: s.end_time,
+        allocated_hyper_node: s.allocated_hyper_node,
+        checked_generation: None,
+        failed_epoch: None,
+        next_rank: s.next_rank,
+        verdict: s.verdict,
+        exit_code: s.exit_code,
+        first_failure: s.first_failure,
+        reported: s.reported,
+        task_started: s.task_started,
+        kill: s.kill,
+        requeue: s.requeue,
+    });
+    if rec.requeued > 0 {
+        world.entity_mut(job_e).insert(Requeued(rec.requeued));
+    }
+    for (&sj, hn) in job.sub_jobs.iter().zip(rec.sub_jobs) {
+        world.entity_mut(sj).insert(SubJobState {
+            allocated_hyper_node: hn,
+        });
+    }
+    for (&task_e, t) in job.tasks.iter().zip(rec.tasks) {
+        let node = match (t.phase, t.node.as_deref()) {
+            (TaskPhase::Pending, _) | (_, None) => None,
+            (TaskPhase::Running, Some(n)) => Some(node_for(world, n, now_ms)),
+            (TaskPhase::Finished, Some(n)) => world.resource::<NodeNames>().0.get(n).copied(),
+        };
+        let phase = if t.phase == TaskPhase::Running && node.is_none() {
+            TaskPhase::Pending // a record without its node: placed again
+        } else {
+            t.phase
+        };
+        world.entity_mut(task_e).insert(TaskState {
+            phase,
+            node,
+            rank: t.rank.filter(|_| phase != TaskPhase::Pending),
+            start_time: t.start_time,
+            dispatched: phase != TaskPhase::Pending,
+            numa: None,
+        });
+        if phase == TaskPhase::Running
+            && let Some(n) = node
+        {
+            adopt_later(world, n, task_e, t.numa);
+        }
+        if t.pid.is_some() || t.start_ms.is_some() || t.end.is_some() {
+            world.entity_mut(task_e).insert(TaskRun {
+                pid: t.pid,
+                start_ms: t.start_ms,
+                end: t.end,
+                seen_ms: Some(now_ms),
+                ..TaskRun::default()
+            });
+        }
+    }
+    world.entity_mut(job_e).insert(Persisted(fingerprint(&bytes)));
+    Ok(())
+}
+
+/// The node called `name`: the one the world has, or a stand-in until its agent registers.
+fn node_for(world: &mut World, name: &str, now_ms: u64) -> Entity {
+    if let Some(&e) = world.resource::<NodeNames>().0.get(name) {
+        return e;
+    }
+    let empty = Resources::default();
+    let hardware = NodeHardware(world.resource_mut::<HardwareCache>().get(None, &empty));
+    let e = world
+        .spawn((
+            Node {
+                name: Arc::from(name),
+                labels: Default::default(),
+                allocatable: empty.clone(),
+                external_used: empty,
+                ready: false,
+                ib_ports: (0, 0),
+                ib_guids: Vec::new(),
+            },
+            hardware,
+            // Its agent's link: none yet, silent since the start.
+            Heartbeats {
+                last_ms: now_ms,
+                linked: false,
+                link: 0,
+                listed_ms: None,
+            },
+            AwaitingAgent::default(),
+        ))
+        .id();
+    world.resource_mut::<NodeNames>().0.insert(name.to_string(), e);
+    world.resource_mut::<Away>().0.insert(e, now_ms);
+    world.get_resource_or_insert_with(Awaiting::default).0 += 1;
+    world.resource_mut::<TopologyDirty>().0 = true;
+    world.resource_mut::<NodeSetGeneration>().0 += 1;
+    e
+}
+
+fn adopt_later(world: &mut World, node: Entity, task: Entity, numa: Option<AssignmentRecord>) {
+    match world.get_mut::<AwaitingAgent>(node) {
+        Some(mut waiting) => waiting.0.push((task, numa)),
+        // A node the world already has with its hardware (not the daemon's case).
+        None => adopt_one(world, node, task, numa),
+    }
+}
+
+/// Called when a node's spec arrives (`ingest::node_up`): the restored tasks on it take
+/// their NUMA assignments again, checked against the hardware it now reports; a task
+/// whose assignment no longer fits (the node's hardware changed) is lost, saying why.
+pub(crate) fn adopt(world: &mut World, node: Entity) {
+    let Some(waiting) = give_up(world, node) else {
+        return;
+    };
+    for (task, numa) in waiting.0 {
+        adopt_one(world, node, task, numa);
+    }
+}
+
+fn adopt_one(world: &mut World, node: Entity, task: Entity, numa: Option<AssignmentRecord>) {
+    let Some(numa) = numa else { return };
+    let Some(hw) = world.get::<NodeHardware>(node).map(|h| h.0.clone()) else {
+        return;
+    };
+    let still_there = world
+        .get::<TaskState>(task)
+        .is_some_and(|ts| ts.is_running() && ts.node == Some(node));
+    if !still_there {
+        return;
+    }
+    if fits(&numa, &hw) {
+        if let Some(mut ts) = world.get_mut::<TaskState>(task) {
+            ts.numa = Some(Arc::new(numa.to_assignment()));
+        }
+        return;
+    }
+    let Some(job) = world.get::<super::components::Task>(task).map(|t| t.job) else {
+        return;
+    };
+    let now = world.resource::<super::queues::NowMillis>().0;
+    let run = world.get::<TaskRun>(task);
+    let end = TaskEnd {
+        outcome: TaskOutcome::Lost,
+        pid: run.and_then(|r| r.pid),
+        start_time_ms: run.and_then(|r| r.start_ms),
+        end_time_ms: now,
+        reason: Some("its node's hardware changed since the planner placed it".into()),
+        ..TaskEnd::default()
+    };
+    end_task(world, job, task, end);
+}
+
+/// The assignment names only PUs, GPUs and NUMA nodes the hardware has.
+fn fits(a: &AssignmentRecord, hw: &NodeNuma) -> bool {
+    let m = &hw.machine;
+    let numa = m.numa_count();
+    a.pus.iter().all(|&p| (p as usize) < m.pus.len())
+        && a.gpus.iter().all(|&g| (g as usize) < m.gpus.len())
+        && a.memory.iter().all(|&(n, _)| (n as usize) < numa)
+        && (numa >= 64 || a.numa >> numa == 0)
+}
+
+/// The node no longer awaits its agent (it registered, or was declared lost): what it
+/// held for its restored tasks.
+pub(crate) fn give_up(world: &mut World, node: Entity) -> Option<AwaitingAgent> {
+    let waiting = world.entity_mut(node).take::<AwaitingAgent>()?;
+    if let Some(mut a) = world.get_resource_mut::<Awaiting>() {
+        a.0 = a.0.saturating_sub(1);
+    }
+    Some(waiting)
+}

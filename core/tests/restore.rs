@@ -1,0 +1,359 @@
+//! Scenario tests for durable state (issue 14), on the core's side: the journal writes a
+//! job's record when it changes (and only then), a planner restored from those records
+//! has every live job as it was, places nothing on the nodes of running tasks before
+//! their agents are back, takes the tasks' NUMA assignments again on the hardware they
+//! report, kills what they run that it does not know, and loses what they no longer run
+//! (or what a node that never comes back ran). Invariants are checked after every tick.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hyperplan_core::commands::KillReason;
+use hyperplan_core::config::HealthConfig;
+use hyperplan_core::events::TaskOnNode;
+use hyperplan_core::journal::JobRecord;
+use hyperplan_core::testing::{ClusterBuilder, JobBuilder, MachineBuilder};
+use hyperplan_core::{Command, Event, Planner, PlannerConfig, invariants, view};
+use hyperplan_shared::report::{JobReport, JobStatus, TaskStatus};
+use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
+use hyperplan_shared::{JobSpec, NodeSpec};
+
+/// A daemon-like planner with its journal on: what it persisted, by job id.
+struct Rig {
+    p: Planner,
+    now: u64,
+    nodes: Vec<NodeSpec>,
+    /// Nodes whose agents are registered (they heartbeat every step).
+    linked: Vec<String>,
+    store: BTreeMap<u64, (bool, Vec<u8>)>,
+    writes: usize,
+}
+
+fn config() -> PlannerConfig {
+    PlannerConfig {
+        health: HealthConfig {
+            node_lost_after: Duration::from_secs(10),
+            ..HealthConfig::default()
+        },
+        ..PlannerConfig::default()
+    }
+}
+
+/// Two nodes of 2 NUMA nodes × 4 cores (8 PUs).
+fn cluster() -> Vec<NodeSpec> {
+    ClusterBuilder::flat(2)
+        .hardware(MachineBuilder::new(2, 1, 4, 1).build())
+        .build()
+        .nodes
+}
+
+impl Rig {
+    fn new() -> Self {
+        let mut p = Planner::new(config());
+        p.enable_journal();
+        Self {
+            p,
+            now: 1_000,
+            nodes: cluster(),
+            linked: Vec::new(),
+            store: BTreeMap::new(),
+            writes: 0,
+        }
+    }
+
+    /// A planner started from `store`'s live records at the rig's time.
+    fn restarted(old: &Rig) -> (Self, Vec<String>) {
+        let mut rig = Self::new();
+        rig.now = old.now + 5_000;
+        rig.store = old.store.clone();
+        let live: Vec<JobRecord> = old
+            .store
+            .values()
+            .filter(|(live, _)| *live)
+            .map(|(_, b)| JobRecord::decode(b).unwrap())
+            .collect();
+        let warnings = rig.p.restore(live, old.p.next_job_id(), rig.now);
+        (rig, warnings)
+    }
+
+    fn register(&mut self, name: &str) {
+        let spec = self.nodes.iter().find(|n| n.name == name).unwrap().clone();
+        self.p.push(Event::NodeUp(spec));
+        self.p.push(Event::LinkUp {
+            node: name.into(),
+            link: 1,
+            at_ms: self.now,
+        });
+        self.linked.push(name.into());
+    }
+
+    fn step(&mut self) -> Vec<Command> {
+        self.now += 1_000;
+        for n in &self.linked {
+            self.p.push(Event::Heartbeat {
+                node: n.clone(),
+                at_ms: self.now,
+            });
+        }
+        self.tick()
+    }
+
+    fn tick(&mut self) -> Vec<Command> {
+        let cmds = self.p.tick_millis(self.now);
+        let bad = invariants::check(self.p.world_mut());
+        assert!(bad.is_empty(), "invariants broken: {bad:#?}");
+        for c in &cmds {
+            if let Command::Persist(p) = c {
+                self.store.insert(p.id, (p.live, p.bytes.to_vec()));
+                self.writes += 1;
+            }
+        }
+        cmds
+    }
+
+    fn submit(&mut self, spec: JobSpec) -> u64 {
+        let id = self.p.next_job_id();
+        self.p.push(Event::SubmitBy {
+            spec,
+            owner: "alice".into(),
+        });
+        id
+    }
+
+    fn job(&mut self, name: &str) -> JobReport {
+        view::job_report(self.p.world_mut(), name).unwrap_or_else(|| panic!("no job {name}"))
+    }
+
+    fn start_all(&mut self, job: &str, id: u64) {
+        for (i, t) in self.job(job).tasks.into_iter().enumerate() {
+            self.p.push(Event::TaskStarted {
+                node: t.node.unwrap(),
+                job: job.into(),
+                job_id: id,
+                task: t.name,
+                pid: 100 + i as u32,
+                at_ms: self.now,
+            });
+        }
+    }
+
+    fn end(&mut self, job: &str, id: u64, task: &str, outcome: TaskOutcome, code: Option<i32>) {
+        let node = self.job(job).tasks.into_iter().find(|t| t.name == task).unwrap().node.unwrap();
+        self.p.push(Event::TaskEnded {
+            node,
+            job: job.into(),
+            job_id: id,
+            task: task.into(),
+            end: TaskEnd {
+                outcome,
+                exit_code: code,
+                end_time_ms: self.now,
+                ..TaskEnd::default()
+            },
+        });
+    }
+}
+
+fn placed(cmds: &[Command]) -> Vec<String> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::Place(p) => Some(format!("{}/{}@{}", p.job(), p.task, p.node)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A rig with `run` (2 × 4 PUs, single-numa-node, started),
+/// `wait` (2 × 8 PUs) pending behind it, and `done` finished.
+fn busy_rig() -> (Rig, u64, u64) {
+    let mut rig = Rig::new();
+    rig.register("n01");
+    rig.register("n02");
+    rig.tick();
+    let done = rig.submit(JobBuilder::gang("done", 1, "cpu=1").build());
+    rig.step();
+    rig.start_all("done", done);
+    rig.step();
+    rig.end("done", done, "worker-0", TaskOutcome::Exited, Some(0));
+    rig.step();
+    assert_eq!(rig.job("done").status, JobStatus::Completed);
+    let run = rig.submit(JobBuilder::gang("run", 2, "cpu=4").numa("single-numa-node").build());
+    rig.step();
+    rig.start_all("run", run);
+    let wait = rig.submit(JobBuilder::gang("wait", 2, "cpu=8").build());
+    rig.step();
+    assert_eq!(rig.job("run").status, JobStatus::Running);
+    assert_eq!(rig.job("wait").status, JobStatus::Pending);
+    (rig, run, wait)
+}
+
+#[test]
+fn the_journal_writes_a_job_when_it_changes_and_only_then() {
+    let (mut rig, run, _) = busy_rig();
+    let before = rig.writes;
+    // Heartbeats with the tasks' use: nothing durable changed.
+    for _ in 0..3 {
+        let tasks = rig
+            .job("run")
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.node.clone().unwrap(), t.name.clone(), 100 + i as u32))
+            .collect::<Vec<_>>();
+        for (node, task, pid) in tasks {
+            rig.p.push(Event::TasksOnNode {
+                node,
+                tasks: vec![TaskOnNode {
+                    job: "run".into(),
+                    job_id: run,
+                    task,
+                    pid,
+                    cpu_cores: 3.5,
+                    rss_bytes: 1 << 20,
+                }],
+            });
+        }
+        rig.step();
+    }
+    assert_eq!(rig.writes, before, "sampled use and idle ticks write nothing");
+    // Finished jobs go to the finished side, live ones stay live.
+    let live: Vec<bool> = rig.store.values().map(|(l, _)| *l).collect();
+    assert_eq!(live, vec![false, true, true], "done, run, wait");
+}
+
+#[test]
+fn a_restarted_planner_has_every_live_job_and_places_nothing_before_the_nodes_are_back() {
+    let (mut old, run, wait) = busy_rig();
+    let cpus_before: Vec<Option<String>> = old.job("run").tasks.iter().map(|t| t.cpus.clone()).collect();
+    let (mut rig, warnings) = Rig::restarted(&old);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert!(view::job_report(rig.p.world_mut(), "done").is_none(), "ended jobs stay in the store");
+    let cmds = rig.tick();
+    assert!(placed(&cmds).is_empty(), "{:?}", placed(&cmds));
+    let r = rig.job("run");
+    assert_eq!(r.status, JobStatus::Running);
+    assert!(r.tasks.iter().all(|t| t.state == Some(TaskStatus::Running)), "{r:?}");
+    assert_eq!(rig.job("wait").status, JobStatus::Pending);
+    // Ids go on after the stored ones.
+    assert_eq!(rig.p.next_job_id(), wait + 1);
+    // One node is back: its task holds its PUs again, and `wait` still does not fit.
+    rig.register("n01");
+    let cmds = rig.step();
+    assert!(placed(&cmds).is_empty(), "{:?}", placed(&cmds));
+    let cpus_after: Vec<Option<String>> = rig.job("run").tasks.iter().map(|t| t.cpus.clone()).collect();
+    assert_eq!(cpus_after, cpus_before, "the same PUs as before the restart");
+    rig.register("n02");
+    let cmds = rig.step();
+    assert!(placed(&cmds).is_empty(), "{:?}", placed(&cmds));
+    // Ends sent while the planner was down arrive now: `run` completes, `wait` goes.
+    rig.end("run", run, "worker-0", TaskOutcome::Exited, Some(0));
+    rig.end("run", run, "worker-1", TaskOutcome::Exited, Some(0));
+    let cmds = rig.step();
+    assert_eq!(rig.job("run").status, JobStatus::Completed);
+    let p = placed(&cmds);
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(p.iter().all(|p| p.starts_with("wait/")), "{p:?}");
+}
+
+#[test]
+fn unknown_tasks_are_killed_and_tasks_no_longer_listed_are_lost() {
+    let (old, run, _) = busy_rig();
+    let (mut rig, _) = Rig::restarted(&old);
+    rig.register("n01");
+    rig.register("n02");
+    rig.tick();
+    let node_of_0 = rig.job("run").tasks[0].node.clone().unwrap();
+    // Each heartbeat: the node of worker-0 lists it and a task the planner never had;
+    // the other node lists nothing (its state directory was wiped).
+    let mut orphan_kills = 0;
+    for _ in 0..15 {
+        rig.p.push(Event::TasksOnNode {
+            node: node_of_0.clone(),
+            tasks: vec![
+                TaskOnNode {
+                    job: "run".into(),
+                    job_id: run,
+                    task: "worker-0".into(),
+                    pid: 100,
+                    cpu_cores: 1.0,
+                    rss_bytes: 1,
+                },
+                TaskOnNode {
+                    job: "ghost".into(),
+                    job_id: 99,
+                    task: "t-0".into(),
+                    pid: 7,
+                    cpu_cores: 1.0,
+                    rss_bytes: 1,
+                },
+            ],
+        });
+        let cmds = rig.step();
+        orphan_kills += cmds
+            .iter()
+            .filter(|c| matches!(c, Command::Kill { job, why: KillReason::Orphan, .. } if &**job == "ghost"))
+            .count();
+    }
+    assert_eq!(orphan_kills, 15, "killed every time it is listed");
+    let r = rig.job("run");
+    assert_eq!(r.tasks[1].state, Some(TaskStatus::Lost), "{r:?}");
+    assert!(
+        r.tasks[1].reason.as_deref().unwrap_or("").contains("has not listed it"),
+        "{r:?}"
+    );
+    assert_eq!(r.tasks[0].state, Some(TaskStatus::Running), "killed, its end not reported yet");
+    assert_eq!(r.status, JobStatus::Failed);
+}
+
+#[test]
+fn a_node_that_never_comes_back_loses_its_tasks_and_a_requeued_job_runs_again() {
+    let mut old = Rig::new();
+    old.register("n01");
+    old.register("n02");
+    old.tick();
+    let mut spec = JobBuilder::gang("again", 1, "cpu=2").build();
+    spec.run.requeue = true;
+    let id = old.submit(spec);
+    old.step();
+    old.start_all("again", id);
+    old.step();
+    let first = old.job("again").tasks[0].node.clone().unwrap();
+    let other = if first == "n01" { "n02" } else { "n01" };
+    let (mut rig, _) = Rig::restarted(&old);
+    rig.register(other);
+    rig.tick();
+    let mut placed_again = Vec::new();
+    for _ in 0..14 {
+        placed_again.extend(placed(&rig.step()));
+    }
+    assert_eq!(placed_again, vec![format!("again/worker-0@{other}")]);
+    assert_eq!(rig.job("again").status, JobStatus::Placed);
+}
+
+#[test]
+fn a_task_whose_node_came_back_with_other_hardware_is_lost() {
+    let (old, _, _) = busy_rig();
+    let (mut rig, _) = Rig::restarted(&old);
+    // Both nodes come back with a single NUMA node of 2 PUs.
+    for n in &mut rig.nodes {
+        let small = ClusterBuilder::flat(1)
+            .hardware(MachineBuilder::new(1, 1, 2, 1).build())
+            .build()
+            .nodes
+            .remove(0);
+        n.hardware = small.hardware;
+        n.resources = small.resources;
+    }
+    rig.register("n01");
+    rig.register("n02");
+    rig.step();
+    let r = rig.job("run");
+    assert!(r.tasks.iter().all(|t| t.state == Some(TaskStatus::Lost)), "{r:?}");
+    assert!(
+        r.tasks[0].reason.as_deref().unwrap_or("").contains("hardware changed"),
+        "{r:?}"
+    );
+    assert_eq!(r.status, JobStatus::Failed);
+}
