@@ -62,6 +62,8 @@ fn start_planner(bin: &Path, certs: &Path, listen: &str) -> (Child, SocketAddr) 
     let mut child = cmd
         .args(["--listen", listen, "--config", "/dev/null", "--cert-dir"])
         .arg(certs)
+        .arg("--store")
+        .arg(certs.with_file_name("state.redb"))
         .args(["--heartbeat-interval", "1", "--missed-heartbeats", "3"])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())

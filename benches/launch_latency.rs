@@ -78,6 +78,8 @@ fn main() {
     let planner_log = dir.path().join("planner.log");
     let mut planner = Command::new(&planner_bin)
         .args(["--listen", "127.0.0.1:0", "--config", "/dev/null", "--cert-dir", c])
+        .arg("--store")
+        .arg(dir.path().join("state.redb"))
         .args(["--tick-interval", "0.2", "--heartbeat-interval", "0.5"])
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())

@@ -400,6 +400,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .arg(&config)
         .args(["--cert-dir"])
         .arg(&certs)
+        .arg("--store")
+        .arg(dir.join("state.redb"))
         .stdout(Stdio::piped())
         .stderr(planner_log);
     session

@@ -317,6 +317,8 @@ fn check_reads_every_source_once_and_fails_when_one_cannot_be_read() {
     let out = std::process::Command::new(common::bin("hyperplan-planner"))
         .arg("--config")
         .arg(&toml)
+        .arg("--store")
+        .arg(toml.with_file_name("state.redb"))
         .arg("--check")
         .output()
         .unwrap();

@@ -190,6 +190,8 @@ fn the_planner_refuses_to_start_on_a_malformed_revocation_list() {
     let mut child = Command::new(bin("hyperplan-planner"))
         .args(["--listen", "127.0.0.1:0", "--config", "/dev/null", "--cert-dir"])
         .arg(c.certs())
+        .arg("--store")
+        .arg(c.store())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

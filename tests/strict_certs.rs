@@ -65,7 +65,9 @@ fn planner(certs: &Path) -> Output {
     let mut command = Command::new(bin("hyperplan-planner"));
     command
         .args(["--listen", "127.0.0.1:0", "--config", "/dev/null", "--cert-dir"])
-        .arg(certs);
+        .arg(certs)
+        .arg("--store")
+        .arg(certs.join("state.redb"));
     run_to_failure(command)
 }
 

@@ -172,6 +172,7 @@ async fn serve(conn: usize, connection: quinn::Connection, tx: mpsc::UnboundedSe
                     let reply = PlannerToAgent::Registered {
                         node: name.clone(),
                         heartbeat_interval_ms: HEARTBEAT_MS,
+                        epoch: 1,
                     };
                     if write_frame(&mut send, &reply, DEFAULT_MAX_FRAME).await.is_err() {
                         return;

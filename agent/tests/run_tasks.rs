@@ -136,6 +136,7 @@ async fn serve(
         .send(PlannerToAgent::Registered {
             node: hello.name.clone(),
             heartbeat_interval_ms: 200,
+            epoch: 1,
         })
         .unwrap();
     let mut registered = false;
@@ -332,6 +333,7 @@ fn launch_task(job: &str, job_id: u64, user: &str, script: &str, work: &Path) ->
         gpus: vec![],
         nics: vec![],
         memory_bytes: None,
+        epoch: 1,
     }
 }
 
@@ -507,11 +509,13 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
     s.planner.send(PlannerToAgent::Kill {
         task: task.clone(),
         grace_secs: 2,
+        epoch: 1,
     });
     // A second Kill while it is being killed changes nothing.
     s.planner.send(PlannerToAgent::Kill {
         task: task.clone(),
         grace_secs: 0,
+        epoch: 1,
     });
     let end = s.planner.finished(&task).await;
     assert_eq!(end.outcome, TaskOutcome::Cancelled, "{end:?}");
@@ -544,6 +548,7 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
     s.planner.send(PlannerToAgent::Kill {
         task: quick.clone(),
         grace_secs: 1,
+        epoch: 1,
     });
     let end = s.planner.finished(&quick).await;
     assert_eq!(end.outcome, TaskOutcome::Cancelled, "{end:?}");
@@ -559,6 +564,7 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
             task: "w-0".into(),
         },
         grace_secs: 1,
+        epoch: 1,
     });
     s.planner
         .find("a heartbeat", |m| {

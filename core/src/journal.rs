@@ -19,7 +19,9 @@ use hyperplan_shared::taskend::TaskEnd;
 use serde::{Deserialize, Serialize};
 
 use super::commands::{Command, KillReason};
-use super::components::{Job, JobPhase, JobState, LiveChanged, Node, SubJob, SubJobState, Task, TaskPhase, TaskState, Verdict};
+use super::components::{
+    Job, JobPhase, JobState, LiveChanged, Node, SubJob, SubJobState, Task, TaskPhase, TaskState, Verdict,
+};
 use super::lifecycle::Requeued;
 use super::numa::assign::Assignment;
 use super::ownership::{JobId, JobOwner, SIM_OWNER, is_live};
@@ -113,6 +115,51 @@ impl AssignmentRecord {
 }
 
 impl JobRecord {
+    /// A job as just submitted: pending, nothing placed. The daemon writes it before it
+    /// acknowledges the submission (the core makes the job at its next tick).
+    pub fn submitted(id: u64, owner: &str, spec: JobSpec) -> Self {
+        let tasks = spec
+            .tasks
+            .iter()
+            .flat_map(|t| (0..t.replicas).map(move |i| format!("{}-{i}", t.name)))
+            .map(|name| TaskRecord {
+                name,
+                phase: TaskPhase::Pending,
+                node: None,
+                rank: None,
+                start_time: None,
+                numa: None,
+                pid: None,
+                start_ms: None,
+                end: None,
+            })
+            .collect();
+        Self {
+            id,
+            owner: owner.to_string(),
+            spec,
+            state: StateRecord {
+                phase: JobPhase::Pending,
+                reason: None,
+                start_time: None,
+                end_time: None,
+                allocated_hyper_node: None,
+                next_rank: 0,
+                verdict: None,
+                exit_code: None,
+                first_failure: None,
+                reported: false,
+                task_started: false,
+                kill: None,
+                requeue: None,
+                rejected_for_topology: false,
+            },
+            tasks,
+            sub_jobs: Vec::new(),
+            requeued: 0,
+        }
+    }
+
     /// It has not ended: the planner loads it at start (see [`ownership::is_live`](super::ownership::is_live)).
     pub fn is_live(&self) -> bool {
         match self.state.phase {
@@ -120,6 +167,21 @@ impl JobRecord {
             JobPhase::Rejected => self.state.rejected_for_topology,
             JobPhase::Finished | JobPhase::Cancelled => false,
         }
+    }
+
+    /// Unix seconds it ended, or its submit time when it never ran (see [`Persist::ended_at`]).
+    pub fn ended_at(&self) -> u64 {
+        self.state.end_time.unwrap_or(self.spec.submit_time)
+    }
+
+    /// What the store writes for it.
+    pub fn persist(&self) -> Result<Persist, RecordError> {
+        Ok(Persist {
+            id: self.id,
+            live: self.is_live(),
+            ended_at: self.ended_at(),
+            bytes: self.encode()?.into(),
+        })
     }
 
     /// MessagePack with field names.
@@ -143,8 +205,9 @@ pub struct Persist {
     pub id: u64,
     /// Live jobs are loaded at start; ended ones only read for `status --all`.
     pub live: bool,
-    /// Unix seconds it ended, for `keepFinished`.
-    pub end_time: Option<u64>,
+    /// Unix seconds it ended (its submit time when it never ran), for `keepFinished`
+    /// and `status --since`.
+    pub ended_at: u64,
     pub bytes: std::sync::Arc<[u8]>,
 }
 
@@ -179,7 +242,11 @@ pub fn record(world: &World, job_e: Entity) -> Option<JobRecord> {
             let task = world.get::<Task>(t)?;
             Some((task, world.get::<TaskState>(t)?, world.get::<TaskRun>(t)))
         },
-        |sj| world.get::<SubJobState>(sj).and_then(|s| s.allocated_hyper_node.clone()),
+        |sj| {
+            world
+                .get::<SubJobState>(sj)
+                .and_then(|s| s.allocated_hyper_node.clone())
+        },
         node_name,
     ))
 }
@@ -290,9 +357,10 @@ pub fn journal(
         let bytes = match rec.encode() {
             Ok(b) => b,
             Err(e) => {
-                outbox
-                    .0
-                    .push(Command::Warn(format!("job {}: cannot encode its record: {e}", job.spec.name)));
+                outbox.0.push(Command::Warn(format!(
+                    "job {}: cannot encode its record: {e}",
+                    job.spec.name
+                )));
                 continue;
             }
         };
@@ -307,7 +375,7 @@ pub fn journal(
         out.push(Persist {
             id: id.0,
             live: is_live(st),
-            end_time: st.end_time,
+            ended_at: st.end_time.unwrap_or(job.spec.submit_time),
             bytes: bytes.into(),
         });
     }

@@ -17,7 +17,7 @@ use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 use super::Planner;
 use super::components::{Job, JobPhase, JobState, Node, SubJobState, TaskPhase, TaskState};
 use super::health::{Away, Heartbeats};
-use super::journal::{AssignmentRecord, Journal, JobRecord, Persisted, fingerprint};
+use super::journal::{AssignmentRecord, JobRecord, Journal, Persisted, fingerprint};
 use super::lifecycle::{Requeued, end_task};
 use super::names::{JobNames, NodeNames};
 use super::numa::node::{HardwareCache, NodeHardware, NodeNuma};
@@ -77,7 +77,7 @@ fn restore_job(world: &mut World, rec: JobRecord, now_ms: u64) -> Result<(), Str
         .get(&name)
         .ok_or("its spec was refused")?;
     let job = world.get::<Job>(job_e).cloned().ok_or("its spec was refused")?;
-    if job.tasks.len() != rec.tasks.len() || job.sub_jobs.len() != rec.sub_jobs.len() {
+    if job.tasks.len() != rec.tasks.len() || job.sub_jobs.len() < rec.sub_jobs.len() {
         world.despawn(job_e);
         world.resource_mut::<JobNames>().0.remove(&name);
         return Err(format!(
@@ -88,7 +88,11 @@ fn restore_job(world: &mut World, rec: JobRecord, now_ms: u64) -> Result<(), Str
     }
     let s = rec.state;
     // A job the allocator rejected is looked at again on the topology the agents bring.
-    let phase = if s.phase == JobPhase::Rejected { JobPhase::Pending } else { s.phase };
+    let phase = if s.phase == JobPhase::Rejected {
+        JobPhase::Pending
+    } else {
+        s.phase
+    };
     world.entity_mut(job_e).insert(JobState {
         phase,
         reason: s.reason,

@@ -140,7 +140,14 @@ impl Rig {
     }
 
     fn end(&mut self, job: &str, id: u64, task: &str, outcome: TaskOutcome, code: Option<i32>) {
-        let node = self.job(job).tasks.into_iter().find(|t| t.name == task).unwrap().node.unwrap();
+        let node = self
+            .job(job)
+            .tasks
+            .into_iter()
+            .find(|t| t.name == task)
+            .unwrap()
+            .node
+            .unwrap();
         self.p.push(Event::TaskEnded {
             node,
             job: job.into(),
@@ -229,7 +236,10 @@ fn a_restarted_planner_has_every_live_job_and_places_nothing_before_the_nodes_ar
     let cpus_before: Vec<Option<String>> = old.job("run").tasks.iter().map(|t| t.cpus.clone()).collect();
     let (mut rig, warnings) = Rig::restarted(&old);
     assert!(warnings.is_empty(), "{warnings:?}");
-    assert!(view::job_report(rig.p.world_mut(), "done").is_none(), "ended jobs stay in the store");
+    assert!(
+        view::job_report(rig.p.world_mut(), "done").is_none(),
+        "ended jobs stay in the store"
+    );
     let cmds = rig.tick();
     assert!(placed(&cmds).is_empty(), "{:?}", placed(&cmds));
     let r = rig.job("run");
@@ -303,7 +313,11 @@ fn unknown_tasks_are_killed_and_tasks_no_longer_listed_are_lost() {
         r.tasks[1].reason.as_deref().unwrap_or("").contains("has not listed it"),
         "{r:?}"
     );
-    assert_eq!(r.tasks[0].state, Some(TaskStatus::Running), "killed, its end not reported yet");
+    assert_eq!(
+        r.tasks[0].state,
+        Some(TaskStatus::Running),
+        "killed, its end not reported yet"
+    );
     assert_eq!(r.status, JobStatus::Failed);
 }
 

@@ -176,6 +176,7 @@ mod tests {
                     task: "t".into(),
                 },
                 grace_secs: 10,
+                epoch: 1,
             },
             1024,
         )

@@ -14,7 +14,7 @@ use hyperplan_shared::topology::NodeTopology;
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change to the messages below.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Who is speaking on a connection. The certificate says the same (its OU), and the
 /// planner checks that the two agree.
@@ -171,6 +171,10 @@ pub enum PlannerToAgent {
     Registered {
         node: String,
         heartbeat_interval_ms: u64,
+        /// The planner's epoch: raised at every start and every new leader. An agent
+        /// refuses a planner (and its orders) older than the newest epoch it has seen.
+        #[serde(default)]
+        epoch: u64,
     },
     /// A job's ranks and nodes, sent to each of its nodes before the `Launch` of its
     /// first task there (again, replacing it, when later tasks of the job are placed).
@@ -182,13 +186,13 @@ pub enum PlannerToAgent {
     Kill {
         task: TaskRef,
         grace_secs: u64,
+        /// The sending planner's epoch (see `Registered`).
+        #[serde(default)]
+        epoch: u64,
     },
     /// The planner has the agent's `TaskStarted` (`finished: false`) or `TaskFinished`
     /// (`finished: true`) of this task: stop sending it (and, for an end, forget it).
-    Ack {
-        task: TaskRef,
-        finished: bool,
-    },
+    Ack { task: TaskRef, finished: bool },
     /// Read up to `max_bytes` of the task's output file from `offset` (`stderr`: its
     /// error file, when that is another file); answered by [`AgentMessage::Log`].
     ReadLog {
@@ -253,6 +257,9 @@ pub struct LaunchTask {
     /// confines tasks by cgroup); `None` when the job asked for none.
     #[serde(default)]
     pub memory_bytes: Option<u64>,
+    /// The sending planner's epoch (see [`PlannerToAgent::Registered`]).
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 /// `hyperplan cancel`'s default grace between SIGTERM and SIGKILL.
@@ -292,6 +299,10 @@ pub enum RequestCommand {
         job: Option<String>,
         #[serde(default)]
         all: bool,
+        /// Jobs that have not ended and those that ended in the last `since_secs`
+        /// seconds (the stored ones included), each of them.
+        #[serde(default)]
+        since_secs: Option<u64>,
     },
     Nodes,
     HyperNodes,
@@ -553,6 +564,7 @@ mod tests {
         roundtrip(&PlannerToAgent::Registered {
             node: "n001".into(),
             heartbeat_interval_ms: 1000,
+            epoch: 3,
         });
         roundtrip(&PlannerToAgent::Job(Box::new(JobWorld {
             job: "j".into(),
@@ -581,6 +593,7 @@ mod tests {
             gpus: vec!["0000:3b:00.0".into()],
             nics: vec!["mlx5_0".into()],
             memory_bytes: Some(1 << 30),
+            epoch: 2,
         })));
         let task = TaskRef {
             job: "j".into(),
@@ -590,6 +603,7 @@ mod tests {
         roundtrip(&PlannerToAgent::Kill {
             task: task.clone(),
             grace_secs: 10,
+            epoch: 3,
         });
         roundtrip(&PlannerToAgent::Ack {
             task: task.clone(),
@@ -616,7 +630,11 @@ mod tests {
                 job: "j".into(),
                 grace_secs: 10,
             },
-            RequestCommand::Status { job: None, all: true },
+            RequestCommand::Status {
+                job: None,
+                all: true,
+                since_secs: Some(7200),
+            },
             RequestCommand::Status {
                 job: Some("j".into()),
                 all: false,

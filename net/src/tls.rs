@@ -196,11 +196,59 @@ fn transport(keep_alive: bool) -> Arc<quinn::TransportConfig> {
 
 /// The planner's QUIC endpoint listening on `addr` (port 0 picks one: see
 /// `Endpoint::local_addr`). Call inside a tokio runtime.
+///
+/// Its stateless-reset key is derived from its private key, so a planner started again
+/// on the same address answers the packets of its predecessor's connections with a reset
+/// the agents and clients believe: they notice the restart at once and register again,
+/// instead of waiting out the idle timeout.
 pub fn server_endpoint(addr: SocketAddr, material: &TlsMaterial) -> Result<quinn::Endpoint, TlsError> {
     let crypto = QuicServerConfig::try_from(server_config(material)?)?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     config.transport_config(transport(false));
-    quinn::Endpoint::server(config, addr).map_err(|source| TlsError::Bind { addr, source })
+    let seed = ring::digest::digest(
+        &ring::digest::SHA256,
+        &[b"hyperplan stateless reset\0".as_slice(), material.key.secret_der()].concat(),
+    );
+    let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, seed.as_ref());
+    let mut endpoint_config = quinn::EndpointConfig::new(Arc::new(reset_key));
+    // quinn's default ids carry a checksum under a per-process key, and a successor
+    // would drop its predecessor's packets instead of resetting them: plain random ids.
+    endpoint_config.cid_generator(|| Box::new(RandomCid::default()));
+    let bind = |source| TlsError::Bind { addr, source };
+    let socket = std::net::UdpSocket::bind(addr).map_err(bind)?;
+    let runtime =
+        quinn::default_runtime().ok_or_else(|| bind(std::io::Error::other("no async runtime (call inside tokio)")))?;
+    quinn::Endpoint::new(endpoint_config, Some(config), socket, runtime).map_err(bind)
+}
+
+/// Random 8-byte connection ids that any planner process takes for its own (see
+/// [`server_endpoint`]).
+#[derive(Default)]
+struct RandomCid {
+    /// Mixed in should the system's random source ever fail.
+    counter: u64,
+}
+
+impl quinn::ConnectionIdGenerator for RandomCid {
+    fn generate_cid(&mut self) -> quinn::ConnectionId {
+        let mut bytes = [0u8; 8];
+        if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).is_err() {
+            self.counter += 1;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            bytes = (now ^ self.counter.rotate_left(32)).to_le_bytes();
+        }
+        quinn::ConnectionId::new(&bytes)
+    }
+
+    fn cid_len(&self) -> usize {
+        8
+    }
+
+    fn cid_lifetime(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// A client QUIC endpoint bound to `bind` (use [`any_addr_for`] the planner's address)

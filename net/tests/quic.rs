@@ -53,6 +53,7 @@ fn spawn_planner(endpoint: quinn::Endpoint) -> tokio::task::JoinHandle<Vec<Ident
                         let reply = PlannerToAgent::Registered {
                             node: hello.name.clone(),
                             heartbeat_interval_ms: seq,
+                            epoch: 1,
                         };
                         write_frame(&mut send, &reply, DEFAULT_MAX_FRAME).await.unwrap();
                     }
@@ -87,7 +88,8 @@ async fn heartbeat_exchange(connection: &quinn::Connection, node: &str, seqs: st
             reply,
             PlannerToAgent::Registered {
                 node: node.into(),
-                heartbeat_interval_ms: seq
+                heartbeat_interval_ms: seq,
+                epoch: 1,
             }
         );
     }

@@ -5,5 +5,6 @@
 
 pub mod config;
 pub mod server;
+pub mod store;
 
 pub use config::DaemonConfig;

@@ -28,12 +28,19 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// stops the start; on SIGHUP the previous list stays) and closes the connections of
 /// certificates it now revokes.
 /// Logs go to stderr; set RUST_LOG (default `info`).
+///
+/// Jobs and their tasks' placements are kept in the store ([store] path, default
+/// /var/lib/hyperplan/state.redb): a submit or cancel is answered only once it is on disk,
+/// and a restarted planner has every job that had not ended, re-adopts the tasks its
+/// agents still run and kills what they run that it does not know. `state export` and
+/// `state import` copy the store to and from JSON lines.
 #[derive(Parser, Debug)]
 #[command(
     version,
     after_help = "Examples:\n  hyperplan-planner --config /etc/hyperplan/planner.toml\n  \
                   hyperplan-planner --listen 127.0.0.1:7400 --cert-dir ./certs --heartbeat-interval 0.5\n  \
-                  hyperplan-planner --config planner.toml --check"
+                  hyperplan-planner --config planner.toml --check\n  \
+                  hyperplan-planner --store /var/lib/hyperplan/state.redb state export backup.jsonl"
 )]
 struct Args {
     /// Planner configuration (TOML; see systemd/planner.toml). Defaults apply when the
@@ -64,10 +71,40 @@ struct Args {
     /// Largest message accepted, in bytes [server.maxFrameBytes; default 16777216].
     #[arg(long, value_name = "BYTES")]
     max_frame_bytes: Option<usize>,
+    /// The store file: jobs, placements, the epoch [store.path; default
+    /// /var/lib/hyperplan/state.redb]. Created (with its directory) when missing.
+    #[arg(long, value_name = "FILE")]
+    store: Option<PathBuf>,
     /// Validate the configuration, print it resolved, read every discovery source once
-    /// and say what it holds, then exit: 0 when all is well, 1 when a source fails.
+    /// and say what it holds, read the store and say what it holds, then exit: 0 when all
+    /// is well, 1 when a source or the store fails.
     #[arg(long)]
     check: bool,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Cmd {
+    /// The store as JSON lines: back it up, move it to another file, read it.
+    #[command(subcommand)]
+    State(StateCmd),
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum StateCmd {
+    /// Write every job of the store to FILE (`-` for stdout): a header line, then one
+    /// job per line. Works beside a running planner.
+    Export {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Read FILE (`-` for stdin), written by `state export`, into an empty store (move
+    /// the old store file aside first). Nothing is written unless every line is good.
+    Import {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
 }
 
 const DEFAULT_CONFIG: &str = "/etc/hyperplan/planner.toml";
@@ -119,6 +156,13 @@ fn run() -> anyhow::Result<()> {
     if let Some(v) = args.node_lost_after {
         s.node_lost_after = seconds(v).context("--node-lost-after: expected seconds > 0")?;
     }
+    if let Some(v) = args.store {
+        config.store.path = v;
+    }
+    if let Some(Cmd::State(cmd)) = &args.command {
+        return state(&config, cmd);
+    }
+    let s = &mut config.server;
     if let Some(v) = args.max_frame_bytes {
         anyhow::ensure!(
             (1024..=1 << 30).contains(&v),
@@ -135,11 +179,12 @@ fn run() -> anyhow::Result<()> {
         println!("{config:#?}");
         let failed = runtime.block_on(check_sources(&config));
         runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+        let store = check_store(&config.store.path);
         anyhow::ensure!(
             failed == 0,
             "the configuration is valid, but {failed} discovery source(s) cannot be read (see above)"
         );
-        return Ok(());
+        return store;
     }
     let served = runtime.block_on(async move {
         let server = Server::bind(config).context("starting the planner")?;
@@ -148,13 +193,76 @@ fn run() -> anyhow::Result<()> {
         sd_notify(&format!("READY=1\nSTATUS=listening on {addr}"));
         tracing::info!(%addr, "listening");
         tokio::spawn(reload_on_sighup(server.reload_handle()));
-        server.run(shutdown_signal()).await;
+        server.run(shutdown_signal()).await?;
         anyhow::Ok(())
     });
     // A discovery poll may be blocked in a slow UFM or a long ibnetdiscover: do not wait
     // for it (its command is killed with its handle).
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     served
+}
+
+/// `--check`: what the store holds (every record is read), or why it cannot be read. A
+/// store that does not exist yet is fine: the planner creates it.
+fn check_store(path: &std::path::Path) -> anyhow::Result<()> {
+    if !path.exists() {
+        println!("store {}: none yet (created at start)", path.display());
+        return Ok(());
+    }
+    match hyperplan_planner::store::Embedded::open_read_only(path).and_then(|s| s.summary()) {
+        Ok(s) => {
+            println!(
+                "store {}: ok: format {}, epoch {}, {} live job(s), {} ended job(s), next job id {}",
+                path.display(),
+                s.format,
+                s.epoch,
+                s.live,
+                s.finished,
+                s.next_job_id
+            );
+            Ok(())
+        }
+        Err(e) => {
+            println!("store {}: FAILING: {e}", path.display());
+            Err(anyhow::anyhow!("the store cannot be read (see above)"))
+        }
+    }
+}
+
+/// `state export` / `state import`.
+fn state(config: &DaemonConfig, cmd: &StateCmd) -> anyhow::Result<()> {
+    use hyperplan_planner::store::{Embedded, export};
+    let path = &config.store.path;
+    match cmd {
+        StateCmd::Export { file } => {
+            let store = Embedded::open_read_only(path)?;
+            let (live, ended) = if file.as_os_str() == "-" {
+                export::export(&store, &mut std::io::stdout().lock())?
+            } else {
+                let mut out = std::io::BufWriter::new(
+                    std::fs::File::create(file).with_context(|| format!("creating {}", file.display()))?,
+                );
+                export::export(&store, &mut out)?
+            };
+            eprintln!(
+                "exported {live} live and {ended} ended job(s) from {} to {}",
+                path.display(),
+                file.display()
+            );
+        }
+        StateCmd::Import { file } => {
+            let store = Embedded::open(path)?;
+            let name = file.display().to_string();
+            let jobs = if file.as_os_str() == "-" {
+                export::import(&store, &mut std::io::stdin().lock(), &name)?
+            } else {
+                let f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
+                export::import(&store, &mut std::io::BufReader::new(f), &name)?
+            };
+            eprintln!("imported {jobs} job(s) from {name} into {}", path.display());
+        }
+    }
+    Ok(())
 }
 
 /// `--check`: one line per discovery source; returns how many failed.

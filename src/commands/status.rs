@@ -14,6 +14,7 @@ use crate::client::ClientArgs;
 const EXAMPLES: &str = "  hyperplan status
   hyperplan status train-64
   hyperplan status --all train-64
+  hyperplan status --since 2h
   hyperplan status --output json | jq '.jobs[] | select(.status == \"pending\") | .reason'";
 
 /// Show jobs: status, HyperNode, nodes and, for pending jobs, why they wait.
@@ -23,7 +24,9 @@ const EXAMPLES: &str = "  hyperplan status
 /// table and the JSON are those of `hyperplan simulate`: `{"jobs": [...]}` with the same
 /// job objects, each with the `id` the planner gave it at submit. A name is unique among
 /// jobs that have not ended; once a job ended (finished, cancelled, rejected) its name may
-/// be used again, and `--all` shows every job of the name(s), each with its id.
+/// be used again, and `--all` shows every job of the name(s), each with its id, the ended
+/// ones the planner keeps on disk included ([store] keepFinished, 7 days by default);
+/// `--since 2h` shows the jobs that have not ended and those that ended in the last 2 hours.
 /// `hyperplan explain JOB` says why a job is where it is.
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = long_help(EXAMPLES))]
@@ -34,6 +37,10 @@ pub struct Args {
     /// Every job, ended ones whose name was used again included (each with its id).
     #[arg(long)]
     all: bool,
+    /// Jobs that have not ended, and those that ended within DURATION (`90m`, `2h`,
+    /// `7d`), each with its id.
+    #[arg(long, value_name = "DURATION", value_parser = parse_since)]
+    since: Option<u64>,
     #[arg(long, value_enum, default_value_t)]
     output: Output,
     #[command(flatten)]
@@ -41,9 +48,13 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let one = args.job.is_some() && !args.all;
-    let all = args.all;
-    let command = RequestCommand::Status { job: args.job, all };
+    let all = args.all || args.since.is_some();
+    let one = args.job.is_some() && !all;
+    let command = RequestCommand::Status {
+        job: args.job,
+        all: args.all,
+        since_secs: args.since,
+    };
     run_request(&args.client, command, args.output, "job list", |list: &JobList| {
         if all {
             render(&with_ids(list), one)
@@ -51,6 +62,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             render(list, one)
         }
     })
+}
+
+/// `--since`: `90m`, `2h`, `1h30m`, `7d`, or seconds.
+fn parse_since(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    if let Some(days) = t.strip_suffix('d') {
+        return days
+            .parse::<u64>()
+            .ok()
+            .and_then(|d| d.checked_mul(86_400))
+            .ok_or_else(|| format!("expected a duration such as 90m, 2h or 7d, got {text:?}"));
+    }
+    hyperplan_shared::timelimit::parse_time_limit(t).map_err(|e| e.to_string())
 }
 
 /// Job names with their ids (`train (id 7)`), for `--all`, where one name may be listed

@@ -124,6 +124,7 @@ fn wait_for(config: &ClientConfig, submitted: &Submitted) -> anyhow::Result<u8> 
             let command = RequestCommand::Status {
                 job: Some(name.clone()),
                 all: true,
+                since_secs: None,
             };
             let list: hyperplan_shared::status::JobList = decode(client::request(config, command)?, "job list")?;
             let Some(job) = list.jobs.iter().find(|j| j.id == id) else {

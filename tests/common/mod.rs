@@ -214,6 +214,11 @@ impl Cluster {
         self.dir.path().join("certs")
     }
 
+    /// The planner's store file (kept across `start_planner` calls: a restart reloads it).
+    pub fn store(&self) -> PathBuf {
+        self.dir.path().join("state.redb")
+    }
+
     /// Starts the planner on `listen` and reads the address it serves on.
     pub fn start_planner(&mut self, listen: &str) {
         let log = std::fs::File::create(self.dir.path().join("planner.log")).unwrap();
@@ -224,6 +229,8 @@ impl Cluster {
             .args(["--missed-heartbeats", &self.missed.to_string()])
             .args(["--tick-interval", "0.2", "--config"])
             .arg(self.config.clone().unwrap_or_else(|| PathBuf::from("/dev/null")))
+            .arg("--store")
+            .arg(self.store())
             .stdout(Stdio::piped())
             .stderr(log)
             .env("RUST_LOG", "info")

@@ -48,6 +48,11 @@ pub(crate) enum LinkDown {
     /// The planner answered Register with another message (its kind).
     #[error("expected Registered, the planner sent {0}")]
     NotRegistered(&'static str),
+    /// A planner older than one this node has seen (a deposed leader, an old process).
+    #[error(
+        "the planner's epoch {theirs} is older than epoch {ours} this node has seen: a newer planner leads; not taking its orders"
+    )]
+    StaleEpoch { theirs: u64, ours: u64 },
     #[error("sending heartbeat {seq}: {error}")]
     SendHeartbeat { seq: u64, error: FrameError },
     #[error("sending TopologyChanged: {0}")]

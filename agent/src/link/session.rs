@@ -50,6 +50,8 @@ pub(super) struct Registered {
     send: quinn::SendStream,
     recv: quinn::RecvStream,
     pub(super) heartbeat: Duration,
+    /// The planner's epoch (see `tasks::epoch`).
+    pub(super) epoch: u64,
 }
 
 /// The QUIC + TLS handshake, bounded by [`CONNECT_TIMEOUT`].
@@ -125,6 +127,7 @@ async fn handshake_inner(
     let PlannerToAgent::Registered {
         node: registered_as,
         heartbeat_interval_ms,
+        epoch,
     } = reply
     else {
         return Err(LinkDown::NotRegistered(kind(&reply)));
@@ -136,6 +139,7 @@ async fn handshake_inner(
         send,
         recv,
         heartbeat: Duration::from_millis(heartbeat_interval_ms).max(MIN_HEARTBEAT),
+        epoch,
     })
 }
 
@@ -187,7 +191,12 @@ impl Link {
             mut send,
             recv,
             heartbeat,
+            epoch,
         } = registered;
+        let ours = self.tasks.highest_epoch();
+        if !self.tasks.admit_epoch(epoch) {
+            return Outcome::Lost(fail(&connection, LinkDown::StaleEpoch { theirs: epoch, ours }));
+        }
         // Frames are not cancel-safe to read inside select!: the reader owns the stream.
         let (frames_tx, mut frames) = mpsc::channel(FRAME_QUEUE);
         let mut reader = tokio::spawn(read_planner(recv, frames_tx));
@@ -258,6 +267,17 @@ impl Link {
 }
 
 impl Link {
+    /// An order from an older planner epoch: refused, said in the log.
+    fn stale(&self, what: &str, job: &str, task: &str, epoch: u64) {
+        tracing::warn!(
+            job,
+            task,
+            epoch,
+            newest = self.tasks.highest_epoch(),
+            "refused a {what} from an older planner epoch"
+        );
+    }
+
     /// One planner frame; returns the reports to send now.
     fn on_frame(&mut self, frame: PlannerToAgent, answers: &mpsc::UnboundedSender<LogChunk>) -> Vec<AgentMessage> {
         match frame {
@@ -269,11 +289,19 @@ impl Link {
                 self.tasks.on_job(*world);
                 Vec::new()
             }
+            PlannerToAgent::Launch(launch) if !self.tasks.admit_epoch(launch.epoch) => {
+                self.stale("Launch", &launch.job, &launch.task, launch.epoch);
+                Vec::new()
+            }
+            PlannerToAgent::Kill { task, epoch, .. } if !self.tasks.admit_epoch(epoch) => {
+                self.stale("Kill", &task.job, &task.task, epoch);
+                Vec::new()
+            }
             PlannerToAgent::Launch(launch) => {
                 let gpus: Vec<String> = self.topology.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
                 self.tasks.on_launch(&self.opts.node, &gpus, &launch)
             }
-            PlannerToAgent::Kill { task, grace_secs } => {
+            PlannerToAgent::Kill { task, grace_secs, .. } => {
                 self.tasks.on_kill(&task, grace_secs);
                 Vec::new()
             }

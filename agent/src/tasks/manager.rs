@@ -110,6 +110,8 @@ pub struct Tasks {
     homeless: BTreeMap<TaskRef, ExitRecord>,
     /// Shepherds whose task was forgotten before they exited, still to be reaped.
     exiting: Vec<Child>,
+    /// The newest planner epoch seen (kept in the state directory).
+    epoch: super::epoch::Epoch,
 }
 
 impl Tasks {
@@ -119,6 +121,7 @@ impl Tasks {
             path: opts.state_dir.clone(),
             source,
         })?;
+        let epoch = super::epoch::Epoch::load(&opts.state_dir);
         let mut tasks = Tasks {
             opts,
             worlds: BTreeMap::new(),
@@ -129,6 +132,7 @@ impl Tasks {
             done_logs: HashMap::new(),
             homeless: BTreeMap::new(),
             exiting: Vec::new(),
+            epoch,
         };
         for (task, dir) in scan::list(&tasks.opts.state_dir) {
             let files = scan::read_files(&dir);
@@ -147,6 +151,15 @@ impl Tasks {
         }
         tasks.scan();
         Ok(tasks)
+    }
+
+    /// Whether a planner of `epoch` may give orders (see [`super::epoch`]).
+    pub fn admit_epoch(&mut self, epoch: u64) -> bool {
+        self.epoch.admit(epoch)
+    }
+
+    pub fn highest_epoch(&self) -> u64 {
+        self.epoch.highest()
     }
 
     /// A task runs or may still start (a scan is worth doing).
@@ -545,6 +558,7 @@ mod tests {
             gpus: vec![],
             nics: vec![],
             memory_bytes: None,
+            epoch: 1,
         }
     }
 
@@ -680,6 +694,7 @@ mod tests {
             numa_nodes: vec![0],
             bind_memory: true,
             memory_bytes: Some(1 << 20),
+            epoch: 1,
             ..frame(6)
         };
         // The shepherd cannot start here, but the spec naming the cgroup was written first.

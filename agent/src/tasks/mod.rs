@@ -11,11 +11,13 @@
 //! - [`report`]: exit records as the protocol's `TaskEnd`, reports awaiting an `Ack`.
 //! - [`logs`]: `ReadLog`, a piece of a task's output file.
 //! - [`usage`]: CPU and memory of each task's processes, for heartbeats.
+//! - [`epoch`]: the planner epoch seen; orders from an older one are refused.
 //! - [`stop`]: stopping every task of a state directory (the demo's and tests' end).
 //! - [`cgroup`]: how the node confines tasks; a cgroup v2 of each task's own where the
 //!   agent has one delegated.
 
 pub mod cgroup;
+pub mod epoch;
 pub mod logs;
 pub mod manager;
 pub mod report;

@@ -117,7 +117,9 @@ pub fn allocate(
             let Some(decision) = search.allocate_job(&mut ctx) else {
                 state.failed_epoch = Some(epoch.0);
                 if pass == 0 && state.phase == JobPhase::Pending && !whole {
-                    state.reason = Some("waiting for the agents of the nodes that ran its tasks before the planner restarted".into());
+                    state.reason = Some(
+                        "waiting for the agents of the nodes that ran its tasks before the planner restarted".into(),
+                    );
                 } else if pass == 0 && state.phase == JobPhase::Pending {
                     explain(
                         &mut ctx,

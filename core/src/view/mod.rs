@@ -8,6 +8,7 @@ mod jobs;
 mod manifests;
 mod nodes;
 mod ranks;
+mod stored;
 mod unstarted;
 
 pub use explain::explain;
@@ -16,4 +17,5 @@ pub use jobs::{job_report, job_reports, newest_of_each_name};
 pub use manifests::resolved_specs;
 pub use nodes::node_statuses;
 pub use ranks::{hyper_nodes_of, job_ranks};
+pub use stored::stored_report;
 pub use unstarted::unstarted_on;

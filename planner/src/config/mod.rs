@@ -27,6 +27,8 @@ pub struct DaemonConfig {
     pub planner: PlannerConfig,
     pub server: ServerConfig,
     pub discovery: DiscoveryConfig,
+    /// `[store]`: where the durable state lives.
+    pub store: crate::store::StoreConfig,
 }
 
 #[derive(Deserialize)]
@@ -37,6 +39,7 @@ struct RawConfig {
     numa: Option<NumaSection>,
     limits: Option<LimitsSection>,
     server: Option<RawServer>,
+    store: Option<crate::store::config::RawStore>,
     #[serde(default)]
     discovery: Vec<RawSource>,
 }
@@ -62,10 +65,12 @@ impl DaemonConfig {
         planner.health = server.health();
         let base = Path::new(origin).parent().unwrap_or(Path::new(""));
         let discovery = discovery::discovery_config(raw.discovery, base, &at)?;
+        let store = crate::store::config::store_config(raw.store, &at)?;
         Ok(Self {
             planner,
             server,
             discovery,
+            store,
         })
     }
 }

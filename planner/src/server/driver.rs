@@ -21,9 +21,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::close;
 use crate::config::{DaemonConfig, SourceKind};
+use crate::store::writer::{After, Work, Writer};
+use crate::store::{Embedded, Loaded};
 use hyperplan_core::commands::HealthChange;
 use hyperplan_core::discovery::{Found, SourceError};
 use hyperplan_core::events::TaskOnNode;
+use hyperplan_core::journal::JobRecord;
 use hyperplan_core::numa::node::hardware_resources;
 use hyperplan_core::ownership::{CancelError, SubmitError};
 use hyperplan_core::{Command, Event, Planner, view};
@@ -131,9 +134,28 @@ struct Driver {
     /// Nodes whose agent registered since the last tick: their unstarted tasks are
     /// launched again after it (a `Launch` may have gone down with the old link).
     relaunch: Vec<String>,
+    /// The store, for reading ended jobs (`status --all`); writes go through `writer`.
+    store: Embedded,
+    writer: Writer,
+    /// What the next commit writes and what waits for it (see `store::writer`).
+    work: Work,
+    /// Acknowledgements of task starts and ends, sent once the tick that applies them
+    /// is committed.
+    acks: Vec<After>,
+    /// This run's epoch, on every `Registered`, `Launch` and `Kill`.
+    epoch: u64,
+    /// The next job id the store has.
+    stored_next_id: u64,
 }
 
-pub async fn run(mut config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCore>) {
+/// What the daemon starts from: the store, what it held, and its writer.
+pub struct Start {
+    pub store: Embedded,
+    pub loaded: Loaded,
+    pub writer: Writer,
+}
+
+pub async fn run(mut config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCore>, start: Start) {
     // The core decides node health from [server]'s heartbeat keys (flags included).
     config.planner.health = config.server.health();
     let mut planner = Planner::new(config.planner.clone());
@@ -155,7 +177,14 @@ pub async fn run(mut config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCor
         dirty: true,
         logs: super::logs::LogRelay::default(),
         relaunch: Vec::new(),
+        store: start.store,
+        writer: start.writer,
+        work: Work::default(),
+        acks: Vec::new(),
+        epoch: start.loaded.epoch,
+        stored_next_id: start.loaded.next_job_id,
     };
+    d.restore(start.loaded);
     // Ticks at least as often as heartbeats are due, so silence is noticed in time.
     let period = config.server.tick_interval.min(config.server.heartbeat_interval);
     let mut timer = tokio::time::interval(period);
@@ -197,6 +226,7 @@ pub async fn run(mut config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCor
                 due = Some(next);
             }
         }
+        d.flush();
         if let Some(w) = watchdog
             && last_watchdog.elapsed() >= w
         {
@@ -210,11 +240,45 @@ pub async fn run(mut config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCor
 const MIN_TICK_GAP: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Wall-clock Unix seconds, for what the pollers read (`super::discovery`).
-pub(super) fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 impl Driver {
+    /// The jobs that had not ended, back in the core (before the first tick).
+    fn restore(&mut self, loaded: Loaded) {
+        self.planner.enable_journal();
+        let jobs = loaded.live.len();
+        let running: usize = loaded
+            .live
+            .iter()
+            .map(|j| j.tasks.iter().filter(|t| t.node.is_some() && t.end.is_none()).count())
+            .sum();
+        for w in self
+            .planner
+            .restore(loaded.live, loaded.next_job_id, self.clock.now_ms())
+        {
+            tracing::warn!("store: {w}");
+        }
+        tracing::info!(
+            path = %self.store.path().display(),
+            epoch = self.epoch,
+            jobs,
+            placed_tasks = running,
+            "loaded the planner's state"
+        );
+    }
+
+    /// Hands what waits to the writer: one commit, then the replies and frames.
+    fn flush(&mut self) {
+        let next = self.planner.next_job_id();
+        if next != self.stored_next_id {
+            self.work.batch.next_job_id = Some(next);
+            self.stored_next_id = next;
+        }
+        self.writer.send(std::mem::take(&mut self.work));
+    }
+
     fn handle(&mut self, msg: ToCore) {
         match msg {
             ToCore::Register {
@@ -255,6 +319,7 @@ impl Driver {
                 let _ = link.send(PlannerToAgent::Registered {
                     node: node.clone(),
                     heartbeat_interval_ms: self.heartbeat_interval_ms,
+                    epoch: self.epoch,
                 });
                 self.relaunch.push(node.clone());
                 self.links.insert(
@@ -281,7 +346,9 @@ impl Driver {
                     return;
                 };
                 l.last_seq = seq;
-                if !running.is_empty() {
+                // Every heartbeat, even an empty list: a task its agent stops listing
+                // is lost after nodeLostAfter (see `core::lost`).
+                {
                     let tasks = running
                         .into_iter()
                         .map(|r| TaskOnNode {
@@ -354,6 +421,8 @@ impl Driver {
                 if self.dirty && !matches!(command, RequestCommand::Submit { .. }) {
                     self.tick(); // answer from a world that has seen everything received
                 }
+                // What changes state is answered once it is on disk.
+                let durable = matches!(command, RequestCommand::Submit { .. } | RequestCommand::Cancel { .. });
                 if let RequestCommand::Logs {
                     job,
                     task,
@@ -365,7 +434,11 @@ impl Driver {
                     return self.relay_logs(&user, admin, &job, task.as_deref(), stderr, offset, max_bytes, reply);
                 }
                 let answer = self.answer(&user, admin, peer, command);
-                let _ = reply.send(answer);
+                if durable {
+                    self.work.after.push(After::Reply(reply, answer));
+                } else {
+                    let _ = reply.send(answer);
+                }
             }
         }
     }
@@ -377,6 +450,7 @@ impl Driver {
         let mut placements = Vec::new();
         for c in commands {
             match c {
+                Command::Persist(p) => self.work.batch.jobs.push(p),
                 Command::Place(p) => {
                     tracing::info!(job = p.job(), task = &*p.task, node = &*p.node, rank = p.rank, "placed");
                     placements.push(p);
@@ -407,7 +481,12 @@ impl Driver {
                             job_id,
                             task: task.to_string(),
                         };
-                        let _ = l.tx.send(PlannerToAgent::Kill { task, grace_secs });
+                        let kill = PlannerToAgent::Kill {
+                            task,
+                            grace_secs,
+                            epoch: self.epoch,
+                        };
+                        self.work.after.push(After::Frame(l.tx.clone(), kill));
                     }
                 }
             }
@@ -425,6 +504,8 @@ impl Driver {
             }
             placements.extend(again);
         }
+        // Acknowledged once what they changed is committed (this tick's records).
+        self.work.after.append(&mut self.acks);
         if placements.is_empty() {
             return;
         }
@@ -436,15 +517,19 @@ impl Driver {
                     .unwrap_or_else(|| l.conn.remote_address().ip().to_string())
             })
         };
-        for (node, frame) in super::launch::frames(self.planner.world(), placements, address_of) {
+        for (node, mut frame) in super::launch::frames(self.planner.world(), placements, address_of) {
+            if let PlannerToAgent::Launch(l) = &mut frame {
+                l.epoch = self.epoch;
+            }
             if let Some(l) = self.links.get(&*node) {
-                let _ = l.tx.send(frame);
+                self.work.after.push(After::Frame(l.tx.clone(), frame));
             }
         }
     }
 
-    /// A task's start or end from its node's agent: to the core, acknowledged at once
-    /// (the agent keeps sending it until then); or a piece of output for `logs`.
+    /// A task's start or end from its node's agent: to the core, acknowledged once the
+    /// tick that applies it is committed (the agent keeps sending it until then); or a
+    /// piece of output for `logs`.
     fn task_report(&mut self, node: String, conn_id: u64, message: AgentMessage) {
         let Some(link) = self.links.get(&node).filter(|l| l.conn_id == conn_id) else {
             return; // a link that no longer holds the node: its agent sends again
@@ -452,10 +537,11 @@ impl Driver {
         match message {
             AgentMessage::TaskStarted(s) => {
                 tracing::info!(job = s.task.job, task = s.task.task, node, pid = s.pid, "task started");
-                let _ = link.tx.send(PlannerToAgent::Ack {
+                let ack = PlannerToAgent::Ack {
                     task: s.task.clone(),
                     finished: false,
-                });
+                };
+                self.acks.push(After::Frame(link.tx.clone(), ack));
                 self.planner.push(Event::TaskStarted {
                     node,
                     job: s.task.job,
@@ -479,10 +565,11 @@ impl Driver {
                     reason = end.reason.as_deref(),
                     "task ended"
                 );
-                let _ = link.tx.send(PlannerToAgent::Ack {
+                let ack = PlannerToAgent::Ack {
                     task: f.task.clone(),
                     finished: true,
-                });
+                };
+                self.acks.push(After::Frame(link.tx.clone(), ack));
                 self.planner.push(Event::TaskEnded {
                     node,
                     job: f.task.job,
@@ -614,6 +701,17 @@ impl Driver {
                 let now = self.clock.now_ms() / 1000;
                 let mut names = Vec::new();
                 let mut ids = Vec::new();
+                let mut records = Vec::new();
+                for j in &jobs {
+                    let mut j = j.clone();
+                    j.submit_time = now;
+                    j.submit_dir.clone_from(&submit_dir);
+                    let id = self.planner.next_job_id() + records.len() as u64;
+                    let record = JobRecord::submitted(id, user, j).persist();
+                    records.push(record.map_err(|e| ResponseError::new(format!("encoding the job: {e}")))?);
+                }
+                // Written before the answer (see `flush`); the core makes the jobs next tick.
+                self.work.batch.jobs.extend(records);
                 for mut j in jobs {
                     j.submit_time = now;
                     j.submit_dir.clone_from(&submit_dir);
@@ -643,9 +741,21 @@ impl Driver {
                 self.tick();
                 to_value(&Cancelled { cancelled: job })
             }
-            RequestCommand::Status { job, all } => {
+            RequestCommand::Status { job, all, since_secs } => {
                 let mut jobs = view::job_reports(self.planner.world_mut());
-                if !all {
+                // One name the world has (`submit --wait` asks every second): no disk read.
+                let in_world = job.as_ref().is_some_and(|n| jobs.iter().any(|j| &j.name == n));
+                if (all && !in_world) || since_secs.is_some() {
+                    // Ended jobs from before this start are on disk only.
+                    let cutoff = since_secs.map_or(0, |s| (self.clock.now_ms() / 1000).saturating_sub(s));
+                    let have: std::collections::HashSet<u64> = jobs.iter().map(|j| j.id).collect();
+                    let stored = self.store.finished(cutoff).map_err(|e| e.to_string())?;
+                    jobs.extend(stored.iter().filter(|r| !have.contains(&r.id)).map(view::stored_report));
+                    if since_secs.is_some() {
+                        jobs.retain(|j| j.end_time.is_none_or(|end| end >= cutoff));
+                    }
+                    jobs.sort_by_key(|j| j.id);
+                } else if !all {
                     jobs = view::newest_of_each_name(jobs);
                 }
                 if let Some(name) = job {

@@ -105,6 +105,8 @@ fn launch(p: &Placement, hyper_nodes: &[String]) -> LaunchTask {
         memory_bytes: task
             .map(|t| t.resources.get(hyperplan_shared::MEMORY))
             .filter(|&bytes| bytes > 0),
+        // Stamped by the driver as it sends the frame.
+        epoch: 0,
     }
 }
 

@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::DaemonConfig;
 pub use driver::ToCore;
+pub(crate) use driver::unix_now;
 
 /// Application close codes (hyperplan-net's, shared by every daemon).
 pub use hyperplan_net::hello::close;
@@ -45,6 +46,13 @@ pub enum ServerError {
     LocalAddr(std::io::Error),
     #[error(transparent)]
     Revocation(#[from] RevocationError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("cannot start the store's writer thread: {0}")]
+    Writer(std::io::Error),
+    /// A commit failed: the planner stops (what it acknowledged is on disk).
+    #[error("the store failed: {0}")]
+    StoreFailed(String),
 }
 
 /// A bound planner: the endpoint is listening, nothing is served yet.
@@ -55,6 +63,9 @@ pub struct Server {
     /// `revoked.txt` in the certificate directory, and the list read from it.
     revoked_path: PathBuf,
     revoked: watch::Sender<Arc<RevocationList>>,
+    /// The open store and what it held.
+    store: crate::store::Embedded,
+    loaded: crate::store::Loaded,
 }
 
 /// Makes every discovery source and the revocation list read their input again now
@@ -88,6 +99,9 @@ impl Server {
         )?;
         let revoked_path = RevocationList::path(&config.server.cert_dir);
         let revoked = watch::Sender::new(Arc::new(revoked::load(&revoked_path)?));
+        // The state before the port: a store that cannot be read stops the start.
+        let store = crate::store::Embedded::open(&config.store.path)?;
+        let loaded = store.load()?;
         let endpoint = server_endpoint(config.server.listen, &material)?;
         Ok(Self {
             endpoint,
@@ -95,6 +109,8 @@ impl Server {
             reload: watch::Sender::new(0),
             revoked_path,
             revoked,
+            store,
+            loaded,
         })
     }
 
@@ -107,11 +123,26 @@ impl Server {
         self.endpoint.local_addr().map_err(ServerError::LocalAddr)
     }
 
+    /// This run's epoch (raised from the store's at bind).
+    pub fn epoch(&self) -> u64 {
+        self.loaded.epoch
+    }
+
     /// Serves until `shutdown` completes, then closes every connection ("planner
-    /// stopping") and waits briefly for the peers to hear it.
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+    /// stopping") and waits briefly for the peers to hear it. A failed commit stops it
+    /// with [`ServerError::StoreFailed`].
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServerError> {
         let (to_core, from_conns) = mpsc::unbounded_channel();
-        let driver = tokio::spawn(driver::run(self.config.clone(), from_conns));
+        let (failed_tx, mut failed) = watch::channel(None::<String>);
+        let (writer, writer_thread) =
+            crate::store::writer::Writer::spawn(self.store.clone(), self.config.store.keep_finished, failed_tx)
+                .map_err(ServerError::Writer)?;
+        let start = driver::Start {
+            store: self.store,
+            loaded: self.loaded,
+            writer,
+        };
+        let driver = tokio::spawn(driver::run(self.config.clone(), from_conns, start));
         discovery::spawn(&self.config.discovery.sources, &to_core, &self.reload.subscribe());
         let revoked = self.revoked.subscribe();
         revoked::spawn_reloader(self.reload.subscribe(), self.revoked_path.clone(), self.revoked);
@@ -130,9 +161,22 @@ impl Server {
                 ));
             }
         };
+        let store_failed = async {
+            loop {
+                if let Some(why) = failed.borrow_and_update().clone() {
+                    return why;
+                }
+                if failed.changed().await.is_err() {
+                    // The writer ended without a failure (it stops with the driver).
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        let mut outcome = Ok(());
         tokio::select! {
             () = accept => {}
             () = shutdown => {}
+            why = store_failed => outcome = Err(ServerError::StoreFailed(why)),
         }
         tracing::info!("planner stopping");
         sd_notify("STOPPING=1");
@@ -141,6 +185,11 @@ impl Server {
         drop(to_core);
         let _ = tokio::time::timeout(Duration::from_secs(2), self.endpoint.wait_idle()).await;
         driver.abort();
+        // The driver's end drops the last `Writer`: the thread writes what is queued and
+        // closes the file (a clean close spares the next start a recovery).
+        let _ = driver.await;
+        let _ = tokio::task::spawn_blocking(move || writer_thread.join()).await;
+        outcome
     }
 }
 

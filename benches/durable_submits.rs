@@ -1,0 +1,164 @@
+//! Durable submits (issue 14): acknowledged submits per second from 32 concurrent
+//! clients, each on its own QUIC connection sending one job per request and waiting for
+//! the answer, against the release planner with its embedded store on this machine's
+//! disk. A submit is answered only once its job is committed (group commit: one
+//! transaction, one fsync, for all that arrived while the last was written).
+//!
+//! Reports submits/s, latency percentiles, and the planner's commits (each one fsync of
+//! the store file) per second from its log. `cargo bench --bench durable_submits`
+//! (`CLIENTS=32 PER_CLIENT=300` by default). Not a criterion bench: it measures a
+//! running system.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hyperplan_net::certs::CertPaths;
+use hyperplan_net::frame::{DEFAULT_MAX_FRAME, read_frame, write_frame};
+use hyperplan_net::messages::{Hello, PROTOCOL_VERSION, Request, RequestCommand, Response, Role};
+use hyperplan_net::tls::TlsMaterial;
+
+/// A daemon binary next to this harness (release), built once when missing.
+fn daemon(name: &str, package: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe.parent().unwrap().parent().unwrap().join(name);
+    if !path.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-q", "--release", "-p", package, "--bin", name])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    path
+}
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// One client: connects, then submits `n` jobs one after another; returns each latency.
+async fn client(addr: SocketAddr, certs: &Path, user: &str, prefix: &str, n: usize) -> Vec<Duration> {
+    let material = TlsMaterial::load(&CertPaths::user(certs, user)).unwrap();
+    let endpoint = hyperplan_net::client_endpoint(hyperplan_net::tls::any_addr_for(addr), &material).unwrap();
+    let connection = hyperplan_net::connect(&endpoint, addr).await.unwrap();
+    let (mut send, mut recv) = connection.open_bi().await.unwrap();
+    write_frame(&mut send, &Hello::new(Role::Client, user), DEFAULT_MAX_FRAME)
+        .await
+        .unwrap();
+    let hello: Hello = read_frame(&mut recv, DEFAULT_MAX_FRAME).await.unwrap().unwrap();
+    assert_eq!(hello.version, PROTOCOL_VERSION);
+    let mut latencies = Vec::with_capacity(n);
+    for i in 0..n {
+        let text = format!(
+            "name: {prefix}-{i}\ntasks:\n  - name: t\n    replicas: 1\n    resources: {{cpu: 1}}\n    command: [\"true\"]\n"
+        );
+        let command = RequestCommand::Submit {
+            file_name: "job.yaml".into(),
+            text,
+            submit_dir: Some("/tmp".into()),
+        };
+        let t = Instant::now();
+        write_frame(&mut send, &Request { id: i as u64, command }, DEFAULT_MAX_FRAME)
+            .await
+            .unwrap();
+        let r: Response = read_frame(&mut recv, 1 << 24).await.unwrap().unwrap();
+        latencies.push(t.elapsed());
+        assert!(r.result.is_ok(), "{:?}", r.result);
+    }
+    connection.close(0u32.into(), b"");
+    latencies
+}
+
+fn main() {
+    let clients = env_or("CLIENTS", 32);
+    let per_client = env_or("PER_CLIENT", 300);
+    let planner_bin = daemon("hyperplan-planner", "hyperplan-planner");
+    let cli_bin = PathBuf::from(env!("CARGO_BIN_EXE_hyperplan"));
+    // On the disk the target directory is on (not a tmpfs): fsync must cost what it costs.
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    let certs = dir.path().join("certs");
+    let c = certs.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(&cli_bin).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["certs", "init", "--dir", c]);
+    run(&["certs", "issue", "--dir", c, "--user", "bench", "--role", "user"]);
+    let config = dir.path().join("planner.toml");
+    std::fs::write(&config, "[limits]\nmaxJobsPerUser = 1000000\n").unwrap();
+    let store = dir.path().join("state.redb");
+    let log = dir.path().join("planner.log");
+    let mut planner = Command::new(&planner_bin)
+        .args(["--listen", "127.0.0.1:0", "--cert-dir", c, "--config"])
+        .arg(&config)
+        .arg("--store")
+        .arg(&store)
+        .env("RUST_LOG", "warn,hyperplan_planner::store=info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(planner.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: SocketAddr = line.trim().rsplit(' ').next().unwrap().parse().unwrap();
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let mut latencies: Vec<Duration> = runtime.block_on(async {
+        let mut handles = Vec::new();
+        for k in 0..clients {
+            let certs = certs.clone();
+            handles.push(tokio::spawn(async move {
+                client(addr, &certs, "bench", &format!("c{k}"), per_client).await
+            }));
+        }
+        let mut all = Vec::new();
+        for h in handles {
+            all.extend(h.await.unwrap());
+        }
+        all
+    });
+    let elapsed = started.elapsed();
+    // The writer logs its commits when it stops.
+    let _ = Command::new("kill").args(["-TERM", &planner.id().to_string()]).status();
+    let _ = planner.wait();
+    let mut text = String::new();
+    std::fs::File::open(&log).unwrap().read_to_string(&mut text).unwrap();
+    let commits: u64 = text
+        .lines()
+        .filter(|l| l.contains("store: committed"))
+        .filter_map(|l| l.split("commits=").nth(1)?.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    latencies.sort();
+    let n = latencies.len();
+    let pct = |p: f64| latencies[((n as f64 * p) as usize).min(n - 1)].as_secs_f64() * 1e3;
+    println!(
+        "durable submits: {n} from {clients} clients in {:.2} s: {:.0} submits/s; latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        elapsed.as_secs_f64(),
+        n as f64 / elapsed.as_secs_f64(),
+        pct(0.5),
+        pct(0.99),
+        pct(1.0)
+    );
+    println!(
+        "store commits (one fsync each): {commits} in {:.2} s: {:.0} per second, {:.1} submits per commit",
+        elapsed.as_secs_f64(),
+        commits as f64 / elapsed.as_secs_f64(),
+        n as f64 / commits.max(1) as f64
+    );
+}

@@ -1,0 +1,77 @@
+//! The report of a job the planner has only as a stored record (one that ended before
+//! the planner last started): `hyperplan status --all` and `--since` show these next to
+//! the jobs in the world. Without the node's hardware at hand, NUMA pinning is not shown.
+
+use hyperplan_shared::report::{JobReport, TaskReport};
+
+use crate::components::{JobState, TaskPhase, TaskState};
+use crate::journal::JobRecord;
+use crate::lifecycle::job_status;
+use crate::taskrun::{TaskRun, task_status};
+
+pub fn stored_report(rec: &JobRecord) -> JobReport {
+    let s = &rec.state;
+    let st = JobState {
+        phase: s.phase,
+        verdict: s.verdict,
+        task_started: s.task_started,
+        requeue: s.requeue.clone(),
+        ..JobState::new()
+    };
+    let tracked = rec
+        .tasks
+        .iter()
+        .any(|t| t.node.is_some() || t.pid.is_some() || t.end.is_some());
+    // Task name → role: `<role>-<index>`.
+    let role_of = |name: &str| {
+        let role = name.rsplit_once('-').map_or(name, |(r, _)| r);
+        rec.spec.tasks.iter().position(|t| t.name == role)
+    };
+    let tasks = rec
+        .tasks
+        .iter()
+        .map(|t| {
+            let placed = t.phase != TaskPhase::Pending;
+            let ts = TaskState {
+                phase: t.phase,
+                ..TaskState::pending()
+            };
+            let run = TaskRun {
+                pid: t.pid,
+                start_ms: t.start_ms,
+                end: t.end.clone(),
+                ..TaskRun::default()
+            };
+            let end = t.end.as_ref();
+            TaskReport {
+                name: t.name.clone(),
+                rank: t.rank.filter(|_| placed),
+                node: t.node.clone().filter(|_| placed),
+                state: tracked.then(|| task_status(&ts, Some(&run))),
+                exit_code: end.and_then(|e| e.exit_code),
+                signal: end.and_then(|e| e.signal),
+                pid: t.pid,
+                start_time: t.start_ms,
+                end_time: end.map(|e| e.end_time_ms),
+                cpu_seconds: end.map(|e| e.cpu_seconds),
+                max_rss_bytes: end.map(|e| e.max_rss_bytes),
+                reason: end.and_then(|e| e.reason.clone()),
+                working_dir: role_of(&t.name).and_then(|r| rec.spec.working_dir(r)),
+                ..TaskReport::default()
+            }
+        })
+        .collect();
+    JobReport {
+        id: rec.id,
+        name: rec.spec.name.clone(),
+        status: job_status(&st),
+        reason: s.reason.clone(),
+        submit_time: rec.spec.submit_time,
+        start_time: s.start_time,
+        end_time: s.end_time,
+        allocated_hyper_node: s.allocated_hyper_node.clone(),
+        owner: Some(rec.owner.clone()),
+        exit_code: s.exit_code,
+        tasks,
+    }
+}

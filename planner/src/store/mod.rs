@@ -1,0 +1,87 @@
+//! The planner's durable state. The core journals each job whose record changed
+//! (`hyperplan_core::journal`); the daemon commits those records — with the planner epoch
+//! and the next job id — before it acknowledges a submit or cancel, acknowledges a task's
+//! start or end, or sends a `Launch` or `Kill` ([`writer`]: group commit, one transaction
+//! and one fsync for everything that arrived while the last one was being written).
+//!
+//! The layout is one table per kind (see `DESIGN.md` in the repository, "Durable state"):
+//! jobs that have not ended by id, ended jobs by (end time, id), and a few numbers. A
+//! start reads the live table only, so it takes time in proportion to live jobs, not
+//! to history; ended jobs are read for `status --all`/`--since` and deleted after
+//! `[store] keepFinished`.
+
+pub mod config;
+pub mod embedded;
+pub mod export;
+pub mod writer;
+
+use std::path::PathBuf;
+
+use hyperplan_core::journal::{JobRecord, Persist};
+
+pub use config::StoreConfig;
+pub use embedded::Embedded;
+
+/// What a start loads.
+#[derive(Debug)]
+pub struct Loaded {
+    /// This run's epoch: one more than any before it, already committed.
+    pub epoch: u64,
+    pub next_job_id: u64,
+    pub live: Vec<JobRecord>,
+}
+
+/// One commit's worth of changes.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub jobs: Vec<Persist>,
+    /// The core's next job id (ids of ended jobs are never given again).
+    pub next_job_id: Option<u64>,
+}
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty() && self.next_job_id.is_none()
+    }
+
+    pub fn append(&mut self, mut other: Batch) {
+        self.jobs.append(&mut other.jobs);
+        if other.next_job_id.is_some() {
+            self.next_job_id = other.next_job_id;
+        }
+    }
+}
+
+/// What `--check` and `state export` report of a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub format: u32,
+    pub epoch: u64,
+    pub next_job_id: u64,
+    pub live: u64,
+    pub finished: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(
+        "{path}: cannot open the planner's store: {why} (a damaged file: move it aside and start again, or restore a backup with `hyperplan-planner state import`)"
+    )]
+    Open { path: PathBuf, why: String },
+    #[error("{path}: the store is in use by another process (is a planner running with it?): {why}")]
+    InUse { path: PathBuf, why: String },
+    #[error(
+        "{path}: written by a newer hyperplan (store format {found}; this build reads format {supported} and older); run that version, or export with it and import here"
+    )]
+    Newer { path: PathBuf, found: u32, supported: u32 },
+    #[error("{path}: {what}: {why}")]
+    Corrupt { path: PathBuf, what: String, why: String },
+    #[error("{path}: {doing}: {why}")]
+    Io { path: PathBuf, doing: String, why: String },
+    #[error("{0}")]
+    Import(String),
+}
+
+/// The store format this build writes: the layout of the tables and
+/// [`hyperplan_core::journal::RECORD_FORMAT`] of the records.
+pub const STORE_FORMAT: u32 = 1;
