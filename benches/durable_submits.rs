@@ -142,7 +142,14 @@ fn main() {
     let commits: u64 = text
         .lines()
         .filter(|l| l.contains("store: committed"))
-        .filter_map(|l| l.split("commits=").nth(1)?.split_whitespace().next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split("commits=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum();
     latencies.sort();
     let n = latencies.len();

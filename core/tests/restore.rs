@@ -371,3 +371,21 @@ fn a_task_whose_node_came_back_with_other_hardware_is_lost() {
     );
     assert_eq!(r.status, JobStatus::Failed);
 }
+
+#[test]
+fn a_job_stored_at_submit_comes_back_pending_and_is_placed() {
+    let spec = JobBuilder::gang("early", 2, "cpu=2").build();
+    let rec = JobRecord::submitted(41, "alice", spec);
+    let mut rig = Rig::new();
+    let warnings = rig
+        .p
+        .restore(vec![JobRecord::decode(&rec.encode().unwrap()).unwrap()], 1, rig.now);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(rig.p.next_job_id(), 42);
+    rig.register("n01");
+    rig.register("n02");
+    let cmds = rig.step();
+    assert_eq!(placed(&cmds).len(), 2, "{:?}", placed(&cmds));
+    let r = rig.job("early");
+    assert_eq!((r.id, r.owner.as_deref()), (41, Some("alice")));
+}

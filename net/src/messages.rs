@@ -638,6 +638,7 @@ mod tests {
             RequestCommand::Status {
                 job: Some("j".into()),
                 all: false,
+                since_secs: None,
             },
             RequestCommand::Nodes,
             RequestCommand::HyperNodes,

@@ -434,6 +434,45 @@ mod tests {
     }
 
     #[test]
+    fn a_store_of_a_newer_format_is_refused_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        {
+            let s = Embedded::open(&path).unwrap();
+            let txn = s.rw().unwrap().begin_write().unwrap();
+            txn.open_table(META).unwrap().insert("format", 99).unwrap();
+            txn.commit().unwrap();
+        }
+        for e in [
+            Embedded::open(&path).unwrap_err(),
+            Embedded::open_read_only(&path).unwrap_err(),
+        ] {
+            let e = e.to_string();
+            assert!(e.starts_with(&path.display().to_string()), "{e}");
+            assert!(
+                e.contains("newer hyperplan (store format 99; this build reads format 1"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_record_that_cannot_be_read_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let s = Embedded::open(&path).unwrap();
+        let mut p = persist(&record(7, "a"), true, 0);
+        p.bytes = b"\x93garbage".to_vec().into();
+        s.commit(&Batch {
+            jobs: vec![p],
+            next_job_id: None,
+        })
+        .unwrap();
+        let e = s.load().unwrap_err().to_string();
+        assert!(e.contains("state.redb: live job 7 cannot be read"), "{e}");
+    }
+
+    #[test]
     fn a_second_planner_on_one_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.redb");
