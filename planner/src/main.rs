@@ -45,7 +45,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Args {
     /// Planner configuration (TOML; see systemd/planner.toml). Defaults apply when the
     /// default path does not exist.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     config: Option<PathBuf>,
     /// UDP address to listen on [server.listen; default 0.0.0.0:7400].
     #[arg(long, value_name = "IP:PORT")]
@@ -73,7 +73,7 @@ struct Args {
     max_frame_bytes: Option<usize>,
     /// The store file: jobs, placements, the epoch [store.path; default
     /// /var/lib/hyperplan/state.redb]. Created (with its directory) when missing.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     store: Option<PathBuf>,
     /// Validate the configuration, print it resolved, read every discovery source once
     /// and say what it holds, read the store and say what it holds, then exit: 0 when all

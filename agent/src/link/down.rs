@@ -50,7 +50,7 @@ pub(crate) enum LinkDown {
     NotRegistered(&'static str),
     /// A planner older than one this node has seen (a deposed leader, an old process).
     #[error(
-        "the planner's epoch {theirs} is older than epoch {ours} this node has seen: a newer planner leads; not taking its orders"
+        "the planner's epoch {theirs} is older than epoch {ours} this node has seen: a newer planner leads, or this planner's store was replaced by an older one; not taking its orders (restore the newest store with `hyperplan-planner state import`, or if the old state is gone for good remove `epoch` in this agent's state directory)"
     )]
     StaleEpoch { theirs: u64, ours: u64 },
     #[error("sending heartbeat {seq}: {error}")]
