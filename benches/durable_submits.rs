@@ -2,15 +2,19 @@
 //! clients, each on its own QUIC connection sending one job per request and waiting for
 //! the answer, against the release planner with its embedded store on this machine's
 //! disk. A submit is answered only once its job is committed (group commit: one
-//! transaction, one fsync, for all that arrived while the last was written).
+//! transaction — two `fdatasync` calls, redb's pages then its header — for all that
+//! arrived while the last was written).
 //!
-//! Reports submits/s, latency percentiles, and the planner's commits (each one fsync of
-//! the store file) per second from its log. `cargo bench --bench durable_submits`
-//! (`CLIENTS=32 PER_CLIENT=300` by default). Not a criterion bench: it measures a
+//! Reports submits/s, latency percentiles, and the planner's commits per second from its
+//! log (each commit is two `fdatasync` calls on the store file: `strace -c -f -p PID`). `cargo bench --bench durable_submits`
+//! (`CLIENTS=32 PER_CLIENT=600` by default). Not a criterion bench: it measures a
 //! running system.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::{daemon, env_or};
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -21,25 +25,6 @@ use hyperplan_net::certs::CertPaths;
 use hyperplan_net::frame::{DEFAULT_MAX_FRAME, read_frame, write_frame};
 use hyperplan_net::messages::{Hello, PROTOCOL_VERSION, Request, RequestCommand, Response, Role};
 use hyperplan_net::tls::TlsMaterial;
-
-/// A daemon binary next to this harness (release), built once when missing.
-fn daemon(name: &str, package: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().unwrap().parent().unwrap().join(name);
-    if !path.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "--release", "-p", package, "--bin", name])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-    path
-}
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 /// One client: connects, then submits `n` jobs one after another; returns each latency.
 async fn client(addr: SocketAddr, certs: &Path, user: &str, prefix: &str, n: usize) -> Vec<Duration> {
@@ -76,7 +61,7 @@ async fn client(addr: SocketAddr, certs: &Path, user: &str, prefix: &str, n: usi
 
 fn main() {
     let clients = env_or("CLIENTS", 32);
-    let per_client = env_or("PER_CLIENT", 300);
+    let per_client = env_or("PER_CLIENT", 600);
     let planner_bin = daemon("hyperplan-planner", "hyperplan-planner");
     let cli_bin = PathBuf::from(env!("CARGO_BIN_EXE_hyperplan"));
     // On the disk the target directory is on (not a tmpfs): fsync must cost what it costs.
@@ -163,7 +148,7 @@ fn main() {
         pct(1.0)
     );
     println!(
-        "store commits (one fsync each): {commits} in {:.2} s: {:.0} per second, {:.1} submits per commit",
+        "store commits (two fdatasync each): {commits} in {:.2} s: {:.0} per second, {:.1} submits per commit",
         elapsed.as_secs_f64(),
         commits as f64 / elapsed.as_secs_f64(),
         n as f64 / commits.max(1) as f64

@@ -13,6 +13,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::daemon;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -21,21 +24,6 @@ use std::time::{Duration, Instant};
 const AGENTS: usize = 4;
 const TASKS: usize = 64;
 const MACHINE: &str = "pack:2 numa:1(memory=34359738368) core:8 pu:1";
-
-/// A daemon binary next to this harness (release), built once when missing.
-fn daemon(name: &str, package: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().unwrap().parent().unwrap().join(name);
-    if !path.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "--release", "-p", package, "--bin", name])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-    path
-}
 
 struct Procs(Vec<Child>);
 

@@ -9,6 +9,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::{daemon, env_or};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -18,24 +21,6 @@ use hyperplan_core::components::{JobPhase, TaskPhase, Verdict};
 use hyperplan_core::journal::JobRecord;
 use hyperplan_planner::store::{Batch, Embedded};
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
-
-fn daemon(name: &str, package: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().unwrap().parent().unwrap().join(name);
-    if !path.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "--release", "-p", package, "--bin", name])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-    path
-}
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 /// Writes `live` live jobs (every other one running) and `ended` ended ones.
 fn fill(store: &Path, live: u64, ended: u64) {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{Cluster, bin, path_str, task_user, wait_for};
+use common::{Cluster, alive, bin, path_str, task_user, wait_for};
 use serde_json::Value;
 
 const MACHINE: &str = "pack:1 numa:1(memory=17179869184) core:4 pu:1";
@@ -95,14 +95,6 @@ fn pids(job: &Value) -> Vec<u64> {
         .iter()
         .filter_map(|t| t["pid"].as_u64())
         .collect()
-}
-
-fn alive(pid: u64) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit(')')
-            .next()
-            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
-    })
 }
 
 /// The script of a task that says it started (one line per start in `started-<task>`)

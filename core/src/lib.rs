@@ -82,6 +82,7 @@ impl Planner {
         world.insert_resource(LabelTypes::default());
         world.insert_resource(names::JobNames::default());
         world.insert_resource(ownership::NextJobId::default());
+        world.insert_resource(ownership::LiveByOwner::default());
         world.insert_resource(names::NodeNames::default());
         world.insert_resource(health::Away::default());
         world.insert_resource(NodeSetGeneration::default());
@@ -106,6 +107,7 @@ impl Planner {
                 allocate::allocate,
                 dispatch::dispatch,
                 retire::retire,
+                ownership::count_live,
                 journal::journal.run_if(resource_exists::<journal::Journal>),
             )
                 .chain(),

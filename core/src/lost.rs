@@ -72,16 +72,7 @@ pub(crate) fn lose_tasks(world: &mut World) {
             .0
             .push(Command::Warn(format!("{reason}: {} task(s) on it lost", lost.len())));
         for (_, _, job, task) in lost {
-            let run = world.get::<TaskRun>(task);
-            let end = TaskEnd {
-                outcome: TaskOutcome::Lost,
-                pid: run.and_then(|r| r.pid),
-                start_time_ms: run.and_then(|r| r.start_ms),
-                end_time_ms: now,
-                reason: Some(reason.clone()),
-                ..TaskEnd::default()
-            };
-            end_task(world, job, task, end);
+            lose(world, job, task, reason.clone());
         }
     }
 }
@@ -139,15 +130,21 @@ pub(crate) fn lose_missing(world: &mut World) {
             .resource_mut::<Outbox>()
             .0
             .push(Command::Warn(format!("job {job_name}: a task was lost: {reason}")));
-        let run = world.get::<TaskRun>(task);
-        let end = TaskEnd {
-            outcome: TaskOutcome::Lost,
-            pid: run.and_then(|r| r.pid),
-            start_time_ms: run.and_then(|r| r.start_ms),
-            end_time_ms: now,
-            reason: Some(reason),
-            ..TaskEnd::default()
-        };
-        end_task(world, job, task, end);
+        lose(world, job, task, reason);
     }
+}
+
+/// Ends a running task as lost, now, saying why (its pid and start as reported).
+pub(crate) fn lose(world: &mut World, job: Entity, task: Entity, reason: String) {
+    let now = world.resource::<NowMillis>().0;
+    let run = world.get::<TaskRun>(task);
+    let end = TaskEnd {
+        outcome: TaskOutcome::Lost,
+        pid: run.and_then(|r| r.pid),
+        start_time_ms: run.and_then(|r| r.start_ms),
+        end_time_ms: now,
+        reason: Some(reason),
+        ..TaskEnd::default()
+    };
+    end_task(world, job, task, end);
 }

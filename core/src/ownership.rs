@@ -34,6 +34,28 @@ pub struct JobOwner(pub std::sync::Arc<str>);
 #[derive(Component, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct JobId(pub u64);
 
+/// Per owner, the jobs that have not ended (see [`is_live`]) as of the last tick: what
+/// `maxJobsPerUser` counts, without a scan of every job per submission.
+#[derive(Resource, Debug, Default)]
+pub struct LiveByOwner(pub std::collections::HashMap<std::sync::Arc<str>, u64>);
+
+/// Last in a tick: counts each owner's live jobs again when some job's state changed.
+pub fn count_live(
+    changed: Query<(), (With<JobOwner>, Changed<JobState>)>,
+    jobs: Query<(&JobOwner, &JobState), Without<super::components::Retired>>,
+    mut counts: ResMut<LiveByOwner>,
+) {
+    if changed.is_empty() {
+        return;
+    }
+    counts.0.clear();
+    for (owner, st) in &jobs {
+        if is_live(st) {
+            *counts.0.entry(owner.0.clone()).or_default() += 1;
+        }
+    }
+}
+
 /// The id the next submission the core ingests gets.
 #[derive(Resource, Debug)]
 pub struct NextJobId(pub u64);
@@ -167,11 +189,7 @@ impl Planner {
             }
         }
         let more = jobs.len() as u64;
-        let mut live = 0u64;
-        let mut q = self.world.query::<(&JobOwner, &JobState)>();
-        for (o, st) in q.iter(&self.world) {
-            live += u64::from(*o.0 == *owner && is_live(st));
-        }
+        let mut live = self.world.resource::<LiveByOwner>().0.get(owner).copied().unwrap_or(0);
         live += self
             .world
             .resource::<Inbox>()

@@ -12,13 +12,12 @@ use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
 use hyperplan_shared::Resources;
-use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 
 use super::Planner;
 use super::components::{Job, JobPhase, JobState, Node, SubJobState, TaskPhase, TaskState};
 use super::health::{Away, Heartbeats};
 use super::journal::{AssignmentRecord, JobRecord, Journal, Persisted, fingerprint};
-use super::lifecycle::{Requeued, end_task};
+use super::lifecycle::Requeued;
 use super::names::{JobNames, NodeNames};
 use super::numa::node::{HardwareCache, NodeHardware, NodeNuma};
 use super::ownership::{JobId, NextJobId, is_live};
@@ -233,17 +232,12 @@ fn adopt_one(world: &mut World, node: Entity, task: Entity, numa: Option<Assignm
     let Some(job) = world.get::<super::components::Task>(task).map(|t| t.job) else {
         return;
     };
-    let now = world.resource::<super::queues::NowMillis>().0;
-    let run = world.get::<TaskRun>(task);
-    let end = TaskEnd {
-        outcome: TaskOutcome::Lost,
-        pid: run.and_then(|r| r.pid),
-        start_time_ms: run.and_then(|r| r.start_ms),
-        end_time_ms: now,
-        reason: Some("its node's hardware changed since the planner placed it".into()),
-        ..TaskEnd::default()
-    };
-    end_task(world, job, task, end);
+    super::lost::lose(
+        world,
+        job,
+        task,
+        "its node's hardware changed since the planner placed it".into(),
+    );
 }
 
 /// The assignment names only PUs, GPUs and NUMA nodes the hardware has.

@@ -40,6 +40,15 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// Whether process `pid` runs (a zombie does not: its state is Z).
+pub fn alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
+}
+
 /// Created (as root) for the tasks to run as.
 pub const TEST_USER: &str = "hyperplan-e2e";
 

@@ -185,6 +185,8 @@ pub async fn run(mut config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCor
         stored_next_id: start.loaded.next_job_id,
     };
     d.restore(start.loaded);
+    // Counts (jobs per owner for maxJobsPerUser) and records settle before any request.
+    d.tick();
     // Ticks at least as often as heartbeats are due, so silence is noticed in time.
     let period = config.server.tick_interval.min(config.server.heartbeat_interval);
     let mut timer = tokio::time::interval(period);

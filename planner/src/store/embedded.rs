@@ -1,5 +1,5 @@
-//! The embedded store: one redb file (checksummed pages, copy-on-write, one fsync per
-//! commit), the default. Tables:
+//! The embedded store: one redb file (checksummed pages, copy-on-write; a commit is two
+//! `fdatasync` calls, its pages then its header), the default. Tables:
 //!
 //! - `meta`: `format`, `epoch`, `nextJobId`;
 //! - `live`: job id → record (MessagePack), the jobs that have not ended: all a start reads;
@@ -51,24 +51,8 @@ impl Embedded {
                 why: e.to_string(),
             })?;
         }
-        // redb checks its own invariants with debug assertions; a damaged file must be an
-        // error here, never a crash of the planner. One writer; readers may follow it.
-        let opened = std::panic::catch_unwind(|| {
-            Builder::new()
-                .set_concurrency_mode(ConcurrencyMode::SingleWriter)
-                .create(path)
-        });
-        let db = match opened {
-            Ok(Ok(db)) => db,
-            Ok(Err(e)) => return Err(open_error(path, e)),
-            Err(_) => {
-                return Err(StoreError::Open {
-                    path: path.to_path_buf(),
-                    why: "the file is damaged (the store's own checks failed)".into(),
-                });
-            }
-        };
-        let db = Arc::new(db);
+        // One writer; readers may follow it.
+        let db = Arc::new(guarded(path, |b| b.create(path)).map_err(|r| r.error(path))?);
         let store = Self {
             reader: db.clone(),
             writer: Some(db),
@@ -87,24 +71,13 @@ impl Embedded {
                 why: "no such file (set [store] path, or --store)".into(),
             });
         }
-        let opened = std::panic::catch_unwind(|| {
-            Builder::new()
-                .set_concurrency_mode(ConcurrencyMode::SingleWriter)
-                .open_read_only(path)
-        });
-        let db = match opened {
-            Ok(Ok(db)) => db,
+        let db = match guarded(path, |b| b.open_read_only(path)) {
+            Ok(db) => db,
             // Left by a planner that did not close it (killed, or the machine went down):
             // recovery writes, so it takes the writer's open — which a running planner
             // would refuse, saying so.
-            Ok(Err(redb::DatabaseError::RepairAborted)) => return Self::open(path),
-            Ok(Err(e)) => return Err(open_error(path, e)),
-            Err(_) => {
-                return Err(StoreError::Open {
-                    path: path.to_path_buf(),
-                    why: "the file is damaged (the store's own checks failed)".into(),
-                });
-            }
+            Err(Retry::Repair) => return Self::open(path),
+            Err(Retry::No(e)) => return Err(e),
         };
         let store = Self {
             reader: Arc::new(db),
@@ -224,7 +197,7 @@ impl Embedded {
         })
     }
 
-    /// Writes a batch in one transaction (one fsync).
+    /// Writes a batch in one transaction (one commit: two `fdatasync` calls).
     pub fn commit(&self, batch: &Batch) -> Result<(), StoreError> {
         let e = self.err("committing");
         let txn = self.rw()?.begin_write().map_err(|x| e(x.into()))?;
@@ -337,6 +310,40 @@ impl Embedded {
     pub fn is_empty(&self) -> Result<bool, StoreError> {
         let s = self.summary()?;
         Ok(s.live == 0 && s.finished == 0)
+    }
+}
+
+/// Why an open failed: for good, or because the file needs the repair a writer does.
+enum Retry {
+    Repair,
+    No(StoreError),
+}
+
+impl Retry {
+    fn error(self, path: &Path) -> StoreError {
+        match self {
+            Retry::No(e) => e,
+            Retry::Repair => StoreError::Open {
+                path: path.to_path_buf(),
+                why: "the file needs a repair, and it was not repaired".into(),
+            },
+        }
+    }
+}
+
+/// Opens with `open` (single writer, readers following it). redb checks its own
+/// invariants with debug assertions: a damaged file must be an error, never a crash.
+fn guarded<T>(path: &Path, open: impl FnOnce(&Builder) -> Result<T, redb::DatabaseError>) -> Result<T, Retry> {
+    let mut builder = Builder::new();
+    builder.set_concurrency_mode(ConcurrencyMode::SingleWriter);
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open(&builder))) {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(redb::DatabaseError::RepairAborted)) => Err(Retry::Repair),
+        Ok(Err(e)) => Err(Retry::No(open_error(path, e))),
+        Err(_) => Err(Retry::No(StoreError::Open {
+            path: path.to_path_buf(),
+            why: "the file is damaged (the store's own checks failed)".into(),
+        })),
     }
 }
 

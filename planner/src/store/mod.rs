@@ -2,7 +2,7 @@
 //! (`hyperplan_core::journal`); the daemon commits those records — with the planner epoch
 //! and the next job id — before it acknowledges a submit or cancel, acknowledges a task's
 //! start or end, or sends a `Launch` or `Kill` ([`writer`]: group commit, one transaction
-//! and one fsync for everything that arrived while the last one was being written).
+//! one commit for everything that arrived while the last one was being written).
 //!
 //! The layout is one table per kind (see `DESIGN.md` in the repository, "Durable state"):
 //! jobs that have not ended by id, ended jobs by (end time, id), and a few numbers. A

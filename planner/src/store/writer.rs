@@ -1,5 +1,5 @@
 //! Group commit: a thread of its own writes what the driver hands it. It takes everything
-//! queued while the last commit was on disk and writes it as one transaction — one fsync
+//! queued while the last commit was on disk and writes it as one transaction — one commit
 //! for a burst of submits from many clients — and only then carries out what waited for
 //! it: replies to the people who submitted or cancelled, acknowledgements of task starts
 //! and ends, `Launch` and `Kill` frames to agents, in the order they were handed over.
@@ -140,7 +140,7 @@ fn run(store: &Embedded, rx: &mpsc::Receiver<Work>, keep: Duration, failed: &wat
     report(&mut commits, &mut records, &mut since);
 }
 
-/// One log line per period with commits (each one fsync) and records written.
+/// One log line per period with commits (each two `fdatasync` calls) and records written.
 fn report(commits: &mut u64, records: &mut u64, since: &mut Instant) {
     if *commits > 0 {
         let secs = since.elapsed().as_secs_f64().max(1e-3);
