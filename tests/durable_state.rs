@@ -255,6 +255,23 @@ fn unknown_tasks_are_killed_and_an_end_sent_while_the_planner_was_down_counts() 
     let j = rig.wait_status("quick", "completed");
     assert_eq!(j["exitCode"], 0);
     assert_eq!(pids(&j), vec![pid]);
+
+    // Ended before this start: on disk only, found by name and by --since.
+    rig.c.stop_planner();
+    rig.c.start_planner(&addr);
+    let j = rig.job_status("quick");
+    assert_eq!(
+        (j["status"].as_str(), j["exitCode"].as_i64()),
+        (Some("completed"), Some(0)),
+        "{j}"
+    );
+    assert_eq!(j["tasks"][0]["pid"].as_u64(), Some(pid));
+    let recent: Vec<String> = rig
+        .jobs(&["--since", "1h"])
+        .iter()
+        .map(|j| j["name"].to_string())
+        .collect();
+    assert!(recent.contains(&"\"quick\"".to_string()), "{recent:?}");
 }
 
 #[test]

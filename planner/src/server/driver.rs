@@ -747,7 +747,8 @@ impl Driver {
                 let mut jobs = view::job_reports(self.planner.world_mut());
                 // One name the world has (`submit --wait` asks every second): no disk read.
                 let in_world = job.as_ref().is_some_and(|n| jobs.iter().any(|j| &j.name == n));
-                if (all && !in_world) || since_secs.is_some() {
+                // A name the world does not have may be a job that ended before this start.
+                if ((all || job.is_some()) && !in_world) || since_secs.is_some() {
                     // Ended jobs from before this start are on disk only.
                     let cutoff = since_secs.map_or(0, |s| (self.clock.now_ms() / 1000).saturating_sub(s));
                     let have: std::collections::HashSet<u64> = jobs.iter().map(|j| j.id).collect();
@@ -757,6 +758,9 @@ impl Driver {
                         jobs.retain(|j| j.end_time.is_none_or(|end| end >= cutoff));
                     }
                     jobs.sort_by_key(|j| j.id);
+                    if !all && since_secs.is_none() {
+                        jobs = view::newest_of_each_name(jobs);
+                    }
                 } else if !all {
                     jobs = view::newest_of_each_name(jobs);
                 }
