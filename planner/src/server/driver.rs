@@ -350,23 +350,21 @@ impl Driver {
                 l.last_seq = seq;
                 // Every heartbeat, even an empty list: a task its agent stops listing
                 // is lost after nodeLostAfter (see `core::lost`).
-                {
-                    let tasks = running
-                        .into_iter()
-                        .map(|r| TaskOnNode {
-                            job: r.task.job,
-                            job_id: r.task.job_id,
-                            task: r.task.task,
-                            pid: r.pid,
-                            cpu_cores: r.cpu_cores,
-                            rss_bytes: r.rss_bytes,
-                        })
-                        .collect();
-                    self.planner.push(Event::TasksOnNode {
-                        node: node.clone(),
-                        tasks,
-                    });
-                }
+                let tasks = running
+                    .into_iter()
+                    .map(|r| TaskOnNode {
+                        job: r.task.job,
+                        job_id: r.task.job_id,
+                        task: r.task.task,
+                        pid: r.pid,
+                        cpu_cores: r.cpu_cores,
+                        rss_bytes: r.rss_bytes,
+                    })
+                    .collect();
+                self.planner.push(Event::TasksOnNode {
+                    node: node.clone(),
+                    tasks,
+                });
                 // No tick for it: the core reads the time it arrived, and the timer ticks
                 // at least once per heartbeat interval.
                 self.planner.push(Event::Heartbeat {
@@ -703,22 +701,23 @@ impl Driver {
                 let now = self.clock.now_ms() / 1000;
                 let mut names = Vec::new();
                 let mut ids = Vec::new();
-                let mut records = Vec::new();
-                for j in &jobs {
-                    let mut j = j.clone();
+                // Every record first (nothing is pushed if one cannot be encoded), then
+                // the jobs: the records are written before the answer (see `flush`), the
+                // core makes the jobs at its next tick.
+                let first = self.planner.next_job_id();
+                let mut admitted = Vec::with_capacity(jobs.len());
+                for (id, mut j) in (first..).zip(jobs) {
                     j.submit_time = now;
                     j.submit_dir.clone_from(&submit_dir);
-                    let id = self.planner.next_job_id() + records.len() as u64;
-                    let record = JobRecord::submitted(id, user, j).persist();
-                    records.push(record.map_err(|e| ResponseError::new(format!("encoding the job: {e}")))?);
+                    let record = JobRecord::submitted(id, user, j.clone())
+                        .persist()
+                        .map_err(|e| ResponseError::new(format!("encoding job {}: {e}", j.name)))?;
+                    admitted.push((id, j, record));
                 }
-                // Written before the answer (see `flush`); the core makes the jobs next tick.
-                self.work.batch.jobs.extend(records);
-                for mut j in jobs {
-                    j.submit_time = now;
-                    j.submit_dir.clone_from(&submit_dir);
+                for (id, j, record) in admitted {
+                    self.work.batch.jobs.push(record);
                     names.push(j.name.clone());
-                    ids.push(self.planner.next_job_id());
+                    ids.push(id);
                     self.planner.push(Event::SubmitBy {
                         spec: j,
                         owner: user.to_string(),
@@ -753,7 +752,9 @@ impl Driver {
                     let cutoff = since_secs.map_or(0, |s| (self.clock.now_ms() / 1000).saturating_sub(s));
                     let have: std::collections::HashSet<u64> = jobs.iter().map(|j| j.id).collect();
                     let stored = self.store.finished(cutoff).map_err(|e| e.to_string())?;
-                    jobs.extend(stored.iter().filter(|r| !have.contains(&r.id)).map(view::stored_report));
+                    let wanted =
+                        |r: &&JobRecord| !have.contains(&r.id) && job.as_ref().is_none_or(|n| &r.spec.name == n);
+                    jobs.extend(stored.iter().filter(wanted).map(view::stored_report));
                     if since_secs.is_some() {
                         jobs.retain(|j| j.end_time.is_none_or(|end| end >= cutoff));
                     }
