@@ -19,12 +19,16 @@ impl Epoch {
     /// the next planner's epoch is taken as it comes).
     pub fn load(state_dir: &Path) -> Self {
         let path = state_dir.join("epoch");
-        let highest = match std::fs::read(&path) {
-            Ok(bytes) if bytes.len() <= 32 => String::from_utf8_lossy(&bytes).trim().parse().unwrap_or_else(|_| {
+        // At most 32 bytes read: a number, whatever the file holds.
+        let read = std::fs::File::open(&path).and_then(|f| {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::Read::take(f, 32), &mut bytes).map(|_| bytes)
+        });
+        let highest = match read {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).trim().parse().unwrap_or_else(|_| {
                 tracing::warn!(path = %path.display(), "the planner epoch file is not a number; starting from 0");
                 0
             }),
-            Ok(_) => 0,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(e) => {
                 tracing::warn!(path = %path.display(), "cannot read the planner epoch: {e}; starting from 0");
@@ -74,5 +78,7 @@ mod tests {
         assert!(again.admit(4));
         std::fs::write(dir.path().join("epoch"), "garbage").unwrap();
         assert_eq!(Epoch::load(dir.path()).highest(), 0);
+        std::fs::write(dir.path().join("epoch"), "7".repeat(1 << 20)).unwrap();
+        assert_eq!(Epoch::load(dir.path()).highest(), 0, "a huge file is read 32 bytes far");
     }
 }
