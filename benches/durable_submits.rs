@@ -63,22 +63,8 @@ fn main() {
     let clients = env_or("CLIENTS", 32);
     let per_client = env_or("PER_CLIENT", 600);
     let planner_bin = daemon("hyperplan-planner", "hyperplan-planner");
-    let cli_bin = PathBuf::from(env!("CARGO_BIN_EXE_hyperplan"));
-    // On the disk the target directory is on (not a tmpfs): fsync must cost what it costs.
-    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
-    let dir = tempfile::tempdir_in(&base).unwrap();
-    let certs = dir.path().join("certs");
+    let (dir, certs, _) = common::bench_dir();
     let c = certs.to_str().unwrap();
-    let run = |args: &[&str]| {
-        let out = Command::new(&cli_bin).args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    run(&["certs", "init", "--dir", c]);
-    run(&["certs", "issue", "--dir", c, "--user", "bench", "--role", "user"]);
     let config = dir.path().join("planner.toml");
     std::fs::write(&config, "[limits]\nmaxJobsPerUser = 1000000\n").unwrap();
     let store = dir.path().join("state.redb");

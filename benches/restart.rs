@@ -76,17 +76,8 @@ fn main() {
     let ended = env_or("ENDED", 50_000);
     let rounds = env_or("ROUNDS", 3);
     let planner_bin = daemon("hyperplan-planner", "hyperplan-planner");
-    let cli_bin = PathBuf::from(env!("CARGO_BIN_EXE_hyperplan"));
-    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
-    let dir = tempfile::tempdir_in(&base).unwrap();
-    let certs = dir.path().join("certs");
+    let (dir, certs, cli_bin) = common::bench_dir();
     let c = certs.to_str().unwrap();
-    for args in [
-        vec!["certs", "init", "--dir", c],
-        vec!["certs", "issue", "--dir", c, "--user", "bench", "--role", "user"],
-    ] {
-        assert!(Command::new(&cli_bin).args(&args).output().unwrap().status.success());
-    }
     let store = dir.path().join("state.redb");
     let t = Instant::now();
     fill(&store, live, ended);

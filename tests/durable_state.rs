@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{Cluster, alive, bin, path_str, task_user, wait_for};
+use common::{Cluster, alive, bin, path_str, pids, task_user, wait_for};
 use serde_json::Value;
 
 const MACHINE: &str = "pack:1 numa:1(memory=17179869184) core:4 pu:1";
@@ -86,15 +86,6 @@ impl Rig {
         self.c.start_planner(&addr);
         assert_eq!(self.c.addr, addr);
     }
-}
-
-fn pids(job: &Value) -> Vec<u64> {
-    job["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["pid"].as_u64())
-        .collect()
 }
 
 /// The script of a task that says it started (one line per start in `started-<task>`)

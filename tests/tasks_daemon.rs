@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Cluster, TEST_USER, alive, bin, euid_is_root, path_str, task_user, wait_for};
+use common::{Cluster, TEST_USER, alive, bin, euid_is_root, path_str, pids, task_user, wait_for};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -136,15 +136,6 @@ impl Live {
 fn set_mode(p: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-fn pids(job: &Value) -> Vec<u64> {
-    job["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["pid"].as_u64())
-        .collect()
 }
 
 #[test]

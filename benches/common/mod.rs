@@ -24,3 +24,25 @@ pub fn daemon(name: &str, package: &str) -> PathBuf {
 pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
+
+/// A directory on the disk the target directory is on (not a tmpfs: an fsync must cost
+/// what it costs) with a cluster CA and a certificate for user `bench`; and the CLI.
+pub fn bench_dir() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_hyperplan"));
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    let certs = dir.path().join("certs");
+    let c = certs.to_str().unwrap();
+    for args in [
+        vec!["certs", "init", "--dir", c],
+        vec!["certs", "issue", "--dir", c, "--user", "bench", "--role", "user"],
+    ] {
+        let out = Command::new(&cli).args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (dir, certs, cli)
+}

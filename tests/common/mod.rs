@@ -49,6 +49,16 @@ pub fn alive(pid: u64) -> bool {
     })
 }
 
+/// The pids of a job's tasks (`status --output json`), those that have one.
+pub fn pids(job: &Value) -> Vec<u64> {
+    job["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["pid"].as_u64())
+        .collect()
+}
+
 /// Created (as root) for the tasks to run as.
 pub const TEST_USER: &str = "hyperplan-e2e";
 
