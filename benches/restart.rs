@@ -13,7 +13,7 @@ mod common;
 
 use common::{daemon, env_or};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
