@@ -15,10 +15,10 @@
 mod common;
 
 use common::{daemon, env_or};
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use hyperplan_net::certs::CertPaths;
@@ -64,26 +64,16 @@ fn main() {
     let per_client = env_or("PER_CLIENT", 600);
     let planner_bin = daemon("hyperplan-planner", "hyperplan-planner");
     let (dir, certs, _) = common::bench_dir();
-    let c = certs.to_str().unwrap();
     let config = dir.path().join("planner.toml");
     std::fs::write(&config, "[limits]\nmaxJobsPerUser = 1000000\n").unwrap();
     let store = dir.path().join("state.redb");
     let log = dir.path().join("planner.log");
-    let mut planner = Command::new(&planner_bin)
-        .args(["--listen", "127.0.0.1:0", "--cert-dir", c, "--config"])
-        .arg(&config)
-        .arg("--store")
-        .arg(&store)
+    let mut planner = common::planner(&planner_bin, &certs, &config, &store)
         .env("RUST_LOG", "warn,hyperplan_planner::store=info")
-        .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(planner.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr: SocketAddr = line.trim().rsplit(' ').next().unwrap().parse().unwrap();
+    let addr: SocketAddr = common::listening(&mut planner).parse().unwrap();
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -16,7 +16,7 @@
 mod common;
 
 use common::daemon;
-use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -64,25 +64,14 @@ fn main() {
 
     let mut procs = Procs(Vec::new());
     let planner_log = dir.path().join("planner.log");
-    let mut planner = Command::new(&planner_bin)
-        .args(["--listen", "127.0.0.1:0", "--config", "/dev/null", "--cert-dir", c])
-        .arg("--store")
-        .arg(dir.path().join("state.redb"))
+    let store = dir.path().join("state.redb");
+    let mut planner = common::planner(&planner_bin, &certs, Path::new("/dev/null"), &store)
         .args(["--tick-interval", "0.2", "--heartbeat-interval", "0.5"])
         .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&planner_log).unwrap())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(planner.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("hyperplan-planner listening on ")
-        .unwrap()
-        .to_string();
+    let addr = common::listening(&mut planner);
     procs.0.push(planner);
     for i in 0..AGENTS {
         let node = format!("n{i}");

@@ -12,7 +12,6 @@
 mod common;
 
 use common::{daemon, env_or};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -77,7 +76,6 @@ fn main() {
     let rounds = env_or("ROUNDS", 3);
     let planner_bin = daemon("hyperplan-planner", "hyperplan-planner");
     let (dir, certs, cli_bin) = common::bench_dir();
-    let c = certs.to_str().unwrap();
     let store = dir.path().join("state.redb");
     let t = Instant::now();
     fill(&store, live, ended);
@@ -91,22 +89,13 @@ fn main() {
     std::fs::write(&config, "[limits]\nmaxJobsPerUser = 1000000\n").unwrap();
     for round in 1..=rounds {
         let started = Instant::now();
-        let mut planner = Command::new(&planner_bin)
-            .args(["--listen", "127.0.0.1:0", "--cert-dir", c, "--config"])
-            .arg(&config)
-            .arg("--store")
-            .arg(&store)
+        let mut planner = common::planner(&planner_bin, &certs, &config, &store)
             .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(planner.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let addr = common::listening(&mut planner);
         let listening = started.elapsed();
-        let addr = line.trim().rsplit(' ').next().unwrap().to_string();
         let out = Command::new(&cli_bin)
             .args(["status", "job-2", "--output", "json"])
             .env("HYPERPLAN_PLANNER", &addr)

@@ -46,3 +46,35 @@ pub fn bench_dir() -> (tempfile::TempDir, PathBuf, PathBuf) {
     }
     (dir, certs, cli)
 }
+
+/// `hyperplan-planner` on 127.0.0.1:0 with these certificates, configuration and store,
+/// its stdout piped for [`listening`]; add the environment and stderr.
+pub fn planner(
+    bin: &std::path::Path,
+    certs: &std::path::Path,
+    config: &std::path::Path,
+    store: &std::path::Path,
+) -> Command {
+    let mut c = Command::new(bin);
+    c.args(["--listen", "127.0.0.1:0", "--cert-dir"])
+        .arg(certs)
+        .arg("--config")
+        .arg(config)
+        .arg("--store")
+        .arg(store)
+        .stdout(std::process::Stdio::piped());
+    c
+}
+
+/// The address a started planner listens on (its first line of output).
+pub fn listening(planner: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(planner.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.trim()
+        .strip_prefix("hyperplan-planner listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line from the planner: {line:?}"))
+        .to_string()
+}
