@@ -4,7 +4,7 @@
 //! virtual time), `cluster generate fat-tree` (write a cluster file to plan with),
 //! `topology` (HyperNodes from fabric dumps) and `certs` (the cluster CA).
 //! Against a running planner (`client`, `commands/`): `nodes`, `hypernodes`, `submit`,
-//! `status`, `cancel`, `explain`.
+//! `status`, `cancel`, `explain`, `logs`, `planners`.
 
 mod certs;
 mod client;
@@ -29,9 +29,10 @@ use clap::{Parser, Subcommand};
                   Start with `hyperplan demo` (a planner and agents on this machine) or \
                   `hyperplan simulate --cluster examples/cluster.yaml --jobs examples/jobs.yaml`.\n\n\
                   Against a running planner: `hyperplan nodes`, `hyperplan hypernodes`, `hyperplan submit FILE`, \
-                  `hyperplan status [JOB]`, `hyperplan cancel JOB`, `hyperplan explain JOB` (planner address and \
-                  certificates from --planner/--cert-dir/--user, HYPERPLAN_PLANNER/HYPERPLAN_CERT_DIR/HYPERPLAN_USER \
-                  or ~/.config/hyperplan/client.toml)."
+                  `hyperplan status [JOB]`, `hyperplan cancel JOB`, `hyperplan explain JOB`, `hyperplan planners` \
+                  (planner address and certificates from --planner/--cert-dir/--user, \
+                  HYPERPLAN_PLANNER/HYPERPLAN_CERT_DIR/HYPERPLAN_USER or ~/.config/hyperplan/client.toml; a leader \
+                  and its standbys as a list: --planner head01:7400,head02:7400)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -49,6 +50,7 @@ enum Command {
     Cancel(commands::cancel::Args),
     Explain(commands::explain::Args),
     Logs(commands::logs::Args),
+    Planners(commands::planners::Args),
     /// Cluster CA and certificates for mutual TLS between planner, agents and people.
     Certs {
         #[command(subcommand)]
@@ -91,6 +93,7 @@ fn main() -> ExitCode {
         Command::Cancel(args) => commands::cancel::run(args),
         Command::Explain(args) => commands::explain::run(args),
         Command::Logs(args) => commands::logs::run(args),
+        Command::Planners(args) => commands::planners::run(args),
         Command::Certs { command } => certs::run(command),
         Command::Cluster { command } => cluster::run(command),
         Command::Topology { command } => fabric::run(command),

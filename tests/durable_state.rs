@@ -45,16 +45,8 @@ impl Rig {
         Rig { c, user, work }
     }
 
-    /// A job file: `replicas` tasks of `cpu` each running `script` in the work directory.
     fn job(&self, name: &str, replicas: u32, cpu: u32, script: &str) -> std::path::PathBuf {
-        self.c.write(
-            &format!("{name}.yaml"),
-            &format!(
-                "name: {name}\ntasks:\n  - name: t\n    replicas: {replicas}\n    resources: {{cpu: {cpu}}}\n    \
-                 workingDir: {}\n    output: /dev/null\n    command: [sh, -c, '{script}']\n",
-                path_str(self.work.path())
-            ),
-        )
+        self.c.job_file(name, replicas, cpu, self.work.path(), script)
     }
 
     fn submit(&self, file: &std::path::Path) -> std::process::Output {
@@ -62,9 +54,7 @@ impl Rig {
     }
 
     fn jobs(&self, args: &[&str]) -> Vec<Value> {
-        let mut a = vec!["status"];
-        a.extend(args);
-        self.c.cli_json(&self.user, &a)["jobs"].as_array().unwrap().clone()
+        self.c.jobs(&self.user, args)
     }
 
     fn job_status(&self, name: &str) -> Value {

@@ -5,7 +5,7 @@
 //!
 //! ```toml
 //! # sysfsRoot = "/sys"
-//! planner = "head-1:7443"
+//! planner = "head-1:7443"              # or a leader and its standbys: "head-1:7443,head-2:7443"
 //! # certDir = "/etc/hyperplan/certs"
 //! # nodeName = "n001"
 //! # reprobeInterval = 60
@@ -34,7 +34,8 @@ pub struct AgentConfig {
     /// Root of the sysfs tree to read (default `/sys`).
     #[serde(default)]
     pub sysfs_root: Option<PathBuf>,
-    /// `hyperplan-agent run`: the planner's `HOST:PORT`.
+    /// `hyperplan-agent run`: the planner's `HOST:PORT`, or a comma-separated list of them
+    /// (a leader and its standbys; checked by `link::planners::parse_list`).
     #[serde(default)]
     pub planner: Option<String>,
     /// `run`: directory holding `ca.pem` and `nodes/<node>.pem` / `.key`.

@@ -77,14 +77,17 @@ enum Command {
     /// on SIGTERM or SIGINT. Under systemd (Type=notify) it reports READY=1 once first
     /// registered, STATUS= lines, and WATCHDOG=1 when WatchdogSec= is set.
     #[command(
-        after_help = "Examples:\n  hyperplan-agent run --config /etc/hyperplan/agent.toml\n  hyperplan-agent run --planner head-1:7443 --cert-dir ./certs --node n001\n  hyperplan-agent run --planner 127.0.0.1:7443 --node fake-3 --synthetic \"pack:2 numa:2 core:4 pu:2\" --label leaf=l1"
+        after_help = "Examples:\n  hyperplan-agent run --config /etc/hyperplan/agent.toml\n  hyperplan-agent run --planner head-1:7443 --cert-dir ./certs --node n001\n  hyperplan-agent run --planner head-1:7400,head-2:7400 --node n001\n  hyperplan-agent run --planner 127.0.0.1:7443 --node fake-3 --synthetic \"pack:2 numa:2 core:4 pu:2\" --label leaf=l1"
     )]
     Run {
         #[command(flatten)]
         source: SourceArgs,
-        /// The planner, HOST:PORT (`planner`). Required here or in the configuration;
-        /// resolved again at every connection attempt.
-        #[arg(long, value_name = "HOST:PORT")]
+        /// The planner, HOST:PORT, or a leader and its standbys as a comma-separated list
+        /// HOST:PORT,HOST:PORT (`planner`). Required here or in the configuration; each
+        /// resolved again at every connection attempt. The agent starts with the first;
+        /// a standby sends it to the leader it names, and when a planner is unreachable or
+        /// its connection ends the agent tries the next one.
+        #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]")]
         planner: Option<String>,
         /// Directory with ca.pem and nodes/NODE.pem + nodes/NODE.key, as `hyperplan certs`
         /// writes them (`certDir`). Default: $HYPERPLAN_CERT_DIR, else /etc/hyperplan/certs.
@@ -228,6 +231,11 @@ fn main() -> ExitCode {
     }
 }
 
+/// The planner list of `--planner` or agent.toml's `planner` (`origin` names which).
+fn planner_list(text: &str, origin: &str) -> anyhow::Result<Vec<String>> {
+    link::planners::parse_list(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))
+}
+
 /// The configuration file named, or the default one when it exists, or none.
 fn load_config(path: Option<&Path>) -> anyhow::Result<AgentConfig> {
     let default_config = Path::new(DEFAULT_CONFIG);
@@ -291,10 +299,19 @@ fn run_agent(
     reprobe_interval: Option<u64>,
     tasks: TaskArgs,
 ) -> anyhow::Result<()> {
+    let config_path = source.config.clone();
     let config = load_config(source.config.as_deref())?;
-    let planner = planner
-        .or_else(|| config.planner.clone())
-        .context("no planner address: pass --planner HOST:PORT or set `planner = \"HOST:PORT\"` in agent.toml")?;
+    let planners = match (planner, &config.planner) {
+        (Some(flag), _) => planner_list(&flag, "--planner")?,
+        (None, Some(key)) => {
+            let file = config_path.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+            planner_list(key, &format!("`planner` in {}", file.display()))?
+        }
+        (None, None) => anyhow::bail!(
+            "no planner address: pass --planner HOST:PORT (or HOST:PORT,HOST:PORT for a leader and its \
+             standbys) or set `planner = \"HOST:PORT\"` in agent.toml"
+        ),
+    };
     let cert_dir = cert_dir
         .or_else(|| config.cert_dir.clone())
         .or_else(|| {
@@ -337,7 +354,7 @@ fn run_agent(
     // Before the runtime's threads: this may move the process into its cgroup's leaf.
     let confinement = Confinement::detect(Path::new(CGROUP_ROOT), pin);
     let opts = LinkOptions {
-        planner,
+        planners,
         cert_dir,
         node,
         reprobe_interval: (reprobe_secs > 0).then(|| Duration::from_secs(reprobe_secs)),

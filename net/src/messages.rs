@@ -14,7 +14,7 @@ use hyperplan_shared::topology::NodeTopology;
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change to the messages below.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Who is speaking on a connection. The certificate says the same (its OU), and the
 /// planner checks that the two agree.
@@ -193,6 +193,9 @@ pub enum PlannerToAgent {
     /// The planner has the agent's `TaskStarted` (`finished: false`) or `TaskFinished`
     /// (`finished: true`) of this task: stop sending it (and, for an end, forget it).
     Ack { task: TaskRef, finished: bool },
+    /// In place of `Registered`: this planner is a standby (`[store] backend = "etcd"`);
+    /// `leader` is the address the leader advertises, when one leads. The agent goes there.
+    NotLeader { leader: Option<String> },
     /// Read up to `max_bytes` of the task's output file from `offset` (`stderr`: its
     /// error file, when that is another file); answered by [`AgentMessage::Log`].
     ReadLog {
@@ -312,6 +315,9 @@ pub enum RequestCommand {
     Explain {
         job: String,
     },
+    /// This planner's role, epoch and the leader it knows (`hyperplan planners`), answered
+    /// by standbys too, with a `hyperplan_shared::status::PlannerInfo`.
+    Planners,
     /// Up to `max_bytes` of a task's output from `offset` (the job's rank-0 task when
     /// `task` is `None`), read on its node; only its owner or an admin. Answered with a
     /// `hyperplan_shared::status::LogPiece`.
@@ -352,9 +358,44 @@ impl ResponseError {
     }
 }
 
+/// How a standby's refusal starts; the leader's address (or `unknown`) follows.
+const NOT_LEADER: &str = "not the leader; the leader is ";
+
+impl ResponseError {
+    /// A standby's answer to every request but `Planners`.
+    pub fn not_leader(leader: Option<&str>) -> Self {
+        Self::new(format!(
+            "{NOT_LEADER}{}",
+            leader.unwrap_or("unknown (an election is under way)")
+        ))
+    }
+
+    /// `Some(leader)` when this is a standby's refusal (`Some(None)`: no leader yet):
+    /// the CLI asks the leader instead.
+    pub fn not_leader_hint(&self) -> Option<Option<&str>> {
+        let rest = self.message.strip_prefix(NOT_LEADER)?;
+        let leader = rest.split_whitespace().next().filter(|a| *a != "unknown");
+        Some(leader)
+    }
+}
+
 impl From<String> for ResponseError {
     fn from(message: String) -> Self {
         Self { message }
+    }
+}
+
+#[cfg(test)]
+mod not_leader {
+    use super::ResponseError;
+
+    #[test]
+    fn a_standbys_refusal_names_the_leader_for_the_cli() {
+        let e = ResponseError::not_leader(Some("head-2:7400"));
+        assert_eq!(e.message, "not the leader; the leader is head-2:7400");
+        assert_eq!(e.not_leader_hint(), Some(Some("head-2:7400")));
+        assert_eq!(ResponseError::not_leader(None).not_leader_hint(), Some(None));
+        assert_eq!(ResponseError::new("no job named \"x\"").not_leader_hint(), None);
     }
 }
 
@@ -644,6 +685,7 @@ mod tests {
             RequestCommand::HyperNodes,
             RequestCommand::Manifests,
             RequestCommand::Explain { job: "j".into() },
+            RequestCommand::Planners,
         ] {
             roundtrip(&Request { id: 7, command });
         }

@@ -34,6 +34,13 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// and a restarted planner has every job that had not ended, re-adopts the tasks its
 /// agents still run and kills what they run that it does not know. `state export` and
 /// `state import` copy the store to and from JSON lines.
+///
+/// High availability: with [store] backend = "etcd" (endpoints, prefix) several planners
+/// share the state; one leads (an etcd lease of [ha] leaseTtl seconds, default 10), the
+/// others stand by on their ports, answer "not the leader; the leader is …" and take
+/// over when the leader dies. A leader that loses its lease stops (exit 1). Give agents
+/// and the CLI every address: --planner head-1:7400,head-2:7400; `hyperplan planners`
+/// shows who leads.
 #[derive(Parser, Debug)]
 #[command(
     version,
@@ -179,7 +186,7 @@ fn run() -> anyhow::Result<()> {
         println!("{config:#?}");
         let failed = runtime.block_on(check_sources(&config));
         runtime.shutdown_timeout(std::time::Duration::from_millis(500));
-        let store = check_store(&config.store.path);
+        let store = check_store(&config.store);
         anyhow::ensure!(
             failed == 0,
             "the configuration is valid, but {failed} discovery source(s) cannot be read (see above)"
@@ -203,27 +210,24 @@ fn run() -> anyhow::Result<()> {
 }
 
 /// `--check`: what the store holds (every record is read), or why it cannot be read. A
-/// store that does not exist yet is fine: the planner creates it.
-fn check_store(path: &std::path::Path) -> anyhow::Result<()> {
-    if !path.exists() {
-        println!("store {}: none yet (created at start)", path.display());
+/// store file that does not exist yet is fine: the planner creates it.
+fn check_store(config: &hyperplan_planner::store::StoreConfig) -> anyhow::Result<()> {
+    use hyperplan_planner::store::{Store, config::Backend};
+    let at = config.describe();
+    if config.backend == Backend::Embedded && !config.path.exists() {
+        println!("store {at}: none yet (created at start)");
         return Ok(());
     }
-    match hyperplan_planner::store::Embedded::open_read_only(path).and_then(|s| s.summary()) {
+    match Store::open_read_only(config).and_then(|s| s.summary()) {
         Ok(s) => {
             println!(
-                "store {}: ok: format {}, epoch {}, {} live job(s), {} ended job(s), next job id {}",
-                path.display(),
-                s.format,
-                s.epoch,
-                s.live,
-                s.finished,
-                s.next_job_id
+                "store {at}: ok: format {}, epoch {}, {} live job(s), {} ended job(s), next job id {}",
+                s.format, s.epoch, s.live, s.finished, s.next_job_id
             );
             Ok(())
         }
         Err(e) => {
-            println!("store {}: FAILING: {e}", path.display());
+            println!("store {at}: FAILING: {e}");
             Err(anyhow::anyhow!("the store cannot be read (see above)"))
         }
     }
@@ -231,11 +235,11 @@ fn check_store(path: &std::path::Path) -> anyhow::Result<()> {
 
 /// `state export` / `state import`.
 fn state(config: &DaemonConfig, cmd: &StateCmd) -> anyhow::Result<()> {
-    use hyperplan_planner::store::{Embedded, export};
-    let path = &config.store.path;
+    use hyperplan_planner::store::{Store, export};
+    let at = config.store.describe();
     match cmd {
         StateCmd::Export { file } => {
-            let store = Embedded::open_read_only(path)?;
+            let store = Store::open_read_only(&config.store)?;
             let (live, ended) = if file.as_os_str() == "-" {
                 export::export(&store, &mut std::io::stdout().lock())?
             } else {
@@ -245,13 +249,12 @@ fn state(config: &DaemonConfig, cmd: &StateCmd) -> anyhow::Result<()> {
                 export::export(&store, &mut out)?
             };
             eprintln!(
-                "exported {live} live and {ended} ended job(s) from {} to {}",
-                path.display(),
+                "exported {live} live and {ended} ended job(s) from {at} to {}",
                 file.display()
             );
         }
         StateCmd::Import { file } => {
-            let store = Embedded::open(path)?;
+            let store = Store::open(&config.store)?;
             let name = file.display().to_string();
             let jobs = if file.as_os_str() == "-" {
                 export::import(&store, &mut std::io::stdin().lock(), &name)?
@@ -259,7 +262,7 @@ fn state(config: &DaemonConfig, cmd: &StateCmd) -> anyhow::Result<()> {
                 let f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
                 export::import(&store, &mut std::io::BufReader::new(f), &name)?
             };
-            eprintln!("imported {jobs} job(s) from {name} into {}", path.display());
+            eprintln!("imported {jobs} job(s) from {name} into {at}");
         }
     }
     Ok(())

@@ -139,6 +139,42 @@ pub struct Submitted {
     pub ids: Vec<u64>,
 }
 
+/// One planner's answer to `Planners` (`hyperplan planners`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannerInfo {
+    /// `leader` or `standby` (the CLI adds `unreachable` for one that did not answer).
+    pub role: String,
+    /// The newest epoch this planner knows (its own when it leads).
+    pub epoch: u64,
+    /// The address the leader advertises, as this planner knows it.
+    pub leader: Option<String>,
+    /// Where the state is (`embedded /var/lib/…` or `etcd http://…`).
+    pub store: String,
+}
+
+/// `hyperplan planners --output json`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannerList {
+    pub planners: Vec<PlannerRow>,
+}
+
+/// One row of `hyperplan planners`: the address as given to the CLI and what it said.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannerRow {
+    pub address: String,
+    /// `leader`, `standby` or `unreachable`.
+    pub role: String,
+    /// `null` for an unreachable planner.
+    pub epoch: Option<u64>,
+    /// The leader this planner names (absent when unreachable or none leads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
+    /// Why it is unreachable, or what it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// `hyperplan cancel --output json`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cancelled {

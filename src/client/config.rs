@@ -2,6 +2,9 @@
 //! `~/.config/hyperplan/client.toml`, then defaults. Resolution is a pure function of its
 //! inputs (flags, an environment lookup, the parsed file) so the order is testable without
 //! touching the process environment.
+//!
+//! The planner may be a list, `head01:7400,head02:7400` (a leader and its standbys):
+//! [`parse_planners`] reads it, `crate::client` tries the addresses in order.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -23,13 +26,17 @@ pub const ENV_USER: &str = "HYPERPLAN_USER";
 /// Help text shared by every command that talks to the planner.
 pub const CONNECTION_HELP: &str = "\
 Where the planner is and who you are, first match wins:
-  1. flags        --planner HOST:PORT, --cert-dir DIR, --user NAME
+  1. flags        --planner HOST:PORT[,HOST:PORT...], --cert-dir DIR, --user NAME
   2. environment  HYPERPLAN_PLANNER, HYPERPLAN_CERT_DIR, HYPERPLAN_USER
   3. config file  $XDG_CONFIG_HOME/hyperplan/client.toml (else ~/.config/hyperplan/client.toml):
                     planner = \"head01:7400\"
                     certDir = \"/home/alice/.hyperplan/certs\"
                     user = \"alice\"
   4. defaults     planner 127.0.0.1:7400, cert dir /etc/hyperplan/certs, user $USER
+
+A leader and its standbys: list them all, comma-separated (head01:7400,head02:7400). A
+request goes to the first that answers; a standby names the leader, which is asked
+instead; an unreachable one is skipped. `hyperplan planners` shows who leads.
 
 The connection is QUIC with mutual TLS: you present DIR/users/NAME.pem and .key, and check
 the planner against DIR/ca.pem. An admin issues yours with
@@ -39,8 +46,9 @@ the planner against DIR/ca.pem. An admin issues yours with
 #[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
 #[command(next_help_heading = "Connection")]
 pub struct ClientArgs {
-    /// The planner's address [env: HYPERPLAN_PLANNER] [default: 127.0.0.1:7400]
-    #[arg(long, value_name = "HOST:PORT")]
+    /// The planner's address, or a comma-separated list of a leader and its standbys
+    /// [env: HYPERPLAN_PLANNER] [default: 127.0.0.1:7400]
+    #[arg(long, value_name = "HOST:PORT[,...]")]
     pub planner: Option<String>,
     /// Directory with ca.pem and users/NAME.pem, .key [env: HYPERPLAN_CERT_DIR] [default:
     /// /etc/hyperplan/certs]
@@ -92,8 +100,9 @@ pub struct Setting<T> {
 /// Everything a command needs to reach the planner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientConfig {
-    /// `HOST:PORT` (the port may be missing: see [`DEFAULT_PORT`]).
-    pub planner: Setting<String>,
+    /// `HOST:PORT`s (the port may be missing: see [`DEFAULT_PORT`]), at least one, in the
+    /// order to try them ([`parse_planners`]).
+    pub planner: Setting<Vec<String>>,
     pub cert_dir: Setting<PathBuf>,
     pub user: Setting<String>,
 }
@@ -181,6 +190,10 @@ pub fn resolve(
         value: DEFAULT_PLANNER.to_owned(),
         source: Source::Default,
     });
+    let planner = Setting {
+        value: parse_planners(&planner.value, &planner.source)?,
+        source: planner.source,
+    };
     let cert_dir = pick(
         flags.cert_dir.as_ref().map(|p| p.to_string_lossy().into_owned()),
         "--cert-dir",
@@ -211,6 +224,19 @@ pub fn resolve(
         cert_dir,
         user,
     })
+}
+
+/// `HOST:PORT` or `HOST:PORT,HOST:PORT,…` (spaces around the commas allowed): the
+/// addresses in order. An empty entry is an error naming the list and where it came from.
+pub fn parse_planners(text: &str, source: &Source) -> anyhow::Result<Vec<String>> {
+    let list: Vec<String> = text.split(',').map(|a| a.trim().to_owned()).collect();
+    if list.iter().any(String::is_empty) {
+        anyhow::bail!(
+            "the planner address list {text:?} ({source}) has an empty entry; expected HOST:PORT or a \
+             comma-separated list HOST:PORT,HOST:PORT"
+        );
+    }
+    Ok(list)
 }
 
 #[cfg(test)]
@@ -259,7 +285,7 @@ mod tests {
             Some((path, &f)),
         )
         .unwrap();
-        assert_eq!(c.planner.value, "flag-host:3");
+        assert_eq!(c.planner.value, ["flag-host:3"]);
         assert_eq!(c.planner.source, Source::Flag("--planner"));
         assert_eq!(c.cert_dir.value, PathBuf::from("/flag/certs"));
         assert_eq!(c.user.value, "flaguser");
@@ -271,7 +297,7 @@ mod tests {
         let f = file(Some("file-host:2"), Some("/file/certs"), Some("fileuser"));
         let path = Path::new("/x/client.toml");
         let c = resolve(&ClientArgs::default(), &env_of(FULL_ENV), Some((path, &f))).unwrap();
-        assert_eq!(c.planner.value, "env-host:1");
+        assert_eq!(c.planner.value, ["env-host:1"]);
         assert_eq!(c.planner.source, Source::Env(ENV_PLANNER));
         assert_eq!(c.cert_dir.value, PathBuf::from("/env/certs"));
         assert_eq!(c.user.value, "envuser");
@@ -282,7 +308,7 @@ mod tests {
         let f = file(Some("file-host:2"), Some("/file/certs"), Some("fileuser"));
         let path = Path::new("/x/client.toml");
         let c = resolve(&ClientArgs::default(), &env_of(&[("USER", "login")]), Some((path, &f))).unwrap();
-        assert_eq!(c.planner.value, "file-host:2");
+        assert_eq!(c.planner.value, ["file-host:2"]);
         assert_eq!(c.planner.source, Source::File(path.to_owned()));
         assert_eq!(c.cert_dir.value, PathBuf::from("/file/certs"));
         assert_eq!(c.user.value, "fileuser");
@@ -291,7 +317,7 @@ mod tests {
     #[test]
     fn defaults_when_nothing_is_set() {
         let c = resolve(&ClientArgs::default(), &env_of(&[("USER", "login")]), None).unwrap();
-        assert_eq!(c.planner.value, DEFAULT_PLANNER);
+        assert_eq!(c.planner.value, [DEFAULT_PLANNER]);
         assert_eq!(c.planner.source, Source::Default);
         assert_eq!(c.cert_dir.value, PathBuf::from(DEFAULT_CERT_DIR));
         assert_eq!(c.user.value, "login");
@@ -307,7 +333,7 @@ mod tests {
             Some((Path::new("/c.toml"), &f)),
         )
         .unwrap();
-        assert_eq!(c.planner.value, "env-host:1");
+        assert_eq!(c.planner.value, ["env-host:1"]);
         assert_eq!(c.cert_dir.value, PathBuf::from("/file/certs"));
         assert_eq!(c.user.value, "flaguser");
     }
@@ -370,5 +396,60 @@ mod tests {
         assert_eq!(load_file(&path).unwrap(), None);
         std::fs::write(&path, "user = \"carol\"\n").unwrap();
         assert_eq!(load_file(&path).unwrap(), Some(file(None, None, Some("carol"))));
+    }
+
+    #[test]
+    fn planner_lists_split_on_commas() {
+        let flag = Source::Flag("--planner");
+        assert_eq!(parse_planners("head01:7400", &flag).unwrap(), ["head01:7400"]);
+        assert_eq!(parse_planners("head01", &flag).unwrap(), ["head01"]);
+        assert_eq!(
+            parse_planners("head01:7400,head02:7400 , [::1]:7401", &flag).unwrap(),
+            ["head01:7400", "head02:7400", "[::1]:7401"]
+        );
+    }
+
+    #[test]
+    fn empty_entries_name_the_list_and_its_source() {
+        let path = Path::new("/home/a/.config/hyperplan/client.toml");
+        for (list, source, origin) in [
+            ("a:1,,b:1", Source::Flag("--planner"), "from --planner"),
+            ("a:1,", Source::Env(ENV_PLANNER), "from $HYPERPLAN_PLANNER"),
+            (
+                " , a:1",
+                Source::File(path.to_owned()),
+                "from /home/a/.config/hyperplan/client.toml",
+            ),
+        ] {
+            let err = parse_planners(list, &source).unwrap_err().to_string();
+            assert_eq!(
+                err,
+                format!(
+                    "the planner address list {list:?} ({origin}) has an empty entry; expected HOST:PORT or a \
+                     comma-separated list HOST:PORT,HOST:PORT"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn lists_resolve_from_every_source() {
+        let f = file(Some("f1:7400, f2:7400"), None, None);
+        let path = Path::new("/c.toml");
+        let c = resolve(&ClientArgs::default(), &env_of(&[("USER", "u")]), Some((path, &f))).unwrap();
+        assert_eq!(c.planner.value, ["f1:7400", "f2:7400"]);
+        assert_eq!(c.planner.source, Source::File(path.to_owned()));
+        let c = resolve(
+            &ClientArgs::default(),
+            &env_of(&[(ENV_PLANNER, "e1:1,e2:1"), ("USER", "u")]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.planner.value, ["e1:1", "e2:1"]);
+        let err = resolve(&flags(Some("a:1,,b:1"), None, None), &env_of(&[("USER", "u")]), None).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("(from --planner) has an empty entry"),
+            "{err:#}"
+        );
     }
 }

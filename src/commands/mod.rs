@@ -1,5 +1,6 @@
 //! The commands that talk to a running planner: `nodes`, `hypernodes`, `submit`, `status`,
-//! `cancel`, `explain`, `logs`. Each sends one request (see `crate::client`) and prints the reply
+//! `cancel`, `explain`, `logs`, and `planners` (which asks every planner of the list,
+//! not only the leader). Each sends one request (see `crate::client`) and prints the reply
 //! through [`run_request`] (`submit`, sending one request per file, through
 //! [`print_reply`]): `--output json` prints the planner's JSON value exactly,
 //! `--output table` renders it for people. Renderers are pure functions of the reply
@@ -11,6 +12,7 @@ pub mod explain;
 pub mod hypernodes;
 pub mod logs;
 pub mod nodes;
+pub mod planners;
 pub mod status;
 pub mod submit;
 

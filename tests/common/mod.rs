@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod etcd;
 pub mod ufm;
 
 /// A binary of the workspace, built on first use when this test run did not build it
@@ -407,6 +408,26 @@ impl Cluster {
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// A job file: `replicas` tasks of `cpu` each running `sh -c script` in `work`, with
+    /// their output thrown away.
+    pub fn job_file(&self, name: &str, replicas: u32, cpu: u32, work: &Path, script: &str) -> PathBuf {
+        self.write(
+            &format!("{name}.yaml"),
+            &format!(
+                "name: {name}\ntasks:\n  - name: t\n    replicas: {replicas}\n    resources: {{cpu: {cpu}}}\n    \
+                 workingDir: {}\n    output: /dev/null\n    command: [sh, -c, '{script}']\n",
+                path_str(work)
+            ),
+        )
+    }
+
+    /// `hyperplan status ARGS --output json` as `user`: its jobs.
+    pub fn jobs(&self, user: &str, args: &[&str]) -> Vec<Value> {
+        let mut a = vec!["status"];
+        a.extend(args);
+        self.cli_json(user, &a)["jobs"].as_array().unwrap().clone()
     }
 
     pub fn write(&self, name: &str, body: &str) -> PathBuf {

@@ -1,5 +1,6 @@
 //! [`LinkDown`]: why one attempt or session with the planner ended. The run loop logs it,
-//! shows it in systemd's STATUS, sends it as the QUIC close reason, and tries again.
+//! shows it in systemd's STATUS, sends it as the QUIC close reason, and tries again (the
+//! leader next, after [`LinkDown::NotLeader`]; else the next planner on the list).
 
 use std::net::SocketAddr;
 
@@ -48,6 +49,12 @@ pub(crate) enum LinkDown {
     /// The planner answered Register with another message (its kind).
     #[error("expected Registered, the planner sent {0}")]
     NotRegistered(&'static str),
+    /// A standby answered Register: the leader is elsewhere (`leader`, when one leads).
+    #[error("{planner} is a standby; {}", match leader {
+        Some(leader) => format!("the leader is {leader}"),
+        None => "no leader yet (an election is under way)".to_string(),
+    })]
+    NotLeader { planner: String, leader: Option<String> },
     /// A planner older than one this node has seen (a deposed leader, an old process).
     #[error(
         "the planner's epoch {theirs} is older than epoch {ours} this node has seen: a newer planner leads, or this planner's store was replaced by an older one; not taking its orders (restore the newest store with `hyperplan-planner state import`, or if the old state is gone for good remove `epoch` in this agent's state directory)"

@@ -7,12 +7,16 @@
 //! is scanned every 100 ms whether the planner is there or not.
 //!
 //! The run loop never gives up on the planner: a lost or refused connection is logged
-//! once with its reason and retried after a jittered exponential [`Backoff`]. Only
-//! SIGTERM/SIGINT end it (closing the connection with code 0, "agent stopping"). It also
-//! talks to systemd: `READY=1` after the first registration, `STATUS=`, `WATCHDOG=1`
-//! from this loop (so a wedged loop gets the agent restarted) and `STOPPING=1`.
+//! once with its reason and retried after a jittered exponential [`Backoff`], on the next
+//! planner of the list (`--planner a:7400,b:7400`: a leader and its standbys); a standby's
+//! `NotLeader` sends it to the leader it names within [`NOT_LEADER_RETRY`] (see
+//! [`planners`]). Only SIGTERM/SIGINT end it (closing the connection with code 0, "agent
+//! stopping"). It also talks to systemd: `READY=1` after the first registration,
+//! `STATUS=` (naming the planner tried), `WATCHDOG=1` from this loop (so a wedged loop
+//! gets the agent restarted) and `STOPPING=1`.
 //!
 //! - [`backoff`]: reconnect delays.
+//! - [`planners`]: the planner list and which one to try next.
 //! - [`down`]: why the link went down.
 //! - [`session`]: one connection, from handshake to its end.
 //! - [`figures`]: the live figures a heartbeat carries.
@@ -20,6 +24,7 @@
 pub mod backoff;
 mod down;
 mod figures;
+pub mod planners;
 mod session;
 
 use std::future::Future;
@@ -45,6 +50,7 @@ use crate::tasks::{TaskOptions, Tasks, TasksError};
 pub use backoff::Backoff;
 use down::LinkDown;
 use figures::Figures;
+use planners::{Retry, Rotation};
 use session::Outcome;
 
 /// Periodic re-probe when neither flag nor config names one.
@@ -59,12 +65,16 @@ const STOP_CODE: u32 = 0;
 const STOP_REASON: &[u8] = b"agent stopping";
 /// How long a stopping agent waits for its close to reach the planner.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// The wait before going where a standby's `NotLeader` points (the growing backoff
+/// instead once a whole round of the list said `NotLeader`).
+pub const NOT_LEADER_RETRY: Duration = Duration::from_millis(200);
 
 /// Everything `run` needs, resolved from flags, agent.toml and defaults.
 #[derive(Clone, Debug)]
 pub struct LinkOptions {
-    /// `HOST:PORT`, resolved again on every attempt (the planner may move).
-    pub planner: String,
+    /// `HOST:PORT`s, at least one ([`planners::parse_list`]): the leader and its standbys,
+    /// tried in this order, each resolved again on every attempt (a planner may move).
+    pub planners: Vec<String>,
     pub cert_dir: PathBuf,
     pub node: String,
     /// `None`: re-probe only on SIGHUP.
@@ -140,7 +150,7 @@ pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
     let hash = topology_hash(&topology);
     tracing::info!(
         node = %opts.node,
-        planner = %opts.planner,
+        planner = %opts.planners.join(","),
         numa_nodes = topology.numa_nodes.len(),
         pus = topology.numa_nodes.iter().map(|n| n.cpus.len()).sum::<usize>(),
         hash = format_args!("{hash:016x}"),
@@ -150,6 +160,7 @@ pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
         figures: Figures::for_source(&opts.probe),
         reprobe_timer: opts.reprobe_interval.map(ticker),
         watchdog: notify::watchdog_interval().map(ticker),
+        planners: Rotation::new(opts.planners.clone()),
         opts,
         tls,
         topology,
@@ -226,6 +237,8 @@ fn tell_systemd(state: &str) {
 
 struct Link {
     opts: LinkOptions,
+    /// The planner this attempt or session is with, and the next one.
+    planners: Rotation,
     tls: TlsMaterial,
     /// The last good probe and its hash: what Register and TopologyChanged carry.
     topology: NodeTopology,
@@ -250,19 +263,32 @@ impl Link {
         let mut backoff = Backoff::default();
         let mut endpoint: Option<quinn::Endpoint> = None;
         loop {
+            let tried = self.planners.current().to_string();
             let outcome = self.attempt(&mut endpoint, &mut backoff).await;
             let reason = match outcome {
                 Outcome::Stop => break,
                 Outcome::Lost(reason) => reason,
             };
-            let delay = backoff.next_delay();
-            tracing::warn!(
-                planner = %self.opts.planner,
-                attempt = backoff.attempts(),
-                retry_in_ms = delay.as_millis() as u64,
-                "planner link down: {reason}"
-            );
-            tell_systemd(&format!("STATUS=planner unreachable: {reason}"));
+            let retry = match &reason {
+                LinkDown::NotLeader { leader, .. } => self.planners.not_leader(leader.as_deref()),
+                // The planner is away (a session that ended: likely dead): the next one.
+                _ => self.planners.failed(),
+            };
+            let delay = match retry {
+                Retry::Soon => NOT_LEADER_RETRY,
+                Retry::Backoff => backoff.next_delay(),
+            };
+            let (next, attempt, retry_in_ms) = (self.planners.current(), backoff.attempts(), delay.as_millis() as u64);
+            if let LinkDown::NotLeader { leader: Some(_), .. } = &reason {
+                // Sent to the leader: how a standby works, nothing is wrong.
+                tracing::info!(planner = %tried, %next, attempt, retry_in_ms, "planner link down: {reason}");
+            } else {
+                tracing::warn!(planner = %tried, %next, attempt, retry_in_ms, "planner link down: {reason}");
+            }
+            match &reason {
+                LinkDown::NotLeader { .. } => tell_systemd(&format!("STATUS=looking for the leader: {reason}")),
+                _ => tell_systemd(&format!("STATUS=planner {tried} unreachable: {reason}")),
+            }
             if self.guard(tokio::time::sleep(delay)).await.is_none() {
                 break;
             }
@@ -276,10 +302,11 @@ impl Link {
         }
     }
 
-    /// Resolves the planner, connects, registers, then runs the session to its end.
+    /// Resolves the current planner, connects, registers, then runs the session to its
+    /// end.
     async fn attempt(&mut self, endpoint: &mut Option<quinn::Endpoint>, backoff: &mut Backoff) -> Outcome {
-        let planner = self.opts.planner.clone();
-        let addr = match self.guard(resolve(planner)).await {
+        let planner = self.planners.current().to_string();
+        let addr = match self.guard(resolve(planner.clone())).await {
             None => return Outcome::Stop,
             Some(Err(reason)) => return Outcome::Lost(reason),
             Some(Ok(addr)) => addr,
@@ -300,20 +327,21 @@ impl Link {
             self.opts.tasks.confinement.kind(),
             self.opts.advertise_address.clone(),
         );
-        let handshake = session::handshake(connection.clone(), self.opts.node.clone(), register);
+        let handshake = session::handshake(connection.clone(), planner.clone(), self.opts.node.clone(), register);
         let registered = match self.guard(handshake).await {
             None => return Outcome::Stop,
             Some(Err(reason)) => return Outcome::Lost(session::fail(&connection, reason)),
             Some(Ok(r)) => r,
         };
         backoff.reset();
+        self.planners.registered();
         tracing::info!(
-            planner = %self.opts.planner,
+            %planner,
             %addr,
             heartbeat_ms = registered.heartbeat.as_millis() as u64,
             "registered"
         );
-        tell_systemd(&format!("STATUS=registered with {}", self.opts.planner));
+        tell_systemd(&format!("STATUS=registered with {planner}"));
         if !self.ready_sent {
             tell_systemd("READY=1");
             self.ready_sent = true;

@@ -85,12 +85,15 @@ pub(super) fn register_message(
 }
 
 /// Opens the stream, exchanges hellos and registers, bounded by [`REGISTER_TIMEOUT`].
+/// A standby answers `NotLeader` instead of `Registered`: [`LinkDown::NotLeader`], naming
+/// `planner` (the address tried) and the leader it knows.
 pub(super) async fn handshake(
     connection: quinn::Connection,
+    planner: String,
     node: String,
     register: AgentMessage,
 ) -> Result<Registered, LinkDown> {
-    tokio::time::timeout(REGISTER_TIMEOUT, handshake_inner(connection, node, register))
+    tokio::time::timeout(REGISTER_TIMEOUT, handshake_inner(connection, planner, node, register))
         .await
         .unwrap_or(Err(LinkDown::RegisterTimeout {
             secs: REGISTER_TIMEOUT.as_secs(),
@@ -99,6 +102,7 @@ pub(super) async fn handshake(
 
 async fn handshake_inner(
     connection: quinn::Connection,
+    planner: String,
     node: String,
     register: AgentMessage,
 ) -> Result<Registered, LinkDown> {
@@ -124,13 +128,14 @@ async fn handshake_inner(
         .await
         .map_err(LinkDown::ReadRegistered)?
         .ok_or(LinkDown::NoRegistered)?;
-    let PlannerToAgent::Registered {
-        node: registered_as,
-        heartbeat_interval_ms,
-        epoch,
-    } = reply
-    else {
-        return Err(LinkDown::NotRegistered(kind(&reply)));
+    let (registered_as, heartbeat_interval_ms, epoch) = match reply {
+        PlannerToAgent::Registered {
+            node,
+            heartbeat_interval_ms,
+            epoch,
+        } => (node, heartbeat_interval_ms, epoch),
+        PlannerToAgent::NotLeader { leader } => return Err(LinkDown::NotLeader { planner, leader }),
+        other => return Err(LinkDown::NotRegistered(kind(&other))),
     };
     if registered_as != node {
         tracing::warn!(%node, %registered_as, "the planner registered us under another name");
@@ -144,8 +149,13 @@ async fn handshake_inner(
 }
 
 /// Why the link failed, preferring the connection's close reason; the connection is
-/// closed (a no-op when the planner already did).
+/// closed (a no-op when the planner already did). A standby's `NotLeader` stays the reason
+/// (it says where to go) and closes with code 0: no one broke anything.
 pub(super) fn fail(connection: &quinn::Connection, reason: LinkDown) -> LinkDown {
+    if matches!(reason, LinkDown::NotLeader { .. }) {
+        connection.close(quinn::VarInt::from_u32(super::STOP_CODE), reason.to_string().as_bytes());
+        return reason;
+    }
     let reason = match connection.close_reason() {
         Some(quinn::ConnectionError::LocallyClosed) | None => reason,
         Some(closed) => LinkDown::Closed(closed),
@@ -161,6 +171,7 @@ fn kind(message: &PlannerToAgent) -> &'static str {
         PlannerToAgent::Launch(_) => "Launch",
         PlannerToAgent::Kill { .. } => "Kill",
         PlannerToAgent::Ack { .. } => "Ack",
+        PlannerToAgent::NotLeader { .. } => "NotLeader",
         PlannerToAgent::ReadLog { .. } => "ReadLog",
     }
 }
@@ -226,6 +237,11 @@ impl Link {
                     tracing::trace!(seq, "heartbeat");
                 }
                 frame = frames.recv() => match frame {
+                    // A leader that lost its lease may say so: go and find the new one.
+                    Some(PlannerToAgent::NotLeader { leader }) => {
+                        let planner = self.planners.current().to_string();
+                        break Outcome::Lost(fail(&connection, LinkDown::NotLeader { planner, leader }));
+                    }
                     Some(frame) => outgoing = self.on_frame(frame, &answers_tx),
                     None => {
                         let reason = (&mut reader).await.unwrap_or_else(LinkDown::ReaderTask);
@@ -348,6 +364,8 @@ impl Link {
                 tracing::debug!(heartbeat_interval_ms, "Registered again; ignored");
                 Vec::new()
             }
+            // The session loop ends the session on it before it gets here.
+            PlannerToAgent::NotLeader { .. } => Vec::new(),
         }
     }
 

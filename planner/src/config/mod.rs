@@ -40,6 +40,7 @@ struct RawConfig {
     limits: Option<LimitsSection>,
     server: Option<RawServer>,
     store: Option<crate::store::config::RawStore>,
+    ha: Option<crate::store::config::RawHa>,
     #[serde(default)]
     discovery: Vec<RawSource>,
 }
@@ -65,7 +66,7 @@ impl DaemonConfig {
         planner.health = server.health();
         let base = Path::new(origin).parent().unwrap_or(Path::new(""));
         let discovery = discovery::discovery_config(raw.discovery, base, &at)?;
-        let store = crate::store::config::store_config(raw.store, &at)?;
+        let store = crate::store::config::store_config(raw.store, raw.ha, &at)?;
         Ok(Self {
             planner,
             server,

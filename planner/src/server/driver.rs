@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::close;
 use crate::config::{DaemonConfig, SourceKind};
 use crate::store::writer::{After, Work, Writer};
-use crate::store::{Embedded, Loaded};
+use crate::store::{Loaded, Store};
 use hyperplan_core::commands::HealthChange;
 use hyperplan_core::discovery::{Found, SourceError};
 use hyperplan_core::events::TaskOnNode;
@@ -135,8 +135,12 @@ struct Driver {
     /// launched again after it (a `Launch` may have gone down with the old link).
     relaunch: Vec<String>,
     /// The store, for reading ended jobs (`status --all`); writes go through `writer`.
-    store: Embedded,
+    store: Store,
     writer: Writer,
+    /// This planner's address as standbys name it, and where its state is
+    /// (`hyperplan planners`).
+    advertise: String,
+    describe: String,
     /// What the next commit writes and what waits for it (see `store::writer`).
     work: Work,
     /// Acknowledgements of task starts and ends, sent once the tick that applies them
@@ -150,9 +154,11 @@ struct Driver {
 
 /// What the daemon starts from: the store, what it held, and its writer.
 pub struct Start {
-    pub store: Embedded,
+    pub store: Store,
     pub loaded: Loaded,
     pub writer: Writer,
+    pub advertise: String,
+    pub describe: String,
 }
 
 pub async fn run(mut config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCore>, start: Start) {
@@ -179,6 +185,8 @@ pub async fn run(mut config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCor
         relaunch: Vec::new(),
         store: start.store,
         writer: start.writer,
+        advertise: start.advertise,
+        describe: start.describe,
         work: Work::default(),
         acks: Vec::new(),
         epoch: start.loaded.epoch,
@@ -263,7 +271,7 @@ impl Driver {
             tracing::warn!("store: {w}");
         }
         tracing::info!(
-            path = %self.store.path().display(),
+            at = %self.store.at().display(),
             epoch = self.epoch,
             jobs,
             placed_tasks = running,
@@ -793,6 +801,12 @@ impl Driver {
                 })
             }
             RequestCommand::Logs { .. } => Err("logs: answered by the relay".into()),
+            RequestCommand::Planners => to_value(&hyperplan_shared::status::PlannerInfo {
+                role: "leader".into(),
+                epoch: self.epoch,
+                leader: Some(self.advertise.clone()),
+                store: self.describe.clone(),
+            }),
             RequestCommand::Explain { job } => match view::explain(self.planner.world_mut(), &job) {
                 Some(e) => to_value(&e),
                 None => Err(format!("no job named {job:?}").into()),

@@ -20,6 +20,7 @@ mod logs;
 pub(crate) mod quiet;
 mod refuse;
 mod revoked;
+mod standby;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -32,6 +33,7 @@ use hyperplan_net::tls::{TlsMaterial, server_endpoint};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::DaemonConfig;
+use crate::store::{Loaded, Store};
 pub use driver::ToCore;
 pub(crate) use driver::unix_now;
 
@@ -53,6 +55,9 @@ pub enum ServerError {
     /// A commit failed: the planner stops (what it acknowledged is on disk).
     #[error("the store failed: {0}")]
     StoreFailed(String),
+    /// The leader lost its lease (etcd): it stops acting; started again, it stands by.
+    #[error("{0}; stopping (started again, this planner stands by)")]
+    LostLead(String),
 }
 
 /// A bound planner: the endpoint is listening, nothing is served yet.
@@ -63,9 +68,11 @@ pub struct Server {
     /// `revoked.txt` in the certificate directory, and the list read from it.
     revoked_path: PathBuf,
     revoked: watch::Sender<Arc<RevocationList>>,
-    /// The open store and what it held.
-    store: crate::store::Embedded,
-    loaded: crate::store::Loaded,
+    /// The open store and what it held (`None` with etcd: loaded when this one leads).
+    store: Store,
+    loaded: Option<Loaded>,
+    /// Where agents and people reach this planner: what standbys name as the leader.
+    advertise: String,
 }
 
 /// Makes every discovery source and the revocation list read their input again now
@@ -100,9 +107,17 @@ impl Server {
         let revoked_path = RevocationList::path(&config.server.cert_dir);
         let revoked = watch::Sender::new(Arc::new(revoked::load(&revoked_path)?));
         // The state before the port: a store that cannot be read stops the start.
-        let store = crate::store::Embedded::open(&config.store.path)?;
-        let loaded = store.load()?;
+        let store = Store::open(&config.store)?;
+        let loaded = match &store {
+            Store::Embedded(s) => Some(s.load()?),
+            Store::Etcd(e) => {
+                e.start_watch();
+                None
+            }
+        };
         let endpoint = server_endpoint(config.server.listen, &material)?;
+        let local = endpoint.local_addr().map_err(ServerError::LocalAddr)?;
+        let advertise = config.store.ha.advertise.clone().unwrap_or_else(|| advertised(local));
         Ok(Self {
             endpoint,
             config,
@@ -111,6 +126,7 @@ impl Server {
             revoked,
             store,
             loaded,
+            advertise,
         })
     }
 
@@ -123,24 +139,95 @@ impl Server {
         self.endpoint.local_addr().map_err(ServerError::LocalAddr)
     }
 
-    /// This run's epoch (raised from the store's at bind).
-    pub fn epoch(&self) -> u64 {
-        self.loaded.epoch
+    /// This run's epoch (raised from the store's at bind); `None` for a planner that
+    /// has not led yet (etcd).
+    pub fn epoch(&self) -> Option<u64> {
+        self.loaded.as_ref().map(|l| l.epoch)
+    }
+
+    /// Where agents and people reach this planner (`[ha] advertise`, or the listen address).
+    pub fn advertise(&self) -> &str {
+        &self.advertise
+    }
+
+    /// Serves the port as a standby until this planner leads (its state loaded and the
+    /// epoch raised), `shutdown` completes (`None`), or etcd fails.
+    async fn stand_by(
+        &self,
+        etcd: &crate::store::Etcd,
+        shutdown: &mut (impl std::future::Future<Output = ()> + Unpin),
+    ) -> Option<Result<Loaded, ServerError>> {
+        let (to_core, from_conns) = mpsc::unbounded_channel();
+        let responder = tokio::spawn(standby::respond(
+            from_conns,
+            etcd.view(),
+            self.config.store.describe(),
+            self.advertise.clone(),
+        ));
+        tracing::info!(advertise = %self.advertise, at = %etcd.at().display(), "standing by");
+        sd_notify("STATUS=standing by");
+        let accept = accept_loop(
+            self.endpoint.clone(),
+            to_core,
+            self.revoked.subscribe(),
+            self.config.server.max_frame_bytes,
+        );
+        // The unit's watchdog wants pings from a standby too (the tick loop is not running).
+        let watchdog = async {
+            match hyperplan_net::notify::watchdog_interval() {
+                Some(every) => loop {
+                    tokio::time::sleep(every).await;
+                    sd_notify("WATCHDOG=1");
+                },
+                None => std::future::pending().await,
+            }
+        };
+        let outcome = tokio::select! {
+            () = accept => None,
+            () = watchdog => None,
+            () = shutdown => None,
+            won = etcd.campaign(self.advertise.clone(), self.config.store.ha.lease_ttl) => Some(won.map_err(ServerError::from)),
+        };
+        responder.abort();
+        outcome
     }
 
     /// Serves until `shutdown` completes, then closes every connection ("planner
     /// stopping") and waits briefly for the peers to hear it. A failed commit stops it
     /// with [`ServerError::StoreFailed`].
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServerError> {
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServerError> {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let loaded = match self.loaded.take() {
+            Some(l) => l,
+            None => {
+                let Store::Etcd(etcd) = self.store.clone() else {
+                    unreachable!("only etcd starts without its state")
+                };
+                match self.stand_by(&etcd, &mut shutdown).await {
+                    Some(Ok(l)) => {
+                        sd_notify(&format!("STATUS=leading (epoch {})", l.epoch));
+                        l
+                    }
+                    Some(Err(e)) => return Err(e),
+                    None => {
+                        self.endpoint
+                            .close(quinn::VarInt::from_u32(close::SHUTDOWN), b"planner stopping");
+                        return Ok(());
+                    }
+                }
+            }
+        };
         let (to_core, from_conns) = mpsc::unbounded_channel();
         let (failed_tx, mut failed) = watch::channel(None::<String>);
         let (writer, writer_thread) =
             crate::store::writer::Writer::spawn(self.store.clone(), self.config.store.keep_finished, failed_tx)
                 .map_err(ServerError::Writer)?;
         let start = driver::Start {
-            store: self.store,
-            loaded: self.loaded,
+            store: self.store.clone(),
+            loaded,
             writer,
+            advertise: self.advertise.clone(),
+            describe: self.config.store.describe(),
         };
         let driver = tokio::spawn(driver::run(self.config.clone(), from_conns, start));
         discovery::spawn(&self.config.discovery.sources, &to_core, &self.reload.subscribe());
@@ -148,17 +235,17 @@ impl Server {
         revoked::spawn_reloader(self.reload.subscribe(), self.revoked_path.clone(), self.revoked);
         let max_frame = self.config.server.max_frame_bytes;
         let endpoint = self.endpoint.clone();
-        let accept = async {
-            let mut next_id = 0u64;
-            while let Some(incoming) = endpoint.accept().await {
-                next_id += 1;
-                tokio::spawn(handshake::serve(
-                    incoming,
-                    next_id,
-                    to_core.clone(),
-                    revoked.clone(),
-                    max_frame,
-                ));
+        let accept = accept_loop(endpoint, to_core.clone(), revoked, max_frame);
+        let lost_lead = async {
+            match &self.store {
+                Store::Etcd(e) => {
+                    let mut view = e.view();
+                    match view.wait_for(|v| v.lost.is_some()).await {
+                        Ok(v) => v.lost.clone().unwrap_or_default(),
+                        Err(_) => std::future::pending().await,
+                    }
+                }
+                Store::Embedded(_) => std::future::pending().await,
             }
         };
         let store_failed = async {
@@ -175,8 +262,9 @@ impl Server {
         let mut outcome = Ok(());
         tokio::select! {
             () = accept => {}
-            () = shutdown => {}
+            () = &mut shutdown => {}
             why = store_failed => outcome = Err(ServerError::StoreFailed(why)),
+            why = lost_lead => outcome = Err(ServerError::LostLead(why)),
         }
         tracing::info!("planner stopping");
         sd_notify("STOPPING=1");
@@ -189,7 +277,47 @@ impl Server {
         // closes the file (a clean close spares the next start a recovery).
         let _ = driver.await;
         let _ = tokio::task::spawn_blocking(move || writer_thread.join()).await;
+        // A clean stop hands the lead over at once instead of after the lease.
+        if let (Store::Etcd(e), Ok(())) = (&self.store, &outcome) {
+            let e = e.clone();
+            let _ = tokio::task::spawn_blocking(move || e.resign()).await;
+        }
         outcome
+    }
+}
+
+/// Accepts connections and hands each to the handshake, until the endpoint closes.
+async fn accept_loop(
+    endpoint: quinn::Endpoint,
+    to_core: mpsc::UnboundedSender<ToCore>,
+    revoked: revoked::Shared,
+    max_frame: usize,
+) {
+    let mut next_id = 0u64;
+    while let Some(incoming) = endpoint.accept().await {
+        next_id += 1;
+        tokio::spawn(handshake::serve(
+            incoming,
+            next_id,
+            to_core.clone(),
+            revoked.clone(),
+            max_frame,
+        ));
+    }
+}
+
+/// The address to advertise when `[ha] advertise` is not set: the listen address, or
+/// this host's name with the port when it listens on every address.
+fn advertised(local: SocketAddr) -> String {
+    if local.ip().is_unspecified() {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| hyperplan_shared::names::is_host_or_ip(h))
+            .unwrap_or_else(|| "localhost".into());
+        format!("{host}:{}", local.port())
+    } else {
+        local.to_string()
     }
 }
 

@@ -15,7 +15,7 @@ use std::io::{BufRead, Write};
 use hyperplan_core::journal::JobRecord;
 use serde::{Deserialize, Serialize};
 
-use super::{Batch, Embedded, STORE_FORMAT, StoreError};
+use super::{Batch, STORE_FORMAT, Store, StoreError};
 
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -34,7 +34,7 @@ struct Line {
 }
 
 /// Writes every job of `store` to `out`; returns (live, ended) counts.
-pub fn export(store: &Embedded, out: &mut dyn Write) -> Result<(u64, u64), StoreError> {
+pub fn export(store: &Store, out: &mut dyn Write) -> Result<(u64, u64), StoreError> {
     let s = store.summary()?;
     let (live, finished) = store.all()?;
     let io = |e: std::io::Error| StoreError::Import(format!("writing the export: {e}"));
@@ -62,11 +62,11 @@ pub fn export(store: &Embedded, out: &mut dyn Write) -> Result<(u64, u64), Store
 const MAX_LINE: u64 = 256 << 20;
 
 /// Reads `input` (named `name` in errors) into the empty `store`; returns the number of jobs.
-pub fn import(store: &Embedded, input: &mut dyn BufRead, name: &str) -> Result<u64, StoreError> {
+pub fn import(store: &Store, input: &mut dyn BufRead, name: &str) -> Result<u64, StoreError> {
     if !store.is_empty()? {
         return Err(StoreError::Import(format!(
             "{}: the store already holds jobs; import into a new store file (move this one aside first)",
-            store.path().display()
+            store.at().display()
         )));
     }
     let mut lines = Vec::new();

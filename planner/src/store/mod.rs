@@ -11,7 +11,9 @@
 //! `[store] keepFinished`.
 
 pub mod config;
+mod election;
 pub mod embedded;
+pub mod etcd;
 pub mod export;
 pub mod writer;
 
@@ -21,6 +23,90 @@ use hyperplan_core::journal::{JobRecord, Persist};
 
 pub use config::StoreConfig;
 pub use embedded::Embedded;
+pub use etcd::{Etcd, HaView};
+
+/// The planner's store: a redb file, or etcd shared with standby planners.
+#[derive(Clone, Debug)]
+pub enum Store {
+    Embedded(Embedded),
+    Etcd(Etcd),
+}
+
+impl Store {
+    /// Opens the store `config` names for a planner (the embedded file for writing; etcd
+    /// connected and its format checked, not yet leading).
+    pub fn open(config: &StoreConfig) -> Result<Self, StoreError> {
+        match &config.backend {
+            config::Backend::Embedded => Embedded::open(&config.path).map(Self::Embedded),
+            config::Backend::Etcd(e) => Etcd::connect(e).map(Self::Etcd),
+        }
+    }
+
+    /// For `--check` and `state export`, beside a running planner.
+    pub fn open_read_only(config: &StoreConfig) -> Result<Self, StoreError> {
+        match &config.backend {
+            config::Backend::Embedded => Embedded::open_read_only(&config.path).map(Self::Embedded),
+            config::Backend::Etcd(e) => Etcd::connect(e).map(Self::Etcd),
+        }
+    }
+
+    /// The file, or `etcd ENDPOINTS PREFIX`.
+    pub fn at(&self) -> &std::path::Path {
+        match self {
+            Self::Embedded(s) => s.path(),
+            Self::Etcd(s) => s.at(),
+        }
+    }
+
+    pub fn commit(&self, batch: &Batch) -> Result<(), StoreError> {
+        match self {
+            Self::Embedded(s) => s.commit(batch),
+            Self::Etcd(s) => s.commit(batch),
+        }
+    }
+
+    pub fn finished(&self, since: u64) -> Result<Vec<JobRecord>, StoreError> {
+        match self {
+            Self::Embedded(s) => s.finished(since),
+            Self::Etcd(s) => s.finished(since),
+        }
+    }
+
+    pub fn purge(&self, before: u64) -> Result<u64, StoreError> {
+        match self {
+            Self::Embedded(s) => s.purge(before),
+            Self::Etcd(s) => s.purge(before),
+        }
+    }
+
+    pub fn summary(&self) -> Result<Summary, StoreError> {
+        match self {
+            Self::Embedded(s) => s.summary(),
+            Self::Etcd(s) => s.summary(),
+        }
+    }
+
+    pub fn all(&self) -> Result<(Vec<JobRecord>, Vec<JobRecord>), StoreError> {
+        match self {
+            Self::Embedded(s) => s.all(),
+            Self::Etcd(s) => s.all(),
+        }
+    }
+
+    pub fn set_meta(&self, epoch: u64, next_job_id: u64) -> Result<(), StoreError> {
+        match self {
+            Self::Embedded(s) => s.set_meta(epoch, next_job_id),
+            Self::Etcd(s) => s.set_meta(epoch, next_job_id),
+        }
+    }
+
+    pub fn is_empty(&self) -> Result<bool, StoreError> {
+        match self {
+            Self::Embedded(s) => s.is_empty(),
+            Self::Etcd(s) => s.is_empty(),
+        }
+    }
+}
 
 /// What a start loads.
 #[derive(Debug)]

@@ -17,7 +17,7 @@ use hyperplan_net::messages::{PlannerToAgent, ResponseError};
 use serde_json::Value;
 use tokio::sync::{mpsc as tmpsc, oneshot, watch};
 
-use super::{Batch, Embedded};
+use super::{Batch, Store};
 
 /// Something that waits for a commit.
 #[derive(Debug)]
@@ -53,7 +53,7 @@ impl Writer {
     /// ends once every `Writer` is dropped and what was queued is written; join it so
     /// the store file is closed cleanly.
     pub fn spawn(
-        store: Embedded,
+        store: Store,
         keep_finished: Duration,
         failed: watch::Sender<Option<String>>,
     ) -> std::io::Result<(Self, std::thread::JoinHandle<()>)> {
@@ -77,7 +77,7 @@ impl Writer {
 const REPORT_EVERY: Duration = Duration::from_secs(10);
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
 
-fn run(store: &Embedded, rx: &mpsc::Receiver<Work>, keep: Duration, failed: &watch::Sender<Option<String>>) {
+fn run(store: &Store, rx: &mpsc::Receiver<Work>, keep: Duration, failed: &watch::Sender<Option<String>>) {
     let mut last_purge: Option<Instant> = None;
     let (mut commits, mut records, mut since) = (0u64, 0u64, Instant::now());
     loop {

@@ -1,0 +1,337 @@
+//! Who leads the planners sharing an etcd prefix, and the standbys' warm copy.
+//!
+//! - **The watch** ([`Etcd::start_watch`]): every planner reads the live jobs and the meta
+//!   keys once, then follows every change under the prefix. A standby so holds what the
+//!   leader wrote, decoded at take-over only, and knows the leader's address and epoch.
+//! - **The election** ([`Etcd::campaign`]): a planner grants itself a lease of
+//!   `[ha] leaseTtl` and creates the `leader` key with it — a transaction that succeeds
+//!   only when no such key exists. The one that succeeds leads; the others wait for the
+//!   key to go (its lease expired, or the leader resigned at a clean stop) and try again.
+//! - **Holding it**: the leader renews its lease every third of the TTL. When it cannot
+//!   renew for two thirds of the TTL it gives the lead up itself — before the lease runs
+//!   out in etcd and a standby can win — and every write is fenced by the key's create
+//!   revision anyway (`super::etcd`).
+//!
+//! A new leader waits until its warm copy has seen its own `leader` key: every write of
+//! the old leader came before that key could exist, so the copy is complete.
+
+use std::time::{Duration, Instant};
+
+use etcd_client::{Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, TxnOpResponse, WatchOptions};
+
+use super::etcd::{Etcd, HaView, Role, Warm};
+use super::{Loaded, StoreError};
+
+/// How long to wait before reading and watching again after the watch failed.
+const RETRY: Duration = Duration::from_millis(500);
+
+impl Etcd {
+    /// Starts following the prefix (the warm copy, the leader's address, the epoch).
+    pub fn start_watch(&self) {
+        let me = self.clone();
+        self.inner().handle.spawn(async move {
+            loop {
+                if let Err(e) = me.follow().await {
+                    tracing::warn!(at = %me.at().display(), "etcd watch: {e}; reading again");
+                }
+                tokio::time::sleep(RETRY).await;
+            }
+        });
+    }
+
+    /// One read of the live jobs and meta keys, then the watch from there, until it fails.
+    async fn follow(&self) -> Result<(), String> {
+        let inner = self.inner();
+        let mut c = inner.client.clone();
+        let live_from = self.key("live/");
+        let live = c
+            .get(live_from.clone(), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(|e| e.to_string())?;
+        let rev = live.header().map_or(0, |h| h.revision());
+        let meta = c
+            .get(
+                self.key("meta/"),
+                Some(GetOptions::new().with_prefix().with_revision(rev)),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let leader = c
+            .get(self.key("leader"), Some(GetOptions::new().with_revision(rev)))
+            .await
+            .map_err(|e| e.to_string())?;
+        {
+            let mut warm = Warm {
+                revision: rev,
+                ..Warm::default()
+            };
+            for kv in live.kvs() {
+                self.apply(&mut warm, kv.key(), Some(kv.value()));
+            }
+            for kv in meta.kvs() {
+                self.apply(&mut warm, kv.key(), Some(kv.value()));
+            }
+            *inner.warm.lock().map_err(|_| "poisoned")? = warm;
+        }
+        self.publish(leader.kvs().first().map(|kv| kv.value()), true);
+        inner.warm_rev.send_replace(rev);
+        let options = WatchOptions::new().with_prefix().with_start_revision(rev + 1);
+        let mut stream = c.watch(self.key(""), Some(options)).await.map_err(|e| e.to_string())?;
+        while let Some(resp) = stream.message().await.map_err(|e| e.to_string())? {
+            if resp.canceled() {
+                return Err(format!(
+                    "cancelled ({}; compacted at {})",
+                    resp.cancel_reason(),
+                    resp.compact_revision()
+                ));
+            }
+            let mut newest = resp.header().map_or(0, |h| h.revision());
+            {
+                let mut warm = inner.warm.lock().map_err(|_| "poisoned")?;
+                for ev in resp.events() {
+                    let Some(kv) = ev.kv() else { continue };
+                    newest = newest.max(kv.mod_revision());
+                    let value = (ev.event_type() == EventType::Put).then(|| kv.value());
+                    if kv.key() == self.key("leader").as_bytes() {
+                        self.publish(value, false);
+                    }
+                    self.apply(&mut warm, kv.key(), value);
+                }
+                warm.revision = warm.revision.max(newest);
+            }
+            inner.warm_rev.send_if_modified(|r| {
+                let grew = newest > *r;
+                *r = (*r).max(newest);
+                grew
+            });
+        }
+        Err("the watch ended".into())
+    }
+
+    /// One key's new value (`None`: deleted) into the warm copy.
+    fn apply(&self, warm: &mut Warm, key: &[u8], value: Option<&[u8]>) {
+        let Some(rest) = std::str::from_utf8(key)
+            .ok()
+            .and_then(|k| k.strip_prefix(&*self.inner().prefix))
+        else {
+            return;
+        };
+        if let Some(id) = rest.strip_prefix("live/").and_then(|i| i.parse::<u64>().ok()) {
+            match value {
+                Some(v) => warm.live.insert(id, v.to_vec()),
+                None => warm.live.remove(&id),
+            };
+        } else if let Some(name) = rest.strip_prefix("meta/") {
+            let n = value.and_then(|v| self.number(name, v).ok()).unwrap_or(0);
+            match name {
+                "format" => warm.format = n,
+                "epoch" => {
+                    warm.epoch = n;
+                    self.inner()
+                        .view
+                        .send_if_modified(|v| std::mem::replace(&mut v.epoch, n) != n);
+                }
+                "nextJobId" => warm.next_job_id = n,
+                _ => {}
+            }
+        }
+    }
+
+    /// The leader's address as the `leader` key says (`None`: deleted).
+    fn publish(&self, value: Option<&[u8]>, _initial: bool) {
+        let leader = value.map(|v| String::from_utf8_lossy(v).into_owned());
+        self.inner().view.send_if_modified(|v| {
+            let changed = v.leader != leader;
+            v.leader.clone_from(&leader);
+            changed
+        });
+    }
+
+    /// Waits until this planner leads, then returns the state to serve with (the epoch
+    /// raised). `advertise` is what the `leader` key holds: where standbys send agents
+    /// and people. Call [`Etcd::start_watch`] first.
+    pub async fn campaign(&self, advertise: String, ttl: Duration) -> Result<Loaded, StoreError> {
+        if let Ok(mut r) = self.inner().role.lock() {
+            *r = Role::Standby;
+        }
+        let me = self.clone();
+        let at = self.at().to_path_buf();
+        let io = move |doing: &str, e: String| StoreError::Io {
+            path: at.clone(),
+            doing: doing.into(),
+            why: e,
+        };
+        // etcd away for a while is no reason for a standby to stop: it tries again.
+        let won = self
+            .inner()
+            .handle
+            .spawn(async move {
+                loop {
+                    match me.win(advertise.clone(), ttl).await {
+                        Ok(rev) => return rev,
+                        Err(e) => {
+                            tracing::warn!(at = %me.at().display(), "campaigning for the lead: {e}; trying again in 1 s");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }
+            })
+            .await
+            .map_err(|e| io("campaigning", e.to_string()))?;
+        // Complete once the copy has seen our own key: the old leader's writes are older.
+        let mut rev = self.inner().warm_rev.subscribe();
+        rev.wait_for(|r| *r >= won)
+            .await
+            .map_err(|e| StoreError::Import(format!("the etcd watch stopped: {e}")))?;
+        let loaded = self.take_over();
+        if loaded.is_err() {
+            self.resign();
+        }
+        loaded
+    }
+
+    /// Lease, then the `leader` key, retried until it is ours; keeps the lease alive for
+    /// as long as this process lives. Returns the key's create revision.
+    async fn win(&self, advertise: String, ttl: Duration) -> Result<i64, String> {
+        let inner = self.inner();
+        let mut c = inner.client.clone();
+        let key = self.key("leader");
+        let ttl_secs = i64::try_from(ttl.as_secs()).unwrap_or(10).max(2);
+        loop {
+            let lease = c.lease_grant(ttl_secs, None).await.map_err(|e| e.to_string())?.id();
+            let alive = tokio::sync::watch::Sender::new(true);
+            let keeper = self.clone();
+            let mut alive_rx = alive.subscribe();
+            inner
+                .handle
+                .spawn(async move { keeper.keep_alive(lease, ttl, alive).await });
+            loop {
+                if !*alive_rx.borrow() {
+                    break; // the lease is gone: a new one
+                }
+                let txn = Txn::new()
+                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(
+                        key.clone(),
+                        advertise.clone(),
+                        Some(etcd_client::PutOptions::new().with_lease(lease)),
+                    )])
+                    .or_else([TxnOp::get(key.clone(), None)]);
+                let resp = c.txn(txn).await.map_err(|e| e.to_string())?;
+                let rev = resp.header().map_or(0, |h| h.revision());
+                if resp.succeeded() {
+                    *inner.role.lock().map_err(|_| "poisoned")? = Role::Leading(rev);
+                    inner.view.send_modify(|v| {
+                        v.leading = true;
+                        v.lost = None;
+                        v.leader = Some(advertise.clone());
+                    });
+                    tracing::info!(at = %self.at().display(), lease, revision = rev, "leading");
+                    return Ok(rev);
+                }
+                let current = resp.op_responses().into_iter().find_map(|r| match r {
+                    TxnOpResponse::Get(g) => g
+                        .kvs()
+                        .first()
+                        .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+                    _ => None,
+                });
+                tracing::info!(leader = current.as_deref().unwrap_or("?"), "standing by");
+                // Wait for the key to go (or our lease to die), then try again.
+                let options = WatchOptions::new().with_start_revision(rev + 1);
+                let mut stream = c.watch(key.clone(), Some(options)).await.map_err(|e| e.to_string())?;
+                loop {
+                    tokio::select! {
+                        m = stream.message() => match m {
+                            Ok(Some(r)) if r.events().iter().any(|e| e.event_type() == EventType::Delete) => break,
+                            Ok(Some(r)) if r.canceled() => break,
+                            Ok(Some(_)) => {}
+                            Ok(None) | Err(_) => break,
+                        },
+                        _ = alive_rx.changed() => break,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Renews `lease` every third of `ttl`. Gives the lead up (and says so on `alive`)
+    /// when no renewal succeeded for two thirds of it, or when etcd says it expired.
+    async fn keep_alive(&self, lease: i64, ttl: Duration, alive: tokio::sync::watch::Sender<bool>) {
+        let mut c = self.inner().client.clone();
+        let period = ttl / 3;
+        let give_up = ttl * 2 / 3;
+        let mut last_ok = Instant::now();
+        let mut stream = None;
+        let why = loop {
+            // A campaign that failed dropped its end: this lease is nobody's now.
+            if alive.is_closed() && !self.inner().role.lock().is_ok_and(|r| matches!(*r, Role::Leading(_))) {
+                let _ = tokio::time::timeout(period, c.lease_revoke(lease)).await;
+                return;
+            }
+            if stream.is_none() {
+                match tokio::time::timeout(period, c.lease_keep_alive(lease)).await {
+                    Ok(Ok(s)) => stream = Some(s),
+                    Ok(Err(e)) => tracing::warn!("etcd lease {lease}: {e}"),
+                    Err(_) => tracing::warn!("etcd lease {lease}: no answer"),
+                }
+            }
+            if let Some((keeper, answers)) = stream.as_mut() {
+                let renewed = tokio::time::timeout(period, async {
+                    keeper.keep_alive().await?;
+                    answers.message().await
+                })
+                .await;
+                match renewed {
+                    Ok(Ok(Some(r))) if r.ttl() > 0 => last_ok = Instant::now(),
+                    Ok(Ok(Some(_))) => break "its lease expired in etcd".to_string(),
+                    Ok(Ok(None)) | Ok(Err(_)) | Err(_) => stream = None,
+                }
+            }
+            if last_ok.elapsed() >= give_up {
+                break format!(
+                    "its lease could not be renewed for {:.1} s (etcd unreachable?)",
+                    last_ok.elapsed().as_secs_f64()
+                );
+            }
+            tokio::time::sleep(period.saturating_sub(last_ok.elapsed().min(period))).await;
+        };
+        tracing::error!(lease, "the lead is lost: {why}");
+        self.lose(&format!("lost the lead: {why}"));
+        let _ = alive.send(false);
+    }
+
+    /// Gives the lead up now (a clean stop): the lease and the `leader` key go, and a
+    /// standby takes over without waiting for the lease to run out.
+    pub fn resign(&self) {
+        let lease_of_key = {
+            let mut c = self.inner().client.clone();
+            let key = self.key("leader");
+            let ours = match self.inner().role.lock().map(|r| *r) {
+                Ok(Role::Leading(rev)) => Some(rev),
+                _ => None,
+            };
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            self.inner().handle.spawn(async move {
+                let mut out = None;
+                if let Some(rev) = ours
+                    && let Ok(Ok(g)) = tokio::time::timeout(Duration::from_secs(2), c.get(key, None)).await
+                    && let Some(kv) = g.kvs().first()
+                    && kv.create_revision() == rev
+                {
+                    out = Some(kv.lease());
+                    let _ = tokio::time::timeout(Duration::from_secs(2), c.lease_revoke(kv.lease())).await;
+                }
+                let _ = tx.send(out);
+            });
+            rx.recv_timeout(Duration::from_secs(5)).ok().flatten()
+        };
+        if let Some(lease) = lease_of_key {
+            tracing::info!(lease, "resigned the lead");
+        }
+        if let Ok(mut r) = self.inner().role.lock() {
+            *r = Role::Deposed;
+        }
+        self.inner().view.send_modify(|v: &mut HaView| v.leading = false);
+    }
+}

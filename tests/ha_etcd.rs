@@ -1,0 +1,326 @@
+//! End-to-end: planners that share their state in etcd. A real etcd (Debian's
+//! `etcd-server`) on 127.0.0.1, three `hyperplan-planner` processes on it, agents and the
+//! CLI given all three addresses. The leader is killed with SIGKILL while a client submits
+//! job after job: a standby leads, has every acknowledged job, agents follow it, running
+//! tasks are not disturbed, and no task starts twice. Skips, saying why, without etcd.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::etcd::{Etcd, free_udp_port};
+use common::{Cluster, alive, bin, path_str, pids, task_user, wait_for};
+use serde_json::Value;
+
+const MACHINE: &str = "pack:1 numa:1(memory=17179869184) core:4 pu:1";
+const LONG: Duration = Duration::from_secs(60);
+
+/// Three planners on one etcd prefix, each on a port chosen before it starts (the list
+/// agents and the CLI get).
+struct Ha {
+    c: Cluster,
+    _etcd: Etcd,
+    addrs: Vec<String>,
+    planners: Vec<Option<Child>>,
+    user: String,
+    work: tempfile::TempDir,
+}
+
+impl Drop for Ha {
+    fn drop(&mut self) {
+        for p in self.planners.iter_mut().flatten() {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+    }
+}
+
+impl Ha {
+    fn start(etcd: Etcd, nodes: &[&str]) -> Ha {
+        let c = Cluster::prepare(nodes, None);
+        let user = task_user();
+        c.issue_user(&user);
+        let addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_udp_port())).collect();
+        for (i, a) in addrs.iter().enumerate() {
+            c.write(
+                &format!("planner-{i}.toml"),
+                &format!(
+                    "[server]\nlisten = \"{a}\"\n[store]\nbackend = \"etcd\"\nendpoints = [\"{}\"]\nprefix = \"/e2e/\"\n[ha]\nleaseTtl = 2\n",
+                    etcd.endpoint
+                ),
+            );
+        }
+        let mut ha = Ha {
+            c,
+            _etcd: etcd,
+            addrs: addrs.clone(),
+            planners: vec![None, None, None],
+            user,
+            work: tempfile::tempdir().unwrap(),
+        };
+        for i in 0..3 {
+            ha.start_planner(i);
+        }
+        // Agents and the CLI get the whole list.
+        ha.c.addr = addrs.join(",");
+        for n in nodes {
+            ha.c.start_agent(n, MACHINE, &[]);
+        }
+        for n in nodes {
+            ha.c.wait_state(n, "Ready", LONG);
+        }
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(ha.work.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        ha
+    }
+
+    fn log_path(&self, i: usize) -> PathBuf {
+        self.c.dir.path().join(format!("planner-{i}.log"))
+    }
+
+    fn logs(&self) -> String {
+        (0..3)
+            .map(|i| {
+                format!(
+                    "--- planner {i}:\n{}",
+                    std::fs::read_to_string(self.log_path(i)).unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+
+    fn start_planner(&mut self, i: usize) {
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(self.log_path(i))
+            .unwrap();
+        let child = Command::new(bin("hyperplan-planner"))
+            .arg("--config")
+            .arg(self.c.dir.path().join(format!("planner-{i}.toml")))
+            .arg("--cert-dir")
+            .arg(self.c.certs())
+            .args(["--heartbeat-interval", "0.3", "--tick-interval", "0.2"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .env("RUST_LOG", "info")
+            .spawn()
+            .unwrap();
+        self.planners[i] = Some(child);
+    }
+
+    fn kill_planner(&mut self, i: usize) {
+        let mut p = self.planners[i].take().unwrap();
+        p.kill().unwrap();
+        p.wait().unwrap();
+    }
+
+    /// `hyperplan planners --output json`: address → (role, epoch).
+    fn roles(&self) -> BTreeMap<String, (String, Option<u64>)> {
+        let out = self.c.cli(&self.user, &["planners", "--output", "json"]);
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("planners: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        v["planners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["address"].as_str().unwrap().to_string(),
+                    (p["role"].as_str().unwrap().to_string(), p["epoch"].as_u64()),
+                )
+            })
+            .collect()
+    }
+
+    /// The index of the leader, once exactly one leads.
+    fn leader(&self) -> (usize, u64) {
+        wait_for(LONG, "one leader", || {
+            let roles = self.roles();
+            let leaders: Vec<_> = roles.iter().filter(|(_, (r, _))| r == "leader").collect();
+            match leaders[..] {
+                [(addr, (_, epoch))] => Some((self.addrs.iter().position(|a| a == addr).unwrap(), epoch.unwrap())),
+                _ => None,
+            }
+        })
+    }
+
+    fn job(&self, name: &str, replicas: u32, cpu: u32, script: &str) -> PathBuf {
+        self.c.job_file(name, replicas, cpu, self.work.path(), script)
+    }
+
+    fn jobs(&self, args: &[&str]) -> Vec<Value> {
+        self.c.jobs(&self.user, args)
+    }
+
+    /// How many times each task started (`ran.log` has one line per start).
+    fn starts(&self) -> BTreeMap<String, usize> {
+        let text = std::fs::read_to_string(self.work.path().join("ran.log")).unwrap_or_default();
+        let mut n = BTreeMap::new();
+        for line in text.lines() {
+            *n.entry(line.to_string()).or_insert(0) += 1;
+        }
+        n
+    }
+}
+
+/// Each start of a task appends `job/task` to ran.log; the long job's tasks then wait for
+/// the file `go`.
+const RAN: &str = "echo $HYPERPLAN_JOB/$HYPERPLAN_TASK >> ran.log";
+
+#[test]
+fn the_leader_killed_under_load_is_replaced_and_nothing_acknowledged_is_lost_or_run_twice() {
+    let Some(etcd) = Etcd::start() else { return };
+    let mut ha = Ha::start(etcd, &["n1", "n2"]);
+    let (first, epoch) = ha.leader();
+    let roles = ha.roles();
+    assert_eq!(roles.values().filter(|(r, _)| r == "standby").count(), 2, "{roles:?}");
+
+    // A standby sends people to the leader: the CLI follows, and alone it says so.
+    let standby = ha.addrs[(first + 1) % 3].clone();
+    let out = Command::new(common::hyperplan_bin())
+        .args(["status", "--planner", &standby])
+        .env("HYPERPLAN_CERT_DIR", ha.c.certs())
+        .env("HYPERPLAN_USER", &ha.user)
+        .env("XDG_CONFIG_HOME", ha.c.dir.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() || said.contains(&format!("the leader is {}", ha.addrs[first])),
+        "{said}"
+    );
+
+    // One task on each node that runs through the failover.
+    let long = ha.job("long", 2, 1, &format!("{RAN}; until [ -e go ]; do sleep 0.1; done"));
+    assert!(ha.c.cli(&ha.user, &["submit", path_str(&long)]).status.success());
+    let before = wait_for(LONG, "long running", || {
+        let j = ha.jobs(&["long"]).remove(0);
+        (j["status"] == "running" && pids(&j).len() == 2).then_some(j)
+    });
+    let before_pids = pids(&before);
+
+    // A client submits job after job through the list, trying again while no one leads.
+    let acked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let files: Vec<_> = (0..400).map(|i| ha.job(&format!("q{i:03}"), 1, 1, RAN)).collect();
+    let client = {
+        let (acked, stop) = (acked.clone(), stop.clone());
+        let (addr, certs, dir, user) = (
+            ha.c.addr.clone(),
+            ha.c.certs(),
+            ha.c.dir.path().to_path_buf(),
+            ha.user.clone(),
+        );
+        std::thread::spawn(move || {
+            let mut tries = 0;
+            for (i, f) in files.iter().enumerate() {
+                loop {
+                    if stop.load(Ordering::SeqCst) {
+                        return tries;
+                    }
+                    tries += 1;
+                    let out = Command::new(common::hyperplan_bin())
+                        .args(["submit", path_str(f)])
+                        .current_dir(&dir)
+                        .env("HYPERPLAN_PLANNER", &addr)
+                        .env("HYPERPLAN_CERT_DIR", &certs)
+                        .env("HYPERPLAN_USER", &user)
+                        .env("XDG_CONFIG_HOME", &dir)
+                        .output()
+                        .unwrap();
+                    let err = String::from_utf8_lossy(&out.stderr);
+                    if out.status.success() || err.contains("already") {
+                        // "already exists": an earlier try was written before the crash.
+                        acked.lock().unwrap().push(format!("q{i:03}"));
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            tries
+        })
+    };
+    wait_for(LONG, "20 acknowledged submits", || {
+        (acked.lock().unwrap().len() >= 20).then_some(())
+    });
+    ha.kill_planner(first);
+    let killed_at = acked.lock().unwrap().len();
+    wait_for(LONG, "20 more acknowledged submits after the kill", || {
+        (acked.lock().unwrap().len() >= killed_at + 20).then_some(())
+    });
+    stop.store(true, Ordering::SeqCst);
+    client.join().unwrap();
+    let acked = acked.lock().unwrap().clone();
+
+    // A standby leads, with a newer epoch; the killed one is unreachable.
+    let (second, epoch2) = ha.leader();
+    assert_ne!(second, first);
+    assert!(epoch2 > epoch, "epoch {epoch} → {epoch2}");
+    let roles = ha.roles();
+    assert_eq!(roles[&ha.addrs[first]].0, "unreachable", "{roles:?}");
+    assert_eq!(roles[&ha.addrs[first]].1, None);
+
+    // Every acknowledged job is there, once.
+    let all = ha.jobs(&["--all"]);
+    let mut by_name: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for j in &all {
+        by_name
+            .entry(j["name"].as_str().unwrap().to_string())
+            .or_default()
+            .push(j["id"].as_u64().unwrap());
+    }
+    for name in &acked {
+        assert_eq!(
+            by_name.get(name).map(Vec::len),
+            Some(1),
+            "{name}: {:?}\n{}",
+            by_name.get(name),
+            ha.logs()
+        );
+    }
+
+    // The long job's tasks were not disturbed: same pids, alive, adopted by the new leader.
+    let after = wait_for(LONG, "long adopted", || {
+        let j = ha.jobs(&["long"]).remove(0);
+        (j["status"] == "running" && pids(&j) == before_pids).then_some(j)
+    });
+    assert!(before_pids.iter().all(|p| alive(*p)), "{after}");
+    // The nodes follow the new leader.
+    for n in ["n1", "n2"] {
+        ha.c.wait_state(n, "Ready", LONG);
+    }
+
+    // Let everything finish; then each task started exactly once.
+    std::fs::write(ha.work.path().join("go"), "").unwrap();
+    wait_for(Duration::from_secs(120), "every job ended", || {
+        ha.jobs(&["--all"])
+            .iter()
+            .all(|j| j["endTime"].as_u64().is_some() || j["status"] == "completed")
+            .then_some(())
+    });
+    let starts = ha.starts();
+    for (task, n) in &starts {
+        assert_eq!(*n, 1, "{task} started {n} times\n{}", ha.logs());
+    }
+    for name in &acked {
+        assert_eq!(starts.get(&format!("{name}/t-0")), Some(&1), "{name} never ran");
+    }
+    assert_eq!(starts.get("long/t-0"), Some(&1));
+    assert_eq!(starts.get("long/t-1"), Some(&1));
+
+    // The killed planner comes back as a standby and the epoch stays.
+    ha.start_planner(first);
+    wait_for(LONG, "the old leader back as a standby", || {
+        let roles = ha.roles();
+        (roles[&ha.addrs[first]].0 == "standby").then_some(())
+    });
+    assert_eq!(ha.leader(), (second, epoch2));
+}
