@@ -151,11 +151,19 @@ fn main() {
         let killed = Instant::now();
         p.kill(l);
         let survivors: Vec<String> = (0..3).filter(|i| *i != l).map(|i| p.addrs[i].clone()).collect();
+        // Asked as `hyperplan planners` does (every survivor, at once), then the one that
+        // leads: the time is the failover's, not a client's timeout on the dead address.
+        let survivors = survivors.join(",");
         let took = loop {
-            let served = survivors
-                .iter()
-                .find_map(|a| cli(&cli_bin, &certs, a, &["status", "--all"]));
-            if let Some(v) = served
+            let leading = cli(&cli_bin, &certs, &survivors, &["planners"]).and_then(|v| {
+                v["planners"]
+                    .as_array()?
+                    .iter()
+                    .find(|r| r["role"] == "leader")
+                    .and_then(|r| r["address"].as_str().map(String::from))
+            });
+            if let Some(a) = leading
+                && let Some(v) = cli(&cli_bin, &certs, &a, &["status", "--all"])
                 && v["jobs"].as_array().is_some_and(|j| j.len() >= submitted)
             {
                 break killed.elapsed();

@@ -143,6 +143,13 @@ async fn failover(
         } else {
             None
         };
+        // No planner of the list leads now: ask them all again shortly (one by one they
+        // would name the dead leader, and waiting for it to time out costs seconds), and
+        // only when the wait is over go through the list for an error naming each.
+        if leader.is_none() && config.planner.value.len() > 1 && started.elapsed() < wait {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            continue;
+        }
         match failover_once(material, config, commands.clone(), leader).await {
             // Nobody leads (a takeover is under way): nothing was done; ask again.
             Err(Refused::AllStandby(_)) if started.elapsed() < wait => {
