@@ -24,11 +24,18 @@ pub use crate::certs::{CertPaths, PLANNER_SERVER_NAME};
 pub const ALPN: &[u8] = b"hyperplan/1";
 
 /// A client pings this often so an idle connection (an agent between heartbeats, a CLI
-/// waiting on a slow answer) outlives QUIC's idle timeout.
-pub const KEEP_ALIVE: Duration = Duration::from_secs(10);
+/// waiting on a slow answer) outlives its idle timeout.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(2);
 
-/// A connection with no packets for this long is gone (the agent or planner died).
+/// A connection with no packets for this long is gone (the agent or planner died): the
+/// planner's side.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The clients' side, which QUIC takes as the connection's (the smaller one wins): an
+/// agent whose planner was killed (a leader that failed over, a crash) notices within
+/// this long and goes to the next planner; the pings above keep a live one open. The
+/// planner's QUIC stack answers them whatever its tick loop is doing.
+pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -186,8 +193,9 @@ pub fn client_config(material: &TlsMaterial) -> Result<rustls::ClientConfig, Tls
 
 fn transport(keep_alive: bool) -> Arc<quinn::TransportConfig> {
     let mut transport = quinn::TransportConfig::default();
-    // 30 s always fits QUIC's varint; the fallback never runs.
-    transport.max_idle_timeout(quinn::IdleTimeout::try_from(IDLE_TIMEOUT).ok());
+    // 30 s and 10 s always fit QUIC's varint; the fallback never runs.
+    let idle = if keep_alive { CLIENT_IDLE_TIMEOUT } else { IDLE_TIMEOUT };
+    transport.max_idle_timeout(quinn::IdleTimeout::try_from(idle).ok());
     if keep_alive {
         transport.keep_alive_interval(Some(KEEP_ALIVE));
     }

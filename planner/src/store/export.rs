@@ -65,8 +65,12 @@ const MAX_LINE: u64 = 256 << 20;
 pub fn import(store: &Store, input: &mut dyn BufRead, name: &str) -> Result<u64, StoreError> {
     if !store.is_empty()? {
         return Err(StoreError::Import(format!(
-            "{}: the store already holds jobs; import into a new store file (move this one aside first)",
-            store.at().display()
+            "{}: the store already holds jobs; import into an empty one ({})",
+            store.at().display(),
+            match store {
+                super::Store::Embedded(_) => "move this file aside first",
+                super::Store::Etcd(_) => "a new [store] prefix, or delete this prefix's keys first",
+            }
         )));
     }
     let mut lines = Vec::new();
