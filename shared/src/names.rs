@@ -170,10 +170,48 @@ pub fn is_host_or_ip(a: &str) -> bool {
         })
 }
 
+/// `HOST:PORT`: a host name or IP address ([`is_host_or_ip`]; IPv6 in brackets) and a
+/// port number (planner addresses, etcd endpoints, `[ha] advertise`).
+pub fn is_host_port(s: &str) -> bool {
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return false;
+    };
+    let host = match host.strip_prefix('[') {
+        Some(v6) => match v6.strip_suffix(']') {
+            Some(v6) if v6.parse::<std::net::Ipv6Addr>().is_ok() => v6,
+            _ => return false,
+        },
+        // An IPv6 address needs its brackets.
+        None if host.contains(':') => return false,
+        None => host,
+    };
+    port.parse::<u16>().is_ok() && is_host_or_ip(host)
+}
+
+#[cfg(test)]
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn host_and_port() {
+        for good in ["head-1:7400", "10.0.0.1:2379", "[fe80::1]:7400", "n001.ib.example:1"] {
+            assert!(is_host_port(good), "{good}");
+        }
+        for bad in [
+            "head-1",
+            "head-1:99999",
+            "head-1:x",
+            "fe80::1:7400",
+            "[zz]:1",
+            ":7400",
+            "a b:1",
+            "a/b:1",
+        ] {
+            assert!(!is_host_port(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn host_names_and_ip_addresses() {

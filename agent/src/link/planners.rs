@@ -13,6 +13,8 @@
 
 use std::collections::BTreeSet;
 
+use hyperplan_shared::names::is_host_port;
+
 /// Why a `planner` list is unusable; the caller names where the list came from.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ListError {
@@ -44,23 +46,6 @@ pub fn parse_list(text: &str) -> Result<Vec<String>, ListError> {
         list.push(entry.to_string());
     }
     Ok(list)
-}
-
-/// `HOST:PORT` with a non-empty host without spaces and a port number; an IPv6 host in
-/// brackets.
-fn is_host_port(entry: &str) -> bool {
-    let Some((host, port)) = entry.rsplit_once(':') else {
-        return false;
-    };
-    let host = match host.strip_prefix('[') {
-        Some(v6) => match v6.strip_suffix(']') {
-            Some(v6) if v6.parse::<std::net::Ipv6Addr>().is_ok() => v6,
-            _ => return false,
-        },
-        None if host.contains(':') => return false, // an IPv6 address needs its brackets
-        None => host,
-    };
-    !host.is_empty() && !host.chars().any(|c| c.is_whitespace() || c == '/') && port.parse::<u16>().is_ok()
 }
 
 /// How long to wait before the next attempt.

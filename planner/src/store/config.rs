@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use hyperplan_core::config::ConfigError;
+use hyperplan_shared::names::is_host_port;
 use serde::Deserialize;
 
 /// The default store file (the unit's `StateDirectory=hyperplan`).
@@ -227,15 +228,6 @@ pub fn store_config(
 /// `http://HOST:PORT` (what etcd-client dials without TLS).
 fn is_endpoint(e: &str) -> bool {
     e.strip_prefix("http://").is_some_and(is_host_port)
-}
-
-/// `HOST:PORT` with a host name or IP (IPv6 in brackets) and a port.
-pub fn is_host_port(s: &str) -> bool {
-    let Some((host, port)) = s.rsplit_once(':') else {
-        return false;
-    };
-    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-    port.parse::<u16>().is_ok_and(|p| p > 0) && hyperplan_shared::names::is_host_or_ip(host)
 }
 
 #[cfg(test)]
