@@ -5,7 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use hyperplan_net::certs::{self, CertPaths};
 use hyperplan_net::frame::{DEFAULT_MAX_FRAME, read_frame, write_frame};
-use hyperplan_net::messages::{AgentMessage, Hello, PlannerToAgent, Role};
+use hyperplan_net::messages::{AgentMessage, PlannerToAgent};
 use hyperplan_net::tls::{self, TlsMaterial};
 use tokio::sync::mpsc;
 
@@ -62,16 +63,9 @@ impl Planner {
 }
 
 async fn serve(name: &'static str, role: Answers, connection: quinn::Connection, events: mpsc::UnboundedSender<Event>) {
-    let Ok((mut send, mut recv)) = connection.accept_bi().await else {
+    let Some((mut send, mut recv, hello)) = common::planner_hello(&connection).await else {
         return;
     };
-    let Ok(Some(hello)) = read_frame::<Hello, _>(&mut recv, DEFAULT_MAX_FRAME).await else {
-        return;
-    };
-    let ours = Hello::new(Role::Planner, "hyperplan-planner");
-    if write_frame(&mut send, &ours, DEFAULT_MAX_FRAME).await.is_err() {
-        return;
-    }
     let Ok(Some(AgentMessage::Register { .. })) = read_frame::<AgentMessage, _>(&mut recv, DEFAULT_MAX_FRAME).await
     else {
         return;
@@ -142,15 +136,7 @@ impl Agent {
             .spawn()
             .unwrap();
         let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("agent: {line}");
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = common::lines(stderr);
         Self {
             child,
             _state: state,

@@ -6,7 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -235,15 +236,7 @@ impl Agent {
         }
         let mut child = command.spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("agent: {line}");
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = common::lines(stderr);
         Self {
             child: Some(child),
             _state: state,

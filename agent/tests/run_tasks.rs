@@ -8,6 +8,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -18,9 +20,7 @@ use std::time::{Duration, Instant};
 
 use hyperplan_net::certs::{self, CertPaths};
 use hyperplan_net::frame::{DEFAULT_MAX_FRAME, read_frame, write_frame};
-use hyperplan_net::messages::{
-    AgentMessage, Hello, JobWorld, LaunchTask, LogChunk, PlannerToAgent, Role, RunningTask, TaskRef,
-};
+use hyperplan_net::messages::{AgentMessage, JobWorld, LaunchTask, LogChunk, PlannerToAgent, RunningTask, TaskRef};
 use hyperplan_net::tls::{self, TlsMaterial};
 use hyperplan_shared::taskend::TaskOutcome;
 use tokio::sync::mpsc;
@@ -121,16 +121,9 @@ async fn serve(
     slot: Arc<Mutex<Option<mpsc::UnboundedSender<PlannerToAgent>>>>,
     registrations: Arc<Mutex<usize>>,
 ) {
-    let Ok((mut send, mut recv)) = connection.accept_bi().await else {
+    let Some((mut send, mut recv, hello)) = common::planner_hello(&connection).await else {
         return;
     };
-    let Ok(Some(hello)) = read_frame::<Hello, _>(&mut recv, DEFAULT_MAX_FRAME).await else {
-        return;
-    };
-    let ours = Hello::new(Role::Planner, "hyperplan-planner");
-    if write_frame(&mut send, &ours, DEFAULT_MAX_FRAME).await.is_err() {
-        return;
-    }
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<PlannerToAgent>();
     out_tx
         .send(PlannerToAgent::Registered {
