@@ -382,21 +382,28 @@ impl Etcd {
             .collect()
     }
 
+    /// How many keys there are from `from` up to (not including) `to`.
+    fn count(&self, doing: &str, from: String, to: String) -> Result<u64, StoreError> {
+        let mut c = self.inner.client.clone();
+        let got = self
+            .call(async move {
+                c.get(from, Some(GetOptions::new().with_range(to).with_count_only()))
+                    .await
+            })
+            .map_err(self.io(doing))?;
+        Ok(u64::try_from(got.count()).unwrap_or(0))
+    }
+
     /// Deletes the ended jobs that ended before `before`; how many.
     pub fn purge(&self, before: u64) -> Result<u64, StoreError> {
         let from = self.key("finished/");
         let to = self.key(&format!("finished/{before:020}/"));
-        let mut c = self.inner.client.clone();
-        let (f, t) = (from.clone(), to.clone());
-        let count = self
-            .call(async move { c.get(f, Some(GetOptions::new().with_range(t).with_count_only())).await })
-            .map_err(self.io("counting old ended jobs"))?
-            .count();
+        let count = self.count("counting old ended jobs", from.clone(), to.clone())?;
         if count > 0 {
             let op = TxnOp::delete(from, Some(DeleteOptions::new().with_range(to)));
             self.write("deleting old ended jobs", vec![(vec![op], 0)], None)?;
         }
-        Ok(u64::try_from(count).unwrap_or(0))
+        Ok(count)
     }
 
     fn live(&self) -> Result<Vec<JobRecord>, StoreError> {
@@ -437,25 +444,8 @@ impl Etcd {
 
     /// Whether the prefix holds any job.
     pub fn is_empty(&self) -> Result<bool, StoreError> {
-        let mut c = self.inner.client.clone();
-        let (from, to) = (self.key("live/"), Self::end_of(&self.key("live/")));
-        let live = self
-            .call(async move {
-                c.get(from, Some(GetOptions::new().with_range(to).with_count_only()))
-                    .await
-            })
-            .map_err(self.io("counting its jobs"))?
-            .count();
-        let mut c = self.inner.client.clone();
-        let (from, to) = (self.key("finished/"), Self::end_of(&self.key("finished/")));
-        let finished = self
-            .call(async move {
-                c.get(from, Some(GetOptions::new().with_range(to).with_count_only()))
-                    .await
-            })
-            .map_err(self.io("counting its jobs"))?
-            .count();
-        Ok(live == 0 && finished == 0)
+        let kind = |k: &str| self.count("counting its jobs", self.key(k), Self::end_of(&self.key(k)));
+        Ok(kind("live/")? == 0 && kind("finished/")? == 0)
     }
 
     /// The warm copy as a start's state: the live records decoded, the epoch raised
