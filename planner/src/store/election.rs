@@ -73,7 +73,7 @@ impl Etcd {
             }
             *inner.warm.lock().map_err(|_| "poisoned")? = warm;
         }
-        self.publish(leader.kvs().first().map(|kv| kv.value()), true);
+        self.publish(leader.kvs().first().map(|kv| kv.value()));
         inner.warm_rev.send_replace(rev);
         let options = WatchOptions::new().with_prefix().with_start_revision(rev + 1);
         let mut stream = c.watch(self.key(""), Some(options)).await.map_err(|e| e.to_string())?;
@@ -93,7 +93,7 @@ impl Etcd {
                     newest = newest.max(kv.mod_revision());
                     let value = (ev.event_type() == EventType::Put).then(|| kv.value());
                     if kv.key() == self.key("leader").as_bytes() {
-                        self.publish(value, false);
+                        self.publish(value);
                     }
                     self.apply(&mut warm, kv.key(), value);
                 }
@@ -138,7 +138,7 @@ impl Etcd {
     }
 
     /// The leader's address as the `leader` key says (`None`: deleted).
-    fn publish(&self, value: Option<&[u8]>, _initial: bool) {
+    fn publish(&self, value: Option<&[u8]>) {
         let leader = value.map(|v| String::from_utf8_lossy(v).into_owned());
         self.inner().view.send_if_modified(|v| {
             let changed = v.leader != leader;
