@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{Cluster, alive, bin, path_str, pids, task_user, wait_for};
+use common::{Cluster, alive, all_running, bin, path_str, pids, task_user, wait_for};
 use serde_json::Value;
 
 const MACHINE: &str = "pack:1 numa:1(memory=17179869184) core:4 pu:1";
@@ -61,6 +61,14 @@ impl Rig {
         self.jobs(&[name]).remove(0)
     }
 
+    /// Waits until the job runs with all its tasks started.
+    fn wait_running(&self, name: &str) -> Value {
+        wait_for(LONG, &format!("{name} running, every task started"), || {
+            let j = self.job_status(name);
+            all_running(&j).then_some(j)
+        })
+    }
+
     fn wait_status(&self, name: &str, status: &str) -> Value {
         wait_for(LONG, &format!("{name} {status}"), || {
             let j = self.job_status(name);
@@ -88,7 +96,7 @@ fn a_planner_killed_while_jobs_are_submitted_loses_no_acknowledged_job_and_keeps
     // One task of 1 CPU on each node (4 each): the queued jobs below (4 CPUs) wait for them.
     let long = rig.job("long", 2, 3, UNTIL_GO);
     assert!(rig.submit(&long).status.success());
-    let before = rig.wait_status("long", "running");
+    let before = rig.wait_running("long");
     let before_pids = pids(&before);
     assert_eq!(before_pids.len(), 2);
     let placed_on: BTreeMap<String, String> = before["tasks"]
@@ -173,7 +181,7 @@ fn a_planner_killed_while_jobs_are_submitted_loses_no_acknowledged_job_and_keeps
     assert_eq!(ids.len(), jobs.len(), "ids are unique");
 
     // The running tasks were not disturbed: same pids, alive, started once, adopted.
-    let after = rig.wait_status("long", "running");
+    let after = rig.wait_running("long");
     assert_eq!(pids(&after), before_pids);
     for pid in &before_pids {
         assert!(alive(*pid), "pid {pid} survived the planner");
@@ -214,7 +222,7 @@ fn unknown_tasks_are_killed_and_an_end_sent_while_the_planner_was_down_counts() 
     // is unknown to it, and is killed.
     let orphan = rig.job("orphan", 1, 1, UNTIL_GO);
     assert!(rig.submit(&orphan).status.success());
-    let pid = pids(&rig.wait_status("orphan", "running"))[0];
+    let pid = pids(&rig.wait_running("orphan"))[0];
     rig.c.signal_planner("KILL");
     let _ = rig.c.planner.take().unwrap().wait();
     std::fs::rename(rig.c.store(), rig.c.dir.path().join("old.redb")).unwrap();
@@ -226,7 +234,7 @@ fn unknown_tasks_are_killed_and_an_end_sent_while_the_planner_was_down_counts() 
     // node's disk and counts once the planner is back.
     let quick = rig.job("quick", 1, 1, UNTIL_GO);
     assert!(rig.submit(&quick).status.success());
-    let j = rig.wait_status("quick", "running");
+    let j = rig.wait_running("quick");
     let pid = pids(&j)[0];
     rig.c.signal_planner("KILL");
     let _ = rig.c.planner.take().unwrap().wait();

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Cluster, TEST_USER, alive, bin, euid_is_root, path_str, pids, task_user, wait_for};
+use common::{Cluster, TEST_USER, alive, all_running, bin, euid_is_root, path_str, pids, task_user, wait_for};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -119,6 +119,14 @@ impl Live {
     fn status(&self, job: &str) -> Value {
         let v = self.c.cli_json(&self.user, &["status", job]);
         v["jobs"][0].clone()
+    }
+
+    /// Waits until the job runs with all its tasks started.
+    fn wait_running(&self, job: &str) -> Value {
+        wait_for(LONG, &format!("{job} running, every task started"), || {
+            let j = self.status(job);
+            all_running(&j).then_some(j)
+        })
     }
 
     fn wait_status(&self, job: &str, status: &str) -> Value {
@@ -248,7 +256,6 @@ fn exit_codes_signals_time_limits_and_a_failing_rank() {
     );
     let out = live.cli(&["submit", path_str(&job)]);
     assert!(out.status.success());
-    let running = live.wait_status("gang", "running");
     // Failed at once; the exit code once the other task has been stopped.
     let j = wait_for(LONG, "gang failed, with its exit code", || {
         let j = live.status("gang");
@@ -262,7 +269,8 @@ fn exit_codes_signals_time_limits_and_a_failing_rank() {
         .map(|t| t["state"].to_string())
         .collect();
     assert!(states.contains("\"killed\""), "{j}");
-    for pid in pids(&running).into_iter().chain(pids(&j)) {
+    assert_eq!(pids(&j).len(), 2, "{j}");
+    for pid in pids(&j) {
         assert!(!alive(pid), "pid {pid} still runs");
     }
 }
@@ -324,10 +332,14 @@ fn an_agent_killed_while_its_task_runs_reports_the_end_once_after_restart() {
          command: [sh, -c, 'until [ -e go ]; do sleep 0.1; done; echo done']\n",
     );
     assert!(live.cli(&["submit", path_str(&job)]).status.success());
-    let j = live.wait_status("survivor", "running");
+    let j = live.wait_running("survivor");
     let pid = pids(&j)[0];
     live.c.kill_agent("n1"); // SIGKILL: the shepherd and its task stay
-    assert!(alive(pid), "the task survives its agent");
+    assert!(
+        alive(pid),
+        "the task {pid} survives its agent\n{}",
+        live.agent_log("n1")
+    );
     live.start_agent("n1");
     // The task ends only when told, however slow the machine: its end comes while the new agent runs.
     std::fs::write(live.work.path().join("go"), "").unwrap();
@@ -374,7 +386,7 @@ fn logs_follow_prints_what_a_task_writes_until_it_ends() {
          command: [sh, -c, 'for i in 1 2 3 4 5; do echo line $i; sleep 0.3; done']\n",
     );
     assert!(live.cli(&["submit", path_str(&job)]).status.success());
-    live.wait_status("chatty", "running");
+    live.wait_running("chatty");
     // Started while the task writes; returns once it has ended and all is printed.
     let out = live.cli(&["logs", "chatty", "--follow"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -159,10 +159,13 @@ pub(crate) fn tasks_on_node(world: &mut World, node: &str, tasks: Vec<TaskOnNode
             });
             continue;
         };
+        // Pid 0: its agent is still starting it. Such a task is its agent's (see
+        // `TaskRun::accepted`) but has not started: no pid and no start to show.
+        let pid = (t.pid != 0).then_some(t.pid);
         // Samples and the time it was seen are not worth a change (the journal would
         // look at the job every heartbeat); a pid first learnt here is.
         match world.get_mut::<TaskRun>(task_e) {
-            Some(mut run) if run.pid.is_some() => {
+            Some(mut run) if run.pid.is_some() || pid.is_none() => {
                 let run = run.bypass_change_detection();
                 run.cpu_cores = Some(t.cpu_cores);
                 run.rss_bytes = Some(t.rss_bytes);
@@ -170,14 +173,16 @@ pub(crate) fn tasks_on_node(world: &mut World, node: &str, tasks: Vec<TaskOnNode
             }
             found => {
                 let mut run = found.map(|r| r.clone()).unwrap_or_default();
-                run.pid = Some(t.pid);
+                run.pid = pid;
                 run.cpu_cores = Some(t.cpu_cores);
                 run.rss_bytes = Some(t.rss_bytes);
                 run.seen_ms = Some(now);
                 world.entity_mut(task_e).insert(run);
             }
         }
-        mark_started(world, job_e);
+        if world.get::<TaskRun>(task_e).is_some_and(TaskRun::started) {
+            mark_started(world, job_e);
+        }
         let ending = world
             .get::<JobState>(job_e)
             .filter(|st| st.phase == JobPhase::Ending)

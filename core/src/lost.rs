@@ -100,7 +100,7 @@ pub(crate) fn lose_missing(world: &mut World) {
     let mut tasks = world.query_filtered::<(Entity, &Task, &TaskState, &TaskRun), Without<Retired>>();
     let mut missing: Vec<(String, u32, Entity, Entity, Arc<str>)> = tasks
         .iter(world)
-        .filter(|(_, _, ts, run)| ts.is_running() && run.started() && run.end.is_none())
+        .filter(|(_, _, ts, run)| ts.is_running() && run.accepted() && run.end.is_none())
         .filter_map(|(e, t, ts, run)| {
             let node = ts.node?;
             // Its agent has listed what it runs since, more than `limit` after it was seen.

@@ -30,6 +30,13 @@ impl TaskRun {
     pub fn started(&self) -> bool {
         self.start_ms.is_some() || self.pid.is_some()
     }
+
+    /// Its agent has it: it reported a start, or listed the task (perhaps while still
+    /// starting it). Such a task needs no second `Launch`, and is lost when no longer
+    /// listed.
+    pub fn accepted(&self) -> bool {
+        self.started() || self.seen_ms.is_some()
+    }
 }
 
 /// The task's state for people: pending until placed, starting until its start is

@@ -654,3 +654,67 @@ fn the_unstarted_tasks_of_a_node_are_there_to_launch_again() {
     assert!(view::unstarted_on(rig.p.world_mut(), &n1).is_empty());
     assert!(view::unstarted_on(rig.p.world_mut(), "no-such-node").is_empty());
 }
+
+#[test]
+fn a_task_its_agent_lists_while_starting_it_has_no_pid_yet_and_is_not_launched_again() {
+    let mut rig = Rig::new(1);
+    let id = rig.submit(JobBuilder::gang("a", 1, "cpu=8").build());
+    rig.step();
+    let node = rig.node_of("a", "worker-0");
+    // Heartbeats list it with pid 0 while its shepherd is starting it.
+    let starting = TaskOnNode {
+        pid: 0,
+        ..on_node("a", id, "worker-0")
+    };
+    rig.p.push(Event::TasksOnNode {
+        node: node.clone(),
+        tasks: vec![starting.clone()],
+    });
+    rig.step();
+    let r = rig.job("a");
+    assert_eq!((r.tasks[0].pid, r.status), (None, JobStatus::Placed), "{r:?}");
+    assert_eq!(task_state(&r, "worker-0"), Some(TaskStatus::Starting));
+    assert!(
+        view::unstarted_on(rig.p.world_mut(), &node).is_empty(),
+        "its agent has it"
+    );
+    // Listed again, still starting: the same.
+    rig.p.push(Event::TasksOnNode {
+        node: node.clone(),
+        tasks: vec![starting],
+    });
+    rig.step();
+    assert_eq!(rig.job("a").tasks[0].pid, None);
+    // Its start: the pid, and the job runs.
+    rig.started("a", id, "worker-0", 77);
+    rig.step();
+    let r = rig.job("a");
+    assert_eq!((r.tasks[0].pid, r.status), (Some(77), JobStatus::Running));
+    assert_eq!(task_state(&r, "worker-0"), Some(TaskStatus::Running));
+}
+
+#[test]
+fn a_task_listed_while_starting_that_its_agent_stops_listing_is_lost() {
+    let mut rig = Rig::new(1);
+    let id = rig.submit(JobBuilder::gang("a", 1, "cpu=8").build());
+    rig.step();
+    let node = rig.node_of("a", "worker-0");
+    rig.p.push(Event::TasksOnNode {
+        node: node.clone(),
+        tasks: vec![TaskOnNode {
+            pid: 0,
+            ..on_node("a", id, "worker-0")
+        }],
+    });
+    rig.step();
+    // From now on its agent lists nothing: lost after nodeLostAfter (10 s).
+    for _ in 0..20 {
+        rig.p.push(Event::TasksOnNode {
+            node: node.clone(),
+            tasks: Vec::new(),
+        });
+        rig.step();
+    }
+    let r = rig.job("a");
+    assert_eq!(task_state(&r, "worker-0"), Some(TaskStatus::Lost), "{r:?}");
+}

@@ -30,7 +30,7 @@ pub fn unstarted_on(world: &mut World, node: &str) -> Vec<Placement> {
             ts.phase == TaskPhase::Running
                 && ts.dispatched
                 && ts.node == Some(node_e)
-                && !run.is_some_and(|r| r.started())
+                && !run.is_some_and(TaskRun::accepted)
         })
         .filter_map(|(task, ts, _)| {
             let job = world.get::<Job>(task.job)?;
