@@ -12,41 +12,19 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+mod common;
 
 use hyperplan_core::testing::MachineBuilder;
 use hyperplan_net::certs::{CertPaths, init_ca, issue_node, issue_planner};
 use hyperplan_net::messages::{AgentMessage, Hello, PlannerToAgent, Role};
 use hyperplan_net::tls::{TlsMaterial, any_addr_for, client_config};
 use hyperplan_net::{read_frame, topology_hash, write_frame};
-
-/// The release planner next to this harness; built once when missing (building it on
-/// every run would rebuild shared dependencies with other features, back and forth).
-fn planner_bin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().unwrap().parent().unwrap().join("hyperplan-planner");
-    if !path.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-q",
-                "--release",
-                "-p",
-                "hyperplan-planner",
-                "--bin",
-                "hyperplan-planner",
-            ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-    path
-}
 
 /// `PLANNER_CPUS=1` runs the planner under `taskset -c 1` (run the harness itself with
 /// `taskset -c 0`) so the two do not share a core.
@@ -178,7 +156,7 @@ fn main() {
         "agent_load: {n} node certificates in {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    let bin = planner_bin();
+    let bin = common::daemon("hyperplan-planner", "hyperplan-planner");
     let (mut planner, addr) = start_planner(&bin, &certs, "127.0.0.1:0");
     let topology = MachineBuilder::new(2, 1, 32, 2)
         .gpus_per_numa(4)

@@ -5,17 +5,15 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+#[path = "../../tests/common/cargo.rs"]
+mod cargo;
+
 /// A daemon binary next to this harness (release), built once when missing.
 pub fn daemon(name: &str, package: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let path = exe.parent().unwrap().parent().unwrap().join(name);
     if !path.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "--release", "-p", package, "--bin", name])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .unwrap();
-        assert!(status.success());
+        assert!(cargo::build(&["-q", "--release", "-p", package, "--bin", name]));
     }
     path
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod cargo;
 pub mod etcd;
 pub mod ufm;
 
@@ -22,20 +23,10 @@ pub fn bin(name: &str) -> PathBuf {
     let path = dir.join(name);
     static BUILD: std::sync::Once = std::sync::Once::new();
     BUILD.call_once(|| {
-        let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "hyperplan-planner",
-                "-p",
-                "hyperplan-agent",
-                "--bins",
-            ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo build");
-        assert!(status.success(), "building the daemons failed");
+        assert!(
+            cargo::build(&["-q", "-p", "hyperplan-planner", "-p", "hyperplan-agent", "--bins"]),
+            "building the daemons failed"
+        );
     });
     assert!(path.exists(), "{} missing", path.display());
     path
@@ -58,6 +49,15 @@ pub fn pids(job: &Value) -> Vec<u64> {
         .iter()
         .filter_map(|t| t["pid"].as_u64())
         .collect()
+}
+
+/// The job runs and every one of its tasks has started (has a pid): a job is `running`
+/// from its first task's start, and a task being started has no pid yet.
+pub fn all_running(job: &Value) -> bool {
+    job["status"] == "running"
+        && job["tasks"]
+            .as_array()
+            .is_some_and(|ts| ts.iter().all(|t| t["pid"].as_u64().is_some()))
 }
 
 /// Created (as root) for the tasks to run as.
