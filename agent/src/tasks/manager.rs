@@ -584,6 +584,42 @@ mod tests {
     }
 
     #[test]
+    fn a_jobs_hostfile_is_written_by_its_first_task_here_and_kept_for_the_others() {
+        use std::os::unix::fs::MetadataExt;
+        let state = tempfile::tempdir().unwrap();
+        let mut t = tasks(state.path());
+        t.on_job(JobWorld {
+            job: "j".into(),
+            job_id: 4,
+            nodes: vec!["n1".into(), "n2".into()],
+            node_of_rank: vec![0, 0, 0, 1],
+            master_addr: "127.0.0.1".into(),
+            master_port: 29500,
+        });
+        let hostfile = state.path().join("tasks/j.4/hostfile");
+        // The shepherd cannot start here; the hostfile is written before it would.
+        t.on_launch("n1", &[], &frame(4));
+        let first = std::fs::metadata(&hostfile).unwrap().ino();
+        assert_eq!(std::fs::read_to_string(&hostfile).unwrap(), "n1\nn1\nn1\nn2\n");
+        let second = LaunchTask {
+            task: "w-1".into(),
+            rank: 1,
+            ..frame(4)
+        };
+        t.on_launch("n1", &[], &second);
+        assert_eq!(std::fs::metadata(&hostfile).unwrap().ino(), first, "not written again");
+        // Different contents (a hand-edited or damaged file) are replaced.
+        std::fs::write(&hostfile, "n9\n").unwrap();
+        let third = LaunchTask {
+            task: "w-2".into(),
+            rank: 2,
+            ..frame(4)
+        };
+        t.on_launch("n1", &[], &third);
+        assert_eq!(std::fs::read_to_string(&hostfile).unwrap(), "n1\nn1\nn1\nn2\n");
+    }
+
+    #[test]
     fn a_shepherd_that_died_without_a_record_fails_its_task_and_an_ack_forgets_it() {
         let state = tempfile::tempdir().unwrap();
         let dir = TaskDir::new(state.path(), "j", 3, "w-0");

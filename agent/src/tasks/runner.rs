@@ -98,7 +98,11 @@ pub fn launch(
         }
     }
     let hostfile = hostfile_path(&opts.state_dir, &task.job, task.job_id);
-    if let Err(e) = write_replace(&hostfile, prepared.hostfile.as_bytes()) {
+    // One hostfile per job on this node, the same for each of its tasks here: written by
+    // the first, read and left alone by the others (a new file costs more than a read on
+    // a busy filesystem: ext4 looks for a free inode).
+    let unchanged = std::fs::read(&hostfile).is_ok_and(|old| old == prepared.hostfile.as_bytes());
+    if !unchanged && let Err(e) = write_replace(&hostfile, prepared.hostfile.as_bytes()) {
         return fail(format!("cannot write the hostfile {}: {e}", hostfile.display()));
     }
     let spec = match serde_json::to_vec_pretty(&prepared.spec) {
