@@ -133,7 +133,9 @@ fn main() {
         let job = wait(Duration::from_secs(60), "all tasks running", || {
             let v = json(&["status", &name]);
             let tasks = v["jobs"][0]["tasks"].as_array().cloned().unwrap_or_default();
-            (tasks.iter().filter(|t| t["state"] == "running").count() == TASKS).then_some(v["jobs"][0].clone())
+            // Running with its start reported (a heartbeat may show its pid before).
+            let started = |t: &&serde_json::Value| t["state"] == "running" && t["startTime"].is_u64();
+            (tasks.iter().filter(started).count() == TASKS).then_some(v["jobs"][0].clone())
         });
         let last_start = job["tasks"]
             .as_array()
