@@ -655,22 +655,31 @@ fn the_unstarted_tasks_of_a_node_are_there_to_launch_again() {
     assert!(view::unstarted_on(rig.p.world_mut(), "no-such-node").is_empty());
 }
 
-#[test]
-fn a_task_its_agent_lists_while_starting_it_has_no_pid_yet_and_is_not_launched_again() {
+/// One node, job `a` (one task) placed on it; returns the rig, the job's id and the node.
+fn one_task_placed() -> (Rig, u64, String) {
     let mut rig = Rig::new(1);
     let id = rig.submit(JobBuilder::gang("a", 1, "cpu=8").build());
     rig.step();
     let node = rig.node_of("a", "worker-0");
-    // Heartbeats list it with pid 0 while its shepherd is starting it.
-    let starting = TaskOnNode {
-        pid: 0,
-        ..on_node("a", id, "worker-0")
-    };
+    (rig, id, node)
+}
+
+/// Its agent lists `a`'s task with pid 0: its shepherd is still starting it.
+fn list_starting(rig: &mut Rig, id: u64, node: &str) {
     rig.p.push(Event::TasksOnNode {
-        node: node.clone(),
-        tasks: vec![starting.clone()],
+        node: node.to_string(),
+        tasks: vec![TaskOnNode {
+            pid: 0,
+            ..on_node("a", id, "worker-0")
+        }],
     });
     rig.step();
+}
+
+#[test]
+fn a_task_its_agent_lists_while_starting_it_has_no_pid_yet_and_is_not_launched_again() {
+    let (mut rig, id, node) = one_task_placed();
+    list_starting(&mut rig, id, &node);
     let r = rig.job("a");
     assert_eq!((r.tasks[0].pid, r.status), (None, JobStatus::Placed), "{r:?}");
     assert_eq!(task_state(&r, "worker-0"), Some(TaskStatus::Starting));
@@ -679,11 +688,7 @@ fn a_task_its_agent_lists_while_starting_it_has_no_pid_yet_and_is_not_launched_a
         "its agent has it"
     );
     // Listed again, still starting: the same.
-    rig.p.push(Event::TasksOnNode {
-        node: node.clone(),
-        tasks: vec![starting],
-    });
-    rig.step();
+    list_starting(&mut rig, id, &node);
     assert_eq!(rig.job("a").tasks[0].pid, None);
     // Its start: the pid, and the job runs.
     rig.started("a", id, "worker-0", 77);
@@ -695,18 +700,8 @@ fn a_task_its_agent_lists_while_starting_it_has_no_pid_yet_and_is_not_launched_a
 
 #[test]
 fn a_task_listed_while_starting_that_its_agent_stops_listing_is_lost() {
-    let mut rig = Rig::new(1);
-    let id = rig.submit(JobBuilder::gang("a", 1, "cpu=8").build());
-    rig.step();
-    let node = rig.node_of("a", "worker-0");
-    rig.p.push(Event::TasksOnNode {
-        node: node.clone(),
-        tasks: vec![TaskOnNode {
-            pid: 0,
-            ..on_node("a", id, "worker-0")
-        }],
-    });
-    rig.step();
+    let (mut rig, id, node) = one_task_placed();
+    list_starting(&mut rig, id, &node);
     // From now on its agent lists nothing: lost after nodeLostAfter (10 s).
     for _ in 0..20 {
         rig.p.push(Event::TasksOnNode {
