@@ -1,8 +1,9 @@
 //! End-to-end: planners that share their state in etcd. A real etcd (Debian's
-//! `etcd-server`) on 127.0.0.1, three `hyperplan-planner` processes on it, agents and the
-//! CLI given all three addresses. The leader is killed with SIGKILL while a client submits
-//! job after job: a standby leads, has every acknowledged job, agents follow it, running
-//! tasks are not disturbed, and no task starts twice. Skips, saying why, without etcd.
+//! `etcd-server`, TLS with client certificates) on 127.0.0.1, three `hyperplan-planner`
+//! processes on it, agents and the CLI given all three addresses. The leader is killed
+//! with SIGKILL while a client submits job after job: a standby leads, has every
+//! acknowledged job, agents follow it, running tasks are not disturbed, and no task
+//! starts twice. Skips, saying why, without etcd.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -52,8 +53,8 @@ impl Ha {
             c.write(
                 &format!("planner-{i}.toml"),
                 &format!(
-                    "[server]\nlisten = \"{a}\"\n[store]\nbackend = \"etcd\"\nendpoints = [\"{}\"]\nprefix = \"/e2e/\"\n[ha]\nleaseTtl = 2\n",
-                    etcd.endpoint
+                    "[server]\nlisten = \"{a}\"\n{}[ha]\nleaseTtl = 2\n",
+                    etcd.store_toml("/e2e/")
                 ),
             );
         }
@@ -177,7 +178,8 @@ const RAN: &str = "echo $HYPERPLAN_JOB/$HYPERPLAN_TASK >> ran.log";
 
 #[test]
 fn the_leader_killed_under_load_is_replaced_and_nothing_acknowledged_is_lost_or_run_twice() {
-    let Some(etcd) = Etcd::start() else { return };
+    // etcd as a site runs it: TLS only, client certificates required.
+    let Some(etcd) = Etcd::start_tls() else { return };
     let mut ha = Ha::start(etcd, &["n1", "n2"]);
     let (first, epoch) = ha.leader();
     let roles = ha.roles();

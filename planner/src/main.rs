@@ -35,7 +35,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// agents still run and kills what they run that it does not know. `state export` and
 /// `state import` copy the store to and from JSON lines.
 ///
-/// High availability: with [store] backend = "etcd" (endpoints, prefix) several planners
+/// High availability: with [store] backend = "etcd" (endpoints, prefix; https:// with
+/// caFile, certFile and keyFile for TLS) several planners
 /// share the state; one leads (an etcd lease of [ha] leaseTtl seconds, default 10), the
 /// others stand by on their ports, answer "not the leader; the leader is …" and take
 /// over when the leader dies. A leader that loses its lease stops (exit 1). Give agents

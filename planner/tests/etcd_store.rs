@@ -2,7 +2,7 @@
 //! 127.0.0.1 by the test; skipped, saying why, when it is not installed): a leader's
 //! batches larger than one etcd transaction, a standby that takes over with every record
 //! and a raised epoch, a deposed leader whose writes are refused, tools refused while a
-//! planner leads, and a newer store format refused.
+//! planner leads, a newer store format refused, and TLS with client certificates.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,13 +14,14 @@ use std::time::Duration;
 
 use hyperplan_core::components::JobPhase;
 use hyperplan_core::journal::{JobRecord, Persist};
-use hyperplan_planner::store::config::EtcdConfig;
+use hyperplan_planner::store::config::{EtcdConfig, EtcdTls};
 use hyperplan_planner::store::{Batch, Etcd, StoreError};
 
 fn config(e: &etcd::Etcd, prefix: &str) -> EtcdConfig {
     EtcdConfig {
         endpoints: vec![e.endpoint.clone()],
         prefix: prefix.into(),
+        tls: None,
     }
 }
 
@@ -166,4 +167,57 @@ async fn a_prefix_written_by_a_newer_format_is_refused() {
     let e = blocking(move || Etcd::connect(&cfg)).await.unwrap_err();
     assert!(matches!(e, StoreError::Newer { found: 99, .. }), "{e}");
     assert!(e.to_string().contains("/t2/"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_a_planner_with_its_certificate_leads_and_the_others_are_told_why_not() {
+    let Some(server) = etcd::Etcd::start_tls() else { return };
+    let files = server.tls.clone().unwrap();
+    let tls = |ca: &Path, identity: bool| EtcdConfig {
+        tls: Some(EtcdTls {
+            ca_file: ca.to_path_buf(),
+            identity: identity.then(|| (files.cert.clone(), files.key.clone())),
+        }),
+        ..config(&server, "/tls/")
+    };
+    let cfg = tls(&files.ca, true);
+    let a = blocking(move || Etcd::connect(&cfg)).await.unwrap();
+    a.start_watch();
+    let first = a.campaign("head-a:7400".into(), Duration::from_secs(2)).await.unwrap();
+    assert_eq!(first.epoch, 1);
+    let batch = Batch {
+        jobs: (1..=3).map(|id| record(id, false)).collect(),
+        next_job_id: Some(4),
+    };
+    let a2 = a.clone();
+    blocking(move || a2.commit(&batch)).await.unwrap();
+    let a2 = a.clone();
+    assert_eq!(blocking(move || a2.summary()).await.unwrap().live, 3);
+
+    let refused = |cfg: EtcdConfig| async move { blocking(move || Etcd::connect(&cfg).map(drop)).await.unwrap_err() };
+    // No client certificate: etcd ends the handshake.
+    let e = refused(tls(&files.ca, false)).await;
+    assert!(e.to_string().contains("connecting with TLS"), "{e}");
+    // Another CA than the one that signed etcd's certificate.
+    let other = tempfile::tempdir().unwrap();
+    let other_ca = hyperplan_net::certs::init_ca(other.path(), false).unwrap();
+    let e = refused(tls(&other_ca.cert, true)).await;
+    assert!(e.to_string().contains("connecting with TLS"), "{e}");
+    // Plain HTTP to a TLS port.
+    let plain = EtcdConfig {
+        endpoints: vec![server.endpoint.replace("https://", "http://")],
+        ..config(&server, "/tls/")
+    };
+    let e = refused(plain).await;
+    assert!(e.to_string().contains("is etcd running there?"), "{e}");
+    // A CA file that is not PEM, and one that is missing: named, with what was expected.
+    let junk = other.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate").unwrap();
+    let e = refused(tls(&junk, true)).await;
+    assert!(
+        e.to_string().contains("junk.pem") && e.to_string().contains("expected PEM"),
+        "{e}"
+    );
+    let e = refused(tls(&other.path().join("missing.pem"), true)).await;
+    assert!(e.to_string().contains("missing.pem"), "{e}");
 }

@@ -66,7 +66,7 @@ impl DaemonConfig {
         planner.health = server.health();
         let base = Path::new(origin).parent().unwrap_or(Path::new(""));
         let discovery = discovery::discovery_config(raw.discovery, base, &at)?;
-        let store = crate::store::config::store_config(raw.store, raw.ha, &at)?;
+        let store = crate::store::config::store_config(raw.store, raw.ha, base, &at)?;
         Ok(Self {
             planner,
             server,

@@ -2,7 +2,7 @@
 //! that share it) and how long ended jobs are kept; `[ha]`: the leader's lease and the
 //! address it advertises to agents and people that ask a standby.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hyperplan_core::config::ConfigError;
@@ -42,10 +42,22 @@ pub enum Backend {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EtcdConfig {
-    /// `endpoints`: `http://HOST:PORT` of the etcd members.
+    /// `endpoints`: `http://HOST:PORT` of the etcd members, or all `https://` with `tls`.
     pub endpoints: Vec<String>,
     /// `prefix`: every key starts with it; ends with `/`.
     pub prefix: String,
+    /// `caFile` (and `certFile`, `keyFile`): TLS to etcd, for `https://` endpoints.
+    pub tls: Option<EtcdTls>,
+}
+
+/// TLS to etcd: the CA that signed the members' certificates and, where etcd checks
+/// its clients (`--client-cert-auth`), this planner's certificate and key. PEM files,
+/// read when the planner connects (relative paths: to the config file's directory).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdTls {
+    pub ca_file: PathBuf,
+    /// `certFile` and `keyFile`, given together.
+    pub identity: Option<(PathBuf, PathBuf)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,6 +110,9 @@ pub struct RawStore {
     keep_finished: Option<toml::Spanned<f64>>,
     endpoints: Option<toml::Spanned<Vec<String>>>,
     prefix: Option<toml::Spanned<String>>,
+    ca_file: Option<toml::Spanned<String>>,
+    cert_file: Option<toml::Spanned<String>>,
+    key_file: Option<toml::Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -108,10 +123,11 @@ pub struct RawHa {
 }
 
 /// Checks `[store]` and `[ha]`; `at` turns an offset and a message into an error naming
-/// the line.
+/// the line; `base`: the config file's directory (for relative TLS file paths).
 pub fn store_config(
     raw: Option<RawStore>,
     ha: Option<RawHa>,
+    base: &Path,
     at: &dyn Fn(usize, String) -> ConfigError,
 ) -> Result<StoreConfig, ConfigError> {
     let mut store = StoreConfig::default();
@@ -143,19 +159,26 @@ pub fn store_config(
     let backend_at = s.backend.as_ref().map_or(0, |b| b.span().start);
     match backend {
         "embedded" => {
+            let etcd_only = [&s.prefix, &s.ca_file, &s.cert_file, &s.key_file]
+                .into_iter()
+                .flatten()
+                .map(|v| v.span().start);
             if let Some(e) = s
                 .endpoints
                 .as_ref()
                 .map(|e| e.span().start)
-                .or(s.prefix.as_ref().map(|p| p.span().start))
+                .into_iter()
+                .chain(etcd_only)
+                .min()
             {
                 return Err(at(
                     e,
-                    "store.endpoints and store.prefix are for backend = \"etcd\"; the embedded store has path".into(),
+                    "store.endpoints, prefix, caFile, certFile and keyFile are for backend = \"etcd\"; the embedded store has path".into(),
                 ));
             }
         }
         "etcd" => {
+            let tls = etcd_tls(&s, base, at)?;
             let Some(endpoints) = s.endpoints else {
                 return Err(at(
                     backend_at,
@@ -171,14 +194,19 @@ pub fn store_config(
                     "store.endpoints: expected at least one http://HOST:PORT".into(),
                 ));
             }
-            if let Some(bad) = endpoints.iter().find(|e| !is_endpoint(e)) {
-                return Err(at(
-                    span,
-                    format!(
-                        "store.endpoints: expected http://HOST:PORT (TLS to etcd is not supported yet), got {bad:?}"
-                    ),
-                ));
+            // All plain or all TLS: etcd-client dials every member the same way.
+            let scheme = if s.ca_file.is_some() { "https://" } else { "http://" };
+            if let Some(bad) = endpoints.iter().find(|e| !is_endpoint(e, scheme)) {
+                let why = if s.ca_file.is_some() {
+                    "with caFile (TLS), every endpoint is https://HOST:PORT"
+                } else if bad.starts_with("https://") {
+                    "https:// endpoints need caFile, the PEM file of the CA that signed etcd's certificates"
+                } else {
+                    "expected http://HOST:PORT, or https://HOST:PORT with caFile"
+                };
+                return Err(at(span, format!("store.endpoints: {why}; got {bad:?}")));
             }
+
             let prefix = match s.prefix {
                 None => DEFAULT_PREFIX.to_string(),
                 Some(p) => {
@@ -198,7 +226,7 @@ pub fn store_config(
                     p.into_inner()
                 }
             };
-            store.backend = Backend::Etcd(EtcdConfig { endpoints, prefix });
+            store.backend = Backend::Etcd(EtcdConfig { endpoints, prefix, tls });
         }
         other => {
             return Err(at(
@@ -225,9 +253,51 @@ pub fn store_config(
     Ok(store)
 }
 
-/// `http://HOST:PORT` (what etcd-client dials without TLS).
-fn is_endpoint(e: &str) -> bool {
-    e.strip_prefix("http://").is_some_and(is_host_port)
+/// `SCHEME` + `HOST:PORT`.
+fn is_endpoint(e: &str, scheme: &str) -> bool {
+    e.strip_prefix(scheme).is_some_and(is_host_port)
+}
+
+/// `caFile`, `certFile`, `keyFile`: none (plain), `caFile` alone (etcd does not check
+/// clients), or all three.
+fn etcd_tls(
+    s: &RawStore,
+    base: &Path,
+    at: &dyn Fn(usize, String) -> ConfigError,
+) -> Result<Option<EtcdTls>, ConfigError> {
+    let file = |v: &toml::Spanned<String>, key: &str| {
+        if v.get_ref().is_empty() {
+            Err(at(
+                v.span().start,
+                format!("store.{key}: expected a PEM file's path, got an empty string"),
+            ))
+        } else {
+            Ok(base.join(v.get_ref()))
+        }
+    };
+    let identity = match (&s.cert_file, &s.key_file) {
+        (None, None) => None,
+        (Some(c), Some(k)) => Some((file(c, "certFile")?, file(k, "keyFile")?)),
+        (Some(v), None) | (None, Some(v)) => {
+            return Err(at(
+                v.span().start,
+                "store.certFile and store.keyFile: expected both (this planner's certificate for etcd, and its key), or neither".into(),
+            ));
+        }
+    };
+    match &s.ca_file {
+        Some(ca) => Ok(Some(EtcdTls {
+            ca_file: file(ca, "caFile")?,
+            identity,
+        })),
+        None => match s.cert_file.as_ref().or(s.key_file.as_ref()) {
+            Some(v) => Err(at(
+                v.span().start,
+                "store.certFile and store.keyFile: expected with caFile (TLS to etcd)".into(),
+            )),
+            None => Ok(None),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -244,7 +314,7 @@ mod tests {
         }
         let raw: Both = toml::from_str(text).map_err(|e| e.to_string())?;
         let at = |o: usize, m: String| hyperplan_core::config::parse_error(text, "planner.toml", o, m);
-        store_config(raw.store, raw.ha, &at).map_err(|e| e.to_string())
+        store_config(raw.store, raw.ha, Path::new("/etc/hyperplan"), &at).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -257,12 +327,33 @@ mod tests {
             c.backend,
             Backend::Etcd(EtcdConfig {
                 endpoints: vec!["http://10.0.0.1:2379".into(), "http://etcd-2:2379".into()],
-                prefix: "/site-a/".into()
+                prefix: "/site-a/".into(),
+                tls: None,
             })
         );
         assert_eq!(c.ha.lease_ttl, Duration::from_secs(4));
         assert_eq!(c.ha.advertise.as_deref(), Some("head-1:7400"));
         assert_eq!(parse("").unwrap(), StoreConfig::default());
+    }
+
+    #[test]
+    fn tls_to_etcd_takes_a_ca_and_a_client_certificate_relative_to_the_config() {
+        let c = parse(
+            "[store]\nbackend = \"etcd\"\nendpoints = [\"https://10.0.0.1:2379\"]\ncaFile = \"etcd/ca.pem\"\ncertFile = \"/etc/pki/head-1.pem\"\nkeyFile = \"etcd/head-1.key\"\n",
+        )
+        .unwrap();
+        let Backend::Etcd(e) = c.backend else { panic!("etcd") };
+        assert_eq!(
+            e.tls,
+            Some(EtcdTls {
+                ca_file: "/etc/hyperplan/etcd/ca.pem".into(),
+                identity: Some(("/etc/pki/head-1.pem".into(), "/etc/hyperplan/etcd/head-1.key".into())),
+            })
+        );
+        // A CA alone: etcd does not ask for client certificates.
+        let c = parse("[store]\nbackend = \"etcd\"\nendpoints = [\"https://e:2379\"]\ncaFile = \"ca.pem\"\n").unwrap();
+        let Backend::Etcd(e) = c.backend else { panic!("etcd") };
+        assert_eq!(e.tls.unwrap().identity, None);
     }
 
     #[test]
@@ -275,8 +366,29 @@ mod tests {
             ("[store]\nbackend = \"etcd\"\nendpoints = []\n", "at least one"),
             (
                 "[store]\nbackend = \"etcd\"\nendpoints = [\"https://e:2379\"]\n",
-                "TLS to etcd",
+                "https:// endpoints need caFile",
             ),
+            (
+                "[store]\nbackend = \"etcd\"\nendpoints = [\"https://e:2379\", \"http://f:2379\"]\ncaFile = \"ca.pem\"\n",
+                "every endpoint is https://HOST:PORT; got \"http://f:2379\"",
+            ),
+            (
+                "[store]\nbackend = \"etcd\"\nendpoints = [\"e:2379\"]\n",
+                "expected http://HOST:PORT, or https://HOST:PORT with caFile",
+            ),
+            (
+                "[store]\nbackend = \"etcd\"\nendpoints = [\"https://e:2379\"]\ncaFile = \"ca.pem\"\ncertFile = \"c.pem\"\n",
+                "expected both",
+            ),
+            (
+                "[store]\nbackend = \"etcd\"\nendpoints = [\"http://e:2379\"]\ncertFile = \"c.pem\"\nkeyFile = \"k.pem\"\n",
+                "expected with caFile",
+            ),
+            (
+                "[store]\nbackend = \"etcd\"\nendpoints = [\"https://e:2379\"]\ncaFile = \"\"\n",
+                "store.caFile: expected a PEM file's path",
+            ),
+            ("[store]\ncaFile = \"ca.pem\"\n", "are for backend = \"etcd\""),
             (
                 "[store]\nbackend = \"etcd\"\nendpoints = [\"http://e:2379\"]\nprefix = \"x\"\n",
                 "store.prefix",

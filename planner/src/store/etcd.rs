@@ -22,11 +22,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Txn, TxnOp};
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Identity, TlsOptions, Txn,
+    TxnOp,
+};
 use hyperplan_core::journal::JobRecord;
 use tokio::sync::watch;
 
-use super::config::EtcdConfig;
+use super::config::{EtcdConfig, EtcdTls};
 use super::{Batch, Loaded, STORE_FORMAT, StoreError, Summary};
 
 /// A key and its value.
@@ -121,6 +124,57 @@ impl std::fmt::Debug for Etcd {
     }
 }
 
+/// The CA and, where given, this planner's certificate and key, read from their files.
+fn tls_options(tls: &EtcdTls) -> Result<TlsOptions, StoreError> {
+    let mut options = TlsOptions::new().ca_certificate(Certificate::from_pem(read_pem(&tls.ca_file)?));
+    if let Some((cert, key)) = &tls.identity {
+        options = options.identity(Identity::from_pem(read_pem(cert)?, read_pem(key)?));
+    }
+    Ok(options)
+}
+
+/// Longer than any certificate chain or key: a file this long is not one.
+const MAX_PEM_BYTES: u64 = 1 << 20;
+
+/// A PEM file named in `[store]` (a certificate or a key): read whole, or an error
+/// naming the file.
+fn read_pem(path: &Path) -> Result<Vec<u8>, StoreError> {
+    let err = |why: String| StoreError::Io {
+        path: path.to_path_buf(),
+        doing: "reading a PEM file for TLS to etcd".into(),
+        why,
+    };
+    let file = std::fs::File::open(path).map_err(|e| err(e.to_string()))?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_PEM_BYTES + 1), &mut bytes)
+        .map_err(|e| err(e.to_string()))?;
+    if bytes.len() as u64 > MAX_PEM_BYTES {
+        return Err(err(format!(
+            "longer than {MAX_PEM_BYTES} bytes: not a certificate or a key"
+        )));
+    }
+    if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+        return Err(err("expected PEM (a \"-----BEGIN …\" block)".into()));
+    }
+    Ok(bytes)
+}
+
+/// An error and its sources, `a: b: c` (tonic's transport errors say little alone:
+/// the certificate problem is in a source).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = s.source();
+    }
+    text
+}
+
 impl Etcd {
     /// Connects to the endpoints and checks the store format there. Blocks (up to a few
     /// seconds when etcd is not there).
@@ -139,12 +193,24 @@ impl Etcd {
             .map_err(|e| io("starting its client", e.to_string()))?;
         let handle = runtime.handle().clone();
         let endpoints = config.endpoints.clone();
-        let options = ConnectOptions::new()
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(CALL_TIMEOUT)
             .with_timeout(CALL_TIMEOUT)
             .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+        if let Some(tls) = &config.tls {
+            options = options.with_tls(tls_options(tls)?);
+        }
+        let doing = match &config.tls {
+            None => "connecting (is etcd running there?)",
+            Some(EtcdTls { identity: Some(_), .. }) => {
+                "connecting with TLS (is etcd running there, with a certificate signed by [store] caFile's CA, trusting the CA of certFile?)"
+            }
+            Some(EtcdTls { identity: None, .. }) => {
+                "connecting with TLS, without a client certificate (is etcd running there, with a certificate signed by [store] caFile's CA? where etcd runs with --client-cert-auth, set certFile and keyFile)"
+            }
+        };
         let client = wait(&handle, async move { Client::connect(endpoints, Some(options)).await })
-            .map_err(|e| io("connecting (is etcd running there?)", e.to_string()))?;
+            .map_err(|e| io(doing, error_chain(&e)))?;
         let etcd = Self {
             inner: Arc::new(Inner {
                 runtime: Mutex::new(Some(runtime)),
@@ -158,7 +224,15 @@ impl Etcd {
                 warm_rev: watch::Sender::new(0),
             }),
         };
-        let format = etcd.meta_value("format")?;
+        // The client connects lazily: the first call is where a refused handshake shows.
+        let format = etcd.meta_value("format").map_err(|e| match e {
+            StoreError::Io { path, why, .. } => StoreError::Io {
+                path,
+                doing: doing.to_string(),
+                why,
+            },
+            other => other,
+        })?;
         if format > u64::from(STORE_FORMAT) {
             return Err(StoreError::Newer {
                 path: etcd.inner.at.clone(),
@@ -191,7 +265,7 @@ impl Etcd {
         move |e| StoreError::Io {
             path: self.inner.at.clone(),
             doing: doing.clone(),
-            why: e.to_string(),
+            why: error_chain(&e),
         }
     }
 
