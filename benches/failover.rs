@@ -90,8 +90,8 @@ fn main() {
         std::fs::write(
             dir.path().join(format!("planner-{i}.toml")),
             format!(
-                "[server]\nlisten = \"{a}\"\n[store]\nbackend = \"etcd\"\nendpoints = [\"{}\"]\n[ha]\nleaseTtl = {ttl}\n",
-                etcd.endpoint
+                "[server]\nlisten = \"{a}\"\n{}[ha]\nleaseTtl = {ttl}\n",
+                etcd.store_toml("/hyperplan/")
             ),
         )
         .unwrap();
