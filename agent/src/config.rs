@@ -12,6 +12,11 @@
 //! # stateDir = "/var/lib/hyperplan-agent"
 //! # pin = "auto"
 //! # allowRoot = false
+//! # taskPidsMax = 4096                 # or "max"
+//! # cgroupName = "hyperplan"
+//! [exec]
+//! # limitsConf = true                   # the user's /etc/security/limits.conf for tasks
+//! # rlimits = { memlock = "unlimited", nofile = 65536, core = { soft = 0, hard = "unlimited" } }
 //! [labels]
 //! rack = "r7"
 //! leaf = "ib-leaf-12"
@@ -25,7 +30,7 @@ use serde::Deserialize;
 /// Where the agent looks for its configuration when `--config` is not given.
 pub const DEFAULT_CONFIG: &str = "/etc/hyperplan/agent.toml";
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AgentConfig {
     /// Labels this node reports (label discovery groups nodes by them).
@@ -60,6 +65,56 @@ pub struct AgentConfig {
     /// rank 0 runs here); default: the address the planner sees the agent connect from.
     #[serde(default)]
     pub advertise_address: Option<String>,
+    /// `run`: each task's `pids.max` (default 4096), or `"max"` for none of its own.
+    #[serde(default)]
+    pub task_pids_max: Option<PidsMaxKey>,
+    /// `run`: the directory below the agent's cgroup in each cgroup v1 hierarchy that
+    /// holds the tasks' cgroups (default `hyperplan`).
+    #[serde(default)]
+    pub cgroup_name: Option<String>,
+    /// `run`: how tasks are started (`[exec]`).
+    #[serde(default)]
+    pub exec: ExecSection,
+}
+
+/// `[exec]`: what a task starts with beyond its spec.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExecSection {
+    /// Apply the task user's `/etc/security/limits.conf` and `limits.d/*.conf`, as
+    /// pam_limits would at a login (default true).
+    #[serde(default)]
+    pub limits_conf: Option<bool>,
+    /// The site's resource limits for every task, over the user's: `nofile = 65536`,
+    /// `memlock = "unlimited"`, `stack = { soft = "8M", hard = "unlimited" }`
+    /// (`shepherd::rlimits::parse_table`).
+    #[serde(default)]
+    pub rlimits: Option<toml::Table>,
+}
+
+/// `taskPidsMax`: a count (at least 1) or `"max"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum PidsMaxKey {
+    Count(std::num::NonZeroU64),
+    Word(MaxWord),
+}
+
+/// The one word `taskPidsMax` takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MaxWord {
+    Max,
+}
+
+impl PidsMaxKey {
+    /// None: no limit of the task's own.
+    pub fn limit(self) -> Option<u64> {
+        match self {
+            PidsMaxKey::Count(n) => Some(n.get()),
+            PidsMaxKey::Word(MaxWord::Max) => None,
+        }
+    }
 }
 
 /// Whether tasks are pinned to the PUs and NUMA nodes the planner gave them.

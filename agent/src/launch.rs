@@ -168,9 +168,11 @@ pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> R
             MemoryPolicy::None
         },
         cgroup: None,
+        cgroups: Vec::new(),
         state_dir: node.state_dir.to_path_buf(),
         time_limit_secs: task.time_limit_secs,
         kill_grace_secs: None,
+        rlimits: Default::default(),
     };
     Ok(Prepared {
         spec,

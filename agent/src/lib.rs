@@ -6,6 +6,7 @@
 pub mod config;
 pub mod launch;
 pub mod link;
+pub mod oom;
 pub mod probe;
 pub mod shepherd;
 pub mod tasks;

@@ -15,7 +15,7 @@ use hyperplan_agent::config::{AgentConfig, DEFAULT_CONFIG, Pin};
 use hyperplan_agent::link::{self, CERT_DIR_ENV, DEFAULT_CERT_DIR, DEFAULT_REPROBE_INTERVAL, LinkOptions};
 use hyperplan_agent::probe::{self, ProbeOptions, Source};
 use hyperplan_agent::shepherd;
-use hyperplan_agent::tasks::cgroup::{CGROUP_ROOT, Confinement};
+use hyperplan_agent::tasks::cgroup::{CGROUP_ROOT, Confinement, DEFAULT_NAME, DEFAULT_PIDS_MAX};
 use hyperplan_agent::tasks::{DEFAULT_STATE_DIR, TaskOptions};
 
 #[derive(Parser, Debug)]
@@ -149,6 +149,31 @@ struct TaskArgs {
     /// address the planner sees this agent connect from.
     #[arg(long, value_name = "ADDR")]
     advertise_address: Option<String>,
+    /// The most processes and threads one task may have, its cgroup's pids.max
+    /// (`taskPidsMax`); `max` for no limit of its own. A fork bomb stops there instead of
+    /// taking the node's. Default: 4096.
+    #[arg(long, value_name = "N|max", value_parser = parse_pids_max)]
+    task_pids_max: Option<PidsMax>,
+    /// The directory below the agent's own cgroup in each cgroup v1 hierarchy that holds
+    /// the tasks' cgroups (`cgroupName`). Default: hyperplan.
+    #[arg(long, value_name = "NAME")]
+    cgroup_name: Option<String>,
+}
+
+/// `--task-pids-max`: a count, or no limit.
+#[derive(Clone, Copy, Debug)]
+struct PidsMax(Option<u64>);
+
+fn parse_pids_max(s: &str) -> Result<PidsMax, String> {
+    match s {
+        "max" | "unlimited" => Ok(PidsMax(None)),
+        n => match n.parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(PidsMax(Some(n))),
+            _ => Err(format!(
+                "expected a number of processes (at least 1) or `max`, got {s:?}"
+            )),
+        },
+    }
 }
 
 /// Where the topology comes from: the probe's sources, shared by `probe` and `run`.
@@ -300,6 +325,7 @@ fn run_agent(
     tasks: TaskArgs,
 ) -> anyhow::Result<()> {
     let config_path = source.config.clone();
+    let config_path_for_errors = config_path.clone();
     let config = load_config(source.config.as_deref())?;
     let planners = match (planner, &config.planner) {
         (Some(flag), _) => planner_list(&flag, "--planner")?,
@@ -351,8 +377,29 @@ fn run_agent(
             hyperplan_shared::names::shorten(a, 100)
         );
     }
+    let pids_max = match (tasks.task_pids_max, config.task_pids_max) {
+        (Some(PidsMax(flag)), _) => flag,
+        (None, Some(key)) => key.limit(),
+        (None, None) => Some(DEFAULT_PIDS_MAX),
+    };
+    let rlimits = match &config.exec.rlimits {
+        Some(table) => hyperplan_agent::shepherd::rlimits::parse_table(table).map_err(|e| {
+            let file = config_path_for_errors
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+            anyhow::anyhow!("{}: [exec] {e}", file.display())
+        })?,
+        None => Default::default(),
+    };
+    let cgroup_name = tasks
+        .cgroup_name
+        .or_else(|| config.cgroup_name.clone())
+        .unwrap_or_else(|| DEFAULT_NAME.to_string());
+    // The OOM killer takes a task that overran, not the agent (its shepherds inherit
+    // this; each task goes back to 0 before exec).
+    hyperplan_agent::oom::protect_self();
     // Before the runtime's threads: this may move the process into its cgroup's leaf.
-    let confinement = Confinement::detect(Path::new(CGROUP_ROOT), pin);
+    let confinement = Confinement::detect(Path::new(CGROUP_ROOT), pin, &cgroup_name);
     let opts = LinkOptions {
         planners,
         cert_dir,
@@ -365,15 +412,46 @@ fn run_agent(
             pin,
             confinement,
             allow_root: tasks.allow_root || config.allow_root.unwrap_or(false),
+            pids_max,
+            limits_conf: config.exec.limits_conf.unwrap_or(true),
+            rlimits,
             shepherd: std::env::current_exe().context("finding this executable (it runs the shepherds)")?,
         },
     };
+    // Every thread the agent will use exists before any task runs: a task that uses up
+    // the node's processes (EAGAIN) then costs the agent nothing. Blocking work (probes,
+    // log reads, usage samples, name lookups) shares these threads and waits its turn.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(BLOCKING_THREADS)
+        .thread_keep_alive(Duration::from_secs(KEEP_THREADS_SECS))
         .build()
         .context("starting the async runtime")?;
+    runtime.block_on(prestart_blocking_threads());
     runtime.block_on(link::run(opts))?;
     Ok(())
+}
+
+/// The agent's blocking threads: all started at once and never let go.
+const BLOCKING_THREADS: usize = 6;
+/// "Never" for tokio's idle blocking threads (a year; a huge value would overflow).
+const KEEP_THREADS_SECS: u64 = 365 * 24 * 3600;
+
+/// Starts every blocking thread now: each of [`BLOCKING_THREADS`] jobs waits until all
+/// are running, so tokio must start a thread for each; they stay idle afterwards.
+async fn prestart_blocking_threads() {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(BLOCKING_THREADS));
+    let jobs: Vec<_> = (0..BLOCKING_THREADS)
+        .map(|_| {
+            let b = barrier.clone();
+            tokio::task::spawn_blocking(move || {
+                b.wait();
+            })
+        })
+        .collect();
+    for job in jobs {
+        let _ = job.await;
+    }
 }
 
 /// hwloc 2.x has no API for a file-system root: it reads `HWLOC_FSROOT` when it builds

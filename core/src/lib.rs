@@ -2,9 +2,9 @@
 //! drivers push [`Event`]s, call [`Planner::tick`] with `now`, and carry out the
 //! [`Command`]s it returns. The daemon and the simulator drive the very same Schedule.
 //! What decides anything lives here, not in a driver: node health (`health`), job
-//! owners and job-name uniqueness (`ownership`), the job and task lifecycle the agents
-//! report (`lifecycle`: verdicts, kills, orphans; `taskrun`: each task's run), lost nodes
-//! (`lost`).
+//! owners, job-name uniqueness and the priority cap (`ownership`), who sees which job
+//! (`caller`), the job and task lifecycle the agents report (`lifecycle`: verdicts,
+//! kills, orphans; `taskrun`: each task's run), lost nodes (`lost`).
 //!
 //! A tick: ingest (task starts, ends and cancels through `lifecycle`) → node health
 //! (then lost nodes) → discovery → topology index → resource cache (capacity, then NUMA)
@@ -19,6 +19,7 @@ pub mod sim;
 pub mod testing;
 
 pub mod allocate;
+pub mod caller;
 pub mod capacity;
 pub mod claim;
 pub mod commands;

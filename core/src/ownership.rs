@@ -1,5 +1,6 @@
 //! Who submitted each job, who may cancel it, which job names are taken, each job's id
-//! and what a submission may ask (`[limits]`). The core decides these, not a driver: the
+//! and what a submission may ask (`[limits]`, the priority cap). The core decides these,
+//! not a driver: the
 //! owner arrives with the submission ([`Event::SubmitBy`](super::Event::SubmitBy)) and
 //! stays on the job entity, so the daemon's answers and the job views read the same record.
 //!
@@ -13,6 +14,7 @@ use bevy_ecs::prelude::*;
 use hyperplan_shared::JobSpec;
 
 use super::Planner;
+use super::caller::Caller;
 use super::components::{JobPhase, JobState};
 use super::events::Event;
 use super::names::JobNames;
@@ -23,6 +25,12 @@ use crate::config::PlannerConfig;
 /// and the benches' jobs. A fixed name, not the local user, so reports are the same on
 /// every machine.
 pub const SIM_OWNER: &str = "sim";
+
+/// The priority of a job whose file names none (`JobSpec::priority`'s default), and the
+/// highest a plain user may ask for: a user may put their own jobs behind everyone
+/// else's, never ahead of them; an admin may set any priority. One number until queues
+/// give each queue its own.
+pub const DEFAULT_PRIORITY: i32 = 0;
 
 /// The user who submitted a job: they (and admins) may cancel it.
 #[derive(Component, Clone, Debug, PartialEq, Eq)]
@@ -93,6 +101,8 @@ pub enum SubmitError {
         more: u64,
         limit: u64,
     },
+    #[error("job {job}: priority {priority} is above {cap}, the highest a user may ask for (an admin may set more)")]
+    PriorityTooHigh { job: String, priority: i32, cap: i32 },
     #[error(transparent)]
     Name(#[from] NameClash),
 }
@@ -115,6 +125,12 @@ pub enum NameClash {
     /// several files say which ones).
     #[error("job {name:?} is submitted twice; job names must be unique")]
     Twice { name: String, first: usize, second: usize },
+    /// A job of that name has not ended, and `[server] privateData` hides whose it is
+    /// (names are unique across users, so that one exists cannot be hidden).
+    #[error(
+        "the job name {name:?} is taken by a job that has not ended; job names must be unique among jobs that have not ended"
+    )]
+    Taken { name: String },
 }
 
 /// Why a user may not cancel a job.
@@ -124,6 +140,10 @@ pub enum CancelError {
     NoSuchJob(String),
     #[error("job {job} belongs to {owner}; only {owner} or an admin may cancel it")]
     NotOwner { job: String, owner: String },
+    /// Another user's job under `[server] privateData`: said exactly as
+    /// [`CancelError::NoSuchJob`], the owner kept for the planner's log.
+    #[error("no job named {job:?}")]
+    Hidden { job: String, owner: String },
 }
 
 /// The one check of job names, for every driver: each of `names` (in order) must be new
@@ -173,10 +193,13 @@ fn owner_in(world: &World, name: &str) -> Option<String> {
 }
 
 impl Planner {
-    /// Whether `owner` may submit `jobs` now: each within `[limits] maxTasksPerJob`,
-    /// `owner`'s jobs that have not ended (queued ones included) plus these within
-    /// `maxJobsPerUser`, and names free (see [`check_job_names`]).
-    pub fn check_submission(&mut self, jobs: &[JobSpec], owner: &str) -> Result<(), SubmitError> {
+    /// Whether `caller` may submit `jobs` now, all of them or none: each within `[limits]
+    /// maxTasksPerJob` and, unless the caller is an admin, at most [`DEFAULT_PRIORITY`];
+    /// the caller's jobs that have not ended (queued ones included) plus these within
+    /// `maxJobsPerUser`; and names free (see [`check_job_names`]; under `privateData` a
+    /// clash with another user's job does not name them).
+    pub fn check_submission(&mut self, jobs: &[JobSpec], caller: Caller<'_>) -> Result<(), SubmitError> {
+        let owner = caller.user;
         let limits = self.world.resource::<PlannerConfig>().limits;
         for j in jobs {
             let tasks = task_count(j);
@@ -185,6 +208,13 @@ impl Planner {
                     job: j.name.clone(),
                     tasks,
                     limit: limits.max_tasks_per_job,
+                });
+            }
+            if !caller.admin && j.priority > DEFAULT_PRIORITY {
+                return Err(SubmitError::PriorityTooHigh {
+                    job: j.name.clone(),
+                    priority: j.priority,
+                    cap: DEFAULT_PRIORITY,
                 });
             }
         }
@@ -205,7 +235,12 @@ impl Planner {
                 limit: limits.max_jobs_per_user,
             });
         }
-        Ok(self.check_job_names(jobs.iter().map(|j| j.name.as_str()))?)
+        self.check_job_names(jobs.iter().map(|j| j.name.as_str()))
+            .map_err(|e| match e {
+                NameClash::Exists { name, owner } if !caller.sees(Some(&owner)) => NameClash::Taken { name },
+                e => e,
+            })?;
+        Ok(())
     }
 
     /// The id the next [`Event::Submit`] or [`Event::SubmitBy`] pushed now will get: what
@@ -226,8 +261,9 @@ impl Planner {
         check_job_names(names, |n| owner_in(&self.world, n))
     }
 
-    /// Whether `user` may cancel `job`: its owner may, an admin may cancel any job.
-    pub fn authorize_cancel(&self, job: &str, user: &str, admin: bool) -> Result<(), CancelError> {
+    /// Whether `caller` may cancel `job`: its owner may, an admin may cancel any job.
+    /// Under `privateData` another user's job is [`CancelError::Hidden`].
+    pub fn authorize_cancel(&self, job: &str, caller: Caller<'_>) -> Result<(), CancelError> {
         let Some(owner) = self
             .world
             .resource::<JobNames>()
@@ -237,14 +273,30 @@ impl Planner {
         else {
             return Err(CancelError::NoSuchJob(job.to_string()));
         };
-        if owner == user || admin {
+        if owner == caller.user || caller.admin {
             Ok(())
+        } else if !caller.sees(Some(owner)) {
+            Err(CancelError::Hidden {
+                job: job.to_string(),
+                owner: owner.to_string(),
+            })
         } else {
             Err(CancelError::NotOwner {
                 job: job.to_string(),
                 owner: owner.to_string(),
             })
         }
+    }
+
+    /// Whether `job` exists and `caller` may see it (see [`Caller::sees`]): what the
+    /// daemon asks before it answers about one job by name, so that another user's job
+    /// under `privateData` reads as one that does not exist.
+    pub fn sees_job(&self, job: &str, caller: Caller<'_>) -> bool {
+        self.world
+            .resource::<JobNames>()
+            .0
+            .get(job)
+            .is_some_and(|&e| caller.sees(Some(self.world.get::<JobOwner>(e).map_or(SIM_OWNER, |o| &*o.0))))
     }
 
     /// Who submitted `job`, if it exists.
@@ -275,8 +327,8 @@ mod tests {
         submit_by(&mut p, "train", "alice");
         p.tick(0);
         assert_eq!(p.owner_of("train"), Some("alice"));
-        assert_eq!(p.authorize_cancel("train", "alice", false), Ok(()));
-        let err = p.authorize_cancel("train", "bob", false).unwrap_err();
+        assert_eq!(p.authorize_cancel("train", Caller::user("alice")), Ok(()));
+        let err = p.authorize_cancel("train", Caller::user("bob")).unwrap_err();
         assert_eq!(
             err,
             CancelError::NotOwner {
@@ -288,9 +340,9 @@ mod tests {
             err.to_string(),
             "job train belongs to alice; only alice or an admin may cancel it"
         );
-        assert_eq!(p.authorize_cancel("train", "root", true), Ok(()));
+        assert_eq!(p.authorize_cancel("train", Caller::admin("root")), Ok(()));
         assert_eq!(
-            p.authorize_cancel("nope", "root", true),
+            p.authorize_cancel("nope", Caller::admin("root")),
             Err(CancelError::NoSuchJob("nope".into()))
         );
     }
@@ -417,7 +469,9 @@ mod tests {
         config.limits.max_jobs_per_user = 2;
         let mut p = planner_with_a_node(config);
         let big = JobBuilder::gang("big", 5, "cpu=1").build();
-        let err = p.check_submission(std::slice::from_ref(&big), "alice").unwrap_err();
+        let err = p
+            .check_submission(std::slice::from_ref(&big), Caller::user("alice"))
+            .unwrap_err();
         assert_eq!(
             err.to_string(),
             "job \"big\" has 5 tasks, more than [limits] maxTasksPerJob = 4"
@@ -438,7 +492,7 @@ mod tests {
             JobBuilder::gang("b", 1, "cpu=1").build(),
             JobBuilder::gang("c", 1, "cpu=1").build(),
         ];
-        let err = p.check_submission(&two, "alice").unwrap_err();
+        let err = p.check_submission(&two, Caller::user("alice")).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -452,7 +506,109 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("maxJobsPerUser = 2"), "{err}");
-        assert_eq!(p.check_submission(&two[..1], "alice"), Ok(()));
-        assert_eq!(p.check_submission(&two, "bob"), Ok(()));
+        assert_eq!(p.check_submission(&two[..1], Caller::user("alice")), Ok(()));
+        assert_eq!(p.check_submission(&two, Caller::user("bob")), Ok(()));
+    }
+
+    /// Issue 20: a plain user may lower a job's priority, not raise it above the default;
+    /// an admin may set any. One job over the cap refuses the whole submission, as the
+    /// other per-job checks do.
+    #[test]
+    fn a_user_may_lower_priority_but_not_raise_it_an_admin_may() {
+        let mut p = planner_with_a_node(PlannerConfig::default());
+        let job = |name: &str, priority: i32| JobBuilder::gang(name, 1, "cpu=1").priority(priority).build();
+        let alice = Caller::user("alice");
+        let err = p.check_submission(&[job("train", i32::MAX)], alice).unwrap_err();
+        assert_eq!(
+            err,
+            SubmitError::PriorityTooHigh {
+                job: "train".into(),
+                priority: i32::MAX,
+                cap: DEFAULT_PRIORITY
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "job train: priority 2147483647 is above 0, the highest a user may ask for (an admin may set more)"
+        );
+        assert_eq!(p.check_submission(&[job("low", -5)], alice), Ok(()));
+        assert_eq!(p.check_submission(&[job("same", DEFAULT_PRIORITY)], alice), Ok(()));
+        assert!(
+            matches!(
+                p.check_submission(&[job("ok", -1), job("hi", 1)], alice),
+                Err(SubmitError::PriorityTooHigh { job, priority: 1, .. }) if job == "hi"
+            ),
+            "one job over the cap refuses the batch"
+        );
+        // Under privateData too: the cap is the role's, not the visibility's.
+        assert!(p.check_submission(&[job("hi", 1)], alice.private(true)).is_err());
+        assert_eq!(p.check_submission(&[job("hi", 10)], Caller::admin("root")), Ok(()));
+        assert_eq!(
+            p.check_submission(&[job("top", i32::MAX)], Caller::admin("root")),
+            Ok(())
+        );
+    }
+
+    /// The cap is the priority a job has when its file names none.
+    #[test]
+    fn the_default_priority_is_what_a_job_file_without_one_gets() {
+        let jobs = hyperplan_shared::parse_jobs(
+            "name: j\ntasks:\n  - {name: t, replicas: 1, resources: {cpu: 1}}\n",
+            std::path::Path::new("j.yaml"),
+        )
+        .unwrap();
+        assert_eq!(jobs[0].priority, DEFAULT_PRIORITY);
+    }
+
+    /// Issue 20, `[server] privateData`: another user's job answers as one that does not
+    /// exist (cancel, by name); a name clash with it does not say whose it is; the owner
+    /// and admins are told as before.
+    #[test]
+    fn under_private_data_another_users_job_reads_as_missing() {
+        let mut p = planner_with_a_node(PlannerConfig::default());
+        submit_by(&mut p, "train", "alice");
+        p.tick(0);
+        let bob = Caller::user("bob").private(true);
+        let alice = Caller::user("alice").private(true);
+        let root = Caller::admin("root").private(true);
+
+        let hidden = p.authorize_cancel("train", bob).unwrap_err();
+        assert_eq!(
+            hidden,
+            CancelError::Hidden {
+                job: "train".into(),
+                owner: "alice".into()
+            }
+        );
+        assert_eq!(
+            hidden.to_string(),
+            CancelError::NoSuchJob("train".into()).to_string(),
+            "said exactly as a job that does not exist"
+        );
+        assert_eq!(p.authorize_cancel("train", alice), Ok(()));
+        assert_eq!(p.authorize_cancel("train", root), Ok(()));
+        // Without privateData bob hears whose it is, as before.
+        assert!(matches!(
+            p.authorize_cancel("train", Caller::user("bob")),
+            Err(CancelError::NotOwner { .. })
+        ));
+
+        assert!(!p.sees_job("train", bob));
+        assert!(!p.sees_job("nope", bob));
+        assert!(p.sees_job("train", alice) && p.sees_job("train", root));
+        assert!(p.sees_job("train", Caller::user("bob")));
+
+        let again = [JobBuilder::gang("train", 1, "cpu=1").build()];
+        let err = p.check_submission(&again, bob).unwrap_err();
+        assert_eq!(err, SubmitError::Name(NameClash::Taken { name: "train".into() }));
+        assert!(!err.to_string().contains("alice"), "{err}");
+        assert!(matches!(
+            p.check_submission(&again, root),
+            Err(SubmitError::Name(NameClash::Exists { owner, .. })) if owner == "alice"
+        ));
+        assert!(matches!(
+            p.check_submission(&again, Caller::user("bob")),
+            Err(SubmitError::Name(NameClash::Exists { .. }))
+        ));
     }
 }

@@ -35,6 +35,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// agents still run and kills what they run that it does not know. `state export` and
 /// `state import` copy the store to and from JSON lines.
 ///
+/// Users: a CLI certificate's role `user` may cancel, and read the output of, its own
+/// jobs, and may ask for a priority up to the default (0) but not above; role `admin` may
+/// do so for every job, at any priority. With [server] privateData a user sees only their
+/// own jobs.
+///
 /// High availability: with [store] backend = "etcd" (endpoints, prefix; https:// with
 /// caFile, certFile and keyFile for TLS) several planners
 /// share the state; one leads (an etcd lease of [ha] leaseTtl seconds, default 10), the
@@ -79,6 +84,11 @@ struct Args {
     /// Largest message accepted, in bytes [server.maxFrameBytes; default 16777216].
     #[arg(long, value_name = "BYTES")]
     max_frame_bytes: Option<usize>,
+    /// Plain users see only their own jobs (status, explain, logs, cancel): another
+    /// user's job answers as one that does not exist; admins see every job. Like
+    /// Slurm's PrivateData [server.privateData; default false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    private_data: Option<bool>,
     /// The store file: jobs, placements, the epoch [store.path; default
     /// /var/lib/hyperplan/state.redb]. Created (with its directory) when missing.
     #[arg(long, value_name = "FILE", global = true)]
@@ -163,6 +173,9 @@ fn run() -> anyhow::Result<()> {
     }
     if let Some(v) = args.node_lost_after {
         s.node_lost_after = seconds(v).context("--node-lost-after: expected seconds > 0")?;
+    }
+    if let Some(v) = args.private_data {
+        s.private_data = v;
     }
     if let Some(v) = args.store {
         config.store.path = v;

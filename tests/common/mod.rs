@@ -13,6 +13,7 @@ use serde_json::Value;
 
 pub mod cargo;
 pub mod etcd;
+pub mod live;
 pub mod ufm;
 
 /// A binary of the workspace, built on first use when this test run did not build it

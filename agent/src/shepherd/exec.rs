@@ -2,14 +2,16 @@
 //!
 //! The child is made by `std::process::Command` (stdin `/dev/null`, its own process group,
 //! signal mask cleared, the spec's environment only), and a `pre_exec` step that, in this
-//! order: joins the cgroup (when the spec names one), sets the CPU affinity
+//! order: joins the task's cgroups (each the spec names), puts `oom_score_adj` back to 0
+//! (the agent and shepherds run below it, so the OOM killer takes a task), sets the CPU affinity
 //! (`sched_setaffinity`), binds memory (`set_mempolicy(MPOL_BIND)`), lifts
 //! `RLIMIT_MEMLOCK` (RDMA; without the privilege only the soft limit rises to the hard
 //! one), switches to the user (`setgroups` with all its groups, `setgid`, `setuid` — std's
 //! `Command::uid` would drop the supplementary groups), sets the umask to 0022, opens
-//! stdout and stderr as that
-//! user (so the files are the user's and the user's permissions apply), and changes to
-//! the working directory as that user.
+//! stdout and stderr as that user (so the files are the user's and the user's
+//! permissions apply; without blocking, and only a regular file or `/dev/null`: a FIFO,
+//! socket or device named as output is refused, never waited on), and changes to the
+//! working directory as that user.
 //!
 //! Between fork and exec only async-signal-safe calls happen: every string, group list
 //! and CPU/node mask is built before the fork. A failed step writes its number and errno
@@ -24,7 +26,7 @@ use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::record::describe_errno;
@@ -36,7 +38,6 @@ use crate::probe::live::format_cpu_list;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 enum Step {
-    Cgroup = 1,
     Affinity = 2,
     MemPolicy = 3,
     Memlock = 4,
@@ -46,6 +47,8 @@ enum Step {
     Stdout = 8,
     Stderr = 9,
     Chdir = 10,
+    StdoutKind = 11,
+    StderrKind = 12,
     /// Every step done; what fails after it is exec itself.
     Ready = 255,
 }
@@ -53,7 +56,6 @@ enum Step {
 impl Step {
     fn from_u8(n: u8) -> Option<Step> {
         Some(match n {
-            1 => Step::Cgroup,
             2 => Step::Affinity,
             3 => Step::MemPolicy,
             4 => Step::Memlock,
@@ -63,6 +65,8 @@ impl Step {
             8 => Step::Stdout,
             9 => Step::Stderr,
             10 => Step::Chdir,
+            11 => Step::StdoutKind,
+            12 => Step::StderrKind,
             255 => Step::Ready,
             _ => return None,
         })
@@ -86,8 +90,9 @@ pub struct Prepared {
 pub enum Started {
     /// The task runs (exec succeeded); its pid is its process group id.
     Running { pid: u32 },
-    /// It never ran; why, in words for the record.
-    Failed { reason: String },
+    /// It never ran; why, in words for the record. `temporary`: the fork itself failed
+    /// for want of processes or memory (EAGAIN, ENOMEM), and a later try may work.
+    Failed { reason: String, temporary: bool },
 }
 
 fn cstring(path: &Path) -> CString {
@@ -127,7 +132,12 @@ impl Prepared {
             argv: s.argv.clone(),
             env: s.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             setup: Setup {
-                cgroup_procs: s.cgroup.as_ref().map(|c| cstring(&c.join("cgroup.procs"))),
+                cgroup_procs: s
+                    .all_cgroups()
+                    .iter()
+                    .take(MAX_CGROUPS)
+                    .map(|c| cstring(&c.join("cgroup.procs")))
+                    .collect(),
                 cpu_mask,
                 node_mask,
                 ids: identity.map(|i| (i.groups.clone(), i.gid, i.uid)),
@@ -135,6 +145,21 @@ impl Prepared {
                 stderr: (s.stderr != s.stdout).then(|| cstring(&s.stderr)),
                 working_dir: cstring(&s.working_dir),
                 memlock_hard,
+                rlimits: s
+                    .rlimits
+                    .iter()
+                    .map(|(&resource, limit)| {
+                        let (now_soft, now_hard) = current_limit(resource);
+                        let (soft, hard) = limit.resolve(now_soft, now_hard);
+                        (
+                            resource.libc_resource(),
+                            libc::rlimit {
+                                rlim_cur: soft,
+                                rlim_max: hard,
+                            },
+                        )
+                    })
+                    .collect(),
             },
             user: s.user.clone(),
             cpus_text: format_cpu_list(&spec.cpus),
@@ -144,12 +169,13 @@ impl Prepared {
     }
 
     /// Forks and execs the task.
-    pub fn start(self) -> Started {
+    pub fn start(&self) -> Started {
         let (mut reader, writer) = match std::io::pipe() {
             Ok(pipe) => pipe,
             Err(e) => {
                 return Started::Failed {
                     reason: format!("cannot start the task: creating a pipe failed: {e}"),
+                    temporary: false,
                 };
             }
         };
@@ -181,7 +207,26 @@ impl Prepared {
             Ok(child) => Started::Running { pid: child.id() },
             Err(e) => Started::Failed {
                 reason: self.reason(&said, &e),
+                // Nothing said on the pipe: no child ran, the fork failed.
+                temporary: said.is_empty() && matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)),
             },
+        }
+    }
+
+    /// Why the `index`th of the spec's resource limits could not be set.
+    fn rlimit_reason(&self, index: u8, why: &str) -> String {
+        let show = |v: Option<u64>| match v {
+            None => "unchanged".to_string(),
+            Some(super::rlimits::UNLIMITED) => "unlimited".to_string(),
+            Some(v) => v.to_string(),
+        };
+        match self.spec.spec.rlimits.iter().nth(usize::from(index)) {
+            Some((resource, limit)) => format!(
+                "cannot set the task's {resource} limit (soft {}, hard {}): {why}",
+                show(limit.soft),
+                show(limit.hard)
+            ),
+            None => format!("cannot set the task's resource limits: {why}"),
         }
     }
 
@@ -199,11 +244,27 @@ impl Prepared {
             error.raw_os_error().unwrap_or(0)
         });
         let user = &self.user;
+        if let Some(index) = chunk[0]
+            .checked_sub(RLIMIT_STEPS)
+            .filter(|_| chunk[0] != Step::Ready as u8)
+        {
+            return self.rlimit_reason(index, &why);
+        }
+        if let Some(index) = chunk[0]
+            .checked_sub(CGROUP_STEPS)
+            .filter(|&i| i < RLIMIT_STEPS - CGROUP_STEPS)
+        {
+            let cgroups = s.all_cgroups();
+            let which = cgroups.get(usize::from(index)).map_or(Path::new(""), PathBuf::as_path);
+            return format!("cannot join the cgroup {}: {why}", which.display());
+        }
+        let not_a_file = |path: &Path| {
+            format!(
+                "the output file {} is not a regular file (a FIFO, socket or device): a task writes to a file or /dev/null",
+                path.display()
+            )
+        };
         match Step::from_u8(chunk[0]) {
-            Some(Step::Cgroup) => format!(
-                "cannot join the cgroup {}: {why}",
-                s.cgroup.as_deref().unwrap_or(Path::new("")).display()
-            ),
             Some(Step::Affinity) => format!("cannot pin the task to CPUs {}: {why}", self.cpus_text),
             Some(Step::MemPolicy) => format!("cannot bind the task's memory to NUMA nodes {}: {why}", self.nodes_text),
             Some(Step::Memlock) => format!("cannot raise RLIMIT_MEMLOCK: {why}"),
@@ -218,6 +279,8 @@ impl Prepared {
                 "cannot open the error file {} as user {user}: {why}",
                 s.stderr.display()
             ),
+            Some(Step::StdoutKind) => not_a_file(&s.stdout),
+            Some(Step::StderrKind) => not_a_file(&s.stderr),
             Some(Step::Chdir) => format!(
                 "cannot chdir to the working directory {} as user {user}: {why}",
                 s.working_dir.display()
@@ -234,8 +297,8 @@ impl Prepared {
 /// What the child sets up between fork and exec, all built before the fork.
 #[derive(Clone)]
 struct Setup {
-    /// `cgroup.procs` of the task's cgroup.
-    cgroup_procs: Option<CString>,
+    /// `cgroup.procs` of each of the task's cgroups.
+    cgroup_procs: Vec<CString>,
     cpu_mask: Option<Vec<libc::c_ulong>>,
     node_mask: Option<Vec<libc::c_ulong>>,
     /// (groups, gid, uid) to switch to; None: stay who we are.
@@ -245,6 +308,8 @@ struct Setup {
     stderr: Option<CString>,
     working_dir: CString,
     memlock_hard: libc::rlim_t,
+    /// setrlimit calls, resolved against the shepherd's own limits.
+    rlimits: Vec<(super::rlimits::RawResource, libc::rlimit)>,
 }
 
 /// What the `pre_exec` closure owns.
@@ -254,6 +319,14 @@ struct Child {
 }
 
 const MPOL_BIND: libc::c_long = 2;
+/// Error-pipe step numbers from here on name the cgroup (`CGROUP_STEPS + index`).
+const CGROUP_STEPS: u8 = 64;
+/// And from here on the resource limit (`RLIMIT_STEPS + index`).
+const RLIMIT_STEPS: u8 = 128;
+/// The most cgroups a task joins (one per hierarchy in practice).
+const MAX_CGROUPS: usize = 16;
+/// `/proc/self/oom_score_adj` with its NUL, for the child.
+const OOM_SCORE_ADJ: &[u8] = b"/proc/self/oom_score_adj\0";
 const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
 
 impl Child {
@@ -283,9 +356,10 @@ impl Child {
                 CLOSE_RANGE_CLOEXEC,
             )
         };
-        if let Some(procs) = &self.setup.cgroup_procs {
-            self.join_cgroup(procs)?;
+        for (index, procs) in self.setup.cgroup_procs.iter().enumerate() {
+            self.join_cgroup(procs, index as u8)?;
         }
+        reset_oom_score_adj();
         if let Some(mask) = &self.setup.cpu_mask {
             let bytes = std::mem::size_of_val(mask.as_slice());
             // SAFETY: `mask` is a live buffer of `bytes` bytes; pid 0 is this process.
@@ -299,7 +373,14 @@ impl Child {
             let rc = unsafe { libc::syscall(libc::SYS_set_mempolicy, MPOL_BIND, mask.as_ptr(), maxnode) };
             self.check(rc, Step::MemPolicy)?;
         }
-        self.lift_memlock()?;
+        // The spec's limits, as root still (a hard limit may rise); memlock is lifted for
+        // RDMA unless the spec names it.
+        for (index, (resource, limit)) in self.setup.rlimits.iter().enumerate() {
+            self.set_rlimit(*resource, limit, index as u8)?;
+        }
+        if !self.setup.rlimits.iter().any(|(r, _)| *r == libc::RLIMIT_MEMLOCK) {
+            self.lift_memlock()?;
+        }
         if let Some((groups, gid, uid)) = &self.setup.ids {
             // SAFETY: `groups` is a live slice of `len` gids.
             let rc = unsafe { libc::setgroups(groups.len(), groups.as_ptr()) };
@@ -330,10 +411,10 @@ impl Child {
     }
 
     /// Writes this process's pid to `cgroup.procs` (formatted by hand: no allocation).
-    fn join_cgroup(&self, procs: &CString) -> std::io::Result<()> {
+    fn join_cgroup(&self, procs: &CString, index: u8) -> std::io::Result<()> {
         // SAFETY: a NUL-terminated path; the descriptor is closed below.
         let fd = unsafe { libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-        self.check(fd.into(), Step::Cgroup)?;
+        self.check_cgroup(fd.into(), index)?;
         // SAFETY: getpid cannot fail.
         let mut pid = unsafe { libc::getpid() } as u32;
         let mut digits = [0u8; 12];
@@ -349,10 +430,39 @@ impl Child {
         let text = &digits[start..];
         // SAFETY: `text` is a live buffer of `text.len()` bytes; `fd` is open.
         let written = unsafe { libc::write(fd, text.as_ptr().cast(), text.len()) };
-        let result = self.check(if written < 0 { -1 } else { 0 }, Step::Cgroup);
+        let result = self.check_cgroup(if written < 0 { -1 } else { 0 }, index);
         // SAFETY: `fd` is ours and closed once.
         unsafe { libc::close(fd) };
         result
+    }
+
+    /// One of the spec's limits. Without the privilege to raise a hard limit (a
+    /// container without CAP_SYS_RESOURCE), both stop at the current hard limit, as a
+    /// login's would.
+    fn set_rlimit(&self, resource: super::rlimits::RawResource, want: &libc::rlimit, index: u8) -> std::io::Result<()> {
+        // SAFETY: a valid rlimit value.
+        if unsafe { libc::setrlimit(resource, want) } == 0 {
+            return Ok(());
+        }
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+        let mut now = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `now` is a valid, writable rlimit.
+        if errno == libc::EPERM && unsafe { libc::getrlimit(resource, &mut now) } == 0 {
+            let hard = want.rlim_max.min(now.rlim_max);
+            let clamped = libc::rlimit {
+                rlim_cur: want.rlim_cur.min(hard),
+                rlim_max: hard,
+            };
+            // SAFETY: a valid rlimit value.
+            if unsafe { libc::setrlimit(resource, &clamped) } == 0 {
+                return Ok(());
+            }
+        }
+        self.tell_raw(RLIMIT_STEPS + index, errno);
+        Err(std::io::Error::from_raw_os_error(errno))
     }
 
     fn lift_memlock(&self) -> std::io::Result<()> {
@@ -377,12 +487,46 @@ impl Child {
         Ok(())
     }
 
+    /// Opens an output file as the user without ever blocking: a path that is there and
+    /// is not a regular file (or `/dev/null`) is refused before it is opened, the open is
+    /// non-blocking (a FIFO would wait for a reader), and what was opened is checked
+    /// again; then the descriptor is made blocking for the task.
     fn open_output(&self, path: &CString, step: Step) -> std::io::Result<libc::c_int> {
-        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOCTTY;
+        let kind = if step == Step::Stdout {
+            Step::StdoutKind
+        } else {
+            Step::StderrKind
+        };
+        // SAFETY: `st` is written by stat before it is read.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path and a live stat buffer.
+        if unsafe { libc::stat(path.as_ptr(), &mut st) } == 0 && !writable_kind(&st) {
+            return self.refuse(kind);
+        }
+        let flags =
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
         // SAFETY: a NUL-terminated path; the mode is an integer.
         let fd = unsafe { libc::open(path.as_ptr(), flags, 0o644 as libc::c_uint) };
         self.check(fd.into(), step)?;
+        // SAFETY: `fd` is open and `st` a live buffer.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 || !writable_kind(&st) {
+            // SAFETY: `fd` is ours, closed once.
+            unsafe { libc::close(fd) };
+            return self.refuse(kind);
+        }
+        // SAFETY: fcntl on an open descriptor with integer arguments.
+        let rc = unsafe {
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK)
+        };
+        self.check(rc.into(), step)?;
         Ok(fd)
+    }
+
+    /// Fails `step` with no errno (what it found is the reason).
+    fn refuse(&self, step: Step) -> std::io::Result<libc::c_int> {
+        self.tell(step, 0);
+        Err(std::io::Error::from_raw_os_error(libc::EINVAL))
     }
 
     fn dup_to(&self, fd: libc::c_int, target: libc::c_int, step: Step) -> std::io::Result<()> {
@@ -401,11 +545,57 @@ impl Child {
         Err(std::io::Error::from_raw_os_error(errno))
     }
 
+    /// As [`Child::check`] for joining the `index`th cgroup.
+    fn check_cgroup(&self, rc: libc::c_long, index: u8) -> std::io::Result<()> {
+        if rc >= 0 {
+            return Ok(());
+        }
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+        self.tell_raw(CGROUP_STEPS + index, errno);
+        Err(std::io::Error::from_raw_os_error(errno))
+    }
+
     fn tell(&self, step: Step, errno: i32) {
+        self.tell_raw(step as u8, errno);
+    }
+
+    fn tell_raw(&self, step: u8, errno: i32) {
         let e = errno.to_le_bytes();
-        let message = [step as u8, e[0], e[1], e[2], e[3]];
+        let message = [step, e[0], e[1], e[2], e[3]];
         // SAFETY: a live 5-byte buffer; a failed write only loses the detail.
         unsafe { libc::write(self.pipe, message.as_ptr().cast(), message.len()) };
+    }
+}
+
+/// This process's (soft, hard) limit of `resource`; unlimited when unreadable.
+fn current_limit(resource: super::rlimits::Resource) -> (u64, u64) {
+    let mut now = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: `now` is a valid, writable rlimit.
+    unsafe { libc::getrlimit(resource.libc_resource(), &mut now) };
+    (now.rlim_cur, now.rlim_max)
+}
+
+/// A regular file, or the null device (`/dev/null`, 1:3): what a task may write to.
+fn writable_kind(st: &libc::stat) -> bool {
+    let kind = st.st_mode & libc::S_IFMT;
+    kind == libc::S_IFREG || (kind == libc::S_IFCHR && st.st_rdev == libc::makedev(1, 3))
+}
+
+/// Back to the kernel's default OOM score for the task: the agent and its shepherds run
+/// with a low one so that the OOM killer takes the task that overran, not them. Best
+/// effort (async-signal-safe: open, write, close).
+fn reset_oom_score_adj() {
+    // SAFETY: a NUL-terminated constant path; the descriptor is closed below.
+    let fd = unsafe { libc::open(OOM_SCORE_ADJ.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd >= 0 {
+        // SAFETY: a live 1-byte buffer; `fd` is ours, closed once.
+        unsafe {
+            libc::write(fd, b"0".as_ptr().cast(), 1);
+            libc::close(fd);
+        }
     }
 }
 

@@ -103,6 +103,32 @@ pub fn write_replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
+/// Like [`write_replace`] for a file only its owner (and root) may read: made 0400 and
+/// given to `owner` (uid, gid) before it takes `path`'s name, so nobody else ever reads
+/// it. The job's hostfile, which its tasks (the job's user) read by name.
+pub fn write_private(path: &Path, bytes: &[u8], owner: Option<(u32, u32)>) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = temp_name(path);
+    let result = (|| {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o400)
+            .open(&tmp)?;
+        (&file).write_all(bytes)?;
+        file.set_permissions(fs::Permissions::from_mode(0o400))?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
+        }
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// Like [`write_replace`], but fails with `AlreadyExists` when `path` exists: of two
 /// writers, exactly one wins (the link is atomic; like `write_replace` it is not synced).
 pub fn write_exclusive(path: &Path, bytes: &[u8]) -> io::Result<()> {

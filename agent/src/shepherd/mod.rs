@@ -24,6 +24,7 @@
 pub mod exec;
 pub mod layout;
 pub mod record;
+pub mod rlimits;
 pub mod spec;
 pub mod supervise;
 pub mod user;
@@ -107,7 +108,7 @@ pub fn run(spec_path: &Path) -> Result<ExitRecord, ShepherdError> {
         oom_killed: false,
         reason: None,
     };
-    let cgroup = spec.cgroup.clone();
+    let cgroups = spec.all_cgroups();
     match launch(spec, spec_path, &dir, &signals) {
         Ok((pid, ended)) => {
             record.pid = Some(pid.pid);
@@ -127,7 +128,7 @@ pub fn run(spec_path: &Path) -> Result<ExitRecord, ShepherdError> {
                 (_, _, Status::Exited(_)) => Outcome::Exited,
                 (_, _, Status::Signaled(_)) => Outcome::Signaled,
             };
-            record.oom_killed = cgroup.as_deref().is_some_and(oom_killed);
+            record.oom_killed = cgroups.iter().any(|c| oom_killed(c));
         }
         Err(Failure::Reason(reason)) => record.reason = Some(reason),
         Err(Failure::Fatal(e)) => return Err(e),
@@ -179,11 +180,30 @@ fn launch(
         )));
     };
     let time_limit = s.time_limit_secs.map(Duration::from_secs);
+    let cgroups = s.all_cgroups();
     let grace = Duration::from_secs(s.kill_grace_secs.unwrap_or(spec::DEFAULT_KILL_GRACE_SECS));
     let start_time_ms = now_ms();
-    let pid = match Prepared::new(checked, switch).start() {
-        exec::Started::Running { pid } => pid,
-        exec::Started::Failed { reason } => return Err(Failure::Reason(reason)),
+    let prepared = Prepared::new(checked, switch);
+    let mut tries = 1;
+    let pid = loop {
+        match prepared.start() {
+            exec::Started::Running { pid } => break pid,
+            // The node is out of processes or memory for now (another task's fork bomb
+            // at the unit's limit): try again a while, a cancel still heard.
+            exec::Started::Failed {
+                reason,
+                temporary: true,
+            } if tries < START_TRIES => {
+                eprintln!("hyperplan-agent shepherd: {reason}; trying again ({tries} of {START_TRIES})");
+                tries += 1;
+                if let Some(signal) = signals.wait_for(START_RETRY) {
+                    return Err(Failure::Reason(format!(
+                        "cancelled (signal {signal}) before it could start: {reason}"
+                    )));
+                }
+            }
+            exec::Started::Failed { reason, .. } => return Err(Failure::Reason(reason)),
+        }
     };
     let started = Started { pid, start_time_ms };
     let text = serde_json::to_vec(&started).unwrap_or_default();
@@ -194,10 +214,14 @@ fn launch(
             dir.started().display()
         );
     }
-    let ended = supervise::supervise(pid, signals, time_limit, grace, Some(&dir.kill_grace()))
+    let ended = supervise::supervise(pid, &cgroups, signals, time_limit, grace, Some(&dir.kill_grace()))
         .map_err(|source| ShepherdError::Wait { pid, source })?;
     Ok((started, ended))
 }
+
+/// Tries at forking the task while the node is short of processes or memory.
+const START_TRIES: u32 = 10;
+const START_RETRY: Duration = Duration::from_secs(1);
 
 /// Leaves the caller's session. A process-group leader cannot, so it forks once: the
 /// parent exits 0 at once and the child goes on (the pid file names it).
@@ -233,12 +257,15 @@ pub fn current_euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// The cgroup counted an OOM kill (`oom_kill` in `memory.events`).
+/// The cgroup counted an OOM kill (`oom_kill` in v2's `memory.events`, v1's
+/// `memory.oom_control`).
 fn oom_killed(cgroup: &Path) -> bool {
-    std::fs::read_to_string(cgroup.join("memory.events")).is_ok_and(|text| {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("oom_kill "))
-            .any(|n| n.trim().parse::<u64>().is_ok_and(|n| n > 0))
+    ["memory.events", "memory.oom_control"].iter().any(|file| {
+        std::fs::read_to_string(cgroup.join(file)).is_ok_and(|text| {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("oom_kill "))
+                .any(|n| n.trim().parse::<u64>().is_ok_and(|n| n > 0))
+        })
     })
 }
 

@@ -9,14 +9,17 @@
 //!   "stderr": "/home/alice/run/out.txt",
 //!   "user": "alice", "allowRoot": false,
 //!   "cpus": "0-3,8-11", "numaNodes": [0], "memoryPolicy": "bind",
-//!   "cgroup": "/sys/fs/cgroup/hyperplan/train-7.worker-3",
+//!   "cgroups": ["/sys/fs/cgroup/freezer/hyperplan/train.7.worker-3",
+//!               "/sys/fs/cgroup/pids/hyperplan/train.7.worker-3"],
 //!   "stateDir": "/var/lib/hyperplan-agent", "timeLimitSecs": 3600, "killGraceSecs": 10
 //! }
 //! ```
 //!
 //! `cpus` empty: no affinity. `memoryPolicy` `none` (the default) leaves memory where the
-//! kernel puts it; `bind` needs `numaNodes`. `cgroup` (optional): a cgroup v2 directory the
-//! agent prepared (cpuset, memory.max); the task joins it before exec. `timeLimitSecs`
+//! kernel puts it; `bind` needs `numaNodes`. `cgroups` (optional): the cgroup directories the
+//! agent prepared for the task (one in v2; one per hierarchy in v1: see
+//! `tasks::cgroup`); the task joins each before exec, and every process in them is the
+//! task's (`cgroup`, one v2 directory, is what earlier agents wrote and is still read). `timeLimitSecs`
 //! (optional): SIGTERM to the task's process group at the limit, SIGKILL `killGraceSecs`
 //! (default 10) later. The file is untrusted input: every field is checked and a bad one is
 //! an error naming the file and the field, never a panic.
@@ -80,14 +83,28 @@ pub struct LaunchSpec {
     pub numa_nodes: Vec<u32>,
     #[serde(default)]
     pub memory_policy: MemoryPolicy,
+    /// One cgroup v2 directory (the form earlier agents wrote); see `cgroups`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroups: Vec<PathBuf>,
     /// The agent's state directory; the shepherd's files go under `tasks/<job>.<jobId>/<task>/`.
     pub state_dir: PathBuf,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_limit_secs: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kill_grace_secs: Option<u64>,
+    /// The task's resource limits (the user's `limits.conf` and the agent's `[exec]
+    /// rlimits`); a resource not named keeps the shepherd's (memlock: raised, for RDMA).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub rlimits: super::rlimits::Rlimits,
+}
+
+impl LaunchSpec {
+    /// Every cgroup the task runs in (`cgroup` and `cgroups`).
+    pub fn all_cgroups(&self) -> Vec<PathBuf> {
+        self.cgroup.iter().chain(&self.cgroups).cloned().collect()
+    }
 }
 
 /// Why a spec cannot be used. Each names the file.
@@ -181,11 +198,15 @@ impl LaunchSpec {
                 return Err(field("env", format!("the value of {key} contains a NUL byte")));
             }
         }
-        absolute(&self.working_dir).map_err(|m| field("workingDir", m))?;
-        absolute(&self.stdout).map_err(|m| field("stdout", m))?;
-        absolute(&self.stderr).map_err(|m| field("stderr", m))?;
+        // The user's own paths may climb (`../logs/%j.out`): they are used as the user.
+        user_path(&self.working_dir).map_err(|m| field("workingDir", m))?;
+        user_path(&self.stdout).map_err(|m| field("stdout", m))?;
+        user_path(&self.stderr).map_err(|m| field("stderr", m))?;
         if let Some(cgroup) = &self.cgroup {
             absolute(cgroup).map_err(|m| field("cgroup", m))?;
+        }
+        for cgroup in &self.cgroups {
+            absolute(cgroup).map_err(|m| field("cgroups", m))?;
         }
         if self.user.is_empty() || self.user.contains('\0') || self.user.contains('/') {
             return Err(field("user", format!("{:?} is not a user name", self.user)));
@@ -210,7 +231,19 @@ impl LaunchSpec {
     }
 }
 
-/// An absolute path without NUL bytes or `..`.
+/// An absolute path without NUL bytes (`..` allowed: the shepherd uses it as the user).
+fn user_path(path: &Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    if !path.is_absolute() {
+        return Err(format!("expected an absolute path, got {}", path.display()));
+    }
+    if path.as_os_str().as_bytes().contains(&0) {
+        return Err(format!("{} contains a NUL byte", path.display()));
+    }
+    Ok(())
+}
+
+/// An absolute path without NUL bytes or `..` (the agent's own paths).
 fn absolute(path: &Path) -> Result<(), String> {
     use std::os::unix::ffi::OsStrExt;
     if !path.is_absolute() {
@@ -270,7 +303,13 @@ mod tests {
         assert!(field_error(|v| v["task"] = "a/b".into()).contains("`task`"));
         assert!(field_error(|v| v["argv"] = serde_json::json!([])).contains("`argv`"));
         assert!(field_error(|v| v["stdout"] = "out.txt".into()).contains("absolute"));
-        assert!(field_error(|v| v["workingDir"] = "/a/../b".into()).contains("`..`"));
+        assert!(field_error(|v| v["cgroups"] = serde_json::json!(["/a/../b"])).contains("`..`"));
+        assert!(field_error(|v| v["stateDir"] = "/a/../b".into()).contains("`stateDir`"));
+        // The user's own paths may climb: they are opened as the user.
+        let mut v = good();
+        v["stdout"] = "/home/a/run/../logs/o".into();
+        v["workingDir"] = "/home/a/run/..".into();
+        assert!(check(v).is_ok());
         assert!(field_error(|v| v["cpus"] = "3-1".into()).contains("`cpus`"));
         assert!(field_error(|v| v["env"] = serde_json::json!({"A=B": "x"})).contains("`env`"));
         assert!(field_error(|v| v["memoryPolicy"] = "bind".into()).contains("numaNodes"));

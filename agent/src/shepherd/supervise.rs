@@ -2,18 +2,23 @@
 //! SIGINT and SIGHUP (blocked before the fork, so none is lost and the shepherd runs no
 //! signal handler), reaps with `wait4` to get the task's rusage, and acts:
 //!
-//! - SIGTERM or SIGINT (cancel): passed on to the task's process group; SIGKILL follows
+//! Every signal goes to the task's process group and to every process of the task: those
+//! in its cgroups, or, without any, every descendant of the shepherd (a child subreaper:
+//! what left the session or the group is still below it). So neither `setsid` nor a
+//! double fork escapes a cancel, a time limit or the task's end.
+//!
+//! - SIGTERM or SIGINT (cancel): passed on to the task; SIGKILL follows
 //!   after the grace period if the task is still there: the seconds in the task's
 //!   `kill_grace` file when the agent wrote one (the planner's `Kill` carries its grace),
 //!   else the spec's. SIGHUP is ignored.
-//! - the time limit: SIGTERM to the group, SIGKILL after the grace period.
-//! - the task's end: whatever is left in its process group is killed (SIGKILL), and the
-//!   children the shepherd inherited as a subreaper are reaped.
+//! - the time limit: SIGTERM to the task, SIGKILL after the grace period.
+//! - the task's end: whatever is left of it is killed (SIGKILL; its cgroups frozen and
+//!   emptied), and the children the shepherd inherited as a subreaper are reaped.
 
 #![allow(unsafe_code)]
 
 use std::io::{self, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The signals the shepherd waits for instead of being killed by.
@@ -42,6 +47,22 @@ pub fn block_signals() -> io::Result<Signals> {
 }
 
 impl Signals {
+    /// A cancel (SIGTERM or SIGINT) within `timeout`, else None (other signals are
+    /// taken and ignored: nothing runs yet).
+    pub fn wait_for(&self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            match self.wait(Some(left)) {
+                Some(signal @ (libc::SIGTERM | libc::SIGINT)) => return Some(signal),
+                _ => continue,
+            }
+        }
+    }
+
     /// The next of our signals, or None after `timeout` (None: wait for ever).
     fn wait(&self, timeout: Option<Duration>) -> Option<i32> {
         // SAFETY: `info` is written by the kernel before it is read (never here).
@@ -137,10 +158,12 @@ pub fn read_kill_grace(path: &Path) -> Option<Duration> {
     text.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
-/// Waits for the task `pid` (a child of this process, leader of its own group) to end.
-/// `cancel_grace`: the file that may hold a cancel's grace ([`read_kill_grace`]).
+/// Waits for the task `pid` (a child of this process, leader of its own group, in
+/// `cgroups`) to end. `cancel_grace`: the file that may hold a cancel's grace
+/// ([`read_kill_grace`]).
 pub fn supervise(
     pid: u32,
+    cgroups: &[PathBuf],
     signals: &Signals,
     time_limit: Option<Duration>,
     grace: Duration,
@@ -154,7 +177,7 @@ pub fn supervise(
         loop {
             match reap_any() {
                 Ok(Some((p, status, usage))) if p == pid => {
-                    finish_group(pid);
+                    finish(pid, cgroups);
                     return Ok(Ended {
                         status,
                         cpu_seconds: seconds(usage.ru_utime) + seconds(usage.ru_stime),
@@ -175,14 +198,14 @@ pub fn supervise(
             && !timed_out
             && !cancelled
         {
-            signal_group(pid, libc::SIGTERM);
+            signal_task(pid, cgroups, libc::SIGTERM);
             timed_out = true;
             kill_at = Some(now + grace);
         }
         if let Some(at) = kill_at
             && now >= at
         {
-            signal_group(pid, libc::SIGKILL);
+            signal_task(pid, cgroups, libc::SIGKILL);
             kill_at = None;
         }
         let next = [term_at.filter(|_| !timed_out && !cancelled), kill_at]
@@ -192,7 +215,7 @@ pub fn supervise(
         if let Some(signal @ (libc::SIGTERM | libc::SIGINT)) =
             signals.wait(next.map(|at| at.saturating_duration_since(now)))
         {
-            signal_group(pid, signal);
+            signal_task(pid, cgroups, signal);
             if !timed_out {
                 cancelled = true;
             }
@@ -203,10 +226,38 @@ pub fn supervise(
     }
 }
 
-/// After the task ended: kills what is left of its group and reaps what died, for at
-/// most a second (a descendant that left the group is not waited for).
-fn finish_group(pgid: u32) {
+/// `signal` to the task's group and to every process of the task (see the module doc).
+fn signal_task(pgid: u32, cgroups: &[PathBuf], signal: i32) {
+    signal_group(pgid, signal);
+    if !cgroups.is_empty() {
+        if signal == libc::SIGKILL {
+            crate::tasks::cgroup::kill::kill_all(cgroups, Duration::ZERO, &mut || {});
+        } else {
+            crate::tasks::cgroup::kill::signal_all(cgroups, signal);
+        }
+        return;
+    }
+    let procs = crate::tasks::sweep::all(Path::new("/proc"));
+    for pid in crate::tasks::sweep::descendants(&procs, std::process::id()) {
+        // SAFETY: kill with a positive pid signals that one process.
+        unsafe { libc::kill(pid as libc::pid_t, signal) };
+    }
+}
+
+/// After the task ended: kills what is left of it (its cgroups emptied, else every
+/// descendant of the shepherd) and reaps what died. Bounded: 5 s for the cgroups, then
+/// at most a second of reaping.
+fn finish(pgid: u32, cgroups: &[PathBuf]) {
     signal_group(pgid, libc::SIGKILL);
+    let mut reap = || while let Ok(Some(_)) = reap_any() {};
+    let left = if cgroups.is_empty() {
+        crate::tasks::sweep::kill_descendants(std::process::id(), Duration::from_secs(5), &mut reap)
+    } else {
+        crate::tasks::cgroup::kill::kill_all(cgroups, Duration::from_secs(5), &mut reap)
+    };
+    if left > 0 {
+        eprintln!("hyperplan-agent shepherd: {left} processes of the task are still there after SIGKILL");
+    }
     let deadline = Instant::now() + Duration::from_secs(1);
     while Instant::now() < deadline {
         match reap_any() {

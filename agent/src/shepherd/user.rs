@@ -80,6 +80,28 @@ pub fn lookup(name: &str) -> Result<Identity, UserError> {
     })
 }
 
+/// The name of group `gid` (`getgrgid_r`), None when it has none here.
+pub fn group_name(gid: u32) -> Option<String> {
+    let mut buf: Vec<libc::c_char> = vec![0; 16 * 1024];
+    loop {
+        // SAFETY: an all-zero `group` is a valid value; it is only read after
+        // getgrgid_r filled it.
+        let mut grp: libc::group = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::group = std::ptr::null_mut();
+        // SAFETY: `grp` and `result` are live locals, `buf` is writable for its length.
+        let rc = unsafe { libc::getgrgid_r(gid, &mut grp, buf.as_mut_ptr(), buf.len(), &mut result) };
+        if rc == libc::ERANGE && buf.len() < (1 << 20) {
+            buf.resize(buf.len() * 4, 0);
+            continue;
+        }
+        if rc != 0 || result.is_null() || grp.gr_name.is_null() {
+            return None;
+        }
+        // SAFETY: getgrgid_r succeeded: `gr_name` points into `buf`, NUL-terminated.
+        return Some(unsafe { CStr::from_ptr(grp.gr_name) }.to_string_lossy().into_owned());
+    }
+}
+
 fn group_list(name: &CStr, gid: libc::gid_t) -> std::io::Result<Vec<u32>> {
     let mut groups: Vec<libc::gid_t> = vec![0; 64];
     loop {
@@ -110,6 +132,7 @@ mod tests {
         assert_eq!((root.uid, root.gid), (0, 0));
         assert!(root.groups.contains(&0));
         assert!(root.home.starts_with('/'), "{root:?}");
+        assert_eq!(group_name(0).as_deref(), Some("root"));
         let e = lookup("no-such-user-hp").unwrap_err();
         assert_eq!(e.to_string(), "user \"no-such-user-hp\" is unknown on this node");
     }

@@ -40,6 +40,12 @@ const MAX_HOMELESS: usize = 256;
 /// A task directory without a shepherd pid, found at start-up: how long its shepherd
 /// may take to write one before the task counts as never started.
 const PID_GRACE: Duration = Duration::from_secs(30);
+/// A cancelled task whose shepherd has not ended it this long after its grace: the
+/// agent kills the task's processes itself (cgroups or sweep), and after twice this the
+/// shepherd too. A shepherd stuck before exec (a hung file system) cannot hold CPUs.
+const KILL_BACKSTOP: Duration = Duration::from_secs(10);
+/// How long the agent waits for a task's cgroups to empty when it kills them itself.
+const AGENT_KILL_WAIT: Duration = Duration::from_secs(1);
 
 /// A cancel asked for, and where it stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,8 +69,21 @@ struct Entry {
     started_acked: bool,
     record: Option<ExitRecord>,
     kill: Kill,
+    /// When the cancel went to the shepherd, with its grace, and how far the agent
+    /// went itself since (0: not at all, 1: killed the task, 2: killed the shepherd).
+    kill_sent: Option<(Instant, Duration, u8)>,
+    /// A shepherd that could not be started yet (the node short of processes or memory).
+    retry: Option<Box<Retry>>,
     /// When this agent first saw the task (its launch, or its start-up).
     since: Instant,
+}
+
+/// A launch waiting to start its shepherd again.
+#[derive(Debug)]
+struct Retry {
+    launch: LaunchTask,
+    tries: u32,
+    next: Instant,
 }
 
 impl Entry {
@@ -79,6 +98,8 @@ impl Entry {
             started_acked: false,
             record: None,
             kill: Kill::None,
+            kill_sent: None,
+            retry: None,
             since: Instant::now(),
         }
     }
@@ -241,6 +262,18 @@ impl Tasks {
                 );
                 entry.child = Some(child);
             }
+            Launched::Retry(e) => {
+                tracing::warn!(
+                    job = %key.job, job_id = key.job_id, task = %key.task,
+                    "cannot start the task's shepherd now ({e}); trying again every {} s, {} times",
+                    runner::RETRY_EVERY.as_secs(), runner::SPAWN_TRIES - 1
+                );
+                entry.retry = Some(Box::new(Retry {
+                    launch: launch.clone(),
+                    tries: 1,
+                    next: Instant::now() + runner::RETRY_EVERY,
+                }));
+            }
             Launched::Failed(record) => {
                 tracing::warn!(
                     job = %key.job, job_id = key.job_id, task = %key.task,
@@ -293,7 +326,7 @@ impl Tasks {
             return;
         };
         let outputs = logs::output_files(&entry.dir.spec());
-        self.remove_cgroup(task, &entry.dir);
+        self.release_cgroups(task, &entry.dir);
         if let Err(e) = std::fs::remove_dir_all(&entry.dir.dir)
             && e.kind() != std::io::ErrorKind::NotFound
         {
@@ -322,23 +355,20 @@ impl Tasks {
         }
     }
 
-    /// Removes the task's cgroup: the one its spec names (an earlier agent run's may be
-    /// elsewhere) and the one this run would have made (a launch that failed after it).
-    fn remove_cgroup(&self, task: &TaskRef, dir: &TaskDir) {
-        let from_spec = crate::shepherd::LaunchSpec::read(&dir.spec())
-            .ok()
-            .and_then(|s| s.cgroup)
-            .and_then(|c| TaskCgroups::named_in_spec(&c, &task.job, task.job_id, &task.task));
-        let ours = self
-            .opts
-            .confinement
-            .cgroups()
-            .and_then(|c| c.path(&task.job, task.job_id, &task.task).ok());
-        if let Some(path) = &from_spec {
-            cgroup::remove(path);
+    /// Empties and removes the task's cgroups: those its spec names (an earlier agent
+    /// run's may be elsewhere) and those this run would have made (a launch that failed
+    /// after making them). No cgroup is left with a process in it.
+    fn release_cgroups(&self, task: &TaskRef, dir: &TaskDir) {
+        let paths = task_cgroups(&self.opts, task, dir);
+        if paths.is_empty() {
+            return;
         }
-        if let Some(path) = ours.filter(|p| Some(p) != from_spec.as_ref() && p.exists()) {
-            cgroup::remove(&path);
+        let left = cgroup::kill::kill_all(&paths, AGENT_KILL_WAIT, &mut || {});
+        if left > 0 {
+            tracing::warn!(job = %task.job, task = %task.task, left, "processes of an ended task survive SIGKILL in its cgroups");
+        }
+        for path in &paths {
+            cgroup::remove(path);
         }
     }
 
@@ -357,8 +387,14 @@ impl Tasks {
     /// Looks at every task that may have moved on; returns the reports that are new.
     pub fn scan(&mut self) -> Vec<AgentMessage> {
         self.exiting.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
+        let shepherds = self.shepherds();
         let mut out = Vec::new();
         for (task, entry) in &mut self.tasks {
+            if let Some(record) = retry_spawn(&self.opts, task, entry) {
+                out.push(finished_message(task, task_end(&record)));
+                entry.record = Some(record);
+                continue;
+            }
             if let Some(child) = &mut entry.child {
                 match child.try_wait() {
                     Ok(None) => {}
@@ -379,6 +415,7 @@ impl Tasks {
                 entry.shepherd_pid = scan::read_pid(&entry.dir);
             }
             send_kill(entry);
+            backstop_kill(&self.opts, task, entry);
             if entry.started.is_none()
                 && let Some(started) = scan::read_started(&entry.dir)
             {
@@ -388,7 +425,7 @@ impl Tasks {
             }
             let record = match scan::read_record(&entry.dir) {
                 Some(r) => Some(r),
-                None => vanished(task, entry),
+                None => vanished(&self.opts, &shepherds, task, entry),
             };
             if let Some(record) = record {
                 tracing::info!(
@@ -467,14 +504,131 @@ fn send_kill(entry: &mut Entry) {
             runner::cancel(&entry.dir, pid, grace);
         }
         entry.kill = Kill::Sent;
+        entry.kill_sent = Some((Instant::now(), Duration::from_secs(grace), 0));
+    }
+}
+
+/// A cancelled task still without a record well after its grace: the agent kills the
+/// task's processes itself, and later its shepherd (whose death then fails the task).
+fn backstop_kill(opts: &TaskOptions, task: &TaskRef, entry: &mut Entry) {
+    if entry.record.is_some() {
+        return;
+    }
+    let Some((sent, grace, done)) = entry.kill_sent else {
+        return;
+    };
+    let overdue = sent.elapsed().saturating_sub(grace);
+    let Some(shepherd) = entry.shepherd_pid.filter(|&p| p > 0) else {
+        return;
+    };
+    if done == 0 && overdue >= KILL_BACKSTOP {
+        tracing::warn!(job = %task.job, task = %task.task, shepherd, "the task outlived its cancel; killing its processes");
+        kill_task_processes(opts, task, entry, &[]);
+        entry.kill_sent = Some((sent, grace, 1));
+    } else if done == 1 && overdue >= 2 * KILL_BACKSTOP {
+        tracing::warn!(job = %task.job, task = %task.task, shepherd, "the shepherd does not end its cancelled task; killing it");
+        runner::signal(shepherd, libc::SIGKILL);
+        entry.kill_sent = Some((sent, grace, 2));
+    }
+}
+
+/// The task's cgroups, those its spec names and those this agent would make for it.
+fn task_cgroups(opts: &TaskOptions, task: &TaskRef, dir: &TaskDir) -> Vec<std::path::PathBuf> {
+    let mut paths = crate::shepherd::LaunchSpec::read(&dir.spec())
+        .map(|s| TaskCgroups::named_in_spec(&s.all_cgroups(), &task.job, task.job_id, &task.task))
+        .unwrap_or_default();
+    if let Some(ours) = opts
+        .confinement
+        .cgroups()
+        .and_then(|c| c.paths(&task.job, task.job_id, &task.task).ok())
+    {
+        for p in ours {
+            if !paths.contains(&p) && p.exists() {
+                paths.push(p);
+            }
+        }
+    }
+    paths
+}
+
+/// Kills every process of a task whose shepherd is gone or stuck: its cgroups, else its
+/// process group and session and, once the shepherd is gone, by user and start time what
+/// no live shepherd (`shepherds`, the other tasks') owns. Never uid 0's processes.
+fn kill_task_processes(opts: &TaskOptions, task: &TaskRef, entry: &Entry, shepherds: &[u32]) {
+    let paths = task_cgroups(opts, task, &entry.dir);
+    if !paths.is_empty() {
+        cgroup::kill::kill_all(&paths, AGENT_KILL_WAIT, &mut || {});
+        return;
+    }
+    let (Some(started), Some(shepherd)) = (&entry.started, entry.shepherd_pid.filter(|&p| p > 0)) else {
+        return;
+    };
+    runner::kill_orphaned_task(started.pid, shepherd);
+    let proc_root = std::path::Path::new("/proc");
+    let procs = super::sweep::all(proc_root);
+    let in_session: Vec<u32> = super::sweep::session(&procs, shepherd)
+        .into_iter()
+        .filter(|&p| p != shepherd)
+        .collect();
+    super::sweep::kill_each(&in_session);
+    if runner::shepherd_alive(shepherd, &entry.dir.spec()) {
+        return; // stuck, not gone: what it still holds is its own
+    }
+    let Ok(user) = crate::shepherd::LaunchSpec::read(&entry.dir.spec())
+        .map_err(|e| e.to_string())
+        .and_then(|s| crate::shepherd::user::lookup(&s.user).map_err(|e| e.to_string()))
+    else {
+        return;
+    };
+    if user.uid == 0 {
+        return;
+    }
+    let mut keep = std::collections::HashSet::new();
+    for &other in shepherds.iter().filter(|&&p| p != shepherd) {
+        keep.insert(other);
+        keep.extend(super::sweep::descendants(&procs, other));
+    }
+    let orphans = super::sweep::orphans_of(proc_root, &procs, user.uid, started.start_time_ms, &keep);
+    if !orphans.is_empty() {
+        tracing::warn!(job = %task.job, task = %task.task, uid = user.uid, pids = ?orphans, "killing what the task left behind (its user's processes since its start that no task owns)");
+        super::sweep::kill_each(&orphans);
+    }
+}
+
+/// Starts a waiting shepherd again when its time has come; the failed record once the
+/// tries are used up.
+fn retry_spawn(opts: &TaskOptions, task: &TaskRef, entry: &mut Entry) -> Option<ExitRecord> {
+    let retry = entry.retry.as_mut()?;
+    if Instant::now() < retry.next {
+        return None;
+    }
+    match runner::spawn_shepherd(opts, &entry.dir) {
+        Ok(child) => {
+            tracing::info!(job = %task.job, task = %task.task, tries = retry.tries + 1, shepherd = child.id(), "started the task's shepherd");
+            entry.child = Some(child);
+            entry.since = Instant::now();
+            entry.retry = None;
+            None
+        }
+        Err(e) if runner::temporary(&e) && retry.tries + 1 < runner::SPAWN_TRIES => {
+            retry.tries += 1;
+            retry.next = Instant::now() + runner::RETRY_EVERY;
+            None
+        }
+        Err(e) => {
+            let record = runner::shepherd_failed(opts, &entry.dir, &retry.launch, &e);
+            tracing::warn!(job = %task.job, task = %task.task, tries = retry.tries + 1, "cannot start the task's shepherd: {e}");
+            entry.retry = None;
+            Some(record)
+        }
     }
 }
 
 /// A task without a record whose shepherd is gone (or never came): the failed record
 /// the agent writes for it, or None while the shepherd may still be there.
-fn vanished(task: &TaskRef, entry: &mut Entry) -> Option<ExitRecord> {
-    if entry.child.is_some() {
-        return None; // our own child, not reaped: it runs
+fn vanished(opts: &TaskOptions, shepherds: &[u32], task: &TaskRef, entry: &mut Entry) -> Option<ExitRecord> {
+    if entry.child.is_some() || entry.retry.is_some() {
+        return None; // our own child, not reaped (it runs), or one still to start
     }
     let reason = match entry.shepherd_pid {
         Some(pid) if pid > 0 && runner::shepherd_alive(pid, &entry.dir.spec()) => return None,
@@ -509,9 +663,7 @@ fn vanished(task: &TaskRef, entry: &mut Entry) -> Option<ExitRecord> {
         return Some(record);
     }
     tracing::warn!(job = %task.job, task = %task.task, "{reason}");
-    if let (Some(started), Some(shepherd)) = (&entry.started, entry.shepherd_pid) {
-        runner::kill_orphaned_task(started.pid, shepherd);
-    }
+    kill_task_processes(opts, task, entry, shepherds);
     if entry.rank == 0
         && let Ok(spec) = crate::shepherd::LaunchSpec::read(&entry.dir.spec())
     {
@@ -568,6 +720,9 @@ mod tests {
             pin: false,
             confinement: crate::tasks::cgroup::Confinement::None,
             allow_root: false,
+            pids_max: Some(64),
+            limits_conf: false,
+            rlimits: Default::default(),
             shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
         })
         .unwrap()
@@ -708,12 +863,18 @@ mod tests {
         std::fs::create_dir(&own).unwrap();
         std::fs::write(own.join("cgroup.controllers"), "cpuset memory").unwrap();
         std::fs::write(own.join("cgroup.procs"), "").unwrap();
-        let cgroups = crate::tasks::cgroup::TaskCgroups::set_up(fake.path(), "0::/agent.service\n", 1).unwrap();
+        let cgroups = cgroup::Confinement::detect_with(fake.path(), "0::/agent.service\n", 1, "hyperplan")
+            .cgroups()
+            .unwrap()
+            .clone();
         let mut t = Tasks::new(TaskOptions {
             state_dir: state.path().to_path_buf(),
             pin: true,
             confinement: cgroup::Confinement::Cgroup(cgroups),
             allow_root: false,
+            pids_max: Some(64),
+            limits_conf: false,
+            rlimits: Default::default(),
             shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
         })
         .unwrap();
@@ -744,7 +905,7 @@ mod tests {
         );
         let dir = TaskDir::new(state.path(), "j", 6, "w-0");
         let spec = crate::shepherd::LaunchSpec::read(&dir.spec()).unwrap();
-        assert_eq!(spec.cgroup.as_deref(), Some(cg.as_path()));
+        assert_eq!(spec.cgroups, std::slice::from_ref(&cg));
 
         // The kernel lists no interface files as contents: rmdir works on a real one.
         for f in ["cpuset.cpus", "cpuset.mems", "memory.max"] {

@@ -13,8 +13,9 @@
 //! - [`usage`]: CPU and memory of each task's processes, for heartbeats.
 //! - [`epoch`]: the planner epoch seen; orders from an older one are refused.
 //! - [`stop`]: stopping every task of a state directory (the demo's and tests' end).
-//! - [`cgroup`]: how the node confines tasks; a cgroup v2 of each task's own where the
-//!   agent has one delegated.
+//! - [`cgroup`]: how the node confines tasks: cgroups of each task's own (v2 where the
+//!   agent has one delegated, else v1), found and emptied by [`cgroup::kill`].
+//! - [`sweep`]: a task's processes without cgroups, by ancestry, session, user and start.
 
 pub mod cgroup;
 pub mod epoch;
@@ -24,6 +25,7 @@ pub mod report;
 pub mod runner;
 pub mod scan;
 pub mod stop;
+pub mod sweep;
 pub mod usage;
 
 use std::path::PathBuf;
@@ -43,6 +45,13 @@ pub struct TaskOptions {
     pub confinement: cgroup::Confinement,
     /// Tasks may run as uid 0 (`allowRoot`).
     pub allow_root: bool,
+    /// Each task's `pids.max` where its cgroups have the pids controller (`taskPidsMax`);
+    /// None: no limit of its own.
+    pub pids_max: Option<u64>,
+    /// Apply the user's `limits.conf` to its tasks (`[exec] limitsConf`).
+    pub limits_conf: bool,
+    /// The site's limits over the user's (`[exec] rlimits`).
+    pub rlimits: crate::shepherd::rlimits::Rlimits,
     /// The program started as `PROGRAM shepherd --spec FILE` (this executable).
     pub shepherd: PathBuf,
 }

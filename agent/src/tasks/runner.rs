@@ -17,8 +17,8 @@ use hyperplan_net::messages::{JobWorld, LaunchTask};
 use super::TaskOptions;
 use super::cgroup::Limits;
 use crate::launch::{NodeContext, hostfile_path, prepare};
-use crate::shepherd::layout::{write_atomic, write_exclusive, write_replace};
-use crate::shepherd::{ExitRecord, MemoryPolicy, Outcome, TaskDir, user};
+use crate::shepherd::layout::{write_atomic, write_exclusive, write_private, write_replace};
+use crate::shepherd::{ExitRecord, MemoryPolicy, Outcome, TaskDir, rlimits, user};
 
 /// What became of a `Launch`.
 #[derive(Debug)]
@@ -27,6 +27,20 @@ pub enum Launched {
     Spawned(Child),
     /// Nothing runs; the record written says why.
     Failed(ExitRecord),
+    /// Everything is written, but the shepherd could not be started for a reason that
+    /// passes (EAGAIN, ENOMEM: the node is out of processes or memory now): try
+    /// [`spawn_shepherd`] again later.
+    Retry(std::io::Error),
+}
+
+/// The most tries at starting a task's shepherd while the node is short of processes
+/// or memory, [`RETRY_EVERY`] apart, before the task fails.
+pub const SPAWN_TRIES: u32 = 10;
+pub const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A spawn error that may pass: the node is short of processes or memory for now.
+pub fn temporary(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM))
 }
 
 /// Makes `dir` (and its parents) with `mode` on the last component.
@@ -52,7 +66,10 @@ pub fn launch(
     dir: &TaskDir,
 ) -> Launched {
     let fail = |reason: String| Launched::Failed(failed_record(dir, task, reason));
-    if let Err(e) = make_dir(&dir.dir, 0o700) {
+    // The job's directory only traversable (its tasks read the hostfile by name), the
+    // task's private to the agent.
+    let job_dir = dir.dir.parent().unwrap_or(&dir.dir);
+    if let Err(e) = make_dir(job_dir, 0o711).and_then(|()| make_dir(&dir.dir, 0o700)) {
         return fail(format!("cannot create the task directory {}: {e}", dir.dir.display()));
     }
     let Some(world) = world else {
@@ -74,10 +91,11 @@ pub fn launch(
     };
     // HOME and SHELL from the user's passwd entry (the job's own env still wins). An
     // unknown user is the shepherd's to fail, with its reason.
-    if let Ok(identity) = user::lookup(&task.user) {
+    let identity = user::lookup(&task.user).ok();
+    if let Some(identity) = &identity {
         let env = &mut prepared.spec.env;
-        env.entry("HOME".into()).or_insert(identity.home);
-        env.entry("SHELL".into()).or_insert(identity.shell);
+        env.entry("HOME".into()).or_insert(identity.home.clone());
+        env.entry("SHELL".into()).or_insert(identity.shell.clone());
     }
     // Its own cgroup where the node confines by cgroup: made before the spec names it.
     if let Some(cgroups) = opts.confinement.cgroups() {
@@ -91,18 +109,27 @@ pub fn launch(
             cpus: &spec.cpus,
             mems,
             memory_max: task.memory_bytes.filter(|&b| b > 0),
+            pids_max: opts.pids_max,
         };
         match cgroups.create(&task.job, task.job_id, &task.task, &limits) {
-            Ok(path) => prepared.spec.cgroup = Some(path),
+            Ok(paths) => prepared.spec.cgroups = paths,
             Err(e) => return fail(format!("cannot set up the task's cgroup: {e}")),
         }
+    }
+    if let Some(identity) = &identity {
+        prepared.spec.rlimits = rlimits_for(opts, identity);
     }
     let hostfile = hostfile_path(&opts.state_dir, &task.job, task.job_id);
     // One hostfile per job on this node, the same for each of its tasks here: written by
     // the first, read and left alone by the others (a new file costs more than a read on
     // a busy filesystem: ext4 looks for a free inode).
+    // Readable by the job's user (its tasks) and root only.
+    let owner = identity
+        .as_ref()
+        .filter(|_| crate::shepherd::current_euid() == 0)
+        .map(|i| (i.uid, i.gid));
     let unchanged = std::fs::read(&hostfile).is_ok_and(|old| old == prepared.hostfile.as_bytes());
-    if !unchanged && let Err(e) = write_replace(&hostfile, prepared.hostfile.as_bytes()) {
+    if !unchanged && let Err(e) = write_private(&hostfile, prepared.hostfile.as_bytes(), owner) {
         return fail(format!("cannot write the hostfile {}: {e}", hostfile.display()));
     }
     let spec = match serde_json::to_vec_pretty(&prepared.spec) {
@@ -112,26 +139,71 @@ pub fn launch(
     if let Err(e) = write_replace(&dir.spec(), &spec) {
         return fail(format!("cannot write {}: {e}", dir.spec().display()));
     }
-    let log = match std::fs::File::create(dir.shepherd_log()) {
-        Ok(f) => f,
-        Err(e) => return fail(format!("cannot create {}: {e}", dir.shepherd_log().display())),
+    match spawn_shepherd(opts, dir) {
+        Ok(child) => Launched::Spawned(child),
+        Err(e) if temporary(&e) => Launched::Retry(e),
+        Err(e) => Launched::Failed(shepherd_failed(opts, dir, task, &e)),
+    }
+}
+
+/// The task's resource limits: the user's `limits.conf` (when the agent applies it), the
+/// site's `[exec] rlimits` over them, made consistent. What is wrong in the files is
+/// logged once per agent run, not at every launch.
+fn rlimits_for(opts: &TaskOptions, identity: &user::Identity) -> rlimits::Rlimits {
+    let mut warnings = Vec::new();
+    let mut limits = if opts.limits_conf {
+        let who = rlimits::Who {
+            name: identity.name.clone(),
+            uid: identity.uid,
+            gid: identity.gid,
+            groups: identity
+                .groups
+                .iter()
+                .filter_map(|&g| user::group_name(g).map(|n| (n, g)))
+                .collect(),
+        };
+        let (limits, said) = rlimits::for_user(&who, Path::new("/"));
+        warnings = said;
+        limits
+    } else {
+        rlimits::Rlimits::new()
     };
-    let spawned = Command::new(&opts.shepherd)
+    rlimits::merge(&mut limits, &opts.rlimits);
+    rlimits::finalize(&mut limits, rlimits::read_nr_open(Path::new("/")), &mut warnings);
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    if let Ok(mut said) = SAID.lock() {
+        for w in warnings {
+            if said.len() < 256 && !said.contains(&w) {
+                tracing::warn!("resource limits for tasks: {w}");
+                said.push(w);
+            }
+        }
+    }
+    limits
+}
+
+/// Starts the shepherd of the task whose files are in `dir` (stderr to its log).
+pub fn spawn_shepherd(opts: &TaskOptions, dir: &TaskDir) -> std::io::Result<Child> {
+    let log = std::fs::File::create(dir.shepherd_log())?;
+    Command::new(&opts.shepherd)
         .arg("shepherd")
         .arg("--spec")
         .arg(dir.spec())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
-        .spawn();
-    match spawned {
-        Ok(child) => Launched::Spawned(child),
-        Err(e) => {
-            // No shepherd will ever run it: say so where a restarted agent looks.
-            let _ = write_exclusive(&dir.pid(), b"0\n");
-            fail(format!("cannot start the shepherd {}: {e}", opts.shepherd.display()))
-        }
-    }
+        .spawn()
+}
+
+/// No shepherd will ever run the task: says so where a restarted agent looks (a pid
+/// tombstone) and writes its failed record.
+pub fn shepherd_failed(opts: &TaskOptions, dir: &TaskDir, task: &LaunchTask, e: &std::io::Error) -> ExitRecord {
+    let _ = write_exclusive(&dir.pid(), b"0\n");
+    failed_record(
+        dir,
+        task,
+        format!("cannot start the shepherd {}: {e}", opts.shepherd.display()),
+    )
 }
 
 /// A record for a task that did not run (or whose shepherd vanished), written atomically.

@@ -1,10 +1,13 @@
 //! Stopping every task of a state directory, by the pids its shepherds wrote: what `hyperplan
 //! demo` and the end-to-end tests do when they end, since shepherds leave their starter's
 //! session on purpose (they outlive agent restarts) and nothing else would stop them.
+//! The tasks' cgroups are emptied and removed too, and their parents when empty: nothing
+//! is left behind.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::cgroup::{self, TaskCgroups, kill};
 use super::runner::{kill_orphaned_task, shepherd_alive, signal};
 use super::scan;
 
@@ -34,6 +37,19 @@ pub fn stop_all(state_dir: &Path, grace: Duration) -> usize {
             kill_orphaned_task(task, pid);
         }
         signal(pid, libc::SIGKILL);
+    }
+    for (task, dir) in scan::list(state_dir) {
+        let Ok(spec) = crate::shepherd::LaunchSpec::read(&dir.spec()) else {
+            continue;
+        };
+        let paths = TaskCgroups::named_in_spec(&spec.all_cgroups(), &task.job, task.job_id, &task.task);
+        kill::kill_all(&paths, Duration::from_secs(2), &mut || {});
+        for path in &paths {
+            cgroup::remove(path);
+            if let Some(parent) = path.parent() {
+                let _ = std::fs::remove_dir(parent); // only when empty: the last task's
+            }
+        }
     }
     shepherds.len()
 }

@@ -374,6 +374,48 @@ enabled = false
         Ok(())
     }
 
+    /// Issue 20: `[server] privateData`, off unless set; a value that is no boolean, or a
+    /// misspelt key, is an error naming its line.
+    #[test]
+    fn private_data_key() -> Result<(), ConfigError> {
+        assert!(!DaemonConfig::parse("", "p.toml")?.server.private_data);
+        assert!(!ServerConfig::default().private_data);
+        let on = DaemonConfig::parse("[server]\ntickInterval = 2\nprivateData = true\n", "p.toml")?;
+        assert!(on.server.private_data);
+        assert_eq!(on.server.tick_interval, Duration::from_secs(2));
+        assert!(
+            !DaemonConfig::parse("[server]\nprivateData = false\n", "p.toml")?
+                .server
+                .private_data
+        );
+        let msg = error("[server]\nprivateData = \"yes\"\n");
+        assert!(
+            msg.starts_with("/etc/hyperplan/planner.toml:2:15: ") && msg.contains("bool"),
+            "{msg}"
+        );
+        let msg = error("[server]\nprivatedata = true\n");
+        assert!(
+            msg.starts_with("/etc/hyperplan/planner.toml:2:1: unknown field `privatedata`"),
+            "{msg}"
+        );
+        // The shipped file's commented example turns it on.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../systemd/planner.toml");
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        assert!(
+            text.contains("\n# privateData = true\n"),
+            "systemd/planner.toml documents privateData"
+        );
+        let shipped = DaemonConfig::parse(
+            &text.replace("\n# privateData = true\n", "\nprivateData = true\n"),
+            "p.toml",
+        )?;
+        assert!(shipped.server.private_data);
+        Ok(())
+    }
+
     #[test]
     fn unknown_section_names_line() {
         let err = DaemonConfig::parse("[scoring]\nweight = 1\n[bogus]\nx = 1\n", "p.toml");

@@ -1,13 +1,13 @@
-//! `[server]`: where the daemon listens and how it keeps time; every key is also a flag
-//! of `hyperplan-planner`.
+//! `[server]`: where the daemon listens, how it keeps time and what it tells people of
+//! each other's jobs; every key is also a flag of `hyperplan-planner`.
 
 use serde::Deserialize;
 
 use hyperplan_core::config::ConfigError;
 use hyperplan_core::config::HealthConfig;
 
-/// Where the daemon listens and how it keeps time (`[server]` in planner.toml; every key
-/// is also a flag of `hyperplan-planner`).
+/// Where the daemon listens, how it keeps time and what it tells people of each other's
+/// jobs (`[server]` in planner.toml; every key is also a flag of `hyperplan-planner`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServerConfig {
     /// `listen`: UDP address for QUIC (agents and the CLI).
@@ -25,6 +25,9 @@ pub struct ServerConfig {
     pub max_frame_bytes: usize,
     /// `nodeLostAfter` (seconds): NotReady this long, a node's running tasks are lost.
     pub node_lost_after: std::time::Duration,
+    /// `privateData`: plain users see only their own jobs (like Slurm's `PrivateData`);
+    /// another user's job answers as one that does not exist. Admins see every job.
+    pub private_data: bool,
 }
 
 impl Default for ServerConfig {
@@ -37,6 +40,7 @@ impl Default for ServerConfig {
             missed_heartbeats: HealthConfig::default().missed_heartbeats,
             max_frame_bytes: 16 * 1024 * 1024,
             node_lost_after: HealthConfig::default().node_lost_after,
+            private_data: false,
         }
     }
 }
@@ -65,6 +69,7 @@ pub struct RawServer {
     missed_heartbeats: Option<toml::Spanned<u32>>,
     max_frame_bytes: Option<toml::Spanned<u64>>,
     node_lost_after: Option<toml::Spanned<f64>>,
+    private_data: Option<bool>,
 }
 
 /// Seconds as a duration: positive and finite, else `None`.
@@ -92,6 +97,9 @@ pub fn server_config(
         }
         if let Some(d) = s.cert_dir {
             server.cert_dir = d.into();
+        }
+        if let Some(p) = s.private_data {
+            server.private_data = p;
         }
         for (key, value, target) in [
             ("tickInterval", s.tick_interval, &mut server.tick_interval),

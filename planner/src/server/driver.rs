@@ -2,8 +2,9 @@
 //! ticks (on the timer and as soon as something arrives), sends `Launch` for placed tasks,
 //! logs what the core decided, and answers people's requests from the world. It decides
 //! nothing itself: node readiness (`core::health`), which link holds a node
-//! (`core::claim`), job owners, ids, limits and name clashes (`core::ownership`) are the
-//! core's. Time for the core is [`Clock`].
+//! (`core::claim`), job owners, ids, limits, the priority cap and name clashes
+//! (`core::ownership`), and who may see which job (`core::caller`, `[server] privateData`)
+//! are the core's. Time for the core is [`Clock`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -23,6 +24,7 @@ use super::close;
 use crate::config::{DaemonConfig, SourceKind};
 use crate::store::writer::{After, Work, Writer};
 use crate::store::{Loaded, Store};
+use hyperplan_core::caller::Caller;
 use hyperplan_core::commands::HealthChange;
 use hyperplan_core::discovery::{Found, SourceError};
 use hyperplan_core::events::TaskOnNode;
@@ -150,6 +152,8 @@ struct Driver {
     epoch: u64,
     /// The next job id the store has.
     stored_next_id: u64,
+    /// `[server] privateData`: plain users see only their own jobs.
+    private_data: bool,
 }
 
 /// What the daemon starts from: the store, what it held, and its writer.
@@ -191,6 +195,7 @@ pub async fn run(mut config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCor
         acks: Vec::new(),
         epoch: start.loaded.epoch,
         stored_next_id: start.loaded.next_job_id,
+        private_data: config.server.private_data,
     };
     d.restore(start.loaded);
     // Counts (jobs per owner for maxJobsPerUser) and records settle before any request.
@@ -439,9 +444,10 @@ impl Driver {
                     max_bytes,
                 } = command
                 {
-                    return self.relay_logs(&user, admin, &job, task.as_deref(), stderr, offset, max_bytes, reply);
+                    let caller = self.caller(&user, admin);
+                    return self.relay_logs(caller, &job, task.as_deref(), stderr, offset, max_bytes, reply);
                 }
-                let answer = self.answer(&user, admin, peer, command);
+                let answer = self.answer(self.caller(&user, admin), peer, command);
                 if durable {
                     self.work.after.push(After::Reply(reply, answer));
                 } else {
@@ -592,13 +598,21 @@ impl Driver {
         }
     }
 
+    /// Who sent a request, as the core's checks take it.
+    fn caller<'a>(&self, user: &'a str, admin: bool) -> Caller<'a> {
+        Caller {
+            user,
+            admin,
+            private_data: self.private_data,
+        }
+    }
+
     /// `hyperplan logs`: finds the task and its node, checks the person may read it, and
     /// asks the node's agent (the answer comes with its `Log`).
     #[allow(clippy::too_many_arguments)]
     fn relay_logs(
         &mut self,
-        user: &str,
-        admin: bool,
+        caller: Caller<'_>,
         job: &str,
         task: Option<&str>,
         stderr: bool,
@@ -607,10 +621,14 @@ impl Driver {
         reply: oneshot::Sender<Result<Value, ResponseError>>,
     ) {
         let found = (|| {
+            let missing = || ResponseError::new(format!("no job named {job:?}"));
+            // Under privateData another user's job is answered as a missing one.
+            if !self.planner.sees_job(job, caller) {
+                return Err(missing());
+            }
             let owner = self.planner.owner_of(job).map(str::to_string);
-            let report = view::job_report(self.planner.world_mut(), job)
-                .ok_or_else(|| ResponseError::new(format!("no job named {job:?}")))?;
-            if !admin && owner.as_deref() != Some(user) {
+            let report = view::job_report(self.planner.world_mut(), job).ok_or_else(missing)?;
+            if !caller.admin && owner.as_deref() != Some(caller.user) {
                 return Err(ResponseError::new(format!(
                     "job {job} belongs to {}; only its owner or an admin may read its output",
                     owner.as_deref().unwrap_or("nobody")
@@ -687,11 +705,11 @@ impl Driver {
 
     fn answer(
         &mut self,
-        user: &str,
-        admin: bool,
+        caller: Caller<'_>,
         peer: SocketAddr,
         command: RequestCommand,
     ) -> Result<Value, ResponseError> {
+        let user = caller.user;
         match command {
             RequestCommand::Submit {
                 file_name,
@@ -700,7 +718,7 @@ impl Driver {
             } => {
                 let submit_dir = submit_dir.map(checked_submit_dir).transpose()?;
                 let jobs = hyperplan_shared::parse_jobs(&text, Path::new(&file_name)).map_err(|e| e.to_string())?;
-                if let Err(e) = self.planner.check_submission(&jobs, user) {
+                if let Err(e) = self.planner.check_submission(&jobs, caller) {
                     if !matches!(e, SubmitError::Name(_)) {
                         tracing::warn!(user, "refused a submission: {e}");
                     }
@@ -736,8 +754,8 @@ impl Driver {
                 to_value(&Submitted { submitted: names, ids })
             }
             RequestCommand::Cancel { job, grace_secs } => {
-                if let Err(e) = self.planner.authorize_cancel(&job, user, admin) {
-                    if let CancelError::NotOwner { owner, .. } = &e {
+                if let Err(e) = self.planner.authorize_cancel(&job, caller) {
+                    if let CancelError::NotOwner { owner, .. } | CancelError::Hidden { owner, .. } = &e {
                         tracing::warn!(%peer, user, job, owner, "refused: cancel of another user's job");
                     }
                     return Err(e.to_string().into());
@@ -752,6 +770,9 @@ impl Driver {
             }
             RequestCommand::Status { job, all, since_secs } => {
                 let mut jobs = view::job_reports(self.planner.world_mut());
+                // Under privateData a plain user's answer is built from their jobs alone, so
+                // it reads as if no one else's existed (names, owners, directories, pids).
+                caller.keep_visible(&mut jobs);
                 // One name the world has (`submit --wait` asks every second): no disk read.
                 let in_world = job.as_ref().is_some_and(|n| jobs.iter().any(|j| &j.name == n));
                 // A name the world does not have may be a job that ended before this start.
@@ -760,8 +781,11 @@ impl Driver {
                     let cutoff = since_secs.map_or(0, |s| (self.clock.now_ms() / 1000).saturating_sub(s));
                     let have: std::collections::HashSet<u64> = jobs.iter().map(|j| j.id).collect();
                     let stored = self.store.finished(cutoff).map_err(|e| e.to_string())?;
-                    let wanted =
-                        |r: &&JobRecord| !have.contains(&r.id) && job.as_ref().is_none_or(|n| &r.spec.name == n);
+                    let wanted = |r: &&JobRecord| {
+                        !have.contains(&r.id)
+                            && job.as_ref().is_none_or(|n| &r.spec.name == n)
+                            && caller.sees(Some(&r.owner))
+                    };
                     jobs.extend(stored.iter().filter(wanted).map(view::stored_report));
                     if since_secs.is_some() {
                         jobs.retain(|j| j.end_time.is_none_or(|end| end >= cutoff));
@@ -807,10 +831,14 @@ impl Driver {
                 leader: Some(self.advertise.clone()),
                 store: self.describe.clone(),
             }),
-            RequestCommand::Explain { job } => match view::explain(self.planner.world_mut(), &job) {
-                Some(e) => to_value(&e),
-                None => Err(format!("no job named {job:?}").into()),
-            },
+            RequestCommand::Explain { job } => {
+                // Under privateData another user's job is answered as a missing one.
+                let seen = self.planner.sees_job(&job, caller);
+                match seen.then(|| view::explain(self.planner.world_mut(), &job)).flatten() {
+                    Some(e) => to_value(&e),
+                    None => Err(format!("no job named {job:?}").into()),
+                }
+            }
         }
     }
 }

@@ -1,0 +1,328 @@
+//! cgroup v2: where the node has the unified hierarchy with `cpuset` and `memory`
+//! delegated to the agent (systemd `Delegate=yes`), each task gets a cgroup of its own,
+//! so the kernel enforces what affinity only asks for: its CPUs (`cpuset.cpus`), its NUMA
+//! memory (`cpuset.mems`), its memory request (`memory.max`, the OOM kill counted in
+//! `memory.events`) and its process count (`pids.max`, when `pids` is delegated too).
+//!
+//! cgroup v2 lets only a cgroup without processes hand controllers to its children (the
+//! "no internal processes" rule), so, as systemd's delegation notes advise, the agent
+//! moves itself into a leaf and puts its tasks beside it:
+//!
+//! ```text
+//! <own>/                       the agent's cgroup (its unit's, with Delegate=yes)
+//!   cgroup.subtree_control     +cpuset +memory [+pids]
+//!   agent/                     the agent (and the shepherds it starts)
+//!   tasks/                     cgroup.subtree_control: +cpuset +memory [+pids]
+//!     <job>.<jobId>.<task>/    one task: cpuset.cpus, cpuset.mems, memory.max, pids.max
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use super::{CgroupError, Limits, make_dir, make_task_dir, read_bounded, relative_cgroup_path, remove, write};
+
+/// The leaf the agent moves itself into, below its own cgroup.
+pub const AGENT_LEAF: &str = "agent";
+/// The parent of the tasks' cgroups, below the agent's own cgroup.
+pub const TASKS_DIR: &str = "tasks";
+/// The controllers the agent needs.
+pub const CONTROLLERS: [&str; 2] = ["cpuset", "memory"];
+
+/// Checks cgroup v2 under `root`, finds the agent's cgroup in `proc_self_cgroup`, moves
+/// `pid` into its `agent` leaf and enables `cpuset` and `memory` (and `pids` when
+/// delegated) for `tasks/`. Returns `tasks/` and whether `pids` is on.
+pub fn set_up(root: &Path, proc_self_cgroup: &str, pid: u32) -> Result<(PathBuf, bool), CgroupError> {
+    if !root.join("cgroup.controllers").is_file() {
+        return Err(CgroupError::NotUnified {
+            root: root.to_path_buf(),
+        });
+    }
+    let relative = own_cgroup(proc_self_cgroup)?;
+    // Already in the leaf (an agent that re-executed itself): its parent is ours.
+    let relative = match relative.file_name() {
+        Some(leaf) if leaf == AGENT_LEAF => relative.parent().map(Path::to_path_buf).unwrap_or_default(),
+        _ => relative,
+    };
+    let own = root.join(&relative);
+    let have = read_bounded(&own.join("cgroup.controllers"))?;
+    let words: Vec<&str> = have.split_whitespace().collect();
+    let missing: Vec<&str> = CONTROLLERS.into_iter().filter(|c| !words.contains(c)).collect();
+    if !missing.is_empty() {
+        return Err(CgroupError::NotDelegated {
+            path: own,
+            missing: missing.join(" and "),
+            have: have.trim().chars().take(200).collect(),
+        });
+    }
+    let pids = words.contains(&"pids");
+    let procs = read_bounded(&own.join("cgroup.procs"))?;
+    let me = pid.to_string();
+    let others: Vec<&str> = procs.split_whitespace().filter(|p| *p != me).collect();
+    if !others.is_empty() {
+        let more = if others.len() > 8 { ", …" } else { "" };
+        return Err(CgroupError::Shared {
+            path: own,
+            pids: format!("pids {}{more}", others[..others.len().min(8)].join(", ")),
+        });
+    }
+    let leaf = own.join(AGENT_LEAF);
+    make_dir(&leaf)?;
+    write(&leaf.join("cgroup.procs"), &format!("{pid}\n"), "move the agent into")?;
+    let mut enable = CONTROLLERS.map(|c| format!("+{c}")).join(" ");
+    if pids {
+        enable.push_str(" +pids");
+    }
+    write(&own.join("cgroup.subtree_control"), &enable, "enable controllers in")?;
+    let base = own.join(TASKS_DIR);
+    make_dir(&base)?;
+    write(&base.join("cgroup.subtree_control"), &enable, "enable controllers in")?;
+    Ok((base, pids))
+}
+
+/// Makes one task's cgroup `path` with its limits; on an error it is removed again.
+pub fn create(path: &Path, limits: &Limits<'_>, pids: bool) -> Result<PathBuf, CgroupError> {
+    make_task_dir(path)?;
+    let written = (|| {
+        if !limits.cpus.is_empty() {
+            write(&path.join("cpuset.cpus"), limits.cpus, "write")?;
+        }
+        if !limits.mems.is_empty() {
+            let mems: Vec<String> = limits.mems.iter().map(u32::to_string).collect();
+            write(&path.join("cpuset.mems"), &mems.join(","), "write")?;
+        }
+        if let Some(bytes) = limits.memory_max {
+            write(&path.join("memory.max"), &bytes.to_string(), "write")?;
+        }
+        if pids && let Some(n) = limits.pids_max {
+            write(&path.join("pids.max"), &n.to_string(), "write")?;
+        }
+        Ok(())
+    })();
+    match written {
+        Ok(()) => Ok(path.to_path_buf()),
+        Err(e) => {
+            remove(path);
+            Err(e)
+        }
+    }
+}
+
+/// The cgroup v2 path (`0::/path`) of `/proc/self/cgroup`, relative, checked.
+fn own_cgroup(text: &str) -> Result<PathBuf, CgroupError> {
+    let path = text
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or(CgroupError::NoOwnCgroup)?;
+    relative_cgroup_path(path)
+}
+
+/// Against a fake cgroup tree of plain files and directories in a temp dir: as root a
+/// test would move itself and make cgroups on the host's v2 hierarchy, and machines with
+/// delegated v2 are not where these run. The code uses only reads, writes, `mkdir` and
+/// `rmdir`, which behave the same on both (the kernel's refusals, such as EBUSY or
+/// EINVAL, are what the fallbacks are for). The real kernel's v1 and hybrid hierarchies
+/// are exercised by `v1`'s and `kill`'s tests.
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::super::{Confinement, TaskCgroups};
+    use super::*;
+    use hyperplan_net::messages::Confinement as Kind;
+
+    const PID: u32 = 4242;
+    const NAME: &str = "hyperplan";
+
+    /// A v2 root with the agent's unit cgroup holding only the agent.
+    fn tree(controllers: &str) -> (tempfile::TempDir, PathBuf) {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("cgroup.controllers"), "cpuset cpu io memory pids\n").unwrap();
+        let own = root.path().join("system.slice/hyperplan-agent.service");
+        std::fs::create_dir_all(&own).unwrap();
+        std::fs::write(own.join("cgroup.controllers"), controllers).unwrap();
+        std::fs::write(own.join("cgroup.procs"), format!("{PID}\n")).unwrap();
+        (root, own)
+    }
+
+    const SELF: &str = "0::/system.slice/hyperplan-agent.service\n";
+
+    fn read(p: &Path) -> String {
+        std::fs::read_to_string(p).unwrap()
+    }
+
+    fn why(root: &Path, text: &str) -> String {
+        set_up(root, text, PID).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_delegated_cgroup_moves_the_agent_to_a_leaf_and_enables_the_controllers() {
+        let (root, own) = tree("cpuset cpu memory pids\n");
+        let c = Confinement::detect_with(root.path(), SELF, PID, NAME);
+        assert_eq!(c.kind(), Kind::Cgroup);
+        assert_eq!(
+            c.cgroups().unwrap(),
+            &TaskCgroups::V2 {
+                base: own.join("tasks"),
+                pids: true
+            }
+        );
+        assert_eq!(read(&own.join("agent/cgroup.procs")), "4242\n");
+        assert_eq!(read(&own.join("cgroup.subtree_control")), "+cpuset +memory +pids");
+        assert_eq!(read(&own.join("tasks/cgroup.subtree_control")), "+cpuset +memory +pids");
+
+        // Detected again from the leaf (a re-executed agent): the same base.
+        let again = Confinement::detect_with(
+            root.path(),
+            "0::/system.slice/hyperplan-agent.service/agent\n",
+            PID,
+            NAME,
+        );
+        assert_eq!(again, c);
+
+        // Without pids delegated: no pids.max, the rest as before.
+        let (root, own) = tree("cpuset memory\n");
+        assert_eq!(set_up(root.path(), SELF, PID).unwrap(), (own.join("tasks"), false));
+        assert_eq!(read(&own.join("cgroup.subtree_control")), "+cpuset +memory");
+    }
+
+    #[test]
+    fn anything_less_falls_back_and_pin_off_is_none() {
+        assert_eq!(
+            Confinement::detect(Path::new("/nonexistent"), false, NAME),
+            Confinement::None
+        );
+        // No cgroup.controllers at the root, and no v1 hierarchies either.
+        let empty = tempfile::tempdir().unwrap();
+        assert_eq!(
+            Confinement::detect_with(empty.path(), SELF, PID, NAME),
+            Confinement::Affinity
+        );
+        assert!(why(empty.path(), SELF).contains("no cgroup v2"));
+
+        // cpuset not delegated.
+        let (root, own) = tree("cpu memory pids\n");
+        assert_eq!(
+            Confinement::detect_with(root.path(), SELF, PID, NAME),
+            Confinement::Affinity
+        );
+        let e = why(root.path(), SELF);
+        assert!(
+            e.contains("cpuset are not delegated") && e.contains("Delegate=yes"),
+            "{e}"
+        );
+        assert!(!own.join("agent").exists(), "nothing moved");
+
+        // Others in the agent's cgroup (started from a shell).
+        let (root, own) = tree("cpuset memory\n");
+        std::fs::write(own.join("cgroup.procs"), "17\n4242\n99\n").unwrap();
+        let e = why(root.path(), SELF);
+        assert!(e.contains("pids 17, 99"), "{e}");
+        assert!(!own.join("agent").exists(), "nothing moved");
+
+        // Odd /proc/self/cgroup content: no v2 line, a relative or escaping path, deleted.
+        let (root, _own) = tree("cpuset memory\n");
+        for text in [
+            "",
+            "1:name=systemd:/x\n",
+            "0::relative\n",
+            "0::/a/../../etc\n",
+            "0::/gone (deleted)\n",
+            "\u{0}\u{ff}garbage",
+        ] {
+            assert!(set_up(root.path(), text, PID).is_err(), "{text:?}");
+        }
+        // A missing own cgroup, or one whose files are directories.
+        assert!(why(root.path(), "0::/nope\n").contains("cannot read"));
+        let (root, own) = tree("cpuset memory\n");
+        std::fs::remove_file(own.join("cgroup.procs")).unwrap();
+        std::fs::create_dir(own.join("cgroup.procs")).unwrap();
+        assert!(set_up(root.path(), SELF, PID).is_err());
+    }
+
+    #[test]
+    fn a_task_cgroup_gets_its_limits_and_is_removed() {
+        let (root, own) = tree("cpuset memory pids\n");
+        let c = match Confinement::detect_with(root.path(), SELF, PID, NAME) {
+            Confinement::Cgroup(c) => c,
+            other => panic!("{other:?}"),
+        };
+        let limits = Limits {
+            cpus: "0-3,8-11",
+            mems: &[0, 1],
+            memory_max: Some(1 << 30),
+            pids_max: Some(64),
+        };
+        let paths = c.create("train", 7, "worker-3", &limits).unwrap();
+        let path = own.join("tasks/train.7.worker-3");
+        assert_eq!(paths, std::slice::from_ref(&path));
+        assert_eq!(c.paths("train", 7, "worker-3").unwrap(), paths);
+        assert_eq!(read(&path.join("cpuset.cpus")), "0-3,8-11");
+        assert_eq!(read(&path.join("cpuset.mems")), "0,1");
+        assert_eq!(read(&path.join("memory.max")), "1073741824");
+        assert_eq!(read(&path.join("pids.max")), "64");
+
+        // Nothing asked: only the directory (the parent's CPUs, memory and no limit).
+        let bare = c.create("train", 7, "worker-4", &Limits::default()).unwrap().remove(0);
+        assert_eq!(std::fs::read_dir(&bare).unwrap().count(), 0);
+
+        // A leftover empty cgroup is used again; one with processes refused.
+        assert_eq!(
+            c.create("train", 7, "worker-4", &Limits::default()).unwrap(),
+            std::slice::from_ref(&bare)
+        );
+        std::fs::write(bare.join("cgroup.procs"), "123\n").unwrap();
+        assert!(matches!(
+            c.create("train", 7, "worker-4", &Limits::default()),
+            Err(CgroupError::InUse { .. })
+        ));
+
+        // Removal: an empty directory goes; a missing one or a busy one is only logged.
+        for f in ["cpuset.cpus", "cpuset.mems", "memory.max", "pids.max"] {
+            std::fs::remove_file(path.join(f)).unwrap();
+        }
+        remove(&path);
+        assert!(!path.exists());
+        remove(&path);
+        remove(&bare); // not empty here: stays, no panic
+        assert!(bare.exists());
+    }
+
+    #[test]
+    fn bad_names_and_limits_make_nothing() {
+        let (root, own) = tree("cpuset memory\n");
+        let Confinement::Cgroup(c) = Confinement::detect_with(root.path(), SELF, PID, NAME) else {
+            panic!("no cgroups")
+        };
+        for (job, task) in [("../x", "w-0"), ("j", "a/b"), ("j", ".."), ("", "w-0")] {
+            assert!(c.create(job, 1, task, &Limits::default()).is_err(), "{job:?} {task:?}");
+        }
+        let cpus = Limits {
+            cpus: "3-1\n+",
+            ..Limits::default()
+        };
+        assert!(
+            c.create("j", 1, "w-0", &cpus)
+                .unwrap_err()
+                .to_string()
+                .contains("its CPUs")
+        );
+        let mems = Limits {
+            mems: &[5000],
+            ..Limits::default()
+        };
+        assert!(c.create("j", 1, "w-0", &mems).is_err());
+        assert_eq!(
+            std::fs::read_dir(own.join("tasks")).unwrap().count(),
+            1,
+            "only subtree_control"
+        );
+
+        // A write the kernel refuses (here: the file is a directory) is an error naming it.
+        let path = c.paths("j", 1, "w-1").unwrap().remove(0);
+        std::fs::create_dir_all(path.join("memory.max")).unwrap();
+        let limits = Limits {
+            memory_max: Some(1),
+            ..Limits::default()
+        };
+        let e = c.create("j", 1, "w-1", &limits).unwrap_err();
+        assert!(e.to_string().contains("memory.max"), "{e}");
+    }
+}
