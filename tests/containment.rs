@@ -114,17 +114,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 
 /// Creates the second user (once) and its certificate.
 fn other_user(live: &Live) {
-    if !Command::new("id").arg(OTHER_USER).output().unwrap().status.success() {
-        let out = Command::new("useradd")
-            .args(["--system", "--no-create-home", "--shell", "/bin/sh", OTHER_USER])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success() || out.status.code() == Some(9),
-            "useradd: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    common::ensure_user(OTHER_USER);
     live.c.issue_user(OTHER_USER);
 }
 
@@ -150,6 +140,30 @@ fn can_lower_oom_score_adj() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Submits the job `bomb` (its command line ends in `tag`) and waits until a fork of it
+/// failed for a pids limit; returns its task cgroup in the pids hierarchy.
+fn start_bomb(live: &Live, cap: &Cap, tag: &str) -> PathBuf {
+    let bomb = live.job(
+        "bomb",
+        &format!(
+            "tasks:\n  - name: t\n    replicas: 1\n    resources: {{cpu: 1}}\n    workingDir: WORKDIR\n    \
+             command: [python3, -c, {BOMB}, {tag}]\n"
+        ),
+    );
+    assert!(live.cli(&["submit", path_str(&bomb)]).status.success());
+    wait_for(LONG, "the bomb at a pids limit", || {
+        let dir = task_cgroup(&cap.dir, "bomb", "t-0")?;
+        let events = std::fs::read_to_string(dir.join("pids.events")).ok()?;
+        let hits: u64 = events
+            .lines()
+            .find_map(|l| l.strip_prefix("max "))?
+            .trim()
+            .parse()
+            .ok()?;
+        (hits > 0).then_some(dir)
+    })
+}
+
 fn task(j: &serde_json::Value) -> &serde_json::Value {
     &j["tasks"][0]
 }
@@ -163,24 +177,7 @@ fn a_fork_bomb_stops_at_its_own_limit_and_the_node_goes_on() {
     let cap = Cap::new("bomb-one", "pids", "pids.max", "400");
     let live = Live::start_in(&["n1"], &["--task-pids-max", "48"], std::slice::from_ref(&cap.dir));
     other_user(&live);
-    let bomb = live.job(
-        "bomb",
-        &"tasks:\n  - name: t\n    replicas: 1\n    resources: {cpu: 1}\n    workingDir: WORKDIR\n    \
-         command: [python3, -c, BOMB, bomb-one]\n"
-            .replace("BOMB", BOMB),
-    );
-    assert!(live.cli(&["submit", path_str(&bomb)]).status.success());
-    let cgroup = wait_for(LONG, "the bomb at its pids.max", || {
-        let dir = task_cgroup(&cap.dir, "bomb", "t-0")?;
-        let events = std::fs::read_to_string(dir.join("pids.events")).ok()?;
-        let hits: u64 = events
-            .lines()
-            .find_map(|l| l.strip_prefix("max "))?
-            .trim()
-            .parse()
-            .ok()?;
-        (hits > 0).then_some(dir)
-    });
+    let cgroup = start_bomb(&live, &cap, "bomb-one");
     let current: u64 = std::fs::read_to_string(cgroup.join("pids.current"))
         .unwrap()
         .trim()
@@ -225,24 +222,7 @@ fn without_a_task_limit_a_bomb_that_takes_every_process_costs_the_agent_nothing(
     // No limit of the task's own: it takes all the agent's unit may have.
     let cap = Cap::new("bomb-two", "pids", "pids.max", "150");
     let live = Live::start_in(&["n1"], &["--task-pids-max", "max"], std::slice::from_ref(&cap.dir));
-    let bomb = live.job(
-        "bomb",
-        &"tasks:\n  - name: t\n    replicas: 1\n    resources: {cpu: 1}\n    workingDir: WORKDIR\n    \
-         command: [python3, -c, BOMB, bomb-two]\n"
-            .replace("BOMB", BOMB),
-    );
-    assert!(live.cli(&["submit", path_str(&bomb)]).status.success());
-    wait_for(LONG, "the agent's cap reached", || {
-        let dir = task_cgroup(&cap.dir, "bomb", "t-0")?;
-        let events = std::fs::read_to_string(dir.join("pids.events")).ok()?;
-        let hits: u64 = events
-            .lines()
-            .find_map(|l| l.strip_prefix("max "))?
-            .trim()
-            .parse()
-            .ok()?;
-        (hits > 0).then_some(())
-    });
+    start_bomb(&live, &cap, "bomb-two");
     // A second job cannot get a shepherd while the bomb holds every process: the agent
     // tries again instead of failing it, and stays Ready.
     let next = live.job(

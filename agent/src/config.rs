@@ -191,9 +191,29 @@ mod tests {
                 && c.state_dir.is_some()
                 && c.pin.is_some()
                 && c.allow_root.is_some()
-                && c.advertise_address.is_some()),
+                && c.advertise_address.is_some()
+                && c.task_pids_max.is_some()
+                && c.cgroup_name.is_some()
+                && c.exec.limits_conf == Some(true)
+                && c.exec.rlimits.is_some()),
             "{all:?}"
         );
+        // The shipped rlimits table is one the agent takes.
+        let table = all.ok().and_then(|c| c.exec.rlimits).unwrap_or_default();
+        assert!(crate::shepherd::rlimits::parse_table(&table).is_ok_and(|r| r.len() == 3));
+    }
+
+    #[test]
+    fn task_pids_max_is_a_count_or_max() {
+        let p = Path::new("agent.toml");
+        let get = |text: &str| AgentConfig::parse(text, p).map(|c| c.task_pids_max.map(PidsMaxKey::limit));
+        assert_eq!(get("taskPidsMax = 64\n").ok(), Some(Some(Some(64))));
+        assert_eq!(get("taskPidsMax = \"max\"\n").ok(), Some(Some(None)));
+        for bad in ["taskPidsMax = 0\n", "taskPidsMax = -3\n", "taskPidsMax = \"lots\"\n"] {
+            assert!(get(bad).is_err(), "{bad}");
+        }
+        assert!(AgentConfig::parse("[exec]\nlimitsConf = \"yes\"\n", p).is_err());
+        assert!(AgentConfig::parse("[exec]\nrlimit = {}\n", p).is_err());
     }
 
     #[test]

@@ -66,12 +66,14 @@ enum Command {
     /// tasks in the state directory.
     ///
     /// Confinement (shown by `hyperplan nodes`, said once at start): `cgroup` where
-    /// pinning is on and cgroup v2 has cpuset and memory delegated to the agent (systemd
-    /// Delegate=yes): the agent moves itself into CGROUP/agent and runs each task in
-    /// CGROUP/tasks/JOB.JOBID.TASK with its CPUs (cpuset.cpus), its NUMA nodes when its
-    /// memory is bound (cpuset.mems) and its memory request (memory.max), pinned as well;
-    /// `affinity` where pinning is on without such a cgroup (pinned to its PUs and NUMA
-    /// memory only); `none` with pinning off.
+    /// pinning is on and either cgroup v2 has cpuset and memory delegated to the agent
+    /// (systemd Delegate=yes: the agent moves itself into CGROUP/agent and runs each task
+    /// in CGROUP/tasks/JOB.JOBID.TASK) or cgroup v1 has a freezer hierarchy (each task in
+    /// OWN/hyperplan/JOB.JOBID.TASK of the freezer, cpuset, memory and pids hierarchies):
+    /// its CPUs, its NUMA nodes when its memory is bound, its memory request and its
+    /// process limit (--task-pids-max), and every process of the task killed at its end
+    /// however it left its session; `affinity` where pinning is on without such cgroups
+    /// (pinned, processes found by ancestry and session); `none` with pinning off.
     ///
     /// Every option is also an agent.toml key (in parentheses); flags win. Stops cleanly
     /// on SIGTERM or SIGINT. Under systemd (Type=notify) it reports READY=1 once first

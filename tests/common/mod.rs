@@ -74,27 +74,29 @@ pub fn euid_is_root() -> bool {
 /// The user tasks run as: `hyperplan-e2e` (created when missing) as root, else you.
 pub fn task_user() -> String {
     if euid_is_root() {
-        if Command::new("id")
-            .arg(TEST_USER)
-            .output()
-            .is_ok_and(|o| !o.status.success())
-        {
-            let out = Command::new("useradd")
-                .args(["--system", "--no-create-home", "--shell", "/bin/sh", TEST_USER])
-                .output()
-                .unwrap();
-            // Another test may have created it meanwhile (exit 9: already exists).
-            assert!(
-                out.status.success() || out.status.code() == Some(9),
-                "useradd: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        ensure_user(TEST_USER);
         TEST_USER.to_string()
     } else {
         let out = Command::new("id").arg("-un").output().unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
+}
+
+/// Creates the system user `name` (as root) unless it exists.
+pub fn ensure_user(name: &str) {
+    if Command::new("id").arg(name).output().is_ok_and(|o| o.status.success()) {
+        return;
+    }
+    let out = Command::new("useradd")
+        .args(["--system", "--no-create-home", "--shell", "/bin/sh", name])
+        .output()
+        .unwrap();
+    // Another test may have created it meanwhile (exit 9: already exists).
+    assert!(
+        out.status.success() || out.status.code() == Some(9),
+        "useradd: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 pub fn hyperplan_bin() -> PathBuf {
