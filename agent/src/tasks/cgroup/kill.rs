@@ -23,7 +23,7 @@ use super::read_bounded;
 /// How long a freeze may take to settle before the kill goes ahead anyway.
 const FREEZE_SETTLE: Duration = Duration::from_millis(200);
 /// Between looks at the cgroups while waiting for them to empty.
-const POLL: Duration = Duration::from_millis(5);
+const POLL: Duration = Duration::from_millis(1);
 
 /// The processes listed in `dir/cgroup.procs`; none when it cannot be read.
 pub fn procs(dir: &Path) -> Vec<u32> {
@@ -58,7 +58,8 @@ pub fn signal_all(dirs: &[PathBuf], signal: i32) -> usize {
 /// empty, calling `between` at each look (the shepherd reaps there). Returns how many
 /// processes were still listed at the end (0: all gone).
 pub fn kill_all(dirs: &[PathBuf], wait: Duration, between: &mut dyn FnMut()) -> usize {
-    if dirs.is_empty() {
+    // Already empty (a task that ended whole): nothing to freeze or kill.
+    if members(dirs).is_empty() {
         return 0;
     }
     let kill_file = dirs.iter().map(|d| d.join("cgroup.kill")).find(|p| p.is_file());
