@@ -312,6 +312,82 @@ fn sigterm_to_the_shepherd_kills_the_whole_group() {
     });
 }
 
+/// Without cgroups, what left the task's session and process group (`setsid`, a double
+/// fork) is still below the shepherd, its subreaper: a cancel and the task's end reach it.
+#[test]
+fn what_left_the_session_goes_with_the_task() {
+    let script = "setsid sh -c 'sleep 31 & echo $! > escaped.pid' & wait; \
+                  setsid sh -c 'exec sleep 32' & echo $! > session.pid; sleep 30";
+    let mut task = Task::new(&["sh", "-c", script]);
+    task.start();
+    task.task_pid();
+    let read = |name: &str| -> u32 {
+        let f = task.dir.path().join(name);
+        wait_until(name, Duration::from_secs(10), || {
+            std::fs::read_to_string(&f).is_ok_and(|s| s.ends_with('\n'))
+        });
+        std::fs::read_to_string(&f).unwrap().trim().parse().unwrap()
+    };
+    let (escaped, own_session) = (read("escaped.pid"), read("session.pid"));
+    task.pids.extend([escaped, own_session]);
+    assert!(alive(escaped) && alive(own_session));
+    kill(task.shepherd_pid(), "TERM");
+    let record = task.finish();
+    assert_eq!(record["outcome"], "cancelled", "{record:#}");
+    assert!(!alive(escaped), "the double-forked sleep survived");
+    assert!(!alive(own_session), "the setsid sleep survived");
+
+    // The task's own end, too: it exits, what it left behind goes.
+    let mut task = Task::new(&[
+        "sh",
+        "-c",
+        "setsid sh -c 'exec sleep 33' & echo $! > left.pid; sleep 0.2",
+    ]);
+    task.start();
+    let record = task.finish();
+    assert_eq!(record["exitCode"], 0, "{record:#}");
+    let left: u32 = std::fs::read_to_string(task.dir.path().join("left.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    task.pids.push(left);
+    assert!(!alive(left), "what the task left behind survived its end");
+}
+
+/// An output that is not a regular file is refused before the task runs, never waited on:
+/// a FIFO without a reader (which would block a plain open for ever), and a device.
+#[test]
+fn a_fifo_or_a_device_as_output_is_refused_at_once() {
+    let task = Task::new(&["true"]);
+    let fifo = task.dir.path().join("out.fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let began = Instant::now();
+    let (task, record) = task.set("stdout", json!(fifo)).set("stderr", json!(fifo)).run();
+    assert_eq!(record["outcome"], "failed", "{record:#}");
+    let reason = record["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("not a regular file") && reason.contains("out.fifo"),
+        "{reason}"
+    );
+    assert!(began.elapsed() < Duration::from_secs(10));
+    drop(task);
+    let (_, record) = Task::new(&["true"]).set("stderr", json!("/dev/zero")).run();
+    assert!(
+        record["reason"]
+            .as_str()
+            .unwrap()
+            .contains("/dev/zero is not a regular file"),
+        "{record:#}"
+    );
+    // /dev/null is what it is for.
+    let (_, record) = Task::new(&["true"])
+        .set("stdout", json!("/dev/null"))
+        .set("stderr", json!("/dev/null"))
+        .run();
+    assert_eq!(record["exitCode"], 0, "{record:#}");
+}
+
 /// The agent writes the planner's grace into `kill_grace` before its SIGTERM: a task that
 /// ignores SIGTERM is killed after that grace, not the spec's.
 #[test]
