@@ -14,80 +14,31 @@ mod common;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
-use common::{Cluster, alive, bin, euid_is_root, path_str, task_user, wait_for};
+use common::live::{LONG, Live, set_mode};
+use common::{alive, euid_is_root, path_str, wait_for};
 
-const LONG: Duration = Duration::from_secs(60);
-
-/// A cluster of one agent that probes this machine and pins (`--pin on`), with its own
-/// state directory, and a certificate for the task user (tests/tasks_daemon.rs's).
-struct Live {
-    c: Cluster,
-    user: String,
-    /// Where jobs write: world-writable, so the task user can.
-    work: tempfile::TempDir,
+/// The output file of job `name`'s only task (the default `hyperplan-%j-%t.out`).
+fn output(live: &Live, name: &str) -> PathBuf {
+    live.work.path().join(format!("hyperplan-{name}-t-0.out"))
 }
 
-impl Live {
-    fn start(node: &str) -> Live {
-        let mut c = Cluster::start(&[node]);
-        let user = task_user();
-        c.issue_user(&user);
-        let work = tempfile::tempdir().unwrap();
-        set_mode(work.path(), 0o777);
-        let log = std::fs::File::create(c.dir.path().join(format!("agent-{node}.log"))).unwrap();
-        let child = Command::new(bin("hyperplan-agent"))
-            .args(["run", "--planner", &c.addr, "--node", node, "--pin", "on", "--cert-dir"])
-            .arg(c.certs())
-            .arg("--state-dir")
-            .arg(c.dir.path().join(format!("state-{node}")))
-            .args(["--config", "/dev/null"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .env("RUST_LOG", "info")
-            .spawn()
-            .unwrap();
-        c.agents.push((node.to_string(), child));
-        c.wait_state(node, "Ready", LONG);
-        Live { c, user, work }
-    }
-
-    fn cli(&self, args: &[&str]) -> std::process::Output {
-        self.c.cli(&self.user, args)
-    }
-
-    /// The output file of job `name`'s only task (the default `hyperplan-%j-%t.out`).
-    fn output(&self, name: &str) -> PathBuf {
-        self.work.path().join(format!("hyperplan-{name}-t-0.out"))
-    }
-
-    /// Runs job `name`, whose task, as the user, replaces its output file with a link to
-    /// `target`, to its end.
-    fn link_output(&self, name: &str, target: &Path) {
-        let body = format!(
-            "name: {name}\ntasks:\n  - name: t\n    replicas: 1\n    resources: {{cpu: 1}}\n    \
-             workingDir: {}\n    command: [sh, -c, 'ln -sf \"$0\" {}', {}]\n",
-            path_str(self.work.path()),
-            path_str(&self.output(name)),
+/// Runs job `name`, whose task, as the user, replaces its output file with a link to
+/// `target`, to its end.
+fn link_output(live: &Live, name: &str, target: &Path) {
+    let job = live.job(
+        name,
+        &format!(
+            "tasks:\n  - name: t\n    replicas: 1\n    resources: {{cpu: 1}}\n    \
+             workingDir: WORKDIR\n    command: [sh, -c, 'ln -sf \"$0\" {}', {}]\n",
+            path_str(&output(live, name)),
             path_str(target),
-        );
-        let job = self.c.write(&format!("{name}.yaml"), &body);
-        let out = self.cli(&["submit", "--wait", path_str(&job)]);
-        assert!(
-            out.status.success(),
-            "{}\nagent log:\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(self.c.dir.path().join("agent-n1.log")).unwrap_or_default()
-        );
-        let link = std::fs::read_link(self.output(name)).unwrap();
-        assert_eq!(link, target, "the task replaced its output with a link");
-    }
-}
-
-fn set_mode(p: &Path, mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        ),
+    );
+    let (code, err) = live.submit_wait(&job);
+    assert_eq!(code, 0, "{err}\nagent log:\n{}", live.agent_log("n1"));
+    let link = std::fs::read_link(output(live, name)).unwrap();
+    assert_eq!(link, target, "the task replaced its output with a link");
 }
 
 fn run(cmd: &mut Command) {
@@ -123,7 +74,7 @@ fn logs_of_an_output_swapped_for_a_link_read_with_the_users_rights_only() {
         eprintln!("SKIPPED: needs root (the agent reads as the task's user; the targets are root's)");
         return;
     }
-    let live = Live::start("n1");
+    let live = Live::start(&["n1"]);
     // Root's: a directory anyone may enter, and one only root may.
     let targets = tempfile::tempdir().unwrap();
     set_mode(targets.path(), 0o755);
@@ -162,7 +113,7 @@ fn logs_of_an_output_swapped_for_a_link_read_with_the_users_rights_only() {
         ("device", &device, "not a regular file"),
         ("secret", &secret, "Permission denied"),
     ] {
-        live.link_output(name, target);
+        link_output(&live, name, target);
         let out = live.cli(&["logs", name]);
         let (stdout, stderr) = (
             String::from_utf8_lossy(&out.stdout),
@@ -170,11 +121,12 @@ fn logs_of_an_output_swapped_for_a_link_read_with_the_users_rights_only() {
         );
         assert!(!out.status.success(), "{name}: {stdout}");
         assert!(stdout.is_empty(), "{name}: {stdout}");
-        // The output's own name, then the user's own error.
-        let output = format!("{}: {want}", path_str(&live.output(name)));
-        assert!(stderr.contains(&output), "{name}: {stderr}");
-        for secret in ["uid", "owned", "exist", "secret\n", "root's"] {
-            assert!(!stderr.contains(secret), "{name}: {stderr}");
+        // The output's own name, then the user's own error, and nothing else.
+        let output = format!("{}: ", path_str(&output(&live, name)));
+        let error = stderr.split_once(&output).map(|(_, e)| e).unwrap_or_default();
+        assert!(error.starts_with(want), "{name}: {stderr}");
+        for secret in ["uid", "owned", "exist", "secret", "root"] {
+            assert!(!error.contains(secret), "{name}: {stderr}");
         }
         // The writer was not released.
         assert!(alive(u64::from(writer_pid)), "{name}: the FIFO's writer died");
