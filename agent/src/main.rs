@@ -66,9 +66,9 @@ enum Command {
     /// tasks in the state directory.
     ///
     /// Confinement (shown by `hyperplan nodes`, said once at start): `cgroup` where
-    /// pinning is on and either cgroup v2 has cpuset and memory delegated to the agent
-    /// (systemd Delegate=yes: the agent moves itself into CGROUP/agent and runs each task
-    /// in CGROUP/tasks/JOB.JOBID.TASK) or cgroup v1 has a freezer hierarchy (each task in
+    /// pinning is on and either cgroup v2 is there (each task in CGROUP/tasks/JOB.JOBID.TASK,
+    /// with the limits of the controllers delegated to the agent, systemd Delegate=yes: it
+    /// then moves itself into CGROUP/agent) or cgroup v1 has a freezer hierarchy (each task in
     /// OWN/hyperplan/JOB.JOBID.TASK of the freezer, cpuset, memory and pids hierarchies):
     /// its CPUs, its NUMA nodes when its memory is bound, its memory request and its
     /// process limit (--task-pids-max), and every process of the task killed at its end

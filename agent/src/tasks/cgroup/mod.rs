@@ -3,9 +3,10 @@
 //! exec, emptied by [`kill`] at cancel, time limit, failure and a shepherd's death, and
 //! removed after the task's end is acknowledged.
 //!
-//! - **cgroup v2** ([`v2`]): the unified hierarchy with `cpuset` and `memory` (and `pids`
-//!   when there) delegated to the agent (systemd `Delegate=yes`); one cgroup per task,
-//!   `<own>/tasks/<job>.<jobId>.<task>`, killed with `cgroup.kill`.
+//! - **cgroup v2** ([`v2`]): the unified hierarchy; one cgroup per task,
+//!   `<own>/tasks/<job>.<jobId>.<task>`, killed with `cgroup.kill`, with the limits of
+//!   `cpuset`, `memory` and `pids` where they are delegated to the agent (systemd
+//!   `Delegate=yes`).
 //! - **cgroup v1** ([`v1`]), as Slurm's proctrack/cgroup and task/cgroup use it: the
 //!   `freezer` hierarchy (required: it finds and stops every process) and `cpuset`,
 //!   `memory` and `pids` where mounted, one directory per task in each,
@@ -59,8 +60,11 @@ pub enum Confinement {
 /// Where tasks' cgroups go.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TaskCgroups {
-    /// `<own>/tasks` in the unified hierarchy; `pids`: the pids controller is enabled.
-    V2 { base: PathBuf, pids: bool },
+    /// `<own>/tasks` in the unified hierarchy, with the controllers it was given.
+    V2 {
+        base: PathBuf,
+        controllers: v2::Controllers,
+    },
     /// One parent per v1 hierarchy (and the unified mount's, in the hybrid layout).
     V1(v1::Hierarchies),
 }
@@ -86,18 +90,6 @@ pub enum CgroupError {
     NoOwnCgroup,
     #[error("the agent's cgroup path {0:?} is not a plain absolute path")]
     BadPath(String),
-    #[error(
-        "the controllers {missing} are not delegated to the agent's cgroup {path} (its cgroup.controllers has `{have}`; run the agent's unit with Delegate=yes)"
-    )]
-    NotDelegated {
-        path: PathBuf,
-        missing: String,
-        have: String,
-    },
-    #[error(
-        "other processes share the agent's cgroup {path} ({pids}); cgroup v2 lets only an empty cgroup enable controllers for children (run the agent as its own unit with Delegate=yes)"
-    )]
-    Shared { path: PathBuf, pids: String },
     #[error("no cgroup v1 freezer hierarchy at {path} (it finds and stops every process of a task)")]
     NoFreezer { path: PathBuf },
     #[error("cannot {what} {path}: {source}")]
@@ -142,9 +134,10 @@ impl Confinement {
         match result {
             Ok(cgroups) => {
                 match &cgroups {
-                    TaskCgroups::V2 { base, .. } => tracing::info!(
+                    TaskCgroups::V2 { base, controllers } => tracing::info!(
                         tasks = %base.display(),
-                        "tasks are confined by cgroup v2: each in its own cgroup (cpuset.cpus, cpuset.mems, memory.max, pids.max), killed with cgroup.kill, and pinned"
+                        controllers = %controllers.describe(),
+                        "tasks are confined by cgroup v2: each in its own cgroup with these controllers' limits, killed with cgroup.kill, and pinned"
                     ),
                     TaskCgroups::V1(h) => tracing::info!(
                         tasks = %h.describe(),
@@ -184,7 +177,7 @@ impl Confinement {
 /// the root is not unified either).
 fn set_up(root: &Path, proc_self_cgroup: &str, pid: u32, name: &str) -> Result<TaskCgroups, CgroupError> {
     match v2::set_up(root, proc_self_cgroup, pid) {
-        Ok((base, pids)) => Ok(TaskCgroups::V2 { base, pids }),
+        Ok((base, controllers)) => Ok(TaskCgroups::V2 { base, controllers }),
         Err(CgroupError::NotUnified { .. }) => {
             v1::Hierarchies::set_up(root, proc_self_cgroup, name).map(TaskCgroups::V1)
         }
@@ -232,7 +225,9 @@ impl TaskCgroups {
         }
         let leaf = leaf(job, job_id, task)?;
         match self {
-            TaskCgroups::V2 { base, pids } => v2::create(&base.join(leaf), limits, *pids).map(|p| vec![p]),
+            TaskCgroups::V2 { base, controllers } => {
+                v2::create(&base.join(leaf), limits, *controllers).map(|p| vec![p])
+            }
             TaskCgroups::V1(h) => h.create(&leaf, limits),
         }
     }

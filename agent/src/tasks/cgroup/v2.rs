@@ -24,13 +24,42 @@ use super::{CgroupError, Limits, make_dir, make_task_dir, read_bounded, relative
 pub const AGENT_LEAF: &str = "agent";
 /// The parent of the tasks' cgroups, below the agent's own cgroup.
 pub const TASKS_DIR: &str = "tasks";
-/// The controllers the agent needs.
-pub const CONTROLLERS: [&str; 2] = ["cpuset", "memory"];
 
-/// Checks cgroup v2 under `root`, finds the agent's cgroup in `proc_self_cgroup`, moves
-/// `pid` into its `agent` leaf and enables `cpuset` and `memory` (and `pids` when
-/// delegated) for `tasks/`. Returns `tasks/` and whether `pids` is on.
-pub fn set_up(root: &Path, proc_self_cgroup: &str, pid: u32) -> Result<(PathBuf, bool), CgroupError> {
+/// The controllers the tasks' cgroups have: each where the agent's cgroup was given it
+/// (and the agent is alone in it, which v2 needs to hand controllers on). Without any,
+/// a task's cgroup still holds every process of the task for `cgroup.kill`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Controllers {
+    pub cpuset: bool,
+    pub memory: bool,
+    pub pids: bool,
+}
+
+impl Controllers {
+    /// `+cpuset +memory +pids`, those on.
+    fn enable_line(self) -> String {
+        [(self.cpuset, "+cpuset"), (self.memory, "+memory"), (self.pids, "+pids")]
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, c)| *c)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// For the start-up line: `cpuset memory pids`, or `none`.
+    pub fn describe(self) -> String {
+        match self.enable_line().replace('+', "") {
+            none if none.is_empty() => "none".to_string(),
+            some => some,
+        }
+    }
+}
+
+/// Checks cgroup v2 under `root` and finds the agent's cgroup in `proc_self_cgroup`.
+/// When it was given any of `cpuset`, `memory` and `pids` and the agent (`pid`) is alone
+/// in it, moves the agent into its `agent` leaf and enables them for `tasks/`; otherwise
+/// says once which limits tasks go without. Returns `tasks/` and its controllers.
+pub fn set_up(root: &Path, proc_self_cgroup: &str, pid: u32) -> Result<(PathBuf, Controllers), CgroupError> {
     if !root.join("cgroup.controllers").is_file() {
         return Err(CgroupError::NotUnified {
             root: root.to_path_buf(),
@@ -45,54 +74,69 @@ pub fn set_up(root: &Path, proc_self_cgroup: &str, pid: u32) -> Result<(PathBuf,
     let own = root.join(&relative);
     let have = read_bounded(&own.join("cgroup.controllers"))?;
     let words: Vec<&str> = have.split_whitespace().collect();
-    let missing: Vec<&str> = CONTROLLERS.into_iter().filter(|c| !words.contains(c)).collect();
+    let mut controllers = Controllers {
+        cpuset: words.contains(&"cpuset"),
+        memory: words.contains(&"memory"),
+        pids: words.contains(&"pids"),
+    };
+    let missing: Vec<&str> = ["cpuset", "memory", "pids"]
+        .into_iter()
+        .filter(|c| !words.contains(c))
+        .collect();
     if !missing.is_empty() {
-        return Err(CgroupError::NotDelegated {
-            path: own,
-            missing: missing.join(" and "),
-            have: have.trim().chars().take(200).collect(),
-        });
+        tracing::warn!(
+            cgroup = %own.display(),
+            "the controllers {} are not delegated to the agent's cgroup (run its unit with Delegate=yes): tasks go without those limits",
+            missing.join(", ")
+        );
     }
-    let pids = words.contains(&"pids");
     let procs = read_bounded(&own.join("cgroup.procs"))?;
     let me = pid.to_string();
     let others: Vec<&str> = procs.split_whitespace().filter(|p| *p != me).collect();
-    if !others.is_empty() {
+    if !others.is_empty() && controllers != Controllers::default() {
         let more = if others.len() > 8 { ", …" } else { "" };
-        return Err(CgroupError::Shared {
-            path: own,
-            pids: format!("pids {}{more}", others[..others.len().min(8)].join(", ")),
-        });
+        tracing::warn!(
+            cgroup = %own.display(),
+            "other processes share the agent's cgroup (pids {}{more}); cgroup v2 lets only an empty cgroup hand controllers on (run the agent as its own unit with Delegate=yes): tasks get cgroups without limits",
+            others[..others.len().min(8)].join(", ")
+        );
+        controllers = Controllers::default();
     }
-    let leaf = own.join(AGENT_LEAF);
-    make_dir(&leaf)?;
-    write(&leaf.join("cgroup.procs"), &format!("{pid}\n"), "move the agent into")?;
-    let mut enable = CONTROLLERS.map(|c| format!("+{c}")).join(" ");
-    if pids {
-        enable.push_str(" +pids");
+    let enable = controllers.enable_line();
+    if !enable.is_empty() {
+        let leaf = own.join(AGENT_LEAF);
+        make_dir(&leaf)?;
+        write(&leaf.join("cgroup.procs"), &format!("{pid}\n"), "move the agent into")?;
+        write(&own.join("cgroup.subtree_control"), &enable, "enable controllers in")?;
     }
-    write(&own.join("cgroup.subtree_control"), &enable, "enable controllers in")?;
     let base = own.join(TASKS_DIR);
     make_dir(&base)?;
-    write(&base.join("cgroup.subtree_control"), &enable, "enable controllers in")?;
-    Ok((base, pids))
+    if !enable.is_empty() {
+        write(&base.join("cgroup.subtree_control"), &enable, "enable controllers in")?;
+    }
+    Ok((base, controllers))
 }
 
-/// Makes one task's cgroup `path` with its limits; on an error it is removed again.
-pub fn create(path: &Path, limits: &Limits<'_>, pids: bool) -> Result<PathBuf, CgroupError> {
+/// Makes one task's cgroup `path` with the limits its controllers take; on an error it is
+/// removed again.
+pub fn create(path: &Path, limits: &Limits<'_>, controllers: Controllers) -> Result<PathBuf, CgroupError> {
     make_task_dir(path)?;
     let written = (|| {
-        if !limits.cpus.is_empty() {
+        if controllers.cpuset && !limits.cpus.is_empty() {
             write(&path.join("cpuset.cpus"), limits.cpus, "write")?;
         }
-        if !limits.mems.is_empty() {
+        if controllers.cpuset && !limits.mems.is_empty() {
             let mems: Vec<String> = limits.mems.iter().map(u32::to_string).collect();
             write(&path.join("cpuset.mems"), &mems.join(","), "write")?;
         }
-        if let Some(bytes) = limits.memory_max {
+        if controllers.memory
+            && let Some(bytes) = limits.memory_max
+        {
             write(&path.join("memory.max"), &bytes.to_string(), "write")?;
         }
-        if pids && let Some(n) = limits.pids_max {
+        if controllers.pids
+            && let Some(n) = limits.pids_max
+        {
             write(&path.join("pids.max"), &n.to_string(), "write")?;
         }
         Ok(())
@@ -130,6 +174,20 @@ mod tests {
 
     const PID: u32 = 4242;
     const NAME: &str = "hyperplan";
+    const ALL: Controllers = Controllers {
+        cpuset: true,
+        memory: true,
+        pids: true,
+    };
+
+    fn full_limits() -> Limits<'static> {
+        Limits {
+            cpus: "0-1",
+            mems: &[0],
+            memory_max: Some(1 << 20),
+            pids_max: Some(8),
+        }
+    }
 
     /// A v2 root with the agent's unit cgroup holding only the agent.
     fn tree(controllers: &str) -> (tempfile::TempDir, PathBuf) {
@@ -161,7 +219,7 @@ mod tests {
             c.cgroups().unwrap(),
             &TaskCgroups::V2 {
                 base: own.join("tasks"),
-                pids: true
+                controllers: ALL
             }
         );
         assert_eq!(read(&own.join("agent/cgroup.procs")), "4242\n");
@@ -179,8 +237,33 @@ mod tests {
 
         // Without pids delegated: no pids.max, the rest as before.
         let (root, own) = tree("cpuset memory\n");
-        assert_eq!(set_up(root.path(), SELF, PID).unwrap(), (own.join("tasks"), false));
+        let no_pids = Controllers { pids: false, ..ALL };
+        assert_eq!(set_up(root.path(), SELF, PID).unwrap(), (own.join("tasks"), no_pids));
         assert_eq!(read(&own.join("cgroup.subtree_control")), "+cpuset +memory");
+    }
+
+    #[test]
+    fn fewer_controllers_or_a_shared_cgroup_still_give_tasks_cgroups() {
+        // cpuset not delegated: memory and pids only (pinning stays affinity's).
+        let (root, own) = tree("cpu memory pids\n");
+        let (base, c) = set_up(root.path(), SELF, PID).unwrap();
+        assert_eq!((base, c), (own.join("tasks"), Controllers { cpuset: false, ..ALL }));
+        assert_eq!(read(&own.join("cgroup.subtree_control")), "+memory +pids");
+        let path = create(&own.join("tasks/j.1.w"), &full_limits(), c).unwrap();
+        assert!(!path.join("cpuset.cpus").exists() && path.join("memory.max").exists());
+
+        // Others in the agent's cgroup (started from a shell, a container): no controller
+        // can be handed on; the tasks' cgroups hold their processes all the same.
+        let (root, own) = tree("cpuset memory pids\n");
+        std::fs::write(own.join("cgroup.procs"), "17\n4242\n99\n").unwrap();
+        let (base, c) = set_up(root.path(), SELF, PID).unwrap();
+        assert_eq!((base.clone(), c), (own.join("tasks"), Controllers::default()));
+        assert!(!own.join("agent").exists(), "not moved");
+        assert!(!own.join("cgroup.subtree_control").exists());
+        let path = create(&base.join("j.1.w"), &full_limits(), c).unwrap();
+        assert_eq!(std::fs::read_dir(path).unwrap().count(), 0, "no limits written");
+        assert_eq!(Controllers::default().describe(), "none");
+        assert_eq!(ALL.describe(), "cpuset memory pids");
     }
 
     #[test]
@@ -197,26 +280,6 @@ mod tests {
         );
         assert!(why(empty.path(), SELF).contains("no cgroup v2"));
 
-        // cpuset not delegated.
-        let (root, own) = tree("cpu memory pids\n");
-        assert_eq!(
-            Confinement::detect_with(root.path(), SELF, PID, NAME),
-            Confinement::Affinity
-        );
-        let e = why(root.path(), SELF);
-        assert!(
-            e.contains("cpuset are not delegated") && e.contains("Delegate=yes"),
-            "{e}"
-        );
-        assert!(!own.join("agent").exists(), "nothing moved");
-
-        // Others in the agent's cgroup (started from a shell).
-        let (root, own) = tree("cpuset memory\n");
-        std::fs::write(own.join("cgroup.procs"), "17\n4242\n99\n").unwrap();
-        let e = why(root.path(), SELF);
-        assert!(e.contains("pids 17, 99"), "{e}");
-        assert!(!own.join("agent").exists(), "nothing moved");
-
         // Odd /proc/self/cgroup content: no v2 line, a relative or escaping path, deleted.
         let (root, _own) = tree("cpuset memory\n");
         for text in [
@@ -228,6 +291,10 @@ mod tests {
             "\u{0}\u{ff}garbage",
         ] {
             assert!(set_up(root.path(), text, PID).is_err(), "{text:?}");
+            assert_eq!(
+                Confinement::detect_with(root.path(), text, PID, NAME),
+                Confinement::Affinity
+            );
         }
         // A missing own cgroup, or one whose files are directories.
         assert!(why(root.path(), "0::/nope\n").contains("cannot read"));
