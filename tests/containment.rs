@@ -199,6 +199,21 @@ fn a_fork_bomb_stops_at_its_own_limit_and_the_node_goes_on() {
     );
     assert!(live.c.states().iter().any(|(n, s)| n == "n1" && s == "Ready"));
 
+    // A job may ask for fewer processes than the node gives a task, not more.
+    for (name, asked, got) in [("fewer", 20, "20"), ("more", 1000, "48")] {
+        let job = live.job(
+            name,
+            &format!(
+                "tasks:\n  - name: t\n    replicas: 1\n    resources: {{cpu: 1}}\n    workingDir: WORKDIR\n    \
+                 maxProcesses: {asked}\n    command: [sh, -c, 'cat /sys/fs/cgroup/pids$(grep :pids: /proc/self/cgroup | cut -d: -f3)/pids.max']\n"
+            ),
+        );
+        let out = live.c.cli(OTHER_USER, &["submit", "--wait", path_str(&job)]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let printed = std::fs::read_to_string(live.work.path().join(format!("hyperplan-{name}-t-0.out"))).unwrap();
+        assert_eq!(printed.trim(), got, "{name}");
+    }
+
     // Cancelled, the bomb is gone to the last process, and so is its cgroup.
     assert!(live.cli(&["cancel", "bomb", "--grace", "1s"]).status.success());
     live.wait_status("bomb", "cancelled");

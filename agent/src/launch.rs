@@ -216,6 +216,7 @@ mod tests {
             gpus: vec!["0000:b1:00.0".into()],
             nics: vec!["mlx5_1".into()],
             memory_bytes: Some(1 << 30),
+            max_processes: Some(100),
             epoch: 1,
         }
     }

@@ -326,6 +326,7 @@ fn launch_task(job: &str, job_id: u64, user: &str, script: &str, work: &Path) ->
         gpus: vec![],
         nics: vec![],
         memory_bytes: None,
+        max_processes: None,
         epoch: 1,
     }
 }

@@ -260,6 +260,10 @@ pub struct LaunchTask {
     /// confines tasks by cgroup); `None` when the job asked for none.
     #[serde(default)]
     pub memory_bytes: Option<u64>,
+    /// The job's `maxProcesses` for the task (its cgroup's `pids.max`, at most the
+    /// agent's `taskPidsMax`); `None` when the job said nothing.
+    #[serde(default)]
+    pub max_processes: Option<u64>,
     /// The sending planner's epoch (see [`PlannerToAgent::Registered`]).
     #[serde(default)]
     pub epoch: u64,
@@ -634,6 +638,7 @@ mod tests {
             gpus: vec!["0000:3b:00.0".into()],
             nics: vec!["mlx5_0".into()],
             memory_bytes: Some(1 << 30),
+            max_processes: Some(64),
             epoch: 2,
         })));
         let task = TaskRef {

@@ -80,6 +80,10 @@ pub struct TaskExec {
     pub output: Option<String>,
     /// Error file pattern; `None` = into the output file.
     pub error: Option<String>,
+    /// `maxProcesses`: the most processes and threads each replica may have (its
+    /// cgroup's `pids.max`), at most the node's own `taskPidsMax`; `None` = the node's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_processes: Option<u64>,
 }
 
 impl TaskExec {
@@ -260,6 +264,7 @@ struct RawTask {
     working_dir: Option<Located<String>>,
     output: Option<Located<String>>,
     error: Option<Located<String>>,
+    max_processes: Option<Located<u64>>,
 }
 
 /// A Volcano Job; fields hyperplan has no use for are ignored.
@@ -391,13 +396,14 @@ struct TaskParts {
     exec: RawExec,
 }
 
-/// A task's `env`, `workingDir`, `output` and `error` as written.
+/// A task's `env`, `workingDir`, `output`, `error` and `maxProcesses` as written.
 #[derive(Default)]
 struct RawExec {
     env: Option<Located<BTreeMap<String, Located<String>>>>,
     working_dir: Option<Located<String>>,
     output: Option<Located<String>>,
     error: Option<Located<String>>,
+    max_processes: Option<Located<u64>>,
 }
 
 /// Checks a task's `env`, `workingDir`, `output` and `error`.
@@ -436,11 +442,21 @@ fn build_exec(raw: RawExec, path: &Path) -> Result<TaskExec, FileError> {
     for pattern in [&raw.output, &raw.error].into_iter().flatten() {
         check_pattern(&pattern.value).map_err(|e| located_error(path, pattern, e.to_string()))?;
     }
+    if let Some(max) = &raw.max_processes
+        && max.value == 0
+    {
+        return Err(located_error(
+            path,
+            max,
+            "expected at least 1 process (the task itself)",
+        ));
+    }
     Ok(TaskExec {
         env,
         working_dir: raw.working_dir.map(|d| d.value),
         output: raw.output.map(|o| o.value),
         error: raw.error.map(|o| o.value),
+        max_processes: raw.max_processes.map(|m| m.value),
     })
 }
 
@@ -703,6 +719,7 @@ impl RawJob {
                     working_dir: t.working_dir,
                     output: t.output,
                     error: t.error,
+                    max_processes: t.max_processes,
                 },
             }
         });

@@ -236,6 +236,7 @@ tasks:
     workingDir: runs/a
     output: "../logs/%j-%t-%r.out"
     error: "%u/%n.err"
+    maxProcesses: 512
   - name: server
     replicas: 1
     resources: {cpu: 1}
@@ -266,6 +267,7 @@ tasks: [{name: t, replicas: 1, resources: {cpu: 1}, workingDir: /scratch/alice}]
     assert_eq!(worker.exec.working_dir.as_deref(), Some("runs/a"));
     assert_eq!(worker.exec.output_pattern(), "../logs/%j-%t-%r.out");
     assert_eq!(worker.exec.error_pattern(), "%u/%n.err");
+    assert_eq!(worker.exec.max_processes, Some(512));
 
     // Defaults: output to hyperplan-%j-%t.out, errors into the same file.
     let server = &jobs[0].tasks[1];
@@ -282,6 +284,16 @@ tasks: [{name: t, replicas: 1, resources: {cpu: 1}, workingDir: /scratch/alice}]
     // Working directories: a file never sets the submit directory; the planner does, and
     // relative paths (and tasks without one) start there; absolute ones stand.
     assert!(jobs.iter().all(|j| j.submit_dir.is_none()));
+    // No process at all is no task.
+    let none = "name: j\ntasks: [{name: t, replicas: 1, resources: {cpu: 1}, maxProcesses: 0}]\n";
+    let e = parse_jobs(none, Path::new("jobs.yaml"))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        e.contains("jobs.yaml:2") && e.contains("maxProcesses") && e.contains("at least 1"),
+        "{e}"
+    );
     assert_eq!(jobs[0].working_dir(0), None, "relative, and nowhere to start from");
     let mut at_home = jobs.clone();
     for j in &mut at_home {

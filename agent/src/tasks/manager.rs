@@ -710,6 +710,7 @@ mod tests {
             gpus: vec![],
             nics: vec![],
             memory_bytes: None,
+            max_processes: None,
             epoch: 1,
         }
     }

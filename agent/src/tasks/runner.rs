@@ -109,7 +109,11 @@ pub fn launch(
             cpus: &spec.cpus,
             mems,
             memory_max: task.memory_bytes.filter(|&b| b > 0),
-            pids_max: opts.pids_max,
+            // The job may ask for fewer than the node gives each task, not more.
+            pids_max: match (task.max_processes, opts.pids_max) {
+                (Some(job), Some(node)) => Some(job.min(node)),
+                (job, node) => job.or(node),
+            },
         };
         match cgroups.create(&task.job, task.job_id, &task.task, &limits) {
             Ok(paths) => prepared.spec.cgroups = paths,

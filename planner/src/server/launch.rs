@@ -105,6 +105,7 @@ fn launch(p: &Placement, hyper_nodes: &[String]) -> LaunchTask {
         memory_bytes: task
             .map(|t| t.resources.get(hyperplan_shared::MEMORY))
             .filter(|&bytes| bytes > 0),
+        max_processes: exec.max_processes,
         // Stamped by the driver as it sends the frame.
         epoch: 0,
     }
