@@ -397,6 +397,8 @@ fn run_agent(
         .cgroup_name
         .or_else(|| config.cgroup_name.clone())
         .unwrap_or_else(|| DEFAULT_NAME.to_string());
+    hyperplan_agent::tasks::cgroup::v1::check_dir_name(&cgroup_name)
+        .map_err(|e| anyhow::anyhow!("--cgroup-name (cgroupName): {e}"))?;
     // The OOM killer takes a task that overran, not the agent (its shepherds inherit
     // this; each task goes back to 0 before exec).
     hyperplan_agent::oom::protect_self();

@@ -90,6 +90,8 @@ pub enum CgroupError {
     NoOwnCgroup,
     #[error("the agent's cgroup path {0:?} is not a plain absolute path")]
     BadPath(String),
+    #[error("expected a directory name of 1 to 64 of A-Z a-z 0-9 . _ -, got {0:?}")]
+    BadName(String),
     #[error("no cgroup v1 freezer hierarchy at {path} (it finds and stops every process of a task)")]
     NoFreezer { path: PathBuf },
     #[error("cannot {what} {path}: {source}")]

@@ -223,7 +223,7 @@ fn own_path<'a>(text: &'a str, controller: &str) -> Option<&'a str> {
 }
 
 /// `cgroupName`: one plain directory name.
-fn check_dir_name(name: &str) -> Result<(), CgroupError> {
+pub fn check_dir_name(name: &str) -> Result<(), CgroupError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name != "."
@@ -232,9 +232,7 @@ fn check_dir_name(name: &str) -> Result<(), CgroupError> {
     if ok {
         Ok(())
     } else {
-        Err(CgroupError::BadPath(format!(
-            "{name:?} (cgroupName: expected 1 to 64 of A-Z a-z 0-9 . _ -)"
-        )))
+        Err(CgroupError::BadName(name.chars().take(80).collect()))
     }
 }
 
