@@ -447,3 +447,57 @@ fn tasks_get_the_site_s_resource_limits_not_the_agent_s() {
     assert!(!out.status.success());
     assert!(err.contains("agent.toml") && err.contains("nofiles"), "{err}");
 }
+
+#[test]
+fn a_killed_shepherd_takes_its_whole_task_with_it() {
+    if !can_run() {
+        return;
+    }
+    // In cgroups (--pin on), and without them (--pin off: by session, user and start).
+    for (pin, confine) in [("on", "cgroup"), ("off", "none")] {
+        let live = Live::start_with(&["n1"], &["--pin", pin]);
+        let nodes = live.c.cli_json(&live.user, &["nodes"]);
+        assert_eq!(nodes["nodes"][0]["confinement"], confine, "{nodes}");
+        // Another task of the same user runs on: the sweep must spare it.
+        let other = live.job(
+            "bystander",
+            "tasks:\n  - name: t\n    replicas: 1\n    resources: {cpu: 1}\n    workingDir: WORKDIR\n    \
+             command: [sh, -c, 'setsid sh -c \"exec sleep 4911\" & sleep 4910']\n",
+        );
+        assert!(live.cli(&["submit", path_str(&other)]).status.success());
+        live.wait_running("bystander");
+        let job = live.job(
+            "orphan",
+            "tasks:\n  - name: t\n    replicas: 1\n    resources: {cpu: 1}\n    workingDir: WORKDIR\n    \
+             command: [sh, -c, 'setsid sh -c \"exec sleep 4901\" & sleep 4900']\n",
+        );
+        assert!(live.cli(&["submit", path_str(&job)]).status.success());
+        live.wait_running("orphan");
+        wait_for(LONG, "the escapees", || {
+            (pgrep(&live.user, "^sleep 4901$").len() == 1 && pgrep(&live.user, "^sleep 4911$").len() == 1).then_some(())
+        });
+        let pid_file = live.states["n1"].join("tasks/orphan.2/t-0/pid");
+        let shepherd: u32 = std::fs::read_to_string(pid_file).unwrap().trim().parse().unwrap();
+        assert!(
+            Command::new("kill")
+                .args(["-9", &shepherd.to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let j = live.wait_status("orphan", "failed");
+        let reason = task(&j)["reason"].as_str().unwrap_or_default().to_string();
+        assert!(reason.contains("died without a record"), "{pin}: {reason}");
+        assert!(
+            pgrep(&live.user, "^sleep 490").is_empty(),
+            "{pin}: left after its shepherd died"
+        );
+        assert_eq!(
+            pgrep(&live.user, "^sleep 491").len(),
+            2,
+            "{pin}: the other task was hit"
+        );
+        assert!(live.cli(&["cancel", "bystander", "--grace", "1s"]).status.success());
+        live.wait_status("bystander", "cancelled");
+    }
+}

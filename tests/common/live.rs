@@ -92,17 +92,14 @@ impl Live {
             ])
             .arg(bin("hyperplan-agent"))
             .env("HP_CGROUPS", cgroups.join(" "))
-            .args([
-                "run",
-                "--planner",
-                &self.c.addr,
-                "--node",
-                node,
-                "--pin",
-                "on",
-                "--cert-dir",
-            ])
+            .args(["run", "--planner", &self.c.addr, "--node", node, "--cert-dir"])
             .arg(self.c.certs())
+            // Pinned (and so in cgroups where the machine has them), unless the test says.
+            .args(if self.agent_args.iter().any(|a| a == "--pin") {
+                &[][..]
+            } else {
+                &["--pin", "on"][..]
+            })
             .arg("--state-dir")
             .arg(&state)
             .args(["--cgroup-name", &format!("{}-{node}", self.cgroup_name)])
