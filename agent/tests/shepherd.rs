@@ -279,6 +279,17 @@ fn the_time_limit_kills_the_task() {
     assert!(began.elapsed() < Duration::from_secs(10), "{:?}", began.elapsed());
 }
 
+/// A limit no clock can hold is no limit, not a panic after the task started.
+#[test]
+fn a_time_limit_beyond_the_clock_is_no_limit() {
+    let (_task, record) = Task::new(&["true"])
+        .set("timeLimitSecs", json!(u64::MAX))
+        .set("killGraceSecs", json!(u64::MAX))
+        .run();
+    assert_eq!(record["outcome"], "exited", "{record:#}");
+    assert_eq!(record["exitCode"], 0);
+}
+
 #[test]
 fn the_time_limit_escalates_to_sigkill() {
     let began = Instant::now();

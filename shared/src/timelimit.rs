@@ -2,7 +2,9 @@
 //!
 //! A bare integer is seconds. Otherwise the text is one or more `<digits><unit>` parts with
 //! units `d`, `h`, `m`, `s`, largest first, each at most once (`1h30m`, `1d12h`). The
-//! result must be more than zero seconds. [`format_time_limit`] prints the same form back.
+//! result must be more than zero seconds and at most [`MAX_TIME_LIMIT_SECS`] (365 days:
+//! what runs longer is a service, not a job). [`format_time_limit`] prints the same form
+//! back.
 
 /// What a time limit looks like, for error messages.
 const EXPECTED: &str = "expected seconds (e.g. 3600) or a duration like 90m, 1h30m, 2h, 45s, 1d";
@@ -16,9 +18,12 @@ pub enum TimeLimitError {
     Order(String),
     #[error("expected a time limit above 0 seconds, got {0:?}")]
     Zero(String),
-    #[error("expected a time limit of at most {max} seconds, got {text:?}", max = u64::MAX)]
+    #[error("expected a time limit of at most 365d ({MAX_TIME_LIMIT_SECS} seconds), got {text:?}")]
     TooLarge { text: String },
 }
+
+/// The longest time limit a job may ask for: 365 days.
+pub const MAX_TIME_LIMIT_SECS: u64 = 365 * 86_400;
 
 /// Seconds per unit, largest first.
 const UNITS: [(char, u64); 4] = [('d', 86_400), ('h', 3_600), ('m', 60), ('s', 1)];
@@ -60,6 +65,9 @@ pub fn parse_time_limit(text: &str) -> Result<u64, TimeLimitError> {
     };
     if secs == 0 {
         return Err(TimeLimitError::Zero(text.to_string()));
+    }
+    if secs > MAX_TIME_LIMIT_SECS {
+        return Err(too_large());
     }
     Ok(secs)
 }
@@ -117,11 +125,20 @@ mod tests {
             parse_time_limit("999999999999999999d"),
             Err(TimeLimitError::TooLarge { .. })
         ));
+        // Past a year, or u64::MAX (which once overflowed the shepherd's clock).
+        assert_eq!(parse_time_limit("365d"), Ok(MAX_TIME_LIMIT_SECS));
+        for long in ["366d", "31536001", "18446744073709551615"] {
+            let e = parse_time_limit(long).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("expected a time limit of at most 365d (31536000 seconds), got {long:?}")
+            );
+        }
     }
 
     #[test]
     fn formats_round_trip() {
-        for secs in [1, 45, 60, 5400, 7200, 86_400, 93_784, u64::MAX] {
+        for secs in [1, 45, 60, 5400, 7200, 86_400, 93_784, MAX_TIME_LIMIT_SECS] {
             assert_eq!(parse_time_limit(&format_time_limit(secs)), Ok(secs), "{secs}");
         }
         assert_eq!(format_time_limit(5400), "1h30m");

@@ -170,7 +170,8 @@ pub fn supervise(
     cancel_grace: Option<&Path>,
 ) -> io::Result<Ended> {
     let start = Instant::now();
-    let term_at = time_limit.map(|limit| start + limit);
+    // A limit beyond what an Instant can hold is no limit (the planner refuses such jobs).
+    let term_at = time_limit.and_then(|limit| start.checked_add(limit));
     let mut kill_at: Option<Instant> = None;
     let (mut timed_out, mut cancelled) = (false, false);
     loop {
@@ -200,7 +201,7 @@ pub fn supervise(
         {
             signal_task(pid, cgroups, libc::SIGTERM);
             timed_out = true;
-            kill_at = Some(now + grace);
+            kill_at = now.checked_add(grace);
         }
         if let Some(at) = kill_at
             && now >= at
@@ -220,8 +221,9 @@ pub fn supervise(
                 cancelled = true;
             }
             let wait = cancel_grace.and_then(read_kill_grace).unwrap_or(grace);
-            let at = Instant::now() + wait;
-            kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
+            if let Some(at) = Instant::now().checked_add(wait) {
+                kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
+            }
         }
     }
 }
