@@ -166,13 +166,18 @@ fn build(source: HwlocSource<'_>) -> Result<Topology, ProbeError> {
                 return Err(err("not XML text (contains NUL bytes)".to_owned()));
             }
             let text = String::from_utf8_lossy(&bytes);
+            // Said by us, before hwloc parses: its two XML backends (its own, and libxml2's
+            // from libhwloc-plugins, which Open MPI's packages pull in) fail differently.
+            if let Some(why) = precheck_xml(&text) {
+                return Err(err(why));
+            }
             let builder = io_builder().map_err(|e| err(e.to_string()))?;
             let builder = guarded(|| builder.from_xml(&text))
                 .map_err(|e| err(e.to_string()))?
-                .map_err(|e| err(e.to_string()))?;
+                .map_err(|e| err(format!("malformed hwloc XML ({e})")))?;
             guarded(|| builder.build())
                 .map_err(|e| err(e.to_string()))?
-                .map_err(|e| err(diagnose_xml(&text, &raw_error(&e))))
+                .map_err(|e| err(format!("malformed hwloc XML ({})", raw_error(&e))))
         }
         HwlocSource::Synthetic(description) => {
             let err = |message: String| ProbeError::Synthetic {
@@ -209,10 +214,12 @@ fn raw_error(e: &RawHwlocError) -> String {
     }
 }
 
-/// Why hwloc (which only says EINVAL) most likely refused an XML text.
-fn diagnose_xml(text: &str, hwloc_error: &str) -> String {
+/// What is wrong with an XML text that hwloc would refuse, found without parsing it:
+/// not a topology, a format version this hwloc cannot import, or cut short. None: hwloc
+/// may parse it.
+fn precheck_xml(text: &str) -> Option<String> {
     let Some(start) = text.find("<topology") else {
-        return format!("not an hwloc XML topology (no <topology> element; {hwloc_error})");
+        return Some("not an hwloc XML topology (no <topology> element)".to_string());
     };
     let tag = text[start..].split('>').next().unwrap_or_default();
     let version = tag
@@ -221,15 +228,15 @@ fn diagnose_xml(text: &str, hwloc_error: &str) -> String {
     if let Some(version) = version {
         let major = version.split('.').next().and_then(|m| m.parse::<u32>().ok());
         if major.is_none_or(|m| m >= 3) {
-            return format!(
-                "XML format version {version} is not supported: this hwloc imports versions 1.x and 2.x ({hwloc_error})"
-            );
+            return Some(format!(
+                "XML format version {version} is not supported: this hwloc imports versions 1.x and 2.x"
+            ));
         }
     }
     if !text.trim_end().ends_with("</topology>") {
-        return format!("truncated or malformed: no closing </topology> ({hwloc_error})");
+        return Some("truncated or malformed: no closing </topology>".to_string());
     }
-    format!("malformed hwloc XML ({hwloc_error})")
+    None
 }
 
 // ---------------------------------------------------------------------------------------
