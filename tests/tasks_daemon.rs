@@ -267,6 +267,62 @@ fn logs_follow_prints_what_a_task_writes_until_it_ends() {
     assert_eq!(live.status("chatty")["status"], "completed");
 }
 
+/// `logs --follow` goes on through a restart of the task's agent and of the planner, and
+/// ends with the task, everything printed once.
+#[test]
+fn logs_follow_goes_on_through_agent_and_planner_restarts() {
+    use std::io::Read;
+    let mut live = Live::start(&["n1"]);
+    let job = live.job(
+        "restarts",
+        "tasks:\n  - name: t\n    replicas: 1\n    resources: {cpu: 1}\n    workingDir: WORKDIR\n    \
+         command: [sh, -c, 'echo line 1; while [ ! -e go1 ]; do sleep 0.1; done; echo line 2; \
+         while [ ! -e go2 ]; do sleep 0.1; done; echo line 3']\n",
+    );
+    assert!(live.cli(&["submit", path_str(&job)]).status.success());
+    live.wait_running("restarts");
+    let mut follower = live
+        .c
+        .cli_command(&live.user, &["logs", "restarts", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let printed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut stdout = follower.stdout.take().unwrap();
+    let sink = printed.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let shown = |text: &str| printed.lock().unwrap().contains(text);
+    wait_for(LONG, "line 1 followed", || shown("line 1").then_some(()));
+
+    // The agent goes away (kill -9) and comes back; the task runs on.
+    live.c.kill_agent("n1");
+    std::fs::write(live.work.path().join("go1"), "").unwrap();
+    live.start_agent("n1");
+    wait_for(LONG, "line 2 followed", || shown("line 2").then_some(()));
+
+    // The planner stops and starts again on the same address.
+    let addr = live.c.addr.clone();
+    live.c.stop_planner();
+    std::fs::write(live.work.path().join("go2"), "").unwrap();
+    live.c.start_planner(&addr);
+    let status = wait_for(LONG, "the follower's end", || follower.try_wait().unwrap());
+    reader.join().unwrap();
+    let mut err = String::new();
+    follower.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert_eq!(*printed.lock().unwrap(), "line 1\nline 2\nline 3\n", "{err}");
+    assert!(err.contains("waiting to read the output"), "{err}");
+}
+
 #[test]
 fn master_addr_is_the_advertised_address_of_rank_0s_node() {
     let live = Live::start_with(&["n1"], &["--advertise-address", "n1.data.example"]);

@@ -362,6 +362,22 @@ impl ResponseError {
     }
 }
 
+/// How an answer that may change if asked again ends (a node away or busy for now).
+const FOR_NOW: &str = " (for now)";
+
+impl ResponseError {
+    /// An answer that may be different if asked again: a node that is away, a relay
+    /// that is busy. `hyperplan logs --follow` waits and asks again on these.
+    pub fn for_now(message: impl std::fmt::Display) -> Self {
+        Self::new(format!("{message}{FOR_NOW}"))
+    }
+
+    /// Whether this is a [`ResponseError::for_now`] answer.
+    pub fn is_for_now(&self) -> bool {
+        self.message.ends_with(FOR_NOW)
+    }
+}
+
 /// How a standby's refusal starts; the leader's address (or `unknown`) follows.
 const NOT_LEADER: &str = "not the leader; the leader is ";
 

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
-use hyperplan_net::messages::RequestCommand;
+use hyperplan_net::messages::{RequestCommand, ResponseError};
 use hyperplan_shared::status::LogPiece;
 
 use super::{Output, decode, long_help};
@@ -17,6 +17,10 @@ const EXAMPLES: &str = "  hyperplan logs train-64
 
 /// How often `--follow` asks again when there was nothing new.
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
+/// `--follow` through a planner or agent restart: asks again, waiting up to this long
+/// between tries, and gives up after [`FOLLOW_GIVE_UP`] without an answer.
+const FOLLOW_RETRY_MAX: Duration = Duration::from_secs(5);
+const FOLLOW_GIVE_UP: Duration = Duration::from_secs(300);
 /// Bytes per request.
 const CHUNK: u32 = 256 << 10;
 
@@ -27,7 +31,9 @@ const CHUNK: u32 = 256 << 10;
 /// pattern put it, and the planner relays it: no shared file system needed. Without
 /// `--task`, the job's rank-0 task. Only the job's owner or an admin may read it. With
 /// `--follow`, keeps printing what the task writes until it has ended and everything is
-/// printed (Ctrl-C stops following; the task runs on). `--output json` prints the
+/// printed (Ctrl-C stops following; the task runs on); it follows through restarts of
+/// the planner and of the task's agent, saying on stderr what it waits for, and gives up
+/// after 5 minutes without an answer. `--output json` prints the
 /// pieces as they come, one JSON object per line (`job`, `task`, `node`, `offset`,
 /// `data`, `nextOffset`, `size`, `ended`).
 #[derive(clap::Args, Debug)]
@@ -56,6 +62,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let config = ClientConfig::from_process(&args.client)?;
     let mut offset = 0u64;
     let stdout = std::io::stdout();
+    let (mut read_once, mut retry) = (false, FOLLOW_EVERY);
+    let mut waiting: Option<std::time::Instant> = None;
+    let mut last_said: Option<String> = None;
     loop {
         let command = RequestCommand::Logs {
             job: args.job.clone(),
@@ -64,7 +73,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             offset,
             max_bytes: CHUNK,
         };
-        let value = client::request(&config, command)?;
+        let value = match client::request(&config, command) {
+            Ok(value) => {
+                if waiting.take().is_some() {
+                    eprintln!("hyperplan: reading the output again");
+                }
+                value
+            }
+            // Only while following, and only once something was read (a first request
+            // that fails is a mistake to say at once): wait out a restart.
+            Err(e) if args.follow && read_once && for_now(&e) => {
+                let since = *waiting.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= FOLLOW_GIVE_UP {
+                    return Err(e.context(format!("no answer for {} s", FOLLOW_GIVE_UP.as_secs())));
+                }
+                let said = format!("{e:#}");
+                if last_said.as_deref() != Some(said.as_str()) {
+                    eprintln!("hyperplan: waiting to read the output: {said}");
+                    last_said = Some(said);
+                }
+                std::thread::sleep(retry.min(FOLLOW_RETRY_MAX));
+                retry = (retry * 2).min(FOLLOW_RETRY_MAX);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        read_once = true;
+        retry = FOLLOW_EVERY;
+        last_said = None;
         let piece: LogPiece = decode(value.clone(), "piece of output")?;
         {
             let mut out = stdout.lock();
@@ -87,5 +123,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if at_end || !progressed {
             std::thread::sleep(FOLLOW_EVERY);
         }
+    }
+}
+
+/// An error that a restart explains: the planner unreachable or gone mid-request (no
+/// answer at all), or its answer that a node is away for now.
+fn for_now(e: &anyhow::Error) -> bool {
+    match e.downcast_ref::<ResponseError>() {
+        Some(answer) => answer.is_for_now() || answer.not_leader_hint().is_some(),
+        None => true,
     }
 }

@@ -348,16 +348,21 @@ impl Cluster {
 
     /// Runs the CLI as `user` against this planner.
     pub fn cli(&self, user: &str, args: &[&str]) -> Output {
-        Command::new(hyperplan_bin())
+        self.cli_command(user, args).output().unwrap()
+    }
+
+    /// The CLI as `user` against this planner, to start (`cli` waits for it).
+    pub fn cli_command(&self, user: &str, args: &[&str]) -> Command {
+        let mut command = Command::new(hyperplan_bin());
+        command
             .args(args)
             .current_dir(self.dir.path())
             .env("HYPERPLAN_PLANNER", &self.addr)
             .env("HYPERPLAN_CERT_DIR", self.certs())
             .env("HYPERPLAN_USER", user)
             .env("XDG_CONFIG_HOME", self.dir.path())
-            .env_remove("RUST_LOG")
-            .output()
-            .unwrap()
+            .env_remove("RUST_LOG");
+        command
     }
 
     pub fn cli_json(&self, user: &str, args: &[&str]) -> Value {

@@ -47,15 +47,16 @@ impl LogRelay {
         reply: Reply,
     ) {
         if self.pending.len() >= MAX_PENDING {
-            let _ = reply.send(Err("the planner is relaying too many logs requests; try again".into()));
+            let _ = reply.send(Err(ResponseError::for_now(
+                "the planner is relaying too many logs requests; try again",
+            )));
             return;
         }
         let Some(link) = link else {
-            let _ = reply.send(Err(format!(
+            let _ = reply.send(Err(ResponseError::for_now(format!(
                 "node {} is not connected: the output of {}/{} cannot be read now",
                 piece.node, piece.job, piece.task
-            )
-            .into()));
+            ))));
             return;
         };
         self.next += 1;
@@ -68,7 +69,10 @@ impl LogRelay {
             max_bytes: max_bytes.clamp(1, MAX_READ),
         };
         if link.send(frame).is_err() {
-            let _ = reply.send(Err(format!("node {} just disconnected", piece.node).into()));
+            let _ = reply.send(Err(ResponseError::for_now(format!(
+                "node {} just disconnected",
+                piece.node
+            ))));
             return;
         }
         let deadline = Instant::now() + ANSWER_WITHIN;
@@ -110,12 +114,11 @@ impl LogRelay {
             .collect();
         for r in late {
             if let Some(p) = self.pending.remove(&r) {
-                let _ = p.reply.send(Err(format!(
+                let _ = p.reply.send(Err(ResponseError::for_now(format!(
                     "node {} did not send the output within {} s",
                     p.piece.node,
                     ANSWER_WITHIN.as_secs()
-                )
-                .into()));
+                ))));
             }
         }
     }
@@ -130,9 +133,9 @@ impl LogRelay {
             .collect();
         for r in gone {
             if let Some(p) = self.pending.remove(&r) {
-                let _ = p
-                    .reply
-                    .send(Err(format!("node {node} disconnected before it sent the output").into()));
+                let _ = p.reply.send(Err(ResponseError::for_now(format!(
+                    "node {node} disconnected before it sent the output"
+                ))));
             }
         }
     }
