@@ -406,6 +406,9 @@ struct RawExec {
     max_processes: Option<Located<u64>>,
 }
 
+/// The most bytes a task's `command` and `env` may have together.
+pub const MAX_EXEC_BYTES: usize = 1 << 20;
+
 /// Checks a task's `env`, `workingDir`, `output` and `error`.
 fn build_exec(raw: RawExec, path: &Path) -> Result<TaskExec, FileError> {
     let mut env = BTreeMap::new();
@@ -603,6 +606,20 @@ fn build_task(t: TaskParts, path: &Path) -> Result<TaskSpec, FileError> {
             format!("{why} (topologyPolicy {})", policy.value),
         ));
     }
+    let exec = build_exec(t.exec, path)?;
+    // Checked here, not when a node gets the task: its launch spec is bounded (4 MiB, with
+    // what hyperplan adds, such as a large job's node list).
+    let exec_bytes: usize = t.command.iter().map(|a| a.len() + 1).sum::<usize>()
+        + exec.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
+    if exec_bytes > MAX_EXEC_BYTES {
+        let prefix = task_prefix(&t.name);
+        return Err(crate::yaml::file_error(
+            path,
+            t.name.pos,
+            &format!("{prefix}.env"),
+            format!("expected a command and env of at most {MAX_EXEC_BYTES} bytes together (1 MiB), got {exec_bytes}"),
+        ));
+    }
     Ok(TaskSpec {
         name: t.name.value,
         replicas: t.replicas.value,
@@ -613,7 +630,7 @@ fn build_task(t: TaskParts, path: &Path) -> Result<TaskSpec, FileError> {
         cpu_placement: t.cpu_placement.map(|p| p.value),
         full_cores: t.full_cores,
         command: t.command,
-        exec: build_exec(t.exec, path)?,
+        exec,
     })
 }
 

@@ -284,6 +284,20 @@ tasks: [{name: t, replicas: 1, resources: {cpu: 1}, workingDir: /scratch/alice}]
     // Working directories: a file never sets the submit directory; the planner does, and
     // relative paths (and tasks without one) start there; absolute ones stand.
     assert!(jobs.iter().all(|j| j.submit_dir.is_none()));
+    // A command and env past 1 MiB are refused here, not when a node gets the task.
+    let big = format!(
+        "name: j\ntasks: [{{name: t, replicas: 1, resources: {{cpu: 1}}, env: {{BIG: {}}}}}]\n",
+        "x".repeat(2 << 20)
+    );
+    let e = parse_jobs(&big, Path::new("jobs.yaml"))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        e.contains("at most 1048576 bytes") && e.contains("env"),
+        "{}",
+        &e[..e.len().min(300)]
+    );
     // No process at all is no task.
     let none = "name: j\ntasks: [{name: t, replicas: 1, resources: {cpu: 1}, maxProcesses: 0}]\n";
     let e = parse_jobs(none, Path::new("jobs.yaml"))
