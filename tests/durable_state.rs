@@ -226,6 +226,13 @@ fn unknown_tasks_are_killed_and_an_end_sent_while_the_planner_was_down_counts() 
     rig.c.signal_planner("KILL");
     let _ = rig.c.planner.take().unwrap().wait();
     std::fs::rename(rig.c.store(), rig.c.dir.path().join("old.redb")).unwrap();
+    // With its marker: the store is moved aside on purpose (else the start refuses the
+    // missing store without --init).
+    std::fs::rename(
+        rig.c.dir.path().join("state.redb.created"),
+        rig.c.dir.path().join("old.redb.created"),
+    )
+    .unwrap();
     rig.c.start_planner(&addr);
     wait_for(LONG, "the unknown task killed", || (!alive(pid)).then_some(()));
     assert!(rig.c.planner_log().contains("orphan"), "{}", rig.c.planner_log());

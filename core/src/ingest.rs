@@ -14,7 +14,7 @@ use super::health::{self, Heartbeats};
 use super::lifecycle;
 use super::numa::node::{HardwareCache, NodeHardware};
 use super::numa::request::task_numa;
-use super::ownership::{JobId, JobOwner, NextJobId, SIM_OWNER, is_live, task_count};
+use super::ownership::{JobId, JobOwner, MAX_JOB_ID, NextJobId, SIM_OWNER, is_live, task_count};
 use super::queues::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, TopologyDirty};
 use crate::config::PlannerConfig;
 
@@ -175,7 +175,18 @@ fn submit(world: &mut World, spec: JobSpec, owner: String) {
     let id = {
         let mut next = world.resource_mut::<NextJobId>();
         let id = next.0;
-        next.0 += 1;
+        match id.checked_add(1).filter(|_| id <= MAX_JOB_ID) {
+            Some(n) => next.0 = n,
+            // Drivers refuse the submit first (`check_submission`); ids never wrap.
+            None => {
+                let msg = format!(
+                    "job {}: no job id is left (the largest is {MAX_JOB_ID}); submission ignored",
+                    spec.name
+                );
+                world.resource_mut::<Outbox>().0.push(Command::Warn(msg));
+                return;
+            }
+        }
         JobId(id)
     };
     admit(world, spec, owner, id);

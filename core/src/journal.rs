@@ -10,6 +10,18 @@
 //! A record is encoded once (MessagePack with field names, so a later version can add
 //! fields), and written only when its bytes differ from the last written: a pending job
 //! the allocator looks at every tick, or a running job whose use is sampled, costs no write.
+//!
+//! Record format 2 (this build) frames the MessagePack with a checksum, so that a byte
+//! changed on disk is an error naming the job, never a changed owner or CPU count:
+//!
+//! ```text
+//! 0xC1  2  crc32c (4 bytes, little-endian, over the MessagePack)  MessagePack…
+//! ```
+//!
+//! `0xC1` is the one byte MessagePack never uses, so a framed record cannot be taken for
+//! a format-1 record (bare MessagePack, no checksum). [`JobRecord::decode_checked`]
+//! requires the frame (stores of format 2); [`JobRecord::decode`] also reads format-1
+//! records, for stores written before it.
 
 use std::hash::{Hash, Hasher};
 
@@ -29,7 +41,13 @@ use super::queues::Outbox;
 use super::taskrun::TaskRun;
 
 /// The version of [`JobRecord`]'s encoding; a store written by a later one is refused.
-pub const RECORD_FORMAT: u32 = 1;
+/// 1: bare MessagePack; 2: framed with a CRC-32C (see the module's documentation).
+pub const RECORD_FORMAT: u32 = 2;
+
+/// The first byte of a framed record: never used by MessagePack.
+const FRAMED: u8 = 0xC1;
+/// The frame: marker, record format, CRC-32C.
+const FRAME_LEN: usize = 6;
 
 /// One job as the store keeps it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -184,13 +202,55 @@ impl JobRecord {
         })
     }
 
-    /// MessagePack with field names.
+    /// MessagePack with field names, framed with its checksum (record format 2).
     pub fn encode(&self) -> Result<Vec<u8>, RecordError> {
-        rmp_serde::to_vec_named(self).map_err(|e| RecordError(e.to_string()))
+        let mut out = Vec::with_capacity(512);
+        out.extend_from_slice(&[FRAMED, RECORD_FORMAT as u8, 0, 0, 0, 0]);
+        rmp_serde::encode::write_named(&mut out, self).map_err(|e| RecordError(e.to_string()))?;
+        let crc = crate::checksum::crc32c(&out[FRAME_LEN..]);
+        out[2..FRAME_LEN].copy_from_slice(&crc.to_le_bytes());
+        Ok(out)
     }
 
+    /// A record of format 2 (checksum checked) or 1 (bare MessagePack: nothing to check),
+    /// for a store that may still hold format-1 records.
     pub fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
-        rmp_serde::from_slice(bytes).map_err(|e| RecordError(e.to_string()))
+        if bytes.first() == Some(&FRAMED) {
+            Self::decode_checked(bytes)
+        } else {
+            rmp_serde::from_slice(bytes).map_err(|e| RecordError(e.to_string()))
+        }
+    }
+
+    /// A record of format 2 only: a record without its checksum, or whose checksum does
+    /// not match its bytes, is an error.
+    pub fn decode_checked(bytes: &[u8]) -> Result<Self, RecordError> {
+        let (frame, body) = bytes
+            .split_first_chunk::<FRAME_LEN>()
+            .filter(|(f, _)| f[0] == FRAMED)
+            .ok_or_else(|| {
+                RecordError("it has no checksum (it is not a record of format 2): damaged on disk".into())
+            })?;
+        if u32::from(frame[1]) != RECORD_FORMAT {
+            return Err(RecordError(format!(
+                "record format {} (this build reads format {RECORD_FORMAT}): damaged on disk, or written by another version",
+                frame[1]
+            )));
+        }
+        let stored = u32::from_le_bytes([frame[2], frame[3], frame[4], frame[5]]);
+        let computed = crate::checksum::crc32c(body);
+        if stored != computed {
+            return Err(RecordError(format!(
+                "checksum mismatch (stored {stored:08x}, computed {computed:08x}): its bytes changed on disk"
+            )));
+        }
+        rmp_serde::from_slice(body).map_err(|e| RecordError(e.to_string()))
+    }
+
+    /// The bare MessagePack of a format-1 record (what this build wrote before record
+    /// format 2), for tests of reading and migrating old stores.
+    pub fn encode_format1(&self) -> Result<Vec<u8>, RecordError> {
+        rmp_serde::to_vec_named(self).map_err(|e| RecordError(e.to_string()))
     }
 }
 
@@ -398,6 +458,50 @@ mod tests {
             gpus: vec![1, 3],
         };
         assert_eq!(AssignmentRecord::of(&a).to_assignment(), a);
+    }
+
+    fn sample() -> JobRecord {
+        let spec = hyperplan_shared::parse_jobs(
+            "name: sample\ntasks:\n  - name: t\n    replicas: 2\n    resources: {cpu: 1}\n    command: [\"true\"]\n",
+            std::path::Path::new("job.yaml"),
+        )
+        .unwrap()
+        .remove(0);
+        JobRecord::submitted(7, "admin", spec)
+    }
+
+    #[test]
+    fn a_record_reads_back_and_any_flipped_bit_is_an_error() {
+        let rec = sample();
+        let bytes = rec.encode().unwrap();
+        assert_eq!(bytes[..2], [FRAMED, 2]);
+        assert_eq!(JobRecord::decode_checked(&bytes).unwrap(), rec);
+        assert_eq!(JobRecord::decode(&bytes).unwrap(), rec);
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut b = bytes.clone();
+                b[i] ^= 1 << bit;
+                assert!(JobRecord::decode_checked(&b).is_err(), "byte {i} bit {bit}");
+                // A record that still decodes is never a different job.
+                if let Ok(r) = JobRecord::decode(&b) {
+                    assert_eq!(r, rec, "byte {i} bit {bit}");
+                }
+            }
+        }
+        let owner = bytes.windows(5).position(|w| w == b"admin").unwrap();
+        let mut b = bytes.clone();
+        b[owner + 4] ^= 1; // admin -> admio
+        let e = JobRecord::decode_checked(&b).unwrap_err().to_string();
+        assert!(e.starts_with("checksum mismatch"), "{e}");
+    }
+
+    #[test]
+    fn format_1_records_are_read_by_decode_and_refused_by_decode_checked() {
+        let rec = sample();
+        let old = rec.encode_format1().unwrap();
+        assert_eq!(JobRecord::decode(&old).unwrap(), rec);
+        let e = JobRecord::decode_checked(&old).unwrap_err().to_string();
+        assert!(e.contains("no checksum"), "{e}");
     }
 
     #[test]

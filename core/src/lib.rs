@@ -21,6 +21,7 @@ pub mod testing;
 pub mod allocate;
 pub mod caller;
 pub mod capacity;
+pub mod checksum;
 pub mod claim;
 pub mod commands;
 pub mod components;

@@ -64,6 +64,11 @@ pub fn count_live(
     }
 }
 
+/// The largest job id: 2^53 − 1, the largest integer every JSON reader (a JavaScript
+/// number, a `double`) holds exactly. Ids run from 1; the allocator stops there (a
+/// submit is refused, never given an id twice) and `state import` refuses larger ids.
+pub const MAX_JOB_ID: u64 = (1 << 53) - 1;
+
 /// The id the next submission the core ingests gets.
 #[derive(Resource, Debug)]
 pub struct NextJobId(pub u64);
@@ -105,6 +110,9 @@ pub enum SubmitError {
     PriorityTooHigh { job: String, priority: i32, cap: i32 },
     #[error(transparent)]
     Name(#[from] NameClash),
+    /// The ids are used up (see [`MAX_JOB_ID`]).
+    #[error("no job id is left: the next would be {next}, above the largest, {max}")]
+    NoIdsLeft { next: u64, max: u64 },
 }
 
 /// Tasks in `spec`: its tasks' replicas summed.
@@ -219,6 +227,10 @@ impl Planner {
             }
         }
         let more = jobs.len() as u64;
+        let next = self.next_job_id();
+        if next.saturating_add(more.saturating_sub(1)) > MAX_JOB_ID {
+            return Err(SubmitError::NoIdsLeft { next, max: MAX_JOB_ID });
+        }
         let mut live = self.world.resource::<LiveByOwner>().0.get(owner).copied().unwrap_or(0);
         live += self
             .world
@@ -253,7 +265,7 @@ impl Planner {
             .iter()
             .filter(|e| matches!(e, Event::Submit(_) | Event::SubmitBy { .. }))
             .count() as u64;
-        self.world.resource::<NextJobId>().0 + queued
+        self.world.resource::<NextJobId>().0.saturating_add(queued)
     }
 
     /// Whether jobs called `names` may be submitted now (see [`check_job_names`]).

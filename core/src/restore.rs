@@ -20,7 +20,7 @@ use super::journal::{AssignmentRecord, JobRecord, Journal, Persisted, fingerprin
 use super::lifecycle::Requeued;
 use super::names::{JobNames, NodeNames};
 use super::numa::node::{HardwareCache, NodeHardware, NodeNuma};
-use super::ownership::{JobId, NextJobId, is_live};
+use super::ownership::{JobId, MAX_JOB_ID, NextJobId, is_live, task_count};
 use super::queues::{NodeSetGeneration, TopologyDirty};
 use super::taskrun::TaskRun;
 
@@ -45,16 +45,46 @@ impl Planner {
     /// clock). `next_job_id` is the store's; ids go on from the larger of it and the
     /// jobs'. Returns what could not be restored, one line each (the rest is loaded).
     pub fn restore(&mut self, records: Vec<JobRecord>, next_job_id: u64, now_ms: u64) -> Vec<String> {
-        let mut warnings = Vec::new();
-        let mut next = next_job_id.max(1);
+        self.restore_each(records, next_job_id, now_ms)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    /// [`Planner::restore`], saying which records were not restored and why: what
+    /// `state import` and `--check` run on a scratch planner, so that they refuse exactly
+    /// what a start would skip.
+    pub fn restore_each(&mut self, records: Vec<JobRecord>, next_job_id: u64, now_ms: u64) -> Vec<NotRestored> {
+        let mut refused = Vec::new();
+        let mut next = next_job_id.clamp(1, MAX_JOB_ID + 1);
         for rec in records {
-            next = next.max(rec.id.saturating_add(1));
-            if let Err(why) = restore_job(&mut self.world, rec.clone(), now_ms) {
-                warnings.push(format!("job {:?} (id {}) not restored: {why}", rec.spec.name, rec.id));
+            let (id, name) = (rec.id, rec.spec.name.clone());
+            let result = if id == 0 || id > MAX_JOB_ID {
+                Err(format!("its id is outside 1 to {MAX_JOB_ID}"))
+            } else {
+                next = next.max(id + 1);
+                restore_job(&mut self.world, rec, now_ms)
+            };
+            if let Err(why) = result {
+                refused.push(NotRestored { id, name, why });
             }
         }
         self.world.resource_mut::<NextJobId>().0 = next;
-        warnings
+        refused
+    }
+}
+
+/// A stored job that a start does not load.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotRestored {
+    pub id: u64,
+    pub name: String,
+    pub why: String,
+}
+
+impl std::fmt::Display for NotRestored {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "job {:?} (id {}) not restored: {}", self.name, self.id, self.why)
     }
 }
 
@@ -67,6 +97,13 @@ fn restore_job(world: &mut World, rec: JobRecord, now_ms: u64) -> Result<(), Str
         && world.get::<JobState>(e).is_some_and(is_live)
     {
         return Err("a job of that name is already loaded".into());
+    }
+    let limit = world.resource::<super::PlannerConfig>().limits.max_tasks_per_job;
+    let tasks = task_count(&rec.spec);
+    if tasks > limit {
+        return Err(format!(
+            "its spec makes {tasks} tasks, more than [limits] maxTasksPerJob = {limit}"
+        ));
     }
     let bytes = rec.encode().map_err(|e| e.to_string())?;
     super::ingest::admit(world, rec.spec.clone(), rec.owner.clone(), JobId(rec.id));

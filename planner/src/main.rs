@@ -90,9 +90,16 @@ struct Args {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     private_data: Option<bool>,
     /// The store file: jobs, placements, the epoch [store.path; default
-    /// /var/lib/hyperplan/state.redb]. Created (with its directory) when missing.
+    /// /var/lib/hyperplan/state.redb]. Created (with its directory) at the first start;
+    /// beside it, FILE.created marks that a planner keeps its state there.
     #[arg(long, value_name = "FILE", global = true)]
     store: Option<PathBuf>,
+    /// Begin an empty store where the store file is missing although FILE.created says
+    /// one existed, is empty (0 bytes) or cannot be read (moved aside as
+    /// FILE.damaged-TIME); without it such a start stops. Epochs go on above the lost
+    /// store's. A good store is opened as it is.
+    #[arg(long)]
+    init: bool,
     /// Validate the configuration, print it resolved, read every discovery source once
     /// and say what it holds, read the store and say what it holds, then exit: 0 when all
     /// is well, 1 when a source or the store fails.
@@ -180,6 +187,7 @@ fn run() -> anyhow::Result<()> {
     if let Some(v) = args.store {
         config.store.path = v;
     }
+    config.store.init = args.init;
     if let Some(Cmd::State(cmd)) = &args.command {
         return state(&config, cmd);
     }
@@ -200,7 +208,7 @@ fn run() -> anyhow::Result<()> {
         println!("{config:#?}");
         let failed = runtime.block_on(check_sources(&config));
         runtime.shutdown_timeout(std::time::Duration::from_millis(500));
-        let store = check_store(&config.store);
+        let store = check_store(&config);
         anyhow::ensure!(
             failed == 0,
             "the configuration is valid, but {failed} discovery source(s) cannot be read (see above)"
@@ -223,22 +231,36 @@ fn run() -> anyhow::Result<()> {
     served
 }
 
-/// `--check`: what the store holds (every record is read), or why it cannot be read. A
-/// store file that does not exist yet is fine: the planner creates it.
-fn check_store(config: &hyperplan_planner::store::StoreConfig) -> anyhow::Result<()> {
-    use hyperplan_planner::store::{Store, config::Backend};
-    let at = config.describe();
-    if config.backend == Backend::Embedded && !config.path.exists() {
+/// `--check`: what the store holds (every record is read, its checksum checked, and
+/// every live job checked as a start would load it), or why it cannot be read. A store
+/// file that never existed is fine: the planner creates it; one whose marker says it
+/// existed is not.
+fn check_store(config: &DaemonConfig) -> anyhow::Result<()> {
+    use hyperplan_planner::store::{Store, config::Backend, embedded::marker_path};
+    let store = &config.store;
+    let at = store.describe();
+    if store.backend == Backend::Embedded && !store.path.exists() && !marker_path(&store.path).exists() {
         println!("store {at}: none yet (created at start)");
         return Ok(());
     }
-    match Store::open_read_only(config).and_then(|s| s.summary()) {
-        Ok(s) => {
-            println!(
-                "store {at}: ok: format {}, epoch {}, {} live job(s), {} ended job(s), next job id {}",
-                s.format, s.epoch, s.live, s.finished, s.next_job_id
-            );
-            Ok(())
+    let read = Store::open_read_only(store).and_then(|s| Ok((s.summary()?, s.all()?.0)));
+    match read {
+        Ok((s, live)) => {
+            let bad = hyperplan_planner::store::unloadable(&config.planner, live, s.next_job_id);
+            if bad.is_empty() {
+                println!(
+                    "store {at}: ok: format {}, epoch {}, {} live job(s), {} ended job(s), next job id {}",
+                    s.format, s.epoch, s.live, s.finished, s.next_job_id
+                );
+                return Ok(());
+            }
+            println!("store {at}: FAILING: {} live job(s) a start would not load:", bad.len());
+            for b in &bad {
+                println!("  {b}");
+            }
+            Err(anyhow::anyhow!(
+                "the store holds jobs a planner would not load (see above)"
+            ))
         }
         Err(e) => {
             println!("store {at}: FAILING: {e}");
@@ -268,13 +290,13 @@ fn state(config: &DaemonConfig, cmd: &StateCmd) -> anyhow::Result<()> {
             );
         }
         StateCmd::Import { file } => {
-            let store = Store::open(&config.store)?;
+            let store = Store::open_for_import(&config.store)?;
             let name = file.display().to_string();
             let jobs = if file.as_os_str() == "-" {
-                export::import(&store, &mut std::io::stdin().lock(), &name)?
+                export::import(&store, &mut std::io::stdin().lock(), &name, &config.planner)?
             } else {
                 let f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
-                export::import(&store, &mut std::io::BufReader::new(f), &name)?
+                export::import(&store, &mut std::io::BufReader::new(f), &name, &config.planner)?
             };
             eprintln!("imported {jobs} job(s) from {name} into {at}");
         }

@@ -3,6 +3,9 @@
 //! batches larger than one etcd transaction, a standby that takes over with every record
 //! and a raised epoch, a deposed leader whose writes are refused, tools refused while a
 //! planner leads, a newer store format refused, and TLS with client certificates.
+//! With three members: a leader that goes on committing while the member it uses is
+//! killed and started again; a store given a dead endpoint beside a good one. Large
+//! states (more than etcd-client's default 4 MiB message): read in pages.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,7 +13,9 @@
 mod etcd;
 
 use std::path::Path;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use hyperplan_core::components::JobPhase;
 use hyperplan_core::journal::{JobRecord, Persist};
@@ -26,9 +31,19 @@ fn config(e: &etcd::Etcd, prefix: &str) -> EtcdConfig {
 }
 
 fn record(id: u64, ended: bool) -> Persist {
+    record_with_env(id, ended, 0)
+}
+
+/// A record with an environment variable of `env` bytes (0: none).
+fn record_with_env(id: u64, ended: bool, env: usize) -> Persist {
+    let env = if env == 0 {
+        String::new()
+    } else {
+        format!("    env:\n      BIG: \"{}\"\n", "x".repeat(env))
+    };
     let spec = hyperplan_shared::parse_jobs(
         &format!(
-            "name: job-{id}\ntasks:\n  - name: t\n    replicas: 1\n    resources: {{cpu: 1}}\n    command: [\"true\"]\n"
+            "name: job-{id}\ntasks:\n  - name: t\n    replicas: 1\n    resources: {{cpu: 1}}\n    command: [\"true\"]\n{env}"
         ),
         Path::new("job.yaml"),
     )
@@ -220,4 +235,269 @@ async fn over_tls_a_planner_with_its_certificate_leads_and_the_others_are_told_w
     );
     let e = refused(tls(&other.path().join("missing.pem"), true)).await;
     assert!(e.to_string().contains("missing.pem"), "{e}");
+}
+
+fn connect(cfg: &EtcdConfig) -> Etcd {
+    Etcd::connect(cfg).unwrap()
+}
+
+/// Polls `done` every 20 ms until it holds; panics with `what` after `within`.
+async fn until(within: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < within, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// How many `live/` keys member `endpoint` holds under `prefix` (0 while it does not answer).
+async fn live_keys(endpoint: &str, prefix: &str) -> i64 {
+    let Ok(mut c) = etcd_client::Client::connect([endpoint], None).await else {
+        return 0;
+    };
+    let options = etcd_client::GetOptions::new().with_prefix().with_count_only();
+    match tokio::time::timeout(Duration::from_secs(2), c.get(format!("{prefix}live/"), Some(options))).await {
+        Ok(Ok(r)) => r.count(),
+        _ => 0,
+    }
+}
+
+const TTL: Duration = Duration::from_secs(2);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_three_members_the_leader_goes_on_committing_while_one_is_killed_and_restarted() {
+    let Some(mut cluster) = etcd::Cluster::start() else {
+        return;
+    };
+    let cfg = EtcdConfig {
+        endpoints: cluster.endpoints.clone(),
+        prefix: "/q/".into(),
+        tls: None,
+    };
+    let a = blocking({
+        let cfg = cfg.clone();
+        move || connect(&cfg)
+    })
+    .await;
+    a.start_watch();
+    a.campaign("head-a:7400".into(), TTL).await.unwrap();
+    let b = blocking({
+        let cfg = cfg.clone();
+        move || connect(&cfg)
+    })
+    .await;
+    b.start_watch();
+    let campaign = {
+        let b = b.clone();
+        tokio::spawn(async move { b.campaign("head-b:7400".into(), TTL).await })
+    };
+    b.view()
+        .wait_for(|v| v.leader.as_deref() == Some("head-a:7400"))
+        .await
+        .unwrap();
+
+    // The leader commits batch after batch of 10 submits until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let committed = Arc::new(AtomicU64::new(0));
+    let committer = std::thread::spawn({
+        let (a, stop, committed) = (a.clone(), stop.clone(), committed.clone());
+        move || -> Result<u64, StoreError> {
+            let mut next = 1;
+            while !stop.load(Ordering::Relaxed) {
+                a.commit(&Batch {
+                    jobs: (next..next + 10).map(|id| record(id, false)).collect(),
+                    next_job_id: Some(next + 10),
+                })?;
+                next += 10;
+                committed.store(next - 1, Ordering::Relaxed);
+            }
+            Ok(next - 1)
+        }
+    });
+    let count = || committed.load(Ordering::Relaxed);
+    until(Duration::from_secs(30), "100 jobs committed", || count() >= 100).await;
+
+    // Member 0, the one both planners use first, is killed: the leader goes on
+    // committing for longer than its lease (renewed through the others), the standby
+    // does not lead.
+    cluster.kill(0);
+    let (killed, at_kill) = (Instant::now(), count());
+    until(
+        Duration::from_secs(30),
+        "commits go on for 3 × the TTL with member 0 dead",
+        || committer.is_finished() || (count() >= at_kill + 100 && killed.elapsed() >= TTL * 3),
+    )
+    .await;
+    assert!(
+        !committer.is_finished(),
+        "the committer stopped: {:?}",
+        committer.join()
+    );
+    let v = a.view().borrow().clone();
+    assert!(v.leading && v.lost.is_none(), "{v:?}");
+    assert!(!campaign.is_finished(), "the standby must not lead");
+
+    // Member 0 comes back and catches up; the leader goes on.
+    let restarted = Instant::now();
+    let mut cluster = blocking(move || {
+        cluster.restart(0);
+        cluster
+    })
+    .await;
+    let at_restart = count();
+    until(Duration::from_secs(30), "50 more jobs after the restart", || {
+        count() >= at_restart + 50
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let total = committer.join().unwrap().unwrap();
+    let start = Instant::now();
+    while live_keys(&cluster.endpoints[0], "/q/").await != total as i64 {
+        assert!(start.elapsed() < Duration::from_secs(30), "member 0 did not catch up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "{total} jobs committed; member 0 dead {:.1} s, back and caught up in {:.1} s",
+        (restarted - killed).as_secs_f64(),
+        restarted.elapsed().as_secs_f64()
+    );
+
+    // Member 1 is killed too late to matter for quorum (0 and 2 answer): the leader
+    // resigns, the standby leads with every job.
+    cluster.kill(1);
+    let a2 = a.clone();
+    blocking(move || a2.resign()).await;
+    let taken = tokio::time::timeout(Duration::from_secs(20), campaign)
+        .await
+        .expect("the standby leads once the leader resigned")
+        .unwrap()
+        .unwrap();
+    assert_eq!(taken.live.len() as u64, total);
+    assert_eq!(taken.next_job_id, total + 1);
+    let b2 = b.clone();
+    blocking(move || {
+        b2.commit(&Batch {
+            jobs: vec![record(total + 1, false)],
+            next_job_id: Some(total + 2),
+        })
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_given_a_dead_endpoint_beside_a_good_one_starts_and_works() {
+    let Some(server) = etcd::Etcd::start() else { return };
+    for (n, endpoints) in [
+        vec![server.endpoint.clone(), etcd::dead_endpoint()],
+        vec![etcd::dead_endpoint(), server.endpoint.clone()],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let cfg = EtcdConfig {
+            endpoints,
+            prefix: format!("/dead{n}/"),
+            tls: None,
+        };
+        let a = blocking(move || Etcd::connect(&cfg)).await.unwrap();
+        a.start_watch();
+        let first = a.campaign("head-a:7400".into(), TTL).await.unwrap();
+        assert_eq!(first.epoch, 1);
+        let a2 = a.clone();
+        blocking(move || {
+            a2.commit(&Batch {
+                jobs: (1..=3).map(|id| record(id, false)).collect(),
+                next_job_id: Some(4),
+            })
+        })
+        .await
+        .unwrap();
+        let a2 = a.clone();
+        assert_eq!(blocking(move || a2.summary()).await.unwrap().live, 3);
+        let a2 = a.clone();
+        blocking(move || a2.resign()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_pages_through_more_live_records_than_one_message_holds() {
+    let Some(server) = etcd::Etcd::start() else { return };
+    let cfg = config(&server, "/big/");
+    let a = blocking({
+        let cfg = cfg.clone();
+        move || connect(&cfg)
+    })
+    .await;
+    a.start_watch();
+    a.campaign("head-a:7400".into(), TTL).await.unwrap();
+
+    // 20,000 small submits, then 300 with a 16 KB environment (4.8 MB of those alone).
+    let started = Instant::now();
+    let (small, large) = (20_000u64, 300u64);
+    let a2 = a.clone();
+    let bytes = blocking(move || {
+        let mut bytes = 0;
+        for from in (1..=small).step_by(2_000) {
+            let jobs: Vec<_> = (from..from + 2_000).map(|id| record(id, false)).collect();
+            bytes += jobs.iter().map(|p| p.bytes.len()).sum::<usize>();
+            a2.commit(&Batch {
+                jobs,
+                next_job_id: Some(from + 2_000),
+            })
+            .unwrap();
+        }
+        let jobs: Vec<_> = (small + 1..=small + large)
+            .map(|id| record_with_env(id, false, 16 * 1024))
+            .collect();
+        let large_bytes = jobs.iter().map(|p| p.bytes.len()).sum::<usize>();
+        assert!(large_bytes > 4 << 20, "{large_bytes}");
+        a2.commit(&Batch {
+            jobs,
+            next_job_id: Some(small + large + 1),
+        })
+        .unwrap();
+        bytes + large_bytes
+    })
+    .await;
+    let written = started.elapsed();
+
+    // A planner that starts now loads them all (its first read pages) and takes over.
+    let started = Instant::now();
+    let b = blocking({
+        let cfg = cfg.clone();
+        move || connect(&cfg)
+    })
+    .await;
+    b.start_watch();
+    let campaign = {
+        let b = b.clone();
+        tokio::spawn(async move { b.campaign("head-b:7400".into(), TTL).await })
+    };
+    b.view()
+        .wait_for(|v| v.leader.as_deref() == Some("head-a:7400"))
+        .await
+        .unwrap();
+    let loaded = started.elapsed();
+    let a2 = a.clone();
+    blocking(move || a2.resign()).await;
+    let taken = tokio::time::timeout(Duration::from_secs(60), campaign)
+        .await
+        .expect("the standby leads")
+        .unwrap()
+        .unwrap();
+    assert_eq!(taken.live.len() as u64, small + large);
+    assert!(taken.live.iter().any(|r| r.id == small + large));
+    assert_eq!(taken.next_job_id, small + large + 1);
+    let b2 = b.clone();
+    let summary = blocking(move || b2.summary()).await.unwrap();
+    assert_eq!(summary.live, small + large);
+    eprintln!(
+        "{} records, {:.1} MiB: written in {:.1} s, a standby's first read in {:.1} s, took over in {:.1} s",
+        small + large,
+        bytes as f64 / f64::from(1 << 20),
+        written.as_secs_f64(),
+        loaded.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
 }

@@ -2,7 +2,8 @@
 //! failover bench: its own data directory and free ports, killed (by pid) on drop.
 //! [`Etcd::start`] is `None`, with the reason printed, when there is no `etcd` binary;
 //! [`Etcd::start_tls`] serves TLS only and asks clients for certificates, all from one
-//! test CA made with `hyperplan_net::certs`.
+//! test CA made with `hyperplan_net::certs`. [`Cluster::start`] runs three members
+//! (`--initial-cluster`), each killed by pid and started again on demand.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -150,6 +151,166 @@ impl Etcd {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
     }
+}
+
+/// Three etcd members on 127.0.0.1, each with its own data directory and free ports;
+/// every member still running is killed (by pid) on drop.
+pub struct Cluster {
+    members: Vec<Member>,
+    /// `http://127.0.0.1:PORT` of each member, in order.
+    pub endpoints: Vec<String>,
+    pub dir: tempfile::TempDir,
+    bin: PathBuf,
+    initial_cluster: String,
+}
+
+struct Member {
+    name: String,
+    client: u16,
+    peer_url: String,
+    child: Option<Child>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            if let Some(mut c) = m.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+impl Cluster {
+    /// Starts three members and waits until the cluster has a leader; `None` (with the
+    /// reason on stderr) when etcd is not installed.
+    pub fn start() -> Option<Cluster> {
+        let Some(bin) = binary() else {
+            eprintln!("SKIPPED: no etcd binary (install Debian's etcd-server, or set ETCD=/path/to/etcd)");
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let members: Vec<Member> = (0..3)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client: free_port(),
+                peer_url: format!("http://127.0.0.1:{}", free_port()),
+                child: None,
+            })
+            .collect();
+        let initial_cluster = members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Cluster {
+            endpoints: members
+                .iter()
+                .map(|m| format!("http://127.0.0.1:{}", m.client))
+                .collect(),
+            members,
+            dir,
+            bin,
+            initial_cluster,
+        };
+        for i in 0..3 {
+            cluster.spawn(i);
+        }
+        for i in 0..3 {
+            cluster.wait_healthy(i);
+        }
+        Some(cluster)
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let m = &self.members[i];
+        let url = format!("http://127.0.0.1:{}", m.client);
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{}.log", m.name)))
+            .unwrap();
+        // A restarted member finds its data directory and ignores the initial-cluster
+        // flags (it rejoins as the member it was).
+        let child = Command::new(&self.bin)
+            .args(["--name", &m.name, "--data-dir"])
+            .arg(self.dir.path().join(&m.name))
+            .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
+            .args([
+                "--listen-peer-urls",
+                &m.peer_url,
+                "--initial-advertise-peer-urls",
+                &m.peer_url,
+            ])
+            .args(["--initial-cluster", &self.initial_cluster])
+            .args([
+                "--initial-cluster-state",
+                "new",
+                "--initial-cluster-token",
+                "hyperplan-test",
+            ])
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.members[i].child = Some(child);
+    }
+
+    /// Kills member `i` (SIGKILL, by pid) and reaps it.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts member `i` again on its data directory and waits until it is healthy (it has
+    /// rejoined the cluster and knows its leader).
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i);
+        self.wait_healthy(i);
+    }
+
+    /// Whether member `i` says it is healthy (`GET /health`: it knows a leader).
+    pub fn healthy(&self, i: usize) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.members[i].client)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        if s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .is_err()
+        {
+            return false;
+        }
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        answer.contains("\"health\":\"true\"")
+    }
+
+    fn wait_healthy(&self, i: usize) {
+        let start = Instant::now();
+        while !self.healthy(i) {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "etcd member {i} was not healthy within 30 s: {}",
+                self.log(i)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{}.log", self.members[i].name))).unwrap_or_default()
+    }
+}
+
+/// An `http://` endpoint where nobody listens (a member that is down).
+pub fn dead_endpoint() -> String {
+    format!("http://127.0.0.1:{}", free_port())
 }
 
 /// A UDP port nobody uses now, for a planner that must be on the list before it starts.

@@ -30,6 +30,10 @@ pub struct StoreConfig {
     pub keep_finished: Duration,
     /// `[ha]`: used with the etcd backend only.
     pub ha: HaConfig,
+    /// `--init` (a flag only, never in the file): begin an empty embedded store where
+    /// the file is missing (its marker says one existed), empty or unreadable (moved
+    /// aside); see `embedded::Create::Init`.
+    pub init: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,6 +92,7 @@ impl Default for StoreConfig {
             path: PathBuf::from(DEFAULT_PATH),
             keep_finished: DEFAULT_KEEP_FINISHED,
             ha: HaConfig::default(),
+            init: false,
         }
     }
 }

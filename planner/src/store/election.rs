@@ -14,16 +14,28 @@
 //!
 //! A new leader waits until its warm copy has seen its own `leader` key: every write of
 //! the old leader came before that key could exist, so the copy is complete.
+//!
+//! Every call here goes to the member in use and, where it does not answer, to the others
+//! (`Etcd::any`): one member down of three is a warning, not a lost lead. The live jobs
+//! are read in pages (`Etcd::pages`), at the start and again after a failed or compacted
+//! watch, and the watch asks etcd to split large answers (`fragment`).
 
 use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, TxnOpResponse, WatchOptions};
 
-use super::etcd::{Etcd, HaView, Role, Warm};
+use super::etcd::{Etcd, HaView, Role, Warm, try_another};
 use super::{Loaded, StoreError};
 
 /// How long to wait before reading and watching again after the watch failed.
 const RETRY: Duration = Duration::from_millis(500);
+
+/// How soon a lease renewal that failed is tried again (on the next member).
+const RENEW_AGAIN: Duration = Duration::from_millis(100);
+
+/// How long the election's reads and writes try the members again before the campaign
+/// starts over (it does, after a second).
+const PATIENCE: Duration = Duration::from_secs(3);
 
 impl Etcd {
     /// Starts following the prefix (the warm copy, the leader's address, the epoch).
@@ -42,31 +54,37 @@ impl Etcd {
     /// One read of the live jobs and meta keys, then the watch from there, until it fails.
     async fn follow(&self) -> Result<(), String> {
         let inner = self.inner();
-        let mut c = inner.client.clone();
         let live_from = self.key("live/");
-        let live = c
-            .get(live_from.clone(), Some(GetOptions::new().with_prefix()))
+        let live_to = {
+            let mut end = live_from.clone().into_bytes();
+            if let Some(last) = end.last_mut() {
+                *last += 1; // '/' + 1
+            }
+            end
+        };
+        let (live, rev) = self
+            .pages(live_from.into_bytes(), live_to)
             .await
-            .map_err(|e| e.to_string())?;
-        let rev = live.header().map_or(0, |h| h.revision());
-        let meta = c
-            .get(
-                self.key("meta/"),
-                Some(GetOptions::new().with_prefix().with_revision(rev)),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-        let leader = c
-            .get(self.key("leader"), Some(GetOptions::new().with_revision(rev)))
-            .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| format!("reading the live jobs: {e}"))?;
+        let at = |key: String, prefix: bool| {
+            let mut options = GetOptions::new().with_revision(rev);
+            if prefix {
+                options = options.with_prefix();
+            }
+            self.any(PATIENCE, move |mut c| {
+                let (key, options) = (key.clone(), options.clone());
+                async move { c.kv.get(key, Some(options)).await }
+            })
+        };
+        let meta = at(self.key("meta/"), true).await.map_err(|e| e.to_string())?;
+        let leader = at(self.key("leader"), false).await.map_err(|e| e.to_string())?;
         {
             let mut warm = Warm {
                 revision: rev,
                 ..Warm::default()
             };
-            for kv in live.kvs() {
-                self.apply(&mut warm, kv.key(), Some(kv.value()));
+            for (k, v) in &live {
+                self.apply(&mut warm, k, Some(v));
             }
             for kv in meta.kvs() {
                 self.apply(&mut warm, kv.key(), Some(kv.value()));
@@ -75,8 +93,17 @@ impl Etcd {
         }
         self.publish(leader.kvs().first().map(|kv| kv.value()));
         inner.warm_rev.send_replace(rev);
-        let options = WatchOptions::new().with_prefix().with_start_revision(rev + 1);
-        let mut stream = c.watch(self.key(""), Some(options)).await.map_err(|e| e.to_string())?;
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(rev + 1)
+            .with_fragment();
+        let mut stream = self
+            .any(PATIENCE, |mut c| {
+                let (key, options) = (self.key(""), options.clone());
+                async move { c.watch.watch(key, Some(options)).await }
+            })
+            .await
+            .map_err(|e| e.to_string())?;
         while let Some(resp) = stream.message().await.map_err(|e| e.to_string())? {
             if resp.canceled() {
                 return Err(format!(
@@ -85,7 +112,9 @@ impl Etcd {
                     resp.compact_revision()
                 ));
             }
-            let mut newest = resp.header().map_or(0, |h| h.revision());
+            // The events' own revisions, not the answer's header: a watch that catches up
+            // (or an answer split in fragments) has a header newer than what it brought.
+            let mut newest = 0;
             {
                 let mut warm = inner.warm.lock().map_err(|_| "poisoned")?;
                 for ev in resp.events() {
@@ -194,11 +223,14 @@ impl Etcd {
     /// as long as this process lives. Returns the key's create revision.
     async fn win(&self, advertise: String, ttl: Duration) -> Result<i64, String> {
         let inner = self.inner();
-        let mut c = inner.client.clone();
         let key = self.key("leader");
         let ttl_secs = i64::try_from(ttl.as_secs()).unwrap_or(10).max(2);
         loop {
-            let lease = c.lease_grant(ttl_secs, None).await.map_err(|e| e.to_string())?.id();
+            let lease = self
+                .any(PATIENCE, |mut c| async move { c.lease.grant(ttl_secs, None).await })
+                .await
+                .map_err(|e| e.to_string())?
+                .id();
             let alive = tokio::sync::watch::Sender::new(true);
             let keeper = self.clone();
             let mut alive_rx = alive.subscribe();
@@ -217,9 +249,32 @@ impl Etcd {
                         Some(etcd_client::PutOptions::new().with_lease(lease)),
                     )])
                     .or_else([TxnOp::get(key.clone(), None)]);
-                let resp = c.txn(txn).await.map_err(|e| e.to_string())?;
+                let resp = self
+                    .any(PATIENCE, |mut c| {
+                        let txn = txn.clone();
+                        async move { c.kv.txn(txn).await }
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let rev = resp.header().map_or(0, |h| h.revision());
-                if resp.succeeded() {
+                let found = resp.op_responses().into_iter().find_map(|r| match r {
+                    TxnOpResponse::Get(g) => g.kvs().first().map(|kv| {
+                        (
+                            String::from_utf8_lossy(kv.value()).into_owned(),
+                            kv.lease(),
+                            kv.create_revision(),
+                        )
+                    }),
+                    _ => None,
+                });
+                // A try that etcd applied but whose answer was lost, tried again on
+                // another member: the key is there with our lease, and it is ours.
+                let won = match &found {
+                    _ if resp.succeeded() => Some(rev),
+                    Some((_, l, created)) if *l == lease => Some(*created),
+                    _ => None,
+                };
+                if let Some(rev) = won {
                     *inner.role.lock().map_err(|_| "poisoned")? = Role::Leading(rev);
                     inner.view.send_modify(|v| {
                         v.leading = true;
@@ -229,17 +284,17 @@ impl Etcd {
                     tracing::info!(at = %self.at().display(), lease, revision = rev, "leading");
                     return Ok(rev);
                 }
-                let current = resp.op_responses().into_iter().find_map(|r| match r {
-                    TxnOpResponse::Get(g) => g
-                        .kvs()
-                        .first()
-                        .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
-                    _ => None,
-                });
+                let current = found.map(|(leader, ..)| leader);
                 tracing::info!(leader = current.as_deref().unwrap_or("?"), "standing by");
                 // Wait for the key to go (or our lease to die), then try again.
                 let options = WatchOptions::new().with_start_revision(rev + 1);
-                let mut stream = c.watch(key.clone(), Some(options)).await.map_err(|e| e.to_string())?;
+                let mut stream = self
+                    .any(PATIENCE, |mut c| {
+                        let (key, options) = (key.clone(), options.clone());
+                        async move { c.watch.watch(key, Some(options)).await }
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
                 loop {
                     tokio::select! {
                         m = stream.message() => match m {
@@ -255,10 +310,11 @@ impl Etcd {
         }
     }
 
-    /// Renews `lease` every third of `ttl`. Gives the lead up (and says so on `alive`)
-    /// when no renewal succeeded for two thirds of it, or when etcd says it expired.
+    /// Renews `lease` every third of `ttl`, on the member in use and, where it does not
+    /// answer, on the next one at once. Gives the lead up (and says so on `alive`) only
+    /// when no renewal succeeded for two thirds of the TTL, or when etcd says it expired.
     async fn keep_alive(&self, lease: i64, ttl: Duration, alive: tokio::sync::watch::Sender<bool>) {
-        let mut c = self.inner().client.clone();
+        let members = &self.inner().members;
         let period = ttl / 3;
         let give_up = ttl * 2 / 3;
         let mut last_ok = Instant::now();
@@ -266,26 +322,40 @@ impl Etcd {
         let why = loop {
             // A campaign that failed dropped its end: this lease is nobody's now.
             if alive.is_closed() && !self.inner().role.lock().is_ok_and(|r| matches!(*r, Role::Leading(_))) {
-                let _ = tokio::time::timeout(period, c.lease_revoke(lease)).await;
+                let revoke = self.any(Duration::ZERO, |mut c| async move { c.lease.revoke(lease).await });
+                let _ = tokio::time::timeout(period, revoke).await;
                 return;
             }
             if stream.is_none() {
-                match tokio::time::timeout(period, c.lease_keep_alive(lease)).await {
-                    Ok(Ok(s)) => stream = Some(s),
+                let open = self.any_at(Duration::ZERO, |mut c| async move { c.lease.keep_alive(lease).await });
+                match tokio::time::timeout(period, open).await {
+                    Ok(Ok((i, (keeper, answers)))) => stream = Some((i, keeper, answers)),
+                    Ok(Err(e)) if try_another(&e) => {} // each member said why (`any_at`)
                     Ok(Err(e)) => tracing::warn!("etcd lease {lease}: {e}"),
-                    Err(_) => tracing::warn!("etcd lease {lease}: no answer"),
+                    Err(_) => members.trouble(members.current(), "no answer to a lease renewal"),
                 }
             }
-            if let Some((keeper, answers)) = stream.as_mut() {
-                let renewed = tokio::time::timeout(period, async {
+            let mut renewed = false;
+            if let Some((i, keeper, answers)) = stream.as_mut() {
+                let answer = tokio::time::timeout(period, async {
                     keeper.keep_alive().await?;
                     answers.message().await
                 })
                 .await;
-                match renewed {
-                    Ok(Ok(Some(r))) if r.ttl() > 0 => last_ok = Instant::now(),
+                let trouble = match answer {
+                    Ok(Ok(Some(r))) if r.ttl() > 0 => {
+                        last_ok = Instant::now();
+                        renewed = true;
+                        None
+                    }
                     Ok(Ok(Some(_))) => break "its lease expired in etcd".to_string(),
-                    Ok(Ok(None)) | Ok(Err(_)) | Err(_) => stream = None,
+                    Ok(Ok(None)) => Some("its lease renewals ended".to_string()),
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(_) => Some("no answer to a lease renewal".to_string()),
+                };
+                if let Some(why) = trouble {
+                    members.trouble(*i, &why);
+                    stream = None;
                 }
             }
             if last_ok.elapsed() >= give_up {
@@ -294,7 +364,9 @@ impl Etcd {
                     last_ok.elapsed().as_secs_f64()
                 );
             }
-            tokio::time::sleep(period.saturating_sub(last_ok.elapsed().min(period))).await;
+            // Renewed: again in a third of the TTL; not: again at once, on the next member.
+            let pause = if renewed { period } else { RENEW_AGAIN };
+            tokio::time::sleep(pause.min(give_up.saturating_sub(last_ok.elapsed()))).await;
         };
         tracing::error!(lease, "the lead is lost: {why}");
         self.lose(&format!("lost the lead: {why}"));
@@ -305,7 +377,7 @@ impl Etcd {
     /// standby takes over without waiting for the lease to run out.
     pub fn resign(&self) {
         let lease_of_key = {
-            let mut c = self.inner().client.clone();
+            let me = self.clone();
             let key = self.key("leader");
             let ours = match self.inner().role.lock().map(|r| *r) {
                 Ok(Role::Leading(rev)) => Some(rev),
@@ -314,13 +386,19 @@ impl Etcd {
             let (tx, rx) = std::sync::mpsc::sync_channel(1);
             self.inner().handle.spawn(async move {
                 let mut out = None;
+                let get = me.any(Duration::ZERO, |mut c| {
+                    let key = key.clone();
+                    async move { c.kv.get(key, None).await }
+                });
                 if let Some(rev) = ours
-                    && let Ok(Ok(g)) = tokio::time::timeout(Duration::from_secs(2), c.get(key, None)).await
+                    && let Ok(Ok(g)) = tokio::time::timeout(Duration::from_secs(2), get).await
                     && let Some(kv) = g.kvs().first()
                     && kv.create_revision() == rev
                 {
-                    out = Some(kv.lease());
-                    let _ = tokio::time::timeout(Duration::from_secs(2), c.lease_revoke(kv.lease())).await;
+                    let lease = kv.lease();
+                    out = Some(lease);
+                    let revoke = me.any(Duration::ZERO, |mut c| async move { c.lease.revoke(lease).await });
+                    let _ = tokio::time::timeout(Duration::from_secs(2), revoke).await;
                 }
                 let _ = tx.send(out);
             });

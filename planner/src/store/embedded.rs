@@ -9,7 +9,22 @@
 //! A file that is not a store, a torn or damaged one (redb finds a bad checksum and falls
 //! back to the last good commit; what cannot be recovered is an error), or one written by
 //! a newer format is refused with the file named: the planner does not start on guesses.
+//! Every record carries its own CRC-32C (store format 2, see `hyperplan_core::journal`):
+//! a byte changed inside a record is an error naming the job at start, `--check` and
+//! `state export`. A format-1 file (records without checksums) is read as it is, and
+//! rewritten as format 2 in one transaction when it is opened for writing.
+//!
+//! The marker: beside the store, `<file>.created` (`state.redb.created`) says that a
+//! planner kept its state in `<file>`, and the last epoch it started with. A start
+//! creates the store only when neither exists (the very first start); a store that is
+//! missing while its marker exists, or a 0-byte store, stops the start unless it is
+//! told `--init` (then a new store begins, its epochs above the marker's, and a
+//! damaged file is moved aside as `<file>.damaged-<unix time>`). A running planner
+//! checks after every commit, and every few seconds, that its path still names the
+//! file it opened: a store removed or replaced under it stops it before it
+//! acknowledges anything more.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -31,6 +46,56 @@ pub struct Embedded {
     reader: Arc<dyn ReadableDatabase + Send + Sync>,
     writer: Option<Arc<Database>>,
     path: PathBuf,
+    /// Every record must carry its checksum (a store of format 2 or later).
+    checked: bool,
+    /// A writer's file, (device, inode): its path must go on naming it.
+    identity: Option<(u64, u64)>,
+}
+
+/// How a writer's open takes a store file that is missing, empty or unreadable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Create {
+    /// A planner's start: a new store only where none ever was (no file, no marker).
+    Start,
+    /// `--init`: a missing or empty file begins anew, an unreadable one is moved aside
+    /// first; a good store is opened as it is.
+    Init,
+    /// `state import` (which fills it): a missing or empty file begins anew; an
+    /// unreadable one is refused.
+    Import,
+}
+
+/// The marker beside the store (see the module's documentation).
+pub fn marker_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".created");
+    path.with_file_name(name)
+}
+
+/// The last epoch the marker recorded, if it exists and says one.
+fn marker_epoch(marker: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(marker).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("epoch ")?.trim().parse().ok())
+}
+
+/// A missing store whose marker exists, or a 0-byte store, is refused.
+fn refuse_lost(path: &Path) -> Result<(), StoreError> {
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let marker = marker_path(path);
+            if marker.exists() {
+                return Err(StoreError::Missing {
+                    path: path.to_path_buf(),
+                    marker,
+                });
+            }
+            Ok(())
+        }
+        Ok(m) if m.is_file() && m.len() == 0 => Err(StoreError::Empty {
+            path: path.to_path_buf(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 impl std::fmt::Debug for Embedded {
@@ -42,28 +107,72 @@ impl std::fmt::Debug for Embedded {
 }
 
 impl Embedded {
-    /// Opens (or creates, with its directory) the store at `path` for this planner alone.
+    /// Opens the store at `path` for this planner alone, as a start does: created (with
+    /// its directory) only when there never was one (see [`Create::Start`]).
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, Create::Start)
+    }
+
+    /// Opens the store at `path` for this planner alone; `create` says what a missing,
+    /// empty or unreadable file becomes.
+    pub fn open_with(path: &Path, create: Create) -> Result<Self, StoreError> {
+        let io = |doing: String, e: std::io::Error| StoreError::Io {
+            path: path.to_path_buf(),
+            doing,
+            why: e.to_string(),
+        };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| StoreError::Io {
-                path: path.to_path_buf(),
-                doing: format!("creating its directory {}", dir.display()),
-                why: e.to_string(),
-            })?;
+            std::fs::create_dir_all(dir).map_err(|e| io(format!("creating its directory {}", dir.display()), e))?;
+        }
+        match (refuse_lost(path), create) {
+            (Ok(()), _) | (Err(StoreError::Missing { .. }), Create::Init | Create::Import) => {}
+            (Err(StoreError::Empty { .. }), Create::Init | Create::Import) => {
+                // Nothing was ever committed to it: nothing to keep.
+                std::fs::remove_file(path).map_err(|e| io("removing the empty file".into(), e))?;
+            }
+            (Err(e), _) => return Err(e),
         }
         // One writer; readers may follow it.
-        let db = Arc::new(guarded(path, |b| b.create(path)).map_err(|r| r.error(path))?);
-        let store = Self {
+        let db = match guarded(path, |b| b.create(path)) {
+            Ok(db) => db,
+            Err(Retry::No(StoreError::Open { why, .. })) if create == Create::Init => {
+                let aside = aside_path(path);
+                std::fs::rename(path, &aside).map_err(|e| io(format!("moving it aside to {}", aside.display()), e))?;
+                tracing::warn!(
+                    store = %path.display(),
+                    aside = %aside.display(),
+                    "--init: the store cannot be read ({why}); moved it aside, beginning an empty store"
+                );
+                guarded(path, |b| b.create(path)).map_err(|r| r.error(path))?
+            }
+            Err(r) => return Err(r.error(path)),
+        };
+        let fresh = db_is_new(&db);
+        let db = Arc::new(db);
+        let meta = std::fs::metadata(path).map_err(|e| io("reading its metadata".into(), e))?;
+        let mut store = Self {
             reader: db.clone(),
             writer: Some(db),
             path: path.to_path_buf(),
+            checked: true,
+            identity: Some((meta.dev(), meta.ino())),
         };
         store.check_format()?;
+        let marker = marker_path(path);
+        if fresh && let Some(last) = marker_epoch(&marker) {
+            // A new store where one was lost: its epochs go on above the lost one's, so
+            // agents never take orders of an epoch given before.
+            if store.meta("epoch")?.unwrap_or(0) < last {
+                store.write_meta(&[("epoch", last)], "writing its epoch")?;
+            }
+        }
+        store.write_marker(store.meta("epoch")?.unwrap_or(0))?;
         Ok(store)
     }
 
     /// Opens an existing store to read it, beside a planner that may be writing it.
     pub fn open_read_only(path: &Path) -> Result<Self, StoreError> {
+        refuse_lost(path)?;
         if !path.exists() {
             return Err(StoreError::Io {
                 path: path.to_path_buf(),
@@ -79,12 +188,15 @@ impl Embedded {
             Err(Retry::Repair) => return Self::open(path),
             Err(Retry::No(e)) => return Err(e),
         };
-        let store = Self {
+        let mut store = Self {
             reader: Arc::new(db),
             writer: None,
             path: path.to_path_buf(),
+            checked: true,
+            identity: None,
         };
-        if let Some(f) = store.meta("format")?
+        let format = store.meta("format")?;
+        if let Some(f) = format
             && f > u64::from(STORE_FORMAT)
         {
             return Err(StoreError::Newer {
@@ -93,7 +205,72 @@ impl Embedded {
                 supported: STORE_FORMAT,
             });
         }
+        // Format 1 (not yet opened by this build's planner): records without checksums.
+        store.checked = format.is_none_or(|f| f >= 2);
         Ok(store)
+    }
+
+    /// Whether `path` still names the file this writer opened: a store removed, moved
+    /// or replaced under a running planner is an error (nothing more may be
+    /// acknowledged: what it commits would not be in the store a restart reads).
+    pub fn check_file(&self) -> Result<(), StoreError> {
+        let Some(id) = self.identity else { return Ok(()) };
+        let how = match std::fs::metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == id => return Ok(()),
+            Ok(_) => "replaced by another file".to_string(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "removed (or moved away)".to_string(),
+            Err(e) => format!("made unreadable ({e})"),
+        };
+        Err(StoreError::Replaced {
+            path: self.path.clone(),
+            how,
+        })
+    }
+
+    /// Writes the marker (see the module's documentation) with `epoch`: atomically, and
+    /// on disk before this returns.
+    fn write_marker(&self, epoch: u64) -> Result<(), StoreError> {
+        let marker = marker_path(&self.path);
+        let name = self.path.file_name().unwrap_or_default().to_string_lossy();
+        let text = format!(
+            "# hyperplan-planner: a planner keeps its state in {name} beside this file. While this file\n\
+             # exists, a planner refuses to start without {name} (it was lost); `hyperplan-planner --init`\n\
+             # begins an empty store, its epochs above this one.\n\
+             epoch {epoch}\n"
+        );
+        let tmp = marker.with_extension("created.tmp");
+        let io = |doing: &str, e: std::io::Error| StoreError::Io {
+            path: marker.clone(),
+            doing: doing.into(),
+            why: e.to_string(),
+        };
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp).map_err(|e| io("writing the store's marker", e))?;
+            f.write_all(text.as_bytes())
+                .and_then(|()| f.sync_all())
+                .map_err(|e| io("writing the store's marker", e))?;
+        }
+        std::fs::rename(&tmp, &marker).map_err(|e| io("writing the store's marker", e))?;
+        if let Some(dir) = marker.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| io("syncing its directory", e))?;
+        }
+        Ok(())
+    }
+
+    fn write_meta(&self, values: &[(&str, u64)], doing: &str) -> Result<(), StoreError> {
+        let e = self.err(doing);
+        let txn = self.rw()?.begin_write().map_err(|x| e(x.into()))?;
+        {
+            let mut meta = txn.open_table(META).map_err(|x| e(x.into()))?;
+            for &(k, v) in values {
+                meta.insert(k, v).map_err(|x| e(x.into()))?;
+            }
+        }
+        txn.commit().map_err(|x| e(x.into()))?;
+        self.check_file()
     }
 
     fn rw(&self) -> Result<&Database, StoreError> {
@@ -117,8 +294,9 @@ impl Embedded {
         }
     }
 
-    /// A new file gets the format; an old one must not be newer than this build.
-    fn check_format(&self) -> Result<(), StoreError> {
+    /// A new file gets the format; an old one must not be newer than this build, and one
+    /// of format 1 is rewritten as format 2 (every record with its checksum).
+    fn check_format(&mut self) -> Result<(), StoreError> {
         let found = self.meta("format")?;
         match found {
             Some(f) if f > u64::from(STORE_FORMAT) => Err(StoreError::Newer {
@@ -126,7 +304,8 @@ impl Embedded {
                 found: u32::try_from(f).unwrap_or(u32::MAX),
                 supported: STORE_FORMAT,
             }),
-            Some(_) => Ok(()),
+            Some(f) if f == u64::from(STORE_FORMAT) => Ok(()),
+            Some(f) => self.migrate(f),
             None => {
                 let txn = self
                     .rw()?
@@ -146,6 +325,57 @@ impl Embedded {
                 txn.commit().map_err(|e| self.err("writing its format")(e.into()))
             }
         }
+    }
+
+    /// Format 1 → 2: every record read as written (no checksum) and written again with
+    /// its checksum, and the format, in one transaction.
+    fn migrate(&mut self, from: u64) -> Result<(), StoreError> {
+        let doing = format!("rewriting it from store format {from} to {STORE_FORMAT}");
+        let e = self.err(&doing);
+        let txn = self.rw()?.begin_write().map_err(|x| e(x.into()))?;
+        let mut n = 0usize;
+        {
+            let mut live = txn.open_table(LIVE).map_err(|x| e(x.into()))?;
+            let mut rows = Vec::new();
+            for row in live.iter().map_err(|x| e(x.into()))? {
+                let (k, v) = row.map_err(|x| e(x.into()))?;
+                rows.push((k.value(), self.reencode(&format!("live job {}", k.value()), v.value())?));
+            }
+            for (k, v) in &rows {
+                live.insert(*k, v.as_slice()).map_err(|x| e(x.into()))?;
+            }
+            n += rows.len();
+            let mut finished = txn.open_table(FINISHED).map_err(|x| e(x.into()))?;
+            let mut rows = Vec::new();
+            for row in finished.iter().map_err(|x| e(x.into()))? {
+                let (k, v) = row.map_err(|x| e(x.into()))?;
+                let k = k.value();
+                rows.push((k, self.reencode(&format!("ended job {}", k.1), v.value())?));
+            }
+            for (k, v) in &rows {
+                finished.insert(*k, v.as_slice()).map_err(|x| e(x.into()))?;
+            }
+            n += rows.len();
+            let mut meta = txn.open_table(META).map_err(|x| e(x.into()))?;
+            meta.insert("format", u64::from(STORE_FORMAT))
+                .map_err(|x| e(x.into()))?;
+        }
+        txn.commit().map_err(|x| e(x.into()))?;
+        tracing::info!(store = %self.path.display(), records = n, "store: rewrote format {from} as {STORE_FORMAT} (every record checksummed)");
+        Ok(())
+    }
+
+    fn reencode(&self, what: &str, bytes: &[u8]) -> Result<Vec<u8>, StoreError> {
+        let rec = JobRecord::decode(bytes).map_err(|x| StoreError::Corrupt {
+            path: self.path.clone(),
+            what: format!("{what} cannot be read"),
+            why: x.to_string(),
+        })?;
+        rec.encode().map_err(|x| StoreError::Corrupt {
+            path: self.path.clone(),
+            what: format!("{what} cannot be written again"),
+            why: x.to_string(),
+        })
     }
 
     fn meta(&self, key: &str) -> Result<Option<u64>, StoreError> {
@@ -175,13 +405,8 @@ impl Embedded {
         };
         let epoch = self.meta("epoch")?.unwrap_or(0).saturating_add(1);
         let next_job_id = self.meta("nextJobId")?.unwrap_or(1);
-        let e = self.err("writing its epoch");
-        let txn = self.rw()?.begin_write().map_err(|x| e(x.into()))?;
-        {
-            let mut meta = txn.open_table(META).map_err(|x| e(x.into()))?;
-            meta.insert("epoch", epoch).map_err(|x| e(x.into()))?;
-        }
-        txn.commit().map_err(|x| e(x.into()))?;
+        self.write_meta(&[("epoch", epoch)], "writing its epoch")?;
+        self.write_marker(epoch)?;
         Ok(Loaded {
             epoch,
             next_job_id,
@@ -190,7 +415,12 @@ impl Embedded {
     }
 
     fn decode(&self, what: &str, bytes: &[u8]) -> Result<JobRecord, StoreError> {
-        JobRecord::decode(bytes).map_err(|x| StoreError::Corrupt {
+        let decoded = if self.checked {
+            JobRecord::decode_checked(bytes)
+        } else {
+            JobRecord::decode(bytes)
+        };
+        decoded.map_err(|x| StoreError::Corrupt {
             path: self.path.clone(),
             what: format!("{what} cannot be read"),
             why: x.to_string(),
@@ -219,7 +449,9 @@ impl Embedded {
                 meta.insert("nextJobId", next).map_err(|x| e(x.into()))?;
             }
         }
-        txn.commit().map_err(|x| e(x.into()))
+        txn.commit().map_err(|x| e(x.into()))?;
+        // Committed, but to the file at our path? Not acknowledged otherwise.
+        self.check_file()
     }
 
     /// Ended jobs that ended at or after `since` (Unix seconds), oldest first.
@@ -294,16 +526,15 @@ impl Embedded {
         Ok((live, self.finished(0)?))
     }
 
-    /// Sets the numbers `state import` brings.
+    /// Sets the numbers `state import` brings (the epoch never goes below the store's:
+    /// a new store where one was lost starts above the lost one's).
     pub fn set_meta(&self, epoch: u64, next_job_id: u64) -> Result<(), StoreError> {
-        let e = self.err("writing its meta table");
-        let txn = self.rw()?.begin_write().map_err(|x| e(x.into()))?;
-        {
-            let mut meta = txn.open_table(META).map_err(|x| e(x.into()))?;
-            meta.insert("epoch", epoch).map_err(|x| e(x.into()))?;
-            meta.insert("nextJobId", next_job_id).map_err(|x| e(x.into()))?;
-        }
-        txn.commit().map_err(|x| e(x.into()))
+        let epoch = epoch.max(self.meta("epoch")?.unwrap_or(0));
+        self.write_meta(
+            &[("epoch", epoch), ("nextJobId", next_job_id)],
+            "writing its meta table",
+        )?;
+        self.write_marker(epoch)
     }
 
     /// Whether the store holds any job.
@@ -311,6 +542,22 @@ impl Embedded {
         let s = self.summary()?;
         Ok(s.live == 0 && s.finished == 0)
     }
+}
+
+/// Where `--init` moves an unreadable store: `<file>.damaged-<unix seconds>`.
+fn aside_path(path: &Path) -> PathBuf {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".damaged-{secs}"));
+    path.with_file_name(name)
+}
+
+/// A database no planner has written to yet (no meta table).
+fn db_is_new(db: &Database) -> bool {
+    db.begin_read()
+        .is_ok_and(|t| matches!(t.open_table(META), Err(redb::TableError::TableDoesNotExist(_))))
 }
 
 /// Why an open failed: for good, or because the file needs the repair a writer does.
@@ -457,7 +704,7 @@ mod tests {
             let e = e.to_string();
             assert!(e.starts_with(&path.display().to_string()), "{e}");
             assert!(
-                e.contains("newer hyperplan (store format 99; this build reads format 1"),
+                e.contains("newer hyperplan (store format 99; this build reads format 2"),
                 "{e}"
             );
         }
@@ -477,6 +724,173 @@ mod tests {
         .unwrap();
         let e = s.load().unwrap_err().to_string();
         assert!(e.contains("state.redb: live job 7 cannot be read"), "{e}");
+    }
+
+    #[test]
+    fn a_flipped_byte_in_a_record_is_an_error_naming_the_job_everywhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        {
+            let s = Embedded::open(&path).unwrap();
+            s.load().unwrap();
+            s.commit(&Batch {
+                jobs: vec![persist(&record(7, "flipme"), true, 0)],
+                next_job_id: Some(8),
+            })
+            .unwrap();
+        }
+        let mut bytes = std::fs::read(&path).unwrap();
+        let mut flipped = 0;
+        for i in 0..bytes.len().saturating_sub(5) {
+            if &bytes[i..i + 5] == b"alice" {
+                bytes[i + 4] ^= 0x0a; // alice -> alico
+                flipped += 1;
+            }
+        }
+        assert!(flipped > 0);
+        std::fs::write(&path, &bytes).unwrap();
+        let ro = Embedded::open_read_only(&path).unwrap();
+        for e in [ro.summary().unwrap_err(), ro.all().unwrap_err()] {
+            let e = e.to_string();
+            assert!(
+                e.contains("state.redb: live job 7 cannot be read: checksum mismatch"),
+                "{e}"
+            );
+        }
+        drop(ro);
+        let e = Embedded::open(&path).unwrap().load().unwrap_err().to_string();
+        assert!(e.contains("live job 7 cannot be read: checksum mismatch"), "{e}");
+    }
+
+    /// A store as the build before format 2 wrote it: bare records, format 1.
+    fn format1_store(path: &Path, live: &JobRecord, ended: &JobRecord) {
+        let s = Embedded::open(path).unwrap();
+        let txn = s.rw().unwrap().begin_write().unwrap();
+        {
+            txn.open_table(META).unwrap().insert("format", 1).unwrap();
+            let old = live.encode_format1().unwrap();
+            txn.open_table(LIVE).unwrap().insert(live.id, old.as_slice()).unwrap();
+            let old = ended.encode_format1().unwrap();
+            txn.open_table(FINISHED)
+                .unwrap()
+                .insert((5, ended.id), old.as_slice())
+                .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+
+    #[test]
+    fn a_format_1_store_is_read_as_it_is_and_rewritten_with_checksums_when_opened_to_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let (a, b) = (record(1, "a"), record(2, "b"));
+        format1_store(&path, &a, &b);
+        {
+            let ro = Embedded::open_read_only(&path).unwrap();
+            assert_eq!(ro.all().unwrap(), (vec![a.clone()], vec![b.clone()]));
+            assert_eq!(ro.summary().unwrap().format, 1);
+        }
+        let s = Embedded::open(&path).unwrap();
+        assert_eq!(s.summary().unwrap().format, STORE_FORMAT);
+        assert_eq!(s.load().unwrap().live, vec![a.clone()]);
+        assert_eq!(s.finished(0).unwrap(), vec![b]);
+        // From now on a record without its checksum is damage, not an old record.
+        s.commit(&Batch {
+            jobs: vec![Persist {
+                bytes: a.encode_format1().unwrap().into(),
+                ..persist(&a, true, 0)
+            }],
+            next_job_id: None,
+        })
+        .unwrap();
+        let e = s.summary().unwrap_err().to_string();
+        assert!(e.contains("live job 1 cannot be read: it has no checksum"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_file_or_a_store_gone_while_its_marker_stays_is_refused_unless_init() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        // The first start creates the store and its marker.
+        {
+            let s = Embedded::open(&path).unwrap();
+            assert_eq!(s.load().unwrap().epoch, 1);
+            assert_eq!(s.load().unwrap().epoch, 2);
+        }
+        assert!(marker_path(&path).exists());
+        std::fs::write(&path, b"").unwrap();
+        for e in [
+            Embedded::open(&path).unwrap_err(),
+            Embedded::open_read_only(&path).unwrap_err(),
+        ] {
+            let e = e.to_string();
+            assert!(
+                e.starts_with(&format!("{}: the store is empty (0 bytes)", path.display())),
+                "{e}"
+            );
+            assert!(e.contains("--init"), "{e}");
+        }
+        std::fs::remove_file(&path).unwrap();
+        for e in [
+            Embedded::open(&path).unwrap_err(),
+            Embedded::open_read_only(&path).unwrap_err(),
+        ] {
+            let e = e.to_string();
+            assert!(
+                e.starts_with(&format!("{}: the store is missing, but", path.display())),
+                "{e}"
+            );
+            assert!(e.contains("state.redb.created"), "{e}");
+            assert!(e.contains("--init"), "{e}");
+        }
+        // --init begins again, its epochs above the lost store's.
+        {
+            let s = Embedded::open_with(&path, Create::Init).unwrap();
+            assert_eq!(s.load().unwrap().epoch, 3);
+        }
+        // An unreadable file: refused; --init moves it aside.
+        std::fs::write(&path, b"this is not a store").unwrap();
+        let e = Embedded::open(&path).unwrap_err().to_string();
+        assert!(e.contains("--init"), "{e}");
+        let e = Embedded::open_with(&path, Create::Import).unwrap_err().to_string();
+        assert!(e.contains("cannot open"), "{e}");
+        {
+            let s = Embedded::open_with(&path, Create::Init).unwrap();
+            assert_eq!(s.load().unwrap().epoch, 4);
+        }
+        let aside: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("state.redb.damaged-"))
+            .collect();
+        assert_eq!(aside.len(), 1);
+        assert_eq!(std::fs::read(aside[0].path()).unwrap(), b"this is not a store");
+        // A good store: --init changes nothing.
+        let s = Embedded::open_with(&path, Create::Init).unwrap();
+        assert_eq!(s.load().unwrap().epoch, 5);
+    }
+
+    #[test]
+    fn a_store_removed_or_replaced_under_the_writer_fails_the_next_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let s = Embedded::open(&path).unwrap();
+        s.load().unwrap();
+        let batch = || Batch {
+            jobs: vec![persist(&record(1, "a"), true, 0)],
+            next_job_id: Some(2),
+        };
+        s.commit(&batch()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let e = s.commit(&batch()).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: the store file was removed", path.display())),
+            "{e}"
+        );
+        assert!(s.check_file().is_err());
+        std::fs::write(&path, b"").unwrap();
+        let e = s.check_file().unwrap_err().to_string();
+        assert!(e.contains("replaced by another file"), "{e}");
     }
 
     #[test]

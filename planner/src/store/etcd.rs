@@ -15,16 +15,29 @@
 //! etcd-client is async; the store keeps a small runtime of its own so that the
 //! writer thread and the driver can call it like the embedded store, and so that its
 //! lease and watch go on whatever the daemon's runtime is busy with.
+//!
+//! **Every endpoint, one at a time** ([`Members`]): each endpoint gets a client of its
+//! own, and a call goes to the member in use; where that member does not answer (down,
+//! cut off, no quorum behind it) the call goes to the next one, and so on, so the planner
+//! goes on while a quorum answers. A member that does not answer is a warning (at most
+//! one per member every [`WARN_EVERY`]), not an error. (etcd-client's own client over
+//! several endpoints balances calls over a tonic channel whose lazy connections report a
+//! dead member's connect error to the call that picked it: every other call failed.)
+//!
+//! **Large states** are read in pages ([`PAGE_KEYS`] keys, fewer where records are large)
+//! and one answer may be up to [`MAX_MESSAGE_BYTES`] (etcd-client's default, 4 MiB, was
+//! smaller than a few thousand live jobs).
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Identity, TlsOptions, Txn,
-    TxnOp,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Identity, KvClient,
+    LeaseClient, TlsOptions, Txn, TxnOp, WatchClient,
 };
 use hyperplan_core::journal::JobRecord;
 use tokio::sync::watch;
@@ -46,6 +59,126 @@ const NO_LONGER: &str = "this planner is no longer the leader (its lease expired
 
 /// How long one call to etcd may take before it is an error.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The largest message this planner takes from etcd (gRPC's max decoding message size):
+/// 64 MiB. It bounds one page of records ([`PAGE_KEYS`], [`PAGE_BYTES`]) and covers the
+/// largest single record etcd stores (its `--max-request-bytes`: 1.5 MiB by default, at
+/// most 10 MiB as etcd advises).
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// Reads of many keys go in pages of at most this many keys …
+const PAGE_KEYS: usize = 500;
+
+/// … and of about this many bytes: the next page's key limit follows the sizes of the
+/// records read so far (and halves where an answer was larger than
+/// [`MAX_MESSAGE_BYTES`]).
+const PAGE_BYTES: usize = 4 << 20;
+
+/// How long a leader's write tries the members again (one round after another) before
+/// it is an error; it stops sooner when the lead is lost (its lease could not be renewed
+/// for two thirds of the TTL, `super::election`).
+const WRITE_PATIENCE: Duration = Duration::from_secs(15);
+
+/// At most one warning per member this often about it not answering.
+const WARN_EVERY: Duration = Duration::from_secs(30);
+
+/// gRPC status codes (tonic's `Code`) of a call that a member did not answer, or that
+/// another member may answer: cancelled (our timeout), unknown (the connection broke),
+/// deadline exceeded, resource exhausted ("too many requests"), aborted, unavailable
+/// (connect error, no leader, leader changed, request timed out).
+const TRY_ANOTHER: [i32; 6] = [1, 2, 4, 8, 10, 14];
+
+/// Whether another member (or the same one a little later) may answer this call.
+pub(super) fn try_another(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => TRY_ANOTHER.contains(&(s.code() as i32)),
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        _ => false,
+    }
+}
+
+/// An answer larger than [`MAX_MESSAGE_BYTES`] (tonic: "decoded message length too large").
+fn too_large(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.message().contains("message length too large"))
+}
+
+/// A read at a revision etcd compacted away meanwhile.
+pub(super) fn compacted(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.message().contains("compacted"))
+}
+
+/// One member's clients (each over its own connection).
+#[derive(Clone)]
+pub(super) struct Conn {
+    pub(super) kv: KvClient,
+    pub(super) watch: WatchClient,
+    pub(super) lease: LeaseClient,
+}
+
+/// The members this planner was given, and the one calls go to first.
+pub(super) struct Members {
+    endpoints: Vec<String>,
+    conns: Vec<Conn>,
+    current: AtomicUsize,
+    /// When each member's trouble was last logged.
+    warned: Mutex<Vec<Option<Instant>>>,
+}
+
+impl Members {
+    /// Clients for every endpoint; none connects yet (a member that is down now does not
+    /// stop a start).
+    async fn connect(endpoints: &[String], options: &ConnectOptions) -> Result<Self, etcd_client::Error> {
+        let mut conns = Vec::with_capacity(endpoints.len());
+        for e in endpoints {
+            let c = Client::connect([e.as_str()], Some(options.clone())).await?;
+            conns.push(Conn {
+                kv: c.kv_client().max_decoding_message_size(MAX_MESSAGE_BYTES),
+                watch: c.watch_client().max_decoding_message_size(MAX_MESSAGE_BYTES),
+                lease: c.lease_client(),
+            });
+        }
+        if conns.is_empty() {
+            return Err(etcd_client::Error::InvalidArgs("no endpoints".into()));
+        }
+        Ok(Self {
+            endpoints: endpoints.to_vec(),
+            warned: Mutex::new(vec![None; conns.len()]),
+            conns,
+            current: AtomicUsize::new(0),
+        })
+    }
+
+    /// The member calls go to first.
+    pub(super) fn current(&self) -> usize {
+        self.current.load(Ordering::Relaxed)
+    }
+
+    /// Member `i` did not answer: the next one is in use from now on (unless another
+    /// call moved on already), with a warning at most every [`WARN_EVERY`].
+    pub(super) fn trouble(&self, i: usize, why: &str) {
+        let n = self.conns.len();
+        let _ = self
+            .current
+            .compare_exchange(i, (i + 1) % n, Ordering::Relaxed, Ordering::Relaxed);
+        let due = self.warned.lock().is_ok_and(|mut w| {
+            let due = w[i].is_none_or(|t| t.elapsed() >= WARN_EVERY);
+            if due {
+                w[i] = Some(Instant::now());
+            }
+            due
+        });
+        if due && n > 1 {
+            tracing::warn!(
+                member = %self.endpoints[i],
+                "etcd member does not answer ({why}); going on with the other {} (no other warning about it for {} s)",
+                n - 1,
+                WARN_EVERY.as_secs()
+            );
+        } else if due {
+            tracing::warn!(member = %self.endpoints[i], "etcd does not answer ({why})");
+        }
+    }
+}
 
 /// What the planners sharing this prefix look like from here: kept by the watch
 /// ([`Etcd::start_watch`]) and the election.
@@ -96,7 +229,7 @@ pub(super) struct Inner {
     /// Taken at drop and shut down without blocking (it may be dropped in async code).
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
     pub(super) handle: tokio::runtime::Handle,
-    pub(super) client: Client,
+    pub(super) members: Members,
     pub(super) prefix: String,
     /// `etcd ENDPOINTS PREFIX`, where errors say the state is.
     at: PathBuf,
@@ -192,7 +325,6 @@ impl Etcd {
             .build()
             .map_err(|e| io("starting its client", e.to_string()))?;
         let handle = runtime.handle().clone();
-        let endpoints = config.endpoints.clone();
         let mut options = ConnectOptions::new()
             .with_connect_timeout(CALL_TIMEOUT)
             .with_timeout(CALL_TIMEOUT)
@@ -209,13 +341,14 @@ impl Etcd {
                 "connecting with TLS, without a client certificate (is etcd running there, with a certificate signed by [store] caFile's CA? where etcd runs with --client-cert-auth, set certFile and keyFile)"
             }
         };
-        let client = wait(&handle, async move { Client::connect(endpoints, Some(options)).await })
+        let endpoints = config.endpoints.clone();
+        let members = wait(&handle, async move { Members::connect(&endpoints, &options).await })
             .map_err(|e| io(doing, error_chain(&e)))?;
         let etcd = Self {
             inner: Arc::new(Inner {
                 runtime: Mutex::new(Some(runtime)),
                 handle,
-                client,
+                members,
                 prefix: config.prefix.clone(),
                 at,
                 role: Mutex::new(Role::Tool),
@@ -224,7 +357,8 @@ impl Etcd {
                 warm_rev: watch::Sender::new(0),
             }),
         };
-        // The client connects lazily: the first call is where a refused handshake shows.
+        // The clients connect lazily: the first call is where a refused handshake shows
+        // (and where a member that is down is passed over for the next one).
         let format = etcd.meta_value("format").map_err(|e| match e {
             StoreError::Io { path, why, .. } => StoreError::Io {
                 path,
@@ -277,11 +411,76 @@ impl Etcd {
         wait(&self.inner.handle, fut)
     }
 
+    /// Runs `op` on the member in use and, where it does not answer ([`try_another`]),
+    /// on the others in turn; round after round (with a pause growing to 1 s) until
+    /// `patience` is over. The member that answered is the one in use from then on.
+    /// Returns which member answered; the last error when none did.
+    pub(super) async fn any_at<T, Fut>(
+        &self,
+        patience: Duration,
+        op: impl Fn(Conn) -> Fut,
+    ) -> Result<(usize, T), etcd_client::Error>
+    where
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let m = &self.inner.members;
+        let n = m.conns.len();
+        let deadline = Instant::now() + patience;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let first = m.current.load(Ordering::Relaxed);
+            let mut last = None;
+            for k in 0..n {
+                let i = (first + k) % n;
+                match op(m.conns[i].clone()).await {
+                    Ok(v) => {
+                        m.current.store(i, Ordering::Relaxed);
+                        return Ok((i, v));
+                    }
+                    Err(e) if try_another(&e) => {
+                        m.trouble(i, &error_chain(&e));
+                        last = Some(e);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let e = last.unwrap_or_else(|| etcd_client::Error::InvalidArgs("no endpoints".into()));
+            if Instant::now() + pause > deadline || !self.patient() {
+                return Err(e);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// As [`Etcd::any_at`], without saying which member answered.
+    pub(super) async fn any<T, Fut>(
+        &self,
+        patience: Duration,
+        op: impl Fn(Conn) -> Fut,
+    ) -> Result<T, etcd_client::Error>
+    where
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.any_at(patience, op).await.map(|(_, v)| v)
+    }
+
+    /// Whether trying again is worth it: not once the lead is lost.
+    fn patient(&self) -> bool {
+        !matches!(self.role(), Role::Deposed)
+    }
+
     fn meta_value(&self, name: &str) -> Result<u64, StoreError> {
-        let mut c = self.inner.client.clone();
         let key = self.key(&format!("meta/{name}"));
+        let me = self.clone();
         let got = self
-            .call(async move { c.get(key, None).await })
+            .call(async move {
+                me.any(Duration::ZERO, |mut c| {
+                    let key = key.clone();
+                    async move { c.kv.get(key, None).await }
+                })
+                .await
+            })
             .map_err(self.io("reading meta"))?;
         match got.kvs().first() {
             None => Ok(0),
@@ -355,8 +554,24 @@ impl Etcd {
                 continue;
             }
             let txn = Txn::new().when([self.fence(doing)?]).and_then(chunk);
-            let mut c = self.inner.client.clone();
-            let done = self.call(async move { c.txn(txn).await }).map_err(self.io(doing))?;
+            // A leader tries the other members, and again, while it leads: a transaction
+            // that may have been applied already applies the same puts and deletes again,
+            // behind the same fence.
+            let patience = if matches!(self.role(), Role::Leading(_)) {
+                WRITE_PATIENCE
+            } else {
+                Duration::ZERO
+            };
+            let me = self.clone();
+            let done = self
+                .call(async move {
+                    me.any(patience, |mut c| {
+                        let txn = txn.clone();
+                        async move { c.kv.txn(txn).await }
+                    })
+                    .await
+                })
+                .map_err(self.io(doing))?;
             if !done.succeeded() {
                 let why = if matches!(self.role(), Role::Leading(_)) {
                     NO_LONGER.to_string()
@@ -425,17 +640,63 @@ impl Etcd {
         self.write("committing", groups, next)
     }
 
-    /// Keys and values from `from` up to (not including) `to`.
+    /// Keys and values from `from` up to (not including) `to`, all at one revision (read
+    /// in pages: [`Etcd::pages`]).
     fn range(&self, doing: &str, from: String, to: String) -> Result<Vec<KeyValue>, StoreError> {
-        let mut c = self.inner.client.clone();
-        let got = self
-            .call(async move { c.get(from, Some(GetOptions::new().with_range(to))).await })
+        let me = self.clone();
+        let (kvs, _) = self
+            .call(async move { me.pages(from.into_bytes(), to.into_bytes()).await })
             .map_err(self.io(doing))?;
-        Ok(got
-            .kvs()
-            .iter()
-            .map(|kv| (kv.key().to_vec(), kv.value().to_vec()))
-            .collect())
+        Ok(kvs)
+    }
+
+    /// Every key and value from `from` up to (not including) `to`, and the revision they
+    /// are all of: pages of at most [`PAGE_KEYS`] keys and about [`PAGE_BYTES`] bytes,
+    /// each read at the first page's revision (started again at a newer one where etcd
+    /// compacted that away meanwhile).
+    pub(super) async fn pages(&self, from: Vec<u8>, to: Vec<u8>) -> Result<(Vec<KeyValue>, i64), etcd_client::Error> {
+        let mut restarts = 0;
+        'again: loop {
+            let mut out: Vec<KeyValue> = Vec::new();
+            let (mut start, mut rev, mut limit, mut bytes) = (from.clone(), 0, PAGE_KEYS, 0usize);
+            loop {
+                let mut options = GetOptions::new().with_range(to.clone()).with_limit(limit as i64);
+                if rev > 0 {
+                    options = options.with_revision(rev);
+                }
+                let got = self
+                    .any(Duration::ZERO, |mut c| {
+                        let (start, options) = (start.clone(), options.clone());
+                        async move { c.kv.get(start, Some(options)).await }
+                    })
+                    .await;
+                let page = match got {
+                    Ok(page) => page,
+                    Err(e) if too_large(&e) && limit > 1 => {
+                        limit /= 2;
+                        continue;
+                    }
+                    Err(e) if compacted(&e) && rev > 0 && restarts < 3 => {
+                        restarts += 1;
+                        continue 'again;
+                    }
+                    Err(e) => return Err(e),
+                };
+                if rev == 0 {
+                    rev = page.header().map_or(0, |h| h.revision());
+                }
+                for kv in page.kvs() {
+                    bytes += kv.key().len() + kv.value().len();
+                    out.push((kv.key().to_vec(), kv.value().to_vec()));
+                }
+                let Some((last, _)) = out.last().filter(|_| page.more() && !page.kvs().is_empty()) else {
+                    return Ok((out, rev));
+                };
+                start = last.clone();
+                start.push(0);
+                limit = (PAGE_BYTES / (bytes / out.len()).max(1)).clamp(1, PAGE_KEYS);
+            }
+        }
     }
 
     /// The end of the range of keys starting with `prefix` (its last byte + 1).
@@ -458,11 +719,15 @@ impl Etcd {
 
     /// How many keys there are from `from` up to (not including) `to`.
     fn count(&self, doing: &str, from: String, to: String) -> Result<u64, StoreError> {
-        let mut c = self.inner.client.clone();
+        let me = self.clone();
         let got = self
             .call(async move {
-                c.get(from, Some(GetOptions::new().with_range(to).with_count_only()))
-                    .await
+                me.any(Duration::ZERO, |mut c| {
+                    let options = GetOptions::new().with_range(to.clone()).with_count_only();
+                    let from = from.clone();
+                    async move { c.kv.get(from, Some(options)).await }
+                })
+                .await
             })
             .map_err(self.io(doing))?;
         Ok(u64::try_from(got.count()).unwrap_or(0))

@@ -3,16 +3,21 @@
 //! says what the file is; every other line is one job:
 //!
 //! ```text
-//! {"hyperplan":"state","format":1,"epoch":7,"nextJobId":353}
+//! {"hyperplan":"state","format":2,"epoch":7,"nextJobId":353}
 //! {"live":true,"job":{"id":352,"owner":"alice","spec":{…},"state":{…},"tasks":[…],…}}
 //! ```
 //!
 //! An import goes into an empty store only (move the old file aside first), checks every
-//! line before it writes anything, and names the line of what it refuses.
+//! line before it writes anything, and names the line of what it refuses: ids must be
+//! from 1 to [`MAX_JOB_ID`] (2^53 − 1), and every live job must be one a start would load
+//! (the checks of `Planner::restore`: one live job per name, tasks as its spec makes,
+//! within `[limits]`); otherwise nothing is imported and each bad line is named.
 
 use std::io::{BufRead, Write};
 
+use hyperplan_core::PlannerConfig;
 use hyperplan_core::journal::JobRecord;
+use hyperplan_core::ownership::MAX_JOB_ID;
 use serde::{Deserialize, Serialize};
 
 use super::{Batch, STORE_FORMAT, Store, StoreError};
@@ -61,8 +66,9 @@ pub fn export(store: &Store, out: &mut dyn Write) -> Result<(u64, u64), StoreErr
 /// The largest line an import reads (a job of 100,000 tasks is some tens of MB).
 const MAX_LINE: u64 = 256 << 20;
 
-/// Reads `input` (named `name` in errors) into the empty `store`; returns the number of jobs.
-pub fn import(store: &Store, input: &mut dyn BufRead, name: &str) -> Result<u64, StoreError> {
+/// Reads `input` (named `name` in errors) into the empty `store`, checking its live jobs
+/// as a start with `planner`'s limits would load them; returns the number of jobs.
+pub fn import(store: &Store, input: &mut dyn BufRead, name: &str, planner: &PlannerConfig) -> Result<u64, StoreError> {
     if !store.is_empty()? {
         return Err(StoreError::Import(format!(
             "{}: the store already holds jobs; import into an empty one ({})",
@@ -118,9 +124,18 @@ pub fn import(store: &Store, input: &mut dyn BufRead, name: &str) -> Result<u64,
             header.format
         )));
     }
+    if header.next_job_id > MAX_JOB_ID + 1 {
+        return Err(StoreError::Import(format!(
+            "{name}:1: nextJobId {} is above {}, one more than the largest job id",
+            header.next_job_id,
+            MAX_JOB_ID + 1
+        )));
+    }
     let mut batch = Batch::default();
     let mut next = header.next_job_id.max(1);
     let mut ids = std::collections::BTreeSet::new();
+    let mut live = Vec::new();
+    let mut line_of = std::collections::BTreeMap::new();
     for (line_no, text) in &lines[1..] {
         let line: Line =
             serde_json::from_str(text).map_err(|e| StoreError::Import(format!("{name}:{line_no}: {e}")))?;
@@ -136,12 +151,43 @@ pub fn import(store: &Store, input: &mut dyn BufRead, name: &str) -> Result<u64,
                 line.job.id
             )));
         }
-        next = next.max(line.job.id.saturating_add(1));
+        if line.job.id == 0 || line.job.id > MAX_JOB_ID {
+            return Err(StoreError::Import(format!(
+                "{name}:{line_no}: job {:?} has id {}; ids are from 1 to {MAX_JOB_ID} (2^53 - 1)",
+                line.job.spec.name, line.job.id
+            )));
+        }
+        next = next.max(line.job.id + 1);
         batch.jobs.push(
             line.job
                 .persist()
                 .map_err(|e| StoreError::Import(format!("{name}:{line_no}: {e}")))?,
         );
+        if line.live {
+            line_of.insert(line.job.id, *line_no);
+            live.push(line.job);
+        }
+    }
+    // What a start would skip is refused here, every such line named.
+    let bad = super::unloadable(planner, live, next);
+    if !bad.is_empty() {
+        let lines: Vec<String> = bad
+            .iter()
+            .map(|b| {
+                format!(
+                    "{name}:{}: job {:?} (id {}): {}",
+                    line_of.get(&b.id).copied().unwrap_or(0),
+                    b.name,
+                    b.id,
+                    b.why
+                )
+            })
+            .collect();
+        return Err(StoreError::Import(format!(
+            "{name}: {} job(s) a planner would not load; nothing imported:\n{}",
+            bad.len(),
+            lines.join("\n")
+        )));
     }
     batch.next_job_id = Some(next);
     let jobs = batch.jobs.len() as u64;
@@ -153,4 +199,100 @@ pub fn import(store: &Store, input: &mut dyn BufRead, name: &str) -> Result<u64,
 /// One JSON line.
 fn json<T: Serialize>(v: &T) -> Result<String, StoreError> {
     serde_json::to_string(v).map_err(|e| StoreError::Import(format!("encoding the export: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::store::Embedded;
+    use hyperplan_shared::parse_jobs;
+
+    fn record(id: u64, name: &str, replicas: u32) -> JobRecord {
+        let spec = parse_jobs(
+            &format!("name: {name}\ntasks:\n  - name: t\n    replicas: {replicas}\n    resources: {{cpu: 1}}\n"),
+            std::path::Path::new("job.yaml"),
+        )
+        .unwrap()
+        .remove(0);
+        JobRecord::submitted(id, "alice", spec)
+    }
+
+    fn file(jobs: &[JobRecord]) -> String {
+        let mut text = String::from("{\"hyperplan\":\"state\",\"format\":2,\"epoch\":3,\"nextJobId\":1}\n");
+        for j in jobs {
+            text.push_str(
+                &json(&Line {
+                    live: true,
+                    job: j.clone(),
+                })
+                .unwrap(),
+            );
+            text.push('\n');
+        }
+        text
+    }
+
+    fn import_into(dir: &std::path::Path, jobs: &[JobRecord]) -> (Store, Result<u64, StoreError>) {
+        let store = Store::Embedded(Embedded::open(&dir.join("state.redb")).unwrap());
+        let text = file(jobs);
+        let r = import(&store, &mut text.as_bytes(), "in.jsonl", &PlannerConfig::default());
+        (store, r)
+    }
+
+    #[test]
+    fn ids_at_the_top_of_the_range_are_refused() {
+        for id in [u64::MAX, MAX_JOB_ID + 1, 0] {
+            let dir = tempfile::tempdir().unwrap();
+            let (store, r) = import_into(dir.path(), &[record(1, "a", 1), record(id, "b", 1)]);
+            let e = r.unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("in.jsonl:3: job \"b\" has id {id}; ids are from 1 to")),
+                "{e}"
+            );
+            assert!(store.is_empty().unwrap());
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (store, r) = import_into(dir.path(), &[record(MAX_JOB_ID, "top", 1)]);
+        assert_eq!(r.unwrap(), 1);
+        assert_eq!(store.summary().unwrap().next_job_id, MAX_JOB_ID + 1);
+    }
+
+    #[test]
+    fn records_a_start_would_not_load_are_refused_each_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut short = record(4, "short", 3);
+        short.tasks.truncate(1);
+        let huge = record(5, "huge", 1);
+        let mut huge = huge;
+        huge.spec.tasks[0].replicas = 1_000_000_000;
+        let (store, r) = import_into(
+            dir.path(),
+            &[
+                record(1, "twin", 1),
+                record(2, "twin", 1),
+                record(3, "fine", 1),
+                short,
+                huge,
+            ],
+        );
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("3 job(s) a planner would not load; nothing imported"), "{e}");
+        assert!(
+            e.contains("in.jsonl:3: job \"twin\" (id 2): a job of that name is already loaded"),
+            "{e}"
+        );
+        assert!(
+            e.contains("in.jsonl:5: job \"short\" (id 4): its spec makes 3 tasks, its record has 1"),
+            "{e}"
+        );
+        assert!(
+            e.contains(
+                "in.jsonl:6: job \"huge\" (id 5): its spec makes 1000000000 tasks, more than [limits] maxTasksPerJob"
+            ),
+            "{e}"
+        );
+        assert!(store.is_empty().unwrap());
+    }
 }

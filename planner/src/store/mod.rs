@@ -35,10 +35,35 @@ pub enum Store {
 impl Store {
     /// Opens the store `config` names for a planner (the embedded file for writing; etcd
     /// connected and its format checked, not yet leading).
+    /// The embedded file is created only at the very first start, or with `config.init`
+    /// (`--init`; see [`embedded::Create`]).
     pub fn open(config: &StoreConfig) -> Result<Self, StoreError> {
+        let create = if config.init {
+            embedded::Create::Init
+        } else {
+            embedded::Create::Start
+        };
         match &config.backend {
-            config::Backend::Embedded => Embedded::open(&config.path).map(Self::Embedded),
+            config::Backend::Embedded => Embedded::open_with(&config.path, create).map(Self::Embedded),
             config::Backend::Etcd(e) => Etcd::connect(e).map(Self::Etcd),
+        }
+    }
+
+    /// For `state import`: a missing or empty embedded file begins anew.
+    pub fn open_for_import(config: &StoreConfig) -> Result<Self, StoreError> {
+        match &config.backend {
+            config::Backend::Embedded => {
+                Embedded::open_with(&config.path, embedded::Create::Import).map(Self::Embedded)
+            }
+            config::Backend::Etcd(e) => Etcd::connect(e).map(Self::Etcd),
+        }
+    }
+
+    /// Whether the store is still the one opened (the embedded file at its path; etcd: yes).
+    pub fn check_file(&self) -> Result<(), StoreError> {
+        match self {
+            Self::Embedded(s) => s.check_file(),
+            Self::Etcd(_) => Ok(()),
         }
     }
 
@@ -151,9 +176,24 @@ pub struct Summary {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error(
-        "{path}: cannot open the planner's store: {why} (a damaged file: move it aside and start again, or restore a backup with `hyperplan-planner state import`)"
+        "{path}: cannot open the planner's store: {why} (a damaged file: restore a backup with `hyperplan-planner state import`, or start with --init to move it aside and begin an empty store)"
     )]
     Open { path: PathBuf, why: String },
+    /// A 0-byte store file: not a store a planner ever committed to.
+    #[error(
+        "{path}: the store is empty (0 bytes): truncated, or replaced by an empty file; a start does not begin again from nothing on its own: restore a backup with `hyperplan-planner state import`, or start with --init to begin an empty store"
+    )]
+    Empty { path: PathBuf },
+    /// No store file, but its marker says a planner kept its state there.
+    #[error(
+        "{path}: the store is missing, but {marker} says a planner kept its state there (it was deleted or moved): put it back, restore a backup with `hyperplan-planner state import`, or start with --init to begin an empty store"
+    )]
+    Missing { path: PathBuf, marker: PathBuf },
+    /// The file a running planner commits to is no longer the one at its path.
+    #[error(
+        "{path}: the store file was {how} under the running planner: what it commits would be lost; stopping, nothing more is acknowledged (put the file back, or start with --init)"
+    )]
+    Replaced { path: PathBuf, how: String },
     #[error("{path}: the store is in use by another process (is a planner running with it?): {why}")]
     InUse { path: PathBuf, why: String },
     #[error(
@@ -169,5 +209,18 @@ pub enum StoreError {
 }
 
 /// The store format this build writes: the layout of the tables and
-/// [`hyperplan_core::journal::RECORD_FORMAT`] of the records.
-pub const STORE_FORMAT: u32 = 1;
+/// [`hyperplan_core::journal::RECORD_FORMAT`] of the records. 1: records without a
+/// checksum; 2: every record with its CRC-32C (a format-1 file is rewritten as format 2
+/// when a planner, or an import, opens it for writing; read-only it is read as it is).
+pub const STORE_FORMAT: u32 = 2;
+
+/// Checks `live` records as a start would load them (`Planner::restore` on a scratch
+/// planner with `planner`'s limits): what it would skip, one entry per record.
+pub fn unloadable(
+    planner: &hyperplan_core::PlannerConfig,
+    live: Vec<JobRecord>,
+    next_job_id: u64,
+) -> Vec<hyperplan_core::restore::NotRestored> {
+    let mut scratch = hyperplan_core::Planner::new(planner.clone());
+    scratch.restore_each(live, next_job_id, 0)
+}

@@ -73,7 +73,8 @@ impl Writer {
     }
 }
 
-/// How often the writer logs what it did, and deletes old ended jobs.
+/// How often the writer logs what it did (and, idle, checks that its store file is
+/// still there); how often it deletes old ended jobs.
 const REPORT_EVERY: Duration = Duration::from_secs(10);
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -94,6 +95,14 @@ fn run(store: &Store, rx: &mpsc::Receiver<Work>, keep: Duration, failed: &watch:
             Ok(w) => w,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 report(&mut commits, &mut records, &mut since);
+                // Idle: a store removed or replaced meanwhile stops the planner now, not
+                // at the next submit.
+                if let Err(e) = store.check_file() {
+                    let why = e.to_string();
+                    tracing::error!("store: {why}");
+                    let _ = failed.send(Some(why));
+                    return;
+                }
                 continue;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,

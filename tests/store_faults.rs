@@ -1,0 +1,224 @@
+//! End-to-end: faults of the planner's store file (issue 21). Real `hyperplan-planner`
+//! and `hyperplan` binaries on 127.0.0.1, real files: an empty store and a store removed
+//! under a running planner stop the start (unless `--init`); a byte changed inside a
+//! record is an error naming the job at `--check`, `state export` and start; `state
+//! import` refuses ids at the top of the range and jobs a start would not load.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{Cluster, bin, path_str, wait_for};
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `hyperplan-planner ARGS` on `store` (no config file).
+fn planner(store: &Path, args: &[&str]) -> Output {
+    Command::new(bin("hyperplan-planner"))
+        .args(["--config", "/dev/null", "--store"])
+        .arg(store)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// A start of the planner on `c`'s store that must fail: its stderr.
+fn refused_start(c: &Cluster) -> String {
+    let out = planner(
+        &c.store(),
+        &["--listen", "127.0.0.1:0", "--cert-dir", path_str(&c.certs())],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+/// Starts the planner of `c` with `--init` (as `Cluster::start_planner`, one flag more).
+fn start_with_init(c: &mut Cluster) {
+    let log = std::fs::File::create(c.dir.path().join("planner.log")).unwrap();
+    let mut child = Command::new(bin("hyperplan-planner"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--init",
+            "--tick-interval",
+            "0.2",
+            "--cert-dir",
+        ])
+        .arg(c.certs())
+        .args(["--config", "/dev/null", "--store"])
+        .arg(c.store())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    c.addr = line
+        .trim()
+        .strip_prefix("hyperplan-planner listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}; log: {}", c.planner_log()))
+        .to_string();
+    c.planner = Some(child);
+}
+
+/// A cluster without nodes whose store holds job `name` (alice's), planner stopped.
+fn store_with_job(name: &str) -> Cluster {
+    let c = Cluster::start(&[]);
+    let file = c.write(
+        &format!("{name}.yaml"),
+        &format!("name: {name}\ntasks:\n  - name: t\n    replicas: 1\n    resources: {{cpu: 1}}\n"),
+    );
+    let out = c.cli("alice", &["submit", path_str(&file)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    c
+}
+
+/// The error line of `stderr` (not the log lines before it), `c`'s directory as `[DIR]`.
+fn redact(c: &Cluster, stderr: &str) -> String {
+    let line = stderr
+        .lines()
+        .filter(|l| l.starts_with("hyperplan-planner: ") || !l.contains(" INFO "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    line.replace(path_str(c.dir.path()), "[DIR]")
+}
+
+#[test]
+fn an_empty_store_stops_the_start_naming_the_file_and_init() {
+    let mut c = store_with_job("one");
+    c.stop_planner();
+    std::fs::write(c.store(), b"").unwrap();
+
+    let err = refused_start(&c);
+    assert!(err.contains(path_str(&c.store())), "{err}");
+    insta::assert_snapshot!("empty_store_start", redact(&c, &err));
+    let out = planner(&c.store(), &["--check"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("FAILING"), "{stdout}");
+    assert!(stdout.contains("the store is empty (0 bytes)"), "{stdout}");
+
+    // Told --init, it begins an empty store: its epoch above the lost one's.
+    start_with_init(&mut c);
+    assert!(c.jobs("alice", &["--all"]).is_empty());
+    c.stop_planner();
+    let out = planner(&c.store(), &["--check"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("ok: format 2, epoch 2,"), "{stdout}");
+}
+
+#[test]
+fn a_store_removed_under_a_running_planner_stops_it_and_the_restart_refuses() {
+    let mut c = store_with_job("before");
+    std::fs::remove_file(c.store()).unwrap();
+
+    // The next submit is not acknowledged: the planner stops (exit 1) instead.
+    let file = c.write(
+        "after.yaml",
+        "name: after\ntasks:\n  - name: t\n    replicas: 1\n    resources: {cpu: 1}\n",
+    );
+    let out = c.cli("alice", &["submit", path_str(&file)]);
+    assert!(!out.status.success(), "acknowledged into a removed store");
+    let status = wait_for(LONG, "the planner to exit", || {
+        c.planner.as_mut().unwrap().try_wait().unwrap()
+    });
+    c.planner = None;
+    assert_eq!(status.code(), Some(1), "{}", c.planner_log());
+    let log = c.planner_log();
+    assert!(
+        log.contains(&format!("{}: the store file was removed", path_str(&c.store()))),
+        "{log}"
+    );
+
+    // Started again (as systemd would), it refuses: the marker says a store was there.
+    let err = refused_start(&c);
+    assert!(err.contains(path_str(&c.store())), "{err}");
+    insta::assert_snapshot!("missing_store_start", redact(&c, &err));
+    let out = planner(&c.store(), &["--check"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).contains("the store is missing"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn a_flipped_byte_in_a_record_is_an_error_naming_the_job_at_check_export_and_start() {
+    let mut c = store_with_job("flipme-7c1e");
+    c.stop_planner();
+    // Every copy of the job's name in the file (redb may keep an older page) gets one bit
+    // flipped: "flipme-7c1e" becomes "flipme-7c1d".
+    let mut bytes = std::fs::read(c.store()).unwrap();
+    let needle = b"flipme-7c1e";
+    let mut flipped = 0;
+    for i in 0..bytes.len() - needle.len() {
+        if &bytes[i..i + needle.len()] == needle {
+            bytes[i + needle.len() - 1] ^= 0x01;
+            flipped += 1;
+        }
+    }
+    assert!(flipped > 0, "the job's name is not in the file");
+    std::fs::write(c.store(), &bytes).unwrap();
+
+    let named = "live job 1 cannot be read: checksum mismatch";
+    let out = planner(&c.store(), &["--check"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stdout).contains(named), "{}", text(&out.stdout));
+    let export = c.dir.path().join("backup.jsonl");
+    let out = planner(&c.store(), &["state", "export", path_str(&export)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains(named), "{}", text(&out.stderr));
+    let err = refused_start(&c);
+    assert!(err.contains(named), "{err}");
+    assert!(!err.contains("flipme-7c1d"), "{err}");
+}
+
+#[test]
+fn import_refuses_ids_at_the_top_of_the_range_and_two_live_jobs_of_one_name() {
+    let mut c = store_with_job("dup");
+    c.stop_planner();
+    let export = c.dir.path().join("backup.jsonl");
+    let out = planner(&c.store(), &["state", "export", path_str(&export)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let exported = std::fs::read_to_string(&export).unwrap();
+    let mut lines = exported.lines();
+    let (header, job) = (lines.next().unwrap(), lines.next().unwrap());
+    assert!(job.contains("\"id\":1,"), "{job}");
+    let copy = c.dir.path().join("copy.redb");
+    let import = |name: &str, body: String| {
+        let file = c.write(name, &body);
+        let out = planner(&copy, &["state", "import", path_str(&file)]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        text(&out.stderr)
+    };
+
+    let top = job.replacen("\"id\":1,", &format!("\"id\":{},", u64::MAX), 1);
+    let err = import("top.jsonl", format!("{header}\n{top}\n"));
+    assert!(
+        err.contains("top.jsonl:2: job \"dup\" has id 18446744073709551615"),
+        "{err}"
+    );
+    insta::assert_snapshot!("import_top_id", redact(&c, &err));
+
+    let twin = job.replacen("\"id\":1,", "\"id\":2,", 1);
+    let err = import("twins.jsonl", format!("{header}\n{job}\n{twin}\n"));
+    insta::assert_snapshot!("import_twins", redact(&c, &err));
+    // Nothing was imported.
+    let out = planner(&copy, &["--check"]);
+    assert!(text(&out.stdout).contains("0 live job(s)"), "{}", text(&out.stdout));
+}
