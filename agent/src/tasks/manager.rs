@@ -46,6 +46,12 @@ const PID_GRACE: Duration = Duration::from_secs(30);
 const KILL_BACKSTOP: Duration = Duration::from_secs(10);
 /// How long the agent waits for a task's cgroups to empty when it kills them itself.
 const AGENT_KILL_WAIT: Duration = Duration::from_secs(1);
+/// A task whose shepherd the agent cannot find (its pid file deleted, or naming another
+/// process): how long it is looked for, held as running with its resources, before it
+/// counts as gone and fails.
+pub const LOST_GRACE: Duration = Duration::from_secs(2);
+/// Between looks for a lost shepherd (each may read every process's command line).
+const LOOK_EVERY: Duration = Duration::from_millis(500);
 
 /// A cancel asked for, and where it stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +82,18 @@ struct Entry {
     retry: Option<Box<Retry>>,
     /// When this agent first saw the task (its launch, or its start-up).
     since: Instant,
+    /// The start time (clock ticks after boot) of a shepherd found by its command line:
+    /// with its pid, who it is (a pid alone may be used again).
+    shepherd_start: Option<u64>,
+    /// The shepherd cannot be found: since when, and when to look again.
+    lost: Option<Lost>,
+}
+
+/// A task whose shepherd is not where its pid file says.
+#[derive(Clone, Copy, Debug)]
+struct Lost {
+    since: Instant,
+    next_look: Instant,
 }
 
 /// A launch waiting to start its shepherd again.
@@ -101,6 +119,8 @@ impl Entry {
             kill_sent: None,
             retry: None,
             since: Instant::now(),
+            shepherd_start: None,
+            lost: None,
         }
     }
 
@@ -133,11 +153,17 @@ pub struct Tasks {
     exiting: Vec<Child>,
     /// The newest planner epoch seen (kept in the state directory).
     epoch: super::epoch::Epoch,
+    /// How long a task whose shepherd cannot be found is held ([`LOST_GRACE`]).
+    lost_grace: Duration,
 }
 
 impl Tasks {
     /// Creates the state directory when missing and takes every task found in it.
     pub fn new(opts: TaskOptions) -> Result<Self, TasksError> {
+        Self::with_lost_grace(opts, LOST_GRACE)
+    }
+
+    fn with_lost_grace(opts: TaskOptions, lost_grace: Duration) -> Result<Self, TasksError> {
         runner::make_state_dir(&opts.state_dir).map_err(|source| TasksError::StateDir {
             path: opts.state_dir.clone(),
             source,
@@ -154,6 +180,7 @@ impl Tasks {
             homeless: BTreeMap::new(),
             exiting: Vec::new(),
             epoch,
+            lost_grace,
         };
         for (task, dir) in scan::list(&tasks.opts.state_dir) {
             let files = scan::read_files(&dir);
@@ -425,7 +452,7 @@ impl Tasks {
             }
             let record = match scan::read_record(&entry.dir) {
                 Some(r) => Some(r),
-                None => vanished(&self.opts, &shepherds, task, entry),
+                None => vanished(&self.opts, &shepherds, self.lost_grace, task, entry),
             };
             if let Some(record) = record {
                 tracing::info!(
@@ -455,7 +482,7 @@ impl Tasks {
     pub fn shepherds(&self) -> Vec<u32> {
         self.tasks
             .values()
-            .filter(|e| e.record.is_none())
+            .filter(|e| e.record.is_none() && e.lost.is_none())
             .filter_map(|e| e.shepherd_pid.filter(|&p| p > 0))
             .collect()
     }
@@ -467,9 +494,15 @@ impl Tasks {
             .filter(|(_, e)| e.record.is_none())
             .map(|(task, e)| {
                 let u = e.shepherd_pid.and_then(|p| usage.get(&p)).copied().unwrap_or_default();
+                // A task whose shepherd is being looked for is still this node's (its
+                // resources stay held), with no pid it can vouch for: 0.
+                let pid = match e.lost {
+                    Some(_) => 0,
+                    None => e.started.as_ref().map_or(0, |s| s.pid),
+                };
                 RunningTask {
                     task: task.clone(),
-                    pid: e.started.as_ref().map_or(0, |s| s.pid),
+                    pid,
                     cpu_cores: u.cpu_cores,
                     rss_bytes: u.rss_bytes,
                 }
@@ -497,10 +530,16 @@ fn apply(entry: &mut Entry, files: Files) {
     entry.record = files.record;
 }
 
-/// Sends a pending cancel once the shepherd's pid is known.
+/// Sends a pending cancel once the shepherd is known: its pid file names it, or it was
+/// found by its command line. A pid file naming another process gets no signal: the
+/// cancel waits until the shepherd is found, or the task is proven gone (then its
+/// leftovers are killed and it fails, see [`vanished`]).
 fn send_kill(entry: &mut Entry) {
     if let (Kill::Pending(grace), Some(pid)) = (entry.kill, entry.shepherd_pid) {
         if pid > 0 {
+            if entry.lost.is_some() || !runner::shepherd_alive(pid, &entry.dir.spec()) {
+                return;
+            }
             runner::cancel(&entry.dir, pid, grace);
         }
         entry.kill = Kill::Sent;
@@ -626,21 +665,72 @@ fn retry_spawn(opts: &TaskOptions, task: &TaskRef, entry: &mut Entry) -> Option<
 
 /// A task without a record whose shepherd is gone (or never came): the failed record
 /// the agent writes for it, or None while the shepherd may still be there.
-fn vanished(opts: &TaskOptions, shepherds: &[u32], task: &TaskRef, entry: &mut Entry) -> Option<ExitRecord> {
+///
+/// A pid file that is missing (while the task has started, or past [`PID_GRACE`]) or
+/// names a process that is not the task's shepherd does not make the task fail: the
+/// shepherd is looked for by its command line ([`runner::find_shepherd`]) and, when
+/// found, taken as the task's again (its pid file written again). Until it is found, or
+/// `lost_grace` has passed without it anywhere, the task stays running (its resources
+/// held, reported with pid 0).
+fn vanished(
+    opts: &TaskOptions,
+    shepherds: &[u32],
+    lost_grace: Duration,
+    task: &TaskRef,
+    entry: &mut Entry,
+) -> Option<ExitRecord> {
     if entry.child.is_some() || entry.retry.is_some() {
         return None; // our own child, not reaped (it runs), or one still to start
     }
+    if let Some(pid) = entry.shepherd_pid.filter(|&p| p > 0)
+        && runner::shepherd_alive(pid, &entry.dir.spec())
+        && entry
+            .shepherd_start
+            .is_none_or(|start| runner::proc_stat(pid).is_some_and(|p| p.start_ticks == start))
+    {
+        return None;
+    }
+    let may_be_starting = entry.shepherd_pid.is_none()
+        && entry.started.is_none()
+        && entry.child_exit.is_none()
+        && entry.since.elapsed() <= PID_GRACE;
+    if entry.shepherd_pid != Some(0) && !may_be_starting {
+        if look_for_shepherd(task, entry) {
+            return None;
+        }
+        let lost = entry.lost.get_or_insert_with(|| {
+            tracing::warn!(
+                job = %task.job, job_id = task.job_id, task = %task.task, pid_file = ?entry.shepherd_pid,
+                "cannot find the task's shepherd (its pid file is missing or names another process); \
+                 the task keeps its resources while it is looked for"
+            );
+            let now = Instant::now();
+            Lost {
+                since: now,
+                next_look: now + LOOK_EVERY,
+            }
+        });
+        // Our own shepherd seen exiting without a pid is gone for sure.
+        let seen_exit = entry.shepherd_pid.is_none() && entry.child_exit.is_some();
+        if lost.since.elapsed() < lost_grace && !seen_exit {
+            return None;
+        }
+    }
     let reason = match entry.shepherd_pid {
-        Some(pid) if pid > 0 && runner::shepherd_alive(pid, &entry.dir.spec()) => return None,
-        Some(pid) if pid > 0 => format!("the shepherd (pid {pid}) died without a record"),
+        Some(pid) if pid > 0 => match runner::proc_stat(pid) {
+            Some(p) if !p.zombie => format!(
+                "the shepherd died without a record (its pid file names pid {pid}, another process, \
+                 and no process runs the task's spec)"
+            ),
+            _ => format!("the shepherd (pid {pid}) died without a record"),
+        },
         Some(_) => "the agent could not start the task's shepherd".to_string(),
+        None if entry.started.is_some() => {
+            "the shepherd died without a record (its pid file is gone and no process runs the task's spec)".to_string()
+        }
         None => {
             // No pid yet: a shepherd this agent started and saw exit, or one an earlier run
             // started that had its time. The tombstone stops a late one from running it.
-            let gave_up = entry.child_exit.is_some() || entry.since.elapsed() > PID_GRACE;
-            if !gave_up {
-                return None;
-            }
             match write_exclusive(&entry.dir.pid(), b"0\n") {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
@@ -682,6 +772,47 @@ fn vanished(opts: &TaskOptions, shepherds: &[u32], task: &TaskRef, entry: &mut E
     Some(record)
 }
 
+/// Looks for the shepherd of a task whose pid file is missing or wrong (at most every
+/// [`LOOK_EVERY`]); true when it was found, and taken as the task's again.
+fn look_for_shepherd(task: &TaskRef, entry: &mut Entry) -> bool {
+    if let Some(lost) = &mut entry.lost {
+        if Instant::now() < lost.next_look {
+            return false;
+        }
+        lost.next_look = Instant::now() + LOOK_EVERY;
+    }
+    // Where it would be: the parent and session of the task's processes.
+    let mut hints: Vec<u32> = entry.started.iter().map(|s| s.pid).collect();
+    if let Ok(spec) = crate::shepherd::LaunchSpec::read(&entry.dir.spec()) {
+        let cgroups = TaskCgroups::named_in_spec(&spec.all_cgroups(), &task.job, task.job_id, &task.task);
+        hints.extend(cgroup::kill::members(&cgroups).into_iter().take(64));
+    }
+    let Some((pid, start)) = runner::find_shepherd(&entry.dir.spec(), &hints) else {
+        return false;
+    };
+    let was = entry.shepherd_pid;
+    tracing::info!(
+        job = %task.job, job_id = task.job_id, task = %task.task, shepherd = pid, pid_file = ?was,
+        "found the task's shepherd by its command line; its pid file is written again"
+    );
+    entry.shepherd_pid = Some(pid);
+    entry.shepherd_start = Some(start);
+    entry.lost = None;
+    // Written again where a restarted agent looks. A missing file only once the task has
+    // started: before, the shepherd may not have written its own yet (it writes it
+    // exclusively, and would take ours for another shepherd's).
+    let text = format!("{pid}\n");
+    let written = match was {
+        Some(_) => crate::shepherd::layout::write_replace(&entry.dir.pid(), text.as_bytes()),
+        None if entry.started.is_some() => write_exclusive(&entry.dir.pid(), text.as_bytes()),
+        None => Ok(()),
+    };
+    if let Err(e) = written {
+        tracing::debug!(dir = %entry.dir.dir.display(), "cannot write the pid file again: {e}");
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -716,16 +847,23 @@ mod tests {
     }
 
     fn tasks(state: &std::path::Path) -> Tasks {
-        Tasks::new(TaskOptions {
-            state_dir: state.to_path_buf(),
-            pin: false,
-            confinement: crate::tasks::cgroup::Confinement::None,
-            allow_root: false,
-            pids_max: Some(64),
-            limits_conf: false,
-            rlimits: Default::default(),
-            shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
-        })
+        tasks_with_grace(state, LOST_GRACE)
+    }
+
+    fn tasks_with_grace(state: &std::path::Path, lost_grace: Duration) -> Tasks {
+        Tasks::with_lost_grace(
+            TaskOptions {
+                state_dir: state.to_path_buf(),
+                pin: false,
+                confinement: crate::tasks::cgroup::Confinement::None,
+                allow_root: false,
+                pids_max: Some(64),
+                limits_conf: false,
+                rlimits: Default::default(),
+                shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
+            },
+            lost_grace,
+        )
         .unwrap()
     }
 
@@ -787,7 +925,8 @@ mod tests {
         let pid = gone.id();
         gone.wait().unwrap();
         std::fs::write(dir.pid(), format!("{pid}\n")).unwrap();
-        let t = tasks(state.path());
+        // Not failed at once: looked for first (no grace here, so at the first scan).
+        let t = tasks_with_grace(state.path(), Duration::ZERO);
         let ends = finished(&t.unacked());
         assert_eq!(ends.len(), 1);
         let (task, end) = &ends[0];
@@ -802,7 +941,7 @@ mod tests {
 
         // Found again by a restarted agent: the same end, once.
         drop(t);
-        let mut t = tasks(state.path());
+        let mut t = tasks_with_grace(state.path(), Duration::ZERO);
         assert_eq!(finished(&t.unacked()).len(), 1);
         assert!(t.scan().is_empty(), "nothing new");
         t.on_kill(task, 1); // ended: nothing to do
@@ -915,5 +1054,105 @@ mod tests {
         t.on_ack(&ends[0].0, true);
         assert!(!cg.exists(), "the task's cgroup is removed with its directory");
         assert!(!dir.dir.exists());
+    }
+
+    /// A stand-in shepherd: a session leader whose command line names `spec` after
+    /// `--spec`, as `hyperplan-agent shepherd --spec FILE` does; it runs until killed.
+    fn fake_shepherd(spec: &std::path::Path) -> std::process::Child {
+        std::process::Command::new("setsid")
+            .args(["sh", "-c", "sleep 600; :", "shepherd", "--spec"])
+            .arg(spec)
+            .spawn()
+            .unwrap()
+    }
+
+    /// A task directory that has started (spec, `started.json`), with no pid file.
+    fn started_task(state: &std::path::Path, job_id: u64, task_pid: u32) -> TaskDir {
+        let dir = TaskDir::new(state, "j", job_id, "w-0");
+        std::fs::create_dir_all(&dir.dir).unwrap();
+        std::fs::write(dir.spec(), "{}").unwrap();
+        std::fs::write(dir.started(), format!(r#"{{"pid": {task_pid}, "startTimeMs": 1}}"#)).unwrap();
+        dir
+    }
+
+    fn wait_gone(child: &mut std::process::Child) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the stand-in shepherd outlived its cancel");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn wait_shepherd(pid: u32, spec: &std::path::Path) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !runner::shepherd_alive(pid, spec) {
+            assert!(Instant::now() < deadline, "the stand-in shepherd did not start");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_task_whose_pid_file_is_gone_or_wrong_is_found_by_its_shepherd_s_command_line() {
+        // The pid file deleted, then one naming another live process.
+        for wrong in [false, true] {
+            let state = tempfile::tempdir().unwrap();
+            let dir = started_task(state.path(), 8, 1);
+            let mut shepherd = fake_shepherd(&dir.spec());
+            wait_shepherd(shepherd.id(), &dir.spec());
+            let mut other = std::process::Command::new("sleep").arg("600").spawn().unwrap();
+            if wrong {
+                std::fs::write(dir.pid(), format!("{}\n", other.id())).unwrap();
+            }
+            // An hour's grace: nothing here may depend on it running out.
+            let mut t = tasks_with_grace(state.path(), Duration::from_secs(3600));
+            assert!(finished(&t.unacked()).is_empty(), "wrong={wrong}: not failed");
+            let running = t.running(&Default::default());
+            assert_eq!(running.len(), 1, "wrong={wrong}: still this node's");
+            assert_eq!(t.shepherds(), [shepherd.id()], "wrong={wrong}");
+            assert_eq!(
+                scan::read_pid(&dir),
+                Some(shepherd.id()),
+                "wrong={wrong}: the pid file is written again"
+            );
+            // Cancel reaches the shepherd found, not the process the pid file named.
+            let task = running[0].task.clone();
+            t.on_kill(&task, 1);
+            let status = wait_gone(&mut shepherd);
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(status.signal(), Some(libc::SIGTERM), "wrong={wrong}");
+            assert_eq!(std::fs::read_to_string(dir.kill_grace()).unwrap(), "1\n");
+            assert!(
+                matches!(other.try_wait(), Ok(None)),
+                "wrong={wrong}: the other process was spared"
+            );
+            other.kill().unwrap();
+            other.wait().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_task_whose_shepherd_is_nowhere_is_held_until_its_grace_then_fails() {
+        let state = tempfile::tempdir().unwrap();
+        let dir = started_task(state.path(), 9, 1);
+        // Held: listed as running with no pid, no end reported, its pid file not written.
+        let mut t = tasks_with_grace(state.path(), Duration::from_secs(3600));
+        assert!(finished(&t.unacked()).is_empty());
+        assert!(finished(&t.scan()).is_empty());
+        let running = t.running(&Default::default());
+        assert_eq!(running.len(), 1);
+        assert_eq!(running[0].pid, 0, "no pid it can vouch for");
+        assert!(t.shepherds().is_empty(), "no pid to sample or signal");
+        assert!(!dir.record().exists() && !dir.pid().exists());
+        // Proven gone once the grace is over: failed, saying why.
+        drop(t);
+        let t = tasks_with_grace(state.path(), Duration::ZERO);
+        let ends = finished(&t.unacked());
+        assert_eq!(ends.len(), 1);
+        let reason = ends[0].1.reason.as_deref().unwrap();
+        assert!(reason.contains("pid file is gone"), "{reason}");
+        assert_eq!(ends[0].1.outcome, hyperplan_shared::taskend::TaskOutcome::Failed);
     }
 }

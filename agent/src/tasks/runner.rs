@@ -306,6 +306,46 @@ pub fn shepherd_alive(pid: u32, spec: &Path) -> bool {
     !want.is_empty() && cmdline.split(|&b| b == 0).any(|arg| arg == want)
 }
 
+/// What `/proc/PID/stat` says of `pid` now; None when it is gone.
+pub fn proc_stat(pid: u32) -> Option<super::sweep::Proc> {
+    let bytes = super::scan::read_small(Path::new(&format!("/proc/{pid}/stat")), 4096)?;
+    super::sweep::parse_stat(pid, std::str::from_utf8(&bytes).ok()?)
+}
+
+/// `pid` is the live shepherd of `spec`: its command line names the spec and it leads
+/// its own session (a shepherd's first act; the task it forks, before its exec, still
+/// shows the shepherd's command line but is no session leader).
+fn is_shepherd(pid: u32, spec: &Path) -> bool {
+    shepherd_alive(pid, spec) && proc_stat(pid).is_some_and(|p| !p.zombie && p.session == pid)
+}
+
+/// The shepherd of `spec` when its pid file is lost or names another process: looked
+/// for first among `hints` (the parents and sessions of the task's known processes: its
+/// `started.json` pid, its cgroups' members), then among every process in `/proc`, by
+/// its command line. Returns its pid and start time (clock ticks after boot), which
+/// together name it: a pid alone may be used again.
+pub fn find_shepherd(spec: &Path, hints: &[u32]) -> Option<(u32, u64)> {
+    let mut candidates: Vec<u32> = Vec::new();
+    for &pid in hints {
+        if let Some(p) = proc_stat(pid) {
+            candidates.extend([p.ppid, p.session]);
+        }
+    }
+    let found = candidates
+        .into_iter()
+        .filter(|&p| p > 1)
+        .find(|&p| is_shepherd(p, spec))
+        .or_else(|| {
+            let entries = std::fs::read_dir("/proc").ok()?;
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+                .filter(|&p| p > 1 && p != std::process::id())
+                .find(|&p| is_shepherd(p, spec))
+        })?;
+    Some((found, proc_stat(found)?.start_ticks))
+}
+
 /// The last line of the shepherd's stderr: why it exited without a record.
 pub fn last_log_line(dir: &TaskDir) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
