@@ -211,18 +211,7 @@ struct Agent {
 
 impl Agent {
     fn spawn(cert_dir: &Path, planner: SocketAddr, node: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
-        Self::spawn_in(tempfile::tempdir().unwrap(), cert_dir, planner, node, args, env)
-    }
-
-    /// As [`Agent::spawn`], with the state directory `state` (made beforehand).
-    fn spawn_in(
-        state: tempfile::TempDir,
-        cert_dir: &Path,
-        planner: SocketAddr,
-        node: &str,
-        args: &[&str],
-        env: &[(&str, &str)],
-    ) -> Self {
+        let state = tempfile::tempdir().unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_hyperplan-agent"));
         command
             .arg("run")
@@ -600,31 +589,4 @@ async fn a_malformed_xml_is_an_error_at_start_and_a_warning_on_reprobe() {
     planner.heartbeats(conn, 2).await;
     agent.signal("TERM");
     assert!(agent.exit().await.success());
-}
-
-#[tokio::test]
-async fn a_planner_older_than_the_node_s_epoch_is_refused_ever_more_slowly_and_said_once() {
-    let dir = tempfile::tempdir().unwrap();
-    cluster(dir.path(), &["n1"]);
-    let mut planner = Planner::start(dir.path(), loopback());
-    // This node has seen epoch 5; the test planner says 1.
-    let state = tempfile::tempdir().unwrap();
-    std::fs::write(state.path().join("epoch"), "5\n").unwrap();
-    let mut agent = Agent::spawn_in(state, dir.path(), planner.addr, "n1", &["--synthetic", SYNTHETIC], &[]);
-    let mut at = Vec::new();
-    for _ in 0..4 {
-        let (conn, _, _) = planner.registration().await;
-        at.push(Instant::now());
-        let reason = planner.closed(conn).await;
-        assert!(reason.contains("older than epoch 5"), "{reason}");
-    }
-    // 0.5 s, 1 s, 2 s (±20 %): the backoff grows, as registering does not count as
-    // reaching a planner whose orders are refused.
-    let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
-    assert!(gaps[2] > gaps[0] * 2, "{gaps:?}");
-    // Said once, not at every refusal.
-    agent.log("older than epoch 5").await;
-    while let Ok(line) = agent.lines.try_recv() {
-        assert!(!line.contains("older than epoch"), "said again: {line}");
-    }
 }

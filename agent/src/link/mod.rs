@@ -262,7 +262,6 @@ impl Link {
     async fn run(&mut self) {
         let mut backoff = Backoff::default();
         let mut endpoint: Option<quinn::Endpoint> = None;
-        let mut said = Repeats::default();
         loop {
             let tried = self.planners.current().to_string();
             let outcome = self.attempt(&mut endpoint, &mut backoff).await;
@@ -280,14 +279,11 @@ impl Link {
                 Retry::Backoff => backoff.next_delay(),
             };
             let (next, attempt, retry_in_ms) = (self.planners.current(), backoff.attempts(), delay.as_millis() as u64);
-            let text = reason.to_string();
             if let LinkDown::NotLeader { leader: Some(_), .. } = &reason {
                 // Sent to the leader: how a standby works, nothing is wrong.
                 tracing::info!(planner = %tried, %next, attempt, retry_in_ms, "planner link down: {reason}");
-            } else if let Some(repeats) = said.say(&text) {
-                tracing::warn!(planner = %tried, %next, attempt, retry_in_ms, repeats, "planner link down: {reason}");
             } else {
-                tracing::debug!(planner = %tried, %next, attempt, retry_in_ms, "planner link down again: {reason}");
+                tracing::warn!(planner = %tried, %next, attempt, retry_in_ms, "planner link down: {reason}");
             }
             match &reason {
                 LinkDown::NotLeader { .. } => tell_systemd(&format!("STATUS=looking for the leader: {reason}")),
@@ -337,16 +333,6 @@ impl Link {
             Some(Err(reason)) => return Outcome::Lost(session::fail(&connection, reason)),
             Some(Ok(r)) => r,
         };
-        // A planner older than one this node has seen is refused before the backoff is
-        // reset: its refusals are retried ever more slowly, not every half second.
-        let ours = self.tasks.highest_epoch();
-        if !self.tasks.admit_epoch(registered.epoch) {
-            let stale = LinkDown::StaleEpoch {
-                theirs: registered.epoch,
-                ours,
-            };
-            return Outcome::Lost(session::fail(&connection, stale));
-        }
         backoff.reset();
         self.planners.registered();
         tracing::info!(
@@ -406,38 +392,6 @@ impl Link {
     }
 }
 
-/// The same reason for a link down is logged once, then again only every
-/// [`REPEAT_EVERY`] (with how many times it came in between), so an agent a planner keeps
-/// refusing says so without flooding its log.
-const REPEAT_EVERY: Duration = Duration::from_secs(600);
-
-#[derive(Default)]
-struct Repeats {
-    last: Option<(String, std::time::Instant, u32)>,
-}
-
-impl Repeats {
-    /// `Some(times it came since it was last said)` when `reason` is to be logged now.
-    fn say(&mut self, reason: &str) -> Option<u32> {
-        match &mut self.last {
-            Some((last, at, count)) if last == reason => {
-                *count += 1;
-                if at.elapsed() < REPEAT_EVERY {
-                    return None;
-                }
-                let repeats = *count;
-                *at = std::time::Instant::now();
-                *count = 0;
-                Some(repeats)
-            }
-            _ => {
-                self.last = Some((reason.to_string(), std::time::Instant::now(), 0));
-                Some(0)
-            }
-        }
-    }
-}
-
 /// The planner's first address.
 async fn resolve(planner: String) -> Result<SocketAddr, LinkDown> {
     let mut addrs = match tokio::net::lookup_host(planner.clone()).await {
@@ -462,28 +416,4 @@ fn endpoint_for(
     let ep = tls::client_endpoint(tls::any_addr_for(addr), material)?;
     *slot = Some(ep.clone());
     Ok(ep)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_reason_is_said_once_then_rarely_and_a_new_one_at_once() {
-        let mut said = Repeats::default();
-        assert_eq!(said.say("refused: stale epoch"), Some(0));
-        for _ in 0..100 {
-            assert_eq!(said.say("refused: stale epoch"), None);
-        }
-        assert_eq!(said.say("no answer"), Some(0), "a change is said at once");
-        assert_eq!(said.say("refused: stale epoch"), Some(0));
-        // Past the interval: said again, with how many times it came meanwhile.
-        let Some((_, at, _)) = &mut said.last else { return };
-        let Some(earlier) = at.checked_sub(REPEAT_EVERY) else {
-            return; // a machine up for less than the interval
-        };
-        *at = earlier;
-        assert_eq!(said.say("refused: stale epoch"), Some(1));
-        assert_eq!(said.say("refused: stale epoch"), None);
-    }
 }

@@ -202,9 +202,12 @@ impl Link {
             mut send,
             recv,
             heartbeat,
-            // Admitted at registration (see `Link::attempt`).
-            epoch: _,
+            epoch,
         } = registered;
+        let ours = self.tasks.highest_epoch();
+        if !self.tasks.admit_epoch(epoch) {
+            return Outcome::Lost(fail(&connection, LinkDown::StaleEpoch { theirs: epoch, ours }));
+        }
         // Frames are not cancel-safe to read inside select!: the reader owns the stream.
         let (frames_tx, mut frames) = mpsc::channel(FRAME_QUEUE);
         let mut reader = tokio::spawn(read_planner(recv, frames_tx));
