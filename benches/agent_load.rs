@@ -106,6 +106,7 @@ async fn agent(
                 topology_hash: hash,
                 confinement: None,
                 advertise_address: None,
+                epoch: 0,
             };
             write_frame(&mut send, &register, 1 << 24).await.ok()?;
             let reply: PlannerToAgent = read_frame(&mut recv, 1 << 24).await.ok()??;

@@ -4,6 +4,10 @@
 //! - A running task's `pid` file deleted, or naming another process, then the agent
 //!   restarted: the task is still the node's (its shepherd found by its command line), its
 //!   CPUs stay held, and cancel ends it.
+//! - An agent that has obeyed a newer planner epoch than the planner's: refused before it
+//!   takes the node, said once on each side, shown in `hyperplan nodes` with the reason;
+//!   the agent backs off; the task placed there is lost after `nodeLostAfter` (its job
+//!   fails); once the agent's epoch is reset the node comes back and the orphan is killed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -78,4 +82,100 @@ fn a_task_whose_pid_file_is_lost_or_wrong_survives_an_agent_restart_and_cancel_e
         other.wait().unwrap();
         assert!(!live.agent_log("n1").contains("panicked"));
     }
+}
+
+/// `hyperplan nodes --output json`'s entry for `node`.
+fn node_json(live: &Live, node: &str) -> serde_json::Value {
+    let nodes = live.c.cli_json(&live.user, &["nodes"]);
+    nodes["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == node)
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_agent_that_obeyed_a_newer_planner_is_refused_once_shown_why_and_its_tasks_are_lost_in_time() {
+    let mut live = Live::start(&["n1"]);
+    // Restarted on the same address, with tasks lost after 3 s NotReady.
+    let addr = live.c.addr.clone();
+    live.c.stop_planner();
+    live.c.planner_args = vec!["--node-lost-after".into(), "3".into()];
+    live.c.start_planner(&addr);
+    live.c.wait_state("n1", "Ready", LONG);
+    let job = live.job(
+        "held",
+        "tasks:\n  - name: t\n    replicas: 1\n    resources: {cpu: 1}\n    workingDir: WORKDIR\n    \
+         command: [sleep, '4703']\n",
+    );
+    assert!(live.cli(&["submit", path_str(&job)]).status.success());
+    let pid = pids(&live.wait_running("held"))[0];
+
+    // The node has since obeyed a planner far ahead of this one (a newer leader
+    // elsewhere, or this planner's store replaced by an older copy).
+    live.c.kill_agent("n1");
+    std::fs::write(live.states["n1"].join("epoch"), "1000\n").unwrap();
+    live.agent_rust_log = "info,hyperplan_agent::link=debug".into();
+    live.start_agent("n1");
+    let n1 = wait_for(LONG, "n1 shown refused", || {
+        let n = node_json(&live, "n1");
+        n["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("epoch 1000"))
+            .then_some(n)
+    });
+    assert_eq!(n1["state"], "NotReady", "{n1}");
+    let table = String::from_utf8(live.cli(&["nodes"]).stdout).unwrap();
+    assert!(
+        table.contains("why not ready:\n  n1: refused: its agent has obeyed planner epoch 1000"),
+        "{table}"
+    );
+
+    // Its task is lost after nodeLostAfter, as any silent node's: the job ends.
+    let j = live.wait_status("held", "failed");
+    assert!(j.to_string().contains("lost"), "{j}");
+    // Meanwhile the agent tried again, ever more slowly, and said why once; so did the
+    // planner.
+    wait_for(LONG, "the agent refused twice more", || {
+        (live.agent_log("n1").matches("planner link down again").count() >= 2).then_some(())
+    });
+    let agent_log = live.agent_log("n1");
+    let said = agent_log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("epoch 1000"))
+        .count();
+    assert_eq!(said, 1, "the agent says it once:\n{agent_log}");
+    let planner_log = live.c.planner_log();
+    assert_eq!(
+        planner_log.matches("its agent is refused until it changes").count(),
+        1,
+        "the planner says it once:\n{planner_log}"
+    );
+    // After it: NotReady, and the lost task: nothing per retry.
+    let after: Vec<&str> = planner_log
+        .lines()
+        .skip_while(|l| !l.contains("its agent is refused until it changes"))
+        .skip(1)
+        .collect();
+    assert!(after.len() <= 3, "a line per retry:\n{planner_log}");
+    assert_eq!(
+        planner_log.matches("node registered: Ready").count(),
+        1,
+        "registered once before the refusals, never by the refused agent:\n{planner_log}"
+    );
+    assert!(alive(pid), "the refused agent's task runs on, unreported");
+
+    // The old state is gone for good: the admin removes the node's epoch. The node comes
+    // back, without the reason, and the task the planner gave up on is killed.
+    live.c.kill_agent("n1");
+    std::fs::remove_file(live.states["n1"].join("epoch")).unwrap();
+    live.start_agent("n1");
+    live.c.wait_state("n1", "Ready", LONG);
+    assert!(node_json(&live, "n1")["reason"].is_null());
+    wait_for(LONG, "the lost task killed as an orphan", || {
+        (!alive(pid)).then_some(())
+    });
+    assert!(!live.agent_log("n1").contains("panicked"));
 }

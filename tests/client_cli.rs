@@ -41,6 +41,7 @@ fn node_list() -> NodeList {
                 last_heartbeat_secs: Some(40),
                 running_tasks: 0,
                 confinement: None,
+                reason: None,
             },
             NodeStatus {
                 name: "n001".into(),
@@ -54,6 +55,7 @@ fn node_list() -> NodeList {
                 last_heartbeat_secs: Some(1),
                 running_tasks: 2,
                 confinement: Some("cgroup".into()),
+                reason: None,
             },
         ],
     }

@@ -180,6 +180,7 @@ fn refusals_close_only_the_offending_connection() {
             topology,
             confinement: None,
             advertise_address: None,
+            epoch: 0,
         };
         write_frame(&mut send, &register, 1 << 20).await.unwrap();
         let reason = closed_reason(&conn).await;

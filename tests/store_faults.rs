@@ -2,7 +2,8 @@
 //! and `hyperplan` binaries on 127.0.0.1, real files: an empty store and a store removed
 //! under a running planner stop the start (unless `--init`); a byte changed inside a
 //! record is an error naming the job at `--check`, `state export` and start; `state
-//! import` refuses ids at the top of the range and jobs a start would not load.
+//! import` refuses ids at the top of the range and jobs a start would not load; a store
+//! cut short, or on a read-only mount, is said to be so (never "damaged, move it aside").
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -221,4 +222,69 @@ fn import_refuses_ids_at_the_top_of_the_range_and_two_live_jobs_of_one_name() {
     // Nothing was imported.
     let out = planner(&copy, &["--check"]);
     assert!(text(&out.stdout).contains("0 live job(s)"), "{}", text(&out.stdout));
+}
+
+#[test]
+fn a_store_cut_short_or_on_a_read_only_mount_is_said_so() {
+    let mut c = store_with_job("cut");
+    c.stop_planner();
+    // Cut short by 100 bytes (a partial copy): --check and export say so, as a start does.
+    let cut = c.dir.path().join("cut.redb");
+    let bytes = std::fs::read(c.store()).unwrap();
+    std::fs::write(&cut, &bytes[..bytes.len() - 100]).unwrap();
+    for args in [&["--check"][..], &["state", "export", "-"][..]] {
+        let out = planner(&cut, args);
+        // --check reports on stdout, export fails on stderr.
+        let err = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("cut short"), "{args:?}: {err}");
+    }
+    let err = planner(&cut, &["--listen", "127.0.0.1:0", "--cert-dir", path_str(&c.certs())]);
+    let err = text(&err.stderr);
+    assert!(err.contains("truncated"), "{err}");
+
+    // The store's directory read-only, in a mount namespace of the planner's own.
+    if !common::euid_is_root() {
+        println!("SKIPPED (read-only half): needs root for a mount namespace");
+        return;
+    }
+    let dir = path_str(c.dir.path()).to_string();
+    let in_ro = |args: &[&str]| {
+        Command::new("unshare")
+            .args(["-m", "sh", "-c"])
+            .arg(format!(
+                "mount --bind {dir} {dir} && mount -o remount,ro,bind {dir} || exit 97; exec \"$@\""
+            ))
+            .arg("sh")
+            .arg(bin("hyperplan-planner"))
+            .args(["--config", "/dev/null", "--store"])
+            .arg(c.store())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = in_ro(&["--check"]);
+    if out.status.code() == Some(97) || !out.status.success() && text(&out.stderr).contains("unshare") {
+        println!(
+            "SKIPPED (read-only half): no mount namespace here: {}",
+            text(&out.stderr)
+        );
+        return;
+    }
+    assert!(
+        out.status.success(),
+        "--check reads a read-only store: {}",
+        text(&out.stderr)
+    );
+    let out = in_ro(&["--listen", "127.0.0.1:0", "--cert-dir", path_str(&c.certs())]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("Read-only file system") && err.contains("mount it read-write"),
+        "{err}"
+    );
+    assert!(!err.contains("damaged"), "not called damaged: {err}");
+    // And nothing was moved aside: the store is as it was.
+    let out = planner(&c.store(), &["--check"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }

@@ -352,6 +352,7 @@ fn register_fields(register: &AgentMessage) -> (&str, &std::collections::BTreeMa
         topology_hash: hash,
         confinement,
         advertise_address,
+        epoch,
     } = register
     else {
         panic!("not a Register: {register:?}")
@@ -361,6 +362,8 @@ fn register_fields(register: &AgentMessage) -> (&str, &std::collections::BTreeMa
     assert_eq!(*confinement, Some(Confinement::None));
     // No advertiseAddress: the planner uses the address the connection comes from.
     assert_eq!(*advertise_address, None);
+    // A fresh state directory: no planner obeyed yet.
+    assert_eq!(*epoch, 0);
     assert_eq!(*hash, topology_hash(topology), "Register's hash is its topology's");
     (node, labels, *hash)
 }

@@ -32,6 +32,14 @@ pub enum Event {
         link: u64,
         at_ms: u64,
     },
+    /// The node's agent was turned away at `at_ms` for `reason`, one its retries cannot
+    /// change (see `core::refusals`): the node stays NotReady and `hyperplan nodes` says
+    /// why, until its agent registers.
+    NodeRefused {
+        node: String,
+        reason: String,
+        at_ms: u64,
+    },
     /// A heartbeat from the node's current link, received at `at_ms`.
     Heartbeat {
         node: String,

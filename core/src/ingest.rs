@@ -16,6 +16,7 @@ use super::numa::node::{HardwareCache, NodeHardware};
 use super::numa::request::task_numa;
 use super::ownership::{JobId, JobOwner, MAX_JOB_ID, NextJobId, SIM_OWNER, is_live, task_count};
 use super::queues::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, TopologyDirty};
+use super::refusals::Refusals;
 use crate::config::PlannerConfig;
 
 use super::names::{JobNames, NodeNames};
@@ -86,7 +87,17 @@ pub fn ingest(world: &mut World) {
                     world.resource_mut::<TopologyDirty>().0 = true;
                 }
             }
-            Event::LinkUp { node, link, at_ms } => health::link_up(world, &node, link, at_ms),
+            Event::LinkUp { node, link, at_ms } => {
+                world.resource_mut::<Refusals>().clear(&node);
+                health::link_up(world, &node, link, at_ms);
+            }
+            Event::NodeRefused { node, reason, at_ms } => {
+                // Said once per change of reason: an agent retrying is no news.
+                if world.resource_mut::<Refusals>().refuse(&node, &reason, at_ms) {
+                    let line = format!("node {node}: its agent is refused until it changes: {reason}");
+                    world.resource_mut::<Outbox>().0.push(Command::Warn(line));
+                }
+            }
             Event::Heartbeat { node, at_ms } => health::heartbeat(world, &node, at_ms),
             Event::LinkDown { node, link, at_ms } => health::link_down(world, &node, link, at_ms),
             Event::Submit(spec) => submit(world, spec, SIM_OWNER.to_string()),

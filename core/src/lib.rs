@@ -42,6 +42,7 @@ pub mod queues;
 pub mod ratelimit;
 mod recover;
 pub mod refresh;
+pub mod refusals;
 mod reindex;
 pub mod restore;
 mod retire;
@@ -87,6 +88,7 @@ impl Planner {
         world.insert_resource(ownership::LiveByOwner::default());
         world.insert_resource(names::NodeNames::default());
         world.insert_resource(health::Away::default());
+        world.insert_resource(refusals::Refusals::default());
         world.insert_resource(NodeSetGeneration::default());
         world.insert_resource(discovery::Sources::default());
         world.insert_resource(discovery::ReportedGuids::default());

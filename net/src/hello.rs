@@ -16,6 +16,9 @@ pub mod close {
     pub const REFUSED: u32 = 3;
     /// This side is shutting down.
     pub const SHUTDOWN: u32 = 4;
+    /// The agent has obeyed a newer planner epoch than this planner's: retrying will not
+    /// help until one of them changes (the agent backs off and says so once).
+    pub const STALE_EPOCH: u32 = 5;
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

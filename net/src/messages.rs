@@ -63,6 +63,11 @@ pub enum AgentMessage {
         /// 0): the agent's `advertiseAddress`; `None`: the address its connection comes from.
         #[serde(default)]
         advertise_address: Option<String>,
+        /// The newest planner epoch this agent has obeyed (0: none, or an agent that does
+        /// not say): a planner at an older epoch refuses it before taking the node, with
+        /// [`close::STALE_EPOCH`](crate::hello::close::STALE_EPOCH).
+        #[serde(default)]
+        epoch: u64,
     },
     Heartbeat {
         seq: u64,
@@ -565,6 +570,7 @@ mod tests {
             topology_hash: hash,
             confinement: Some(Confinement::Cgroup),
             advertise_address: Some("10.0.0.7".into()),
+            epoch: 7,
         });
         roundtrip(&AgentMessage::Heartbeat {
             seq: u64::MAX,

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use hyperplan_planner::DaemonConfig;
-use hyperplan_planner::config::seconds;
+use hyperplan_planner::config::server;
 use hyperplan_planner::server::{ReloadHandle, Server, sd_notify};
 
 /// mimalloc: every placed task allocates a little (its `Place` command, its pinning), and on
@@ -67,10 +67,11 @@ struct Args {
     /// revoked, revoked.txt [server.certDir; default /etc/hyperplan/certs].
     #[arg(long, value_name = "DIR")]
     cert_dir: Option<PathBuf>,
-    /// Seconds between ticks when nothing arrives [server.tickInterval; default 1].
+    /// Seconds between ticks when nothing arrives, 0.01 to 60 [server.tickInterval;
+    /// default 1].
     #[arg(long, value_name = "SECONDS")]
     tick_interval: Option<f64>,
-    /// Seconds between agent heartbeats [server.heartbeatInterval; default 1].
+    /// Seconds between agent heartbeats, 0.05 to 600 [server.heartbeatInterval; default 1].
     #[arg(long, value_name = "SECONDS")]
     heartbeat_interval: Option<f64>,
     /// Heartbeats a node may miss before it is NotReady [server.missedHeartbeats; default 3].
@@ -78,7 +79,8 @@ struct Args {
     missed_heartbeats: Option<u32>,
     /// Seconds a node may be NotReady before its running tasks are lost: their resources
     /// are free again, their jobs fail (or are requeued with `requeue: true`), and if the
-    /// node comes back the tasks are killed [server.nodeLostAfter; default 300].
+    /// node comes back the tasks are killed; 0.1 to 31536000 (a year)
+    /// [server.nodeLostAfter; default 300].
     #[arg(long, value_name = "SECONDS")]
     node_lost_after: Option<f64>,
     /// Largest message accepted, in bytes [server.maxFrameBytes; default 16777216].
@@ -169,17 +171,23 @@ fn run() -> anyhow::Result<()> {
         s.cert_dir = v;
     }
     if let Some(v) = args.tick_interval {
-        s.tick_interval = seconds(v).context("--tick-interval: expected seconds > 0")?;
+        s.tick_interval = server::TICK_INTERVAL
+            .check(v)
+            .map_err(|e| anyhow::anyhow!("--tick-interval: {e}"))?;
     }
     if let Some(v) = args.heartbeat_interval {
-        s.heartbeat_interval = seconds(v).context("--heartbeat-interval: expected seconds > 0")?;
+        s.heartbeat_interval = server::HEARTBEAT_INTERVAL
+            .check(v)
+            .map_err(|e| anyhow::anyhow!("--heartbeat-interval: {e}"))?;
     }
     if let Some(v) = args.missed_heartbeats {
         anyhow::ensure!(v > 0, "--missed-heartbeats: expected at least 1");
         s.missed_heartbeats = v;
     }
     if let Some(v) = args.node_lost_after {
-        s.node_lost_after = seconds(v).context("--node-lost-after: expected seconds > 0")?;
+        s.node_lost_after = server::NODE_LOST_AFTER
+            .check(v)
+            .map_err(|e| anyhow::anyhow!("--node-lost-after: {e}"))?;
     }
     if let Some(v) = args.private_data {
         s.private_data = v;

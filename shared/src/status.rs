@@ -47,6 +47,10 @@ pub struct NodeStatus {
     /// link now, or an agent that does not say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confinement: Option<String>,
+    /// Why a NotReady node is not coming back by itself (its agent was refused, and
+    /// why); `None` when nothing is known beyond its state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

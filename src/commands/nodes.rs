@@ -21,7 +21,9 @@ const EXAMPLES: &str = "  hyperplan nodes
 /// MEMORY as free/total, NUMA nodes, IB ports up/total, CONFINE (how its agent confines
 /// tasks: cgroup, each task in its own cgroup v2 with its CPUs, NUMA nodes and memory
 /// limit; affinity, pinned to its CPUs and NUMA memory; none, not pinned; `-`: no agent
-/// connected, or one that does not say), and LABELS (k=v,...). With
+/// connected, or one that does not say), and LABELS (k=v,...). Below the table, why
+/// each NotReady node that will not come back by itself is so (its agent was refused:
+/// it has obeyed a newer planner than this one). With
 /// `--output json`: `{"nodes": [{"name", "state", "labels", "cpus": {"free", "total"},
 /// ...}]}`.
 #[derive(clap::Args, Debug)]
@@ -75,11 +77,19 @@ pub fn render(list: &NodeList) -> String {
     }
     let ready = nodes.iter().filter(|n| n.state == NodeState::Ready).count();
     let mut out = columns(&rows);
+    let why: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| Some(format!("  {}: {}\n", n.name, n.reason.as_deref()?)))
+        .collect();
     out.push_str(&format!(
         "\n{} nodes: {ready} ready, {} not ready\n",
         nodes.len(),
         nodes.len() - ready
     ));
+    if !why.is_empty() {
+        out.push_str("\nwhy not ready:\n");
+        out.push_str(&why.concat());
+    }
     out
 }
 
@@ -137,6 +147,7 @@ mod tests {
             last_heartbeat_secs: Some(1),
             running_tasks: 0,
             confinement: Some("cgroup".into()),
+            reason: None,
         }
     }
 
@@ -151,6 +162,8 @@ mod tests {
         down.ib_ports = ft(2, 4);
         down.last_heartbeat_secs = Some(93);
         down.confinement = None;
+        let mut refused = node("gpu-b11", NodeState::NotReady, &[]);
+        refused.reason = Some("refused: its agent has obeyed planner epoch 7; this planner is at epoch 3".into());
         let mut cpu = node("cpu-a01", NodeState::Ready, &[]);
         cpu.gpus = ft(0, 0);
         cpu.numa_nodes = 8;
@@ -158,6 +171,7 @@ mod tests {
         cpu.confinement = Some("affinity".into());
         let list = NodeList {
             nodes: vec![
+                refused,
                 down,
                 gpu_busy,
                 cpu,

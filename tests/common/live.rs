@@ -27,6 +27,8 @@ pub struct Live {
     /// cgroups (directories) the agents are started in: a process or memory cap, as a
     /// unit's TasksMax or MemoryMax gives.
     pub agent_cgroups: Vec<PathBuf>,
+    /// `RUST_LOG` of the agents started next (`info` unless a test says).
+    pub agent_rust_log: String,
 }
 
 /// Live clusters started by this test process, for unique cgroup names.
@@ -61,6 +63,7 @@ impl Live {
                 SERIAL.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
             ),
             agent_cgroups: agent_cgroups.to_vec(),
+            agent_rust_log: "info".into(),
         };
         for n in nodes {
             live.start_agent(n);
@@ -112,7 +115,7 @@ impl Live {
             .args(&self.agent_args)
             .stdout(Stdio::null())
             .stderr(log)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", &self.agent_rust_log)
             .spawn()
             .unwrap();
         self.c.agents.push((node.to_string(), child));

@@ -158,6 +158,8 @@ pub struct Cluster {
     /// Seconds; agents are told to heartbeat at this interval.
     pub heartbeat: f64,
     pub missed: u32,
+    /// More `hyperplan-planner` arguments, for the next `start_planner`.
+    pub planner_args: Vec<String>,
 }
 
 impl Drop for Cluster {
@@ -230,6 +232,7 @@ impl Cluster {
             agents: Vec::new(),
             heartbeat: 0.3,
             missed: 3,
+            planner_args: Vec::new(),
         }
     }
 
@@ -254,6 +257,7 @@ impl Cluster {
             .arg(self.config.clone().unwrap_or_else(|| PathBuf::from("/dev/null")))
             .arg("--store")
             .arg(self.store())
+            .args(&self.planner_args)
             .stdout(Stdio::piped())
             .stderr(log)
             .env("RUST_LOG", "info")

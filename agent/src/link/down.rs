@@ -77,3 +77,18 @@ pub(crate) enum LinkDown {
     #[error("{0}")]
     Closed(quinn::ConnectionError),
 }
+
+impl LinkDown {
+    /// This agent and the planner disagree on epochs (this agent saw it, or the planner
+    /// refused it for that): retrying changes nothing until one of them changes, so the
+    /// run loop backs off and says it once per change, not once per retry.
+    pub(crate) fn is_stale_epoch(&self) -> bool {
+        match self {
+            Self::StaleEpoch { .. } => true,
+            Self::Closed(quinn::ConnectionError::ApplicationClosed(close)) => {
+                close.error_code == quinn::VarInt::from_u32(hyperplan_net::hello::close::STALE_EPOCH)
+            }
+            _ => false,
+        }
+    }
+}

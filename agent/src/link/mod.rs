@@ -262,6 +262,8 @@ impl Link {
     async fn run(&mut self) {
         let mut backoff = Backoff::default();
         let mut endpoint: Option<quinn::Endpoint> = None;
+        // The epoch refusal last logged: the same one again is logged at debug only.
+        let mut said_stale: Option<String> = None;
         loop {
             let tried = self.planners.current().to_string();
             let outcome = self.attempt(&mut endpoint, &mut backoff).await;
@@ -282,8 +284,19 @@ impl Link {
             if let LinkDown::NotLeader { leader: Some(_), .. } = &reason {
                 // Sent to the leader: how a standby works, nothing is wrong.
                 tracing::info!(planner = %tried, %next, attempt, retry_in_ms, "planner link down: {reason}");
+            } else if reason.is_stale_epoch() {
+                let text = reason.to_string();
+                if said_stale.as_deref() == Some(text.as_str()) {
+                    tracing::debug!(planner = %tried, %next, attempt, retry_in_ms, "planner link down again: {reason}");
+                } else {
+                    tracing::warn!(planner = %tried, %next, attempt, retry_in_ms, "planner link down: {reason}");
+                    said_stale = Some(text);
+                }
             } else {
                 tracing::warn!(planner = %tried, %next, attempt, retry_in_ms, "planner link down: {reason}");
+            }
+            if !reason.is_stale_epoch() {
+                said_stale = None; // a change: the next epoch refusal is news again
             }
             match &reason {
                 LinkDown::NotLeader { .. } => tell_systemd(&format!("STATUS=looking for the leader: {reason}")),
@@ -326,6 +339,7 @@ impl Link {
             self.hash,
             self.opts.tasks.confinement.kind(),
             self.opts.advertise_address.clone(),
+            self.tasks.highest_epoch(),
         );
         let handshake = session::handshake(connection.clone(), planner.clone(), self.opts.node.clone(), register);
         let registered = match self.guard(handshake).await {
@@ -333,6 +347,16 @@ impl Link {
             Some(Err(reason)) => return Outcome::Lost(session::fail(&connection, reason)),
             Some(Ok(r)) => r,
         };
+        // A planner older than one this node has seen is refused before the backoff is
+        // reset: its refusals are retried ever more slowly, not every half second.
+        let ours = self.tasks.highest_epoch();
+        if !self.tasks.admit_epoch(registered.epoch) {
+            let stale = LinkDown::StaleEpoch {
+                theirs: registered.epoch,
+                ours,
+            };
+            return Outcome::Lost(session::fail(&connection, stale));
+        }
         backoff.reset();
         self.planners.registered();
         tracing::info!(

@@ -72,6 +72,7 @@ pub(super) fn register_message(
     hash: u64,
     confinement: hyperplan_net::messages::Confinement,
     advertise_address: Option<String>,
+    epoch: u64,
 ) -> AgentMessage {
     AgentMessage::Register {
         version: PROTOCOL_VERSION,
@@ -81,6 +82,7 @@ pub(super) fn register_message(
         topology_hash: hash,
         confinement: Some(confinement),
         advertise_address,
+        epoch,
     }
 }
 

@@ -1088,7 +1088,9 @@ mod tests {
 
     fn wait_shepherd(pid: u32, spec: &std::path::Path) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !runner::shepherd_alive(pid, spec) {
+        // Until `setsid` has made its session, its command line names the spec too but
+        // it is no shepherd yet: wait for the session, as a real shepherd's first act.
+        while !runner::is_shepherd(pid, spec) {
             assert!(Instant::now() < deadline, "the stand-in shepherd did not start");
             std::thread::sleep(Duration::from_millis(5));
         }

@@ -315,7 +315,7 @@ pub fn proc_stat(pid: u32) -> Option<super::sweep::Proc> {
 /// `pid` is the live shepherd of `spec`: its command line names the spec and it leads
 /// its own session (a shepherd's first act; the task it forks, before its exec, still
 /// shows the shepherd's command line but is no session leader).
-fn is_shepherd(pid: u32, spec: &Path) -> bool {
+pub(crate) fn is_shepherd(pid: u32, spec: &Path) -> bool {
     shepherd_alive(pid, spec) && proc_stat(pid).is_some_and(|p| !p.zombie && p.session == pid)
 }
 

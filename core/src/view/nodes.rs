@@ -1,6 +1,7 @@
 //! The node list (`hyperplan nodes`): state, free and total CPUs, GPUs and memory, NUMA
 //! nodes, InfiniBand ports, labels, running tasks, and how long ago the daemon's nodes
-//! were last heard from (as of the last tick; `None` for nodes without a link).
+//! were last heard from (as of the last tick; `None` for nodes without a link), and why
+//! a node whose agent was refused is NotReady.
 
 use std::collections::HashMap;
 
@@ -11,6 +12,7 @@ use crate::capacity::Capacity;
 use crate::components::{Node, NodeSlot, TaskState};
 use crate::health::heard_secs_ago;
 use crate::numa::node::{NodeHardware, is_gpu_resource};
+use crate::refusals::Refusals;
 
 /// Every node, by name.
 pub fn node_statuses(world: &mut World) -> Vec<NodeStatus> {
@@ -64,9 +66,37 @@ pub fn node_statuses(world: &mut World) -> Vec<NodeStatus> {
                 last_heartbeat_secs: heard_secs_ago(world, e),
                 running_tasks: running.get(&e).copied().unwrap_or(0),
                 confinement: None, // the agent's word, filled by the planner's driver
+                reason: None,
             }
         })
         .collect();
+    // Refused agents: the reason on a NotReady node, and a row for a node this planner
+    // has not met (its agent was refused at its first registration).
+    let refusals = world.resource::<Refusals>();
+    for n in &mut out {
+        if n.state == NodeState::NotReady {
+            n.reason = refusals.get(&n.name).map(|r| format!("refused: {}", r.reason));
+        }
+    }
+    let known: std::collections::HashSet<String> = out.iter().map(|n| n.name.clone()).collect();
+    for (name, r) in &refusals.0 {
+        if !known.contains(name) {
+            out.push(NodeStatus {
+                name: name.clone(),
+                state: NodeState::NotReady,
+                labels: Default::default(),
+                cpus: FreeTotal::default(),
+                gpus: FreeTotal::default(),
+                memory: FreeTotal::default(),
+                numa_nodes: 0,
+                ib_ports: FreeTotal::default(),
+                last_heartbeat_secs: None,
+                running_tasks: 0,
+                confinement: None,
+                reason: Some(format!("refused: {}", r.reason)),
+            });
+        }
+    }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
 }

@@ -252,7 +252,9 @@ pub fn discovery_config(
             let parsed = match v.get_ref() {
                 toml::Value::String(s) => parse_duration(s),
                 toml::Value::Integer(n) if *n > 0 => Ok(Duration::from_secs(*n as u64)),
-                toml::Value::Float(f) => seconds(*f).ok_or_else(|| format!("expected seconds > 0, got {f}")),
+                toml::Value::Float(f) => {
+                    seconds(*f).ok_or_else(|| format!("expected seconds > 0 and below 1000000000, got {f}"))
+                }
                 other => Err(format!(
                     "expected a duration such as \"1h\", \"30m\", \"90s\" or seconds > 0, got {}",
                     other.type_str()

@@ -291,6 +291,32 @@ enabled = false
     }
 
     #[test]
+    fn intervals_out_of_their_range_name_it() {
+        let cases = [
+            (
+                "[server]\ntickInterval = 0.000000001\n",
+                "planner.toml:2:16: server.tickInterval: expected seconds from 0.01 to 60, got 0.000000001",
+            ),
+            (
+                "[server]\nheartbeatInterval = 1e-9\n",
+                "planner.toml:2:21: server.heartbeatInterval: expected seconds from 0.05 to 600, got 0.000000001",
+            ),
+            (
+                "[server]\nnodeLostAfter = 1e9\n",
+                "planner.toml:2:17: server.nodeLostAfter: expected seconds from 0.1 to 31536000, got 1000000000",
+            ),
+            (
+                "[server]\nnodeLostAfter = nan\n",
+                "planner.toml:2:17: server.nodeLostAfter: expected seconds from 0.1 to 31536000, got NaN",
+            ),
+        ];
+        for (text, expected) in cases {
+            let msg = error(text);
+            assert_eq!(msg, format!("/etc/hyperplan/{expected}"), "{text}");
+        }
+    }
+
+    #[test]
     fn discovery_errors_name_the_line_the_key_and_what_was_expected() {
         let cases = [
             (

@@ -72,9 +72,42 @@ pub struct RawServer {
     private_data: Option<bool>,
 }
 
-/// Seconds as a duration: positive and finite, else `None`.
+/// Seconds as a duration: positive, finite and below [`MAX_SECONDS`], else `None`.
 pub fn seconds(v: f64) -> Option<std::time::Duration> {
-    (v.is_finite() && v > 0.0 && v < 1e9).then(|| std::time::Duration::from_secs_f64(v))
+    (v.is_finite() && v > 0.0 && v < MAX_SECONDS).then(|| std::time::Duration::from_secs_f64(v))
+}
+
+/// The longest duration any setting takes, in seconds (about 31 years).
+pub const MAX_SECONDS: f64 = 1e9;
+
+/// The range a duration setting takes, in seconds: what the file, the flag and the error
+/// message all use.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SecondsRange {
+    pub min: f64,
+    pub max: f64,
+}
+
+/// `tickInterval`: 10 ms (faster burns a core for nothing) to a minute (slower and the
+/// planner looks dead to people waiting for a placement).
+pub const TICK_INTERVAL: SecondsRange = SecondsRange { min: 0.01, max: 60.0 };
+/// `heartbeatInterval`: 50 ms to 10 minutes.
+pub const HEARTBEAT_INTERVAL: SecondsRange = SecondsRange { min: 0.05, max: 600.0 };
+/// `nodeLostAfter`: 100 ms to a year.
+pub const NODE_LOST_AFTER: SecondsRange = SecondsRange {
+    min: 0.1,
+    max: 365.0 * 86_400.0,
+};
+
+impl SecondsRange {
+    /// `v` seconds when in range, else the error's text: what was expected, what came.
+    pub fn check(self, v: f64) -> Result<std::time::Duration, String> {
+        if v.is_finite() && (self.min..=self.max).contains(&v) {
+            Ok(std::time::Duration::from_secs_f64(v))
+        } else {
+            Err(format!("expected seconds from {} to {}, got {v}", self.min, self.max))
+        }
+    }
 }
 
 /// Checks `[server]`; `at` turns an offset and a message into an error naming the line.
@@ -101,22 +134,30 @@ pub fn server_config(
         if let Some(p) = s.private_data {
             server.private_data = p;
         }
-        for (key, value, target) in [
-            ("tickInterval", s.tick_interval, &mut server.tick_interval),
+        for (key, value, range, target) in [
+            (
+                "tickInterval",
+                s.tick_interval,
+                TICK_INTERVAL,
+                &mut server.tick_interval,
+            ),
             (
                 "heartbeatInterval",
                 s.heartbeat_interval,
+                HEARTBEAT_INTERVAL,
                 &mut server.heartbeat_interval,
             ),
-            ("nodeLostAfter", s.node_lost_after, &mut server.node_lost_after),
+            (
+                "nodeLostAfter",
+                s.node_lost_after,
+                NODE_LOST_AFTER,
+                &mut server.node_lost_after,
+            ),
         ] {
             if let Some(v) = value {
-                *target = seconds(*v.get_ref()).ok_or_else(|| {
-                    at(
-                        v.span().start,
-                        format!("server.{key}: expected seconds > 0, got {}", v.get_ref()),
-                    )
-                })?;
+                *target = range
+                    .check(*v.get_ref())
+                    .map_err(|e| at(v.span().start, format!("server.{key}: {e}")))?;
             }
         }
         if let Some(m) = s.missed_heartbeats {

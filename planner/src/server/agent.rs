@@ -26,7 +26,7 @@ pub async fn serve(
 ) {
     let peer = conn.remote_address();
     let first = tokio::time::timeout(REGISTER_TIMEOUT, read_frame::<AgentMessage, _>(&mut recv, max_frame)).await;
-    let (labels, topology, confinement, advertise) = match first {
+    let (labels, topology, confinement, advertise, epoch) = match first {
         Ok(Ok(Some(AgentMessage::Register {
             version,
             node: claimed,
@@ -34,6 +34,7 @@ pub async fn serve(
             topology,
             confinement,
             advertise_address,
+            epoch,
             ..
         }))) => {
             if claimed != node {
@@ -52,7 +53,7 @@ pub async fn serve(
                     ),
                 );
             }
-            (labels, topology, confinement, advertise_address)
+            (labels, topology, confinement, advertise_address, epoch)
         }
         Ok(Ok(Some(other))) => {
             return refuse(
@@ -74,6 +75,7 @@ pub async fn serve(
             topology: Box::new(topology),
             confinement,
             advertise: advertise.filter(|a| hyperplan_shared::names::is_host_or_ip(a)),
+            epoch,
             link: tx,
             conn: conn.clone(),
         })
@@ -136,7 +138,12 @@ pub async fn serve(
                     break;
                 }
                 Err(hyperplan_net::FrameError::Io(e)) => {
-                    tracing::info!(%peer, node, "link lost: {e}");
+                    if matches!(conn.close_reason(), Some(quinn::ConnectionError::LocallyClosed)) {
+                        // This planner closed it (a refusal, a replaced link): said there.
+                        tracing::debug!(%peer, node, "link closed here: {e}");
+                    } else {
+                        tracing::info!(%peer, node, "link lost: {e}");
+                    }
                     break;
                 }
                 Err(e) => {

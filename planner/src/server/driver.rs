@@ -45,6 +45,8 @@ pub enum ToCore {
         confinement: Option<Confinement>,
         /// Its `advertiseAddress` (checked): `MASTER_ADDR` when it holds rank 0.
         advertise: Option<String>,
+        /// The newest planner epoch the agent has obeyed (0: none or not said).
+        epoch: u64,
         link: mpsc::UnboundedSender<PlannerToAgent>,
         conn: quinn::Connection,
     },
@@ -303,6 +305,7 @@ impl Driver {
                 topology,
                 confinement,
                 advertise,
+                epoch,
                 link,
                 conn,
             } => {
@@ -312,6 +315,21 @@ impl Driver {
                     return;
                 }
                 let now_ms = self.clock.now_ms();
+                if epoch > self.epoch {
+                    // The agent would refuse this planner's orders: the node is not taken
+                    // (it stays NotReady, its tasks are lost in time), and people see why.
+                    let reason = format!(
+                        "its agent has obeyed planner epoch {epoch}; this planner is at epoch {}: a newer planner leads elsewhere, or this planner's store is older than one the cluster used (restore the newest store with `hyperplan-planner state import`; if it is gone for good, remove `epoch` in the agent's state directory)",
+                        self.epoch
+                    );
+                    self.planner.push(Event::NodeRefused {
+                        node: node.clone(),
+                        reason: reason.clone(),
+                        at_ms: now_ms,
+                    });
+                    conn.close(quinn::VarInt::from_u32(close::STALE_EPOCH), reason.as_bytes());
+                    return;
+                }
                 if let Err(e) = self.planner.claim_node(&node, conn_id, now_ms) {
                     // The first agent keeps the node; this one hears why and backs off.
                     super::refuse::refuse(&conn, close::REFUSED, &e.to_string());

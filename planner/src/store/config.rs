@@ -136,6 +136,17 @@ pub fn store_config(
     at: &dyn Fn(usize, String) -> ConfigError,
 ) -> Result<StoreConfig, ConfigError> {
     let mut store = StoreConfig::default();
+    // Where `[ha]` is (its first key), for the error when the store cannot share.
+    let ha_at = ha.as_ref().map(|h| {
+        [
+            h.lease_ttl.as_ref().map(|t| t.span().start),
+            h.advertise.as_ref().map(|a| a.span().start),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(0)
+    });
     if let Some(h) = ha {
         if let Some(t) = h.lease_ttl {
             let v = *t.get_ref();
@@ -158,6 +169,18 @@ pub fn store_config(
             }
             store.ha.advertise = Some(a.into_inner());
         }
+    }
+    let embedded = raw
+        .as_ref()
+        .and_then(|s| s.backend.as_ref())
+        .is_none_or(|b| b.get_ref() == "embedded");
+    if let (Some(at_ha), true) = (ha_at, embedded) {
+        // Standbys share the state through etcd: with one planner's file there is no HA,
+        // and a site that wrote [ha] believes it has it.
+        return Err(at(
+            at_ha,
+            "[ha] is for backend = \"etcd\" (planners that share their state in etcd, one leading); the embedded store is one planner's file: remove [ha], or set [store] backend = \"etcd\" and endpoints".into(),
+        ));
     }
     let Some(s) = raw else { return Ok(store) };
     let backend = s.backend.as_ref().map_or("embedded", |b| b.get_ref().as_str());
@@ -244,6 +267,12 @@ pub fn store_config(
         if p.is_empty() {
             return Err(at(0, "store.path: expected a file path, got an empty string".into()));
         }
+        if p.contains('\0') {
+            return Err(at(
+                0,
+                format!("store.path: a file path cannot hold a NUL byte, got {p:?}"),
+            ));
+        }
         store.path = p.into();
     }
     if let Some(k) = s.keep_finished {
@@ -251,7 +280,7 @@ pub fn store_config(
         store.keep_finished = crate::config::seconds(v).ok_or_else(|| {
             at(
                 k.span().start,
-                format!("store.keepFinished: expected seconds > 0 (604800 is 7 days), got {v}"),
+                format!("store.keepFinished: expected seconds > 0 and below 1000000000 (604800 is 7 days), got {v}"),
             )
         })?;
     }
@@ -404,6 +433,12 @@ mod tests {
                 "are for backend = \"etcd\"",
             ),
             ("[ha]\nleaseTtl = 1\n", "from 2 to 3600"),
+            ("[ha]\nleaseTtl = 4\n", "[ha] is for backend = \"etcd\""),
+            (
+                "[store]\npath = \"/var/x\"\n[ha]\nadvertise = \"head-1:7400\"\n",
+                "the embedded store is one planner's file",
+            ),
+            ("[store]\npath = \"/var/x\\u0000y\"\n", "cannot hold a NUL byte"),
             ("[ha]\nleaseTtl = 2.5\n", "whole seconds"),
             ("[ha]\nadvertise = \"head-1\"\n", "ha.advertise: expected HOST:PORT"),
         ] {

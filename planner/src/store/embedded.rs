@@ -180,6 +180,7 @@ impl Embedded {
                 why: "no such file (set [store] path, or --store)".into(),
             });
         }
+        check_length(path)?;
         let db = match guarded(path, |b| b.open_read_only(path)) {
             Ok(db) => db,
             // Left by a planner that did not close it (killed, or the machine went down):
@@ -290,7 +291,10 @@ impl Embedded {
         move |e| StoreError::Io {
             path: self.path.clone(),
             doing: doing.clone(),
-            why: e.to_string(),
+            why: match e {
+                redb::Error::Io(io) => io_why(&io),
+                other => other.to_string(),
+            },
         }
     }
 
@@ -544,6 +548,80 @@ impl Embedded {
     }
 }
 
+/// An I/O error in words that say what to do: a read-only file system and a file cut
+/// short are common and have their own advice.
+fn io_why(io: &std::io::Error) -> String {
+    if io.kind() == std::io::ErrorKind::ReadOnlyFilesystem {
+        format!(
+            "{io}: the planner writes its store (mount it read-write, or set [store] path / --store to a writable place; --check and `state export` read it as it is)"
+        )
+    } else if io.kind() == std::io::ErrorKind::UnexpectedEof {
+        format!(
+            "{io}: the file ends before its data does, it was cut short (a partial copy, a disk that filled): restore a backup with `hyperplan-planner state import`, or start with --init to move it aside and begin an empty store"
+        )
+    } else {
+        io.to_string()
+    }
+}
+
+/// The length redb's header says a cleanly closed file has, when it says (`None`: not a
+/// redb file, or one left open, whose recovery recomputes its layout from the length).
+/// redb's own read-only open does not compare it with the file, though its writer does:
+/// without this, `--check` and `state export` pass a file cut short that a start
+/// refuses. The header (redb 4, `tree_store/page_store/header.rs`): the magic number,
+/// the god byte at 9 (bit 2: recovery required), then u32s at 12 (page size), 16 (region
+/// header pages), 20 (region data pages), 24 (full regions), 28 (data pages of the
+/// trailing region); regions follow a one-page super-header.
+fn stored_length(header: &[u8]) -> Option<u64> {
+    const MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+    const RECOVERY_REQUIRED: u8 = 2;
+    if header.len() < 32 || header[..9] != MAGIC || header[9] & RECOVERY_REQUIRED != 0 {
+        return None;
+    }
+    let u32_at = |at: usize| {
+        u64::from(u32::from_le_bytes([
+            header[at],
+            header[at + 1],
+            header[at + 2],
+            header[at + 3],
+        ]))
+    };
+    let (page, region_header, region_data, full, trailing) =
+        (u32_at(12), u32_at(16), u32_at(20), u32_at(24), u32_at(28));
+    let full_len = region_header.checked_add(region_data)?.checked_mul(page)?;
+    let trailing_len = if trailing > 0 {
+        region_header.checked_add(trailing)?.checked_mul(page)?
+    } else {
+        0
+    };
+    page.checked_add(full.checked_mul(full_len)?)?.checked_add(trailing_len)
+}
+
+/// A cleanly closed store shorter than its header says is refused, naming both lengths.
+fn check_length(path: &Path) -> Result<(), StoreError> {
+    use std::io::Read;
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return Ok(()); // the open that follows says why
+    };
+    let mut header = [0u8; 32];
+    if file.read_exact(&mut header).is_err() {
+        return Ok(());
+    }
+    let (Some(stored), Ok(meta)) = (stored_length(&header), file.metadata()) else {
+        return Ok(());
+    };
+    if meta.len() < stored {
+        return Err(StoreError::Open {
+            path: path.to_path_buf(),
+            why: format!(
+                "the file was cut short: {} bytes where its header says {stored} (a partial copy, a disk that filled)",
+                meta.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Where `--init` moves an unreadable store: `<file>.damaged-<unix seconds>`.
 fn aside_path(path: &Path) -> PathBuf {
     let secs = std::time::SystemTime::now()
@@ -613,6 +691,13 @@ fn open_error(path: &Path, e: redb::DatabaseError) -> StoreError {
                 why: format!("{io} (run as the planner's user, or set [store] path / --store)"),
             }
         }
+        // An error of the system (read-only, no space, a failing disk), not of the file's
+        // contents: it may be perfect, and moving it aside would be wrong.
+        redb::DatabaseError::Storage(redb::StorageError::Io(io)) if io.raw_os_error().is_some() => StoreError::Io {
+            path: path.to_path_buf(),
+            doing: "opening it to write".into(),
+            why: io_why(&io),
+        },
         other => StoreError::Open {
             path: path.to_path_buf(),
             why: format!("not a hyperplan store, or damaged: {other}"),
@@ -685,6 +770,41 @@ mod tests {
                 finished: 0
             }
         );
+    }
+
+    #[test]
+    fn a_store_cut_short_anywhere_is_refused_by_the_readers_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        {
+            let s = Embedded::open(&path).unwrap();
+            s.commit(&Batch {
+                jobs: vec![persist(&record(1, "a"), true, 0)],
+                next_job_id: Some(2),
+            })
+            .unwrap();
+        }
+        let whole = std::fs::read(&path).unwrap();
+        assert_eq!(
+            stored_length(&whole),
+            Some(whole.len() as u64),
+            "closed cleanly, as long as it says"
+        );
+        assert!(Embedded::open_read_only(&path).is_ok());
+        // Every cut, from one byte to all but the header: --check and export refuse it as
+        // a start does (the data the cut took is not always data a reader touches).
+        let cut = dir.path().join("cut.redb");
+        for keep in [whole.len() - 1, whole.len() - 100, whole.len() / 2, 4096, 32] {
+            std::fs::write(&cut, &whole[..keep]).unwrap();
+            let e = Embedded::open_read_only(&cut)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains("cut short"), "{keep}: {e}");
+        }
+        // What is not a redb header says nothing.
+        assert_eq!(stored_length(b"not a store at all, not one bit of it"), None);
+        assert_eq!(stored_length(&whole[..20]), None);
     }
 
     #[test]
