@@ -172,6 +172,61 @@ async fn a_standby_takes_over_with_every_record_and_the_deposed_leader_cannot_wr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_1_prefix_is_rewritten_with_checksums_at_takeover_and_then_checked() {
+    let Some(server) = etcd::Etcd::start() else { return };
+    let mut raw = etcd_client::Client::connect([server.endpoint.as_str()], None)
+        .await
+        .unwrap();
+    // As an older build left it: format 1, records without checksums.
+    let old = |p: &Persist| JobRecord::decode(&p.bytes).unwrap().encode_format1().unwrap();
+    let (live, ended) = (record(1, false), record(2, true));
+    raw.put("/t9/meta/format", "1", None).await.unwrap();
+    raw.put("/t9/meta/epoch", "4", None).await.unwrap();
+    raw.put("/t9/meta/nextJobId", "3", None).await.unwrap();
+    raw.put(format!("/t9/live/{:020}", 1), old(&live), None).await.unwrap();
+    raw.put(format!("/t9/finished/{:020}/{:020}", 1_002, 2), old(&ended), None)
+        .await
+        .unwrap();
+    let cfg = config(&server, "/t9/");
+    let a = blocking({
+        let cfg = cfg.clone();
+        move || Etcd::connect(&cfg)
+    })
+    .await
+    .unwrap();
+    // Read as it is before a planner leads.
+    let a2 = a.clone();
+    assert_eq!(blocking(move || a2.summary()).await.unwrap().format, 1);
+    a.start_watch();
+    let taken = a.campaign("head-a:7400".into(), Duration::from_secs(2)).await.unwrap();
+    assert_eq!((taken.epoch, taken.live.len()), (5, 1));
+    // Every record written again with its checksum, then the format.
+    let a2 = a.clone();
+    let summary = blocking(move || a2.summary()).await.unwrap();
+    assert_eq!((summary.format, summary.live, summary.finished), (2, 1, 1));
+    for prefix in ["/t9/live/", "/t9/finished/"] {
+        let got = raw
+            .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+            .await
+            .unwrap();
+        for kv in got.kvs() {
+            assert!(
+                JobRecord::decode_checked(kv.value()).is_ok(),
+                "{}",
+                kv.key_str().unwrap()
+            );
+        }
+    }
+    // From now on a record without its checksum is damage, named, not an old record.
+    raw.put(format!("/t9/live/{:020}", 1), old(&live), None).await.unwrap();
+    let a2 = a.clone();
+    let e = blocking(move || a2.summary()).await.unwrap_err().to_string();
+    assert!(e.contains("live job") && e.contains("it has no checksum"), "{e}");
+    let a2 = a.clone();
+    blocking(move || a2.resign()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prefix_written_by_a_newer_format_is_refused() {
     let Some(server) = etcd::Etcd::start() else { return };
     let mut raw = etcd_client::Client::connect([server.endpoint.as_str()], None)

@@ -164,9 +164,12 @@ impl Tasks {
     }
 
     fn with_lost_grace(opts: TaskOptions, lost_grace: Duration) -> Result<Self, TasksError> {
-        runner::make_state_dir(&opts.state_dir).map_err(|source| TasksError::StateDir {
+        runner::make_state_dir(&opts.state_dir).map_err(|e| TasksError::StateDir {
             path: opts.state_dir.clone(),
-            source,
+            why: match std::fs::metadata(&opts.state_dir) {
+                Ok(m) if !m.is_dir() => "it exists and is not a directory".to_string(),
+                _ => e.to_string(),
+            },
         })?;
         let epoch = super::epoch::Epoch::load(&opts.state_dir);
         let mut tasks = Tasks {
@@ -851,6 +854,10 @@ mod tests {
     }
 
     fn tasks_with_grace(state: &std::path::Path, lost_grace: Duration) -> Tasks {
+        try_tasks(state, lost_grace).unwrap()
+    }
+
+    fn try_tasks(state: &std::path::Path, lost_grace: Duration) -> Result<Tasks, TasksError> {
         Tasks::with_lost_grace(
             TaskOptions {
                 state_dir: state.to_path_buf(),
@@ -864,7 +871,17 @@ mod tests {
             },
             lost_grace,
         )
-        .unwrap()
+    }
+
+    #[test]
+    fn a_state_dir_that_is_a_file_is_said_so_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("state");
+        std::fs::write(&file, "").unwrap();
+        let e = try_tasks(&file, LOST_GRACE).err().unwrap();
+        let text = format!("{:#}", anyhow::Error::from(e));
+        assert!(text.ends_with("state: it exists and is not a directory (set --state-dir, or stateDir in agent.toml, to a directory the agent may own)"), "{text}");
+        assert!(!text.contains("os error"), "{text}");
     }
 
     fn finished(messages: &[AgentMessage]) -> Vec<(TaskRef, hyperplan_shared::taskend::TaskEnd)> {

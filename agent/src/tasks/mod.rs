@@ -59,10 +59,9 @@ pub struct TaskOptions {
 /// Why the task manager cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum TasksError {
-    #[error("the state directory {path}: {source}")]
-    StateDir {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The cause is in the message (not a `source`), so a chain printer says it once.
+    #[error(
+        "the state directory {path}: {why} (set --state-dir, or stateDir in agent.toml, to a directory the agent may own)"
+    )]
+    StateDir { path: PathBuf, why: String },
 }

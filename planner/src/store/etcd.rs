@@ -499,8 +499,15 @@ impl Etcd {
             })
     }
 
-    fn decode(&self, what: &str, bytes: &[u8]) -> Result<JobRecord, StoreError> {
-        JobRecord::decode(bytes).map_err(|x| StoreError::Corrupt {
+    /// A record under a prefix of `format`: from format 2 on, every record carries its
+    /// checksum, and one without it is damage, not an old record.
+    fn decode(&self, what: &str, bytes: &[u8], format: u64) -> Result<JobRecord, StoreError> {
+        let decoded = if format >= 2 {
+            JobRecord::decode_checked(bytes)
+        } else {
+            JobRecord::decode(bytes)
+        };
+        decoded.map_err(|x| StoreError::Corrupt {
             path: self.inner.at.clone(),
             what: format!("{what} cannot be read"),
             why: x.to_string(),
@@ -709,11 +716,12 @@ impl Etcd {
 
     /// Ended jobs that ended at or after `since` (Unix seconds), oldest first.
     pub fn finished(&self, since: u64) -> Result<Vec<JobRecord>, StoreError> {
+        let format = self.meta_value("format")?;
         let from = self.key(&format!("finished/{since:020}/"));
         let to = Self::end_of(&self.key("finished/"));
         self.range("reading its ended jobs", from, to)?
             .iter()
-            .map(|(k, v)| self.decode(&format!("ended job {}", String::from_utf8_lossy(k)), v))
+            .map(|(k, v)| self.decode(&format!("ended job {}", String::from_utf8_lossy(k)), v, format))
             .collect()
     }
 
@@ -746,11 +754,12 @@ impl Etcd {
     }
 
     fn live(&self) -> Result<Vec<JobRecord>, StoreError> {
+        let format = self.meta_value("format")?;
         let from = self.key("live/");
         let to = Self::end_of(&from);
         self.range("reading its live jobs", from, to)?
             .iter()
-            .map(|(k, v)| self.decode(&format!("live job {}", String::from_utf8_lossy(k)), v))
+            .map(|(k, v)| self.decode(&format!("live job {}", String::from_utf8_lossy(k)), v, format))
             .collect()
     }
 
@@ -790,7 +799,7 @@ impl Etcd {
     /// The warm copy as a start's state: the live records decoded, the epoch raised
     /// (and written behind the fence), the format written when it is new.
     pub(super) fn take_over(&self) -> Result<Loaded, StoreError> {
-        let (records, epoch, next_job_id) = {
+        let (records, epoch, next_job_id, format) = {
             let warm = self
                 .inner
                 .warm
@@ -804,12 +813,20 @@ impl Etcd {
                 });
             }
             let records: Vec<(u64, Vec<u8>)> = warm.live.iter().map(|(k, v)| (*k, v.clone())).collect();
-            (records, warm.epoch.saturating_add(1), warm.next_job_id.max(1))
+            (
+                records,
+                warm.epoch.saturating_add(1),
+                warm.next_job_id.max(1),
+                warm.format,
+            )
         };
         let live = records
             .iter()
-            .map(|(id, bytes)| self.decode(&format!("live job {id}"), bytes))
+            .map(|(id, bytes)| self.decode(&format!("live job {id}"), bytes, format))
             .collect::<Result<Vec<_>, _>>()?;
+        if format == 1 {
+            self.migrate(&live)?;
+        }
         let ops = vec![
             TxnOp::put(self.key("meta/epoch"), epoch.to_string(), None),
             TxnOp::put(self.key("meta/format"), STORE_FORMAT.to_string(), None),
@@ -820,6 +837,42 @@ impl Etcd {
             next_job_id,
             live,
         })
+    }
+}
+
+impl Etcd {
+    /// Format 1 to 2 at a leader's takeover: every record (`live`, already read, and the
+    /// ended ones) written again with its checksum, behind the leader's fence, before the
+    /// format says 2. A takeover cut short leaves format 1 and records of both kinds,
+    /// which format 1 reads; the next takeover finishes the work.
+    fn migrate(&self, live: &[JobRecord]) -> Result<(), StoreError> {
+        let from = self.key("finished/");
+        let ended = self.range("reading its ended jobs", from.clone(), Self::end_of(&from))?;
+        let encode = |r: &JobRecord| {
+            r.encode().map_err(|e| StoreError::Corrupt {
+                path: self.inner.at.clone(),
+                what: format!("job {} cannot be written again", r.id),
+                why: e.to_string(),
+            })
+        };
+        let mut groups = Vec::with_capacity(live.len() + ended.len());
+        for r in live {
+            let bytes = encode(r)?;
+            let size = bytes.len();
+            groups.push((vec![TxnOp::put(self.live_key(r.id), bytes, None)], size));
+        }
+        for (key, old) in &ended {
+            let r = self.decode(&format!("ended job {}", String::from_utf8_lossy(key)), old, 1)?;
+            let bytes = encode(&r)?;
+            let size = bytes.len();
+            groups.push((vec![TxnOp::put(key.clone(), bytes, None)], size));
+        }
+        tracing::info!(
+            live = live.len(),
+            ended = ended.len(),
+            "store format 1: writing every record again with its checksum (format 2)"
+        );
+        self.write("writing its records with checksums (format 2)", groups, None)
     }
 }
 
