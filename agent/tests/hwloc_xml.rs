@@ -229,14 +229,9 @@ const ALL: &[Expected] = &[
 ];
 
 fn check(e: &Expected) {
-    let started = std::time::Instant::now();
+    // How long it takes: `cargo bench -p hyperplan-agent --bench probe`.
     let node = probe(e.file);
     let f = e.file;
-    assert!(
-        started.elapsed().as_secs() < 2,
-        "{f}: probing took {:?}",
-        started.elapsed()
-    );
 
     let packages: Vec<u32> = node.packages.iter().map(|p| p.os_index.unwrap()).collect();
     assert_eq!(packages, e.packages, "{f}: packages");

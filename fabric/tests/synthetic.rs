@@ -3,7 +3,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::time::Instant;
 
 use hyperplan_fabric::synthetic::FatTreeDump;
 use hyperplan_fabric::{HostNames, discover, parse_ibnetdiscover};
@@ -16,10 +15,9 @@ fn issue_6_size_fabric_gives_pods_then_one_core() {
             ..FatTreeDump::ISSUE_6
         };
         let text = spec.generate();
-        let start = Instant::now();
+        // How long it takes: `cargo bench -p hyperplan-fabric --bench discover`.
         let f = parse_ibnetdiscover(&text, Path::new("synthetic.out")).unwrap();
         let d = discover(&f, &HostNames::default()).unwrap();
-        let elapsed = start.elapsed();
         assert_eq!(f.switch_count(), 700);
         assert_eq!(spec.switch_count(), 700);
         assert_eq!(d.hosts.len(), 4000);
@@ -40,7 +38,5 @@ fn issue_6_size_fabric_gives_pods_then_one_core() {
         assert_eq!(d.hypernodes[25].name, "spine-pod00-spine00");
         assert_eq!(d.hypernodes[50].name, "core-core00-00");
         assert!(d.warnings.is_empty(), "{:?}", d.warnings);
-        // Generous bound for an unoptimised test build; the release figure is in the bench.
-        assert!(elapsed.as_secs() < 10, "{elapsed:?}");
     }
 }
