@@ -306,6 +306,18 @@ impl Cluster {
     pub fn log(&self, i: usize) -> String {
         std::fs::read_to_string(self.dir.path().join(format!("{}.log", self.members[i].name))).unwrap_or_default()
     }
+
+    /// The `[store]` section of a planner on this cluster under `prefix`: every member's
+    /// endpoint, in order.
+    pub fn store_toml(&self, prefix: &str) -> String {
+        let endpoints = self
+            .endpoints
+            .iter()
+            .map(|e| format!("\"{e}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!("[store]\nbackend = \"etcd\"\nendpoints = [{endpoints}]\nprefix = \"{prefix}\"\n")
+    }
 }
 
 /// An `http://` endpoint where nobody listens (a member that is down).
