@@ -21,17 +21,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::etcd::{self, Etcd, free_udp_port};
-use common::{Cluster, bin, path_str, task_user, wait_for};
+use common::etcd::{self, Etcd};
+use common::ha::{LONG, Planners};
+use common::{path_str, wait_for};
 use serde_json::Value;
-
-const MACHINE: &str = "pack:1 numa:1(memory=17179869184) core:4 pu:1";
-const LONG: Duration = Duration::from_secs(60);
 
 /// The etcd the planners share: three members, or one.
 enum Store {
@@ -62,172 +59,16 @@ impl Store {
     }
 }
 
-/// Planners on one etcd prefix, each on a port chosen before it starts (the list agents
-/// and the CLI get). Planners are killed on drop, then agents (with `c`), then etcd.
-struct Ha {
-    c: Cluster,
-    store: Store,
-    addrs: Vec<String>,
-    planners: Vec<Option<Child>>,
-    user: String,
-    work: tempfile::TempDir,
-}
+type Ha = Planners<Store>;
 
-impl Drop for Ha {
-    fn drop(&mut self) {
-        for p in self.planners.iter_mut().flatten() {
-            let _ = p.kill();
-            let _ = p.wait();
-        }
-    }
-}
-
-impl Ha {
-    /// `n` planners (started at once) with `[ha] leaseTtl = ttl` and `more` config;
-    /// an agent for each of `nodes`, once a planner leads.
-    fn start(store: Store, n: usize, ttl: u32, more: &str, nodes: &[&str]) -> Ha {
-        let c = Cluster::prepare(nodes, None);
-        let user = task_user();
-        c.issue_user(&user);
-        let addrs: Vec<String> = (0..n).map(|_| format!("127.0.0.1:{}", free_udp_port())).collect();
-        for (i, a) in addrs.iter().enumerate() {
-            c.write(
-                &format!("planner-{i}.toml"),
-                &format!(
-                    "[server]\nlisten = \"{a}\"\n{}[ha]\nleaseTtl = {ttl}\n{more}",
-                    store.toml("/faults/")
-                ),
-            );
-        }
-        let mut ha = Ha {
-            c,
-            store,
-            addrs: addrs.clone(),
-            planners: (0..n).map(|_| None).collect(),
-            user,
-            work: tempfile::tempdir().unwrap(),
-        };
-        for i in 0..n {
-            ha.start_planner(i);
-        }
-        // Agents and the CLI get the whole list.
-        ha.c.addr = addrs.join(",");
-        ha.leader();
-        for node in nodes {
-            ha.c.start_agent(node, MACHINE, &[]);
-        }
-        for node in nodes {
-            ha.c.wait_state(node, "Ready", LONG);
-        }
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(ha.work.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        ha
-    }
-
-    fn log_path(&self, i: usize) -> PathBuf {
-        self.c.dir.path().join(format!("planner-{i}.log"))
-    }
-
-    fn log(&self, i: usize) -> String {
-        std::fs::read_to_string(self.log_path(i)).unwrap_or_default()
-    }
-
-    fn logs(&self) -> String {
-        (0..self.addrs.len())
-            .map(|i| format!("--- planner {i}:\n{}", self.log(i)))
-            .collect()
-    }
-
-    fn start_planner(&mut self, i: usize) {
-        let log = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(self.log_path(i))
-            .unwrap();
-        let child = Command::new(bin("hyperplan-planner"))
-            .arg("--config")
-            .arg(self.c.dir.path().join(format!("planner-{i}.toml")))
-            .arg("--cert-dir")
-            .arg(self.c.certs())
-            .args(["--heartbeat-interval", "0.3", "--tick-interval", "0.2"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .env("RUST_LOG", "info")
-            .spawn()
-            .unwrap();
-        self.planners[i] = Some(child);
-    }
-
-    /// SIGKILL, and reaps it.
-    fn kill_planner(&mut self, i: usize) {
-        let mut p = self.planners[i].take().unwrap();
-        p.kill().unwrap();
-        p.wait().unwrap();
-    }
-
-    /// Panics, with every planner's log, where a planner this test started has exited.
-    fn assert_planners_alive(&mut self, when: &str) {
-        let exited: Vec<String> = self
-            .planners
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, p)| {
-                let status = p.as_mut()?.try_wait().unwrap()?;
-                Some(format!("planner {i} exited ({status})"))
-            })
-            .collect();
-        assert!(exited.is_empty(), "{when}: {exited:?}\n{}", self.logs());
-    }
-
-    /// `hyperplan planners --output json`: address → role.
-    fn roles(&self) -> BTreeMap<String, String> {
-        let out = self.c.cli(&self.user, &["planners", "--output", "json"]);
-        let Ok(v) = serde_json::from_slice::<Value>(&out.stdout) else {
-            return BTreeMap::new();
-        };
-        v["planners"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|p| {
-                (
-                    p["address"].as_str().unwrap_or_default().to_string(),
-                    p["role"].as_str().unwrap_or_default().to_string(),
-                )
-            })
-            .collect()
-    }
-
-    /// The index of the leader, once exactly one leads.
-    fn leader(&self) -> usize {
-        wait_for(LONG, "one leader", || self.leading())
-    }
-
-    /// The index of the leader where exactly one leads now.
-    fn leading(&self) -> Option<usize> {
-        let roles = self.roles();
-        let leaders: Vec<&String> = roles.iter().filter(|(_, r)| *r == "leader").map(|(a, _)| a).collect();
-        match leaders[..] {
-            [addr] => self.addrs.iter().position(|a| a == addr),
-            _ => None,
-        }
-    }
-
-    /// `hyperplan status ARGS --output json` as `user` (through the whole list): its jobs.
-    fn jobs(&self, user: &str, args: &[&str]) -> Vec<Value> {
-        let mut a = vec!["status"];
-        a.extend(args);
-        a.extend(["--output", "json"]);
-        let out = self.c.cli(user, &a);
-        assert!(
-            out.status.success(),
-            "status {args:?}: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            self.logs()
-        );
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        v["jobs"].as_array().unwrap().clone()
-    }
+/// `n` planners (started at once) with `[ha] leaseTtl = ttl` and `more` config;
+/// an agent for each of `nodes`, once a planner leads.
+fn start(store: Store, n: usize, ttl: u32, more: &str, nodes: &[&str]) -> Ha {
+    let toml = store.toml("/faults/");
+    let mut ha = Ha::start(store, &toml, n, ttl, more, nodes);
+    ha.leader();
+    ha.start_agents();
+    ha
 }
 
 /// One job of one task running `true` in `work`, output thrown away.
@@ -387,7 +228,7 @@ fn planners_on_three_etcd_members_go_on_while_one_member_is_killed_and_lose_no_a
     let first_leads = make_etcd_leader(&cluster, 0);
     // leaseTtl 4: a leader steps down after 2.7 s without renewing, longer than etcd
     // takes to elect a new leader (its election timeout is 0.5 s here).
-    let mut ha = Ha::start(Store::Three(cluster), 2, 4, "", &["n1"]);
+    let mut ha = start(Store::Three(cluster), 2, 4, "", &["n1"]);
     let first_leader = ha.leader();
 
     // A client submits job after job through the list, trying again until acknowledged.
@@ -397,31 +238,20 @@ fn planners_on_three_etcd_members_go_on_while_one_member_is_killed_and_lose_no_a
     let _stop_client = StopOnDrop(stop.clone());
     let client = {
         let (acked, stop) = (acked.clone(), stop.clone());
-        let (addr, certs, dir, user, work) = (
-            ha.c.addr.clone(),
-            ha.c.certs(),
-            ha.c.dir.path().to_path_buf(),
-            ha.user.clone(),
-            ha.work.path().to_path_buf(),
-        );
+        let (cli, work) = (ha.client(), ha.work.path().to_path_buf());
         std::thread::spawn(move || {
             let (mut tries, mut failures) = (0, Vec::new());
             for i in 0.. {
                 let name = format!("q{i:04}");
-                let file = dir.join(format!("{name}.yaml"));
+                let file = cli.dir.join(format!("{name}.yaml"));
                 std::fs::write(&file, quick_job(&name, &work)).unwrap();
                 loop {
                     if stop.load(Ordering::SeqCst) {
                         return (tries, failures);
                     }
                     tries += 1;
-                    let out = Command::new(common::hyperplan_bin())
-                        .args(["submit", path_str(&file)])
-                        .current_dir(&dir)
-                        .env("HYPERPLAN_PLANNER", &addr)
-                        .env("HYPERPLAN_CERT_DIR", &certs)
-                        .env("HYPERPLAN_USER", &user)
-                        .env("XDG_CONFIG_HOME", &dir)
+                    let out = cli
+                        .command(&["submit", path_str(&file)])
                         .env_remove("RUST_LOG")
                         .output()
                         .unwrap();
@@ -588,11 +418,11 @@ fn a_standby_takes_over_20000_live_jobs_and_lists_every_one() {
     let t0 = Instant::now();
     let Some(etcd) = Etcd::start() else { return };
     let limits = format!("[limits]\nmaxJobsPerUser = {}\n", JOBS * 2);
-    let mut ha = Ha::start(Store::One(etcd), 2, 2, &limits, &["n1"]);
+    let mut ha = start(Store::One(etcd), 2, 2, &limits, &["n1"]);
     let leader = ha.leader();
     let standby = 1 - leader;
     // A job that takes the only node's four cores and keeps them: the idle jobs wait.
-    let blocker = ha.c.job_file("blocker", 1, 4, ha.work.path(), "sleep 600");
+    let blocker = ha.job("blocker", 1, 4, "sleep 600");
     let out = ha.c.cli(&ha.user, &["submit", path_str(&blocker)]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     wait_for(LONG, "the blocker running", || {
@@ -610,16 +440,8 @@ fn a_standby_takes_over_20000_live_jobs_and_lists_every_one() {
         .collect();
     let mut args = vec!["submit"];
     args.extend(files.iter().map(|f| path_str(f)));
-    args.extend(["--output", "json"]);
     let submitting = Instant::now();
-    let out = ha.c.cli("alice", &args);
-    assert!(
-        out.status.success(),
-        "submit: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        ha.logs()
-    );
-    let receipt: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let receipt = ha.json("alice", &args);
     assert_eq!(receipt["submitted"].as_array().map(Vec::len), Some(JOBS));
     eprintln!("{JOBS} jobs submitted in {:.1} s", submitting.elapsed().as_secs_f64());
 
@@ -643,7 +465,9 @@ fn a_standby_takes_over_20000_live_jobs_and_lists_every_one() {
     let standby_addr = ha.addrs[standby].clone();
     wait_for(LONG, "the restarted planner standing by", || {
         ha.assert_planners_alive("the standby restarted on 20,000 jobs");
-        (ha.roles().get(&standby_addr).map(String::as_str) == Some("standby")).then_some(())
+        ha.roles()
+            .is_ok_and(|roles| roles.get(&standby_addr).is_some_and(|(r, _)| r == "standby"))
+            .then_some(())
     });
     eprintln!(
         "the restarted planner stands by after {:.1} s",

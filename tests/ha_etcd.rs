@@ -10,166 +10,46 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::etcd::{Etcd, free_udp_port};
-use common::{Cluster, alive, bin, path_str, pids, task_user, wait_for};
-use serde_json::Value;
+use common::etcd::Etcd;
+use common::ha::{LONG, Planners, Roles};
+use common::{alive, path_str, pids, wait_for};
 
-const MACHINE: &str = "pack:1 numa:1(memory=17179869184) core:4 pu:1";
-const LONG: Duration = Duration::from_secs(60);
+type Ha = Planners<Etcd>;
 
-/// Three planners on one etcd prefix, each on a port chosen before it starts (the list
-/// agents and the CLI get).
-struct Ha {
-    c: Cluster,
-    _etcd: Etcd,
-    addrs: Vec<String>,
-    planners: Vec<Option<Child>>,
-    user: String,
-    work: tempfile::TempDir,
+/// Three planners on one etcd prefix, and an agent for each of `nodes`.
+fn start(etcd: Etcd, nodes: &[&str]) -> Ha {
+    let store = etcd.store_toml("/e2e/");
+    let mut ha = Ha::start(etcd, &store, 3, 2, "", nodes);
+    ha.start_agents();
+    ha
 }
 
-impl Drop for Ha {
-    fn drop(&mut self) {
-        for p in self.planners.iter_mut().flatten() {
-            let _ = p.kill();
-            let _ = p.wait();
-        }
-    }
+/// `hyperplan planners --output json`: address → (role, epoch).
+fn roles_of(ha: &Ha) -> Roles {
+    ha.roles().unwrap_or_else(|e| panic!("planners: {e}"))
 }
 
-impl Ha {
-    fn start(etcd: Etcd, nodes: &[&str]) -> Ha {
-        let c = Cluster::prepare(nodes, None);
-        let user = task_user();
-        c.issue_user(&user);
-        let addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_udp_port())).collect();
-        for (i, a) in addrs.iter().enumerate() {
-            c.write(
-                &format!("planner-{i}.toml"),
-                &format!(
-                    "[server]\nlisten = \"{a}\"\n{}[ha]\nleaseTtl = 2\n",
-                    etcd.store_toml("/e2e/")
-                ),
-            );
-        }
-        let mut ha = Ha {
-            c,
-            _etcd: etcd,
-            addrs: addrs.clone(),
-            planners: vec![None, None, None],
-            user,
-            work: tempfile::tempdir().unwrap(),
-        };
-        for i in 0..3 {
-            ha.start_planner(i);
-        }
-        // Agents and the CLI get the whole list.
-        ha.c.addr = addrs.join(",");
-        for n in nodes {
-            ha.c.start_agent(n, MACHINE, &[]);
-        }
-        for n in nodes {
-            ha.c.wait_state(n, "Ready", LONG);
-        }
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(ha.work.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        ha
-    }
+/// The index of the leader, once exactly one leads, and its epoch.
+fn leader_of(ha: &Ha) -> (usize, u64) {
+    wait_for(LONG, "one leader", || {
+        let (i, epoch) = ha.leader_in(&roles_of(ha))?;
+        Some((i, epoch.unwrap()))
+    })
+}
 
-    fn log_path(&self, i: usize) -> PathBuf {
-        self.c.dir.path().join(format!("planner-{i}.log"))
+/// How many times each task started (`ran.log` has one line per start).
+fn starts(ha: &Ha) -> BTreeMap<String, usize> {
+    let text = std::fs::read_to_string(ha.work.path().join("ran.log")).unwrap_or_default();
+    let mut n = BTreeMap::new();
+    for line in text.lines() {
+        *n.entry(line.to_string()).or_insert(0) += 1;
     }
-
-    fn logs(&self) -> String {
-        (0..3)
-            .map(|i| {
-                format!(
-                    "--- planner {i}:\n{}",
-                    std::fs::read_to_string(self.log_path(i)).unwrap_or_default()
-                )
-            })
-            .collect()
-    }
-
-    fn start_planner(&mut self, i: usize) {
-        let log = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(self.log_path(i))
-            .unwrap();
-        let child = Command::new(bin("hyperplan-planner"))
-            .arg("--config")
-            .arg(self.c.dir.path().join(format!("planner-{i}.toml")))
-            .arg("--cert-dir")
-            .arg(self.c.certs())
-            .args(["--heartbeat-interval", "0.3", "--tick-interval", "0.2"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .env("RUST_LOG", "info")
-            .spawn()
-            .unwrap();
-        self.planners[i] = Some(child);
-    }
-
-    fn kill_planner(&mut self, i: usize) {
-        let mut p = self.planners[i].take().unwrap();
-        p.kill().unwrap();
-        p.wait().unwrap();
-    }
-
-    /// `hyperplan planners --output json`: address → (role, epoch).
-    fn roles(&self) -> BTreeMap<String, (String, Option<u64>)> {
-        let out = self.c.cli(&self.user, &["planners", "--output", "json"]);
-        let v: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("planners: {e}: {}", String::from_utf8_lossy(&out.stderr)));
-        v["planners"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| {
-                (
-                    p["address"].as_str().unwrap().to_string(),
-                    (p["role"].as_str().unwrap().to_string(), p["epoch"].as_u64()),
-                )
-            })
-            .collect()
-    }
-
-    /// The index of the leader, once exactly one leads.
-    fn leader(&self) -> (usize, u64) {
-        wait_for(LONG, "one leader", || {
-            let roles = self.roles();
-            let leaders: Vec<_> = roles.iter().filter(|(_, (r, _))| r == "leader").collect();
-            match leaders[..] {
-                [(addr, (_, epoch))] => Some((self.addrs.iter().position(|a| a == addr).unwrap(), epoch.unwrap())),
-                _ => None,
-            }
-        })
-    }
-
-    fn job(&self, name: &str, replicas: u32, cpu: u32, script: &str) -> PathBuf {
-        self.c.job_file(name, replicas, cpu, self.work.path(), script)
-    }
-
-    fn jobs(&self, args: &[&str]) -> Vec<Value> {
-        self.c.jobs(&self.user, args)
-    }
-
-    /// How many times each task started (`ran.log` has one line per start).
-    fn starts(&self) -> BTreeMap<String, usize> {
-        let text = std::fs::read_to_string(self.work.path().join("ran.log")).unwrap_or_default();
-        let mut n = BTreeMap::new();
-        for line in text.lines() {
-            *n.entry(line.to_string()).or_insert(0) += 1;
-        }
-        n
-    }
+    n
 }
 
 /// Each start of a task appends `job/task` to ran.log; the long job's tasks then wait for
@@ -180,9 +60,9 @@ const RAN: &str = "echo $HYPERPLAN_JOB/$HYPERPLAN_TASK >> ran.log";
 fn the_leader_killed_under_load_is_replaced_and_nothing_acknowledged_is_lost_or_run_twice() {
     // etcd as a site runs it: TLS only, client certificates required.
     let Some(etcd) = Etcd::start_tls() else { return };
-    let mut ha = Ha::start(etcd, &["n1", "n2"]);
-    let (first, epoch) = ha.leader();
-    let roles = ha.roles();
+    let mut ha = start(etcd, &["n1", "n2"]);
+    let (first, epoch) = leader_of(&ha);
+    let roles = roles_of(&ha);
     assert_eq!(roles.values().filter(|(r, _)| r == "standby").count(), 2, "{roles:?}");
 
     // A standby sends people to the leader: the CLI follows, and alone it says so.
@@ -204,7 +84,7 @@ fn the_leader_killed_under_load_is_replaced_and_nothing_acknowledged_is_lost_or_
     let long = ha.job("long", 2, 1, &format!("{RAN}; until [ -e go ]; do sleep 0.1; done"));
     assert!(ha.c.cli(&ha.user, &["submit", path_str(&long)]).status.success());
     let before = wait_for(LONG, "long running", || {
-        let j = ha.jobs(&["long"]).remove(0);
+        let j = ha.jobs(&ha.user, &["long"]).remove(0);
         (j["status"] == "running" && pids(&j).len() == 2).then_some(j)
     });
     let before_pids = pids(&before);
@@ -215,12 +95,7 @@ fn the_leader_killed_under_load_is_replaced_and_nothing_acknowledged_is_lost_or_
     let files: Vec<_> = (0..400).map(|i| ha.job(&format!("q{i:03}"), 1, 1, RAN)).collect();
     let client = {
         let (acked, stop) = (acked.clone(), stop.clone());
-        let (addr, certs, dir, user) = (
-            ha.c.addr.clone(),
-            ha.c.certs(),
-            ha.c.dir.path().to_path_buf(),
-            ha.user.clone(),
-        );
+        let cli = ha.client();
         std::thread::spawn(move || {
             let mut tries = 0;
             for (i, f) in files.iter().enumerate() {
@@ -229,15 +104,7 @@ fn the_leader_killed_under_load_is_replaced_and_nothing_acknowledged_is_lost_or_
                         return tries;
                     }
                     tries += 1;
-                    let out = Command::new(common::hyperplan_bin())
-                        .args(["submit", path_str(f)])
-                        .current_dir(&dir)
-                        .env("HYPERPLAN_PLANNER", &addr)
-                        .env("HYPERPLAN_CERT_DIR", &certs)
-                        .env("HYPERPLAN_USER", &user)
-                        .env("XDG_CONFIG_HOME", &dir)
-                        .output()
-                        .unwrap();
+                    let out = cli.run(&["submit", path_str(f)]);
                     let err = String::from_utf8_lossy(&out.stderr);
                     if out.status.success() || err.contains("already") {
                         // "already exists": an earlier try was written before the crash.
@@ -263,15 +130,15 @@ fn the_leader_killed_under_load_is_replaced_and_nothing_acknowledged_is_lost_or_
     let acked = acked.lock().unwrap().clone();
 
     // A standby leads, with a newer epoch; the killed one is unreachable.
-    let (second, epoch2) = ha.leader();
+    let (second, epoch2) = leader_of(&ha);
     assert_ne!(second, first);
     assert!(epoch2 > epoch, "epoch {epoch} → {epoch2}");
-    let roles = ha.roles();
+    let roles = roles_of(&ha);
     assert_eq!(roles[&ha.addrs[first]].0, "unreachable", "{roles:?}");
     assert_eq!(roles[&ha.addrs[first]].1, None);
 
     // Every acknowledged job is there, once.
-    let all = ha.jobs(&["--all"]);
+    let all = ha.jobs(&ha.user, &["--all"]);
     let mut by_name: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for j in &all {
         by_name
@@ -291,7 +158,7 @@ fn the_leader_killed_under_load_is_replaced_and_nothing_acknowledged_is_lost_or_
 
     // The long job's tasks were not disturbed: same pids, alive, adopted by the new leader.
     let after = wait_for(LONG, "long adopted", || {
-        let j = ha.jobs(&["long"]).remove(0);
+        let j = ha.jobs(&ha.user, &["long"]).remove(0);
         (j["status"] == "running" && pids(&j) == before_pids).then_some(j)
     });
     assert!(before_pids.iter().all(|p| alive(*p)), "{after}");
@@ -303,12 +170,12 @@ fn the_leader_killed_under_load_is_replaced_and_nothing_acknowledged_is_lost_or_
     // Let everything finish; then each task started exactly once.
     std::fs::write(ha.work.path().join("go"), "").unwrap();
     wait_for(Duration::from_secs(120), "every job ended", || {
-        ha.jobs(&["--all"])
+        ha.jobs(&ha.user, &["--all"])
             .iter()
             .all(|j| j["endTime"].as_u64().is_some() || j["status"] == "completed")
             .then_some(())
     });
-    let starts = ha.starts();
+    let starts = starts(&ha);
     for (task, n) in &starts {
         assert_eq!(*n, 1, "{task} started {n} times\n{}", ha.logs());
     }
@@ -321,8 +188,8 @@ fn the_leader_killed_under_load_is_replaced_and_nothing_acknowledged_is_lost_or_
     // The killed planner comes back as a standby and the epoch stays.
     ha.start_planner(first);
     wait_for(LONG, "the old leader back as a standby", || {
-        let roles = ha.roles();
+        let roles = roles_of(&ha);
         (roles[&ha.addrs[first]].0 == "standby").then_some(())
     });
-    assert_eq!(ha.leader(), (second, epoch2));
+    assert_eq!(leader_of(&ha), (second, epoch2));
 }

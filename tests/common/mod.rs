@@ -13,6 +13,7 @@ use serde_json::Value;
 
 pub mod cargo;
 pub mod etcd;
+pub mod ha;
 pub mod live;
 pub mod ufm;
 
