@@ -17,8 +17,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use hyperplan_core::components::SourceKind;
 use hyperplan_core::discovery::Found;
+use hyperplan_core::model::components::SourceKind;
 use hyperplan_core::testing::{MachineBuilder, res};
 use hyperplan_core::{Event, Planner, PlannerConfig};
 use hyperplan_fabric::synthetic::FatTreeDump;

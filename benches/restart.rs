@@ -16,8 +16,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use hyperplan_core::components::{JobPhase, TaskPhase, Verdict};
-use hyperplan_core::journal::JobRecord;
+use hyperplan_core::model::components::{JobPhase, TaskPhase, Verdict};
+use hyperplan_core::model::record::JobRecord;
 use hyperplan_planner::store::{Batch, Embedded};
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 

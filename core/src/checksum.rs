@@ -1,4 +1,4 @@
-//! CRC-32C (Castagnoli), the checksum over every stored job record (see `journal`): no
+//! CRC-32C (Castagnoli), the checksum over every stored job record (see `model::record`): no
 //! dependency, table-driven, eight bytes a step. It finds every flip of one, two or three
 //! bits and every burst of up to 32 in a record of any size the planner writes.
 

@@ -9,11 +9,11 @@
 //! answer (refuse the newcomer, or close the silent link it replaces).
 
 use super::Planner;
-use super::events::Event;
 use super::health::Heartbeats;
 use super::names::NodeNames;
-use super::queues::Inbox;
 use crate::config::PlannerConfig;
+use crate::model::events::Event;
+use crate::model::tick::Inbox;
 
 /// The node may be taken by the link that asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

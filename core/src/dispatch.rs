@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
 
-use super::commands::{Command, Pinning, Placement};
-use super::components::{Job, LiveChanged, Node, Task, TaskPhase, TaskState};
 use super::numa::hints::Policy;
 use super::numa::node::NodeHardware;
-use super::ownership::{JobId, JobOwner, SIM_OWNER};
-use super::queues::Outbox;
+use crate::model::commands::{Command, Pinning, Placement};
+use crate::model::components::{Job, LiveChanged, Node, Task, TaskPhase, TaskState};
+use crate::model::components::{JobId, JobOwner, SIM_OWNER};
+use crate::model::tick::Outbox;
 
 pub fn dispatch(
     mut out: ResMut<Outbox>,

@@ -14,11 +14,11 @@
 
 use bevy_ecs::prelude::*;
 
-use super::commands::{Command, HealthChange};
-use super::components::Node;
 use super::names::NodeNames;
-use super::queues::{CapacityEpoch, NowMillis, Outbox, TopologyDirty};
 use crate::config::PlannerConfig;
+use crate::model::commands::{Command, HealthChange};
+use crate::model::components::Node;
+use crate::model::tick::{CapacityEpoch, NowMillis, Outbox, TopologyDirty};
 
 /// What the node's agent link last did, on nodes whose readiness the links decide.
 #[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]

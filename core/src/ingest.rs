@@ -5,19 +5,20 @@
 use bevy_ecs::prelude::*;
 use hyperplan_shared::{JobSpec, NodeSpec};
 
-use super::commands::Command;
-use super::components::SourceKind;
-use super::components::{Job, JobPhase, JobState, Node, SubJob, SubJobState, Task, TaskState};
 use super::discovery::{self, Found};
-use super::events::Event;
 use super::health::{self, Heartbeats};
 use super::lifecycle;
 use super::numa::node::{HardwareCache, NodeHardware};
 use super::numa::request::task_numa;
-use super::ownership::{JobId, JobOwner, MAX_JOB_ID, NextJobId, SIM_OWNER, is_live, task_count};
-use super::queues::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, TopologyDirty};
+use super::ownership::{MAX_JOB_ID, NextJobId, is_live, task_count};
 use super::refusals::Refusals;
 use crate::config::PlannerConfig;
+use crate::model::commands::Command;
+use crate::model::components::SourceKind;
+use crate::model::components::{Job, JobPhase, JobState, Node, SubJob, SubJobState, Task, TaskState};
+use crate::model::components::{JobId, JobOwner, SIM_OWNER};
+use crate::model::events::Event;
+use crate::model::tick::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, TopologyDirty};
 
 use super::names::{JobNames, NodeNames};
 

@@ -17,15 +17,15 @@ use std::collections::HashMap;
 use bevy_ecs::prelude::*;
 use hyperplan_shared::{NetworkTopology, Resources, TopologyMode};
 
-use super::capacity::Capacity;
-use super::components::{Job, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
-use super::holdings::Holdings;
-use super::ids::NodeIdx;
 use super::numa::hints::Policy;
 use super::numa::node::NodeHardware;
-use super::numa::state::NumaState;
 use super::restore::AwaitingAgent;
 use super::topology::TopologyIndex;
+use crate::cache::capacity::Capacity;
+use crate::cache::holdings::Holdings;
+use crate::cache::numa::NumaState;
+use crate::model::components::{Job, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
+use crate::model::ids::NodeIdx;
 
 /// Returns every violation found (empty when all hold).
 pub fn check(world: &mut World) -> Vec<String> {
@@ -166,8 +166,8 @@ fn check_caches(world: &mut World, bad: &mut Vec<String>) {
     if world.resource::<Holdings>().generation != Some(generation) {
         return;
     }
-    let cap = super::refresh::fresh_capacity(world);
-    let numa = super::refresh::fresh_numa(world);
+    let cap = crate::cache::refresh::fresh_capacity(world);
+    let numa = crate::cache::refresh::fresh_numa(world);
     let index = world.resource::<TopologyIndex>();
     for d in world.resource::<Capacity>().diff(&cap, index) {
         bad.push(format!("resource cache: {d}"));

@@ -4,14 +4,29 @@
 //! What decides anything lives here, not in a driver: node health (`health`), job
 //! owners, job-name uniqueness and the priority cap (`ownership`), who sees which job
 //! (`caller`), the job and task lifecycle the agents report (`lifecycle`: verdicts,
-//! kills, orphans; `taskrun`: each task's run), lost nodes (`lost`).
+//! kills, orphans; `model::taskrun`: each task's run), lost nodes (`lost`), agents
+//! turned away (`refusals`).
+//!
+//! The rooms, bottom up (a file imports only from rooms below it or beside it):
+//!
+//! - `numa`, `checksum`, `names`, `caller`, `ratelimit`: plain libraries, no ECS system;
+//! - `model`: the vocabulary: ids, components, events, commands, the tick's inbox,
+//!   outbox and invalidation flags, the stored record; imports no system;
+//! - `config`, `topology` (the HyperNode index), `cache` (capacity, NUMA state,
+//!   holdings, refresh): what the allocator reads;
+//! - the systems: `ingest`, `health`, `lost`, `lifecycle`, `restore`, `discovery`,
+//!   `allocate`, `dispatch`, `recover`, `retire`, `persist`, `ownership`, `claim`,
+//!   `refusals`; `view` reads the world for people; `sim` and `testing` drive it.
+//!
+//! (Still one circle among the systems: `ingest`, `health`, `lost`, `lifecycle` and
+//! `restore` call each other outside the Schedule; issue 22 step 2 makes them reactions.)
 //!
 //! A tick: ingest (task starts, ends and cancels through `lifecycle`) → node health
 //! (then lost nodes) → discovery → topology index → resource cache (capacity, then NUMA)
 //! → recover → allocate (gradient search, scoring, NUMA assignment; each placement
 //! recorded in the caches' ledger) → dispatch → retire the jobs that ended. Between
 //! topology changes every system after the index works on what changed (see
-//! `holdings`) and on live jobs (see `retire`), not on the whole cluster or its history.
+//! `cache::holdings`) and on live jobs (see `retire`), not on the whole cluster or its history.
 
 pub mod config;
 pub mod sim;
@@ -19,46 +34,39 @@ pub mod sim;
 pub mod testing;
 
 pub mod allocate;
+pub mod cache;
 pub mod caller;
-pub mod capacity;
 pub mod checksum;
 pub mod claim;
-pub mod commands;
-pub mod components;
 pub mod discovery;
-pub mod events;
 pub mod health;
-pub mod holdings;
-pub mod ids;
 pub(crate) mod ingest;
 pub mod invariants;
-pub mod journal;
 pub mod lifecycle;
 pub mod lost;
+pub mod model;
 pub mod names;
 pub mod numa;
 pub mod ownership;
-pub mod queues;
+pub mod persist;
 pub mod ratelimit;
 mod recover;
-pub mod refresh;
 pub mod refusals;
 mod reindex;
 pub mod restore;
 mod retire;
-pub mod taskrun;
 pub mod topology;
 pub mod view;
 
 use bevy_ecs::prelude::*;
 use bevy_ecs::schedule::SingleThreadedExecutor;
 
-pub use commands::{Command, Pinning, Placement};
-pub use events::Event;
+pub use model::commands::{Command, Pinning, Placement};
+pub use model::events::Event;
 
-use capacity::Capacity;
+use cache::capacity::Capacity;
 pub use config::PlannerConfig;
-use queues::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, NowMillis, Outbox, TopologyDirty};
+use model::tick::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, NowMillis, Outbox, TopologyDirty};
 use topology::TopologyIndex;
 
 pub struct Planner {
@@ -94,8 +102,8 @@ impl Planner {
         world.insert_resource(discovery::ReportedGuids::default());
         world.insert_resource(TopologyIndex::default());
         world.insert_resource(Capacity::default());
-        world.insert_resource(holdings::Holdings::default());
-        world.insert_resource(numa::state::NumaState::default());
+        world.insert_resource(cache::holdings::Holdings::default());
+        world.insert_resource(cache::numa::NumaState::default());
         world.insert_resource(numa::node::HardwareCache::default());
         let mut schedule = Schedule::default();
         schedule.set_executor(SingleThreadedExecutor::new());
@@ -105,14 +113,14 @@ impl Planner {
                 health::check_silence,
                 discovery::discovery,
                 reindex::reindex,
-                refresh::refresh_capacity,
-                refresh::refresh_numa,
+                cache::refresh::refresh_capacity,
+                cache::refresh::refresh_numa,
                 recover::recover,
                 allocate::allocate,
                 dispatch::dispatch,
                 retire::retire,
                 ownership::count_live,
-                journal::journal.run_if(resource_exists::<journal::Journal>),
+                persist::persist.run_if(resource_exists::<persist::Persisting>),
             )
                 .chain(),
         );

@@ -19,14 +19,15 @@ use hyperplan_shared::OnTaskFailure;
 use hyperplan_shared::report::JobStatus;
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 
-use super::commands::{Command, KillReason};
-use super::components::{Job, JobPhase, JobState, Node, SubJobState, Task, TaskPhase, TaskState, Verdict};
-use super::events::TaskOnNode;
 use super::health::Heartbeats;
 use super::names::{JobNames, NodeNames};
-use super::ownership::JobId;
-use super::queues::{Now, NowMillis, Outbox};
-use super::taskrun::TaskRun;
+use crate::model::commands::{Command, KillReason};
+use crate::model::components::JobId;
+use crate::model::components::Requeued;
+use crate::model::components::{Job, JobPhase, JobState, Node, SubJobState, Task, TaskPhase, TaskState, Verdict};
+use crate::model::events::TaskOnNode;
+use crate::model::taskrun::TaskRun;
+use crate::model::tick::{Now, NowMillis, Outbox};
 
 /// SIGTERM to SIGKILL when the core kills a task on its own account (a failed task, the
 /// time limit, an orphan); a cancel says its own.
@@ -162,7 +163,7 @@ pub(crate) fn tasks_on_node(world: &mut World, node: &str, tasks: Vec<TaskOnNode
         // Pid 0: its agent is still starting it. Such a task is its agent's (see
         // `TaskRun::accepted`) but has not started: no pid and no start to show.
         let pid = (t.pid != 0).then_some(t.pid);
-        // Samples and the time it was seen are not worth a change (the journal would
+        // Samples and the time it was seen are not worth a change (the persist system would
         // look at the job every heartbeat); a pid first learnt here is.
         match world.get_mut::<TaskRun>(task_e) {
             Some(mut run) if run.pid.is_some() || pid.is_none() => {
@@ -385,11 +386,6 @@ fn requeue(world: &mut World, job_e: Entity, why: String) {
     let times = world.get::<Requeued>(job_e).map_or(1, |r| r.0 + 1);
     world.entity_mut(job_e).insert(Requeued(times));
 }
-
-/// On a job sent back to pending (how many times): the allocator only looks at jobs
-/// submitted since or left unplaced, so it picks this one up when it changes.
-#[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Requeued(pub u32);
 
 /// Some task of the job reported started.
 fn mark_started(world: &mut World, job_e: Entity) {

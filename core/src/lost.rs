@@ -11,13 +11,13 @@ use std::sync::Arc;
 use bevy_ecs::prelude::*;
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 
-use super::commands::Command;
-use super::components::{Job, Node, Retired, Task, TaskState};
 use super::health::{Away, Heartbeats};
 use super::lifecycle::end_task;
-use super::queues::{CapacityEpoch, NowMillis, Outbox};
-use super::taskrun::TaskRun;
 use crate::config::PlannerConfig;
+use crate::model::commands::Command;
+use crate::model::components::{Job, Node, Retired, Task, TaskState};
+use crate::model::taskrun::TaskRun;
+use crate::model::tick::{CapacityEpoch, NowMillis, Outbox};
 
 /// Called by the node-health system each tick: nodes NotReady past the limit lose their
 /// tasks, in node name order, each node's tasks in (job name, rank) order.

@@ -15,32 +15,17 @@ use hyperplan_shared::JobSpec;
 
 use super::Planner;
 use super::caller::Caller;
-use super::components::{JobPhase, JobState};
-use super::events::Event;
 use super::names::JobNames;
-use super::queues::Inbox;
 use crate::config::PlannerConfig;
-
-/// The owner of jobs submitted with a bare [`Event::Submit`]: the simulator's, the tests'
-/// and the benches' jobs. A fixed name, not the local user, so reports are the same on
-/// every machine.
-pub const SIM_OWNER: &str = "sim";
+use crate::model::components::{JobOwner, JobPhase, JobState, SIM_OWNER};
+use crate::model::events::Event;
+use crate::model::tick::Inbox;
 
 /// The priority of a job whose file names none (`JobSpec::priority`'s default), and the
 /// highest a plain user may ask for: a user may put their own jobs behind everyone
 /// else's, never ahead of them; an admin may set any priority. One number until queues
 /// give each queue its own.
 pub const DEFAULT_PRIORITY: i32 = 0;
-
-/// The user who submitted a job: they (and admins) may cancel it.
-#[derive(Component, Clone, Debug, PartialEq, Eq)]
-pub struct JobOwner(pub std::sync::Arc<str>);
-
-/// A job's number, given at submit: 1, 2, 3, … in the order submissions reach the core
-/// (a refused submission uses its number up too, so [`Planner::next_job_id`] can say a
-/// queued job's id before the tick that makes it).
-#[derive(Component, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct JobId(pub u64);
 
 /// Per owner, the jobs that have not ended (see [`is_live`]) as of the last tick: what
 /// `maxJobsPerUser` counts, without a scan of every job per submission.
@@ -50,7 +35,7 @@ pub struct LiveByOwner(pub std::collections::HashMap<std::sync::Arc<str>, u64>);
 /// Last in a tick: counts each owner's live jobs again when some job's state changed.
 pub fn count_live(
     changed: Query<(), (With<JobOwner>, Changed<JobState>)>,
-    jobs: Query<(&JobOwner, &JobState), Without<super::components::Retired>>,
+    jobs: Query<(&JobOwner, &JobState), Without<crate::model::components::Retired>>,
     mut counts: ResMut<LiveByOwner>,
 ) {
     if changed.is_empty() {

@@ -8,11 +8,11 @@
 
 use bevy_ecs::prelude::*;
 
-use super::components::{
+use super::topology::TopologyIndex;
+use crate::model::components::{
     Job, JobPhase, JobState, LiveChanged, NodeSlot, Retired, SubJob, SubJobState, Task, TaskState,
 };
-use super::ids::HnIdx;
-use super::topology::TopologyIndex;
+use crate::model::ids::HnIdx;
 
 /// Jobs whose state changed since the system last ran (by ingest, allocate or anyone
 /// else; its own writes do not count), and the jobs to update.
@@ -79,7 +79,7 @@ pub fn recover(
                     .is_some_and(|p| p.network_topology.is_some())
             });
         // Remove: job level.
-        let running_nodes = |ts: &[Entity]| -> Vec<super::ids::NodeIdx> {
+        let running_nodes = |ts: &[Entity]| -> Vec<crate::model::ids::NodeIdx> {
             ts.iter()
                 .filter_map(|t| tasks.get(*t).ok())
                 .filter(|t| t.is_running())
@@ -132,7 +132,7 @@ pub fn recover(
 }
 
 /// The lowest-tier HyperNode (ties by name) whose nodes include every one of `nodes`.
-fn lowest_common_holder(index: &TopologyIndex, nodes: &[super::ids::NodeIdx]) -> Option<HnIdx> {
+fn lowest_common_holder(index: &TopologyIndex, nodes: &[crate::model::ids::NodeIdx]) -> Option<HnIdx> {
     let mut candidates: Vec<HnIdx> = index.groups[index.node_group[nodes[0].ix()].ix()].hyper_nodes.clone();
     for n in &nodes[1..] {
         candidates.retain(|h| index.hns[h.ix()].nodes.contains(n.ix()));

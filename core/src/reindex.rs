@@ -3,10 +3,10 @@
 
 use bevy_ecs::prelude::*;
 
-use super::commands::Command;
-use super::components::{HyperNode, Node, NodeSlot};
-use super::queues::{Outbox, TopologyDirty};
 use super::topology::TopologyIndex;
+use crate::model::commands::Command;
+use crate::model::components::{HyperNode, Node, NodeSlot};
+use crate::model::tick::{Outbox, TopologyDirty};
 
 pub fn reindex(world: &mut World) {
     if !world.resource::<TopologyDirty>().0 {
@@ -25,7 +25,9 @@ pub fn reindex(world: &mut World) {
         "topology index rebuilt"
     );
     for (i, &e) in index.node_entities.iter().enumerate() {
-        world.entity_mut(e).insert(NodeSlot(super::ids::NodeIdx(i as u32)));
+        world
+            .entity_mut(e)
+            .insert(NodeSlot(crate::model::ids::NodeIdx(i as u32)));
     }
     let warnings = index.warnings.clone();
     world.insert_resource(index);

@@ -14,15 +14,17 @@ use bevy_ecs::prelude::*;
 use hyperplan_shared::Resources;
 
 use super::Planner;
-use super::components::{Job, JobPhase, JobState, Node, SubJobState, TaskPhase, TaskState};
 use super::health::{Away, Heartbeats};
-use super::journal::{AssignmentRecord, JobRecord, Journal, Persisted, fingerprint};
-use super::lifecycle::Requeued;
 use super::names::{JobNames, NodeNames};
 use super::numa::node::{HardwareCache, NodeHardware, NodeNuma};
-use super::ownership::{JobId, MAX_JOB_ID, NextJobId, is_live, task_count};
-use super::queues::{NodeSetGeneration, TopologyDirty};
-use super::taskrun::TaskRun;
+use super::ownership::{MAX_JOB_ID, NextJobId, is_live, task_count};
+use crate::model::components::JobId;
+use crate::model::components::Requeued;
+use crate::model::components::{Job, JobPhase, JobState, Node, SubJobState, TaskPhase, TaskState};
+use crate::model::record::{AssignmentRecord, JobRecord};
+use crate::model::taskrun::TaskRun;
+use crate::model::tick::{NodeSetGeneration, TopologyDirty};
+use crate::persist::{Persisted, Persisting, fingerprint};
 
 /// On a node known only from the store: the restored tasks running on it, with the NUMA
 /// assignment each held, to take again once its agent says what the node has.
@@ -36,9 +38,9 @@ pub struct Awaiting(pub u32);
 
 impl Planner {
     /// The daemon's planner: every tick ends with a [`Command::Persist`](super::Command::Persist)
-    /// per job whose record changed (see `journal`).
-    pub fn enable_journal(&mut self) {
-        self.world.insert_resource(Journal);
+    /// per job whose record changed (see `persist`).
+    pub fn enable_persist(&mut self) {
+        self.world.insert_resource(Persisting);
     }
 
     /// Loads the live jobs of the store, before the first tick, at `now_ms` (the driver's
@@ -266,7 +268,7 @@ fn adopt_one(world: &mut World, node: Entity, task: Entity, numa: Option<Assignm
         }
         return;
     }
-    let Some(job) = world.get::<super::components::Task>(task).map(|t| t.job) else {
+    let Some(job) = world.get::<crate::model::components::Task>(task).map(|t| t.job) else {
         return;
     };
     super::lost::lose(

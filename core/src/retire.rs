@@ -7,7 +7,7 @@
 
 use bevy_ecs::prelude::*;
 
-use super::components::{Job, JobPhase, JobState, LiveChanged, Retired};
+use crate::model::components::{Job, JobPhase, JobState, LiveChanged, Retired};
 
 pub fn retire(mut commands: Commands, jobs: Query<(Entity, &Job, &JobState), LiveChanged<JobState>>) {
     let _span = tracing::info_span!("retire").entered();

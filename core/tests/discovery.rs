@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use hyperplan_core::components::HyperNode;
-use hyperplan_core::components::SourceKind;
 use hyperplan_core::discovery::{Found, SourceError};
+use hyperplan_core::model::components::HyperNode;
+use hyperplan_core::model::components::SourceKind;
 use hyperplan_core::testing::{JobBuilder, MachineBuilder, hn, res};
 use hyperplan_core::{Command, Event, Planner, PlannerConfig};
 use hyperplan_core::{invariants, view};

@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use hyperplan_core::commands::KillReason;
 use hyperplan_core::config::HealthConfig;
-use hyperplan_core::events::TaskOnNode;
+use hyperplan_core::model::commands::KillReason;
+use hyperplan_core::model::events::TaskOnNode;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder};
 use hyperplan_core::{Command, Event, Planner, PlannerConfig, invariants, view};
 use hyperplan_shared::OnTaskFailure;

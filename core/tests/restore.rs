@@ -1,4 +1,4 @@
-//! Scenario tests for durable state (issue 14), on the core's side: the journal writes a
+//! Scenario tests for durable state (issue 14), on the core's side: the persist system writes a
 //! job's record when it changes (and only then), a planner restored from those records
 //! has every live job as it was, places nothing on the nodes of running tasks before
 //! their agents are back, takes the tasks' NUMA assignments again on the hardware they
@@ -10,17 +10,17 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use hyperplan_core::commands::KillReason;
 use hyperplan_core::config::HealthConfig;
-use hyperplan_core::events::TaskOnNode;
-use hyperplan_core::journal::JobRecord;
+use hyperplan_core::model::commands::KillReason;
+use hyperplan_core::model::events::TaskOnNode;
+use hyperplan_core::model::record::JobRecord;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, MachineBuilder};
 use hyperplan_core::{Command, Event, Planner, PlannerConfig, invariants, view};
 use hyperplan_shared::report::{JobReport, JobStatus, TaskStatus};
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 use hyperplan_shared::{JobSpec, NodeSpec};
 
-/// A daemon-like planner with its journal on: what it persisted, by job id.
+/// A daemon-like planner with its persist system on: what it persisted, by job id.
 struct Rig {
     p: Planner,
     now: u64,
@@ -52,7 +52,7 @@ fn cluster() -> Vec<NodeSpec> {
 impl Rig {
     fn new() -> Self {
         let mut p = Planner::new(config());
-        p.enable_journal();
+        p.enable_persist();
         Self {
             p,
             now: 1_000,
@@ -197,7 +197,7 @@ fn busy_rig() -> (Rig, u64, u64) {
 }
 
 #[test]
-fn the_journal_writes_a_job_when_it_changes_and_only_then() {
+fn the_persist_system_writes_a_job_when_it_changes_and_only_then() {
     let (mut rig, run, _) = busy_rig();
     let before = rig.writes;
     // Heartbeats with the tasks' use: nothing durable changed.

@@ -458,7 +458,7 @@ fn same_inputs_give_the_same_report() {
 #[test]
 fn allocated_hypernode_is_removed_when_gone_and_recovered_from_running_tasks() {
     use hyperplan_core::Event;
-    use hyperplan_core::components::{Job, JobState, SubJob, SubJobState};
+    use hyperplan_core::model::components::{Job, JobState, SubJob, SubJobState};
     let c = tree().build();
     let mut planner = hyperplan_core::sim::planner_for(&c, cfg());
     planner.push(Event::Submit(JobBuilder::gang("j", 3, "cpu=8").hard(2).build()));

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hyperplan_core::components::JobPhase;
-use hyperplan_core::journal::{JobRecord, Persist};
+use hyperplan_core::model::components::JobPhase;
+use hyperplan_core::model::record::{JobRecord, Persist};
 use hyperplan_planner::store::config::{EtcdConfig, EtcdTls};
 use hyperplan_planner::store::{Batch, Etcd, StoreError};
 

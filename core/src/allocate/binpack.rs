@@ -1,9 +1,9 @@
 //! HyperNode bin-pack score (Volcano HyperNodeOrderFn, §5.4) and the per-pod bin-pack
 //! score that tier fading uses (§5.5).
 
-use crate::capacity::Capacity;
+use crate::cache::capacity::Capacity;
 use crate::config::ScoringConfig;
-use crate::ids::HnIdx;
+use crate::model::ids::HnIdx;
 
 /// Weighted mean over the weighted resources in `request` of `(used + request) /
 /// allocatable` for HyperNode `h`; 0 when anything would overflow or nothing is weighted.

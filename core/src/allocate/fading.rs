@@ -2,9 +2,9 @@
 //! network topology prefer nodes whose HyperNodes are full, the leaf tier weighing most.
 //! Computed per node group, since nodes in the same HyperNodes score alike.
 
-use crate::capacity::Capacity;
+use crate::cache::capacity::Capacity;
 use crate::config::ScoringConfig;
-use crate::ids::GroupIdx;
+use crate::model::ids::GroupIdx;
 use crate::topology::TopologyIndex;
 
 use super::binpack::fill_ratio;

@@ -3,8 +3,8 @@
 
 use bevy_ecs::prelude::Entity;
 
-use crate::capacity::Shape;
-use crate::ids::{HnIdx, NodeIdx};
+use crate::cache::capacity::Shape;
+use crate::model::ids::{HnIdx, NodeIdx};
 use crate::numa::assign::{Assignment, TaskNuma};
 
 #[derive(Clone, Debug)]

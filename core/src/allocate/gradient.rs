@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use crate::ids::HnIdx;
+use crate::model::ids::HnIdx;
 use crate::topology::TopologyIndex;
 
 /// `start`: where the search may begin (the virtual root for a job, the job's HyperNode

@@ -3,7 +3,7 @@
 //! tier of their lowest common ancestor. Computed per node group, since nodes in the same
 //! HyperNodes score alike.
 
-use crate::ids::{GroupIdx, HnIdx};
+use crate::model::ids::{GroupIdx, HnIdx};
 use crate::topology::TopologyIndex;
 
 /// `(max − t) / (max − min)` over the tiers present (the virtual root is `max`).

@@ -18,15 +18,17 @@ use std::collections::BTreeSet;
 use bevy_ecs::prelude::*;
 use hyperplan_shared::NetworkTopology;
 
-use super::capacity::Capacity;
-use super::commands::Command;
-use super::components::{Job, JobPhase, JobState, NodeSlot, Retired, SubJob, SubJobState, Task, TaskPhase, TaskState};
-use super::holdings::{Holdings, ShapeMemo, held_by};
-use super::lifecycle::Requeued;
-use super::numa::state::NumaState;
-use super::queues::{CapacityEpoch, Now, Outbox};
 use super::topology::TopologyIndex;
+use crate::cache::capacity::Capacity;
+use crate::cache::holdings::{Holdings, ShapeMemo, held_by};
+use crate::cache::numa::NumaState;
 use crate::config::PlannerConfig;
+use crate::model::commands::Command;
+use crate::model::components::Requeued;
+use crate::model::components::{
+    Job, JobPhase, JobState, NodeSlot, Retired, SubJob, SubJobState, Task, TaskPhase, TaskState,
+};
+use crate::model::tick::{CapacityEpoch, Now, Outbox};
 
 pub use gang::{JobCtx, SubJobCtx, TaskSlot};
 pub use gradient::gradients;

@@ -1,7 +1,7 @@
 //! Rank order: a job's newly placed tasks numbered in topology order (HyperNode path from
 //! the top, then node, then slot), so neighbouring ranks share a switch.
 
-use crate::ids::NodeIdx;
+use crate::model::ids::NodeIdx;
 use crate::topology::TopologyIndex;
 
 use super::gang::JobCtx;

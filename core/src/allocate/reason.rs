@@ -1,9 +1,9 @@
 //! Why a job is not placed, in words a person can act on: which HyperNode came
 //! closest and how much room it has, or why the job can never run.
 
-use crate::capacity::Capacity;
-use crate::ids::{HnIdx, NodeIdx};
-use crate::numa::state::NumaState;
+use crate::cache::capacity::Capacity;
+use crate::cache::numa::NumaState;
+use crate::model::ids::{HnIdx, NodeIdx};
 use crate::topology::TopologyIndex;
 
 use super::gang::JobCtx;
@@ -19,7 +19,8 @@ pub fn impossible(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> Option
         if let Some(m) = &shape.missing {
             return Some(format!("task {}: no node offers resource {m}", job.role_names[role]));
         }
-        let fits_somewhere = (0..index.node_count()).any(|n| cap.fits_empty(crate::ids::NodeIdx(n as u32), shape));
+        let fits_somewhere =
+            (0..index.node_count()).any(|n| cap.fits_empty(crate::model::ids::NodeIdx(n as u32), shape));
         if !fits_somewhere {
             return Some(format!(
                 "task {} ({}) is bigger than every node",

@@ -7,11 +7,11 @@
 
 use std::sync::Arc;
 
-use crate::capacity::{Capacity, Shape};
+use crate::cache::capacity::{Capacity, Shape};
+use crate::cache::numa::{IdealSpans, NumaState};
 use crate::config::{PlannerConfig, ScoringConfig, SpanMode};
-use crate::ids::{HnIdx, NodeIdx};
+use crate::model::ids::{HnIdx, NodeIdx};
 use crate::numa::assign::{Assignment, TaskNuma};
-use crate::numa::state::{IdealSpans, NumaState};
 use crate::topology::TopologyIndex;
 
 use super::binpack::{dim_weights, fill_ratio};

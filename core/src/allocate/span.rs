@@ -13,8 +13,8 @@
 //! tier form one unit per node group. Room is counted in tasks of the job's shapes from
 //! the live per-HyperNode counts, so planning a candidate costs its leaves, not its nodes.
 
-use crate::capacity::{Capacity, Shape};
-use crate::ids::{GroupIdx, HnIdx};
+use crate::cache::capacity::{Capacity, Shape};
+use crate::model::ids::{GroupIdx, HnIdx};
 use crate::topology::TopologyIndex;
 
 /// Where tasks may go as one block: a leaf HyperNode, or a node group without one.

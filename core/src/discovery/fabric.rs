@@ -7,8 +7,8 @@
 use hyperplan_fabric::ibnetdiscover::NodeKind;
 use hyperplan_fabric::{Discovery, GuidMap, HostNames, IbFabric};
 
-use super::error::SourceError;
 use super::sources::ReportedGuids;
+use crate::model::discovered::SourceError;
 
 /// Rebuilds the GUID → node map from `(node name, GUIDs)` in name order: a GUID two nodes
 /// report stays with the first, and the clash is remembered.

@@ -8,7 +8,6 @@
 //!   HyperNodes ([`sources`]). A dump is tiered here with the agents' HCA GUIDs as the
 //!   first host map ([`fabric`]); hosts that are no planner node are left out ([`known`]).
 
-mod error;
 pub mod fabric;
 pub mod known;
 mod label;
@@ -19,12 +18,12 @@ use std::collections::BTreeMap;
 
 use bevy_ecs::prelude::*;
 
-use super::commands::Command;
-use super::components::{Node, Source, SourceKind};
 use super::names::NodeNames;
-use super::queues::{LabelTypes, NodeSetGeneration, Outbox, TopologyDirty};
-pub use error::SourceError;
-pub use sources::{Found, Good, ReportedGuids, SourceState, Sources};
+use crate::model::commands::Command;
+use crate::model::components::{Node, Source, SourceKind};
+pub use crate::model::discovered::{Found, SourceError};
+use crate::model::tick::{LabelTypes, NodeSetGeneration, Outbox, TopologyDirty};
+pub use sources::{Good, ReportedGuids, SourceState, Sources};
 
 pub fn discovery(world: &mut World) {
     if !world.resource::<TopologyDirty>().0 {

@@ -9,9 +9,9 @@ use bevy_ecs::prelude::*;
 use hyperplan_shared::HyperNodeSpec;
 use hyperplan_shared::names::{NameKind, check_name};
 
-use crate::commands::Command;
-use crate::components::{HyperNode, Source};
-use crate::queues::Outbox;
+use crate::model::commands::Command;
+use crate::model::components::{HyperNode, Source};
+use crate::model::tick::Outbox;
 
 /// Makes `source`'s HyperNode entities equal `desired`; returns whether anything changed.
 pub fn reconcile(world: &mut World, source: &Source, desired: Vec<HyperNodeSpec>) -> bool {
@@ -76,7 +76,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::components::SourceKind;
+    use crate::model::components::SourceKind;
     use hyperplan_shared::hypernode::{Member, MemberType, Selector};
 
     fn spec(name: &str) -> HyperNodeSpec {

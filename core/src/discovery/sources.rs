@@ -11,27 +11,8 @@ use bevy_ecs::prelude::Resource;
 use hyperplan_fabric::{GuidMap, IbFabric};
 use hyperplan_shared::HyperNodeSpec;
 
-use super::error::SourceError;
-use crate::components::SourceKind;
-
-/// What one poll of a source found. The daemon reads and parses; the core tiers a
-/// fabric (it knows the agents' HCA GUIDs) and reconciles.
-#[derive(Clone, Debug)]
-pub enum Found {
-    /// The input is what it was at the last good poll: nothing to redo.
-    Unchanged,
-    /// Finished HyperNodes (static manifests, UFM, Slurm).
-    HyperNodes {
-        specs: Vec<HyperNodeSpec>,
-        /// What the source tolerated (skipped records, a broken `Switches=` cycle).
-        warnings: Vec<String>,
-        /// What it held, for people.
-        summary: String,
-    },
-    /// A parsed `ibnetdiscover` dump (with at least one switch) and the GUID map file's
-    /// contents; tiered here with the agents' GUIDs as the first host map.
-    Fabric { fabric: Arc<IbFabric>, map_file: GuidMap },
-}
+use crate::model::components::SourceKind;
+use crate::model::discovered::SourceError;
 
 /// The last good input of a source.
 #[derive(Clone, Debug)]

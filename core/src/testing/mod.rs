@@ -13,7 +13,7 @@ use hyperplan_shared::{
 
 use hyperplan_shared::topology::{Core, Gpu, InfinibandHca, NodeTopology, NumaNode, Package, SharedTopology};
 
-use crate::capacity::Capacity;
+use crate::cache::capacity::Capacity;
 use crate::config::PlannerConfig;
 use crate::invariants;
 use crate::topology::TopologyIndex;

@@ -8,8 +8,8 @@ use bevy_ecs::prelude::{Entity, Resource};
 use fixedbitset::FixedBitSet;
 use hyperplan_shared::{MemberType, Selector};
 
-use crate::components::{HyperNode, Node};
-use crate::ids::{GroupIdx, HnIdx, NodeIdx};
+use crate::model::components::{HyperNode, Node};
+use crate::model::ids::{GroupIdx, HnIdx, NodeIdx};
 
 /// Name of the virtual HyperNode above every other one (Volcano's name).
 pub const VIRTUAL_ROOT: &str = "<cluster-top-hypernode>";

@@ -2,7 +2,7 @@
 //! handful of tiers deep, so walking up is cheaper than any precomputed table).
 
 use super::index::TopologyIndex;
-use crate::ids::HnIdx;
+use crate::model::ids::HnIdx;
 
 impl TopologyIndex {
     /// Volcano's LCA with `None` for "": `lca(a, None) = a`, `lca(None, b) = b`.

@@ -9,9 +9,9 @@ use hyperplan_shared::status::{Candidate, Explanation};
 use super::jobs::job_report;
 use crate::allocate::gradients;
 use crate::allocate::tier::effective_tier;
-use crate::capacity::Capacity;
-use crate::components::{Job, NodeSlot, TaskPhase, TaskState};
-use crate::ids::HnIdx;
+use crate::cache::capacity::Capacity;
+use crate::model::components::{Job, NodeSlot, TaskPhase, TaskState};
+use crate::model::ids::HnIdx;
 use crate::topology::TopologyIndex;
 
 /// `None` when no job has that name.
@@ -27,7 +27,10 @@ pub fn explain(world: &mut World, name: &str) -> Option<Explanation> {
     let mut placed = 0u64;
     let mut running_nodes = Vec::new();
     for &t in &job.tasks {
-        let (Some(ts), Some(task)) = (world.get::<TaskState>(t), world.get::<crate::components::Task>(t)) else {
+        let (Some(ts), Some(task)) = (
+            world.get::<TaskState>(t),
+            world.get::<crate::model::components::Task>(t),
+        ) else {
             continue;
         };
         match ts.phase {

@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 use bevy_ecs::prelude::*;
 use hyperplan_shared::status::{HyperNodeStatus, HyperNodeTree, SourceStatus};
 
-use crate::capacity::Capacity;
-use crate::components::{HyperNode, Node};
+use crate::cache::capacity::Capacity;
 use crate::discovery::Sources;
-use crate::ids::HnIdx;
+use crate::model::components::{HyperNode, Node};
+use crate::model::ids::HnIdx;
 use crate::topology::TopologyIndex;
 
 /// Parents before children (depth-first from the top tier, children by name).

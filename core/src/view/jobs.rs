@@ -5,12 +5,12 @@
 use bevy_ecs::prelude::*;
 use hyperplan_shared::report::{JobReport, TaskReport};
 
-use crate::components::{Job, JobState, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
 use crate::health::Heartbeats;
 use crate::lifecycle::job_status;
+use crate::model::components::{Job, JobState, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
+use crate::model::components::{JobId, JobOwner};
+use crate::model::taskrun::{TaskRun, task_status};
 use crate::numa::node::NodeHardware;
-use crate::ownership::{JobId, JobOwner};
-use crate::taskrun::{TaskRun, task_status};
 use crate::topology::TopologyIndex;
 
 /// Every job, in (priority, submit time, name, id) order.

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use bevy_ecs::prelude::*;
 use hyperplan_shared::status::{FreeTotal, NodeState, NodeStatus};
 
-use crate::capacity::Capacity;
-use crate::components::{Node, NodeSlot, TaskState};
+use crate::cache::capacity::Capacity;
 use crate::health::heard_secs_ago;
+use crate::model::components::{Node, NodeSlot, TaskState};
 use crate::numa::node::{NodeHardware, is_gpu_resource};
 use crate::refusals::Refusals;
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
 
-use crate::components::{Job, Node, Retired, TaskState};
+use crate::model::components::{Job, Node, Retired, TaskState};
 use crate::names::JobNames;
 
 /// The job's running tasks as (rank, node name), by rank; `None` for no live job of

@@ -4,10 +4,10 @@
 
 use hyperplan_shared::report::{JobReport, TaskReport};
 
-use crate::components::{JobState, TaskPhase, TaskState};
-use crate::journal::JobRecord;
 use crate::lifecycle::job_status;
-use crate::taskrun::{TaskRun, task_status};
+use crate::model::components::{JobState, TaskPhase, TaskState};
+use crate::model::record::JobRecord;
+use crate::model::taskrun::{TaskRun, task_status};
 
 pub fn stored_report(rec: &JobRecord) -> JobReport {
     let s = &rec.state;

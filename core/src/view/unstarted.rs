@@ -6,12 +6,12 @@
 use bevy_ecs::prelude::*;
 
 use crate::Placement;
-use crate::components::{Job, JobPhase, JobState, Node, Task, TaskPhase, TaskState};
 use crate::dispatch::placement;
+use crate::model::components::{Job, JobPhase, JobState, Node, Task, TaskPhase, TaskState};
+use crate::model::components::{JobId, JobOwner};
+use crate::model::taskrun::TaskRun;
 use crate::names::NodeNames;
 use crate::numa::node::NodeHardware;
-use crate::ownership::{JobId, JobOwner};
-use crate::taskrun::TaskRun;
 
 /// Placed (and dispatched) on `node`, of a job still running, and not known to have
 /// started; in job name, then rank order.

@@ -12,7 +12,7 @@ use hyperplan_fabric::ufm::{UfmConfig, parse_duration};
 use serde::Deserialize;
 use toml::Spanned;
 
-pub use hyperplan_core::components::SourceKind;
+pub use hyperplan_core::model::components::SourceKind;
 
 use super::server::seconds;
 

@@ -25,10 +25,10 @@ use crate::config::{DaemonConfig, SourceKind};
 use crate::store::writer::{After, Work, Writer};
 use crate::store::{Loaded, Store};
 use hyperplan_core::caller::Caller;
-use hyperplan_core::commands::HealthChange;
 use hyperplan_core::discovery::{Found, SourceError};
-use hyperplan_core::events::TaskOnNode;
-use hyperplan_core::journal::JobRecord;
+use hyperplan_core::model::commands::HealthChange;
+use hyperplan_core::model::events::TaskOnNode;
+use hyperplan_core::model::record::JobRecord;
 use hyperplan_core::numa::node::hardware_resources;
 use hyperplan_core::ownership::{CancelError, SubmitError};
 use hyperplan_core::{Command, Event, Planner, view};
@@ -264,7 +264,7 @@ pub(crate) fn unix_now() -> u64 {
 impl Driver {
     /// The jobs that had not ended, back in the core (before the first tick).
     fn restore(&mut self, loaded: Loaded) {
-        self.planner.enable_journal();
+        self.planner.enable_persist();
         let jobs = loaded.live.len();
         let running: usize = loaded
             .live

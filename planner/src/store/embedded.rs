@@ -9,7 +9,7 @@
 //! A file that is not a store, a torn or damaged one (redb finds a bad checksum and falls
 //! back to the last good commit; what cannot be recovered is an error), or one written by
 //! a newer format is refused with the file named: the planner does not start on guesses.
-//! Every record carries its own CRC-32C (store format 2, see `hyperplan_core::journal`):
+//! Every record carries its own CRC-32C (store format 2, see `hyperplan_core::persist`):
 //! a byte changed inside a record is an error naming the job at start, `--check` and
 //! `state export`. A format-1 file (records without checksums) is read as it is, and
 //! rewritten as format 2 in one transaction when it is opened for writing.
@@ -28,7 +28,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use hyperplan_core::journal::JobRecord;
+use hyperplan_core::model::record::JobRecord;
 use redb::{
     Builder, ConcurrencyMode, Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
 };
@@ -710,7 +710,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use hyperplan_core::journal::Persist;
+    use hyperplan_core::model::record::Persist;
     use hyperplan_shared::parse_jobs;
 
     fn record(id: u64, name: &str) -> JobRecord {

@@ -39,7 +39,7 @@ use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Identity, KvClient,
     LeaseClient, TlsOptions, Txn, TxnOp, WatchClient,
 };
-use hyperplan_core::journal::JobRecord;
+use hyperplan_core::model::record::JobRecord;
 use tokio::sync::watch;
 
 use super::config::{EtcdConfig, EtcdTls};

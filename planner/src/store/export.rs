@@ -16,7 +16,7 @@
 use std::io::{BufRead, Write};
 
 use hyperplan_core::PlannerConfig;
-use hyperplan_core::journal::JobRecord;
+use hyperplan_core::model::record::JobRecord;
 use hyperplan_core::ownership::MAX_JOB_ID;
 use serde::{Deserialize, Serialize};
 

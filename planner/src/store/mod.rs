@@ -1,5 +1,5 @@
-//! The planner's durable state. The core journals each job whose record changed
-//! (`hyperplan_core::journal`); the daemon commits those records — with the planner epoch
+//! The planner's durable state. The core's persist system hands over each job whose record changed
+//! (`hyperplan_core::persist`); the daemon commits those records — with the planner epoch
 //! and the next job id — before it acknowledges a submit or cancel, acknowledges a task's
 //! start or end, or sends a `Launch` or `Kill` ([`writer`]: group commit, one transaction
 //! one commit for everything that arrived while the last one was being written).
@@ -19,7 +19,7 @@ pub mod writer;
 
 use std::path::PathBuf;
 
-use hyperplan_core::journal::{JobRecord, Persist};
+use hyperplan_core::model::record::{JobRecord, Persist};
 
 pub use config::StoreConfig;
 pub use embedded::Embedded;
@@ -209,7 +209,7 @@ pub enum StoreError {
 }
 
 /// The store format this build writes: the layout of the tables and
-/// [`hyperplan_core::journal::RECORD_FORMAT`] of the records. 1: records without a
+/// [`hyperplan_core::model::record::RECORD_FORMAT`] of the records. 1: records without a
 /// checksum; 2: every record with its CRC-32C (a format-1 file is rewritten as format 2
 /// when a planner, or an import, opens it for writing; read-only it is read as it is).
 pub const STORE_FORMAT: u32 = 2;

@@ -1,18 +1,11 @@
-//! What the daemon keeps of each job on disk, and the system that says when to write it.
-//! The core does no I/O: after every tick the journal system hands the driver a
-//! [`Command::Persist`] for each job whose durable state changed — the job as submitted,
-//! its owner and id, its state, and per task its node, rank, NUMA assignment, pid and end
-//! — and the driver commits those before it carries out anything else of the tick
-//! (`Launch`, `Kill`, replies). What agents report again when they register (topology,
-//! load, sampled use) is not kept. The simulator has no journal: the system runs only
-//! when [`Planner::enable_journal`](crate::Planner::enable_journal) was called.
+//! What the store keeps of each job: [`JobRecord`] (the job as submitted, its owner and
+//! id, its state, and per task its node, rank, NUMA assignment, pid and end) and
+//! [`Persist`], one record to write. The `persist` system makes them; the daemon's store
+//! writes and reads them.
 //!
 //! A record is encoded once (MessagePack with field names, so a later version can add
-//! fields), and written only when its bytes differ from the last written: a pending job
-//! the allocator looks at every tick, or a running job whose use is sampled, costs no write.
-//!
-//! Record format 2 (this build) frames the MessagePack with a checksum, so that a byte
-//! changed on disk is an error naming the job, never a changed owner or CPU count:
+//! fields). Record format 2 (this build) frames the MessagePack with a checksum, so that a
+//! byte changed on disk is an error naming the job, never a changed owner or CPU count:
 //!
 //! ```text
 //! 0xC1  2  crc32c (4 bytes, little-endian, over the MessagePack)  MessagePack…
@@ -23,22 +16,13 @@
 //! requires the frame (stores of format 2); [`JobRecord::decode`] also reads format-1
 //! records, for stores written before it.
 
-use std::hash::{Hash, Hasher};
-
-use bevy_ecs::prelude::*;
 use hyperplan_shared::JobSpec;
 use hyperplan_shared::taskend::TaskEnd;
 use serde::{Deserialize, Serialize};
 
-use super::commands::{Command, KillReason};
-use super::components::{
-    Job, JobPhase, JobState, LiveChanged, Node, SubJob, SubJobState, Task, TaskPhase, TaskState, Verdict,
-};
-use super::lifecycle::Requeued;
-use super::numa::assign::Assignment;
-use super::ownership::{JobId, JobOwner, SIM_OWNER, is_live};
-use super::queues::Outbox;
-use super::taskrun::TaskRun;
+use crate::model::commands::KillReason;
+use crate::model::components::{JobPhase, TaskPhase, Verdict};
+use crate::numa::assign::Assignment;
 
 /// The version of [`JobRecord`]'s encoding; a store written by a later one is refused.
 /// 1: bare MessagePack; 2: framed with a CRC-32C (see the module's documentation).
@@ -124,8 +108,8 @@ impl AssignmentRecord {
 
     pub fn to_assignment(&self) -> Assignment {
         Assignment {
-            numa: super::numa::NumaMask(self.numa),
-            pus: super::numa::PuSet::from_indices(self.pus.iter().map(|&p| p as usize).collect()),
+            numa: crate::numa::NumaMask(self.numa),
+            pus: crate::numa::PuSet::from_indices(self.pus.iter().map(|&p| p as usize).collect()),
             memory: self.memory.iter().map(|&(n, b)| (n as usize, b)).collect(),
             gpus: self.gpus.iter().map(|&g| g as usize).collect(),
         }
@@ -178,7 +162,7 @@ impl JobRecord {
         }
     }
 
-    /// It has not ended: the planner loads it at start (see [`ownership::is_live`](super::ownership::is_live)).
+    /// It has not ended: the planner loads it at start (see `ownership::is_live`).
     pub fn is_live(&self) -> bool {
         match self.state.phase {
             JobPhase::Pending | JobPhase::Running | JobPhase::Ending => true,
@@ -271,178 +255,6 @@ pub struct Persist {
     pub bytes: std::sync::Arc<[u8]>,
 }
 
-/// Turns the journal system on (the daemon's planner).
-#[derive(Resource, Debug, Default)]
-pub struct Journal;
-
-/// The fingerprint of what was last written for a job.
-#[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Persisted(pub u64);
-
-/// The stable fingerprint of a record's bytes (SipHash with fixed keys).
-pub fn fingerprint(bytes: &[u8]) -> u64 {
-    #[allow(deprecated)]
-    let mut h = std::hash::SipHasher::new();
-    bytes.hash(&mut h);
-    h.finish()
-}
-
-/// The job's record as the world has it now.
-pub fn record(world: &World, job_e: Entity) -> Option<JobRecord> {
-    let job = world.get::<Job>(job_e)?;
-    let st = world.get::<JobState>(job_e)?;
-    let node_name = |e: Option<Entity>| e.and_then(|e| world.get::<Node>(e)).map(|n| n.name.to_string());
-    Some(build(
-        job,
-        st,
-        world.get::<JobId>(job_e).map_or(0, |i| i.0),
-        world.get::<JobOwner>(job_e).map_or(SIM_OWNER, |o| &o.0),
-        world.get::<Requeued>(job_e).map_or(0, |r| r.0),
-        |t| {
-            let task = world.get::<Task>(t)?;
-            Some((task, world.get::<TaskState>(t)?, world.get::<TaskRun>(t)))
-        },
-        |sj| {
-            world
-                .get::<SubJobState>(sj)
-                .and_then(|s| s.allocated_hyper_node.clone())
-        },
-        node_name,
-    ))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn build<'a>(
-    job: &Job,
-    st: &JobState,
-    id: u64,
-    owner: &str,
-    requeued: u32,
-    task: impl Fn(Entity) -> Option<(&'a Task, &'a TaskState, Option<&'a TaskRun>)>,
-    sub_job: impl Fn(Entity) -> Option<String>,
-    node_name: impl Fn(Option<Entity>) -> Option<String>,
-) -> JobRecord {
-    let ended = !matches!(st.phase, JobPhase::Pending | JobPhase::Running);
-    let tasks = job
-        .tasks
-        .iter()
-        .filter_map(|&t| task(t))
-        .map(|(t, ts, run)| TaskRecord {
-            name: t.name.to_string(),
-            phase: ts.phase,
-            node: node_name(ts.node),
-            rank: ts.rank,
-            start_time: ts.start_time,
-            numa: ts.numa.as_deref().map(AssignmentRecord::of),
-            pid: run.and_then(|r| r.pid),
-            start_ms: run.and_then(|r| r.start_ms),
-            end: run.and_then(|r| r.end.clone()),
-        })
-        .collect();
-    JobRecord {
-        id,
-        owner: owner.to_string(),
-        spec: (*job.spec).clone(),
-        state: StateRecord {
-            phase: st.phase,
-            reason: if ended { st.reason.clone() } else { None },
-            start_time: st.start_time,
-            end_time: st.end_time,
-            allocated_hyper_node: st.allocated_hyper_node.clone(),
-            next_rank: st.next_rank,
-            verdict: st.verdict,
-            exit_code: st.exit_code,
-            first_failure: st.first_failure,
-            reported: st.reported,
-            task_started: st.task_started,
-            kill: st.kill,
-            requeue: st.requeue.clone(),
-            rejected_for_topology: st.phase == JobPhase::Rejected && st.checked_generation.is_some(),
-        },
-        tasks,
-        sub_jobs: job.sub_jobs.iter().map(|&sj| sub_job(sj)).collect(),
-        requeued,
-    }
-}
-
-type JobRow<'a> = (
-    &'a Job,
-    &'a JobState,
-    &'a JobId,
-    Option<&'a JobOwner>,
-    Option<&'a Requeued>,
-    Option<&'a mut Persisted>,
-);
-
-/// Last in a tick (after `retire`): a [`Command::Persist`] for every job whose record
-/// changed, in job id order. Looks only at jobs whose state, tasks or sub-jobs changed.
-#[allow(clippy::too_many_arguments)]
-pub fn journal(
-    changed_jobs: Query<Entity, (With<Job>, Changed<JobState>)>,
-    changed_tasks: Query<&Task, LiveChanged<TaskState>>,
-    changed_runs: Query<&Task, LiveChanged<TaskRun>>,
-    changed_sub_jobs: Query<&SubJob, LiveChanged<SubJobState>>,
-    mut jobs: Query<JobRow>,
-    tasks: Query<(&Task, &TaskState, Option<&TaskRun>)>,
-    sub_jobs: Query<&SubJobState>,
-    nodes: Query<&Node>,
-    mut outbox: ResMut<Outbox>,
-    mut commands: Commands,
-) {
-    let _span = tracing::info_span!("journal").entered();
-    let mut todo: Vec<Entity> = changed_jobs.iter().collect();
-    todo.extend(changed_tasks.iter().map(|t| t.job));
-    todo.extend(changed_runs.iter().map(|t| t.job));
-    todo.extend(changed_sub_jobs.iter().map(|s| s.job));
-    if todo.is_empty() {
-        return;
-    }
-    todo.sort_unstable();
-    todo.dedup();
-    let mut out = Vec::new();
-    for e in todo {
-        let Ok((job, st, id, owner, requeued, persisted)) = jobs.get_mut(e) else {
-            continue;
-        };
-        let rec = build(
-            job,
-            st,
-            id.0,
-            owner.map_or(SIM_OWNER, |o| &o.0),
-            requeued.map_or(0, |r| r.0),
-            |t| tasks.get(t).ok(),
-            |sj| sub_jobs.get(sj).ok().and_then(|s| s.allocated_hyper_node.clone()),
-            |n| n.and_then(|n| nodes.get(n).ok()).map(|n| n.name.to_string()),
-        );
-        let bytes = match rec.encode() {
-            Ok(b) => b,
-            Err(e) => {
-                outbox.0.push(Command::Warn(format!(
-                    "job {}: cannot encode its record: {e}",
-                    job.spec.name
-                )));
-                continue;
-            }
-        };
-        let print = fingerprint(&bytes);
-        match persisted {
-            Some(p) if p.0 == print => continue,
-            Some(mut p) => p.0 = print,
-            None => {
-                commands.entity(e).insert(Persisted(print));
-            }
-        }
-        out.push(Persist {
-            id: id.0,
-            live: is_live(st),
-            ended_at: st.end_time.unwrap_or(job.spec.submit_time),
-            bytes: bytes.into(),
-        });
-    }
-    out.sort_by_key(|p| p.id);
-    outbox.0.extend(out.into_iter().map(Command::Persist));
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -452,8 +264,8 @@ mod tests {
     #[test]
     fn an_assignment_reads_back_the_same() {
         let a = Assignment {
-            numa: super::super::numa::NumaMask(0b101),
-            pus: super::super::numa::PuSet::from_indices(vec![0, 1, 2, 8, 9]),
+            numa: crate::numa::NumaMask(0b101),
+            pus: crate::numa::PuSet::from_indices(vec![0, 1, 2, 8, 9]),
             memory: vec![(2, 1 << 30), (0, 4096)],
             gpus: vec![1, 3],
         };
@@ -502,12 +314,5 @@ mod tests {
         assert_eq!(JobRecord::decode(&old).unwrap(), rec);
         let e = JobRecord::decode_checked(&old).unwrap_err().to_string();
         assert!(e.contains("no checksum"), "{e}");
-    }
-
-    #[test]
-    fn fingerprints_are_stable_across_runs() {
-        // A fixed value: a change of hasher would rewrite every record once, and say so here.
-        assert_eq!(fingerprint(b"hyperplan"), fingerprint(b"hyperplan"));
-        assert_ne!(fingerprint(b"a"), fingerprint(b"b"));
     }
 }

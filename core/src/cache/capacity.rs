@@ -6,8 +6,8 @@
 use bevy_ecs::prelude::*;
 use hyperplan_shared::Resources;
 
-use super::ids::{HnIdx, NodeIdx};
-use super::topology::TopologyIndex;
+use crate::model::ids::{HnIdx, NodeIdx};
+use crate::topology::TopologyIndex;
 
 /// A task's request over the cache's dimensions.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -7,7 +7,7 @@ use bevy_ecs::prelude::*;
 use hyperplan_shared::report::TaskStatus;
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 
-use super::components::{TaskPhase, TaskState};
+use crate::model::components::{TaskPhase, TaskState};
 
 #[derive(Component, Clone, Debug, Default, PartialEq)]
 pub struct TaskRun {

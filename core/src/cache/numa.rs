@@ -9,10 +9,10 @@ use std::sync::Arc;
 use bevy_ecs::prelude::*;
 use fixedbitset::FixedBitSet;
 
-use super::NumaFree;
-use super::assign::{self, AssignError, Assignment, TaskNuma};
-use super::node::NodeNuma;
-use crate::ids::{GroupIdx, NodeIdx};
+use crate::model::ids::{GroupIdx, NodeIdx};
+use crate::numa::NumaFree;
+use crate::numa::assign::{self, AssignError, Assignment, TaskNuma};
+use crate::numa::node::NodeNuma;
 use crate::topology::TopologyIndex;
 
 #[derive(Clone, Debug, Default, Resource)]

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use bevy_ecs::prelude::*;
 use hyperplan_shared::Resources;
 
-use super::capacity::{Capacity, Shape};
-use super::components::{NodeSlot, Task, TaskState};
-use super::ids::NodeIdx;
-use super::numa::assign::Assignment;
-use super::topology::TopologyIndex;
+use crate::cache::capacity::{Capacity, Shape};
+use crate::model::components::{NodeSlot, Task, TaskState};
+use crate::model::ids::NodeIdx;
+use crate::numa::assign::Assignment;
+use crate::topology::TopologyIndex;
 
 /// What one running task holds.
 #[derive(Clone, Debug)]

@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use hyperplan_shared::JobSpec;
 
-use super::numa::assign::Assignment;
-use super::numa::hints::Policy;
-use super::numa::node::NodeNuma;
+use crate::numa::assign::Assignment;
+use crate::numa::hints::Policy;
+use crate::numa::node::NodeNuma;
 
 /// One placed task. Everything in it is shared with the planner's state (reference
 /// counts, no copies), so a tick placing a 512-task job builds 512 small structs; what
@@ -131,9 +131,9 @@ pub enum Command {
         grace_secs: u64,
         why: KillReason,
     },
-    /// Write this job's record (see `journal`) before carrying out anything else of the
+    /// Write this job's record (see `persist`) before carrying out anything else of the
     /// tick: the daemon's store commits it first.
-    Persist(super::journal::Persist),
+    Persist(crate::model::record::Persist),
     /// A node turned Ready or NotReady, and why (the daemon logs it; the simulator's
     /// nodes have no link and never change).
     NodeHealth {

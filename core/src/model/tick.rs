@@ -2,8 +2,8 @@
 
 use bevy_ecs::prelude::Resource;
 
-use super::commands::Command;
-use super::events::Event;
+use crate::model::commands::Command;
+use crate::model::events::Event;
 
 /// Events queued since the last tick, applied by `ingest`.
 #[derive(Debug, Default, Resource)]

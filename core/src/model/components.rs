@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use bevy_ecs::prelude::*;
 use hyperplan_shared::{HyperNodeSpec, JobSpec, NetworkTopology, Resources};
 
-use super::commands::KillReason;
-use super::ids::NodeIdx;
+use crate::model::commands::KillReason;
+use crate::model::ids::NodeIdx;
 
 /// A machine the planner may place tasks on.
 #[derive(Component, Clone, Debug)]
@@ -136,7 +136,7 @@ pub struct Job {
     /// Sub-job groups from partition policies: (task spec index, minPartitions).
     pub partition_groups: Vec<(usize, u32)>,
     /// Per role (task spec): what it asks of the NUMA allocator (`None` = nothing to pin).
-    pub numa: Vec<Option<super::numa::assign::TaskNuma>>,
+    pub numa: Vec<Option<crate::numa::assign::TaskNuma>>,
 }
 
 #[derive(Component, Clone, Debug)]
@@ -249,7 +249,7 @@ pub struct TaskState {
     pub dispatched: bool,
     /// PUs, memory and GPUs it holds on its node (indices into the node's hardware).
     /// Shared with the holdings ledger (one allocation per placement).
-    pub numa: Option<std::sync::Arc<super::numa::assign::Assignment>>,
+    pub numa: Option<std::sync::Arc<crate::numa::assign::Assignment>>,
 }
 
 impl TaskState {
@@ -276,3 +276,23 @@ pub struct Retired;
 
 /// Query filter: `T` changed since the system last ran, on an entity not retired.
 pub type LiveChanged<T> = (Changed<T>, Without<Retired>);
+
+/// The owner of jobs submitted with a bare [`Event::Submit`](crate::model::events::Event::Submit): the simulator's, the tests'
+/// and the benches' jobs. A fixed name, not the local user, so reports are the same on
+/// every machine.
+pub const SIM_OWNER: &str = "sim";
+
+/// The user who submitted a job: they (and admins) may cancel it.
+#[derive(Component, Clone, Debug, PartialEq, Eq)]
+pub struct JobOwner(pub std::sync::Arc<str>);
+
+/// A job's number, given at submit: 1, 2, 3, … in the order submissions reach the core
+/// (a refused submission uses its number up too, so [`Planner::next_job_id`](crate::Planner::next_job_id) can say a
+/// queued job's id before the tick that makes it).
+#[derive(Component, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct JobId(pub u64);
+
+/// On a job sent back to pending (how many times): the allocator only looks at jobs
+/// submitted since or left unplaced, so it picks this one up when it changes.
+#[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Requeued(pub u32);

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use hyperplan_shared::taskend::TaskEnd;
 use hyperplan_shared::{HyperNodeSpec, JobSpec, NodeSpec};
 
-use super::components::SourceKind;
-pub use super::discovery::Found;
-use super::discovery::SourceError;
+use crate::model::components::SourceKind;
+pub use crate::model::discovered::Found;
+use crate::model::discovered::SourceError;
 
 #[derive(Clone, Debug)]
 pub enum Event {
@@ -72,7 +72,7 @@ pub enum Event {
         at: u64,
         result: Result<Found, SourceError>,
     },
-    /// A job of the simulator's (owner [`SIM_OWNER`](super::ownership::SIM_OWNER)).
+    /// A job of the simulator's (owner [`SIM_OWNER`](crate::model::components::SIM_OWNER)).
     Submit(JobSpec),
     /// A job `owner` submitted: they (and admins) may cancel it.
     SubmitBy {

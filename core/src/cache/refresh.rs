@@ -6,12 +6,12 @@
 use bevy_ecs::prelude::*;
 use hyperplan_shared::Resources;
 
-use super::capacity::Capacity;
-use super::components::{LiveChanged, Node, NodeSlot, Task, TaskState};
-use super::holdings::{Holdings, NumaChange, ShapeMemo, held_by, running_on};
-use super::numa::node::NodeHardware;
-use super::numa::state::NumaState;
-use super::topology::TopologyIndex;
+use crate::cache::capacity::Capacity;
+use crate::cache::holdings::{Holdings, NumaChange, ShapeMemo, held_by, running_on};
+use crate::cache::numa::NumaState;
+use crate::model::components::{LiveChanged, Node, NodeSlot, Task, TaskState};
+use crate::numa::node::NodeHardware;
+use crate::topology::TopologyIndex;
 
 /// The resource-cache system. The cache lives across ticks: it is built afresh (nodes,
 /// then every running task) only when the topology index was rebuilt, which every node

@@ -1,0 +1,16 @@
+//! The core's vocabulary, below every system: typed ids and dense indices (`ids`), the
+//! ECS components (`components`, `taskrun`), what drivers send in (`events`, with what
+//! a discovery source found: `discovered`) and get back (`commands`), a tick's inputs,
+//! outputs and invalidation flags (`tick`), and what the store keeps of a job
+//! (`record`). Nothing here imports a system; every system imports from here. Besides
+//! the crate's plain libraries (`numa`, `checksum`), it stands on `hyperplan-shared`
+//! and `hyperplan-fabric` only.
+
+pub mod commands;
+pub mod components;
+pub mod discovered;
+pub mod events;
+pub mod ids;
+pub mod record;
+pub mod taskrun;
+pub mod tick;
