@@ -9,10 +9,10 @@
 //! answer (refuse the newcomer, or close the silent link it replaces).
 
 use super::Planner;
-use super::health::Heartbeats;
 use super::names::NodeNames;
 use crate::config::PlannerConfig;
 use crate::model::events::Event;
+use crate::model::health::Heartbeats;
 use crate::model::tick::Inbox;
 
 /// The node may be taken by the link that asked.

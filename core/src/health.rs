@@ -14,32 +14,13 @@
 
 use bevy_ecs::prelude::*;
 
+use crate::model::health::{Away, Heartbeats};
+
 use super::names::NodeNames;
 use crate::config::PlannerConfig;
 use crate::model::commands::{Command, HealthChange};
 use crate::model::components::Node;
 use crate::model::tick::{CapacityEpoch, NowMillis, Outbox, TopologyDirty};
-
-/// What the node's agent link last did, on nodes whose readiness the links decide.
-#[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Heartbeats {
-    /// When the node was last heard from: its registration, a heartbeat, or its link
-    /// closing (`hyperplan nodes` shows the age).
-    pub last_ms: u64,
-    /// Its agent's link is open: only then does silence count, and heartbeats.
-    pub linked: bool,
-    /// The link (the driver's connection id) that holds the node (see `core::claim`).
-    pub link: u64,
-    /// When its agent last listed the tasks it runs (`Event::TasksOnNode`) on this link:
-    /// a started task missing from the lists for `nodeLostAfter` is lost (see `lost`).
-    pub listed_ms: Option<u64>,
-}
-
-/// The nodes with a link record that are NotReady and whose tasks are not declared lost
-/// yet, with since when (the driver's clock, ms): all the lost-node check looks at (see
-/// `lost`), so a tick with every node Ready pays nothing for it.
-#[derive(Resource, Debug, Default)]
-pub struct Away(pub std::collections::BTreeMap<Entity, u64>);
 
 /// The node's agent registered: Ready, heard now.
 pub(super) fn link_up(world: &mut World, node: &str, link: u64, at_ms: u64) {
@@ -80,13 +61,10 @@ pub(super) fn link_down(world: &mut World, node: &str, link: u64, at_ms: u64) {
 }
 
 /// The system: every linked, Ready node silent for longer than the configured heartbeats
-/// turns NotReady (in name order, so the commands are deterministic); then nodes NotReady
-/// for too long lose their tasks (`lost`, here rather than a system of its own: a tick
-/// with no node away pays one map lookup).
+/// turns NotReady (in name order, so the commands are deterministic). Nodes NotReady for
+/// too long lose their tasks in the next system, `lost`.
 pub fn check_silence(world: &mut World) {
     turn_silent_not_ready(world);
-    super::lost::lose_tasks(world);
-    super::lost::lose_missing(world);
 }
 
 fn turn_silent_not_ready(world: &mut World) {

@@ -19,11 +19,11 @@ use hyperplan_shared::{NetworkTopology, Resources, TopologyMode};
 
 use super::numa::hints::Policy;
 use super::numa::node::NodeHardware;
-use super::restore::AwaitingAgent;
 use super::topology::TopologyIndex;
 use crate::cache::capacity::Capacity;
 use crate::cache::holdings::Holdings;
 use crate::cache::numa::NumaState;
+use crate::model::awaiting::AwaitingAgent;
 use crate::model::components::{Job, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
 use crate::model::ids::NodeIdx;
 

@@ -11,18 +11,20 @@
 //!
 //! - `numa`, `checksum`, `names`, `caller`, `ratelimit`: plain libraries, no ECS system;
 //! - `model`: the vocabulary: ids, components, events, commands, the tick's inbox,
-//!   outbox and invalidation flags, the stored record; imports no system;
+//!   outbox and invalidation flags, what node health keeps (`health`), nodes awaiting
+//!   their agents after a restart (`awaiting`), the stored record; imports no system;
 //! - `config`, `topology` (the HyperNode index), `cache` (capacity, NUMA state,
 //!   holdings, refresh): what the allocator reads;
-//! - the systems: `ingest`, `health`, `lost`, `lifecycle`, `restore`, `discovery`,
-//!   `allocate`, `dispatch`, `recover`, `retire`, `persist`, `ownership`, `claim`,
-//!   `refusals`; `view` reads the world for people; `sim` and `testing` drive it.
+//! - `lifecycle` (task starts and ends, verdicts, kills; a task lost) and `admit` (a
+//!   job's entities from its spec): what several systems do to jobs;
+//! - the systems: `ingest`, `health`, `lost`, `restore`, `discovery`, `allocate`,
+//!   `dispatch`, `recover`, `retire`, `persist`, `ownership`, `claim`, `refusals`;
+//!   `view` reads the world for people; `sim` and `testing` drive it.
 //!
-//! (Still one circle among the systems: `ingest`, `health`, `lost`, `lifecycle` and
-//! `restore` call each other outside the Schedule; issue 22 step 2 makes them reactions.)
+//! No two root modules import each other, directly or around a circle.
 //!
-//! A tick: ingest (task starts, ends and cancels through `lifecycle`) → node health
-//! (then lost nodes) → discovery → topology index → resource cache (capacity, then NUMA)
+//! A tick: ingest (task starts, ends and cancels through `lifecycle`) → node health →
+//! lost nodes and tasks → discovery → topology index → resource cache (capacity, then NUMA)
 //! → recover → allocate (gradient search, scoring, NUMA assignment; each placement
 //! recorded in the caches' ledger) → dispatch → retire the jobs that ended. Between
 //! topology changes every system after the index works on what changed (see
@@ -33,6 +35,7 @@ pub mod sim;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+pub mod admit;
 pub mod allocate;
 pub mod cache;
 pub mod caller;
@@ -95,7 +98,7 @@ impl Planner {
         world.insert_resource(ownership::NextJobId::default());
         world.insert_resource(ownership::LiveByOwner::default());
         world.insert_resource(names::NodeNames::default());
-        world.insert_resource(health::Away::default());
+        world.insert_resource(model::health::Away::default());
         world.insert_resource(refusals::Refusals::default());
         world.insert_resource(NodeSetGeneration::default());
         world.insert_resource(discovery::Sources::default());
@@ -111,6 +114,7 @@ impl Planner {
             (
                 ingest::ingest,
                 health::check_silence,
+                lost::lost,
                 discovery::discovery,
                 reindex::reindex,
                 cache::refresh::refresh_capacity,

@@ -19,13 +19,13 @@ use hyperplan_shared::OnTaskFailure;
 use hyperplan_shared::report::JobStatus;
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 
-use super::health::Heartbeats;
 use super::names::{JobNames, NodeNames};
 use crate::model::commands::{Command, KillReason};
 use crate::model::components::JobId;
 use crate::model::components::Requeued;
 use crate::model::components::{Job, JobPhase, JobState, Node, SubJobState, Task, TaskPhase, TaskState, Verdict};
 use crate::model::events::TaskOnNode;
+use crate::model::health::Heartbeats;
 use crate::model::taskrun::TaskRun;
 use crate::model::tick::{Now, NowMillis, Outbox};
 
@@ -430,6 +430,21 @@ pub(crate) fn find_task(world: &World, job: &Job, name: &str) -> Option<Entity> 
         }
     }
     job.tasks.iter().find(|e| named(e)).copied()
+}
+
+/// Ends a running task as lost, now, saying why (its pid and start as reported).
+pub(crate) fn lose(world: &mut World, job: Entity, task: Entity, reason: String) {
+    let now = world.resource::<NowMillis>().0;
+    let run = world.get::<TaskRun>(task);
+    let end = TaskEnd {
+        outcome: TaskOutcome::Lost,
+        pid: run.and_then(|r| r.pid),
+        start_time_ms: run.and_then(|r| r.start_ms),
+        end_time_ms: now,
+        reason: Some(reason),
+        ..TaskEnd::default()
+    };
+    end_task(world, job, task, end);
 }
 
 #[cfg(test)]

@@ -9,19 +9,25 @@
 use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
-use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 
-use super::health::{Away, Heartbeats};
-use super::lifecycle::end_task;
 use crate::config::PlannerConfig;
 use crate::model::commands::Command;
 use crate::model::components::{Job, Node, Retired, Task, TaskState};
+use crate::model::health::{Away, Heartbeats};
 use crate::model::taskrun::TaskRun;
 use crate::model::tick::{CapacityEpoch, NowMillis, Outbox};
 
-/// Called by the node-health system each tick: nodes NotReady past the limit lose their
-/// tasks, in node name order, each node's tasks in (job name, rank) order.
-pub(crate) fn lose_tasks(world: &mut World) {
+/// The system, right after node health: nodes NotReady for too long lose their tasks,
+/// then started tasks their agents stopped listing (a tick with no node away and no
+/// sweep due pays two lookups).
+pub fn lost(world: &mut World) {
+    lose_tasks(world);
+    lose_missing(world);
+}
+
+/// Nodes NotReady past the limit lose their tasks, in node name order, each node's
+/// tasks in (job name, rank) order.
+fn lose_tasks(world: &mut World) {
     if world.resource::<Away>().0.is_empty() {
         return;
     }
@@ -50,7 +56,7 @@ pub(crate) fn lose_tasks(world: &mut World) {
     let mut tasks = world.query_filtered::<(Entity, &Task, &TaskState), Without<Retired>>();
     for (name, node) in due {
         // A node known from the store whose agent never came: nothing to wait for.
-        super::restore::give_up(world, node);
+        crate::model::awaiting::give_up(world, node);
         // Rare (once per lost node): a scan of the live tasks finds the node's.
         let mut lost: Vec<(String, u32, Entity, Entity)> = tasks
             .iter(world)
@@ -72,7 +78,7 @@ pub(crate) fn lose_tasks(world: &mut World) {
             .0
             .push(Command::Warn(format!("{reason}: {} task(s) on it lost", lost.len())));
         for (_, _, job, task) in lost {
-            lose(world, job, task, reason.clone());
+            crate::lifecycle::lose(world, job, task, reason.clone());
         }
     }
 }
@@ -88,7 +94,7 @@ pub struct MissingSweep(pub u64);
 /// lists as running for longer than `nodeLostAfter` are lost: their shepherd is gone without a report (the node's
 /// state directory was wiped, or it rebooted), so nothing will ever end them. A scan of
 /// the live tasks every few seconds, in (job name, rank) order.
-pub(crate) fn lose_missing(world: &mut World) {
+fn lose_missing(world: &mut World) {
     let now = world.resource::<NowMillis>().0;
     let last = world.get_resource::<MissingSweep>().map_or(0, |s| s.0);
     if now < last.saturating_add(MISSING_SWEEP_MS) {
@@ -130,21 +136,6 @@ pub(crate) fn lose_missing(world: &mut World) {
             .resource_mut::<Outbox>()
             .0
             .push(Command::Warn(format!("job {job_name}: a task was lost: {reason}")));
-        lose(world, job, task, reason);
+        crate::lifecycle::lose(world, job, task, reason);
     }
-}
-
-/// Ends a running task as lost, now, saying why (its pid and start as reported).
-pub(crate) fn lose(world: &mut World, job: Entity, task: Entity, reason: String) {
-    let now = world.resource::<NowMillis>().0;
-    let run = world.get::<TaskRun>(task);
-    let end = TaskEnd {
-        outcome: TaskOutcome::Lost,
-        pid: run.and_then(|r| r.pid),
-        start_time_ms: run.and_then(|r| r.start_ms),
-        end_time_ms: now,
-        reason: Some(reason),
-        ..TaskEnd::default()
-    };
-    end_task(world, job, task, end);
 }

@@ -11,30 +11,22 @@
 use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
+
+use crate::model::awaiting::{Awaiting, AwaitingAgent, give_up};
 use hyperplan_shared::Resources;
 
 use super::Planner;
-use super::health::{Away, Heartbeats};
 use super::names::{JobNames, NodeNames};
 use super::numa::node::{HardwareCache, NodeHardware, NodeNuma};
 use super::ownership::{MAX_JOB_ID, NextJobId, is_live, task_count};
 use crate::model::components::JobId;
 use crate::model::components::Requeued;
 use crate::model::components::{Job, JobPhase, JobState, Node, SubJobState, TaskPhase, TaskState};
+use crate::model::health::{Away, Heartbeats};
 use crate::model::record::{AssignmentRecord, JobRecord};
 use crate::model::taskrun::TaskRun;
 use crate::model::tick::{NodeSetGeneration, TopologyDirty};
 use crate::persist::{Persisted, Persisting, fingerprint};
-
-/// On a node known only from the store: the restored tasks running on it, with the NUMA
-/// assignment each held, to take again once its agent says what the node has.
-#[derive(Component, Debug, Default)]
-pub struct AwaitingAgent(pub Vec<(Entity, Option<AssignmentRecord>)>);
-
-/// How many nodes are [`AwaitingAgent`]: while any is, the cluster is not whole and no
-/// job is rejected as one that could never run.
-#[derive(Resource, Debug, Default)]
-pub struct Awaiting(pub u32);
 
 impl Planner {
     /// The daemon's planner: every tick ends with a [`Command::Persist`](super::Command::Persist)
@@ -108,7 +100,7 @@ fn restore_job(world: &mut World, rec: JobRecord, now_ms: u64) -> Result<(), Str
         ));
     }
     let bytes = rec.encode().map_err(|e| e.to_string())?;
-    super::ingest::admit(world, rec.spec.clone(), rec.owner.clone(), JobId(rec.id));
+    crate::admit::admit(world, rec.spec.clone(), rec.owner.clone(), JobId(rec.id));
     let job_e = *world
         .resource::<JobNames>()
         .0
@@ -271,7 +263,7 @@ fn adopt_one(world: &mut World, node: Entity, task: Entity, numa: Option<Assignm
     let Some(job) = world.get::<crate::model::components::Task>(task).map(|t| t.job) else {
         return;
     };
-    super::lost::lose(
+    crate::lifecycle::lose(
         world,
         job,
         task,
@@ -287,14 +279,4 @@ fn fits(a: &AssignmentRecord, hw: &NodeNuma) -> bool {
         && a.gpus.iter().all(|&g| (g as usize) < m.gpus.len())
         && a.memory.iter().all(|&(n, _)| (n as usize) < numa)
         && (numa >= 64 || a.numa >> numa == 0)
-}
-
-/// The node no longer awaits its agent (it registered, or was declared lost): what it
-/// held for its restored tasks.
-pub(crate) fn give_up(world: &mut World, node: Entity) -> Option<AwaitingAgent> {
-    let waiting = world.entity_mut(node).take::<AwaitingAgent>()?;
-    if let Some(mut a) = world.get_resource_mut::<Awaiting>() {
-        a.0 = a.0.saturating_sub(1);
-    }
-    Some(waiting)
 }

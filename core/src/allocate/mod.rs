@@ -56,7 +56,7 @@ pub fn allocate(
     submitted: Query<Entity, (Added<Job>, Without<Retired>)>,
     requeued: Query<Entity, (Changed<Requeued>, Without<Retired>)>,
     mut unsettled: Local<Unsettled>,
-    awaiting: Option<Res<crate::restore::Awaiting>>,
+    awaiting: Option<Res<crate::model::awaiting::Awaiting>>,
 ) {
     // While nodes known from the store have not registered, the cluster is not whole:
     // "never fits" is not decided on it.

@@ -6,10 +6,12 @@
 //! the crate's plain libraries (`numa`, `checksum`), it stands on `hyperplan-shared`
 //! and `hyperplan-fabric` only.
 
+pub mod awaiting;
 pub mod commands;
 pub mod components;
 pub mod discovered;
 pub mod events;
+pub mod health;
 pub mod ids;
 pub mod record;
 pub mod taskrun;

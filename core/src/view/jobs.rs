@@ -5,10 +5,10 @@
 use bevy_ecs::prelude::*;
 use hyperplan_shared::report::{JobReport, TaskReport};
 
-use crate::health::Heartbeats;
 use crate::lifecycle::job_status;
 use crate::model::components::{Job, JobState, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
 use crate::model::components::{JobId, JobOwner};
+use crate::model::health::Heartbeats;
 use crate::model::taskrun::{TaskRun, task_status};
 use crate::numa::node::NodeHardware;
 use crate::topology::TopologyIndex;

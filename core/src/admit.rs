@@ -1,0 +1,202 @@
+//! Admission: a job's entities made from its spec (the job, its sub-jobs and tasks,
+//! pending; or the job alone, rejected, saying why). A submission (`ingest`) and a job
+//! brought back from the store (`restore`) both come in this way.
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::JobSpec;
+
+use crate::config::PlannerConfig;
+use crate::model::commands::Command;
+use crate::model::components::{Job, JobId, JobOwner, JobPhase, JobState, SubJob, SubJobState, Task, TaskState};
+use crate::model::tick::Outbox;
+use crate::names::JobNames;
+use crate::numa::request::task_numa;
+use crate::ownership::{is_live, task_count};
+
+/// Makes the job `id` with its sub-jobs and tasks, pending (or rejected, saying why);
+/// also how `restore` brings a stored job back.
+pub(crate) fn admit(world: &mut World, spec: JobSpec, owner: String, id: JobId) {
+    let taken = world.resource::<JobNames>().0.get(&spec.name).copied();
+    if taken.and_then(|e| world.get::<JobState>(e)).is_some_and(is_live) {
+        let msg = format!(
+            "job {}: a job of that name has not ended; submission ignored",
+            spec.name
+        );
+        world.resource_mut::<Outbox>().0.push(Command::Warn(msg));
+        return;
+    }
+    // Drivers check the limit before they push; this keeps a job that passed none (the
+    // simulator's files) from spawning an entity per replica.
+    let limit = world.resource::<PlannerConfig>().limits.max_tasks_per_job;
+    let tasks = task_count(&spec);
+    if tasks > limit {
+        let reason = format!("{tasks} tasks, more than [limits] maxTasksPerJob = {limit}");
+        world.resource_mut::<Outbox>().0.push(Command::Reject {
+            job: spec.name.clone(),
+            reason: reason.clone(),
+        });
+        let mut state = JobState::new();
+        state.phase = JobPhase::Rejected;
+        state.reason = Some(reason);
+        let gang_min = spec.gang_minimum();
+        let name = spec.name.clone();
+        let numa = spec.tasks.iter().map(|_| None).collect();
+        let job = Job {
+            spec: std::sync::Arc::new(spec),
+            gang_min,
+            sub_jobs: Vec::new(),
+            tasks: Vec::new(),
+            partition_groups: Vec::new(),
+            numa,
+        };
+        let e = world.spawn((job, state, JobOwner(owner.into()), id)).id();
+        world.resource_mut::<JobNames>().0.insert(name, e);
+        return;
+    }
+    let job_e = world.spawn_empty().id();
+    let mut sub_jobs: Vec<Entity> = Vec::new();
+    let mut tasks: Vec<Entity> = Vec::new();
+    let mut partition_groups = Vec::new();
+    let mut default_sj: Option<Entity> = None;
+    let default_tasks: u32 = spec
+        .tasks
+        .iter()
+        .filter(|t| t.partition_policy.is_none())
+        .map(|t| t.replicas)
+        .sum();
+    let has_partitions = spec.tasks.iter().any(|t| t.partition_policy.is_some());
+    let gang_min = spec.gang_minimum();
+    // Sub-job entity → its tasks, filled as tasks are spawned.
+    let mut members: Vec<(Entity, Vec<Entity>)> = Vec::new();
+    for (role, t) in spec.tasks.iter().enumerate() {
+        let mut partition_sjs = Vec::new();
+        if let Some(p) = &t.partition_policy {
+            let group = partition_groups.len();
+            partition_groups.push((role, p.min_partitions));
+            for part in 0..p.total_partitions {
+                let sj = world
+                    .spawn((
+                        SubJob {
+                            job: job_e,
+                            id: format!("{}/{}-{part}", spec.name, t.name),
+                            min_available: p.partition_size,
+                            group: Some(group),
+                            match_index: part,
+                            network_topology: p.network_topology.clone(),
+                            tasks: Vec::new(),
+                        },
+                        SubJobState::default(),
+                    ))
+                    .id();
+                sub_jobs.push(sj);
+                members.push((sj, Vec::new()));
+                partition_sjs.push(members.len() - 1);
+            }
+        }
+        // One request shared by the role's replicas (a count per task, not a map).
+        let request = std::sync::Arc::new(t.resources.clone());
+        // First where each replica goes (spawning its sub-job when first needed), then
+        // the replicas in one batch: a 512-task job is one table reservation, not 512.
+        let mut slots: Vec<(u32, usize)> = Vec::with_capacity(t.replicas as usize);
+        for i in 0..t.replicas {
+            let slot = match &t.partition_policy {
+                // The loader checks replicas = partitions × size; clamp anyway so a bad
+                // event cannot index past the last partition.
+                Some(p) => {
+                    let part = ((i / p.partition_size.max(1)) as usize).min(partition_sjs.len().saturating_sub(1));
+                    match partition_sjs.get(part) {
+                        Some(&slot) => slot,
+                        None => continue, // totalPartitions 0: nowhere to put the task
+                    }
+                }
+                None => match default_sj {
+                    Some(e) => members.iter().position(|(x, _)| *x == e).unwrap_or(0),
+                    None => {
+                        let e = world
+                            .spawn((
+                                SubJob {
+                                    job: job_e,
+                                    id: spec.name.clone(),
+                                    min_available: if has_partitions { default_tasks } else { gang_min },
+                                    group: None,
+                                    match_index: 0,
+                                    network_topology: spec.network_topology.clone(),
+                                    tasks: Vec::new(),
+                                },
+                                SubJobState::default(),
+                            ))
+                            .id();
+                        default_sj = Some(e);
+                        sub_jobs.push(e);
+                        members.push((e, Vec::new()));
+                        members.len() - 1
+                    }
+                },
+            };
+            slots.push((i, slot));
+        }
+        // `<name>-<i>` in one buffer, one allocation per name (not `format!`'s two).
+        let mut name = format!("{}-", t.name);
+        let stem = name.len();
+        let mut digits = itoa::Buffer::new();
+        let spawned = world.spawn_batch(slots.iter().map(|&(i, slot)| {
+            name.truncate(stem);
+            name.push_str(digits.format(i));
+            (
+                Task {
+                    job: job_e,
+                    sub_job: members[slot].0,
+                    name: std::sync::Arc::from(name.as_str()),
+                    role,
+                    request: request.clone(),
+                    runtime: t.runtime,
+                },
+                TaskState::pending(),
+            )
+        }));
+        let spawned: Vec<Entity> = spawned.collect();
+        for (&(_, slot), te) in slots.iter().zip(spawned) {
+            members[slot].1.push(te);
+            tasks.push(te);
+        }
+    }
+    for (sj, ts) in members {
+        if let Some(mut s) = world.get_mut::<SubJob>(sj) {
+            s.tasks = ts;
+        }
+    }
+    world.resource_mut::<JobNames>().0.insert(spec.name.clone(), job_e);
+    let default_policy = world.resource::<PlannerConfig>().numa.default_policy;
+    let mut state = JobState::new();
+    let mut numa = Vec::with_capacity(spec.tasks.len());
+    for (i, t) in spec.tasks.iter().enumerate() {
+        match task_numa(t, default_policy) {
+            Ok(n) => numa.push(n),
+            Err(why) => {
+                // The file parser catches an explicit policy; the planner's default can
+                // only be checked here.
+                let why = format!("tasks[{i}] ({}): {why}", t.name);
+                state.phase = JobPhase::Rejected;
+                state.reason = Some(why.clone());
+                world.resource_mut::<Outbox>().0.push(Command::Reject {
+                    job: spec.name.clone(),
+                    reason: why,
+                });
+                numa.push(None);
+            }
+        }
+    }
+    world.entity_mut(job_e).insert((
+        Job {
+            spec: std::sync::Arc::new(spec),
+            gang_min,
+            sub_jobs,
+            tasks,
+            partition_groups,
+            numa,
+        },
+        state,
+        JobOwner(owner.into()),
+        id,
+    ));
+}
