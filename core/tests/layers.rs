@@ -3,6 +3,8 @@
 //! Read from the source: every `crate::…` and `super::…` path outside tests and
 //! comments, resolved to the root module it names.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
