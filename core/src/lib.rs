@@ -155,11 +155,20 @@ impl Planner {
         std::mem::take(&mut self.world.resource_mut::<Outbox>().0)
     }
 
+    /// The world, to read (the daemon's Launch frames still read it; issue 22 step 3
+    /// turns those into answers of the planner too).
     pub fn world(&self) -> &World {
         &self.world
     }
 
-    pub fn world_mut(&mut self) -> &mut World {
+    /// The world to change: the core's own, never a driver's (drivers push events).
+    pub(crate) fn world_mut(&mut self) -> &mut World {
+        &mut self.world
+    }
+
+    /// The world to change, for tests that set up or inspect what no event reaches.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn world_mut_for_tests(&mut self) -> &mut World {
         &mut self.world
     }
 

@@ -14,8 +14,8 @@ use hyperplan_core::discovery::{Found, SourceError};
 use hyperplan_core::model::components::HyperNode;
 use hyperplan_core::model::components::SourceKind;
 use hyperplan_core::testing::{JobBuilder, MachineBuilder, hn, res};
+use hyperplan_core::view;
 use hyperplan_core::{Command, Event, Planner, PlannerConfig};
-use hyperplan_core::{invariants, view};
 use hyperplan_fabric::{GuidMap, HostNames, discover, parse_ibnetdiscover};
 use hyperplan_shared::status::SourceStatus;
 use hyperplan_shared::topology::{IbPort, InfinibandHca, SharedTopology};
@@ -58,7 +58,7 @@ fn node(name: &str, hca_guids: &[u64]) -> NodeSpec {
 /// Ticks, checks the invariants, returns the commands.
 fn tick(p: &mut Planner, now: u64) -> Vec<Command> {
     let cmds = p.tick(now);
-    let broken = invariants::check(p.world_mut());
+    let broken = p.violations();
     assert!(broken.is_empty(), "invariants broken at {now}: {broken:#?}");
     cmds
 }
@@ -82,7 +82,7 @@ fn discovered(source: &str, kind: SourceKind, at: u64, result: Result<Found, Str
 
 /// name → (tier, sorted member names, source) of every HyperNode entity.
 fn hypernodes(p: &mut Planner) -> BTreeMap<String, (u32, Vec<String>, String)> {
-    let mut q = p.world_mut().query::<&HyperNode>();
+    let mut q = p.world_mut_for_tests().query::<&HyperNode>();
     q.iter(p.world())
         .map(|h| {
             let mut members: Vec<String> = h
@@ -101,7 +101,7 @@ fn hypernodes(p: &mut Planner) -> BTreeMap<String, (u32, Vec<String>, String)> {
 }
 
 fn status(p: &mut Planner, source: &str) -> SourceStatus {
-    view::hyper_node_tree(p.world_mut())
+    p.hyper_nodes()
         .sources
         .into_iter()
         .find(|s| s.name == source)
@@ -407,7 +407,7 @@ fn each_source_reconciles_only_its_own_and_late_nodes_join() {
         hns.keys().collect::<Vec<_>>(),
         vec!["leaf-a", "s-leaf", "s-top", "spine-hn-0"]
     );
-    let tree = view::hyper_node_tree(p.world_mut());
+    let tree = p.hyper_nodes();
     assert!(tree.warnings.is_empty(), "{:?}", tree.warnings);
     let sources: Vec<(String, u32)> = tree.sources.iter().map(|s| (s.name.clone(), s.hyper_nodes)).collect();
     assert_eq!(sources, vec![("slurm".to_string(), 2), ("ufm".to_string(), 2)]);
@@ -501,6 +501,6 @@ fn a_job_submitted_before_any_agent_registered_runs_once_they_do() {
         ),
         "{cmds:?}"
     );
-    let report = view::job_reports(p.world_mut());
+    let report = p.jobs();
     assert_eq!(report[0].status, hyperplan_shared::report::JobStatus::Placed);
 }

@@ -11,7 +11,7 @@ use hyperplan_core::config::HealthConfig;
 use hyperplan_core::model::commands::KillReason;
 use hyperplan_core::model::events::TaskOnNode;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder};
-use hyperplan_core::{Command, Event, Planner, PlannerConfig, invariants, view};
+use hyperplan_core::{Command, Event, Planner, PlannerConfig};
 use hyperplan_shared::OnTaskFailure;
 use hyperplan_shared::report::{JobReport, JobStatus, TaskStatus};
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
@@ -72,7 +72,7 @@ impl Rig {
 
     fn tick(&mut self) -> Vec<Command> {
         let cmds = self.p.tick_millis(self.now);
-        let bad = invariants::check(self.p.world_mut());
+        let bad = self.p.violations();
         assert!(bad.is_empty(), "invariants broken: {bad:#?}");
         cmds
     }
@@ -85,7 +85,7 @@ impl Rig {
     }
 
     fn job(&mut self, name: &str) -> JobReport {
-        view::job_report(self.p.world_mut(), name).unwrap_or_else(|| panic!("no job {name}"))
+        self.p.job(name).unwrap_or_else(|| panic!("no job {name}"))
     }
 
     /// Task name → node, for a placed job.
@@ -606,7 +606,7 @@ fn nodes_without_an_agent_free_at_once_and_say_nothing_new() {
     let cmds = p.tick(1);
     assert!(kills(&cmds).is_empty());
     assert_eq!(placed_jobs(&cmds), ["b"]);
-    let a = view::job_report(p.world_mut(), "a").unwrap();
+    let a = p.job("a").unwrap();
     assert_eq!((a.status, a.exit_code), (JobStatus::Cancelled, None));
     assert!(a.tasks.iter().all(|t| t.state.is_none()));
     // The simulator's end of a task: the job is over, still `placed`.
@@ -619,10 +619,10 @@ fn nodes_without_an_agent_free_at_once_and_say_nothing_new() {
         task: "worker-1".into(),
     });
     p.tick(2);
-    let b = view::job_report(p.world_mut(), "b").unwrap();
+    let b = p.job("b").unwrap();
     assert_eq!((b.status, b.exit_code, b.end_time), (JobStatus::Placed, None, Some(2)));
     assert!(p.check_job_names(["b"]).is_ok());
-    assert!(invariants::check(p.world_mut()).is_empty());
+    assert!(p.violations().is_empty());
 }
 
 /// What the daemon sends again when a node's agent registers: the placements of its tasks
@@ -634,25 +634,22 @@ fn the_unstarted_tasks_of_a_node_are_there_to_launch_again() {
     let id = rig.submit(JobBuilder::gang("a", 2, "cpu=8").build());
     rig.step();
     let n0 = rig.node_of("a", "worker-0");
-    let again = view::unstarted_on(rig.p.world_mut(), &n0);
+    let again = rig.p.unstarted_on(&n0);
     assert_eq!(again.len(), 1);
     assert_eq!((&*again[0].task, again[0].job_id), ("worker-0", id));
     rig.started("a", id, "worker-0", 7);
     rig.step();
-    assert!(
-        view::unstarted_on(rig.p.world_mut(), &n0).is_empty(),
-        "started: not sent again"
-    );
+    assert!(rig.p.unstarted_on(&n0).is_empty(), "started: not sent again");
     let n1 = rig.node_of("a", "worker-1");
-    assert_eq!(view::unstarted_on(rig.p.world_mut(), &n1).len(), 1);
+    assert_eq!(rig.p.unstarted_on(&n1).len(), 1);
     // Once the job is decided (cancelled), nothing is launched any more.
     rig.p.push(Event::Cancel {
         job: "a".into(),
         grace_secs: 10,
     });
     rig.step();
-    assert!(view::unstarted_on(rig.p.world_mut(), &n1).is_empty());
-    assert!(view::unstarted_on(rig.p.world_mut(), "no-such-node").is_empty());
+    assert!(rig.p.unstarted_on(&n1).is_empty());
+    assert!(rig.p.unstarted_on("no-such-node").is_empty());
 }
 
 /// One node, job `a` (one task) placed on it; returns the rig, the job's id and the node.
@@ -683,10 +680,7 @@ fn a_task_its_agent_lists_while_starting_it_has_no_pid_yet_and_is_not_launched_a
     let r = rig.job("a");
     assert_eq!((r.tasks[0].pid, r.status), (None, JobStatus::Placed), "{r:?}");
     assert_eq!(task_state(&r, "worker-0"), Some(TaskStatus::Starting));
-    assert!(
-        view::unstarted_on(rig.p.world_mut(), &node).is_empty(),
-        "its agent has it"
-    );
+    assert!(rig.p.unstarted_on(&node).is_empty(), "its agent has it");
     // Listed again, still starting: the same.
     list_starting(&mut rig, id, &node);
     assert_eq!(rig.job("a").tasks[0].pid, None);

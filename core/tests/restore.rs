@@ -15,7 +15,7 @@ use hyperplan_core::model::commands::KillReason;
 use hyperplan_core::model::events::TaskOnNode;
 use hyperplan_core::model::record::JobRecord;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, MachineBuilder};
-use hyperplan_core::{Command, Event, Planner, PlannerConfig, invariants, view};
+use hyperplan_core::{Command, Event, Planner, PlannerConfig};
 use hyperplan_shared::report::{JobReport, JobStatus, TaskStatus};
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 use hyperplan_shared::{JobSpec, NodeSpec};
@@ -102,7 +102,7 @@ impl Rig {
 
     fn tick(&mut self) -> Vec<Command> {
         let cmds = self.p.tick_millis(self.now);
-        let bad = invariants::check(self.p.world_mut());
+        let bad = self.p.violations();
         assert!(bad.is_empty(), "invariants broken: {bad:#?}");
         for c in &cmds {
             if let Command::Persist(p) = c {
@@ -123,7 +123,7 @@ impl Rig {
     }
 
     fn job(&mut self, name: &str) -> JobReport {
-        view::job_report(self.p.world_mut(), name).unwrap_or_else(|| panic!("no job {name}"))
+        self.p.job(name).unwrap_or_else(|| panic!("no job {name}"))
     }
 
     fn start_all(&mut self, job: &str, id: u64) {
@@ -236,10 +236,7 @@ fn a_restarted_planner_has_every_live_job_and_places_nothing_before_the_nodes_ar
     let cpus_before: Vec<Option<String>> = old.job("run").tasks.iter().map(|t| t.cpus.clone()).collect();
     let (mut rig, warnings) = Rig::restarted(&old);
     assert!(warnings.is_empty(), "{warnings:?}");
-    assert!(
-        view::job_report(rig.p.world_mut(), "done").is_none(),
-        "ended jobs stay in the store"
-    );
+    assert!(rig.p.job("done").is_none(), "ended jobs stay in the store");
     let cmds = rig.tick();
     assert!(placed(&cmds).is_empty(), "{:?}", placed(&cmds));
     let r = rig.job("run");

@@ -464,7 +464,7 @@ fn allocated_hypernode_is_removed_when_gone_and_recovered_from_running_tasks() {
     planner.push(Event::Submit(JobBuilder::gang("j", 3, "cpu=8").hard(2).build()));
     planner.tick(0);
     let allocated = |p: &mut hyperplan_core::Planner| {
-        let w = p.world_mut();
+        let w = p.world_mut_for_tests();
         let job = w
             .query::<(&Job, &JobState)>()
             .iter(w)
@@ -485,7 +485,7 @@ fn allocated_hypernode_is_removed_when_gone_and_recovered_from_running_tasks() {
     // Forget both (as after a restart): recovered as the lowest-tier HyperNode holding
     // every running task.
     {
-        let w = planner.world_mut();
+        let w = planner.world_mut_for_tests();
         for mut s in w.query::<&mut JobState>().iter_mut(w) {
             s.allocated_hyper_node = None;
         }
@@ -501,12 +501,12 @@ fn allocated_hypernode_is_removed_when_gone_and_recovered_from_running_tasks() {
 
     // A name that no longer exists is removed, then recovered.
     {
-        let w = planner.world_mut();
+        let w = planner.world_mut_for_tests();
         for mut s in w.query::<&mut SubJobState>().iter_mut(w) {
             s.allocated_hyper_node = Some("gone".into());
         }
     }
     planner.tick(2);
     assert_eq!(allocated(&mut planner).1, Some("spine-1".into()));
-    assert!(hyperplan_core::invariants::check(planner.world_mut()).is_empty());
+    assert!(planner.violations().is_empty());
 }

@@ -19,3 +19,50 @@ pub use nodes::node_statuses;
 pub use ranks::{hyper_nodes_of, job_ranks};
 pub use stored::stored_report;
 pub use unstarted::unstarted_on;
+
+use hyperplan_shared::report::JobReport;
+use hyperplan_shared::status::{Explanation, HyperNodeTree, NodeStatus};
+
+use crate::Planner;
+use crate::model::commands::Placement;
+
+/// The views as the planner's own answers: what drivers and tests ask of it, without
+/// reaching into its world.
+impl Planner {
+    /// Every node, by name (`hyperplan nodes`).
+    pub fn nodes(&mut self) -> Vec<NodeStatus> {
+        node_statuses(self.world_mut())
+    }
+
+    /// The HyperNode tree (`hyperplan hypernodes`).
+    pub fn hyper_nodes(&mut self) -> HyperNodeTree {
+        hyper_node_tree(self.world_mut())
+    }
+
+    /// Every job the world holds, as `hyperplan status --all` reports it.
+    pub fn jobs(&mut self) -> Vec<JobReport> {
+        job_reports(self.world_mut())
+    }
+
+    /// The newest job of that name.
+    pub fn job(&mut self, name: &str) -> Option<JobReport> {
+        job_report(self.world_mut(), name)
+    }
+
+    /// Why the job is where it is, or why it waits (`hyperplan explain`).
+    pub fn explain(&mut self, name: &str) -> Option<Explanation> {
+        explain(self.world_mut(), name)
+    }
+
+    /// The placed tasks on `node` that have not started: Launches to send again when its
+    /// agent registers.
+    pub fn unstarted_on(&mut self, node: &str) -> Vec<Placement> {
+        unstarted_on(self.world_mut(), node)
+    }
+
+    /// Every invariant the world breaks now (nothing given twice, gangs whole, hard tier
+    /// limits kept, …); empty when all hold. For tests and `--check`-style tools.
+    pub fn violations(&mut self) -> Vec<String> {
+        crate::invariants::check(self.world_mut())
+    }
+}

@@ -526,7 +526,7 @@ impl Driver {
         // The registered nodes' tasks whose start was never reported, after this tick's
         // own placements (the agent starts nothing twice: a repeat is harmless).
         for node in std::mem::take(&mut self.relaunch) {
-            let again = hyperplan_core::view::unstarted_on(self.planner.world_mut(), &node);
+            let again = self.planner.unstarted_on(&node);
             if !again.is_empty() {
                 tracing::info!(
                     node,
@@ -645,7 +645,7 @@ impl Driver {
                 return Err(missing());
             }
             let owner = self.planner.owner_of(job).map(str::to_string);
-            let report = view::job_report(self.planner.world_mut(), job).ok_or_else(missing)?;
+            let report = self.planner.job(job).ok_or_else(missing)?;
             if !caller.admin && owner.as_deref() != Some(caller.user) {
                 return Err(ResponseError::new(format!(
                     "job {job} belongs to {}; only its owner or an admin may read its output",
@@ -787,7 +787,7 @@ impl Driver {
                 to_value(&Cancelled { cancelled: job })
             }
             RequestCommand::Status { job, all, since_secs } => {
-                let mut jobs = view::job_reports(self.planner.world_mut());
+                let mut jobs = self.planner.jobs();
                 // Under privateData a plain user's answer is built from their jobs alone, so
                 // it reads as if no one else's existed (names, owners, directories, pids).
                 caller.keep_visible(&mut jobs);
@@ -824,7 +824,7 @@ impl Driver {
                 to_value(&JobList { jobs })
             }
             RequestCommand::Nodes => {
-                let mut nodes = view::node_statuses(self.planner.world_mut());
+                let mut nodes = self.planner.nodes();
                 // Display only: what each node's current link said at Register.
                 for n in &mut nodes {
                     n.confinement = self
@@ -835,7 +835,7 @@ impl Driver {
                 }
                 to_value(&NodeList { nodes })
             }
-            RequestCommand::HyperNodes => to_value(&view::hyper_node_tree(self.planner.world_mut())),
+            RequestCommand::HyperNodes => to_value(&self.planner.hyper_nodes()),
             RequestCommand::Manifests => {
                 let specs = view::resolved_specs(self.planner.index());
                 to_value(&Manifests {
@@ -852,7 +852,7 @@ impl Driver {
             RequestCommand::Explain { job } => {
                 // Under privateData another user's job is answered as a missing one.
                 let seen = self.planner.sees_job(&job, caller);
-                match seen.then(|| view::explain(self.planner.world_mut(), &job)).flatten() {
+                match seen.then(|| self.planner.explain(&job)).flatten() {
                     Some(e) => to_value(&e),
                     None => Err(format!("no job named {job:?}").into()),
                 }
