@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use hyperplan_core::model::components::JobPhase;
 use hyperplan_core::model::record::{JobRecord, Persist};
 use hyperplan_planner::store::config::{EtcdConfig, EtcdTls};
-use hyperplan_planner::store::{Batch, Etcd, StoreError};
+use hyperplan_planner::store::{Batch, Etcd, Loaded, StoreError};
 
 fn config(e: &etcd::Etcd, prefix: &str) -> EtcdConfig {
     EtcdConfig {
@@ -66,13 +66,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 async fn a_standby_takes_over_with_every_record_and_the_deposed_leader_cannot_write() {
     let Some(server) = etcd::Etcd::start() else { return };
     let cfg = config(&server, "/t1/");
-    let a = blocking({
-        let cfg = cfg.clone();
-        move || Etcd::connect(&cfg)
-    })
-    .await
-    .unwrap();
-    a.start_watch();
+    let a = watching(&cfg).await;
     let first = a.campaign("head-a:7400".into(), Duration::from_secs(2)).await.unwrap();
     assert_eq!((first.epoch, first.live.len()), (1, 0));
     assert!(a.view().borrow().leading);
@@ -94,21 +88,7 @@ async fn a_standby_takes_over_with_every_record_and_the_deposed_leader_cannot_wr
     blocking(move || a2.commit(&ended)).await.unwrap();
 
     // A second planner stands by: it knows the leader and does not lead.
-    let b = blocking({
-        let cfg = cfg.clone();
-        move || Etcd::connect(&cfg)
-    })
-    .await
-    .unwrap();
-    b.start_watch();
-    let campaign = {
-        let b = b.clone();
-        tokio::spawn(async move { b.campaign("head-b:7400".into(), Duration::from_secs(2)).await })
-    };
-    let mut view = b.view();
-    view.wait_for(|v| v.leader.as_deref() == Some("head-a:7400"))
-        .await
-        .unwrap();
+    let (b, campaign) = standby(&cfg, "head-b:7400", Duration::from_secs(2), "head-a:7400").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
         !campaign.is_finished(),
@@ -296,6 +276,34 @@ fn connect(cfg: &EtcdConfig) -> Etcd {
     Etcd::connect(cfg).unwrap()
 }
 
+/// A planner's store on `cfg`, connected off the runtime, its watch started.
+async fn watching(cfg: &EtcdConfig) -> Etcd {
+    let cfg = cfg.clone();
+    let e = blocking(move || connect(&cfg)).await;
+    e.start_watch();
+    e
+}
+
+/// A standby on `cfg` campaigning as `me` with `ttl`: its store and its campaign, once
+/// it knows `leader` leads.
+async fn standby(
+    cfg: &EtcdConfig,
+    me: &str,
+    ttl: Duration,
+    leader: &str,
+) -> (Etcd, tokio::task::JoinHandle<Result<Loaded, StoreError>>) {
+    let b = watching(cfg).await;
+    let campaign = {
+        let (b, me) = (b.clone(), me.to_string());
+        tokio::spawn(async move { b.campaign(me, ttl).await })
+    };
+    b.view()
+        .wait_for(|v| v.leader.as_deref() == Some(leader))
+        .await
+        .unwrap();
+    (b, campaign)
+}
+
 /// Polls `done` every 20 ms until it holds; panics with `what` after `within`.
 async fn until(within: Duration, what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -317,7 +325,10 @@ async fn live_keys(endpoint: &str, prefix: &str) -> i64 {
     }
 }
 
-const TTL: Duration = Duration::from_secs(2);
+/// The leaders' lease: 4 s, so a leader steps down after 2.7 s without a renewal. Killing
+/// the member etcd's lead sits on costs an election; with 2 s (1.3 s) a run beside the
+/// other tests of this file once outlasted it, and the leader rightly stepped down.
+const TTL: Duration = Duration::from_secs(4);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_three_members_the_leader_goes_on_committing_while_one_is_killed_and_restarted() {
@@ -329,27 +340,9 @@ async fn with_three_members_the_leader_goes_on_committing_while_one_is_killed_an
         prefix: "/q/".into(),
         tls: None,
     };
-    let a = blocking({
-        let cfg = cfg.clone();
-        move || connect(&cfg)
-    })
-    .await;
-    a.start_watch();
+    let a = watching(&cfg).await;
     a.campaign("head-a:7400".into(), TTL).await.unwrap();
-    let b = blocking({
-        let cfg = cfg.clone();
-        move || connect(&cfg)
-    })
-    .await;
-    b.start_watch();
-    let campaign = {
-        let b = b.clone();
-        tokio::spawn(async move { b.campaign("head-b:7400".into(), TTL).await })
-    };
-    b.view()
-        .wait_for(|v| v.leader.as_deref() == Some("head-a:7400"))
-        .await
-        .unwrap();
+    let (b, campaign) = standby(&cfg, "head-b:7400", TTL, "head-a:7400").await;
 
     // The leader commits batch after batch of 10 submits until told to stop.
     let stop = Arc::new(AtomicBool::new(false));
@@ -479,12 +472,7 @@ async fn a_store_given_a_dead_endpoint_beside_a_good_one_starts_and_works() {
 async fn a_standby_pages_through_more_live_records_than_one_message_holds() {
     let Some(server) = etcd::Etcd::start() else { return };
     let cfg = config(&server, "/big/");
-    let a = blocking({
-        let cfg = cfg.clone();
-        move || connect(&cfg)
-    })
-    .await;
-    a.start_watch();
+    let a = watching(&cfg).await;
     a.campaign("head-a:7400".into(), TTL).await.unwrap();
 
     // 20,000 small submits, then 300 with a 16 KB environment (4.8 MB of those alone).
@@ -519,20 +507,7 @@ async fn a_standby_pages_through_more_live_records_than_one_message_holds() {
 
     // A planner that starts now loads them all (its first read pages) and takes over.
     let started = Instant::now();
-    let b = blocking({
-        let cfg = cfg.clone();
-        move || connect(&cfg)
-    })
-    .await;
-    b.start_watch();
-    let campaign = {
-        let b = b.clone();
-        tokio::spawn(async move { b.campaign("head-b:7400".into(), TTL).await })
-    };
-    b.view()
-        .wait_for(|v| v.leader.as_deref() == Some("head-a:7400"))
-        .await
-        .unwrap();
+    let (b, campaign) = standby(&cfg, "head-b:7400", TTL, "head-a:7400").await;
     let loaded = started.elapsed();
     let a2 = a.clone();
     blocking(move || a2.resign()).await;
