@@ -69,65 +69,78 @@ impl Etcd {
             return None;
         };
         let dir = tempfile::tempdir().unwrap();
-        let (client, peer) = (free_port(), free_port());
-        let scheme = if tls { "https" } else { "http" };
-        let endpoint = format!("{scheme}://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
-        let mut command = Command::new(bin);
         let mut client_files = None;
+        let mut tls_args: Vec<std::ffi::OsString> = Vec::new();
         if tls {
             let certs = dir.path().join("certs");
             let ca = init_ca(&certs, false).unwrap();
             let server = issue_planner(&certs, &[]).unwrap();
             let node = issue_node(&certs, "client").unwrap();
-            command
-                .arg("--cert-file")
-                .arg(&server.cert)
-                .arg("--key-file")
-                .arg(&server.key)
-                .arg("--trusted-ca-file")
-                .arg(&ca.cert)
-                .arg("--client-cert-auth");
+            tls_args.extend(["--cert-file".into(), server.cert.into_os_string()]);
+            tls_args.extend(["--key-file".into(), server.key.into_os_string()]);
+            tls_args.extend(["--trusted-ca-file".into(), ca.cert.clone().into_os_string()]);
+            tls_args.push("--client-cert-auth".into());
             client_files = Some(hyperplan_net::certs::CertPaths {
                 ca: ca.cert,
                 cert: node.cert,
                 key: node.key,
             });
         }
-        let child = command
-            .args(["--name", "test", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .args(["--listen-client-urls", &endpoint, "--advertise-client-urls", &endpoint])
-            .args([
-                "--listen-peer-urls",
-                &peer_url,
-                "--initial-advertise-peer-urls",
-                &peer_url,
-            ])
-            .args(["--initial-cluster", &format!("test={peer_url}")])
-            // Leases of 2 s need etcd's own timers well below that.
-            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let etcd = Etcd {
-            child,
-            endpoint,
-            dir,
-            tls: client_files,
-        };
-        let start = Instant::now();
-        while TcpStream::connect(("127.0.0.1", client)).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "etcd did not listen within 30 s: {}",
-                etcd.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        let scheme = if tls { "https" } else { "http" };
+        // A port found free may be taken by another test's etcd before this one binds
+        // it: then this etcd exits, and a new pair of ports is tried. Ready means its
+        // own log says so (a port that answers may be someone else's).
+        for attempt in 1..=5 {
+            let (client, peer) = (free_port(), free_port());
+            let endpoint = format!("{scheme}://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let data = dir.path().join(format!("data-{attempt}"));
+            let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
+            let child = Command::new(&bin)
+                .args(&tls_args)
+                .args(["--name", "test", "--data-dir"])
+                .arg(&data)
+                .args(["--listen-client-urls", &endpoint, "--advertise-client-urls", &endpoint])
+                .args([
+                    "--listen-peer-urls",
+                    &peer_url,
+                    "--initial-advertise-peer-urls",
+                    &peer_url,
+                ])
+                .args(["--initial-cluster", &format!("test={peer_url}")])
+                // Leases of 2 s need etcd's own timers well below that.
+                .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            let mut child = child;
+            let log_path = dir.path().join("etcd.log");
+            let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+            let start = Instant::now();
+            loop {
+                if log().contains("ready to serve client requests") && TcpStream::connect(("127.0.0.1", client)).is_ok()
+                {
+                    return Some(Etcd {
+                        child,
+                        endpoint,
+                        dir,
+                        tls: client_files,
+                    });
+                }
+                if child.try_wait().unwrap().is_some() {
+                    break; // its ports were taken: another pair
+                }
+                if start.elapsed() > Duration::from_secs(30) {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("etcd did not listen within 30 s: {}", log());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            eprintln!("etcd exited at start (attempt {attempt}): {}", log());
         }
-        Some(etcd)
+        panic!("etcd would not start on free ports 5 times");
     }
 
     /// The `[store]` section of a planner on this etcd under `prefix` (with its TLS
