@@ -17,7 +17,9 @@ use crate::model::components::SourceKind;
 use crate::model::components::{JobId, SIM_OWNER};
 use crate::model::events::Event;
 use crate::model::health::Heartbeats;
-use crate::model::tick::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, TopologyDirty};
+use crate::model::tick::{
+    CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, Reregistered, TopologyDirty,
+};
 
 use super::names::NodeNames;
 
@@ -90,6 +92,7 @@ pub fn ingest(world: &mut World) {
             Event::LinkUp { node, link, at_ms } => {
                 world.resource_mut::<Refusals>().clear(&node);
                 health::link_up(world, &node, link, at_ms);
+                world.resource_mut::<Reregistered>().0.push(node);
             }
             Event::NodeRefused { node, reason, at_ms } => {
                 // Said once per change of reason: an agent retrying is no news.

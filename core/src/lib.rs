@@ -56,6 +56,7 @@ pub mod ratelimit;
 mod recover;
 pub mod refusals;
 mod reindex;
+pub mod requests;
 pub mod restore;
 mod retire;
 pub mod topology;
@@ -91,6 +92,7 @@ impl Planner {
         world.insert_resource(Outbox::default());
         world.insert_resource(Now::default());
         world.insert_resource(NowMillis::default());
+        world.insert_resource(model::tick::Reregistered::default());
         world.insert_resource(CapacityEpoch::default());
         world.insert_resource(TopologyDirty(true));
         world.insert_resource(LabelTypes::default());
@@ -122,6 +124,7 @@ impl Planner {
                 recover::recover,
                 allocate::allocate,
                 dispatch::dispatch,
+                dispatch::relaunch,
                 retire::retire,
                 ownership::count_live,
                 persist::persist.run_if(resource_exists::<persist::Persisting>),

@@ -141,6 +141,11 @@ pub enum Command {
         ready: bool,
         why: HealthChange,
     },
+    /// A node's agent registered again: the `Launch` of its placed tasks whose start it
+    /// never reported, to send again (one sent on a link that then dropped is otherwise
+    /// lost; the agent starts nothing twice). After this tick's `Place`s; in job name,
+    /// then rank order.
+    Relaunch { node: String, placements: Vec<Placement> },
 }
 
 /// Why the core kills a task.

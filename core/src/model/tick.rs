@@ -43,3 +43,8 @@ pub struct LabelTypes(pub std::collections::BTreeMap<String, Vec<String>>);
 /// could not be placed need not be searched again until the epoch moves.
 #[derive(Debug, Default, Clone, Copy, Resource)]
 pub struct CapacityEpoch(pub u64);
+
+/// Nodes whose agent registered this tick: `dispatch::relaunch` sends the `Launch` of
+/// their unstarted tasks again at the end of it.
+#[derive(Debug, Default, Resource)]
+pub struct Reregistered(pub Vec<String>);

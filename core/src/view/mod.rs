@@ -9,7 +9,6 @@ mod manifests;
 mod nodes;
 mod ranks;
 mod stored;
-mod unstarted;
 
 pub use explain::explain;
 pub use hypernodes::hyper_node_tree;
@@ -18,7 +17,6 @@ pub use manifests::resolved_specs;
 pub use nodes::node_statuses;
 pub use ranks::{hyper_nodes_of, job_ranks};
 pub use stored::stored_report;
-pub use unstarted::unstarted_on;
 
 use hyperplan_shared::report::JobReport;
 use hyperplan_shared::status::{Explanation, HyperNodeTree, NodeStatus};
@@ -57,7 +55,17 @@ impl Planner {
     /// The placed tasks on `node` that have not started: Launches to send again when its
     /// agent registers.
     pub fn unstarted_on(&mut self, node: &str) -> Vec<Placement> {
-        unstarted_on(self.world_mut(), node)
+        crate::dispatch::unstarted_on(self.world_mut(), node)
+    }
+
+    /// A running job's ranks and their nodes, by rank (what a `Job` frame tells agents).
+    pub fn job_ranks(&self, job: &str) -> Option<Vec<(u32, std::sync::Arc<str>)>> {
+        job_ranks(self.world(), job)
+    }
+
+    /// The HyperNodes `node` belongs to, lowest tier first (a task's `HYPERPLAN_*` hints).
+    pub fn hyper_nodes_of(&self, node: &str) -> Vec<String> {
+        hyper_nodes_of(self.world(), node)
     }
 
     /// Every invariant the world breaks now (nothing given twice, gangs whole, hard tier

@@ -10,8 +10,8 @@ use hyperplan_net::{PROTOCOL_VERSION, read_frame, write_frame};
 use tokio::sync::mpsc;
 
 use super::close;
-use super::driver::ToCore;
-use super::refuse::refuse;
+use super::driver::{AgentLink, FromAgent, ToCore};
+use super::link::refuse;
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -68,17 +68,19 @@ pub async fn serve(
     };
     let (tx, mut rx) = mpsc::unbounded_channel::<PlannerToAgent>();
     if to_core
-        .send(ToCore::Register {
+        .send(ToCore::Agent(FromAgent::Register {
             node: node.clone(),
-            conn_id: id,
+            link_id: id,
             labels,
             topology: Box::new(topology),
             confinement,
             advertise: advertise.filter(|a| hyperplan_shared::names::is_host_or_ip(a)),
             epoch,
-            link: tx,
-            conn: conn.clone(),
-        })
+            link: AgentLink {
+                frames: tx,
+                control: std::sync::Arc::new(conn.clone()),
+            },
+        }))
         .is_err()
     {
         return; // the planner is stopping
@@ -96,23 +98,23 @@ pub async fn serve(
             match read_frame::<AgentMessage, _>(&mut recv, max_frame).await {
                 Ok(Some(AgentMessage::Heartbeat { seq, running_tasks, .. })) => {
                     if to_core
-                        .send(ToCore::Heartbeat {
+                        .send(ToCore::Agent(FromAgent::Heartbeat {
                             node: node.clone(),
-                            conn_id: id,
+                            link_id: id,
                             seq,
                             running: running_tasks,
-                        })
+                        }))
                         .is_err()
                     {
                         break;
                     }
                 }
                 Ok(Some(AgentMessage::TopologyChanged { topology, .. })) => {
-                    let msg = ToCore::TopologyChanged {
+                    let msg = ToCore::Agent(FromAgent::TopologyChanged {
                         node: node.clone(),
-                        conn_id: id,
+                        link_id: id,
                         topology: Box::new(topology),
-                    };
+                    });
                     if to_core.send(msg).is_err() {
                         break;
                     }
@@ -120,11 +122,11 @@ pub async fn serve(
                 Ok(Some(
                     message @ (AgentMessage::TaskStarted(_) | AgentMessage::TaskFinished(_) | AgentMessage::Log(_)),
                 )) => {
-                    let msg = ToCore::Tasks {
+                    let msg = ToCore::Agent(FromAgent::Tasks {
                         node: node.clone(),
-                        conn_id: id,
+                        link_id: id,
                         message: Box::new(message),
-                    };
+                    });
                     if to_core.send(msg).is_err() {
                         break;
                     }
@@ -157,7 +159,7 @@ pub async fn serve(
         () = writer => {}
         () = reader => {}
     }
-    let _ = to_core.send(ToCore::Gone { node, conn_id: id });
+    let _ = to_core.send(ToCore::Agent(FromAgent::Gone { node, link_id: id }));
 }
 
 fn kind(m: &AgentMessage) -> &'static str {

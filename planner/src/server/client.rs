@@ -9,8 +9,8 @@ use hyperplan_net::{FrameError, read_frame};
 use tokio::sync::{mpsc, oneshot};
 
 use super::close;
-use super::driver::ToCore;
-use super::refuse::refuse;
+use super::driver::{self, ToCore};
+use super::link::refuse;
 
 pub async fn serve(
     conn: quinn::Connection,
@@ -36,13 +36,13 @@ pub async fn serve(
             }
         };
         let (reply, answer) = oneshot::channel();
-        let msg = ToCore::Request {
+        let msg = ToCore::Request(driver::Request {
             user: user.clone(),
             admin,
             peer,
             command: request.command,
             reply,
-        };
+        });
         if to_core.send(msg).is_err() {
             break;
         }

@@ -27,7 +27,7 @@ use hyperplan_fabric::{GuidMap, parse_ibnetdiscover};
 use hyperplan_shared::hypernode::parse_hypernode_files;
 use tokio::sync::{mpsc, watch};
 
-use super::driver::{ToCore, unix_now};
+use super::driver::ToCore;
 use crate::config::{DumpInput, SourceConfig, SourceSpec};
 use hyperplan_core::discovery::{Found, SourceError};
 
@@ -59,7 +59,6 @@ async fn poll_loop(source: SourceConfig, to_core: mpsc::UnboundedSender<ToCore>,
         let msg = ToCore::Discovered {
             source: source.name.clone(),
             kind: source.spec.kind(),
-            at: unix_now(),
             result,
         };
         if to_core.send(msg).is_err() {

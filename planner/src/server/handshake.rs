@@ -14,7 +14,7 @@ use hyperplan_net::{peer_identity, read_frame, write_frame};
 use tokio::sync::mpsc;
 
 use super::driver::ToCore;
-use super::refuse::refuse;
+use super::link::refuse;
 use super::{agent, client, close, revoked};
 
 /// How long a peer may take to open its stream and say hello.

@@ -6,10 +6,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bevy_ecs::world::World;
-use hyperplan_core::Placement;
 use hyperplan_core::numa::hints::Policy;
-use hyperplan_core::view::{hyper_nodes_of, job_ranks};
+use hyperplan_core::{Placement, Planner};
 use hyperplan_net::messages::{JobWorld, LaunchTask, PlannerToAgent};
 use hyperplan_shared::taskenv::default_master_port;
 
@@ -18,7 +16,7 @@ use hyperplan_shared::taskenv::default_master_port;
 /// nodes in rank order, per node the `Job` frame, then its tasks by rank.
 /// `address_of(node)` is the address its agent connects from (`MASTER_ADDR`).
 pub fn frames(
-    world: &World,
+    planner: &Planner,
     placements: Vec<Placement>,
     address_of: impl Fn(&str) -> Option<String>,
 ) -> Vec<(Arc<str>, PlannerToAgent)> {
@@ -33,7 +31,7 @@ pub fn frames(
     let mut out = Vec::new();
     for placed in jobs {
         let first = &placed[0];
-        let ranks = job_ranks(world, first.job()).unwrap_or_default();
+        let ranks = planner.job_ranks(first.job()).unwrap_or_default();
         let world_info = job_world(first, &ranks, &address_of);
         // This tick's tasks by node, nodes in the order of their first rank.
         let mut by_node: Vec<(Arc<str>, Vec<&Placement>)> = Vec::new();
@@ -46,7 +44,7 @@ pub fn frames(
         for (node, mut tasks) in by_node {
             tasks.sort_by_key(|p| p.rank);
             out.push((node.clone(), PlannerToAgent::Job(Box::new(world_info.clone()))));
-            let hyper_nodes = hyper_nodes_of(world, &node);
+            let hyper_nodes = planner.hyper_nodes_of(&node);
             for p in tasks {
                 out.push((node.clone(), PlannerToAgent::Launch(Box::new(launch(p, &hyper_nodes)))));
             }
@@ -149,7 +147,7 @@ mod tests {
         });
         let placements = placed(&mut planner, 1);
         assert_eq!(placements.len(), 4);
-        let frames = frames(planner.world(), placements, |n| Some(format!("10.0.0.{}", &n[1..])));
+        let frames = frames(&planner, placements, |n| Some(format!("10.0.0.{}", &n[1..])));
 
         // Per node: a Job frame, then that node's Launches; every node hears the same world.
         let mut worlds = Vec::new();

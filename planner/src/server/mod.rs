@@ -5,7 +5,7 @@
 //! soon as something arrives, hands the core the links' comings and goings and their
 //! heartbeats (the core marks silent nodes NotReady), and sends `Launch` to agents.
 //!
-//! A refusal ([`refuse`]: certificate, name, version, a malformed, oversized or
+//! A refusal ([`link::refuse`]: certificate, name, version, a malformed, oversized or
 //! out-of-order frame) is a log line with the peer address and closes that connection only.
 //! A revoked certificate ([`revoked`]) is refused at the handshake, and a connection
 //! whose certificate a reloaded list revokes is closed.
@@ -16,9 +16,9 @@ pub mod discovery;
 mod driver;
 mod handshake;
 mod launch;
+mod link;
 mod logs;
 pub(crate) mod quiet;
-mod refuse;
 mod revoked;
 mod standby;
 

@@ -10,7 +10,7 @@ use hyperplan_net::messages::{PlannerToAgent, RequestCommand, ResponseError};
 use hyperplan_shared::status::PlannerInfo;
 use tokio::sync::{mpsc, watch};
 
-use super::driver::ToCore;
+use super::driver::{FromAgent, Request, ToCore};
 use crate::store::HaView;
 
 /// How long a standby keeps an agent's connection open after `NotLeader`, for the frame
@@ -31,25 +31,27 @@ pub async fn respond(
             v.leader = None;
         }
         match msg {
-            ToCore::Register { node, link, conn, .. } => {
+            ToCore::Agent(FromAgent::Register { node, link, .. }) => {
                 tracing::info!(
                     node,
                     leader = v.leader.as_deref().unwrap_or("none yet"),
                     "standby: sent an agent to the leader"
                 );
-                let _ = link.send(PlannerToAgent::NotLeader {
+                let _ = link.frames.send(PlannerToAgent::NotLeader {
                     leader: v.leader.clone(),
                 });
+                // The link's writer sends it while the sender lives; the agent closes
+                // the connection as soon as it reads it.
                 tokio::spawn(async move {
-                    let _ = tokio::time::timeout(LINGER, conn.closed()).await;
+                    tokio::time::sleep(LINGER).await;
                     drop(link);
                 });
             }
-            ToCore::Request {
+            ToCore::Request(Request {
                 command: RequestCommand::Planners,
                 reply,
                 ..
-            } => {
+            }) => {
                 let info = PlannerInfo {
                     role: "standby".into(),
                     epoch: v.epoch,
@@ -58,7 +60,7 @@ pub async fn respond(
                 };
                 let _ = reply.send(serde_json::to_value(&info).map_err(|e| ResponseError::new(e.to_string())));
             }
-            ToCore::Request { reply, .. } => {
+            ToCore::Request(Request { reply, .. }) => {
                 let _ = reply.send(Err(ResponseError::not_leader(v.leader.as_deref())));
             }
             // Nothing else comes before a `Registered` this planner never sends.

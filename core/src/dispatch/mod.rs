@@ -1,5 +1,11 @@
 //! The dispatch system: hands each new placement to the driver as a `Place` command
-//! (the daemon will launch it; the simulator schedules its completion).
+//! (the daemon will launch it; the simulator schedules its completion); and, for a node
+//! whose agent registered again, the placements its agent may never have received
+//! ([`relaunch`]).
+
+mod relaunch;
+
+pub use relaunch::{relaunch, unstarted_on};
 
 use std::sync::Arc;
 

@@ -1,15 +1,16 @@
-//! The placements of a node's tasks whose start its agent has not reported: what the
-//! daemon sends again when the node's agent registers. A `Launch` sent on a link that
+//! The placements of a node's tasks whose start its agent has not reported: sent again
+//! ([`Command::Relaunch`]) when the node's agent registers. A `Launch` sent on a link that
 //! then dropped is otherwise lost, and its task would hold its resources for ever; the
 //! agent starts nothing twice, so sending one it already has is harmless.
 
 use bevy_ecs::prelude::*;
 
-use crate::Placement;
-use crate::dispatch::placement;
+use super::placement;
+use crate::model::commands::{Command, Placement};
 use crate::model::components::{Job, JobPhase, JobState, Node, Task, TaskPhase, TaskState};
 use crate::model::components::{JobId, JobOwner};
 use crate::model::taskrun::TaskRun;
+use crate::model::tick::{Outbox, Reregistered};
 use crate::names::NodeNames;
 use crate::numa::node::NodeHardware;
 
@@ -44,4 +45,19 @@ pub fn unstarted_on(world: &mut World, node: &str) -> Vec<Placement> {
         .collect();
     out.sort_by(|a, b| a.job().cmp(b.job()).then(a.rank.cmp(&b.rank)));
     out
+}
+
+/// After `dispatch`: a [`Command::Relaunch`] for each node whose agent registered this
+/// tick and has placed tasks it never reported started (see [`unstarted_on`]).
+pub fn relaunch(world: &mut World) {
+    let nodes = std::mem::take(&mut world.resource_mut::<Reregistered>().0);
+    for node in nodes {
+        let placements = unstarted_on(world, &node);
+        if !placements.is_empty() {
+            world
+                .resource_mut::<Outbox>()
+                .0
+                .push(Command::Relaunch { node, placements });
+        }
+    }
 }

@@ -1,0 +1,89 @@
+//! `hyperplan logs`: which task's output a person may read and which node's agent has
+//! it. Only the job's owner or an admin may; under `privateData` another user's job is
+//! one that does not exist. Without a task named, rank 0 (the lowest rank placed).
+
+use hyperplan_shared::report::TaskStatus;
+
+use crate::Planner;
+use crate::caller::Caller;
+
+/// The task whose output to read, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogTarget {
+    pub job: String,
+    pub job_id: u64,
+    pub task: String,
+    /// The node whose agent reads it.
+    pub node: String,
+    /// The task has ended: what was read is all there will be.
+    pub ended: bool,
+}
+
+/// Why a person may not read a task's output (the texts are what they see).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LogsError {
+    #[error("no job named {0:?}")]
+    NoSuchJob(String),
+    #[error("job {job} belongs to {owner}; only its owner or an admin may read its output")]
+    NotOwner { job: String, owner: String },
+    #[error("job {job} has no task {task:?} (see `hyperplan status {job}`)")]
+    NoSuchTask { job: String, task: String },
+    #[error("job {0} has no task placed yet: no output")]
+    NothingPlaced(String),
+    #[error("task {job}/{task} is not placed yet: no output")]
+    NotPlaced { job: String, task: String },
+}
+
+impl Planner {
+    /// Whose output `caller` reads with `hyperplan logs JOB [TASK]`: the task, its node,
+    /// and whether it has ended.
+    pub fn authorize_logs(
+        &mut self,
+        job: &str,
+        task: Option<&str>,
+        caller: Caller<'_>,
+    ) -> Result<LogTarget, LogsError> {
+        let missing = || LogsError::NoSuchJob(job.to_string());
+        // Under privateData another user's job is answered as a missing one.
+        if !self.sees_job(job, caller) {
+            return Err(missing());
+        }
+        let owner = self.owner_of(job).map(str::to_string);
+        let report = self.job(job).ok_or_else(missing)?;
+        if !caller.admin && owner.as_deref() != Some(caller.user) {
+            return Err(LogsError::NotOwner {
+                job: job.to_string(),
+                owner: owner.unwrap_or_else(|| "nobody".into()),
+            });
+        }
+        let t = match task {
+            Some(name) => report
+                .tasks
+                .iter()
+                .find(|t| t.name == name)
+                .ok_or_else(|| LogsError::NoSuchTask {
+                    job: job.to_string(),
+                    task: name.to_string(),
+                })?,
+            None => report
+                .tasks
+                .iter()
+                .filter(|t| t.rank.is_some())
+                .min_by_key(|t| t.rank)
+                .ok_or_else(|| LogsError::NothingPlaced(job.to_string()))?,
+        };
+        let node = t.node.clone().ok_or_else(|| LogsError::NotPlaced {
+            job: job.to_string(),
+            task: t.name.clone(),
+        })?;
+        Ok(LogTarget {
+            job: job.to_string(),
+            job_id: report.id,
+            task: t.name.clone(),
+            node,
+            ended: t
+                .state
+                .is_some_and(|s| matches!(s, TaskStatus::Exited | TaskStatus::Killed | TaskStatus::Lost)),
+        })
+    }
+}

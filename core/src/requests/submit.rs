@@ -1,0 +1,123 @@
+//! A submission, admitted at once: the checks of `ownership`, then each job gets its id,
+//! its stored record and its entities in the one call, so the id a person is told is
+//! the id the job has (no driver predicts it) and the record the driver commits is the
+//! job the core holds.
+
+use hyperplan_shared::JobSpec;
+
+use crate::Planner;
+use crate::caller::Caller;
+use crate::model::components::JobId;
+use crate::model::record::{JobRecord, Persist, RecordError};
+use crate::ownership::{LiveByOwner, NextJobId, SubmitError};
+
+/// One job of an accepted submission.
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    /// The id the job got (see `ownership`).
+    pub id: JobId,
+    pub name: String,
+    /// Its record, to commit before the submitter is answered.
+    pub record: Persist,
+}
+
+/// Why a submission was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitRefused {
+    /// A check of `ownership` (limits, priority cap, names, ids).
+    #[error(transparent)]
+    Check(#[from] SubmitError),
+    /// A job's record could not be encoded: nothing of the submission was admitted.
+    #[error("encoding job {job}: {error}")]
+    Encode { job: String, error: RecordError },
+}
+
+impl Planner {
+    /// Checks `jobs` for `caller` (see [`Planner::check_submission`]) and admits all of
+    /// them or none, submitted at `now_ms`: each gets the next id, its record and its
+    /// entities now (pending; the next tick looks for room). The caller's live-job count
+    /// grows at once, so a second submission before the next tick is counted with it.
+    pub fn submit(
+        &mut self,
+        jobs: Vec<JobSpec>,
+        caller: Caller<'_>,
+        now_ms: u64,
+    ) -> Result<Vec<Admitted>, SubmitRefused> {
+        self.check_submission(&jobs, caller)?;
+        let owner = caller.user;
+        let first = self.next_job_id();
+        // Every record first: nothing is admitted if one cannot be encoded.
+        let mut admitted = Vec::with_capacity(jobs.len());
+        for (id, mut spec) in (first..).zip(jobs) {
+            spec.submit_time = now_ms / 1000;
+            let record = JobRecord::submitted(id, owner, spec.clone())
+                .persist()
+                .map_err(|error| SubmitRefused::Encode {
+                    job: spec.name.clone(),
+                    error,
+                })?;
+            admitted.push((JobId(id), spec, record));
+        }
+        let world = self.world_mut();
+        let more = admitted.len() as u64;
+        *world
+            .resource_mut::<LiveByOwner>()
+            .0
+            .entry(std::sync::Arc::from(owner))
+            .or_default() += more;
+        let mut out = Vec::with_capacity(admitted.len());
+        for (id, spec, record) in admitted {
+            // `check_submission` kept the ids within `MAX_JOB_ID`.
+            world.resource_mut::<NextJobId>().0 = id.0 + 1;
+            let name = spec.name.clone();
+            crate::admit::admit(world, spec, owner.to_string(), id);
+            out.push(Admitted { id, name, record });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::config::PlannerConfig;
+    use crate::testing::JobBuilder;
+
+    #[test]
+    fn a_submission_has_its_ids_and_its_job_at_once_and_counts_against_the_limit() {
+        let mut config = PlannerConfig::default();
+        config.limits.max_jobs_per_user = 2;
+        let mut p = Planner::new(config);
+        let jobs = vec![JobBuilder::gang("a", 1, "cpu=1").build()];
+        let admitted = p.submit(jobs, Caller::user("alice"), 5_000).unwrap();
+        assert_eq!(admitted[0].id, JobId(1));
+        assert_eq!(admitted[0].record.id, 1);
+        assert!(admitted[0].record.live);
+        // No tick yet: the job is there, its name is taken, the next id follows.
+        assert_eq!(p.owner_of("a"), Some("alice"));
+        assert_eq!(p.job("a").unwrap().submit_time, 5);
+        assert_eq!(p.next_job_id(), 2);
+        let twice = vec![JobBuilder::gang("a", 1, "cpu=1").build()];
+        assert!(matches!(
+            p.submit(twice, Caller::user("alice"), 6_000),
+            Err(SubmitRefused::Check(SubmitError::Name(_)))
+        ));
+        let two = vec![
+            JobBuilder::gang("b", 1, "cpu=1").build(),
+            JobBuilder::gang("c", 1, "cpu=1").build(),
+        ];
+        assert!(
+            matches!(
+                p.submit(two, Caller::user("alice"), 6_000),
+                Err(SubmitRefused::Check(SubmitError::TooManyJobs { live: 1, more: 2, .. }))
+            ),
+            "the first job counts before any tick"
+        );
+        assert_eq!(p.job("b"), None, "all or nothing");
+        assert_eq!(p.next_job_id(), 2, "a refusal uses no id");
+        p.tick(7);
+        assert!(p.violations().is_empty());
+    }
+}

@@ -1,0 +1,318 @@
+//! The one task that owns the `Planner`: it turns what connections say into core events
+//! and calls, ticks (on the timer and as soon as something arrives), commits what the
+//! core asks to keep, then sends what the core decided (`Launch`, `Kill`, replies). It
+//! decides nothing itself: node readiness (`core::health`), which link holds a node
+//! (`core::claim`), job ids and admission, owners, limits and who may cancel or read a
+//! job (`core::requests`, `core::ownership`), which tasks to launch again on a node
+//! that registers again (`Command::Relaunch`) are the core's.
+//!
+//! - [`links`]: agents' links (behind `server::link::LinkControl`, so tests use a fake
+//!   one), their
+//!   registrations, heartbeats and task reports;
+//! - [`requests`]: people's requests, answered from the core's answers;
+//! - [`clock`]: the one clock the core and the pollers read.
+//!
+//! Everything here runs on plain values and channels: `tests` drives a `Driver` in
+//! process with fake links and a virtual clock.
+
+mod clock;
+mod links;
+mod requests;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use hyperplan_net::messages::{PlannerToAgent, TaskRef};
+use tokio::sync::mpsc;
+
+pub use self::clock::Clock;
+pub use self::links::{AgentLink, FromAgent};
+pub use self::requests::Request;
+use crate::config::{DaemonConfig, SourceKind};
+use crate::store::writer::{After, Work, Writer};
+use crate::store::{Loaded, Store};
+use hyperplan_core::discovery::{Found, SourceError};
+use hyperplan_core::{Command, Event, Planner};
+use links::Link;
+
+/// What connections and pollers tell the driver.
+#[derive(Debug)]
+pub enum ToCore {
+    /// An agent's link: registrations, heartbeats, task reports, its end.
+    Agent(links::FromAgent),
+    /// A discovery source was read (see `super::discovery`).
+    Discovered {
+        source: String,
+        kind: SourceKind,
+        result: Result<Found, SourceError>,
+    },
+    /// A person's request (see [`Request`]).
+    Request(Request),
+}
+
+/// What the daemon starts from: the store, what it held, and its writer.
+pub struct Start {
+    pub store: Store,
+    pub loaded: Loaded,
+    pub writer: Writer,
+    pub advertise: String,
+    pub describe: String,
+}
+
+struct Driver {
+    planner: Planner,
+    links: HashMap<String, Link>,
+    clock: Clock,
+    /// What agents are told to heartbeat at (`[server] heartbeatInterval`).
+    heartbeat_interval_ms: u64,
+    dirty: bool,
+    /// `hyperplan logs` requests waiting for their agents.
+    logs: super::logs::LogRelay,
+    /// The store, for reading ended jobs (`status --all`); writes go through `writer`.
+    store: Store,
+    writer: Writer,
+    /// This planner's address as standbys name it, and where its state is
+    /// (`hyperplan planners`).
+    advertise: String,
+    describe: String,
+    /// What the next commit writes and what waits for it (see `store::writer`).
+    work: Work,
+    /// Acknowledgements of task starts and ends, sent once the tick that applies them
+    /// is committed.
+    acks: Vec<After>,
+    /// This run's epoch, on every `Registered`, `Launch` and `Kill`.
+    epoch: u64,
+    /// The next job id the store has.
+    stored_next_id: u64,
+    /// `[server] privateData`: plain users see only their own jobs.
+    private_data: bool,
+}
+
+pub async fn run(config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCore>, start: Start) {
+    let period = config.server.tick_interval.min(config.server.heartbeat_interval);
+    let mut d = Driver::new(config, start, Clock::real());
+    // Ticks at least as often as heartbeats are due, so silence is noticed in time.
+    let mut timer = tokio::time::interval(period);
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let watchdog = hyperplan_net::notify::watchdog_interval();
+    let mut last_watchdog = Instant::now();
+    // A burst (a thousand agents registering after a restart) is one tick, not one per
+    // message: ticks caused by arrivals are at least this far apart.
+    let min_gap = MIN_TICK_GAP.min(period);
+    let mut last_tick = Instant::now();
+    let mut due: Option<Instant> = None;
+    loop {
+        let wait = async {
+            match due {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            msg = rx.recv() => {
+                let Some(msg) = msg else { break };
+                d.handle(msg);
+                // Take whatever else is queued, then tick once for all of it.
+                while let Ok(msg) = rx.try_recv() {
+                    d.handle(msg);
+                }
+            }
+            _ = timer.tick() => d.dirty = true,
+            () = wait => {}
+        }
+        d.logs.expire(Instant::now());
+        if d.dirty {
+            let next = last_tick + min_gap;
+            if Instant::now() >= next {
+                d.tick();
+                last_tick = Instant::now();
+                due = None;
+            } else {
+                due = Some(next);
+            }
+        }
+        d.flush();
+        if let Some(w) = watchdog
+            && last_watchdog.elapsed() >= w
+        {
+            super::sd_notify("WATCHDOG=1");
+            last_watchdog = Instant::now();
+        }
+    }
+}
+
+/// See `run`: the shortest time between two ticks that arrivals cause.
+const MIN_TICK_GAP: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Wall-clock Unix seconds, for the store writer's purge of old ended jobs.
+pub(crate) fn unix_now() -> u64 {
+    Clock::real().now_secs()
+}
+
+impl Driver {
+    /// The driver of a planner configured by `config`, with the jobs `start` loaded back
+    /// in the core and one tick run (counts and records settle before any request).
+    fn new(mut config: DaemonConfig, start: Start, clock: Clock) -> Self {
+        // The core decides node health from [server]'s heartbeat keys (flags included).
+        config.planner.health = config.server.health();
+        let mut planner = Planner::new(config.planner.clone());
+        planner.push(Event::LabelDiscovery(config.discovery.label.clone()));
+        // The pollers (`super::discovery`) send the sources' contents; declared here so
+        // people see every source from the start.
+        for s in &config.discovery.sources {
+            planner.push(Event::DeclareSource {
+                source: s.name.clone(),
+                kind: s.spec.kind(),
+                target: s.spec.target(),
+            });
+        }
+        let mut d = Driver {
+            planner,
+            links: HashMap::new(),
+            clock,
+            heartbeat_interval_ms: u64::try_from(config.server.heartbeat_interval.as_millis()).unwrap_or(u64::MAX),
+            dirty: true,
+            logs: super::logs::LogRelay::default(),
+            store: start.store,
+            writer: start.writer,
+            advertise: start.advertise,
+            describe: start.describe,
+            work: Work::default(),
+            acks: Vec::new(),
+            epoch: start.loaded.epoch,
+            stored_next_id: start.loaded.next_job_id,
+            private_data: config.server.private_data,
+        };
+        d.restore(start.loaded);
+        d.tick();
+        d
+    }
+
+    /// The jobs that had not ended, back in the core (before the first tick).
+    fn restore(&mut self, loaded: Loaded) {
+        self.planner.enable_persist();
+        let jobs = loaded.live.len();
+        let running: usize = loaded
+            .live
+            .iter()
+            .map(|j| j.tasks.iter().filter(|t| t.node.is_some() && t.end.is_none()).count())
+            .sum();
+        for w in self
+            .planner
+            .restore(loaded.live, loaded.next_job_id, self.clock.now_ms())
+        {
+            tracing::warn!("store: {w}");
+        }
+        tracing::info!(
+            at = %self.store.at().display(),
+            epoch = self.epoch,
+            jobs,
+            placed_tasks = running,
+            "loaded the planner's state"
+        );
+    }
+
+    /// Hands what waits to the writer: one commit, then the replies and frames.
+    fn flush(&mut self) {
+        let next = self.planner.next_job_id();
+        if next != self.stored_next_id {
+            self.work.batch.next_job_id = Some(next);
+            self.stored_next_id = next;
+        }
+        self.writer.send(std::mem::take(&mut self.work));
+    }
+
+    fn handle(&mut self, msg: ToCore) {
+        match msg {
+            ToCore::Agent(m) => self.agent_said(m),
+            ToCore::Discovered { source, kind, result } => {
+                self.planner.push(Event::Discovered {
+                    source,
+                    kind,
+                    at: self.clock.now_secs(),
+                    result,
+                });
+                self.dirty = true;
+            }
+            ToCore::Request(r) => self.request(r),
+        }
+    }
+
+    fn tick(&mut self) {
+        self.dirty = false;
+        super::quiet::flush();
+        let commands = self.planner.tick_millis(self.clock.now_ms());
+        let mut placements = Vec::new();
+        for c in commands {
+            match c {
+                Command::Persist(p) => self.work.batch.jobs.push(p),
+                Command::Place(p) => {
+                    tracing::info!(job = p.job(), task = &*p.task, node = &*p.node, rank = p.rank, "placed");
+                    placements.push(p);
+                }
+                Command::Relaunch {
+                    node,
+                    placements: again,
+                } => {
+                    tracing::info!(
+                        node,
+                        tasks = again.len(),
+                        "sending the Launch of its unstarted tasks again"
+                    );
+                    placements.extend(again);
+                }
+                Command::Reject { job, reason } => tracing::warn!(job, "rejected: {reason}"),
+                Command::Warn(w) => super::quiet::warn_limited!(w, "{w}"),
+                Command::Info(i) => tracing::info!("{i}"),
+                Command::NodeHealth { node, why, .. } => self.log_health(&node, why),
+                Command::Kill {
+                    node,
+                    job,
+                    job_id,
+                    task,
+                    grace_secs,
+                    why,
+                } => {
+                    tracing::info!(
+                        job = &*job,
+                        task = &*task,
+                        node = &*node,
+                        grace_secs,
+                        "kill: {}",
+                        why.as_str()
+                    );
+                    if let Some(l) = self.links.get(&*node) {
+                        let task = TaskRef {
+                            job: job.to_string(),
+                            job_id,
+                            task: task.to_string(),
+                        };
+                        let kill = PlannerToAgent::Kill {
+                            task,
+                            grace_secs,
+                            epoch: self.epoch,
+                        };
+                        self.work.after.push(After::Frame(l.frames.clone(), kill));
+                    }
+                }
+            }
+        }
+        // Acknowledged once what they changed is committed (this tick's records).
+        self.work.after.append(&mut self.acks);
+        if placements.is_empty() {
+            return;
+        }
+        let links = &self.links;
+        let address_of = |node: &str| links.get(node).map(Link::address);
+        for (node, mut frame) in super::launch::frames(&self.planner, placements, address_of) {
+            if let PlannerToAgent::Launch(l) = &mut frame {
+                l.epoch = self.epoch;
+            }
+            if let Some(l) = self.links.get(&*node) {
+                self.work.after.push(After::Frame(l.frames.clone(), frame));
+            }
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! People's requests (`hyperplan submit`, `status`, `cancel`, `logs`, …): parsed and
+//! handed to the core's answers (`core::requests`, the views); what changes state is
+//! answered once it is committed. The only thing decided here is how an answer is
+//! encoded.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use hyperplan_core::caller::Caller;
+use hyperplan_core::ownership::CancelError;
+use hyperplan_core::requests::status::{StatusError, StatusQuery};
+use hyperplan_core::requests::submit::SubmitRefused;
+use hyperplan_core::view;
+use hyperplan_net::messages::{RequestCommand, ResponseError, TaskRef};
+use hyperplan_shared::status::{Cancelled, JobList, LogPiece, Manifests, NodeList, Submitted};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::Driver;
+use crate::store::writer::After;
+
+/// A person's request, with who sent it and where the answer goes.
+#[derive(Debug)]
+pub struct Request {
+    /// Their certificate's user name and whether its role is admin.
+    pub user: String,
+    pub admin: bool,
+    pub peer: SocketAddr,
+    pub command: RequestCommand,
+    pub reply: oneshot::Sender<Result<Value, ResponseError>>,
+}
+
+impl Driver {
+    pub(super) fn request(&mut self, r: Request) {
+        let Request {
+            user,
+            admin,
+            peer,
+            command,
+            reply,
+        } = r;
+        if self.dirty && !matches!(command, RequestCommand::Submit { .. }) {
+            self.tick(); // answer from a world that has seen everything received
+        }
+        let caller = Caller {
+            user: &user,
+            admin,
+            private_data: self.private_data,
+        };
+        // What changes state is answered once it is on disk.
+        let durable = matches!(command, RequestCommand::Submit { .. } | RequestCommand::Cancel { .. });
+        if let RequestCommand::Logs {
+            job,
+            task,
+            stderr,
+            offset,
+            max_bytes,
+        } = command
+        {
+            let asked = match self.planner.authorize_logs(&job, task.as_deref(), caller) {
+                Ok(t) => t,
+                Err(e) => {
+                    let _ = reply.send(Err(ResponseError::new(e.to_string())));
+                    return;
+                }
+            };
+            let piece = LogPiece {
+                job: asked.job.clone(),
+                task: asked.task.clone(),
+                node: asked.node,
+                offset,
+                ended: asked.ended,
+                ..Default::default()
+            };
+            let task = TaskRef {
+                job: asked.job,
+                job_id: asked.job_id,
+                task: asked.task,
+            };
+            let link = self.links.get(&piece.node).map(|l| &l.frames);
+            self.logs.ask(link, task, stderr, max_bytes, piece, reply);
+            return;
+        }
+        let answer = self.answer(caller, peer, command);
+        if durable {
+            self.work.after.push(After::Reply(reply, answer));
+        } else {
+            let _ = reply.send(answer);
+        }
+    }
+
+    fn answer(
+        &mut self,
+        caller: Caller<'_>,
+        peer: SocketAddr,
+        command: RequestCommand,
+    ) -> Result<Value, ResponseError> {
+        let user = caller.user;
+        match command {
+            RequestCommand::Submit {
+                file_name,
+                text,
+                submit_dir,
+            } => {
+                let submit_dir = submit_dir.map(checked_submit_dir).transpose()?;
+                let mut jobs = hyperplan_shared::parse_jobs(&text, Path::new(&file_name)).map_err(|e| e.to_string())?;
+                for j in &mut jobs {
+                    j.submit_dir.clone_from(&submit_dir);
+                }
+                let admitted = match self.planner.submit(jobs, caller, self.clock.now_ms()) {
+                    Ok(a) => a,
+                    Err(SubmitRefused::Check(e)) => {
+                        if !matches!(e, hyperplan_core::ownership::SubmitError::Name(_)) {
+                            tracing::warn!(user, "refused a submission: {e}");
+                        }
+                        return Err(format!("{file_name}: {e}").into());
+                    }
+                    Err(e @ SubmitRefused::Encode { .. }) => return Err(e.to_string().into()),
+                };
+                let mut names = Vec::with_capacity(admitted.len());
+                let mut ids = Vec::with_capacity(admitted.len());
+                for a in admitted {
+                    // Committed before the answer (see `flush`).
+                    self.work.batch.jobs.push(a.record);
+                    names.push(a.name);
+                    ids.push(a.id.0);
+                }
+                tracing::info!(user, jobs = ?names, ids = ?ids, "submitted");
+                self.dirty = true;
+                to_value(&Submitted { submitted: names, ids })
+            }
+            RequestCommand::Cancel { job, grace_secs } => {
+                if let Err(e) = self.planner.cancel(&job, grace_secs, caller) {
+                    if let CancelError::NotOwner { owner, .. } | CancelError::Hidden { owner, .. } = &e {
+                        tracing::warn!(%peer, user, job, owner, "refused: cancel of another user's job");
+                    }
+                    return Err(e.to_string().into());
+                }
+                tracing::info!(user, job, "cancelled");
+                self.tick();
+                to_value(&Cancelled { cancelled: job })
+            }
+            RequestCommand::Status { job, all, since_secs } => {
+                let query = StatusQuery { job, all, since_secs };
+                let store = &self.store;
+                match self
+                    .planner
+                    .status(query, caller, self.clock.now_ms(), |cutoff| store.finished(cutoff))
+                {
+                    Ok(jobs) => to_value(&JobList { jobs }),
+                    Err(e @ StatusError::NoSuchJob(_)) => Err(e.to_string().into()),
+                    Err(StatusError::Store(e)) => Err(e.to_string().into()),
+                }
+            }
+            RequestCommand::Nodes => {
+                let mut nodes = self.planner.nodes();
+                // Display only: what each node's current link said at Register.
+                for n in &mut nodes {
+                    n.confinement = self
+                        .links
+                        .get(&n.name)
+                        .and_then(|l| l.confinement)
+                        .map(|c| c.as_str().to_string());
+                }
+                to_value(&NodeList { nodes })
+            }
+            RequestCommand::HyperNodes => to_value(&self.planner.hyper_nodes()),
+            RequestCommand::Manifests => {
+                let specs = view::resolved_specs(self.planner.index());
+                to_value(&Manifests {
+                    manifests: hyperplan_shared::hypernode::to_hypernode_manifests(&specs),
+                })
+            }
+            RequestCommand::Logs { .. } => Err("logs: answered by the relay".into()),
+            RequestCommand::Planners => to_value(&hyperplan_shared::status::PlannerInfo {
+                role: "leader".into(),
+                epoch: self.epoch,
+                leader: Some(self.advertise.clone()),
+                store: self.describe.clone(),
+            }),
+            RequestCommand::Explain { job } => {
+                // Under privateData another user's job is answered as a missing one.
+                let seen = self.planner.sees_job(&job, caller);
+                match seen.then(|| self.planner.explain(&job)).flatten() {
+                    Some(e) => to_value(&e),
+                    None => Err(format!("no job named {job:?}").into()),
+                }
+            }
+        }
+    }
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, ResponseError> {
+    serde_json::to_value(v).map_err(|e| ResponseError::new(format!("encoding the reply: {e}")))
+}
+
+/// The submit directory a client sent: an absolute path of at most `PATH_MAX` bytes,
+/// without NUL or control characters (it becomes tasks' working directories).
+pub(super) fn checked_submit_dir(dir: String) -> Result<String, ResponseError> {
+    const PATH_MAX: usize = 4096;
+    if !dir.starts_with('/') || dir.len() > PATH_MAX || dir.chars().any(char::is_control) {
+        // (`escape` shows the control characters; `shorten` keeps the message short.)
+        return Err(format!(
+            "the submit directory must be an absolute path of at most {PATH_MAX} bytes without control characters, got \"{}\"",
+            hyperplan_shared::names::escape(&hyperplan_shared::names::shorten(&dir, 200))
+        )
+        .into());
+    }
+    Ok(dir)
+}
