@@ -20,7 +20,7 @@ use super::names::NodeNames;
 use crate::config::PlannerConfig;
 use crate::model::commands::{Command, HealthChange};
 use crate::model::components::Node;
-use crate::model::tick::{CapacityEpoch, NowMillis, Outbox, TopologyDirty};
+use crate::model::tick::{NowMillis, Outbox};
 
 /// The node's agent registered: Ready, heard now.
 pub(super) fn link_up(world: &mut World, node: &str, link: u64, at_ms: u64) {
@@ -97,8 +97,8 @@ fn entity(world: &World, node: &str) -> Option<Entity> {
     world.resource::<NodeNames>().0.get(node).copied()
 }
 
-/// Sets the node's readiness at `at_ms`; `true` when it changed. Capacity per HyperNode
-/// changes with it (rebuild the index and cache), and a node back may make room.
+/// Sets the node's readiness at `at_ms`; `true` when it changed (capacity per HyperNode
+/// changes with it: see `invalidate`).
 fn set_ready(world: &mut World, e: Entity, ready: bool, at_ms: u64) -> bool {
     let changed = match world.get_mut::<Node>(e) {
         Some(mut n) if n.ready != ready => {
@@ -108,8 +108,6 @@ fn set_ready(world: &mut World, e: Entity, ready: bool, at_ms: u64) -> bool {
         _ => false,
     };
     if changed {
-        world.resource_mut::<TopologyDirty>().0 = true;
-        world.resource_mut::<CapacityEpoch>().0 += 1;
         let mut away = world.resource_mut::<Away>();
         if ready {
             away.0.remove(&e);

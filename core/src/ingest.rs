@@ -11,41 +11,20 @@ use super::lifecycle;
 use super::numa::node::{HardwareCache, NodeHardware};
 use super::ownership::{MAX_JOB_ID, NextJobId};
 use super::refusals::Refusals;
+use crate::model::awaiting::StandIn;
 use crate::model::commands::Command;
 use crate::model::components::Node;
 use crate::model::components::SourceKind;
 use crate::model::components::{JobId, SIM_OWNER};
 use crate::model::events::Event;
 use crate::model::health::Heartbeats;
-use crate::model::tick::{
-    CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, Reregistered, TopologyDirty,
-};
+use crate::model::tick::{Inbox, LabelTypes, Now, Outbox, Reregistered};
 
 use super::names::NodeNames;
 
 pub fn ingest(world: &mut World) {
     let _span = tracing::info_span!("ingest").entered();
     let events = std::mem::take(&mut world.resource_mut::<Inbox>().0);
-    // Only events that may free or add room move the epoch (a poll that found nothing
-    // new must not make every pending job be searched again).
-    let quiet = |e: &Event| {
-        matches!(
-            e,
-            Event::Submit(_)
-                | Event::SubmitBy { .. }
-                | Event::Heartbeat { .. }
-                | Event::TaskStarted { .. }
-                | Event::TasksOnNode { .. }
-                | Event::DeclareSource { .. }
-                | Event::Discovered {
-                    result: Ok(Found::Unchanged) | Err(_),
-                    ..
-                }
-        )
-    };
-    if !events.iter().all(quiet) {
-        world.resource_mut::<CapacityEpoch>().0 += 1;
-    }
     for event in events {
         match event {
             Event::NodeUp(spec) => node_up(world, spec),
@@ -53,8 +32,6 @@ pub fn ingest(world: &mut World) {
                 let found = world.resource_mut::<NodeNames>().0.remove(&name);
                 if let Some(e) = found {
                     world.despawn(e);
-                    world.resource_mut::<TopologyDirty>().0 = true;
-                    world.resource_mut::<NodeSetGeneration>().0 += 1;
                 }
             }
             Event::StaticHyperNodes(specs) => {
@@ -69,7 +46,6 @@ pub fn ingest(world: &mut World) {
             Event::LabelDiscovery(types) => {
                 discovery::declare_label(world, &types);
                 world.resource_mut::<LabelTypes>().0 = types;
-                world.resource_mut::<TopologyDirty>().0 = true;
             }
             Event::DeclareSource { source, kind, target } => discovery::declare(world, &source, kind, target),
             Event::Discovered {
@@ -85,8 +61,6 @@ pub fn ingest(world: &mut World) {
                     && n.ready != ready
                 {
                     n.ready = ready;
-                    // Capacity per HyperNode changes with it: rebuild the index and cache.
-                    world.resource_mut::<TopologyDirty>().0 = true;
                 }
             }
             Event::LinkUp { node, link, at_ms } => {
@@ -167,20 +141,14 @@ fn node_up(world: &mut World, spec: NodeSpec) {
     };
     match known {
         Some(e) => {
-            world.entity_mut(e).insert((node, hardware));
+            // A stand-in of the store's is a node now: `restore::adopt` takes it over.
+            world.entity_mut(e).insert((node, hardware)).remove::<StandIn>();
         }
         None => {
             let name = node.name.to_string();
             let e = world.spawn((node, hardware)).id();
             world.resource_mut::<NodeNames>().0.insert(name, e);
         }
-    }
-    world.resource_mut::<TopologyDirty>().0 = true;
-    world.resource_mut::<NodeSetGeneration>().0 += 1;
-    // A node known from the store until now: its restored tasks take their NUMA
-    // assignments again on the hardware it reports.
-    if let Some(e) = known {
-        super::restore::adopt(world, e);
     }
 }
 

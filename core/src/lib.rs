@@ -44,6 +44,7 @@ pub mod claim;
 pub mod discovery;
 pub mod health;
 pub(crate) mod ingest;
+mod invalidate;
 pub mod invariants;
 pub mod lifecycle;
 pub mod lost;
@@ -115,8 +116,10 @@ impl Planner {
         schedule.add_systems(
             (
                 ingest::ingest,
+                restore::adopt,
                 health::check_silence,
                 lost::lost,
+                invalidate::invalidate,
                 discovery::discovery,
                 reindex::reindex,
                 cache::refresh::refresh_capacity,
@@ -158,9 +161,15 @@ impl Planner {
         std::mem::take(&mut self.world.resource_mut::<Outbox>().0)
     }
 
-    /// The world, to read (the daemon's Launch frames still read it; issue 22 step 3
-    /// turns those into answers of the planner too).
-    pub fn world(&self) -> &World {
+    /// The world, to read: the core's own; drivers ask the planner's answers (`view`,
+    /// `requests`).
+    pub(crate) fn world(&self) -> &World {
+        &self.world
+    }
+
+    /// The world, for tests that inspect what no answer shows.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn world_for_tests(&self) -> &World {
         &self.world
     }
 

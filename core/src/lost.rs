@@ -15,7 +15,7 @@ use crate::model::commands::Command;
 use crate::model::components::{Job, Node, Retired, Task, TaskState};
 use crate::model::health::{Away, Heartbeats};
 use crate::model::taskrun::TaskRun;
-use crate::model::tick::{CapacityEpoch, NowMillis, Outbox};
+use crate::model::tick::{NowMillis, Outbox};
 
 /// The system, right after node health: nodes NotReady for too long lose their tasks,
 /// then started tasks their agents stopped listing (a tick with no node away and no
@@ -70,8 +70,6 @@ fn lose_tasks(world: &mut World) {
             continue;
         }
         lost.sort();
-        // Tasks stopped with their jobs elsewhere may free room at once.
-        world.resource_mut::<CapacityEpoch>().0 += 1;
         let reason = format!("node {name} was NotReady for more than {} s", after.as_secs());
         world
             .resource_mut::<Outbox>()
@@ -126,7 +124,6 @@ fn lose_missing(world: &mut World) {
         return;
     }
     missing.sort();
-    world.resource_mut::<CapacityEpoch>().0 += 1;
     for (job_name, _, job, task, node) in missing {
         let reason = format!(
             "node {node}'s agent has not listed it as running for more than {} s",

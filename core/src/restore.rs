@@ -2,7 +2,8 @@
 //! running tasks still holding their nodes. A node of a running task that has not
 //! registered yet is a stand-in — NotReady, nothing to offer, [`AwaitingAgent`] — so no
 //! pending job is placed on it before its agent reports: then its tasks' NUMA
-//! assignments are checked against the hardware it reports and taken again. If it never
+//! assignments are checked against the hardware it reports and taken again ([`adopt`],
+//! a system of its own right after `ingest`). If it never
 //! comes, `nodeLostAfter` declares its tasks lost, as for any silent node (see `lost`).
 //! What its agent lists from then on is adopted, what it does not know is killed
 //! (`lifecycle::tasks_on_node`), and a task it stops listing is lost after
@@ -12,7 +13,7 @@ use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
 
-use crate::model::awaiting::{Awaiting, AwaitingAgent, give_up};
+use crate::model::awaiting::{Awaiting, AwaitingAgent, StandIn, give_up};
 use hyperplan_shared::Resources;
 
 use super::Planner;
@@ -25,7 +26,6 @@ use crate::model::components::{Job, JobPhase, JobState, Node, SubJobState, TaskP
 use crate::model::health::{Away, Heartbeats};
 use crate::model::record::{AssignmentRecord, JobRecord};
 use crate::model::taskrun::TaskRun;
-use crate::model::tick::{NodeSetGeneration, TopologyDirty};
 use crate::persist::{Persisted, Persisting, fingerprint};
 
 impl Planner {
@@ -213,13 +213,12 @@ fn node_for(world: &mut World, name: &str, now_ms: u64) -> Entity {
                 listed_ms: None,
             },
             AwaitingAgent::default(),
+            StandIn,
         ))
         .id();
     world.resource_mut::<NodeNames>().0.insert(name.to_string(), e);
     world.resource_mut::<Away>().0.insert(e, now_ms);
     world.get_resource_or_insert_with(Awaiting::default).0 += 1;
-    world.resource_mut::<TopologyDirty>().0 = true;
-    world.resource_mut::<NodeSetGeneration>().0 += 1;
     e
 }
 
@@ -231,15 +230,26 @@ fn adopt_later(world: &mut World, node: Entity, task: Entity, numa: Option<Assig
     }
 }
 
-/// Called when a node's spec arrives (`ingest::node_up`): the restored tasks on it take
-/// their NUMA assignments again, checked against the hardware it now reports; a task
-/// whose assignment no longer fits (the node's hardware changed) is lost, saying why.
-pub(crate) fn adopt(world: &mut World, node: Entity) {
-    let Some(waiting) = give_up(world, node) else {
+/// The adopt system, right after `ingest`: on each node whose spec arrived (no longer a
+/// [`StandIn`]) while it awaited its agent, the restored tasks take their NUMA
+/// assignments again, checked against the hardware it now reports; a task whose
+/// assignment no longer fits (the node's hardware changed) is lost, saying why. Nodes
+/// by name, tasks in the order they were restored.
+pub fn adopt(world: &mut World) {
+    let mut q = world.query_filtered::<(Entity, &Node), (With<AwaitingAgent>, Without<StandIn>)>();
+    let mut nodes: Vec<(Arc<str>, Entity)> = q.iter(world).map(|(e, n)| (n.name.clone(), e)).collect();
+    if nodes.is_empty() {
         return;
-    };
-    for (task, numa) in waiting.0 {
-        adopt_one(world, node, task, numa);
+    }
+    let _span = tracing::info_span!("adopt").entered();
+    nodes.sort();
+    for (_, node) in nodes {
+        let Some(waiting) = give_up(world, node) else {
+            continue;
+        };
+        for (task, numa) in waiting.0 {
+            adopt_one(world, node, task, numa);
+        }
     }
 }
 

@@ -83,7 +83,7 @@ fn discovered(source: &str, kind: SourceKind, at: u64, result: Result<Found, Str
 /// name → (tier, sorted member names, source) of every HyperNode entity.
 fn hypernodes(p: &mut Planner) -> BTreeMap<String, (u32, Vec<String>, String)> {
     let mut q = p.world_mut_for_tests().query::<&HyperNode>();
-    q.iter(p.world())
+    q.iter(p.world_for_tests())
         .map(|h| {
             let mut members: Vec<String> = h
                 .spec

@@ -84,14 +84,16 @@ impl Holdings {
         self.held.insert(task, held);
     }
 
-    /// Gives back what `task` held, if anything.
-    pub fn give(&mut self, cap: &mut Capacity, index: &TopologyIndex, task: Entity) {
-        if let Some(held) = self.held.remove(&task) {
-            cap.give(index, held.node, &held.shape);
-            if let Some(a) = held.numa {
-                self.numa_changes.push(NumaChange::Give(held.node, a));
-            }
+    /// Gives back what `task` held, if anything; whether it held something.
+    pub fn give(&mut self, cap: &mut Capacity, index: &TopologyIndex, task: Entity) -> bool {
+        let Some(held) = self.held.remove(&task) else {
+            return false;
+        };
+        cap.give(index, held.node, &held.shape);
+        if let Some(a) = held.numa {
+            self.numa_changes.push(NumaChange::Give(held.node, a));
         }
+        true
     }
 
     /// The NUMA takes and gives since the last call.

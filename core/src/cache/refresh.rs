@@ -10,6 +10,7 @@ use crate::cache::capacity::Capacity;
 use crate::cache::holdings::{Holdings, NumaChange, ShapeMemo, held_by, running_on};
 use crate::cache::numa::NumaState;
 use crate::model::components::{LiveChanged, Node, NodeSlot, Task, TaskState};
+use crate::model::tick::CapacityEpoch;
 use crate::numa::node::NodeHardware;
 use crate::topology::TopologyIndex;
 
@@ -30,6 +31,7 @@ pub fn refresh_capacity(
     changed: Query<(Entity, &Task, &TaskState), LiveChanged<TaskState>>,
     mut removed: RemovedComponents<TaskState>,
     slots: Query<&NodeSlot>,
+    mut epoch: ResMut<CapacityEpoch>,
 ) {
     let _span = tracing::info_span!("resource_cache").entered();
     if holdings.generation != Some(index.generation) {
@@ -45,10 +47,13 @@ pub fn refresh_capacity(
             }
         }
         tracing::debug!(running = holdings.len(), "resource cache rebuilt");
+        // New nodes, HyperNodes or readiness: any job may fit now.
+        epoch.0 += 1;
         return;
     }
+    let mut gave = false;
     for e in removed.read() {
-        holdings.give(&mut cap, &index, e);
+        gave |= holdings.give(&mut cap, &index, e);
     }
     // One pass over the changed tasks (a scan of every live task's change tick), then
     // gives before takes: a NUMA PU given back must not free one just taken.
@@ -58,7 +63,7 @@ pub fn refresh_capacity(
         let now_on = running_on(ts, &slots);
         let held = holdings.get(e).map(|h| h.node);
         if held.is_some() && held != now_on {
-            holdings.give(&mut cap, &index, e);
+            gave |= holdings.give(&mut cap, &index, e);
         }
         if let Some(n) = now_on
             && held != now_on
@@ -68,6 +73,10 @@ pub fn refresh_capacity(
     }
     for (e, held) in takes {
         holdings.take(&mut cap, &index, e, held);
+    }
+    // Room given back: jobs that found none may find some now.
+    if gave {
+        epoch.0 += 1;
     }
 }
 

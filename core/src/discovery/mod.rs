@@ -206,7 +206,4 @@ pub fn record(world: &mut World, source: &str, kind: SourceKind, at: u64, result
     };
     state.changed |= changed;
     world.resource_mut::<Outbox>().0.extend(notes);
-    if changed {
-        world.resource_mut::<TopologyDirty>().0 = true;
-    }
 }

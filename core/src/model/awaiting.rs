@@ -1,7 +1,8 @@
 //! Nodes known only from the store, whose agents have not registered since the planner
 //! started: the restored tasks each holds ([`AwaitingAgent`]) and how many such nodes
 //! there are ([`Awaiting`]). `restore` makes them; a node's registration (`restore`'s
-//! adoption) or its loss (`lost`) ends the wait with [`give_up`].
+//! adoption, once the node is no [`StandIn`]) or its loss (`lost`) ends the wait with
+//! [`give_up`].
 
 use bevy_ecs::prelude::*;
 
@@ -11,6 +12,12 @@ use super::record::AssignmentRecord;
 /// assignment each held, to take again once its agent says what the node has.
 #[derive(Component, Debug, Default)]
 pub struct AwaitingAgent(pub Vec<(Entity, Option<AssignmentRecord>)>);
+
+/// On a node the store named before its agent registered: what it has is not known
+/// (its hardware is a stand-in). Taken off when the node's spec arrives (`ingest`); a
+/// node [`AwaitingAgent`] without it is adopted (`restore::adopt`).
+#[derive(Component, Debug, Default)]
+pub struct StandIn;
 
 /// How many nodes are [`AwaitingAgent`]: while any is, the cluster is not whole and no
 /// job is rejected as one that could never run.
