@@ -26,6 +26,7 @@ use crate::model::components::Requeued;
 use crate::model::components::{Job, JobPhase, JobState, Node, SubJobState, Task, TaskPhase, TaskState, Verdict};
 use crate::model::events::TaskOnNode;
 use crate::model::health::Heartbeats;
+use crate::model::jobstate::StateRecord;
 use crate::model::taskrun::TaskRun;
 use crate::model::tick::{Now, NowMillis, Outbox};
 
@@ -378,9 +379,11 @@ fn requeue(world: &mut World, job_e: Entity, why: String) {
     }
     if let Some(mut st) = world.get_mut::<JobState>(job_e) {
         *st = JobState {
-            reason: Some(why),
             checked_generation: st.checked_generation,
-            ..JobState::new()
+            ..JobState::from_stored(StateRecord {
+                reason: Some(why),
+                ..StateRecord::new()
+            })
         };
     }
     let times = world.get::<Requeued>(job_e).map_or(1, |r| r.0 + 1);
@@ -452,12 +455,12 @@ mod tests {
     use super::*;
 
     fn st(phase: JobPhase, verdict: Option<Verdict>, task_started: bool) -> JobState {
-        JobState {
+        JobState::from_stored(StateRecord {
             phase,
             verdict,
             task_started,
-            ..JobState::new()
-        }
+            ..StateRecord::new()
+        })
     }
 
     #[test]
@@ -486,10 +489,8 @@ mod tests {
         for (state, want) in cases {
             assert_eq!(job_status(&state), want, "{:?} {:?}", state.phase, state.verdict);
         }
-        let requeued = JobState {
-            requeue: Some("requeued".into()),
-            ..st(P::Ending, None, true)
-        };
+        let mut requeued = st(P::Ending, None, true);
+        requeued.requeue = Some("requeued".into());
         assert_eq!(job_status(&requeued), S::Pending);
     }
 }

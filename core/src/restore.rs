@@ -116,30 +116,13 @@ fn restore_job(world: &mut World, rec: JobRecord, now_ms: u64) -> Result<(), Str
             rec.tasks.len()
         ));
     }
-    let s = rec.state;
+    let mut s = rec.state;
     // A job the allocator rejected is looked at again on the topology the agents bring.
-    let phase = if s.phase == JobPhase::Rejected {
-        JobPhase::Pending
-    } else {
-        s.phase
-    };
-    world.entity_mut(job_e).insert(JobState {
-        phase,
-        reason: s.reason,
-        start_time: s.start_time,
-        end_time: s.end_time,
-        allocated_hyper_node: s.allocated_hyper_node,
-        checked_generation: None,
-        failed_epoch: None,
-        next_rank: s.next_rank,
-        verdict: s.verdict,
-        exit_code: s.exit_code,
-        first_failure: s.first_failure,
-        reported: s.reported,
-        task_started: s.task_started,
-        kill: s.kill,
-        requeue: s.requeue,
-    });
+    if s.phase == JobPhase::Rejected {
+        s.phase = JobPhase::Pending;
+    }
+    s.rejected_for_topology = false;
+    world.entity_mut(job_e).insert(JobState::from_stored(s));
     if rec.requeued > 0 {
         world.entity_mut(job_e).insert(Requeued(rec.requeued));
     }

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use bevy_ecs::prelude::*;
 use hyperplan_shared::{HyperNodeSpec, JobSpec, NetworkTopology, Resources};
 
-use crate::model::commands::KillReason;
 use crate::model::ids::NodeIdx;
+pub use crate::model::jobstate::{JobPhase, JobState, Verdict};
 
 /// A machine the planner may place tasks on.
 #[derive(Component, Clone, Debug)]
@@ -94,36 +94,6 @@ pub struct HyperNode {
     pub source: Source,
 }
 
-/// How a job ended (or is ending), once decided; `None` on the simulator's jobs, whose
-/// tasks nobody reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Verdict {
-    Completed,
-    Failed,
-    Cancelled,
-    Timeout,
-}
-
-/// Lifecycle of a job as people see it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum JobPhase {
-    /// Gang minimum not placed yet.
-    Pending,
-    /// Gang minimum placed (tasks may still be waiting for room).
-    Running,
-    /// The verdict is decided (`JobState::verdict`, or a requeue) but tasks on agents'
-    /// nodes still hold resources until their ends are reported: never placed, never
-    /// retired (retiring would hide their ends from the resource cache), name taken.
-    Ending,
-    /// Every placed task finished.
-    Finished,
-    /// Can never run, even on the empty cluster.
-    Rejected,
-    Cancelled,
-}
-
 #[derive(Component, Clone, Debug)]
 pub struct Job {
     /// Shared with the `Place` commands of its tasks (the drivers read the task's command,
@@ -137,67 +107,6 @@ pub struct Job {
     pub partition_groups: Vec<(usize, u32)>,
     /// Per role (task spec): what it asks of the NUMA allocator (`None` = nothing to pin).
     pub numa: Vec<Option<crate::numa::assign::TaskNuma>>,
-}
-
-#[derive(Component, Clone, Debug)]
-pub struct JobState {
-    pub phase: JobPhase,
-    pub reason: Option<String>,
-    pub start_time: Option<u64>,
-    pub end_time: Option<u64>,
-    /// Volcano's job-level AllocatedHyperNode, by name (stable across re-indexing).
-    pub allocated_hyper_node: Option<String>,
-    /// The topology generation this job was last found unplaceable on the empty cluster
-    /// for, so the (costly) check runs once per topology.
-    pub checked_generation: Option<u64>,
-    /// The capacity epoch of the last attempt that placed nothing (see `CapacityEpoch`).
-    pub failed_epoch: Option<u64>,
-    pub next_rank: u32,
-    /// Decided by the first task that failed or timed out, a cancel, or every placed
-    /// task exiting 0 (see `lifecycle`).
-    pub verdict: Option<Verdict>,
-    /// Set when it ended, if any task's end was reported: 0, or `first_failure`'s code.
-    pub exit_code: Option<i32>,
-    /// The earliest (by end time, Unix ms) non-zero task end and its shell exit code.
-    pub first_failure: Option<(u64, i32)>,
-    /// Some task's end was reported by its agent (or it was lost): the job gets an exit
-    /// code and a verdict of `completed` when all went well.
-    pub reported: bool,
-    /// Some task reported started (status `running` rather than `placed`).
-    pub task_started: bool,
-    /// While ending: the kill sent to its tasks, repeated to a task its node still lists.
-    pub kill: Option<(KillReason, u64)>,
-    /// Back to pending once its tasks ended (a node with its tasks was lost and the job
-    /// asks `requeue`); the reason it will show.
-    pub requeue: Option<String>,
-}
-
-impl JobState {
-    pub fn new() -> Self {
-        Self {
-            phase: JobPhase::Pending,
-            reason: None,
-            start_time: None,
-            end_time: None,
-            allocated_hyper_node: None,
-            checked_generation: None,
-            failed_epoch: None,
-            next_rank: 0,
-            verdict: None,
-            exit_code: None,
-            first_failure: None,
-            reported: false,
-            task_started: false,
-            kill: None,
-            requeue: None,
-        }
-    }
-}
-
-impl Default for JobState {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 #[derive(Component, Clone, Debug)]

@@ -13,6 +13,7 @@ pub mod discovered;
 pub mod events;
 pub mod health;
 pub mod ids;
+pub mod jobstate;
 pub mod record;
 pub mod taskrun;
 pub mod tick;

@@ -20,8 +20,8 @@ use hyperplan_shared::JobSpec;
 use hyperplan_shared::taskend::TaskEnd;
 use serde::{Deserialize, Serialize};
 
-use crate::model::commands::KillReason;
-use crate::model::components::{JobPhase, TaskPhase, Verdict};
+use crate::model::components::{JobPhase, TaskPhase};
+pub use crate::model::jobstate::StateRecord;
 use crate::numa::assign::Assignment;
 
 /// The version of [`JobRecord`]'s encoding; a store written by a later one is refused.
@@ -48,27 +48,6 @@ pub struct JobRecord {
     pub sub_jobs: Vec<Option<String>>,
     /// Times it went back to pending (a lost node and `requeue: true`).
     pub requeued: u32,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StateRecord {
-    pub phase: JobPhase,
-    /// Kept once the job is ending or ended; a waiting job's reason is worked out again.
-    pub reason: Option<String>,
-    pub start_time: Option<u64>,
-    pub end_time: Option<u64>,
-    pub allocated_hyper_node: Option<String>,
-    pub next_rank: u32,
-    pub verdict: Option<Verdict>,
-    pub exit_code: Option<i32>,
-    pub first_failure: Option<(u64, i32)>,
-    pub reported: bool,
-    pub task_started: bool,
-    pub kill: Option<(KillReason, u64)>,
-    pub requeue: Option<String>,
-    /// Rejected by the allocator (looked at again when nodes join), not at submit.
-    pub rejected_for_topology: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -140,22 +119,7 @@ impl JobRecord {
             id,
             owner: owner.to_string(),
             spec,
-            state: StateRecord {
-                phase: JobPhase::Pending,
-                reason: None,
-                start_time: None,
-                end_time: None,
-                allocated_hyper_node: None,
-                next_rank: 0,
-                verdict: None,
-                exit_code: None,
-                first_failure: None,
-                reported: false,
-                task_started: false,
-                kill: None,
-                requeue: None,
-                rejected_for_topology: false,
-            },
+            state: StateRecord::new(),
             tasks,
             sub_jobs: Vec::new(),
             requeued: 0,

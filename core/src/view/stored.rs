@@ -6,18 +6,18 @@ use hyperplan_shared::report::{JobReport, TaskReport};
 
 use crate::lifecycle::job_status;
 use crate::model::components::{JobState, TaskPhase, TaskState};
-use crate::model::record::JobRecord;
+use crate::model::record::{JobRecord, StateRecord};
 use crate::model::taskrun::{TaskRun, task_status};
 
 pub fn stored_report(rec: &JobRecord) -> JobReport {
     let s = &rec.state;
-    let st = JobState {
+    let st = JobState::from_stored(StateRecord {
         phase: s.phase,
         verdict: s.verdict,
         task_started: s.task_started,
         requeue: s.requeue.clone(),
-        ..JobState::new()
-    };
+        ..StateRecord::new()
+    });
     let tracked = rec
         .tasks
         .iter()

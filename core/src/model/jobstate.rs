@@ -1,0 +1,145 @@
+//! A job's state: its phase and verdict, and [`JobState`], the component, whose durable
+//! part is [`StateRecord`], the very struct the store keeps (one type, not two copied
+//! field by field).
+
+use bevy_ecs::prelude::Component;
+use serde::{Deserialize, Serialize};
+
+use crate::model::commands::KillReason;
+
+/// How a job ended (or is ending), once decided; `None` on the simulator's jobs, whose
+/// tasks nobody reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Verdict {
+    Completed,
+    Failed,
+    Cancelled,
+    Timeout,
+}
+
+/// Lifecycle of a job as people see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum JobPhase {
+    /// Gang minimum not placed yet.
+    Pending,
+    /// Gang minimum placed (tasks may still be waiting for room).
+    Running,
+    /// The verdict is decided (`JobState::verdict`, or a requeue) but tasks on agents'
+    /// nodes still hold resources until their ends are reported: never placed, never
+    /// retired (retiring would hide their ends from the resource cache), name taken.
+    Ending,
+    /// Every placed task finished.
+    Finished,
+    /// Can never run, even on the empty cluster.
+    Rejected,
+    Cancelled,
+}
+
+/// A job's state in the world: what the store keeps of it ([`StateRecord`], reached
+/// through `Deref`, so `state.phase` reads and writes the stored field) and what the
+/// allocator works out again after a restart. A new durable field is one edit, in
+/// [`StateRecord`].
+#[derive(Component, Clone, Debug, Default)]
+pub struct JobState {
+    /// What the store keeps (see `model::record`).
+    pub stored: StateRecord,
+    /// The topology generation this job was last found unplaceable on the empty cluster
+    /// for, so the (costly) check runs once per topology.
+    pub checked_generation: Option<u64>,
+    /// The capacity epoch of the last attempt that placed nothing (see `CapacityEpoch`).
+    pub failed_epoch: Option<u64>,
+}
+
+impl JobState {
+    /// A pending job.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A job in the stored state `stored` (restored from the store).
+    pub fn from_stored(stored: StateRecord) -> Self {
+        Self {
+            stored,
+            ..Self::default()
+        }
+    }
+}
+
+impl std::ops::Deref for JobState {
+    type Target = StateRecord;
+
+    fn deref(&self) -> &StateRecord {
+        &self.stored
+    }
+}
+
+impl std::ops::DerefMut for JobState {
+    fn deref_mut(&mut self) -> &mut StateRecord {
+        &mut self.stored
+    }
+}
+
+/// The durable part of a job's state: what [`JobState`] holds and the store keeps.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StateRecord {
+    pub phase: JobPhase,
+    /// Why it waits or how it ended; stored once the job is ending or ended (a waiting
+    /// job's reason is worked out again). Kept the job is ending or ended; a waiting job's reason is worked out again.
+    pub reason: Option<String>,
+    pub start_time: Option<u64>,
+    pub end_time: Option<u64>,
+    /// Volcano's job-level AllocatedHyperNode, by name (stable across re-indexing).
+    pub allocated_hyper_node: Option<String>,
+    pub next_rank: u32,
+    /// Decided by the first task that failed or timed out, a cancel, or every placed
+    /// task exiting 0 (see `lifecycle`).
+    pub verdict: Option<Verdict>,
+    /// Set when it ended, if any task's end was reported: 0, or `first_failure`'s code.
+    pub exit_code: Option<i32>,
+    /// The earliest (by end time, Unix ms) non-zero task end and its shell exit code.
+    pub first_failure: Option<(u64, i32)>,
+    /// Some task's end was reported by its agent (or it was lost): the job gets an exit
+    /// code and a verdict of `completed` when all went well.
+    pub reported: bool,
+    /// Some task reported started (status `running` rather than `placed`).
+    pub task_started: bool,
+    /// While ending: the kill sent to its tasks, repeated to a task its node still lists.
+    pub kill: Option<(KillReason, u64)>,
+    /// Back to pending once its tasks ended (a node with its tasks was lost and the job
+    /// asks `requeue`); the reason it will show.
+    pub requeue: Option<String>,
+    /// Rejected by the allocator (looked at again when nodes join), not at submit. Set
+    /// in the record only (`persist`, from `JobState::checked_generation`).
+    pub rejected_for_topology: bool,
+}
+
+impl StateRecord {
+    /// A pending job's.
+    pub fn new() -> Self {
+        Self {
+            phase: JobPhase::Pending,
+            reason: None,
+            start_time: None,
+            end_time: None,
+            allocated_hyper_node: None,
+            next_rank: 0,
+            verdict: None,
+            exit_code: None,
+            first_failure: None,
+            reported: false,
+            task_started: false,
+            kill: None,
+            requeue: None,
+            rejected_for_topology: false,
+        }
+    }
+}
+
+impl Default for StateRecord {
+    fn default() -> Self {
+        Self::new()
+    }
+}
