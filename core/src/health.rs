@@ -20,7 +20,7 @@ use super::names::NodeNames;
 use crate::config::PlannerConfig;
 use crate::model::commands::{Command, HealthChange};
 use crate::model::components::Node;
-use crate::model::tick::{NowMillis, Outbox};
+use crate::model::tick::{Now, Outbox};
 
 /// The node's agent registered: Ready, heard now.
 pub(super) fn link_up(world: &mut World, node: &str, link: u64, at_ms: u64) {
@@ -68,7 +68,7 @@ pub fn check_silence(world: &mut World) {
 }
 
 fn turn_silent_not_ready(world: &mut World) {
-    let now = world.resource::<NowMillis>().0;
+    let now = world.resource::<Now>().ms;
     let health = world.resource::<PlannerConfig>().health;
     let limit = u64::try_from(health.silent_after().as_millis()).unwrap_or(u64::MAX);
     let mut silent: Vec<(std::sync::Arc<str>, Entity, u64)> = world
@@ -90,7 +90,7 @@ fn turn_silent_not_ready(world: &mut World) {
 /// without a link record.
 pub fn heard_secs_ago(world: &World, e: Entity) -> Option<u64> {
     let h = world.get::<Heartbeats>(e)?;
-    Some(world.resource::<NowMillis>().0.saturating_sub(h.last_ms) / 1000)
+    Some(world.resource::<Now>().ms.saturating_sub(h.last_ms) / 1000)
 }
 
 fn entity(world: &World, node: &str) -> Option<Entity> {

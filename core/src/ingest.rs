@@ -35,7 +35,7 @@ pub fn ingest(world: &mut World) {
                 }
             }
             Event::StaticHyperNodes(specs) => {
-                let at = world.resource::<Now>().0;
+                let at = world.resource::<Now>().secs();
                 let found = Found::HyperNodes {
                     summary: format!("{} HyperNode(s) from the cluster file", specs.len()),
                     specs,

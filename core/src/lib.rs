@@ -71,7 +71,7 @@ pub use model::events::Event;
 
 use cache::capacity::Capacity;
 pub use config::PlannerConfig;
-use model::tick::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, NowMillis, Outbox, TopologyDirty};
+use model::tick::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, TopologyDirty};
 use topology::TopologyIndex;
 
 pub struct Planner {
@@ -92,7 +92,6 @@ impl Planner {
         world.insert_resource(Inbox::default());
         world.insert_resource(Outbox::default());
         world.insert_resource(Now::default());
-        world.insert_resource(NowMillis::default());
         world.insert_resource(model::tick::Reregistered::default());
         world.insert_resource(CapacityEpoch::default());
         world.insert_resource(TopologyDirty(true));
@@ -142,23 +141,19 @@ impl Planner {
         self.world.resource_mut::<Inbox>().0.push(event);
     }
 
-    /// Runs one tick at time `now` (seconds) and returns what the driver must do.
-    pub fn tick(&mut self, now: u64) -> Vec<Command> {
-        self.run(now, now.saturating_mul(1000))
-    }
-
-    /// As [`Planner::tick`], at `now_ms` milliseconds: for drivers whose nodes
-    /// heartbeat, since node health needs sub-second time (see [`queues::NowMillis`]).
+    /// Runs one tick at `now_ms` (Unix milliseconds, the driver's clock) and returns
+    /// what the driver must do.
     pub fn tick_millis(&mut self, now_ms: u64) -> Vec<Command> {
-        self.run(now_ms / 1000, now_ms)
-    }
-
-    fn run(&mut self, now: u64, now_ms: u64) -> Vec<Command> {
-        let _span = tracing::info_span!("tick", now).entered();
-        self.world.resource_mut::<Now>().0 = now;
-        self.world.resource_mut::<NowMillis>().0 = now_ms;
+        let _span = tracing::info_span!("tick", now_ms).entered();
+        self.world.resource_mut::<Now>().ms = now_ms;
         self.schedule.run(&mut self.world);
         std::mem::take(&mut self.world.resource_mut::<Outbox>().0)
+    }
+
+    /// As [`Planner::tick_millis`], at `now` whole seconds: for the simulator's traces
+    /// and tests, whose times are seconds.
+    pub fn tick(&mut self, now: u64) -> Vec<Command> {
+        self.tick_millis(now.saturating_mul(1000))
     }
 
     /// The world, to read: the core's own; drivers ask the planner's answers (`view`,

@@ -28,7 +28,7 @@ use crate::model::events::TaskOnNode;
 use crate::model::health::Heartbeats;
 use crate::model::jobstate::StateRecord;
 use crate::model::taskrun::TaskRun;
-use crate::model::tick::{Now, NowMillis, Outbox};
+use crate::model::tick::{Now, Outbox};
 
 /// SIGTERM to SIGKILL when the core kills a task on its own account (a failed task, the
 /// time limit, an orphan); a cancel says its own.
@@ -66,7 +66,7 @@ pub(crate) fn cancel(world: &mut World, name: &str, grace_secs: u64) {
             .push(Command::Warn(format!("cancel: no job {name}")));
         return;
     };
-    let now = world.resource::<Now>().0;
+    let now = world.resource::<Now>().secs();
     let Some(mut st) = world.get_mut::<JobState>(job_e) else {
         return;
     };
@@ -122,7 +122,7 @@ pub(crate) fn task_started(world: &mut World, node: &str, job: &str, job_id: u64
     }
     run.start_ms = Some(at_ms);
     run.pid = Some(pid);
-    run.seen_ms = Some(world.resource::<NowMillis>().0);
+    run.seen_ms = Some(world.resource::<Now>().ms);
     world.entity_mut(task_e).insert(run);
     mark_started(world, job_e);
 }
@@ -145,7 +145,7 @@ pub(crate) fn tasks_on_node(world: &mut World, node: &str, tasks: Vec<TaskOnNode
     let Some(node_name) = world.get::<Node>(node_e).map(|n| n.name.clone()) else {
         return;
     };
-    let now = world.resource::<NowMillis>().0;
+    let now = world.resource::<Now>().ms;
     if let Some(mut h) = world.get_mut::<Heartbeats>(node_e) {
         h.bypass_change_detection().listed_ms = Some(now);
     }
@@ -342,7 +342,7 @@ fn settle(world: &mut World, job_e: Entity) {
     if holding {
         return;
     }
-    let now = world.resource::<Now>().0;
+    let now = world.resource::<Now>().secs();
     let Some(mut st) = world.get_mut::<JobState>(job_e) else {
         return;
     };
@@ -437,7 +437,7 @@ pub(crate) fn find_task(world: &World, job: &Job, name: &str) -> Option<Entity> 
 
 /// Ends a running task as lost, now, saying why (its pid and start as reported).
 pub(crate) fn lose(world: &mut World, job: Entity, task: Entity, reason: String) {
-    let now = world.resource::<NowMillis>().0;
+    let now = world.resource::<Now>().ms;
     let run = world.get::<TaskRun>(task);
     let end = TaskEnd {
         outcome: TaskOutcome::Lost,

@@ -15,7 +15,7 @@ use crate::model::commands::Command;
 use crate::model::components::{Job, Node, Retired, Task, TaskState};
 use crate::model::health::{Away, Heartbeats};
 use crate::model::taskrun::TaskRun;
-use crate::model::tick::{NowMillis, Outbox};
+use crate::model::tick::{Now, Outbox};
 
 /// The system, right after node health: nodes NotReady for too long lose their tasks,
 /// then started tasks their agents stopped listing (a tick with no node away and no
@@ -31,7 +31,7 @@ fn lose_tasks(world: &mut World) {
     if world.resource::<Away>().0.is_empty() {
         return;
     }
-    let now = world.resource::<NowMillis>().0;
+    let now = world.resource::<Now>().ms;
     let after = world.resource::<PlannerConfig>().health.node_lost_after;
     let limit = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
     let due: Vec<Entity> = world
@@ -93,7 +93,7 @@ pub struct MissingSweep(pub u64);
 /// state directory was wiped, or it rebooted), so nothing will ever end them. A scan of
 /// the live tasks every few seconds, in (job name, rank) order.
 fn lose_missing(world: &mut World) {
-    let now = world.resource::<NowMillis>().0;
+    let now = world.resource::<Now>().ms;
     let last = world.get_resource::<MissingSweep>().map_or(0, |s| s.0);
     if now < last.saturating_add(MISSING_SWEEP_MS) {
         return;

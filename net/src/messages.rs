@@ -14,7 +14,7 @@ use hyperplan_shared::topology::NodeTopology;
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change to the messages below.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Who is speaking on a connection. The certificate says the same (its OU), and the
 /// planner checks that the two agree.
@@ -348,65 +348,78 @@ pub struct Response {
     pub result: Result<serde_json::Value, ResponseError>,
 }
 
-/// The planner's refusal of a request (no such job, not yours to cancel), a sentence for
-/// the person who asked. On the wire it is the bare message string (serde transparent),
-/// so it encodes exactly as the `Result<_, String>` it replaces and older peers still
-/// understand it.
+/// The planner's refusal of a request (no such job, not yours to cancel): a sentence for
+/// the person who asked, and what kind of refusal it is, so that a client decides what
+/// to do from the kind, never from the words.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[serde(transparent)]
 #[error("{message}")]
 pub struct ResponseError {
     pub message: String,
+    #[serde(default)]
+    pub kind: RefusalKind,
+}
+
+/// What a client may do about a [`ResponseError`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RefusalKind {
+    /// Asking again gives the same answer.
+    #[default]
+    Final,
+    /// The answer may be different if asked again: a node that is away, a relay that is
+    /// busy (`hyperplan logs --follow` waits and asks again).
+    ForNow,
+    /// A standby's answer: ask the leader (`None`: no leader yet, an election is under way).
+    NotLeader { leader: Option<String> },
 }
 
 impl ResponseError {
     pub fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
+            kind: RefusalKind::Final,
         }
     }
-}
 
-/// How an answer that may change if asked again ends (a node away or busy for now).
-const FOR_NOW: &str = " (for now)";
-
-impl ResponseError {
     /// An answer that may be different if asked again: a node that is away, a relay
-    /// that is busy. `hyperplan logs --follow` waits and asks again on these.
+    /// that is busy. The message says so (`(for now)`).
     pub fn for_now(message: impl std::fmt::Display) -> Self {
-        Self::new(format!("{message}{FOR_NOW}"))
+        Self {
+            message: format!("{message} (for now)"),
+            kind: RefusalKind::ForNow,
+        }
     }
 
     /// Whether this is a [`ResponseError::for_now`] answer.
     pub fn is_for_now(&self) -> bool {
-        self.message.ends_with(FOR_NOW)
+        self.kind == RefusalKind::ForNow
     }
-}
 
-/// How a standby's refusal starts; the leader's address (or `unknown`) follows.
-const NOT_LEADER: &str = "not the leader; the leader is ";
-
-impl ResponseError {
     /// A standby's answer to every request but `Planners`.
     pub fn not_leader(leader: Option<&str>) -> Self {
-        Self::new(format!(
-            "{NOT_LEADER}{}",
-            leader.unwrap_or("unknown (an election is under way)")
-        ))
+        Self {
+            message: format!(
+                "not the leader; the leader is {}",
+                leader.unwrap_or("unknown (an election is under way)")
+            ),
+            kind: RefusalKind::NotLeader {
+                leader: leader.map(str::to_string),
+            },
+        }
     }
 
     /// `Some(leader)` when this is a standby's refusal (`Some(None)`: no leader yet):
     /// the CLI asks the leader instead.
     pub fn not_leader_hint(&self) -> Option<Option<&str>> {
-        let rest = self.message.strip_prefix(NOT_LEADER)?;
-        let leader = rest.split_whitespace().next().filter(|a| *a != "unknown");
-        Some(leader)
+        match &self.kind {
+            RefusalKind::NotLeader { leader } => Some(leader.as_deref()),
+            _ => None,
+        }
     }
 }
 
 impl From<String> for ResponseError {
     fn from(message: String) -> Self {
-        Self { message }
+        Self::new(message)
     }
 }
 
@@ -421,6 +434,12 @@ mod not_leader {
         assert_eq!(e.not_leader_hint(), Some(Some("head-2:7400")));
         assert_eq!(ResponseError::not_leader(None).not_leader_hint(), Some(None));
         assert_eq!(ResponseError::new("no job named \"x\"").not_leader_hint(), None);
+        // The words do not decide: a message that reads like a standby's is not one.
+        let lookalike = ResponseError::new("not the leader; the leader is head-2:7400");
+        assert_eq!(lookalike.not_leader_hint(), None);
+        let for_now = ResponseError::for_now("node n1 is not connected");
+        assert!(for_now.is_for_now() && for_now.message.ends_with(" (for now)"));
+        assert!(!ResponseError::new("job x ended (for now)").is_for_now());
     }
 }
 
@@ -735,32 +754,27 @@ mod tests {
         });
     }
 
-    /// The typed error is still the bare string on the wire, both ways.
+    /// A refusal carries its kind on the wire (protocol 6): a client reads a standby's
+    /// answer or a passing one from it, and the message is the sentence as it was.
     #[test]
-    fn response_error_encodes_as_the_old_string() {
-        #[derive(Debug, PartialEq, Serialize, Deserialize)]
-        struct OldResponse {
-            id: u64,
-            result: Result<serde_json::Value, String>,
+    fn a_refusal_carries_its_kind_on_the_wire() {
+        for e in [
+            ResponseError::new("no job named \"x\""),
+            ResponseError::for_now("node n1 is not connected"),
+            ResponseError::not_leader(Some("head-2:7400")),
+            ResponseError::not_leader(None),
+        ] {
+            let new = Response {
+                id: 3,
+                result: Err(e.clone()),
+            };
+            let back: Response = rmp_serde::from_slice(&rmp_serde::to_vec_named(&new).unwrap()).unwrap();
+            assert_eq!(back, new);
         }
-        let new = Response {
-            id: 3,
-            result: Err(ResponseError::new("no job named \"x\"")),
-        };
-        let old = OldResponse {
-            id: 3,
-            result: Err("no job named \"x\"".into()),
-        };
-        let bytes = rmp_serde::to_vec_named(&new).unwrap();
-        assert_eq!(bytes, rmp_serde::to_vec_named(&old).unwrap());
-        assert_eq!(rmp_serde::from_slice::<OldResponse>(&bytes).unwrap(), old);
-        let back: Response = rmp_serde::from_slice(&rmp_serde::to_vec_named(&old).unwrap()).unwrap();
-        assert_eq!(back, new);
-        assert_eq!(
-            serde_json::to_string(&new.result).unwrap(),
-            r#"{"Err":"no job named \"x\""}"#
-        );
         assert_eq!(ResponseError::new("no such job").to_string(), "no such job");
+        let text =
+            String::from_utf8_lossy(&rmp_serde::to_vec_named(&ResponseError::not_leader(None)).unwrap()).to_string();
+        assert!(text.contains("NotLeader") && text.contains("kind"), "{text}");
     }
 
     #[test]

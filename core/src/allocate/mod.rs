@@ -148,7 +148,7 @@ pub fn allocate(
                     ts.phase = TaskPhase::Running;
                     ts.node = Some(index.node_entities[n.ix()]);
                     ts.rank = Some(state.next_rank);
-                    ts.start_time = Some(now.0);
+                    ts.start_time = Some(now.secs());
                     ts.dispatched = false;
                     ts.numa = slot.assignment.take();
                     state.next_rank += 1;
@@ -170,7 +170,7 @@ pub fn allocate(
             }
             if state.phase == JobPhase::Pending {
                 state.phase = JobPhase::Running;
-                state.start_time = Some(now.0);
+                state.start_time = Some(now.secs());
                 state.reason = None;
             }
             if let Some(before) = was_rejected.take() {

@@ -13,17 +13,22 @@ pub struct Inbox(pub Vec<Event>);
 #[derive(Debug, Default, Resource)]
 pub struct Outbox(pub Vec<Command>);
 
-/// The tick's time in seconds, given by the driver (the core never reads a clock).
-#[derive(Debug, Default, Clone, Copy, Resource)]
-pub struct Now(pub u64);
-
-/// The same instant as [`Now`], in milliseconds. Node health needs it: agents may
+/// The tick's time: Unix milliseconds, given by the driver (the core never reads a
+/// clock). The core's one time type: node health needs sub-second time (agents may
 /// heartbeat every 0.3 s, and on a whole-second clock a node heard 10 ms ago would look
-/// a second silent when the second rolls over. Job times stay whole seconds (every
-/// report shows seconds), so the tick carries one instant at two resolutions rather than
-/// every time in the core becoming milliseconds.
+/// a second silent when the second rolls over); job times are shown in whole seconds,
+/// [`Now::secs`].
 #[derive(Debug, Default, Clone, Copy, Resource)]
-pub struct NowMillis(pub u64);
+pub struct Now {
+    pub ms: u64,
+}
+
+impl Now {
+    /// Whole Unix seconds (job and task times in reports and records).
+    pub fn secs(self) -> u64 {
+        self.ms / 1000
+    }
+}
 
 /// Set when nodes or HyperNodes change: the topology index must be rebuilt.
 #[derive(Debug, Default, Resource)]
