@@ -327,7 +327,7 @@ async fn check_sources(config: &DaemonConfig) -> usize {
             s.spec.target(),
             hyperplan_fabric::ufm::config::HumanDuration(s.interval)
         );
-        match hyperplan_planner::server::discovery::check(s.clone()).await {
+        match hyperplan_planner::discovery::check(s.clone()).await {
             Ok(summary) => println!("{head}: ok: {summary}"),
             Err(e) => {
                 failed += 1;

@@ -12,7 +12,6 @@
 
 mod agent;
 mod client;
-pub mod discovery;
 mod driver;
 mod handshake;
 mod launch;
@@ -230,7 +229,11 @@ impl Server {
             describe: self.config.store.describe(),
         };
         let driver = tokio::spawn(driver::run(self.config.clone(), from_conns, start));
-        discovery::spawn(&self.config.discovery.sources, &to_core, &self.reload.subscribe());
+        let sink = {
+            let to_core = to_core.clone();
+            move |p| to_core.send(ToCore::Discovered(p)).is_ok()
+        };
+        crate::discovery::spawn(&self.config.discovery.sources, &sink, &self.reload.subscribe());
         let revoked = self.revoked.subscribe();
         revoked::spawn_reloader(self.reload.subscribe(), self.revoked_path.clone(), self.revoked);
         let max_frame = self.config.server.max_frame_bytes;

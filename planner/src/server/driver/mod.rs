@@ -30,10 +30,10 @@ use tokio::sync::mpsc;
 pub use self::clock::Clock;
 pub use self::links::{AgentLink, FromAgent};
 pub use self::requests::Request;
-use crate::config::{DaemonConfig, SourceKind};
+use crate::config::DaemonConfig;
+use crate::discovery::Polled;
 use crate::store::writer::{After, Work, Writer};
 use crate::store::{Loaded, Store};
-use hyperplan_core::discovery::{Found, SourceError};
 use hyperplan_core::{Command, Event, Planner};
 use links::Link;
 
@@ -42,12 +42,8 @@ use links::Link;
 pub enum ToCore {
     /// An agent's link: registrations, heartbeats, task reports, its end.
     Agent(links::FromAgent),
-    /// A discovery source was read (see `super::discovery`).
-    Discovered {
-        source: String,
-        kind: SourceKind,
-        result: Result<Found, SourceError>,
-    },
+    /// A discovery source was read (see `crate::discovery`).
+    Discovered(Polled),
     /// A person's request (see [`Request`]).
     Request(Request),
 }
@@ -159,7 +155,7 @@ impl Driver {
         config.planner.health = config.server.health();
         let mut planner = Planner::new(config.planner.clone());
         planner.push(Event::LabelDiscovery(config.discovery.label.clone()));
-        // The pollers (`super::discovery`) send the sources' contents; declared here so
+        // The pollers (`crate::discovery`) send the sources' contents; declared here so
         // people see every source from the start.
         for s in &config.discovery.sources {
             planner.push(Event::DeclareSource {
@@ -227,7 +223,7 @@ impl Driver {
     fn handle(&mut self, msg: ToCore) {
         match msg {
             ToCore::Agent(m) => self.agent_said(m),
-            ToCore::Discovered { source, kind, result } => {
+            ToCore::Discovered(Polled { source, kind, result }) => {
                 self.planner.push(Event::Discovered {
                     source,
                     kind,

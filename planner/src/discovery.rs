@@ -1,6 +1,8 @@
-//! The daemon's side of discovery: one task per polled source (`[[discovery]]` entries
-//! other than `label`) reads it at start, every `interval`, and at once on SIGHUP, and
-//! sends what it found to the driver. Reading is blocking I/O (files, UFM over HTTPS, a
+//! The daemon's side of discovery, its pollers: one task per polled source
+//! (`[[discovery]]` entries, configured in `config::discovery`, other than `label`) reads
+//! it at start, every `interval`, and at once on SIGHUP, and hands what it found to the
+//! driver ([`Polled`]). The parsers are `hyperplan-fabric`'s; reconciling HyperNodes with
+//! the nodes is the core's (`hyperplan_core::discovery`). Reading is blocking I/O (files, UFM over HTTPS, a
 //! command), so it runs off the driver's task: a UFM that hangs delays only its source.
 //!
 //! A poll whose input is byte-for-byte what the last good poll read says `Unchanged`,
@@ -25,10 +27,9 @@ use hyperplan_fabric::slurm::parse_topology_conf;
 use hyperplan_fabric::ufm::{UfmSource, UfmTopology};
 use hyperplan_fabric::{GuidMap, parse_ibnetdiscover};
 use hyperplan_shared::hypernode::parse_hypernode_files;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
-use super::driver::ToCore;
-use crate::config::{DumpInput, SourceConfig, SourceSpec};
+use crate::config::{DumpInput, SourceConfig, SourceKind, SourceSpec};
 use hyperplan_core::discovery::{Found, SourceError};
 
 /// The largest file or command output a source reads (the CLI's fabric commands read
@@ -39,15 +40,27 @@ pub const MAX_INPUT_BYTES: u64 = hyperplan_shared::limits::MAX_FABRIC_FILE;
 /// the source reports it as hung. Generous: a large fabric parses in well under a second.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// What one poll of a source gave.
+#[derive(Debug)]
+pub struct Polled {
+    pub source: String,
+    pub kind: SourceKind,
+    pub result: Result<Found, SourceError>,
+}
+
 /// Starts one task per source. Each polls at once, then every `interval`, and at once
-/// whenever `reload` changes (SIGHUP). Tasks end when the driver is gone.
-pub fn spawn(sources: &[SourceConfig], to_core: &mpsc::UnboundedSender<ToCore>, reload: &watch::Receiver<u64>) {
+/// whenever `reload` changes (SIGHUP), handing each poll to `sink`; a task ends when
+/// `sink` says the driver is gone (`false`).
+pub fn spawn<S>(sources: &[SourceConfig], sink: &S, reload: &watch::Receiver<u64>)
+where
+    S: Fn(Polled) -> bool + Clone + Send + 'static,
+{
     for source in sources {
-        tokio::spawn(poll_loop(source.clone(), to_core.clone(), reload.clone()));
+        tokio::spawn(poll_loop(source.clone(), sink.clone(), reload.clone()));
     }
 }
 
-async fn poll_loop(source: SourceConfig, to_core: mpsc::UnboundedSender<ToCore>, mut reload: watch::Receiver<u64>) {
+async fn poll_loop(source: SourceConfig, sink: impl Fn(Polled) -> bool, mut reload: watch::Receiver<u64>) {
     let mut reader = Reader::new(source.clone(), READ_TIMEOUT);
     loop {
         let result = reader.poll().await;
@@ -56,12 +69,12 @@ async fn poll_loop(source: SourceConfig, to_core: mpsc::UnboundedSender<ToCore>,
             Ok(_) => tracing::info!(source = source.name, "discovery: new input read"),
             Err(e) => tracing::debug!(source = source.name, "discovery failed: {e}"),
         }
-        let msg = ToCore::Discovered {
+        let polled = Polled {
             source: source.name.clone(),
             kind: source.spec.kind(),
             result,
         };
-        if to_core.send(msg).is_err() {
+        if !sink(polled) {
             return;
         }
         tokio::select! {
