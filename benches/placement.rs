@@ -29,6 +29,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use hyperplan_core::sim::SIM_OWNER;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -131,7 +132,7 @@ fn task_count(jobs: &[JobSpec]) -> u64 {
 fn place_once(cluster: &ClusterSpec, jobs: &[JobSpec]) -> (Vec<Command>, Duration, Planner) {
     let mut planner = ready_planner(cluster);
     for j in jobs {
-        planner.push(Event::Submit(j.clone()));
+        planner.push(Event::submit(j.clone(), SIM_OWNER));
     }
     let start = Instant::now();
     let cmds = planner.tick(1);
@@ -355,8 +356,9 @@ fn fragmented_planner(nodes: u32, fanout: &[u32]) -> Planner {
     let mut planner = planner_for(&first, PlannerConfig::default());
     let count = busy.iter().filter(|b| **b).count();
     for i in 0..count {
-        planner.push(Event::Submit(
+        planner.push(Event::submit(
             JobBuilder::gang(&format!("bg-{i:06}"), 1, WHOLE_NODE).build(),
+            SIM_OWNER,
         ));
     }
     let cmds = planner.tick(0);
@@ -403,7 +405,10 @@ fn one_job(c: &mut Criterion) {
                     for _ in 0..iters {
                         seq += 1;
                         let name = format!("one-{seq:07}");
-                        planner.push(Event::Submit(JobBuilder::gang(&name, size, WHOLE_NODE).soft().build()));
+                        planner.push(Event::submit(
+                            JobBuilder::gang(&name, size, WHOLE_NODE).soft().build(),
+                            SIM_OWNER,
+                        ));
                         now += 1;
                         let start = Instant::now();
                         let cmds = planner.tick(now);

@@ -13,9 +13,9 @@ use super::ownership::{MAX_JOB_ID, NextJobId};
 use super::refusals::Refusals;
 use crate::model::awaiting::StandIn;
 use crate::model::commands::Command;
+use crate::model::components::JobId;
 use crate::model::components::Node;
 use crate::model::components::SourceKind;
-use crate::model::components::{JobId, SIM_OWNER};
 use crate::model::events::Event;
 use crate::model::health::Heartbeats;
 use crate::model::tick::{Inbox, LabelTypes, Now, Outbox, Reregistered};
@@ -77,8 +77,7 @@ pub fn ingest(world: &mut World) {
             }
             Event::Heartbeat { node, at_ms } => health::heartbeat(world, &node, at_ms),
             Event::LinkDown { node, link, at_ms } => health::link_down(world, &node, link, at_ms),
-            Event::Submit(spec) => submit(world, spec, SIM_OWNER.to_string()),
-            Event::SubmitBy { spec, owner } => submit(world, spec, owner),
+            Event::Submit { spec, owner } => submit(world, spec, owner),
             Event::Cancel { job, grace_secs } => lifecycle::cancel(world, &job, grace_secs),
             Event::TaskFinished { job, task } => lifecycle::task_finished(world, &job, &task),
             Event::TaskStarted {

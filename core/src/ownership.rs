@@ -17,7 +17,7 @@ use super::Planner;
 use super::caller::Caller;
 use super::names::JobNames;
 use crate::config::PlannerConfig;
-use crate::model::components::{JobOwner, JobPhase, JobState, SIM_OWNER};
+use crate::model::components::{JobOwner, JobPhase, JobState};
 use crate::model::events::Event;
 use crate::model::tick::Inbox;
 
@@ -172,15 +172,10 @@ fn owner_in(world: &World, name: &str) -> Option<String> {
     if let Some(&e) = world.resource::<JobNames>().0.get(name)
         && world.get::<JobState>(e).is_some_and(is_live)
     {
-        return Some(
-            world
-                .get::<JobOwner>(e)
-                .map_or_else(|| SIM_OWNER.to_string(), |o| o.0.to_string()),
-        );
+        return world.get::<JobOwner>(e).map(|o| o.0.to_string());
     }
     world.resource::<Inbox>().0.iter().rev().find_map(|e| match e {
-        Event::SubmitBy { spec, owner } if spec.name == name => Some(owner.clone()),
-        Event::Submit(spec) if spec.name == name => Some(SIM_OWNER.to_string()),
+        Event::Submit { spec, owner } if spec.name == name => Some(owner.clone()),
         _ => None,
     })
 }
@@ -222,7 +217,7 @@ impl Planner {
             .resource::<Inbox>()
             .0
             .iter()
-            .filter(|e| matches!(e, Event::SubmitBy { owner: o, .. } if o == owner))
+            .filter(|e| matches!(e, Event::Submit { owner: o, .. } if o == owner))
             .count() as u64;
         if live + more > limits.max_jobs_per_user {
             return Err(SubmitError::TooManyJobs {
@@ -248,7 +243,7 @@ impl Planner {
             .resource::<Inbox>()
             .0
             .iter()
-            .filter(|e| matches!(e, Event::Submit(_) | Event::SubmitBy { .. }))
+            .filter(|e| matches!(e, Event::Submit { .. }))
             .count() as u64;
         self.world.resource::<NextJobId>().0.saturating_add(queued)
     }
@@ -266,7 +261,7 @@ impl Planner {
             .resource::<JobNames>()
             .0
             .get(job)
-            .map(|&e| self.world.get::<JobOwner>(e).map_or(SIM_OWNER, |o| &*o.0))
+            .and_then(|&e| self.world.get::<JobOwner>(e).map(|o| &*o.0))
         else {
             return Err(CancelError::NoSuchJob(job.to_string()));
         };
@@ -293,7 +288,7 @@ impl Planner {
             .resource::<JobNames>()
             .0
             .get(job)
-            .is_some_and(|&e| caller.sees(Some(self.world.get::<JobOwner>(e).map_or(SIM_OWNER, |o| &*o.0))))
+            .is_some_and(|&e| caller.sees(self.world.get::<JobOwner>(e).map(|o| &*o.0)))
     }
 
     /// Who submitted `job`, if it exists.
@@ -312,7 +307,7 @@ mod tests {
     use crate::testing::JobBuilder;
 
     fn submit_by(p: &mut Planner, name: &str, owner: &str) {
-        p.push(Event::SubmitBy {
+        p.push(Event::Submit {
             spec: JobBuilder::gang(name, 1, "cpu=1").build(),
             owner: owner.into(),
         });
@@ -347,9 +342,12 @@ mod tests {
     #[test]
     fn a_bare_submit_belongs_to_the_simulator() {
         let mut p = Planner::new(PlannerConfig::default());
-        p.push(Event::Submit(JobBuilder::gang("j", 1, "cpu=1").build()));
+        p.push(Event::submit(
+            JobBuilder::gang("j", 1, "cpu=1").build(),
+            crate::sim::SIM_OWNER,
+        ));
         p.tick(0);
-        assert_eq!(p.owner_of("j"), Some(SIM_OWNER));
+        assert_eq!(p.owner_of("j"), Some(crate::sim::SIM_OWNER));
     }
 
     /// A planner with one 8-CPU node, so one-CPU jobs wait or run rather than being
@@ -433,11 +431,11 @@ mod tests {
     fn a_cancelled_pending_job_shows_cancelled_without_a_reason() {
         use hyperplan_shared::report::JobStatus;
         let mut p = planner_with_a_node(PlannerConfig::default());
-        p.push(Event::SubmitBy {
+        p.push(Event::Submit {
             spec: JobBuilder::gang("hog", 1, "cpu=8").build(),
             owner: "alice".into(),
         });
-        p.push(Event::SubmitBy {
+        p.push(Event::Submit {
             spec: JobBuilder::gang("waiter", 1, "cpu=4").build(),
             owner: "alice".into(),
         });
@@ -474,7 +472,7 @@ mod tests {
             "job \"big\" has 5 tasks, more than [limits] maxTasksPerJob = 4"
         );
         // Pushed anyway (a driver that did not ask): rejected, no task spawned.
-        p.push(Event::SubmitBy {
+        p.push(Event::Submit {
             spec: big,
             owner: "alice".into(),
         });

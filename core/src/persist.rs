@@ -15,8 +15,7 @@ use bevy_ecs::prelude::*;
 
 use crate::model::commands::Command;
 use crate::model::components::{
-    Job, JobId, JobOwner, JobPhase, JobState, LiveChanged, Node, Requeued, SIM_OWNER, SubJob, SubJobState, Task,
-    TaskState,
+    Job, JobId, JobOwner, JobPhase, JobState, LiveChanged, Node, Requeued, SubJob, SubJobState, Task, TaskState,
 };
 use crate::model::record::{AssignmentRecord, JobRecord, Persist, StateRecord, TaskRecord};
 use crate::model::taskrun::TaskRun;
@@ -48,7 +47,7 @@ pub fn record(world: &World, job_e: Entity) -> Option<JobRecord> {
         job,
         st,
         world.get::<JobId>(job_e).map_or(0, |i| i.0),
-        world.get::<JobOwner>(job_e).map_or(SIM_OWNER, |o| &o.0),
+        &world.get::<JobOwner>(job_e)?.0,
         world.get::<Requeued>(job_e).map_or(0, |r| r.0),
         |t| {
             let task = world.get::<Task>(t)?;
@@ -110,7 +109,7 @@ type JobRow<'a> = (
     &'a Job,
     &'a JobState,
     &'a JobId,
-    Option<&'a JobOwner>,
+    &'a JobOwner,
     Option<&'a Requeued>,
     Option<&'a mut Persisted>,
 );
@@ -149,7 +148,7 @@ pub fn persist(
             job,
             st,
             id.0,
-            owner.map_or(SIM_OWNER, |o| &o.0),
+            &owner.0,
             requeued.map_or(0, |r| r.0),
             |t| tasks.get(t).ok(),
             |sj| sub_jobs.get(sj).ok().and_then(|s| s.allocated_hyper_node.clone()),

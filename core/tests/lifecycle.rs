@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use hyperplan_core::sim::SIM_OWNER;
 use std::time::Duration;
 
 use hyperplan_core::config::HealthConfig;
@@ -80,7 +81,7 @@ impl Rig {
     /// Submits a job and returns its id.
     fn submit(&mut self, spec: hyperplan_shared::JobSpec) -> u64 {
         let id = self.p.next_job_id();
-        self.p.push(Event::Submit(spec));
+        self.p.push(Event::submit(spec, SIM_OWNER));
         id
     }
 
@@ -323,7 +324,8 @@ fn cancel_kills_with_its_grace_and_frees_only_on_the_ends() {
     assert!(placed_jobs(&cmds).is_empty(), "the tasks still hold their nodes");
     // The name is not free yet: a new `a` is refused.
     assert!(rig.p.check_job_names(["a"]).is_err());
-    rig.p.push(Event::Submit(JobBuilder::gang("a", 1, "cpu=1").build()));
+    rig.p
+        .push(Event::submit(JobBuilder::gang("a", 1, "cpu=1").build(), SIM_OWNER));
     let cmds = rig.step();
     assert!(
         cmds.iter()
@@ -596,8 +598,11 @@ fn nodes_without_an_agent_free_at_once_and_say_nothing_new() {
     for n in ClusterBuilder::flat(2).node_resources("cpu=8").build().nodes {
         p.push(Event::NodeUp(n));
     }
-    p.push(Event::Submit(JobBuilder::gang("a", 2, "cpu=8").build()));
-    p.push(Event::Submit(JobBuilder::gang("b", 2, "cpu=8").priority(-1).build()));
+    p.push(Event::submit(JobBuilder::gang("a", 2, "cpu=8").build(), SIM_OWNER));
+    p.push(Event::submit(
+        JobBuilder::gang("b", 2, "cpu=8").priority(-1).build(),
+        SIM_OWNER,
+    ));
     p.tick(0);
     p.push(Event::Cancel {
         job: "a".into(),

@@ -5,6 +5,7 @@
 //! is given twice, and single-numa-node tasks stay on one NUMA node.
 
 use hyperplan_core::PlannerConfig;
+use hyperplan_core::sim::SIM_OWNER;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, MachineBuilder, run};
 use hyperplan_shared::JobSpec;
 use proptest::prelude::*;
@@ -285,7 +286,7 @@ fn push_step(
                 _ => b.hard(2),
             };
             *jobs += 1;
-            planner.push(Event::Submit(b.build()));
+            planner.push(Event::submit(b.build(), SIM_OWNER));
         }
         Step::Cancel(j) => planner.push(Event::Cancel {
             job: format!("job-{j:02}"),

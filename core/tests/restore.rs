@@ -115,7 +115,7 @@ impl Rig {
 
     fn submit(&mut self, spec: JobSpec) -> u64 {
         let id = self.p.next_job_id();
-        self.p.push(Event::SubmitBy {
+        self.p.push(Event::Submit {
             spec,
             owner: "alice".into(),
         });

@@ -1,6 +1,7 @@
 //! Scenario tests for the rules of volcano-semantics.md §1–§6 (and §11's differences),
 //! built with the test builders. Every run checks the invariants after every tick.
 
+use hyperplan_core::sim::SIM_OWNER;
 use std::collections::BTreeSet;
 
 use hyperplan_core::PlannerConfig;
@@ -461,7 +462,10 @@ fn allocated_hypernode_is_removed_when_gone_and_recovered_from_running_tasks() {
     use hyperplan_core::model::components::{Job, JobState, SubJob, SubJobState};
     let c = tree().build();
     let mut planner = hyperplan_core::sim::planner_for(&c, cfg());
-    planner.push(Event::Submit(JobBuilder::gang("j", 3, "cpu=8").hard(2).build()));
+    planner.push(Event::submit(
+        JobBuilder::gang("j", 3, "cpu=8").hard(2).build(),
+        SIM_OWNER,
+    ));
     planner.tick(0);
     let allocated = |p: &mut hyperplan_core::Planner| {
         let w = p.world_mut_for_tests();

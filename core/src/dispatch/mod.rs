@@ -7,21 +7,19 @@ mod relaunch;
 
 pub use relaunch::{relaunch, unstarted_on};
 
-use std::sync::Arc;
-
 use bevy_ecs::prelude::*;
 
 use super::numa::hints::Policy;
 use super::numa::node::NodeHardware;
 use crate::model::commands::{Command, Pinning, Placement};
 use crate::model::components::{Job, LiveChanged, Node, Task, TaskPhase, TaskState};
-use crate::model::components::{JobId, JobOwner, SIM_OWNER};
+use crate::model::components::{JobId, JobOwner};
 use crate::model::tick::Outbox;
 
 pub fn dispatch(
     mut out: ResMut<Outbox>,
     mut tasks: Query<(Entity, &Task, &mut TaskState), LiveChanged<TaskState>>,
-    jobs: Query<(&Job, Option<&JobOwner>, Option<&JobId>)>,
+    jobs: Query<(&Job, &JobOwner, Option<&JobId>)>,
     nodes: Query<&Node>,
     hardware: Query<&NodeHardware>,
 ) {
@@ -66,7 +64,7 @@ pub fn dispatch(
 /// The `Place` command of a placed task: shared parts of its job, node and hardware.
 pub(crate) fn placement(
     job: &Job,
-    owner: Option<&JobOwner>,
+    owner: &JobOwner,
     id: Option<&JobId>,
     task: &Task,
     ts: &TaskState,
@@ -76,7 +74,7 @@ pub(crate) fn placement(
     Placement {
         spec: job.spec.clone(),
         job_id: id.map_or(0, |i| i.0),
-        owner: owner.map_or_else(|| Arc::from(SIM_OWNER), |o| o.0.clone()),
+        owner: owner.0.clone(),
         role: task.role,
         task: task.name.clone(),
         node: node.name.clone(),

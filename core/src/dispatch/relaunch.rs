@@ -36,11 +36,8 @@ pub fn unstarted_on(world: &mut World, node: &str) -> Vec<Placement> {
         .filter_map(|(task, ts, _)| {
             let job = world.get::<Job>(task.job)?;
             let running = world.get::<JobState>(task.job)?.phase == JobPhase::Running;
-            running.then(|| {
-                let owner = world.get::<JobOwner>(task.job);
-                let id = world.get::<JobId>(task.job);
-                placement(job, owner, id, task, ts, n, hw)
-            })
+            let owner = world.get::<JobOwner>(task.job)?;
+            running.then(|| placement(job, owner, world.get::<JobId>(task.job), task, ts, n, hw))
         })
         .collect();
     out.sort_by(|a, b| a.job().cmp(b.job()).then(a.rank.cmp(&b.rank)));

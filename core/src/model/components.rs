@@ -186,11 +186,6 @@ pub struct Retired;
 /// Query filter: `T` changed since the system last ran, on an entity not retired.
 pub type LiveChanged<T> = (Changed<T>, Without<Retired>);
 
-/// The owner of jobs submitted with a bare [`Event::Submit`](crate::model::events::Event::Submit): the simulator's, the tests'
-/// and the benches' jobs. A fixed name, not the local user, so reports are the same on
-/// every machine.
-pub const SIM_OWNER: &str = "sim";
-
 /// The user who submitted a job: they (and admins) may cancel it.
 #[derive(Component, Clone, Debug, PartialEq, Eq)]
 pub struct JobOwner(pub std::sync::Arc<str>);

@@ -72,10 +72,10 @@ pub enum Event {
         at: u64,
         result: Result<Found, SourceError>,
     },
-    /// A job of the simulator's (owner [`SIM_OWNER`](crate::model::components::SIM_OWNER)).
-    Submit(JobSpec),
-    /// A job `owner` submitted: they (and admins) may cancel it.
-    SubmitBy {
+    /// A job `owner` submitted: they (and admins) may cancel it. The simulator submits
+    /// as [`SIM_OWNER`](crate::sim::SIM_OWNER); the daemon admits at once
+    /// instead ([`Planner::submit`](crate::Planner::submit)), so the id it answers is the job's.
+    Submit {
         spec: JobSpec,
         owner: String,
     },
@@ -128,4 +128,14 @@ pub struct TaskOnNode {
     /// CPU use now, in cores.
     pub cpu_cores: f32,
     pub rss_bytes: u64,
+}
+
+impl Event {
+    /// [`Event::Submit`] of `spec` by `owner`.
+    pub fn submit(spec: JobSpec, owner: &str) -> Self {
+        Self::Submit {
+            spec,
+            owner: owner.to_string(),
+        }
+    }
 }

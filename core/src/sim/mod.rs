@@ -15,6 +15,11 @@ use crate::{Command, Event, Planner, view};
 
 pub use table::{render_table, render_task_table};
 
+/// The owner the simulator submits its jobs as (the tests and benches do too): a fixed
+/// name, not the local user, so reports are the same on every machine. To the core it
+/// is an owner like any other.
+pub const SIM_OWNER: &str = "sim";
+
 /// Loads the cluster into a fresh planner (nodes, static HyperNodes, label discovery).
 pub fn planner_for(cluster: &ClusterSpec, config: PlannerConfig) -> Planner {
     let mut planner = Planner::new(config);
@@ -58,7 +63,7 @@ pub fn simulate_with(
     let timed = jobs.iter().any(|j| j.tasks.iter().any(|t| t.runtime.is_some()));
     if !timed {
         for j in jobs {
-            planner.push(Event::Submit(j.clone()));
+            planner.push(Event::submit(j.clone(), SIM_OWNER));
         }
         let cmds = planner.tick(0);
         note(cmds, &mut warnings);
@@ -71,7 +76,7 @@ pub fn simulate_with(
         let mut now = submissions.first().map_or(0, |j| j.submit_time);
         loop {
             while next_sub < submissions.len() && submissions[next_sub].submit_time <= now {
-                planner.push(Event::Submit(submissions[next_sub].clone()));
+                planner.push(Event::submit(submissions[next_sub].clone(), SIM_OWNER));
                 next_sub += 1;
             }
             if let Some(done) = completions.remove(&now) {

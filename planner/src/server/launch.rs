@@ -141,7 +141,7 @@ mod tests {
         spec.tasks[0].command = vec!["torchrun".into(), "train.py".into()];
         spec.tasks[0].exec.env.insert("NCCL_DEBUG".into(), "INFO".into());
         spec.run.time_limit = Some(90);
-        planner.push(Event::SubmitBy {
+        planner.push(Event::Submit {
             spec,
             owner: "alice".into(),
         });
