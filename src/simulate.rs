@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
-use hyperplan_core::ownership::{NameClash, check_job_names};
+use hyperplan_core::jobs::ownership::{NameClash, check_job_names};
 use hyperplan_core::{PlannerConfig, sim};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]

@@ -6,11 +6,9 @@ use bevy_ecs::prelude::*;
 use hyperplan_shared::{JobSpec, NodeSpec};
 
 use super::discovery::{self, Found};
-use super::health;
-use super::lifecycle;
 use super::numa::node::{HardwareCache, NodeHardware};
-use super::ownership::{MAX_JOB_ID, NextJobId};
-use super::refusals::Refusals;
+use crate::jobs::lifecycle;
+use crate::jobs::ownership::{MAX_JOB_ID, NextJobId};
 use crate::model::awaiting::StandIn;
 use crate::model::commands::Command;
 use crate::model::components::JobId;
@@ -19,6 +17,8 @@ use crate::model::components::SourceKind;
 use crate::model::events::Event;
 use crate::model::health::Heartbeats;
 use crate::model::tick::{Inbox, LabelTypes, Now, Outbox, Reregistered};
+use crate::nodes::health;
+use crate::nodes::refusals::Refusals;
 
 use super::names::NodeNames;
 
@@ -170,5 +170,5 @@ fn submit(world: &mut World, spec: JobSpec, owner: String) {
         }
         JobId(id)
     };
-    crate::admit::admit(world, spec, owner, id);
+    crate::jobs::admit::admit(world, spec, owner, id);
 }

@@ -1,65 +1,75 @@
-//! hyperplan-core, the planner core: a bevy_ecs `World` and one ordered `Schedule`. No I/O and no clock:
-//! drivers push [`Event`]s, call [`Planner::tick`] with `now`, and carry out the
-//! [`Command`]s it returns. The daemon and the simulator drive the very same Schedule.
-//! What decides anything lives here, not in a driver: node health (`health`), job
-//! owners, job-name uniqueness and the priority cap (`ownership`), who sees which job
-//! (`caller`), the job and task lifecycle the agents report (`lifecycle`: verdicts,
-//! kills, orphans; `model::taskrun`: each task's run), lost nodes (`lost`), agents
-//! turned away (`refusals`).
+//! hyperplan-core, the planner core: a bevy_ecs `World` and one ordered `Schedule`. No
+//! I/O and no clock: drivers call the [`Planner`]'s methods (`submit`, `cancel`,
+//! `status`, the views), push [`Event`]s, call [`Planner::tick_millis`] with `now`, and
+//! carry out the [`Command`]s it returns. The daemon and the simulator drive the very
+//! same Schedule, and whatever decides anything lives here, not in a driver.
 //!
-//! The rooms, bottom up (a file imports only from rooms below it or beside it):
+//! The rooms, bottom up (a room imports only from rooms below it or beside it; no two
+//! root modules import each other, directly or around a circle: `tests/layers.rs`):
 //!
-//! - `numa`, `checksum`, `names`, `caller`, `ratelimit`: plain libraries, no ECS system;
-//! - `model`: the vocabulary: ids, components, events, commands, the tick's inbox,
-//!   outbox and invalidation flags, what node health keeps (`health`), nodes awaiting
-//!   their agents after a restart (`awaiting`), the stored record; imports no system;
-//! - `config`, `topology` (the HyperNode index), `cache` (capacity, NUMA state,
-//!   holdings, refresh): what the allocator reads;
-//! - `lifecycle` (task starts and ends, verdicts, kills; a task lost) and `admit` (a
-//!   job's entities from its spec): what several systems do to jobs;
-//! - the systems: `ingest`, `health`, `lost`, `restore`, `discovery`, `allocate`,
-//!   `dispatch`, `recover`, `retire`, `persist`, `ownership`, `claim`, `refusals`;
-//!   `view` reads the world for people; `sim` and `testing` drive it.
+//! | room | what it holds |
+//! |---|---|
+//! | `numa`, `checksum`, `names`, `caller`, `ratelimit` | plain libraries, no ECS system |
+//! | `model/` | the vocabulary: ids, components, a job's state and its stored record, events, commands, the tick's inbox, outbox, time and invalidation flags, what node health keeps, nodes awaiting their agents; imports no system |
+//! | `config/` | what planner.toml's `[scoring]`, `[numa]`, `[limits]` and health keys say |
+//! | `topology/` | the HyperNode index, its rebuild (`reindex`) and what decides it (`invalidate`) |
+//! | `cache/` | capacity, NUMA state and the ledger of what each task holds, and their refresh |
+//! | `jobs/` | admission, ownership and limits, the task lifecycle, `recover`, `retire` |
+//! | `nodes/` | link claims, health, lost nodes, refused agents |
+//! | `discovery/` | HyperNodes from sources and labels, reconciled with the nodes |
+//! | `allocate/` | gradient search, scoring, NUMA assignment |
+//! | `dispatch/` | `Place` and `Relaunch` commands |
+//! | `persist/` | the `persist` system and start-up from the store (`restore`, `adopt`) |
+//! | `ingest` | events into the world |
+//! | `requests/`, `view/` | the planner's answers: submit, cancel, logs, status; reports, nodes, HyperNodes, explain |
+//! | `sim`, `testing` | the simulator; builders and the test rig |
 //!
-//! No two root modules import each other, directly or around a circle.
+//! The Schedule, in order (this list is the whole truth: no system calls another):
 //!
-//! A tick: ingest (task starts, ends and cancels through `lifecycle`) → node health →
-//! lost nodes and tasks → discovery → topology index → resource cache (capacity, then NUMA)
-//! → recover → allocate (gradient search, scoring, NUMA assignment; each placement
-//! recorded in the caches' ledger) → dispatch → retire the jobs that ended. Between
-//! topology changes every system after the index works on what changed (see
-//! `cache::holdings`) and on live jobs (see `retire`), not on the whole cluster or its history.
+//! | # | system | does |
+//! |---|---|---|
+//! | 1 | `ingest::ingest` | applies events: nodes, links and heartbeats (`nodes::health`), sources, jobs, task starts, ends and cancels (`jobs::lifecycle`) |
+//! | 2 | `persist::restore::adopt` | nodes from the store whose agent registered take their tasks' NUMA assignments again |
+//! | 3 | `nodes::health::check_silence` | silent nodes turn NotReady |
+//! | 4 | `nodes::lost::lost` | tasks of nodes NotReady too long, and tasks their agent stopped listing, are lost |
+//! | 5 | `topology::invalidate::invalidate` | from what changed: the node set's generation, whether the index must be rebuilt |
+//! | 6 | `discovery::discovery` | HyperNodes from labels and polled sources, reconciled |
+//! | 7 | `topology::reindex::reindex` | the topology index, rebuilt when invalidated |
+//! | 8 | `cache::refresh::refresh_capacity` | capacity follows what tasks hold; says when room may have grown (`CapacityEpoch`) |
+//! | 9 | `cache::refresh::refresh_numa` | NUMA state follows the same ledger |
+//! | 10 | `jobs::recover::recover` | AllocatedHyperNodes cleared or recovered |
+//! | 11 | `allocate::allocate` | gradient search, scoring, NUMA assignment; each placement recorded in the ledger |
+//! | 12 | `dispatch::dispatch` | a `Place` per new placement |
+//! | 13 | `dispatch::relaunch` | a `Relaunch` per node registered again with unstarted tasks |
+//! | 14 | `jobs::retire::retire` | jobs that ended leave the per-tick scans |
+//! | 15 | `jobs::ownership::count_live` | each owner's live jobs, for `maxJobsPerUser` |
+//! | 16 | `persist::persist` | a `Persist` per changed job record (the daemon only) |
+//!
+//! Between topology changes every system after the index works on what changed (see
+//! `cache::holdings`) and on live jobs (see `jobs::retire`), not on the whole cluster or
+//! its history.
 
 pub mod config;
 pub mod sim;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub mod admit;
 pub mod allocate;
 pub mod cache;
 pub mod caller;
 pub mod checksum;
-pub mod claim;
 pub mod discovery;
-pub mod health;
+mod dispatch;
 pub(crate) mod ingest;
-mod invalidate;
 pub mod invariants;
-pub mod lifecycle;
-pub mod lost;
+pub mod jobs;
 pub mod model;
 pub mod names;
+pub mod nodes;
 pub mod numa;
-pub mod ownership;
 pub mod persist;
 pub mod ratelimit;
-mod recover;
-pub mod refusals;
-mod reindex;
 pub mod requests;
-pub mod restore;
-mod retire;
 pub mod topology;
 pub mod view;
 
@@ -97,11 +107,11 @@ impl Planner {
         world.insert_resource(TopologyDirty(true));
         world.insert_resource(LabelTypes::default());
         world.insert_resource(names::JobNames::default());
-        world.insert_resource(ownership::NextJobId::default());
-        world.insert_resource(ownership::LiveByOwner::default());
+        world.insert_resource(jobs::ownership::NextJobId::default());
+        world.insert_resource(jobs::ownership::LiveByOwner::default());
         world.insert_resource(names::NodeNames::default());
         world.insert_resource(model::health::Away::default());
-        world.insert_resource(refusals::Refusals::default());
+        world.insert_resource(nodes::refusals::Refusals::default());
         world.insert_resource(NodeSetGeneration::default());
         world.insert_resource(discovery::Sources::default());
         world.insert_resource(discovery::ReportedGuids::default());
@@ -115,20 +125,20 @@ impl Planner {
         schedule.add_systems(
             (
                 ingest::ingest,
-                restore::adopt,
-                health::check_silence,
-                lost::lost,
-                invalidate::invalidate,
+                persist::restore::adopt,
+                nodes::health::check_silence,
+                nodes::lost::lost,
+                topology::invalidate::invalidate,
                 discovery::discovery,
-                reindex::reindex,
+                topology::reindex::reindex,
                 cache::refresh::refresh_capacity,
                 cache::refresh::refresh_numa,
-                recover::recover,
+                jobs::recover::recover,
                 allocate::allocate,
                 dispatch::dispatch,
                 dispatch::relaunch,
-                retire::retire,
-                ownership::count_live,
+                jobs::retire::retire,
+                jobs::ownership::count_live,
                 persist::persist.run_if(resource_exists::<persist::Persisting>),
             )
                 .chain(),
@@ -183,5 +193,3 @@ impl Planner {
         self.world.resource::<TopologyIndex>()
     }
 }
-
-mod dispatch;

@@ -55,13 +55,22 @@ pub enum SpanMode {
     Volcano,
 }
 
+/// A `span` that is neither mode; `found` is what came, as the message shows it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("expected \"minimal\" or \"volcano\", got {found}")]
+pub struct SpanModeError {
+    pub found: String,
+}
+
 impl std::str::FromStr for SpanMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = SpanModeError;
+    fn from_str(s: &str) -> Result<Self, SpanModeError> {
         match s {
             "minimal" => Ok(Self::Minimal),
             "volcano" => Ok(Self::Volcano),
-            other => Err(format!("expected \"minimal\" or \"volcano\", got {other:?}")),
+            other => Err(SpanModeError {
+                found: format!("{other:?}"),
+            }),
         }
     }
 }
@@ -100,13 +109,23 @@ fn number(v: &toml::Value) -> Option<f64> {
     }
 }
 
+/// A value outside `lo..=hi`, or no number at all; `found` as the message shows it.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("expected a number from {lo} to {hi}, got {found}")]
+struct RangeError {
+    lo: f64,
+    hi: f64,
+    found: String,
+}
+
 /// `v` as a number in `lo..=hi`, or what was expected.
-fn ranged(v: &toml::Value, lo: f64, hi: f64) -> Result<f64, String> {
-    match number(v) {
-        Some(x) if x.is_finite() && (lo..=hi).contains(&x) => Ok(x),
-        Some(x) => Err(format!("expected a number from {lo} to {hi}, got {}", compact(x))),
-        None => Err(format!("expected a number from {lo} to {hi}, got {}", shown(v))),
-    }
+fn ranged(v: &toml::Value, lo: f64, hi: f64) -> Result<f64, RangeError> {
+    let found = match number(v) {
+        Some(x) if x.is_finite() && (lo..=hi).contains(&x) => return Ok(x),
+        Some(x) => compact(x),
+        None => shown(v),
+    };
+    Err(RangeError { lo, hi, found })
 }
 
 /// Kubernetes-style resource names: `cpu`, `nvidia.com/gpu`, `example.org/fpga-x2`.
@@ -171,7 +190,7 @@ impl ScoringConfig {
         for (key, v) in section {
             let key = key.as_str();
             if WEIGHT_KEYS.contains(&key) {
-                let w = ranged(v.get_ref(), 0.0, MAX_WEIGHT).map_err(|e| err(v, key, e))?;
+                let w = ranged(v.get_ref(), 0.0, MAX_WEIGHT).map_err(|e| err(v, key, e.to_string()))?;
                 match key {
                     "weight" => scoring.weight = w,
                     "hypernode.binpack.cpu" => {
@@ -189,7 +208,7 @@ impl ScoringConfig {
                         format!("{name:?} is not listed in {RESOURCES:?}; list it there to give it a weight"),
                     ));
                 }
-                let w = ranged(v.get_ref(), 0.0, MAX_WEIGHT).map_err(|e| err(v, key, e))?;
+                let w = ranged(v.get_ref(), 0.0, MAX_WEIGHT).map_err(|e| err(v, key, e.to_string()))?;
                 scoring.binpack_weights.insert(name.to_string(), w);
             } else if key == ENABLE {
                 scoring.normal_pod_enable = match v.get_ref() {
@@ -198,11 +217,13 @@ impl ScoringConfig {
                     other => return Err(err(v, key, format!("expected true or false, got {}", shown(other)))),
                 };
             } else if key == FADING {
-                scoring.normal_pod_fading = ranged(v.get_ref(), 0.0, 1.0).map_err(|e| err(v, key, e))?;
+                scoring.normal_pod_fading = ranged(v.get_ref(), 0.0, 1.0).map_err(|e| err(v, key, e.to_string()))?;
             } else if key == SPAN {
                 let mode = match v.get_ref() {
                     toml::Value::String(s) => s.parse(),
-                    other => Err(format!("expected \"minimal\" or \"volcano\", got {}", other.type_str())),
+                    other => Err(SpanModeError {
+                        found: other.type_str().to_string(),
+                    }),
                 };
                 scoring.span = mode.map_err(|e| at(v.span().start, format!("scoring.span: {e}")))?;
             } else if key != RESOURCES {

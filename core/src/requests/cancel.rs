@@ -3,8 +3,8 @@
 
 use crate::Planner;
 use crate::caller::Caller;
+use crate::jobs::ownership::CancelError;
 use crate::model::events::Event;
-use crate::ownership::CancelError;
 
 impl Planner {
     /// Cancels `job` for `caller` (its owner or an admin): its tasks get SIGTERM, then

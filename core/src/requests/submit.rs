@@ -7,9 +7,9 @@ use hyperplan_shared::JobSpec;
 
 use crate::Planner;
 use crate::caller::Caller;
+use crate::jobs::ownership::{LiveByOwner, NextJobId, SubmitError};
 use crate::model::components::JobId;
 use crate::model::record::{JobRecord, Persist, RecordError};
-use crate::ownership::{LiveByOwner, NextJobId, SubmitError};
 
 /// One job of an accepted submission.
 #[derive(Debug, Clone)]
@@ -70,7 +70,7 @@ impl Planner {
             // `check_submission` kept the ids within `MAX_JOB_ID`.
             world.resource_mut::<NextJobId>().0 = id.0 + 1;
             let name = spec.name.clone();
-            crate::admit::admit(world, spec, owner.to_string(), id);
+            crate::jobs::admit::admit(world, spec, owner.to_string(), id);
             out.push(Admitted { id, name, record });
         }
         Ok(out)

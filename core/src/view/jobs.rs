@@ -5,7 +5,7 @@
 use bevy_ecs::prelude::*;
 use hyperplan_shared::report::{JobReport, TaskReport};
 
-use crate::lifecycle::job_status;
+use crate::jobs::lifecycle::job_status;
 use crate::model::components::{Job, JobState, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
 use crate::model::components::{JobId, JobOwner};
 use crate::model::health::Heartbeats;

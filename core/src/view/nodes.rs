@@ -9,10 +9,10 @@ use bevy_ecs::prelude::*;
 use hyperplan_shared::status::{FreeTotal, NodeState, NodeStatus};
 
 use crate::cache::capacity::Capacity;
-use crate::health::heard_secs_ago;
 use crate::model::components::{Node, NodeSlot, TaskState};
+use crate::nodes::health::heard_secs_ago;
+use crate::nodes::refusals::Refusals;
 use crate::numa::node::{NodeHardware, is_gpu_resource};
-use crate::refusals::Refusals;
 
 /// Every node, by name.
 pub fn node_statuses(world: &mut World) -> Vec<NodeStatus> {

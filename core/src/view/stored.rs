@@ -4,7 +4,7 @@
 
 use hyperplan_shared::report::{JobReport, TaskReport};
 
-use crate::lifecycle::job_status;
+use crate::jobs::lifecycle::job_status;
 use crate::model::components::{JobState, TaskPhase, TaskState};
 use crate::model::record::{JobRecord, StateRecord};
 use crate::model::taskrun::{TaskRun, task_status};

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use hyperplan_core::caller::Caller;
-use hyperplan_core::ownership::CancelError;
+use hyperplan_core::jobs::ownership::CancelError;
 use hyperplan_core::requests::status::{StatusError, StatusQuery};
 use hyperplan_core::requests::submit::SubmitRefused;
 use hyperplan_core::view;
@@ -110,7 +110,7 @@ impl Driver {
                 let admitted = match self.planner.submit(jobs, caller, self.clock.now_ms()) {
                     Ok(a) => a,
                     Err(SubmitRefused::Check(e)) => {
-                        if !matches!(e, hyperplan_core::ownership::SubmitError::Name(_)) {
+                        if !matches!(e, hyperplan_core::jobs::ownership::SubmitError::Name(_)) {
                             tracing::warn!(user, "refused a submission: {e}");
                         }
                         return Err(format!("{file_name}: {e}").into());

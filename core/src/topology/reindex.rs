@@ -3,10 +3,10 @@
 
 use bevy_ecs::prelude::*;
 
-use super::topology::TopologyIndex;
 use crate::model::commands::Command;
 use crate::model::components::{HyperNode, Node, NodeSlot};
 use crate::model::tick::{Outbox, TopologyDirty};
+use crate::topology::TopologyIndex;
 
 pub fn reindex(world: &mut World) {
     if !world.resource::<TopologyDirty>().0 {

@@ -6,12 +6,12 @@ use bevy_ecs::prelude::*;
 use hyperplan_shared::JobSpec;
 
 use crate::config::PlannerConfig;
+use crate::jobs::ownership::{is_live, task_count};
 use crate::model::commands::Command;
 use crate::model::components::{Job, JobId, JobOwner, JobPhase, JobState, SubJob, SubJobState, Task, TaskState};
 use crate::model::tick::Outbox;
 use crate::names::JobNames;
 use crate::numa::request::task_numa;
-use crate::ownership::{is_live, task_count};
 
 /// Makes the job `id` with its sub-jobs and tasks, pending (or rejected, saying why);
 /// also how `restore` brings a stored job back.

@@ -7,23 +7,23 @@
 //! A node without a link record (every simulator node) is left alone: Ready unless a
 //! [`Event::NodeReady`] says otherwise.
 //!
-//! [`Event::LinkUp`]: super::Event::LinkUp
-//! [`Event::Heartbeat`]: super::Event::Heartbeat
-//! [`Event::LinkDown`]: super::Event::LinkDown
-//! [`Event::NodeReady`]: super::Event::NodeReady
+//! [`Event::LinkUp`]: crate::Event::LinkUp
+//! [`Event::Heartbeat`]: crate::Event::Heartbeat
+//! [`Event::LinkDown`]: crate::Event::LinkDown
+//! [`Event::NodeReady`]: crate::Event::NodeReady
 
 use bevy_ecs::prelude::*;
 
 use crate::model::health::{Away, Heartbeats};
 
-use super::names::NodeNames;
 use crate::config::PlannerConfig;
 use crate::model::commands::{Command, HealthChange};
 use crate::model::components::Node;
 use crate::model::tick::{Now, Outbox};
+use crate::names::NodeNames;
 
 /// The node's agent registered: Ready, heard now.
-pub(super) fn link_up(world: &mut World, node: &str, link: u64, at_ms: u64) {
+pub(crate) fn link_up(world: &mut World, node: &str, link: u64, at_ms: u64) {
     let Some(e) = entity(world, node) else { return };
     world.entity_mut(e).insert(Heartbeats {
         last_ms: at_ms,
@@ -36,7 +36,7 @@ pub(super) fn link_up(world: &mut World, node: &str, link: u64, at_ms: u64) {
 }
 
 /// A heartbeat on the node's current link: heard now, and Ready again if it was not.
-pub(super) fn heartbeat(world: &mut World, node: &str, at_ms: u64) {
+pub(crate) fn heartbeat(world: &mut World, node: &str, at_ms: u64) {
     let Some(e) = entity(world, node) else { return };
     let Some(mut h) = world.get_mut::<Heartbeats>(e).filter(|h| h.linked) else {
         return;
@@ -49,7 +49,7 @@ pub(super) fn heartbeat(world: &mut World, node: &str, at_ms: u64) {
 
 /// The node's agent link closed: NotReady until it registers again. The close of a
 /// link that no longer holds the node changes nothing.
-pub(super) fn link_down(world: &mut World, node: &str, link: u64, at_ms: u64) {
+pub(crate) fn link_down(world: &mut World, node: &str, link: u64, at_ms: u64) {
     let Some(e) = entity(world, node) else { return };
     let Some(mut h) = world.get_mut::<Heartbeats>(e).filter(|h| h.link == link) else {
         return;

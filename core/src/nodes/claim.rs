@@ -8,12 +8,12 @@
 //! The daemon asks [`Planner::claim_node`] when an agent registers and carries out the
 //! answer (refuse the newcomer, or close the silent link it replaces).
 
-use super::Planner;
-use super::names::NodeNames;
+use crate::Planner;
 use crate::config::PlannerConfig;
 use crate::model::events::Event;
 use crate::model::health::Heartbeats;
 use crate::model::tick::Inbox;
+use crate::names::NodeNames;
 
 /// The node may be taken by the link that asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,11 +8,11 @@
 
 use bevy_ecs::prelude::*;
 
-use super::topology::TopologyIndex;
 use crate::model::components::{
     Job, JobPhase, JobState, LiveChanged, NodeSlot, Retired, SubJob, SubJobState, Task, TaskState,
 };
 use crate::model::ids::HnIdx;
+use crate::topology::TopologyIndex;
 
 /// Jobs whose state changed since the system last ran (by ingest, allocate or anyone
 /// else; its own writes do not count), and the jobs to update.

@@ -16,20 +16,20 @@ use bevy_ecs::prelude::*;
 use crate::model::awaiting::{Awaiting, AwaitingAgent, StandIn, give_up};
 use hyperplan_shared::Resources;
 
-use super::Planner;
-use super::names::{JobNames, NodeNames};
-use super::numa::node::{HardwareCache, NodeHardware, NodeNuma};
-use super::ownership::{MAX_JOB_ID, NextJobId, is_live, task_count};
+use crate::Planner;
+use crate::jobs::ownership::{MAX_JOB_ID, NextJobId, is_live, task_count};
 use crate::model::components::JobId;
 use crate::model::components::Requeued;
 use crate::model::components::{Job, JobPhase, JobState, Node, SubJobState, TaskPhase, TaskState};
 use crate::model::health::{Away, Heartbeats};
 use crate::model::record::{AssignmentRecord, JobRecord};
 use crate::model::taskrun::TaskRun;
+use crate::names::{JobNames, NodeNames};
+use crate::numa::node::{HardwareCache, NodeHardware, NodeNuma};
 use crate::persist::{Persisted, Persisting, fingerprint};
 
 impl Planner {
-    /// The daemon's planner: every tick ends with a [`Command::Persist`](super::Command::Persist)
+    /// The daemon's planner: every tick ends with a [`Command::Persist`](crate::Command::Persist)
     /// per job whose record changed (see `persist`).
     pub fn enable_persist(&mut self) {
         self.world.insert_resource(Persisting);
@@ -92,7 +92,7 @@ fn restore_job(world: &mut World, rec: JobRecord, now_ms: u64) -> Result<(), Str
     {
         return Err("a job of that name is already loaded".into());
     }
-    let limit = world.resource::<super::PlannerConfig>().limits.max_tasks_per_job;
+    let limit = world.resource::<crate::PlannerConfig>().limits.max_tasks_per_job;
     let tasks = task_count(&rec.spec);
     if tasks > limit {
         return Err(format!(
@@ -100,7 +100,7 @@ fn restore_job(world: &mut World, rec: JobRecord, now_ms: u64) -> Result<(), Str
         ));
     }
     let bytes = rec.encode().map_err(|e| e.to_string())?;
-    crate::admit::admit(world, rec.spec.clone(), rec.owner.clone(), JobId(rec.id));
+    crate::jobs::admit::admit(world, rec.spec.clone(), rec.owner.clone(), JobId(rec.id));
     let job_e = *world
         .resource::<JobNames>()
         .0
@@ -256,7 +256,7 @@ fn adopt_one(world: &mut World, node: Entity, task: Entity, numa: Option<Assignm
     let Some(job) = world.get::<crate::model::components::Task>(task).map(|t| t.job) else {
         return;
     };
-    crate::lifecycle::lose(
+    crate::jobs::lifecycle::lose(
         world,
         job,
         task,

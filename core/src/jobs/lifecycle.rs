@@ -19,7 +19,6 @@ use hyperplan_shared::OnTaskFailure;
 use hyperplan_shared::report::JobStatus;
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 
-use super::names::{JobNames, NodeNames};
 use crate::model::commands::{Command, KillReason};
 use crate::model::components::JobId;
 use crate::model::components::Requeued;
@@ -29,6 +28,7 @@ use crate::model::health::Heartbeats;
 use crate::model::jobstate::StateRecord;
 use crate::model::taskrun::TaskRun;
 use crate::model::tick::{Now, Outbox};
+use crate::names::{JobNames, NodeNames};
 
 /// SIGTERM to SIGKILL when the core kills a task on its own account (a failed task, the
 /// time limit, an orphan); a cancel says its own.

@@ -9,10 +9,13 @@
 //! from the last written: a pending job the allocator looks at every tick, or a running
 //! job whose use is sampled, costs no write.
 
+pub mod restore;
+
 use std::hash::{Hash, Hasher};
 
 use bevy_ecs::prelude::*;
 
+use crate::jobs::ownership::is_live;
 use crate::model::commands::Command;
 use crate::model::components::{
     Job, JobId, JobOwner, JobPhase, JobState, LiveChanged, Node, Requeued, SubJob, SubJobState, Task, TaskState,
@@ -20,7 +23,6 @@ use crate::model::components::{
 use crate::model::record::{AssignmentRecord, JobRecord, Persist, StateRecord, TaskRecord};
 use crate::model::taskrun::TaskRun;
 use crate::model::tick::Outbox;
-use crate::ownership::is_live;
 
 /// Turns the persist system on (the daemon's planner).
 #[derive(Resource, Debug, Default)]

@@ -76,7 +76,7 @@ fn lose_tasks(world: &mut World) {
             .0
             .push(Command::Warn(format!("{reason}: {} task(s) on it lost", lost.len())));
         for (_, _, job, task) in lost {
-            crate::lifecycle::lose(world, job, task, reason.clone());
+            crate::jobs::lifecycle::lose(world, job, task, reason.clone());
         }
     }
 }
@@ -133,6 +133,6 @@ fn lose_missing(world: &mut World) {
             .resource_mut::<Outbox>()
             .0
             .push(Command::Warn(format!("job {job_name}: a task was lost: {reason}")));
-        crate::lifecycle::lose(world, job, task, reason);
+        crate::jobs::lifecycle::lose(world, job, task, reason);
     }
 }

@@ -9,8 +9,8 @@
 //! A refused node never gets a `LinkUp`: it stays NotReady, gets no new tasks, and the
 //! tasks it held are declared lost after `nodeLostAfter` as any silent node's are.
 //!
-//! [`Event::NodeRefused`]: super::Event::NodeRefused
-//! [`Event::LinkUp`]: super::Event::LinkUp
+//! [`Event::NodeRefused`]: crate::Event::NodeRefused
+//! [`Event::LinkUp`]: crate::Event::LinkUp
 
 use std::collections::BTreeMap;
 

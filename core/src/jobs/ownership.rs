@@ -1,7 +1,7 @@
 //! Who submitted each job, who may cancel it, which job names are taken, each job's id
 //! and what a submission may ask (`[limits]`, the priority cap). The core decides these,
 //! not a driver: the
-//! owner arrives with the submission ([`Event::SubmitBy`](super::Event::SubmitBy)) and
+//! owner arrives with the submission ([`Event::SubmitBy`](crate::Event::SubmitBy)) and
 //! stays on the job entity, so the daemon's answers and the job views read the same record.
 //!
 //! A job name is unique among the jobs that have not ended (pending or running): once a
@@ -13,13 +13,13 @@ use bevy_ecs::prelude::*;
 
 use hyperplan_shared::JobSpec;
 
-use super::Planner;
-use super::caller::Caller;
-use super::names::JobNames;
+use crate::Planner;
+use crate::caller::Caller;
 use crate::config::PlannerConfig;
 use crate::model::components::{JobOwner, JobPhase, JobState};
 use crate::model::events::Event;
 use crate::model::tick::Inbox;
+use crate::names::JobNames;
 
 /// The priority of a job whose file names none (`JobSpec::priority`'s default), and the
 /// highest a plain user may ask for: a user may put their own jobs behind everyone

@@ -1,0 +1,10 @@
+//! Jobs and their tasks: how a job comes in ([`admit`]), whose it is and what it may ask
+//! ([`ownership`]), how its tasks start and end and what that decides ([`lifecycle`]),
+//! and the two systems that tidy after the allocator's work: [`recover`] (a job's
+//! AllocatedHyperNode) and [`retire`] (a job that ended leaves the per-tick scans).
+
+pub mod admit;
+pub mod lifecycle;
+pub mod ownership;
+pub(crate) mod recover;
+pub(crate) mod retire;
