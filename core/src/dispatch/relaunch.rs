@@ -48,6 +48,10 @@ pub fn unstarted_on(world: &mut World, node: &str) -> Vec<Placement> {
 /// tick and has placed tasks it never reported started (see [`unstarted_on`]).
 pub fn relaunch(world: &mut World) {
     let nodes = std::mem::take(&mut world.resource_mut::<Reregistered>().0);
+    if nodes.is_empty() {
+        return;
+    }
+    let _span = tracing::info_span!("relaunch").entered();
     for node in nodes {
         let placements = unstarted_on(world, &node);
         if !placements.is_empty() {

@@ -38,6 +38,7 @@ pub fn count_live(
     jobs: Query<(&JobOwner, &JobState), Without<crate::model::components::Retired>>,
     mut counts: ResMut<LiveByOwner>,
 ) {
+    let _span = tracing::info_span!("count_live").entered();
     if changed.is_empty() {
         return;
     }

@@ -64,6 +64,7 @@ pub(crate) fn link_down(world: &mut World, node: &str, link: u64, at_ms: u64) {
 /// turns NotReady (in name order, so the commands are deterministic). Nodes NotReady for
 /// too long lose their tasks in the next system, `lost`.
 pub fn check_silence(world: &mut World) {
+    let _span = tracing::info_span!("node_health").entered();
     turn_silent_not_ready(world);
 }
 

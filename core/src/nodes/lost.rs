@@ -21,6 +21,7 @@ use crate::model::tick::{Now, Outbox};
 /// then started tasks their agents stopped listing (a tick with no node away and no
 /// sweep due pays two lookups).
 pub fn lost(world: &mut World) {
+    let _span = tracing::info_span!("lost").entered();
     lose_tasks(world);
     lose_missing(world);
 }

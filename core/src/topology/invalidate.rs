@@ -31,6 +31,7 @@ pub fn invalidate(
     mut generation: ResMut<NodeSetGeneration>,
     mut dirty: ResMut<TopologyDirty>,
 ) {
+    let _span = tracing::info_span!("invalidate").entered();
     let node_set = !arrived.is_empty() | (gone.read().count() > 0);
     if node_set {
         generation.0 += 1;
