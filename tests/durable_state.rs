@@ -86,6 +86,9 @@ impl Rig {
     }
 }
 
+/// A pending job's reason while nodes that ran tasks before a restart have not registered.
+const AWAITING_AGENTS: &str = "waiting for the agents of the nodes";
+
 /// The script of a task that says it started (one line per start in `started-<task>`)
 /// and runs until the file `go` exists.
 const UNTIL_GO: &str = "echo $$ >> started-$HYPERPLAN_TASK; until [ -e go ]; do sleep 0.1; done";
@@ -193,8 +196,17 @@ fn a_planner_killed_while_jobs_are_submitted_loses_no_acknowledged_job_and_keeps
         let starts = std::fs::read_to_string(rig.work.path().join(format!("started-{name}"))).unwrap();
         assert_eq!(starts.lines().count(), 1, "{name} started once: {starts}");
     }
-    // Nothing is placed on the nodes `long` holds: every queued job still waits.
-    std::thread::sleep(Duration::from_secs(2));
+    // Nothing is placed on the nodes `long` holds: every queued job still waits, once the
+    // planner has tried each with both agents back (until then its reason is that it waits
+    // for them). It tries again only when room is given back or the nodes change: neither
+    // happens until `long` ends.
+    wait_for(LONG, "every queued job tried with both agents back", || {
+        rig.jobs(&["--all"])
+            .iter()
+            .filter(|j| j["name"].as_str().unwrap().starts_with('q') && j["status"] == "pending")
+            .all(|j| j["reason"].as_str().is_some_and(|r| !r.starts_with(AWAITING_AGENTS)))
+            .then_some(())
+    });
     let placed: Vec<String> = rig
         .jobs(&["--all"])
         .iter()

@@ -9,7 +9,7 @@
 mod common;
 
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{Cluster, bin, path_str, wait_for};
 
@@ -55,14 +55,25 @@ fn a_second_agent_with_a_taken_node_name_is_refused_while_the_first_is_connected
     wait_for(LONG, "the planner refusing the second n1", || {
         c.planner_log().contains("is already connected").then_some(())
     });
+    let attempts = || {
+        std::fs::read_to_string(&log_path)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("planner link down"))
+            .count()
+    };
     wait_for(LONG, "the second agent saying why", || {
         std::fs::read_to_string(&log_path)
             .unwrap_or_default()
             .contains("is already connected")
             .then_some(())
     });
-    // Long enough for several replacements before the fix (every ~0.5 s).
-    std::thread::sleep(Duration::from_secs(4));
+    let first_refusal = Instant::now();
+    // Each attempt of the second agent is a claim the planner decides: four of them, enough
+    // for several replacements before the fix (it replaced on every one).
+    wait_for(LONG, "the second agent refused four times", || {
+        (attempts() >= 4 || c.planner_log().contains("replaced by a newer connection")).then_some(())
+    });
     let log = c.planner_log();
     let registered = log
         .lines()
@@ -70,12 +81,10 @@ fn a_second_agent_with_a_taken_node_name_is_refused_while_the_first_is_connected
         .count();
     assert_eq!(registered, 1, "the first agent keeps the node:\n{log}");
     assert!(!log.contains("replaced by a newer connection"), "{log}");
-    // It does not spin: with backoff, a handful of attempts in 4+ s.
-    let attempts = std::fs::read_to_string(&log_path)
-        .unwrap()
-        .lines()
-        .filter(|l| l.contains("planner link down"))
-        .count();
+    // It does not spin: with backoff (0.5, 1, 2 s, ±20 %) four attempts take seconds.
+    let took = first_refusal.elapsed();
+    assert!(took >= Duration::from_secs(2), "four attempts in {took:?}");
+    let attempts = attempts();
     assert!((1..=5).contains(&attempts), "{attempts} attempts");
     assert_eq!(c.states(), vec![("n1".to_string(), "Ready".to_string())]);
     let _ = second.kill();
@@ -224,7 +233,16 @@ fn repeated_refusals_are_one_warning_line_not_one_each() {
     wait_for(LONG, "the TLS refusal logged", || {
         c.planner_log().contains("refused: TLS handshake failed").then_some(())
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // A submit after the four refusals, logged once they were all handled.
+    let f = c.write("later.yaml", &job("later", 1));
+    let out = c.cli("alice", &["submit", path_str(&f)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for(LONG, "the later submit logged", || {
+        let log = c.planner_log();
+        log.lines()
+            .any(|l| l.contains("submitted") && l.contains("\"later\""))
+            .then_some(())
+    });
     let log = c.planner_log();
     let lines = log.lines().filter(|l| l.contains("TLS handshake failed")).count();
     assert_eq!(lines, 1, "{log}");

@@ -144,6 +144,28 @@ impl Agent {
         }
     }
 
+    /// Waits for a retry `at_least` away (a backoff that has grown); panics after more
+    /// than `max_tries` refused tries without one (the agent spins).
+    async fn backoff_of_at_least(&mut self, at_least: Duration, max_tries: usize) {
+        let mut tries = 0;
+        loop {
+            let line = self.log("planner link down").await;
+            tries += 1;
+            let retry_ms = line
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix("retry_in_ms="))
+                .and_then(|v| v.parse::<u128>().ok())
+                .unwrap_or_else(|| panic!("no retry_in_ms in {line:?}"));
+            if retry_ms >= at_least.as_millis() {
+                return;
+            }
+            assert!(
+                tries < max_tries,
+                "{tries} tries, none followed by a backoff of {at_least:?}"
+            );
+        }
+    }
+
     async fn log(&mut self, needle: &str) -> String {
         let found = tokio::time::timeout(WAIT, async {
             while let Some(line) = self.lines.recv().await {
@@ -245,12 +267,13 @@ async fn standbys_without_a_leader_never_make_it_spin() {
     let (tx, mut events) = mpsc::unbounded_channel();
     let a = Planner::start(dir.path(), "a", Answers::Standby { leader: None }, tx.clone());
     let b = Planner::start(dir.path(), "b", Answers::Standby { leader: None }, tx);
-    let _agent = Agent::spawn(dir.path(), &format!("{},{}", a.addr, b.addr));
+    let mut agent = Agent::spawn(dir.path(), &format!("{},{}", a.addr, b.addr));
     assert_eq!(next_register(&mut events).await, "a");
     assert_eq!(next_register(&mut events).await, "b", "no leader: the next on the list");
-    // 200 ms after each first refusal of a round, the growing backoff after a whole round:
-    // a handful of registrations in 4 s, not hundreds.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // 200 ms after each first refusal of a round, the growing backoff after a whole round
+    // (0.5, 1, 2 s, ±20 %): the fourth round's backoff (4 s) comes about 4 s in, after a
+    // handful of registrations, not hundreds.
+    agent.backoff_of_at_least(Duration::from_secs(3), 14).await;
     let mut registers = 2;
     while let Ok(event) = events.try_recv() {
         if matches!(event, Event::Register { .. }) {

@@ -93,15 +93,7 @@ pub enum UfmError {
     CaFile { path: PathBuf, why: String },
 }
 
-/// [`config::parse_duration`] with its error as text.
-///
-/// Kept only for `planner/src/config.rs`, whose duration reader merges this message with
-/// its own `String` ones in one `match`; once it calls [`config::parse_duration`] and turns
-/// [`DurationError`] into its message itself, this goes and `config::parse_duration` is
-/// re-exported here again.
-pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    config::parse_duration(text).map_err(|e| e.to_string())
-}
+pub use config::parse_duration;
 
 #[cfg(feature = "ufm-client")]
 /// One poll with a throw-away [`UfmSource`]; for one-shot commands. A long-running

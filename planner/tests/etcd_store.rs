@@ -13,8 +13,8 @@
 mod etcd;
 
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hyperplan_core::model::components::JobPhase;
@@ -65,9 +65,12 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_with_every_record_and_the_deposed_leader_cannot_write() {
     let Some(server) = etcd::Etcd::start() else { return };
+    capture_log();
+    // Its own name: the standby's "standing by" line names it, among every test's lines.
+    let leader = "head-a-t1:7400";
     let cfg = config(&server, "/t1/");
     let a = watching(&cfg).await;
-    let first = a.campaign("head-a:7400".into(), Duration::from_secs(2)).await.unwrap();
+    let first = a.campaign(leader.into(), Duration::from_secs(2)).await.unwrap();
     assert_eq!((first.epoch, first.live.len()), (1, 0));
     assert!(a.view().borrow().leading);
 
@@ -88,8 +91,12 @@ async fn a_standby_takes_over_with_every_record_and_the_deposed_leader_cannot_wr
     blocking(move || a2.commit(&ended)).await.unwrap();
 
     // A second planner stands by: it knows the leader and does not lead.
-    let (b, campaign) = standby(&cfg, "head-b:7400", Duration::from_secs(2), "head-a:7400").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (b, campaign) = standby(&cfg, "head-b:7400", Duration::from_secs(2), leader).await;
+    // Once its campaign has found the key taken (or, wrongly, has taken it).
+    until(Duration::from_secs(30), "the standby standing by", || {
+        campaign.is_finished() || logged(&["standing by", leader])
+    })
+    .await;
     assert!(
         !campaign.is_finished(),
         "a standby must not lead while the leader's lease lives"
@@ -302,6 +309,40 @@ async fn standby(
         .await
         .unwrap();
     (b, campaign)
+}
+
+/// The planner crate's log lines (every test's of this binary), from [`capture_log`] on.
+static LOG: Mutex<String> = Mutex::new(String::new());
+
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        LOG.lock().unwrap().push_str(&String::from_utf8_lossy(buf));
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Sends the planner crate's info lines to [`LOG`] (once per binary; the store logs on
+/// its own runtime's threads, so only a global subscriber sees them).
+fn capture_log() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("hyperplan_planner=info"))
+            .with_ansi(false)
+            .with_writer(|| LogWriter)
+            .try_init();
+    });
+}
+
+/// Whether a captured line holds every one of `parts`.
+fn logged(parts: &[&str]) -> bool {
+    LOG.lock().unwrap().lines().any(|l| parts.iter().all(|p| l.contains(p)))
 }
 
 /// Polls `done` every 20 ms until it holds; panics with `what` after `within`.

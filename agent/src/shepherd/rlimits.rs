@@ -485,20 +485,31 @@ fn exempts(domain: &str, range: Range, who: &Who) -> bool {
     }
 }
 
+/// Why a `limits.conf` value is unusable: the line's warning says what was expected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum ConfValueError {
+    #[error("expected a nice value -20..19 for nice, got {0:?}")]
+    Nice(String),
+    #[error("expected a whole number, `unlimited`, `infinity` or -1 for {resource}, got {value:?}")]
+    NotALimit { resource: Resource, value: String },
+}
+
 /// Parses a (lowercased) `limits.conf` value for `resource` into the kernel's units.
-fn parse_conf_value(resource: Resource, value: &str) -> Result<u64, String> {
+fn parse_conf_value(resource: Resource, value: &str) -> Result<u64, ConfValueError> {
     if resource.unit() == Unit::Nice {
-        let nice = parse_signed(value).ok_or_else(|| format!("a nice value -20..19 for nice, got {value:?}"))?;
+        let bad = || ConfValueError::Nice(value.to_string());
+        let nice = parse_signed(value).ok_or_else(bad)?;
         let nice = nice.clamp(-20, 19);
-        return u64::try_from(20 - nice).map_err(|_| format!("a nice value -20..19 for nice, got {value:?}"));
+        return u64::try_from(20 - nice).map_err(|_| bad());
     }
     if matches!(value, "unlimited" | "infinity" | "-1" | "-") {
         return Ok(UNLIMITED);
     }
     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "a whole number, `unlimited`, `infinity` or -1 for {resource}, got {value:?}"
-        ));
+        return Err(ConfValueError::NotALimit {
+            resource,
+            value: value.to_string(),
+        });
     }
     // All digits: only overflow can fail, and strtoull saturates to RLIM_INFINITY.
     let n = value.parse::<u64>().unwrap_or(UNLIMITED);
@@ -626,8 +637,8 @@ pub fn parse_limits_conf(text: &str, origin: &str, who: &Who, conf: &mut LimitsC
         };
         let value = match parse_conf_value(resource, &value) {
             Ok(v) => v,
-            Err(expected) => {
-                warn.line(lineno, format_args!("expected {expected}"));
+            Err(e) => {
+                warn.line(lineno, e);
                 continue;
             }
         };
@@ -638,9 +649,27 @@ pub fn parse_limits_conf(text: &str, origin: &str, who: &Who, conf: &mut LimitsC
     warn.finish();
 }
 
+/// Why a limits file is skipped: a warning, never an error (see [`for_user`]).
+#[derive(Debug, thiserror::Error)]
+enum ReadConfError {
+    #[error("{}: cannot read: {source}; file skipped", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not a regular file; skipped", path.display())]
+    NotAFile { path: std::path::PathBuf },
+    #[error("{}: larger than {MAX_CONF_BYTES} bytes; file skipped", path.display())]
+    TooLarge { path: std::path::PathBuf },
+}
+
 /// Reads a limits file of at most [`MAX_CONF_BYTES`]; `Ok(None)` when it does not exist.
 /// Opened non-blocking so that a FIFO in its place cannot hang the launch.
-fn read_conf(path: &Path) -> Result<Option<String>, String> {
+fn read_conf(path: &Path) -> Result<Option<String>, ReadConfError> {
+    let cannot_read = |source| ReadConfError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
@@ -648,21 +677,22 @@ fn read_conf(path: &Path) -> Result<Option<String>, String> {
     let file = match file {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: cannot read: {e}; file skipped", path.display())),
+        Err(e) => return Err(cannot_read(e)),
     };
     let is_file = file.metadata().map(|m| m.is_file()).unwrap_or(false);
     if !is_file {
-        return Err(format!("{}: not a regular file; skipped", path.display()));
+        return Err(ReadConfError::NotAFile {
+            path: path.to_path_buf(),
+        });
     }
     let mut bytes = Vec::new();
-    if let Err(e) = file.take(MAX_CONF_BYTES + 1).read_to_end(&mut bytes) {
-        return Err(format!("{}: cannot read: {e}; file skipped", path.display()));
-    }
+    file.take(MAX_CONF_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot_read)?;
     if bytes.len() as u64 > MAX_CONF_BYTES {
-        return Err(format!(
-            "{}: larger than {MAX_CONF_BYTES} bytes; file skipped",
-            path.display()
-        ));
+        return Err(ReadConfError::TooLarge {
+            path: path.to_path_buf(),
+        });
     }
     Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
 }
@@ -717,7 +747,7 @@ pub fn for_user(who: &Who, root: &Path) -> (Rlimits, Vec<String>) {
                 parse_limits_conf(&text, &origin, who, &mut conf, &mut warnings);
             }
             Ok(None) => {}
-            Err(warning) => warnings.push(warning),
+            Err(warning) => warnings.push(warning.to_string()),
         }
     }
     (conf.rlimits(), warnings)

@@ -172,7 +172,7 @@ impl LaunchSpec {
         };
         check_name(NameKind::Job, &self.job).map_err(|e| field("job", e.to_string()))?;
         check_name(NameKind::Task, &self.task).map_err(|e| field("task", e.to_string()))?;
-        absolute(&self.state_dir).map_err(|m| field("stateDir", m))?;
+        absolute(&self.state_dir).map_err(|e| field("stateDir", e.to_string()))?;
         Ok(())
     }
 
@@ -199,14 +199,14 @@ impl LaunchSpec {
             }
         }
         // The user's own paths may climb (`../logs/%j.out`): they are used as the user.
-        user_path(&self.working_dir).map_err(|m| field("workingDir", m))?;
-        user_path(&self.stdout).map_err(|m| field("stdout", m))?;
-        user_path(&self.stderr).map_err(|m| field("stderr", m))?;
+        user_path(&self.working_dir).map_err(|e| field("workingDir", e.to_string()))?;
+        user_path(&self.stdout).map_err(|e| field("stdout", e.to_string()))?;
+        user_path(&self.stderr).map_err(|e| field("stderr", e.to_string()))?;
         if let Some(cgroup) = &self.cgroup {
-            absolute(cgroup).map_err(|m| field("cgroup", m))?;
+            absolute(cgroup).map_err(|e| field("cgroup", e.to_string()))?;
         }
         for cgroup in &self.cgroups {
-            absolute(cgroup).map_err(|m| field("cgroups", m))?;
+            absolute(cgroup).map_err(|e| field("cgroups", e.to_string()))?;
         }
         if self.user.is_empty() || self.user.contains('\0') || self.user.contains('/') {
             return Err(field("user", format!("{:?} is not a user name", self.user)));
@@ -231,29 +231,34 @@ impl LaunchSpec {
     }
 }
 
+/// Why a path field is refused; the field's [`SpecError::Field`] carries the text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum PathError {
+    #[error("expected an absolute path, got {}", .0.display())]
+    Relative(PathBuf),
+    #[error("{} contains a NUL byte", .0.display())]
+    Nul(PathBuf),
+    #[error("expected a path without `..`, got {}", .0.display())]
+    ParentDir(PathBuf),
+}
+
 /// An absolute path without NUL bytes (`..` allowed: the shepherd uses it as the user).
-fn user_path(path: &Path) -> Result<(), String> {
+fn user_path(path: &Path) -> Result<(), PathError> {
     use std::os::unix::ffi::OsStrExt;
     if !path.is_absolute() {
-        return Err(format!("expected an absolute path, got {}", path.display()));
+        return Err(PathError::Relative(path.to_path_buf()));
     }
     if path.as_os_str().as_bytes().contains(&0) {
-        return Err(format!("{} contains a NUL byte", path.display()));
+        return Err(PathError::Nul(path.to_path_buf()));
     }
     Ok(())
 }
 
 /// An absolute path without NUL bytes or `..` (the agent's own paths).
-fn absolute(path: &Path) -> Result<(), String> {
-    use std::os::unix::ffi::OsStrExt;
-    if !path.is_absolute() {
-        return Err(format!("expected an absolute path, got {}", path.display()));
-    }
-    if path.as_os_str().as_bytes().contains(&0) {
-        return Err(format!("{} contains a NUL byte", path.display()));
-    }
+fn absolute(path: &Path) -> Result<(), PathError> {
+    user_path(path)?;
     if path.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
-        return Err(format!("expected a path without `..`, got {}", path.display()));
+        return Err(PathError::ParentDir(path.to_path_buf()));
     }
     Ok(())
 }

@@ -203,7 +203,7 @@ impl JobRecord {
 }
 
 /// A record that cannot be encoded or decoded (the store names the key and file).
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct RecordError(pub String);
 

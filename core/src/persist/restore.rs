@@ -54,7 +54,7 @@ impl Planner {
         for rec in records {
             let (id, name) = (rec.id, rec.spec.name.clone());
             let result = if id == 0 || id > MAX_JOB_ID {
-                Err(format!("its id is outside 1 to {MAX_JOB_ID}"))
+                Err(WhyNotRestored::IdOutOfRange)
             } else {
                 next = next.max(id + 1);
                 restore_job(&mut self.world, rec, now_ms)
@@ -73,7 +73,26 @@ impl Planner {
 pub struct NotRestored {
     pub id: u64,
     pub name: String,
-    pub why: String,
+    pub why: WhyNotRestored,
+}
+
+/// Why a stored job is not loaded (the texts follow "not restored: ").
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WhyNotRestored {
+    #[error("its id is outside 1 to {MAX_JOB_ID}")]
+    IdOutOfRange,
+    #[error("it has ended")]
+    Ended,
+    #[error("a job of that name is already loaded")]
+    NameLoaded,
+    #[error("its spec makes {tasks} tasks, more than [limits] maxTasksPerJob = {limit}")]
+    TooManyTasks { tasks: u64, limit: u64 },
+    #[error("{0}")]
+    Encode(crate::model::record::RecordError),
+    #[error("its spec was refused")]
+    Refused,
+    #[error("its spec makes {spec} tasks, its record has {record}")]
+    TaskCount { spec: usize, record: usize },
 }
 
 impl std::fmt::Display for NotRestored {
@@ -82,39 +101,36 @@ impl std::fmt::Display for NotRestored {
     }
 }
 
-fn restore_job(world: &mut World, rec: JobRecord, now_ms: u64) -> Result<(), String> {
+fn restore_job(world: &mut World, rec: JobRecord, now_ms: u64) -> Result<(), WhyNotRestored> {
     if !rec.is_live() {
-        return Err("it has ended".into());
+        return Err(WhyNotRestored::Ended);
     }
     let name = rec.spec.name.clone();
     if let Some(&e) = world.resource::<JobNames>().0.get(&name)
         && world.get::<JobState>(e).is_some_and(is_live)
     {
-        return Err("a job of that name is already loaded".into());
+        return Err(WhyNotRestored::NameLoaded);
     }
     let limit = world.resource::<crate::PlannerConfig>().limits.max_tasks_per_job;
     let tasks = task_count(&rec.spec);
     if tasks > limit {
-        return Err(format!(
-            "its spec makes {tasks} tasks, more than [limits] maxTasksPerJob = {limit}"
-        ));
+        return Err(WhyNotRestored::TooManyTasks { tasks, limit });
     }
-    let bytes = rec.encode().map_err(|e| e.to_string())?;
+    let bytes = rec.encode().map_err(WhyNotRestored::Encode)?;
     crate::jobs::admit::admit(world, rec.spec.clone(), rec.owner.clone(), JobId(rec.id));
     let job_e = *world
         .resource::<JobNames>()
         .0
         .get(&name)
-        .ok_or("its spec was refused")?;
-    let job = world.get::<Job>(job_e).cloned().ok_or("its spec was refused")?;
+        .ok_or(WhyNotRestored::Refused)?;
+    let job = world.get::<Job>(job_e).cloned().ok_or(WhyNotRestored::Refused)?;
     if job.tasks.len() != rec.tasks.len() || job.sub_jobs.len() < rec.sub_jobs.len() {
         world.despawn(job_e);
         world.resource_mut::<JobNames>().0.remove(&name);
-        return Err(format!(
-            "its spec makes {} tasks, its record has {}",
-            job.tasks.len(),
-            rec.tasks.len()
-        ));
+        return Err(WhyNotRestored::TaskCount {
+            spec: job.tasks.len(),
+            record: rec.tasks.len(),
+        });
     }
     let mut s = rec.state;
     // A job the allocator rejected is looked at again on the topology the agents bring.

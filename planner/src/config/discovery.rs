@@ -250,7 +250,7 @@ pub fn discovery_config(
         };
         let duration = |key: &str, v: &Spanned<toml::Value>| -> Result<Duration, ConfigError> {
             let parsed = match v.get_ref() {
-                toml::Value::String(s) => parse_duration(s),
+                toml::Value::String(s) => parse_duration(s).map_err(|e| e.to_string()),
                 toml::Value::Integer(n) if *n > 0 => Ok(Duration::from_secs(*n as u64)),
                 toml::Value::Float(f) => {
                     seconds(*f).ok_or_else(|| format!("expected seconds > 0 and below 1000000000, got {f}"))

@@ -99,13 +99,21 @@ pub const NODE_LOST_AFTER: SecondsRange = SecondsRange {
     max: 365.0 * 86_400.0,
 };
 
+/// A duration setting out of its [`SecondsRange`]; the file and the flag name the key.
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+#[error("expected seconds from {} to {}, got {found}", range.min, range.max)]
+pub struct SecondsError {
+    pub range: SecondsRange,
+    pub found: f64,
+}
+
 impl SecondsRange {
-    /// `v` seconds when in range, else the error's text: what was expected, what came.
-    pub fn check(self, v: f64) -> Result<std::time::Duration, String> {
+    /// `v` seconds when in range, else what was expected and what came.
+    pub fn check(self, v: f64) -> Result<std::time::Duration, SecondsError> {
         if v.is_finite() && (self.min..=self.max).contains(&v) {
             Ok(std::time::Duration::from_secs_f64(v))
         } else {
-            Err(format!("expected seconds from {} to {}, got {v}", self.min, self.max))
+            Err(SecondsError { range: self, found: v })
         }
     }
 }

@@ -340,15 +340,17 @@ mod tests {
 
     use super::*;
 
-    fn parse(text: &str) -> Result<StoreConfig, String> {
+    /// `[store]` and `[ha]` as `DaemonConfig::parse` reads them.
+    fn parse(text: &str) -> Result<StoreConfig, ConfigError> {
         #[derive(Deserialize)]
         struct Both {
             store: Option<RawStore>,
             ha: Option<RawHa>,
         }
-        let raw: Both = toml::from_str(text).map_err(|e| e.to_string())?;
         let at = |o: usize, m: String| hyperplan_core::config::parse_error(text, "planner.toml", o, m);
-        store_config(raw.store, raw.ha, Path::new("/etc/hyperplan"), &at).map_err(|e| e.to_string())
+        let raw: Both =
+            toml::from_str(text).map_err(|e| at(e.span().map_or(usize::MAX, |s| s.start), e.message().to_string()))?;
+        store_config(raw.store, raw.ha, Path::new("/etc/hyperplan"), &at)
     }
 
     #[test]
@@ -442,7 +444,7 @@ mod tests {
             ("[ha]\nleaseTtl = 2.5\n", "whole seconds"),
             ("[ha]\nadvertise = \"head-1\"\n", "ha.advertise: expected HOST:PORT"),
         ] {
-            let e = parse(text).unwrap_err();
+            let e = parse(text).unwrap_err().to_string();
             assert!(e.contains(expected), "{text:?}: {e}");
         }
     }

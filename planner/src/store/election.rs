@@ -37,6 +37,21 @@ const RENEW_AGAIN: Duration = Duration::from_millis(100);
 /// starts over (it does, after a second).
 const PATIENCE: Duration = Duration::from_secs(3);
 
+/// Why the watch or a campaign stopped; both log it and start over.
+#[derive(Debug, thiserror::Error)]
+enum HaError {
+    #[error("reading the live jobs: {0}")]
+    LiveJobs(#[source] etcd_client::Error),
+    #[error(transparent)]
+    Etcd(#[from] etcd_client::Error),
+    #[error("cancelled ({reason}; compacted at {compacted})")]
+    Cancelled { reason: String, compacted: i64 },
+    #[error("the watch ended")]
+    WatchEnded,
+    #[error("poisoned")]
+    Poisoned,
+}
+
 impl Etcd {
     /// Starts following the prefix (the warm copy, the leader's address, the epoch).
     pub fn start_watch(&self) {
@@ -52,7 +67,7 @@ impl Etcd {
     }
 
     /// One read of the live jobs and meta keys, then the watch from there, until it fails.
-    async fn follow(&self) -> Result<(), String> {
+    async fn follow(&self) -> Result<(), HaError> {
         let inner = self.inner();
         let live_from = self.key("live/");
         let live_to = {
@@ -65,7 +80,7 @@ impl Etcd {
         let (live, rev) = self
             .pages(live_from.into_bytes(), live_to)
             .await
-            .map_err(|e| format!("reading the live jobs: {e}"))?;
+            .map_err(HaError::LiveJobs)?;
         let at = |key: String, prefix: bool| {
             let mut options = GetOptions::new().with_revision(rev);
             if prefix {
@@ -76,8 +91,8 @@ impl Etcd {
                 async move { c.kv.get(key, Some(options)).await }
             })
         };
-        let meta = at(self.key("meta/"), true).await.map_err(|e| e.to_string())?;
-        let leader = at(self.key("leader"), false).await.map_err(|e| e.to_string())?;
+        let meta = at(self.key("meta/"), true).await?;
+        let leader = at(self.key("leader"), false).await?;
         {
             let mut warm = Warm {
                 revision: rev,
@@ -89,7 +104,7 @@ impl Etcd {
             for kv in meta.kvs() {
                 self.apply(&mut warm, kv.key(), Some(kv.value()));
             }
-            *inner.warm.lock().map_err(|_| "poisoned")? = warm;
+            *inner.warm.lock().map_err(|_| HaError::Poisoned)? = warm;
         }
         self.publish(leader.kvs().first().map(|kv| kv.value()));
         inner.warm_rev.send_replace(rev);
@@ -102,21 +117,19 @@ impl Etcd {
                 let (key, options) = (self.key(""), options.clone());
                 async move { c.watch.watch(key, Some(options)).await }
             })
-            .await
-            .map_err(|e| e.to_string())?;
-        while let Some(resp) = stream.message().await.map_err(|e| e.to_string())? {
+            .await?;
+        while let Some(resp) = stream.message().await? {
             if resp.canceled() {
-                return Err(format!(
-                    "cancelled ({}; compacted at {})",
-                    resp.cancel_reason(),
-                    resp.compact_revision()
-                ));
+                return Err(HaError::Cancelled {
+                    reason: resp.cancel_reason().to_string(),
+                    compacted: resp.compact_revision(),
+                });
             }
             // The events' own revisions, not the answer's header: a watch that catches up
             // (or an answer split in fragments) has a header newer than what it brought.
             let mut newest = 0;
             {
-                let mut warm = inner.warm.lock().map_err(|_| "poisoned")?;
+                let mut warm = inner.warm.lock().map_err(|_| HaError::Poisoned)?;
                 for ev in resp.events() {
                     let Some(kv) = ev.kv() else { continue };
                     newest = newest.max(kv.mod_revision());
@@ -134,7 +147,7 @@ impl Etcd {
                 grew
             });
         }
-        Err("the watch ended".into())
+        Err(HaError::WatchEnded)
     }
 
     /// One key's new value (`None`: deleted) into the warm copy.
@@ -221,15 +234,14 @@ impl Etcd {
 
     /// Lease, then the `leader` key, retried until it is ours; keeps the lease alive for
     /// as long as this process lives. Returns the key's create revision.
-    async fn win(&self, advertise: String, ttl: Duration) -> Result<i64, String> {
+    async fn win(&self, advertise: String, ttl: Duration) -> Result<i64, HaError> {
         let inner = self.inner();
         let key = self.key("leader");
         let ttl_secs = i64::try_from(ttl.as_secs()).unwrap_or(10).max(2);
         loop {
             let lease = self
                 .any(PATIENCE, |mut c| async move { c.lease.grant(ttl_secs, None).await })
-                .await
-                .map_err(|e| e.to_string())?
+                .await?
                 .id();
             let alive = tokio::sync::watch::Sender::new(true);
             let keeper = self.clone();
@@ -254,8 +266,7 @@ impl Etcd {
                         let txn = txn.clone();
                         async move { c.kv.txn(txn).await }
                     })
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    .await?;
                 let rev = resp.header().map_or(0, |h| h.revision());
                 let found = resp.op_responses().into_iter().find_map(|r| match r {
                     TxnOpResponse::Get(g) => g.kvs().first().map(|kv| {
@@ -275,7 +286,7 @@ impl Etcd {
                     _ => None,
                 };
                 if let Some(rev) = won {
-                    *inner.role.lock().map_err(|_| "poisoned")? = Role::Leading(rev);
+                    *inner.role.lock().map_err(|_| HaError::Poisoned)? = Role::Leading(rev);
                     inner.view.send_modify(|v| {
                         v.leading = true;
                         v.lost = None;
@@ -293,8 +304,7 @@ impl Etcd {
                         let (key, options) = (key.clone(), options.clone());
                         async move { c.watch.watch(key, Some(options)).await }
                     })
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    .await?;
                 loop {
                     tokio::select! {
                         m = stream.message() => match m {

@@ -16,8 +16,8 @@
 use std::io::{BufRead, Write};
 
 use hyperplan_core::PlannerConfig;
+use hyperplan_core::jobs::ownership::MAX_JOB_ID;
 use hyperplan_core::model::record::JobRecord;
-use hyperplan_core::ownership::MAX_JOB_ID;
 use serde::{Deserialize, Serialize};
 
 use super::{Batch, STORE_FORMAT, Store, StoreError};

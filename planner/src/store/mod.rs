@@ -220,7 +220,7 @@ pub fn unloadable(
     planner: &hyperplan_core::PlannerConfig,
     live: Vec<JobRecord>,
     next_job_id: u64,
-) -> Vec<hyperplan_core::restore::NotRestored> {
+) -> Vec<hyperplan_core::persist::restore::NotRestored> {
     let mut scratch = hyperplan_core::Planner::new(planner.clone());
     scratch.restore_each(live, next_job_id, 0)
 }
