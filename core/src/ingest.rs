@@ -12,8 +12,8 @@ use crate::jobs::ownership::{MAX_JOB_ID, NextJobId};
 use crate::model::awaiting::StandIn;
 use crate::model::commands::Command;
 use crate::model::components::JobId;
-use crate::model::components::Node;
 use crate::model::components::SourceKind;
+use crate::model::components::{Node, set_node_ready};
 use crate::model::events::Event;
 use crate::model::health::Heartbeats;
 use crate::model::tick::{Inbox, LabelTypes, Now, Outbox, Reregistered};
@@ -56,11 +56,8 @@ pub fn ingest(world: &mut World) {
             } => discovery::record(world, &source, kind, at, result),
             Event::NodeReady { name, ready } => {
                 let found = world.resource::<NodeNames>().0.get(&name).copied();
-                if let Some(e) = found
-                    && let Some(mut n) = world.get_mut::<Node>(e)
-                    && n.ready != ready
-                {
-                    n.ready = ready;
+                if let Some(e) = found {
+                    set_node_ready(world, e, ready);
                 }
             }
             Event::LinkUp { node, link, at_ms } => {

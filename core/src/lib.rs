@@ -42,7 +42,7 @@
 //! | 12 | `dispatch::dispatch` | a `Place` per new placement |
 //! | 13 | `dispatch::relaunch` | a `Relaunch` per node registered again with unstarted tasks |
 //! | 14 | `jobs::retire::retire` | jobs that ended leave the per-tick scans |
-//! | 15 | `jobs::ownership::count_live` | each owner's live jobs, for `maxJobsPerUser` |
+//! | 15 | `jobs::ownership::count_live` | each owner's live jobs, for `maxJobsPerUser` (the changed jobs only) |
 //! | 16 | `persist::persist` | a `Persist` per changed job record (the daemon only) |
 //!
 //! Between topology changes every system after the index works on what changed (see
@@ -120,6 +120,8 @@ impl Planner {
         world.insert_resource(cache::holdings::Holdings::default());
         world.insert_resource(cache::numa::NumaState::default());
         world.insert_resource(numa::node::HardwareCache::default());
+        topology::invalidate::watch(&mut world);
+        register_components(&mut world);
         let mut schedule = Schedule::default();
         schedule.set_executor(SingleThreadedExecutor::new());
         schedule.add_systems(
@@ -192,4 +194,30 @@ impl Planner {
     pub fn index(&self) -> &TopologyIndex {
         self.world.resource::<TopologyIndex>()
     }
+}
+
+/// Every component, registered before any entity exists, so that the views can read the
+/// world without `&mut` (a query state over `&World` needs its components known).
+fn register_components(world: &mut World) {
+    use model::components as c;
+    world.register_component::<c::Node>();
+    world.register_component::<c::NodeSlot>();
+    world.register_component::<c::HyperNode>();
+    world.register_component::<c::Job>();
+    world.register_component::<c::JobState>();
+    world.register_component::<c::JobOwner>();
+    world.register_component::<c::JobId>();
+    world.register_component::<c::Requeued>();
+    world.register_component::<c::SubJob>();
+    world.register_component::<c::SubJobState>();
+    world.register_component::<c::Task>();
+    world.register_component::<c::TaskState>();
+    world.register_component::<c::Retired>();
+    world.register_component::<model::taskrun::TaskRun>();
+    world.register_component::<model::health::Heartbeats>();
+    world.register_component::<model::awaiting::AwaitingAgent>();
+    world.register_component::<model::awaiting::StandIn>();
+    world.register_component::<numa::node::NodeHardware>();
+    world.register_component::<persist::Persisted>();
+    world.register_component::<jobs::ownership::CountedLive>();
 }

@@ -16,12 +16,13 @@ use crate::numa::node::NodeHardware;
 
 /// Placed (and dispatched) on `node`, of a job still running, and not known to have
 /// started; in job name, then rank order.
-pub fn unstarted_on(world: &mut World, node: &str) -> Vec<Placement> {
+pub fn unstarted_on(world: &World, node: &str) -> Vec<Placement> {
     let Some(&node_e) = world.resource::<NodeNames>().0.get(node) else {
         return Vec::new();
     };
-    let mut tasks = world.query::<(&Task, &TaskState, Option<&TaskRun>)>();
-    let world = &*world;
+    let Some(mut tasks) = world.try_query::<(&Task, &TaskState, Option<&TaskRun>)>() else {
+        return Vec::new(); // no task was ever made
+    };
     let (Some(n), hw) = (world.get::<Node>(node_e), world.get::<NodeHardware>(node_e)) else {
         return Vec::new();
     };

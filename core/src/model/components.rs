@@ -19,7 +19,8 @@ pub struct Node {
     /// Taken by work hyperplan does not manage.
     pub external_used: Resources,
     /// Heartbeating (daemon) or simply present (simulator). A node that is not ready
-    /// keeps its tasks but offers nothing new.
+    /// keeps its tasks but offers nothing new. Changed only through [`set_node_ready`]:
+    /// what must be rebuilt is decided from inserts of `Node`, not from writes to it.
     pub ready: bool,
     /// InfiniBand ports ACTIVE, and all of them, from the probe.
     pub ib_ports: (u32, u32),
@@ -29,6 +30,19 @@ pub struct Node {
 }
 
 /// The node's dense index in the current topology index.
+/// Sets node `e` ready or not by inserting its [`Node`] again, so that
+/// `topology::invalidate`, which hears inserts (hooks) rather than writes, rebuilds what
+/// depends on readiness; `true` when it changed.
+pub(crate) fn set_node_ready(world: &mut World, e: Entity, ready: bool) -> bool {
+    let Some(node) = world.get::<Node>(e).filter(|n| n.ready != ready) else {
+        return false;
+    };
+    let mut node = node.clone();
+    node.ready = ready;
+    world.entity_mut(e).insert(node);
+    true
+}
+
 #[derive(Component, Clone, Copy, Debug)]
 pub struct NodeSlot(pub NodeIdx);
 

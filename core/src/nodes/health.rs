@@ -18,7 +18,7 @@ use crate::model::health::{Away, Heartbeats};
 
 use crate::config::PlannerConfig;
 use crate::model::commands::{Command, HealthChange};
-use crate::model::components::Node;
+use crate::model::components::{Node, set_node_ready};
 use crate::model::tick::{Now, Outbox};
 use crate::names::NodeNames;
 
@@ -101,13 +101,7 @@ fn entity(world: &World, node: &str) -> Option<Entity> {
 /// Sets the node's readiness at `at_ms`; `true` when it changed (capacity per HyperNode
 /// changes with it: see `invalidate`).
 fn set_ready(world: &mut World, e: Entity, ready: bool, at_ms: u64) -> bool {
-    let changed = match world.get_mut::<Node>(e) {
-        Some(mut n) if n.ready != ready => {
-            n.ready = ready;
-            true
-        }
-        _ => false,
-    };
+    let changed = set_node_ready(world, e, ready);
     if changed {
         let mut away = world.resource_mut::<Away>();
         if ready {

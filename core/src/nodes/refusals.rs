@@ -130,7 +130,7 @@ mod tests {
             !p.tick_millis(30).iter().any(|c| matches!(c, Command::Warn(_))),
             "not again"
         );
-        let listed = view::node_statuses(p.world_mut());
+        let listed = view::node_statuses(p.world());
         let reasons: Vec<(&str, Option<&str>)> =
             listed.iter().map(|n| (n.name.as_str(), n.reason.as_deref())).collect();
         assert_eq!(
@@ -146,7 +146,7 @@ mod tests {
             at_ms: 40,
         });
         p.tick_millis(40);
-        let listed = view::node_statuses(p.world_mut());
+        let listed = view::node_statuses(p.world());
         assert!(
             listed.iter().all(|n| n.name == "stranger" || n.reason.is_none()),
             "{listed:?}"

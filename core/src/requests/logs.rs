@@ -37,12 +37,7 @@ pub enum LogsError {
 impl Planner {
     /// Whose output `caller` reads with `hyperplan logs JOB [TASK]`: the task, its node,
     /// and whether it has ended.
-    pub fn authorize_logs(
-        &mut self,
-        job: &str,
-        task: Option<&str>,
-        caller: Caller<'_>,
-    ) -> Result<LogTarget, LogsError> {
+    pub fn authorize_logs(&self, job: &str, task: Option<&str>, caller: Caller<'_>) -> Result<LogTarget, LogsError> {
         let missing = || LogsError::NoSuchJob(job.to_string());
         // Under privateData another user's job is answered as a missing one.
         if !self.sees_job(job, caller) {

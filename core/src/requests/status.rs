@@ -39,7 +39,7 @@ impl Planner {
     /// merged in. `stored(cutoff)` reads the ended jobs that ended at or after `cutoff`
     /// (Unix seconds; 0 for all).
     pub fn status<E: std::error::Error + 'static>(
-        &mut self,
+        &self,
         query: StatusQuery,
         caller: Caller<'_>,
         now_ms: u64,

@@ -7,9 +7,11 @@ use hyperplan_shared::JobSpec;
 
 use crate::Planner;
 use crate::caller::Caller;
-use crate::jobs::ownership::{LiveByOwner, NextJobId, SubmitError};
+use crate::jobs::ownership::{CountedLive, LiveByOwner, NextJobId, SubmitError, is_live};
 use crate::model::components::JobId;
+use crate::model::components::JobState;
 use crate::model::record::{JobRecord, Persist, RecordError};
+use crate::names::JobNames;
 
 /// One job of an accepted submission.
 #[derive(Debug, Clone)]
@@ -59,18 +61,23 @@ impl Planner {
             admitted.push((JobId(id), spec, record));
         }
         let world = self.world_mut();
-        let more = admitted.len() as u64;
-        *world
-            .resource_mut::<LiveByOwner>()
-            .0
-            .entry(std::sync::Arc::from(owner))
-            .or_default() += more;
+        let owner_key: std::sync::Arc<str> = std::sync::Arc::from(owner);
         let mut out = Vec::with_capacity(admitted.len());
         for (id, spec, record) in admitted {
             // `check_submission` kept the ids within `MAX_JOB_ID`.
             world.resource_mut::<NextJobId>().0 = id.0 + 1;
             let name = spec.name.clone();
             crate::jobs::admit::admit(world, spec, owner.to_string(), id);
+            // Counted now, so a second submission before the next tick sees it.
+            let job = world.resource::<JobNames>().0.get(&name).copied();
+            if let Some(e) = job.filter(|&e| world.get::<JobState>(e).is_some_and(is_live)) {
+                *world
+                    .resource_mut::<LiveByOwner>()
+                    .0
+                    .entry(owner_key.clone())
+                    .or_default() += 1;
+                world.entity_mut(e).insert(CountedLive(true));
+            }
             out.push(Admitted { id, name, record });
         }
         Ok(out)
@@ -119,5 +126,25 @@ mod tests {
         assert_eq!(p.next_job_id(), 2, "a refusal uses no id");
         p.tick(7);
         assert!(p.violations().is_empty());
+        // Its end frees its place in the count.
+        p.cancel("a", 0, Caller::user("alice")).unwrap();
+        p.tick(8);
+        let two = vec![
+            JobBuilder::gang("b", 1, "cpu=1").build(),
+            JobBuilder::gang("c", 1, "cpu=1").build(),
+        ];
+        let ids: Vec<u64> = p
+            .submit(two, Caller::user("alice"), 9_000)
+            .unwrap()
+            .iter()
+            .map(|a| a.id.0)
+            .collect();
+        assert_eq!(ids, vec![2, 3]);
+        p.tick(10);
+        let one = vec![JobBuilder::gang("d", 1, "cpu=1").build()];
+        assert!(matches!(
+            p.submit(one, Caller::user("alice"), 11_000),
+            Err(SubmitRefused::Check(SubmitError::TooManyJobs { live: 2, .. }))
+        ));
     }
 }

@@ -11,7 +11,7 @@ use hyperplan_shared::report::{JobStatus, Report, Summary};
 use hyperplan_shared::{ClusterSpec, JobSpec};
 
 use crate::config::PlannerConfig;
-use crate::{Command, Event, Planner, view};
+use crate::{Command, Event, Planner};
 
 pub use table::{render_table, render_task_table};
 
@@ -105,7 +105,7 @@ pub fn simulate_with(
             }
         }
     }
-    let jobs = view::job_reports(planner.world_mut());
+    let jobs = planner.jobs();
     let mut summary = Summary::default();
     for j in &jobs {
         match j.status {

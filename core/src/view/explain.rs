@@ -15,11 +15,10 @@ use crate::model::ids::HnIdx;
 use crate::topology::TopologyIndex;
 
 /// `None` when no job has that name.
-pub fn explain(world: &mut World, name: &str) -> Option<Explanation> {
+pub fn explain(world: &World, name: &str) -> Option<Explanation> {
     let report = job_report(world, name)?;
-    let mut jq = world.query::<&Job>();
-    let world = &*world;
-    let job = jq.iter(world).find(|j| j.spec.name == name)?;
+    let &e = world.resource::<crate::names::JobNames>().0.get(name)?;
+    let job = world.get::<Job>(e)?;
     let index = world.resource::<TopologyIndex>();
     let cap = world.resource::<Capacity>();
 

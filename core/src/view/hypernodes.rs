@@ -14,20 +14,20 @@ use crate::model::ids::HnIdx;
 use crate::topology::TopologyIndex;
 
 /// Parents before children (depth-first from the top tier, children by name).
-pub fn hyper_node_tree(world: &mut World) -> HyperNodeTree {
-    let mut hq = world.query::<&HyperNode>();
-    let sources: HashMap<String, String> = hq
-        .iter(world)
-        .map(|h| (h.spec.name.clone(), h.source.name.clone()))
-        .collect();
-    let mut nq = world.query::<&Node>();
-    let world = &*world;
+pub fn hyper_node_tree(world: &World) -> HyperNodeTree {
+    let sources: HashMap<String, String> = super::read::<&HyperNode>(world)
+        .map(|mut hq| {
+            hq.iter(world)
+                .map(|h| (h.spec.name.clone(), h.source.name.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
     let index = world.resource::<TopologyIndex>();
     let cap = world.resource::<Capacity>();
     let ready: Vec<bool> = index
         .node_entities
         .iter()
-        .map(|&e| nq.get(world, e).is_ok_and(|n| n.ready))
+        .map(|&e| world.get::<Node>(e).is_some_and(|n| n.ready))
         .collect();
     let mut out = Vec::new();
     // The virtual root's children are the top of the tree.

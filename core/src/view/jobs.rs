@@ -14,9 +14,10 @@ use crate::numa::node::NodeHardware;
 use crate::topology::TopologyIndex;
 
 /// Every job, in (priority, submit time, name, id) order.
-pub fn job_reports(world: &mut World) -> Vec<JobReport> {
-    let mut q = world.query::<(&Job, &JobState, Option<&JobOwner>, Option<&JobId>)>();
-    let world = &*world;
+pub fn job_reports(world: &World) -> Vec<JobReport> {
+    let Some(mut q) = super::read::<(&Job, &JobState, Option<&JobOwner>, Option<&JobId>)>(world) else {
+        return Vec::new();
+    };
     let index = world.resource::<TopologyIndex>();
     let mut jobs: Vec<_> = q.iter(world).collect();
     jobs.sort_by(|a, b| {
@@ -52,12 +53,14 @@ pub fn newest_of_each_name(reports: Vec<JobReport>) -> Vec<JobReport> {
 }
 
 /// One job's report, by name.
-pub fn job_report(world: &mut World, name: &str) -> Option<JobReport> {
-    let mut q = world.query::<(&Job, &JobState, Option<&JobOwner>)>();
-    let world = &*world;
+pub fn job_report(world: &World, name: &str) -> Option<JobReport> {
     let index = world.resource::<TopologyIndex>();
     let e = *world.resource::<crate::names::JobNames>().0.get(name)?;
-    let (job, st, owner) = q.get(world, e).ok()?;
+    let (job, st, owner) = (
+        world.get::<Job>(e)?,
+        world.get::<JobState>(e)?,
+        world.get::<JobOwner>(e),
+    );
     Some(report(world, index, job, st, owner, world.get::<JobId>(e)))
 }
 

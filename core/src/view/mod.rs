@@ -1,6 +1,6 @@
 //! Read-only views of the world for people and scripts: the job reports `hyperplan
 //! simulate` prints and `hyperplan status` shows, the node list, the HyperNode tree and
-//! the explanation of a job's gradient search, the HyperNodes as manifests. Nothing here changes the world.
+//! the explanation of a job's gradient search, the HyperNodes as manifests. Nothing here changes the world: every view takes `&World`.
 
 mod explain;
 mod hypernodes;
@@ -24,38 +24,45 @@ use hyperplan_shared::status::{Explanation, HyperNodeTree, NodeStatus};
 use crate::Planner;
 use crate::model::commands::Placement;
 
+/// A read-only query over `world`, without `&mut World`: every component is registered
+/// when the planner is made (`model::components::register`), so the state can always be
+/// built; `None` only for a component no entity ever had, of which a view sees nothing.
+fn read<D: bevy_ecs::query::QueryData>(world: &bevy_ecs::world::World) -> Option<bevy_ecs::query::QueryState<D>> {
+    world.try_query::<D>()
+}
+
 /// The views as the planner's own answers: what drivers and tests ask of it, without
 /// reaching into its world.
 impl Planner {
     /// Every node, by name (`hyperplan nodes`).
-    pub fn nodes(&mut self) -> Vec<NodeStatus> {
-        node_statuses(self.world_mut())
+    pub fn nodes(&self) -> Vec<NodeStatus> {
+        node_statuses(self.world())
     }
 
     /// The HyperNode tree (`hyperplan hypernodes`).
-    pub fn hyper_nodes(&mut self) -> HyperNodeTree {
-        hyper_node_tree(self.world_mut())
+    pub fn hyper_nodes(&self) -> HyperNodeTree {
+        hyper_node_tree(self.world())
     }
 
     /// Every job the world holds, as `hyperplan status --all` reports it.
-    pub fn jobs(&mut self) -> Vec<JobReport> {
-        job_reports(self.world_mut())
+    pub fn jobs(&self) -> Vec<JobReport> {
+        job_reports(self.world())
     }
 
     /// The newest job of that name.
-    pub fn job(&mut self, name: &str) -> Option<JobReport> {
-        job_report(self.world_mut(), name)
+    pub fn job(&self, name: &str) -> Option<JobReport> {
+        job_report(self.world(), name)
     }
 
     /// Why the job is where it is, or why it waits (`hyperplan explain`).
-    pub fn explain(&mut self, name: &str) -> Option<Explanation> {
-        explain(self.world_mut(), name)
+    pub fn explain(&self, name: &str) -> Option<Explanation> {
+        explain(self.world(), name)
     }
 
     /// The placed tasks on `node` that have not started: Launches to send again when its
     /// agent registers.
-    pub fn unstarted_on(&mut self, node: &str) -> Vec<Placement> {
-        crate::dispatch::unstarted_on(self.world_mut(), node)
+    pub fn unstarted_on(&self, node: &str) -> Vec<Placement> {
+        crate::dispatch::unstarted_on(self.world(), node)
     }
 
     /// A running job's ranks and their nodes, by rank (what a `Job` frame tells agents).

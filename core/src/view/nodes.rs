@@ -15,16 +15,18 @@ use crate::nodes::refusals::Refusals;
 use crate::numa::node::{NodeHardware, is_gpu_resource};
 
 /// Every node, by name.
-pub fn node_statuses(world: &mut World) -> Vec<NodeStatus> {
+pub fn node_statuses(world: &World) -> Vec<NodeStatus> {
     let mut running: HashMap<Entity, u32> = HashMap::new();
-    let mut tq = world.query::<&TaskState>();
-    for ts in tq.iter(world) {
-        if let (true, Some(n)) = (ts.is_running(), ts.node) {
-            *running.entry(n).or_default() += 1;
+    if let Some(mut tq) = super::read::<&TaskState>(world) {
+        for ts in tq.iter(world) {
+            if let (true, Some(n)) = (ts.is_running(), ts.node) {
+                *running.entry(n).or_default() += 1;
+            }
         }
     }
-    let mut nq = world.query::<(Entity, &Node, Option<&NodeSlot>, Option<&NodeHardware>)>();
-    let world = &*world;
+    let Some(mut nq) = super::read::<(Entity, &Node, Option<&NodeSlot>, Option<&NodeHardware>)>(world) else {
+        return Vec::new();
+    };
     let cap = world.resource::<Capacity>();
     let sum = |slot: Option<&NodeSlot>, pick: &dyn Fn(&str) -> bool| -> FreeTotal {
         let Some(slot) = slot else {
