@@ -41,8 +41,8 @@
 //! | 11 | `allocate::allocate` | gradient search, scoring, NUMA assignment; each placement recorded in the ledger |
 //! | 12 | `dispatch::dispatch` | a `Place` per new placement |
 //! | 13 | `dispatch::relaunch` | a `Relaunch` per node registered again with unstarted tasks |
-//! | 14 | `jobs::retire::retire` | jobs that ended leave the per-tick scans |
-//! | 15 | `jobs::ownership::count_live` | each owner's live jobs, for `maxJobsPerUser` (the changed jobs only) |
+//! | 14 | `jobs::ownership::count_live` | each owner's live jobs, for `maxJobsPerUser` (the changed jobs only) |
+//! | 15 | `jobs::retire::retire` | jobs that ended leave the per-tick scans |
 //! | 16 | `persist::persist` | a `Persist` per changed job record (the daemon only) |
 //!
 //! Between topology changes every system after the index works on what changed (see
@@ -139,8 +139,8 @@ impl Planner {
                 allocate::allocate,
                 dispatch::dispatch,
                 dispatch::relaunch,
-                jobs::retire::retire,
                 jobs::ownership::count_live,
+                jobs::retire::retire,
                 persist::persist.run_if(resource_exists::<persist::Persisting>),
             )
                 .chain(),

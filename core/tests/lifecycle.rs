@@ -11,129 +11,27 @@ use std::time::Duration;
 use hyperplan_core::config::HealthConfig;
 use hyperplan_core::model::commands::KillReason;
 use hyperplan_core::model::events::TaskOnNode;
-use hyperplan_core::testing::{ClusterBuilder, JobBuilder};
+use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
 use hyperplan_core::{Command, Event, Planner, PlannerConfig};
 use hyperplan_shared::OnTaskFailure;
 use hyperplan_shared::report::{JobReport, JobStatus, TaskStatus};
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 
 /// A daemon-like planner: `nodes` linked nodes `n01..` (cpu=8 each) that heartbeat
-/// every second unless silenced; time in milliseconds.
-struct Rig {
-    p: Planner,
-    now: u64,
-    silent: Vec<String>,
-    nodes: Vec<String>,
-}
-
-impl Rig {
-    fn new(nodes: u32) -> Self {
-        let config = PlannerConfig {
-            health: HealthConfig {
-                node_lost_after: Duration::from_secs(10),
-                ..HealthConfig::default()
-            },
-            ..PlannerConfig::default()
-        };
-        let mut p = Planner::new(config);
-        let mut names = Vec::new();
-        for n in ClusterBuilder::flat(nodes).node_resources("cpu=8").build().nodes {
-            names.push(n.name.clone());
-            let node = n.name.clone();
-            p.push(Event::NodeUp(n));
-            p.push(Event::LinkUp {
-                node,
-                link: 1,
-                at_ms: 1_000,
-            });
-        }
-        let mut rig = Self {
-            p,
-            now: 1_000,
-            silent: Vec::new(),
-            nodes: names,
-        };
-        rig.tick();
-        rig
-    }
-
-    /// One tick, a second later, after a heartbeat from every node not silenced.
-    fn step(&mut self) -> Vec<Command> {
-        self.now += 1_000;
-        for n in &self.nodes {
-            if !self.silent.contains(n) {
-                self.p.push(Event::Heartbeat {
-                    node: n.clone(),
-                    at_ms: self.now,
-                });
-            }
-        }
-        self.tick()
-    }
-
-    fn tick(&mut self) -> Vec<Command> {
-        let cmds = self.p.tick_millis(self.now);
-        let bad = self.p.violations();
-        assert!(bad.is_empty(), "invariants broken: {bad:#?}");
-        cmds
-    }
-
-    /// Submits a job and returns its id.
-    fn submit(&mut self, spec: hyperplan_shared::JobSpec) -> u64 {
-        let id = self.p.next_job_id();
-        self.p.push(Event::submit(spec, SIM_OWNER));
-        id
-    }
-
-    fn job(&mut self, name: &str) -> JobReport {
-        self.p.job(name).unwrap_or_else(|| panic!("no job {name}"))
-    }
-
-    /// Task name → node, for a placed job.
-    fn node_of(&mut self, job: &str, task: &str) -> String {
-        let r = self.job(job);
-        let t = r.tasks.iter().find(|t| t.name == task).unwrap();
-        t.node.clone().unwrap()
-    }
-
-    fn started(&mut self, job: &str, id: u64, task: &str, pid: u32) {
-        let node = self.node_of(job, task);
-        self.p.push(Event::TaskStarted {
-            node,
-            job: job.into(),
-            job_id: id,
-            task: task.into(),
-            pid,
-            at_ms: self.now,
-        });
-    }
-
-    fn start_all(&mut self, job: &str, id: u64) {
-        let tasks: Vec<String> = self
-            .job(job)
-            .tasks
-            .iter()
-            .filter(|t| t.node.is_some())
-            .map(|t| t.name.clone())
-            .collect();
-        for (i, t) in tasks.iter().enumerate() {
-            self.started(job, id, t, 100 + i as u32);
-        }
-    }
-
-    fn ended(&mut self, job: &str, id: u64, task: &str, end: TaskEnd) {
-        let node = self.node_of(job, task);
-        self.p.push(Event::TaskEnded {
-            node,
-            job: job.into(),
-            job_id: id,
-            task: task.into(),
-            end: TaskEnd {
-                end_time_ms: self.now,
-                ..end
-            },
-        });
-    }
+/// every second unless silenced; time in milliseconds (see `testing::Rig`).
+fn rig(nodes: u32) -> Rig {
+    let config = PlannerConfig {
+        health: HealthConfig {
+            node_lost_after: Duration::from_secs(10),
+            ..HealthConfig::default()
+        },
+        ..PlannerConfig::default()
+    };
+    let cluster = ClusterBuilder::flat(nodes).node_resources("cpu=8").build();
+    let mut rig = Rig::new(config, cluster.nodes);
+    rig.register_all();
+    rig.tick();
+    rig
 }
 
 fn exited(code: i32) -> TaskEnd {
@@ -190,11 +88,11 @@ fn task_state(r: &JobReport, task: &str) -> Option<TaskStatus> {
 /// Two nodes, `a` (2 tasks, one per node) placed and started, `b` (the same size)
 /// waiting for the room.
 fn two_jobs(policy: OnTaskFailure) -> (Rig, u64) {
-    let mut rig = Rig::new(2);
+    let mut rig = rig(2);
     let mut a = JobBuilder::gang("a", 2, "cpu=8").build();
     a.run.on_task_failure = policy;
-    let id = rig.submit(a);
-    rig.submit(JobBuilder::gang("b", 2, "cpu=8").priority(-1).build());
+    let id = rig.submit_as(a, SIM_OWNER);
+    rig.submit_as(JobBuilder::gang("b", 2, "cpu=8").priority(-1).build(), SIM_OWNER);
     let cmds = rig.step();
     assert_eq!(placed_jobs(&cmds), ["a"]);
     let r = rig.job("a");
@@ -345,9 +243,9 @@ fn cancel_kills_with_its_grace_and_frees_only_on_the_ends() {
 
 #[test]
 fn a_cancelled_job_never_places_its_remaining_tasks() {
-    let mut rig = Rig::new(2);
+    let mut rig = rig(2);
     // Gang of 2, 4 replicas: 2 placed (cpu=8 each fills a node), 2 wait for room.
-    let id = rig.submit(JobBuilder::gang("a", 4, "cpu=8").min_available(2).build());
+    let id = rig.submit_as(JobBuilder::gang("a", 4, "cpu=8").min_available(2).build(), SIM_OWNER);
     rig.step();
     rig.start_all("a", id);
     rig.step();
@@ -542,10 +440,10 @@ fn a_node_not_ready_for_longer_than_node_lost_after_loses_its_tasks() {
 
 #[test]
 fn requeue_sends_the_job_back_to_pending_once_its_tasks_ended_and_places_it_again() {
-    let mut rig = Rig::new(3);
+    let mut rig = rig(3);
     let mut a = JobBuilder::gang("a", 2, "cpu=8").build();
     a.run.requeue = true;
-    let id = rig.submit(a);
+    let id = rig.submit_as(a, SIM_OWNER);
     rig.step();
     rig.start_all("a", id);
     rig.step();
@@ -635,8 +533,8 @@ fn nodes_without_an_agent_free_at_once_and_say_nothing_new() {
 /// those of jobs still running.
 #[test]
 fn the_unstarted_tasks_of_a_node_are_there_to_launch_again() {
-    let mut rig = Rig::new(2);
-    let id = rig.submit(JobBuilder::gang("a", 2, "cpu=8").build());
+    let mut rig = rig(2);
+    let id = rig.submit_as(JobBuilder::gang("a", 2, "cpu=8").build(), SIM_OWNER);
     rig.step();
     let n0 = rig.node_of("a", "worker-0");
     let again = rig.p.unstarted_on(&n0);
@@ -659,8 +557,8 @@ fn the_unstarted_tasks_of_a_node_are_there_to_launch_again() {
 
 /// One node, job `a` (one task) placed on it; returns the rig, the job's id and the node.
 fn one_task_placed() -> (Rig, u64, String) {
-    let mut rig = Rig::new(1);
-    let id = rig.submit(JobBuilder::gang("a", 1, "cpu=8").build());
+    let mut rig = rig(1);
+    let id = rig.submit_as(JobBuilder::gang("a", 1, "cpu=8").build(), SIM_OWNER);
     rig.step();
     let node = rig.node_of("a", "worker-0");
     (rig, id, node)

@@ -14,23 +14,13 @@ use hyperplan_core::config::HealthConfig;
 use hyperplan_core::model::commands::KillReason;
 use hyperplan_core::model::events::TaskOnNode;
 use hyperplan_core::model::record::JobRecord;
-use hyperplan_core::testing::{ClusterBuilder, JobBuilder, MachineBuilder};
+use hyperplan_core::testing::{ClusterBuilder, JobBuilder, MachineBuilder, Rig};
 use hyperplan_core::{Command, Event, Planner, PlannerConfig};
 use hyperplan_shared::report::{JobReport, JobStatus, TaskStatus};
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 use hyperplan_shared::{JobSpec, NodeSpec};
 
-/// A daemon-like planner with its persist system on: what it persisted, by job id.
-struct Rig {
-    p: Planner,
-    now: u64,
-    nodes: Vec<NodeSpec>,
-    /// Nodes whose agents are registered (they heartbeat every step).
-    linked: Vec<String>,
-    store: BTreeMap<u64, (bool, Vec<u8>)>,
-    writes: usize,
-}
-
+/// Nodes lost after 10 s of silence.
 fn config() -> PlannerConfig {
     PlannerConfig {
         health: HealthConfig {
@@ -49,118 +39,28 @@ fn cluster() -> Vec<NodeSpec> {
         .nodes
 }
 
-impl Rig {
-    fn new() -> Self {
-        let mut p = Planner::new(config());
-        p.enable_persist();
-        Self {
-            p,
-            now: 1_000,
-            nodes: cluster(),
-            linked: Vec::new(),
-            store: BTreeMap::new(),
-            writes: 0,
-        }
-    }
+/// The daemon's planner (records written) with the two nodes known, none registered.
+fn new_rig() -> Rig {
+    Rig::new(config(), cluster()).persisting()
+}
 
-    /// A planner started from `store`'s live records at the rig's time.
-    fn restarted(old: &Rig) -> (Self, Vec<String>) {
-        let mut rig = Self::new();
-        rig.now = old.now + 5_000;
-        rig.store = old.store.clone();
-        let live: Vec<JobRecord> = old
-            .store
-            .values()
-            .filter(|(live, _)| *live)
-            .map(|(_, b)| JobRecord::decode(b).unwrap())
-            .collect();
-        let warnings = rig.p.restore(live, old.p.next_job_id(), rig.now);
-        (rig, warnings)
-    }
+/// A planner started from `old`'s stored live records 5 s later.
+fn restarted(old: &Rig) -> (Rig, Vec<String>) {
+    old.restarted(config(), 5_000)
+}
 
-    fn register(&mut self, name: &str) {
-        let spec = self.nodes.iter().find(|n| n.name == name).unwrap().clone();
-        self.p.push(Event::NodeUp(spec));
-        self.p.push(Event::LinkUp {
-            node: name.into(),
-            link: 1,
-            at_ms: self.now,
-        });
-        self.linked.push(name.into());
-    }
-
-    fn step(&mut self) -> Vec<Command> {
-        self.now += 1_000;
-        for n in &self.linked {
-            self.p.push(Event::Heartbeat {
-                node: n.clone(),
-                at_ms: self.now,
-            });
-        }
-        self.tick()
-    }
-
-    fn tick(&mut self) -> Vec<Command> {
-        let cmds = self.p.tick_millis(self.now);
-        let bad = self.p.violations();
-        assert!(bad.is_empty(), "invariants broken: {bad:#?}");
-        for c in &cmds {
-            if let Command::Persist(p) = c {
-                self.store.insert(p.id, (p.live, p.bytes.to_vec()));
-                self.writes += 1;
-            }
-        }
-        cmds
-    }
-
-    fn submit(&mut self, spec: JobSpec) -> u64 {
-        let id = self.p.next_job_id();
-        self.p.push(Event::Submit {
-            spec,
-            owner: "alice".into(),
-        });
-        id
-    }
-
-    fn job(&mut self, name: &str) -> JobReport {
-        self.p.job(name).unwrap_or_else(|| panic!("no job {name}"))
-    }
-
-    fn start_all(&mut self, job: &str, id: u64) {
-        for (i, t) in self.job(job).tasks.into_iter().enumerate() {
-            self.p.push(Event::TaskStarted {
-                node: t.node.unwrap(),
-                job: job.into(),
-                job_id: id,
-                task: t.name,
-                pid: 100 + i as u32,
-                at_ms: self.now,
-            });
-        }
-    }
-
-    fn end(&mut self, job: &str, id: u64, task: &str, outcome: TaskOutcome, code: Option<i32>) {
-        let node = self
-            .job(job)
-            .tasks
-            .into_iter()
-            .find(|t| t.name == task)
-            .unwrap()
-            .node
-            .unwrap();
-        self.p.push(Event::TaskEnded {
-            node,
-            job: job.into(),
-            job_id: id,
-            task: task.into(),
-            end: TaskEnd {
-                outcome,
-                exit_code: code,
-                end_time_ms: self.now,
-                ..TaskEnd::default()
-            },
-        });
-    }
+/// The task's end as its agent reports it.
+fn end(rig: &mut Rig, job: &str, id: u64, task: &str, outcome: TaskOutcome, code: Option<i32>) {
+    rig.ended(
+        job,
+        id,
+        task,
+        TaskEnd {
+            outcome,
+            exit_code: code,
+            ..TaskEnd::default()
+        },
+    );
 }
 
 fn placed(cmds: &[Command]) -> Vec<String> {
@@ -175,21 +75,24 @@ fn placed(cmds: &[Command]) -> Vec<String> {
 /// A rig with `run` (2 × 4 PUs, single-numa-node, started),
 /// `wait` (2 × 8 PUs) pending behind it, and `done` finished.
 fn busy_rig() -> (Rig, u64, u64) {
-    let mut rig = Rig::new();
+    let mut rig = new_rig();
     rig.register("n01");
     rig.register("n02");
     rig.tick();
-    let done = rig.submit(JobBuilder::gang("done", 1, "cpu=1").build());
+    let done = rig.submit_as(JobBuilder::gang("done", 1, "cpu=1").build(), "alice");
     rig.step();
     rig.start_all("done", done);
     rig.step();
-    rig.end("done", done, "worker-0", TaskOutcome::Exited, Some(0));
+    end(&mut rig, "done", done, "worker-0", TaskOutcome::Exited, Some(0));
     rig.step();
     assert_eq!(rig.job("done").status, JobStatus::Completed);
-    let run = rig.submit(JobBuilder::gang("run", 2, "cpu=4").numa("single-numa-node").build());
+    let run = rig.submit_as(
+        JobBuilder::gang("run", 2, "cpu=4").numa("single-numa-node").build(),
+        "alice",
+    );
     rig.step();
     rig.start_all("run", run);
-    let wait = rig.submit(JobBuilder::gang("wait", 2, "cpu=8").build());
+    let wait = rig.submit_as(JobBuilder::gang("wait", 2, "cpu=8").build(), "alice");
     rig.step();
     assert_eq!(rig.job("run").status, JobStatus::Running);
     assert_eq!(rig.job("wait").status, JobStatus::Pending);
@@ -234,7 +137,7 @@ fn the_persist_system_writes_a_job_when_it_changes_and_only_then() {
 fn a_restarted_planner_has_every_live_job_and_places_nothing_before_the_nodes_are_back() {
     let (mut old, run, wait) = busy_rig();
     let cpus_before: Vec<Option<String>> = old.job("run").tasks.iter().map(|t| t.cpus.clone()).collect();
-    let (mut rig, warnings) = Rig::restarted(&old);
+    let (mut rig, warnings) = restarted(&old);
     assert!(warnings.is_empty(), "{warnings:?}");
     assert!(rig.p.job("done").is_none(), "ended jobs stay in the store");
     let cmds = rig.tick();
@@ -255,8 +158,8 @@ fn a_restarted_planner_has_every_live_job_and_places_nothing_before_the_nodes_ar
     let cmds = rig.step();
     assert!(placed(&cmds).is_empty(), "{:?}", placed(&cmds));
     // Ends sent while the planner was down arrive now: `run` completes, `wait` goes.
-    rig.end("run", run, "worker-0", TaskOutcome::Exited, Some(0));
-    rig.end("run", run, "worker-1", TaskOutcome::Exited, Some(0));
+    end(&mut rig, "run", run, "worker-0", TaskOutcome::Exited, Some(0));
+    end(&mut rig, "run", run, "worker-1", TaskOutcome::Exited, Some(0));
     let cmds = rig.step();
     assert_eq!(rig.job("run").status, JobStatus::Completed);
     let p = placed(&cmds);
@@ -267,7 +170,7 @@ fn a_restarted_planner_has_every_live_job_and_places_nothing_before_the_nodes_ar
 #[test]
 fn unknown_tasks_are_killed_and_tasks_no_longer_listed_are_lost() {
     let (old, run, _) = busy_rig();
-    let (mut rig, _) = Rig::restarted(&old);
+    let (mut rig, _) = restarted(&old);
     rig.register("n01");
     rig.register("n02");
     rig.tick();
@@ -320,19 +223,19 @@ fn unknown_tasks_are_killed_and_tasks_no_longer_listed_are_lost() {
 
 #[test]
 fn a_node_that_never_comes_back_loses_its_tasks_and_a_requeued_job_runs_again() {
-    let mut old = Rig::new();
+    let mut old = new_rig();
     old.register("n01");
     old.register("n02");
     old.tick();
     let mut spec = JobBuilder::gang("again", 1, "cpu=2").build();
     spec.run.requeue = true;
-    let id = old.submit(spec);
+    let id = old.submit_as(spec, "alice");
     old.step();
     old.start_all("again", id);
     old.step();
     let first = old.job("again").tasks[0].node.clone().unwrap();
     let other = if first == "n01" { "n02" } else { "n01" };
-    let (mut rig, _) = Rig::restarted(&old);
+    let (mut rig, _) = restarted(&old);
     rig.register(other);
     rig.tick();
     let mut placed_again = Vec::new();
@@ -346,7 +249,7 @@ fn a_node_that_never_comes_back_loses_its_tasks_and_a_requeued_job_runs_again() 
 #[test]
 fn a_task_whose_node_came_back_with_other_hardware_is_lost() {
     let (old, _, _) = busy_rig();
-    let (mut rig, _) = Rig::restarted(&old);
+    let (mut rig, _) = restarted(&old);
     // Both nodes come back with a single NUMA node of 2 PUs.
     for n in &mut rig.nodes {
         let small = ClusterBuilder::flat(1)
@@ -373,7 +276,7 @@ fn a_task_whose_node_came_back_with_other_hardware_is_lost() {
 fn a_job_stored_at_submit_comes_back_pending_and_is_placed() {
     let spec = JobBuilder::gang("early", 2, "cpu=2").build();
     let rec = JobRecord::submitted(41, "alice", spec);
-    let mut rig = Rig::new();
+    let mut rig = new_rig();
     let warnings = rig
         .p
         .restore(vec![JobRecord::decode(&rec.encode().unwrap()).unwrap()], 1, rig.now);

@@ -16,7 +16,7 @@ use hyperplan_shared::JobSpec;
 use crate::Planner;
 use crate::caller::Caller;
 use crate::config::PlannerConfig;
-use crate::model::components::{JobOwner, JobPhase, JobState};
+use crate::model::components::{JobOwner, JobPhase, JobState, LiveChanged};
 use crate::model::events::Event;
 use crate::model::tick::Inbox;
 use crate::names::JobNames;
@@ -36,12 +36,13 @@ pub struct LiveByOwner(pub std::collections::HashMap<std::sync::Arc<str>, u64>);
 #[derive(Component, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CountedLive(pub bool);
 
-/// Last in a tick: a job whose state changed moves its owner's count when it turned live
-/// or ended, so a tick costs a look at the changed jobs, not a recount of every job (a
-/// recount was a tenth of a 50,000-node tick). Jobs are never despawned once counted
-/// (`retire` marks them), so the counts stay exact.
+/// After `dispatch`, before `retire`: a job whose state changed moves its owner's count
+/// when it turned live or ended, so a tick costs a look at the changed jobs of those not
+/// retired, not a recount of every job (a recount was a tenth of a 50,000-node tick).
+/// Before `retire`, so a job that ends in this tick is still seen; jobs are never
+/// despawned once counted (`retire` marks them), so the counts stay exact.
 pub fn count_live(
-    mut changed: Query<(Entity, &JobOwner, &JobState, Option<&mut CountedLive>), Changed<JobState>>,
+    mut changed: Query<(Entity, &JobOwner, &JobState, Option<&mut CountedLive>), LiveChanged<JobState>>,
     mut counts: ResMut<LiveByOwner>,
     mut commands: Commands,
 ) {

@@ -467,5 +467,8 @@ impl MachineBuilder {
     }
 }
 
+mod rig;
 mod span;
+
+pub use rig::Rig;
 pub use span::{FatTreeView, leaves_spanned};

@@ -1,0 +1,204 @@
+//! [`Rig`]: a planner driven the way the daemon drives it, for scenario tests (quinn's
+//! `Pair`): a virtual clock in milliseconds, nodes whose agents register and heartbeat
+//! every step unless silenced, task starts and ends as agents report them, the
+//! invariants checked after every tick, and the records a store would keep, from which a
+//! restarted planner loads. The lifecycle and restore suites share it.
+
+use std::collections::BTreeMap;
+
+use hyperplan_shared::NodeSpec;
+use hyperplan_shared::report::JobReport;
+use hyperplan_shared::taskend::TaskEnd;
+
+use crate::config::PlannerConfig;
+use crate::model::record::JobRecord;
+use crate::{Command, Event, Planner};
+
+/// See the module documentation. Fields are public: a test reads and sets them as it
+/// needs (silence a node, look at the store).
+pub struct Rig {
+    pub p: Planner,
+    /// The virtual clock, Unix milliseconds.
+    pub now: u64,
+    /// Every node the rig knows, registered or not.
+    pub nodes: Vec<NodeSpec>,
+    /// Nodes whose agents are registered: they heartbeat every step...
+    pub linked: Vec<String>,
+    /// ...unless silenced.
+    pub silent: Vec<String>,
+    /// What the persist system wrote: job id → (live, record bytes).
+    pub store: BTreeMap<u64, (bool, Vec<u8>)>,
+    /// How many records it wrote.
+    pub writes: usize,
+}
+
+impl Rig {
+    /// A planner with `config` and `nodes` known but none registered, at 1 s.
+    pub fn new(config: PlannerConfig, nodes: Vec<NodeSpec>) -> Self {
+        Self {
+            p: Planner::new(config),
+            now: 1_000,
+            nodes,
+            linked: Vec::new(),
+            silent: Vec::new(),
+            store: BTreeMap::new(),
+            writes: 0,
+        }
+    }
+
+    /// The daemon's planner: job records are written (see [`Rig::store`]).
+    pub fn persisting(mut self) -> Self {
+        self.p.enable_persist();
+        self
+    }
+
+    /// A planner started from this one's stored live records, `after_ms` later, with
+    /// the same nodes known and none registered; and what it could not restore.
+    pub fn restarted(&self, config: PlannerConfig, after_ms: u64) -> (Self, Vec<String>) {
+        let mut rig = Self::new(config, self.nodes.clone()).persisting();
+        rig.now = self.now + after_ms;
+        rig.store = self.store.clone();
+        let live: Vec<JobRecord> = self
+            .store
+            .values()
+            .filter(|(live, _)| *live)
+            .filter_map(|(_, b)| JobRecord::decode(b).ok())
+            .collect();
+        let warnings = rig.p.restore(live, self.p.next_job_id(), rig.now);
+        (rig, warnings)
+    }
+
+    /// The agent of `name` registers now (its spec, then its link).
+    pub fn register(&mut self, name: &str) {
+        let spec = self
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("no node {name} in the rig"))
+            .clone();
+        self.p.push(Event::NodeUp(spec));
+        self.p.push(Event::LinkUp {
+            node: name.into(),
+            link: 1,
+            at_ms: self.now,
+        });
+        if !self.linked.iter().any(|n| n == name) {
+            self.linked.push(name.into());
+        }
+    }
+
+    /// Every node's agent registers now.
+    pub fn register_all(&mut self) {
+        let names: Vec<String> = self.nodes.iter().map(|n| n.name.clone()).collect();
+        for n in names {
+            self.register(&n);
+        }
+    }
+
+    /// One tick a second later, after a heartbeat from every registered node not
+    /// silenced.
+    pub fn step(&mut self) -> Vec<Command> {
+        self.now += 1_000;
+        for n in &self.linked {
+            if !self.silent.contains(n) {
+                self.p.push(Event::Heartbeat {
+                    node: n.clone(),
+                    at_ms: self.now,
+                });
+            }
+        }
+        self.tick()
+    }
+
+    /// One tick now; the invariants must hold after it; its records go to the store.
+    pub fn tick(&mut self) -> Vec<Command> {
+        let cmds = self.p.tick_millis(self.now);
+        let bad = self.p.violations();
+        assert!(bad.is_empty(), "invariants broken at {} ms: {bad:#?}", self.now);
+        for c in &cmds {
+            if let Command::Persist(p) = c {
+                self.store.insert(p.id, (p.live, p.bytes.to_vec()));
+                self.writes += 1;
+            }
+        }
+        cmds
+    }
+
+    /// Steps until `done` says so, at most `steps` times (then the test fails): the
+    /// commands of every step, in order.
+    pub fn drive_until(&mut self, steps: u32, mut done: impl FnMut(&mut Self) -> bool) -> Vec<Command> {
+        let mut all = Vec::new();
+        for _ in 0..steps {
+            if done(self) {
+                return all;
+            }
+            all.extend(self.step());
+        }
+        assert!(done(self), "not done after {steps} steps");
+        all
+    }
+
+    /// Submits `spec` as `owner` (admitted at the next tick); its id.
+    pub fn submit_as(&mut self, spec: hyperplan_shared::JobSpec, owner: &str) -> u64 {
+        let id = self.p.next_job_id();
+        self.p.push(Event::submit(spec, owner));
+        id
+    }
+
+    pub fn job(&self, name: &str) -> JobReport {
+        self.p.job(name).unwrap_or_else(|| panic!("no job {name}"))
+    }
+
+    /// The node of a placed task.
+    pub fn node_of(&self, job: &str, task: &str) -> String {
+        let r = self.job(job);
+        let t = r
+            .tasks
+            .iter()
+            .find(|t| t.name == task)
+            .unwrap_or_else(|| panic!("no task {job}/{task}"));
+        t.node.clone().unwrap_or_else(|| panic!("{job}/{task} is not placed"))
+    }
+
+    /// Its node's agent reports the task started now, as `pid`.
+    pub fn started(&mut self, job: &str, id: u64, task: &str, pid: u32) {
+        let node = self.node_of(job, task);
+        self.p.push(Event::TaskStarted {
+            node,
+            job: job.into(),
+            job_id: id,
+            task: task.into(),
+            pid,
+            at_ms: self.now,
+        });
+    }
+
+    /// Every placed task of the job started now (pids 100, 101, …).
+    pub fn start_all(&mut self, job: &str, id: u64) {
+        let tasks: Vec<String> = self
+            .job(job)
+            .tasks
+            .iter()
+            .filter(|t| t.node.is_some())
+            .map(|t| t.name.clone())
+            .collect();
+        for (i, t) in tasks.iter().enumerate() {
+            self.started(job, id, t, 100 + i as u32);
+        }
+    }
+
+    /// Its node's agent reports the task ended now, as `end` says.
+    pub fn ended(&mut self, job: &str, id: u64, task: &str, end: TaskEnd) {
+        let node = self.node_of(job, task);
+        self.p.push(Event::TaskEnded {
+            node,
+            job: job.into(),
+            job_id: id,
+            task: task.into(),
+            end: TaskEnd {
+                end_time_ms: self.now,
+                ..end
+            },
+        });
+    }
+}
