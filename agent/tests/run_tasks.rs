@@ -298,6 +298,7 @@ impl Setup {
             job: job.into(),
             job_id,
             task: "w-0".into(),
+            index: 0,
         }
     }
 
@@ -311,6 +312,7 @@ fn launch_task(job: &str, job_id: u64, user: &str, script: &str, work: &Path) ->
         job: job.into(),
         job_id,
         task: "w-0".into(),
+        index: 0,
         rank: 0,
         user: user.into(),
         argv: vec!["sh".into(), "-c".into(), script.into()],
@@ -433,6 +435,7 @@ async fn runs_a_task_reports_its_end_and_forgets_it_when_acknowledged() {
         job: "lonely".into(),
         job_id: 13,
         task: "w-0".into(),
+        index: 0,
     };
     let end = s.planner.finished(&lonely).await;
     assert_eq!(end.outcome, TaskOutcome::Failed);
@@ -451,6 +454,7 @@ async fn runs_a_task_reports_its_end_and_forgets_it_when_acknowledged() {
         job: "stranger".into(),
         job_id: 15,
         task: "w-0".into(),
+        index: 0,
     };
     let end = s.planner.finished(&strange).await;
     assert_eq!(end.outcome, TaskOutcome::Failed);
@@ -477,6 +481,7 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
         job: "sleepy".into(),
         job_id: 21,
         task: "w-0".into(),
+        index: 0,
     };
     let pid = s.planner.started(&task).await;
     reaper.0.push(pid);
@@ -532,12 +537,14 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
     // A Kill right behind its Launch (the shepherd has no pid yet) still cancels it.
     let mut launch = launch_task("sleepy", 21, &me(), "", &s.work());
     launch.task = "w-1".into();
+    launch.index = 1;
     launch.argv = vec!["sleep".into(), "60".into()];
     s.planner.send(PlannerToAgent::Launch(Box::new(launch)));
     let quick = TaskRef {
         job: "sleepy".into(),
         job_id: 21,
         task: "w-1".into(),
+        index: 1,
     };
     s.planner.send(PlannerToAgent::Kill {
         task: quick.clone(),
@@ -556,6 +563,7 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
             job: "ghost".into(),
             job_id: 1,
             task: "w-0".into(),
+            index: 0,
         },
         grace_secs: 1,
         epoch: 1,

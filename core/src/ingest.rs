@@ -76,22 +76,24 @@ pub fn ingest(world: &mut World) {
             Event::LinkDown { node, link, at_ms } => health::link_down(world, &node, link, at_ms),
             Event::Submit { spec, owner } => submit(world, spec, owner),
             Event::Cancel { job, grace_secs } => lifecycle::cancel(world, &job, grace_secs),
-            Event::TaskFinished { job, task } => lifecycle::task_finished(world, &job, &task),
+            Event::TaskFinished { job, task, index } => lifecycle::task_finished(world, &job, index, &task),
             Event::TaskStarted {
                 node,
                 job,
                 job_id,
                 task,
+                index,
                 pid,
                 at_ms,
-            } => lifecycle::task_started(world, &node, &job, job_id, &task, pid, at_ms),
+            } => lifecycle::task_started(world, &node, (&job, job_id), (index, &task), pid, at_ms),
             Event::TaskEnded {
                 node,
                 job,
                 job_id,
                 task,
+                index,
                 end,
-            } => lifecycle::task_ended(world, &node, &job, job_id, &task, end),
+            } => lifecycle::task_ended(world, &node, (&job, job_id), (index, &task), end),
             Event::TasksOnNode { node, tasks } => lifecycle::tasks_on_node(world, &node, tasks),
         }
     }

@@ -291,6 +291,7 @@ fn repeated_and_foreign_reports_change_nothing() {
         job: "a".into(),
         job_id: id,
         task: "worker-0".into(),
+        index: 0,
         end: exited(4),
     });
     rig.ended("a", id, "worker-0", exited(0));
@@ -299,6 +300,7 @@ fn repeated_and_foreign_reports_change_nothing() {
         job: "a".into(),
         job_id: id,
         task: "worker-9".into(),
+        index: 9,
         end: exited(5),
     });
     let cmds = rig.step();
@@ -319,11 +321,14 @@ fn repeated_and_foreign_reports_change_nothing() {
     assert_eq!((r.status, r.exit_code), (JobStatus::Completed, Some(0)));
 }
 
+/// What an agent lists of `task` (`worker-<i>` of a one-role job: index `i`).
 fn on_node(job: &str, id: u64, task: &str) -> TaskOnNode {
+    let index = task.rsplit_once('-').and_then(|(_, i)| i.parse().ok()).unwrap_or(0);
     TaskOnNode {
         job: job.into(),
         job_id: id,
         task: task.into(),
+        index,
         pid: 4242,
         cpu_cores: 1.25,
         rss_bytes: 3 << 20,
@@ -516,10 +521,12 @@ fn nodes_without_an_agent_free_at_once_and_say_nothing_new() {
     p.push(Event::TaskFinished {
         job: "b".into(),
         task: "worker-0".into(),
+        index: 0,
     });
     p.push(Event::TaskFinished {
         job: "b".into(),
         task: "worker-1".into(),
+        index: 1,
     });
     p.tick(2);
     let b = p.job("b").unwrap();

@@ -295,6 +295,7 @@ fn push_step(
         Step::Finish(j, t) => planner.push(Event::TaskFinished {
             job: format!("job-{j:02}"),
             task: format!("worker-{t}"),
+            index: *t,
         }),
         Step::Ready(n, ready) => planner.push(Event::NodeReady {
             name: node(*n).name.clone(),

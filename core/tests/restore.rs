@@ -7,7 +7,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hyperplan_core::config::HealthConfig;
@@ -15,10 +14,10 @@ use hyperplan_core::model::commands::KillReason;
 use hyperplan_core::model::events::TaskOnNode;
 use hyperplan_core::model::record::JobRecord;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, MachineBuilder, Rig};
-use hyperplan_core::{Command, Event, Planner, PlannerConfig};
-use hyperplan_shared::report::{JobReport, JobStatus, TaskStatus};
+use hyperplan_core::{Command, Event, PlannerConfig};
+use hyperplan_shared::NodeSpec;
+use hyperplan_shared::report::{JobStatus, TaskStatus};
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
-use hyperplan_shared::{JobSpec, NodeSpec};
 
 /// Nodes lost after 10 s of silence.
 fn config() -> PlannerConfig {
@@ -110,16 +109,17 @@ fn the_persist_system_writes_a_job_when_it_changes_and_only_then() {
             .tasks
             .iter()
             .enumerate()
-            .map(|(i, t)| (t.node.clone().unwrap(), t.name.clone(), 100 + i as u32))
+            .map(|(i, t)| (t.node.clone().unwrap(), t.name.clone(), i as u32))
             .collect::<Vec<_>>();
-        for (node, task, pid) in tasks {
+        for (node, task, index) in tasks {
             rig.p.push(Event::TasksOnNode {
                 node,
                 tasks: vec![TaskOnNode {
                     job: "run".into(),
                     job_id: run,
                     task,
-                    pid,
+                    index,
+                    pid: 100 + index,
                     cpu_cores: 3.5,
                     rss_bytes: 1 << 20,
                 }],
@@ -135,7 +135,7 @@ fn the_persist_system_writes_a_job_when_it_changes_and_only_then() {
 
 #[test]
 fn a_restarted_planner_has_every_live_job_and_places_nothing_before_the_nodes_are_back() {
-    let (mut old, run, wait) = busy_rig();
+    let (old, run, wait) = busy_rig();
     let cpus_before: Vec<Option<String>> = old.job("run").tasks.iter().map(|t| t.cpus.clone()).collect();
     let (mut rig, warnings) = restarted(&old);
     assert!(warnings.is_empty(), "{warnings:?}");
@@ -186,6 +186,7 @@ fn unknown_tasks_are_killed_and_tasks_no_longer_listed_are_lost() {
                     job: "run".into(),
                     job_id: run,
                     task: "worker-0".into(),
+                    index: 0,
                     pid: 100,
                     cpu_cores: 1.0,
                     rss_bytes: 1,
@@ -194,6 +195,7 @@ fn unknown_tasks_are_killed_and_tasks_no_longer_listed_are_lost() {
                     job: "ghost".into(),
                     job_id: 99,
                     task: "t-0".into(),
+                    index: 0,
                     pid: 7,
                     cpu_cores: 1.0,
                     rss_bytes: 1,

@@ -174,6 +174,7 @@ mod tests {
                     job: "j".into(),
                     job_id: 1,
                     task: "t".into(),
+                    index: 0,
                 },
                 grace_secs: 10,
                 epoch: 1,

@@ -126,8 +126,12 @@ impl std::fmt::Display for Confinement {
 pub struct TaskRef {
     pub job: String,
     pub job_id: u64,
-    /// `<task name>-<index>`.
+    /// `<task name>-<replica>`, for people and file names.
     pub task: String,
+    /// The task's place in its job (spec order, then replica): with `job_id`, what the
+    /// planner finds the task by (protocol 6; never parsed from `task`).
+    #[serde(default)]
+    pub index: u32,
 }
 
 /// A running task and its use, sampled by the agent.
@@ -233,8 +237,11 @@ pub struct JobWorld {
 pub struct LaunchTask {
     pub job: String,
     pub job_id: u64,
-    /// `<task name>-<index>`.
+    /// `<task name>-<replica>`.
     pub task: String,
+    /// The task's place in its job (see [`TaskRef::index`]).
+    #[serde(default)]
+    pub index: u32,
     /// Topology-ordered, 0 … world size − 1 (see [`JobWorld`]).
     pub rank: u32,
     /// The Unix user to run as: the CN of the certificate that submitted the job.
@@ -600,6 +607,7 @@ mod tests {
                     job: "job-1".into(),
                     job_id: 1,
                     task: "w-0".into(),
+                    index: 0,
                 },
                 pid: 4242,
                 cpu_cores: 1.5,
@@ -610,6 +618,7 @@ mod tests {
             job: "j".into(),
             job_id: 2,
             task: "w-1".into(),
+            index: 1,
         };
         roundtrip(&AgentMessage::TaskStarted(TaskStarted {
             task: task.clone(),
@@ -664,6 +673,7 @@ mod tests {
             job: "j".into(),
             job_id: 7,
             task: "w-0".into(),
+            index: 0,
             rank: 0,
             user: "alice".into(),
             argv: vec!["/bin/true".into()],
@@ -686,6 +696,7 @@ mod tests {
             job: "j".into(),
             job_id: 7,
             task: "w-0".into(),
+            index: 0,
         };
         roundtrip(&PlannerToAgent::Kill {
             task: task.clone(),

@@ -62,6 +62,9 @@ pub struct LaunchSpec {
     #[serde(default)]
     pub job_id: u64,
     pub task: String,
+    /// The task's place in its job (what the planner finds it by; see `TaskRef::index`).
+    #[serde(default)]
+    pub index: u32,
     pub rank: u32,
     /// Program and arguments; a program without `/` is looked up in the spec's `PATH`.
     pub argv: Vec<String>,

@@ -245,6 +245,7 @@ impl Tasks {
             job: launch.job.clone(),
             job_id: launch.job_id,
             task: launch.task.clone(),
+            index: launch.index,
         };
         if self.tasks.contains_key(&key) || self.done.contains(&key) || self.homeless.contains_key(&key) {
             tracing::debug!(job = %key.job, job_id = key.job_id, task = %key.task, "Launch repeated; nothing started");
@@ -829,6 +830,7 @@ mod tests {
             job: "j".into(),
             job_id,
             task: "w-0".into(),
+            index: 0,
             rank: 0,
             user: "nobody".into(),
             argv: vec!["true".into()],
@@ -914,6 +916,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&hostfile).unwrap(), "n1\nn1\nn1\nn2\n");
         let second = LaunchTask {
             task: "w-1".into(),
+            index: 1,
             rank: 1,
             ..frame(4)
         };
@@ -923,6 +926,7 @@ mod tests {
         std::fs::write(&hostfile, "n9\n").unwrap();
         let third = LaunchTask {
             task: "w-2".into(),
+            index: 2,
             rank: 2,
             ..frame(4)
         };

@@ -49,6 +49,19 @@ pub fn read_started(dir: &TaskDir) -> Option<Started> {
     read_json(&dir.started())
 }
 
+/// The task's place in its job, from its launch spec (0 when the spec is gone or does
+/// not say: the planner then finds no task there and the agent's report is ignored).
+pub fn read_index(dir: &TaskDir) -> u32 {
+    #[derive(serde::Deserialize)]
+    struct Index {
+        #[serde(default)]
+        index: u32,
+    }
+    read_small(&dir.spec(), crate::shepherd::spec::MAX_SPEC_BYTES)
+        .and_then(|b| serde_json::from_slice::<Index>(&b).ok())
+        .map_or(0, |i| i.index)
+}
+
 pub fn read_record(dir: &TaskDir) -> Option<ExitRecord> {
     let path = dir.record();
     // Most scans find none: a stat is cheaper than an open.
@@ -100,13 +113,16 @@ pub fn list(state_dir: &Path) -> Vec<(TaskRef, TaskDir)> {
                 tracing::warn!(max = MAX_TASKS, "too many task directories; the rest are not looked at");
                 return found;
             }
+            let dir = TaskDir::new(state_dir, job, job_id, task);
+            let index = read_index(&dir);
             found.push((
                 TaskRef {
                     job: job.to_string(),
                     job_id,
                     task: task.to_string(),
+                    index,
                 },
-                TaskDir::new(state_dir, job, job_id, task),
+                dir,
             ));
         }
     }
@@ -134,7 +150,8 @@ mod tests {
             TaskRef {
                 job: "train.v2".into(),
                 job_id: 7,
-                task: "w-0".into()
+                task: "w-0".into(),
+                index: 0,
             }
         );
         assert_eq!(read_files(&t), Files::default());

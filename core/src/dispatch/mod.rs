@@ -77,6 +77,7 @@ pub(crate) fn placement(
         owner: owner.0.clone(),
         role: task.role,
         task: task.name.clone(),
+        index: task.index,
         node: node.name.clone(),
         rank: ts.rank.unwrap_or(0),
         pinning: ts.numa.as_ref().zip(hardware).map(|(a, hw)| Pinning {

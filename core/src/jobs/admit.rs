@@ -139,7 +139,8 @@ pub(crate) fn admit(world: &mut World, spec: JobSpec, owner: String, id: JobId) 
         let mut name = format!("{}-", t.name);
         let stem = name.len();
         let mut digits = itoa::Buffer::new();
-        let spawned = world.spawn_batch(slots.iter().map(|&(i, slot)| {
+        let first = tasks.len() as u32;
+        let spawned = world.spawn_batch(slots.iter().zip(first..).map(|(&(i, slot), index)| {
             name.truncate(stem);
             name.push_str(digits.format(i));
             (
@@ -147,6 +148,7 @@ pub(crate) fn admit(world: &mut World, spec: JobSpec, owner: String, id: JobId) 
                     job: job_e,
                     sub_job: members[slot].0,
                     name: std::sync::Arc::from(name.as_str()),
+                    index,
                     role,
                     request: request.clone(),
                     runtime: t.runtime,

@@ -96,11 +96,11 @@ pub(crate) fn cancel(world: &mut World, name: &str, grace_secs: u64) {
 }
 
 /// `Event::TaskFinished`, the simulator's end of a task: exited 0 now, free at once.
-pub(crate) fn task_finished(world: &mut World, job: &str, task: &str) {
+pub(crate) fn task_finished(world: &mut World, job: &str, index: u32, task: &str) {
     let Some(&job_e) = world.resource::<JobNames>().0.get(job) else {
         return;
     };
-    let Some(task_e) = world.get::<Job>(job_e).and_then(|j| find_task(world, j, task)) else {
+    let Some(task_e) = world.get::<Job>(job_e).and_then(|j| find_task(world, j, index, task)) else {
         return;
     };
     if let Some(mut ts) = world.get_mut::<TaskState>(task_e)
@@ -112,8 +112,8 @@ pub(crate) fn task_finished(world: &mut World, job: &str, task: &str) {
 }
 
 /// `Event::TaskStarted`: its pid and start time, once.
-pub(crate) fn task_started(world: &mut World, node: &str, job: &str, job_id: u64, task: &str, pid: u32, at_ms: u64) {
-    let Some((job_e, task_e)) = running_task(world, node, job, job_id, task) else {
+pub(crate) fn task_started(world: &mut World, node: &str, job: (&str, u64), task: (u32, &str), pid: u32, at_ms: u64) {
+    let Some((job_e, task_e)) = running_task(world, node, job, task) else {
         return;
     };
     let mut run = world.get::<TaskRun>(task_e).cloned().unwrap_or_default();
@@ -129,8 +129,8 @@ pub(crate) fn task_started(world: &mut World, node: &str, job: &str, job_id: u64
 
 /// `Event::TaskEnded`: the task's end from its agent, applied only to the task the core
 /// has running on that node for the job of that id.
-pub(crate) fn task_ended(world: &mut World, node: &str, job: &str, job_id: u64, task: &str, end: TaskEnd) {
-    if let Some((job_e, task_e)) = running_task(world, node, job, job_id, task) {
+pub(crate) fn task_ended(world: &mut World, node: &str, job: (&str, u64), task: (u32, &str), end: TaskEnd) {
+    if let Some((job_e, task_e)) = running_task(world, node, job, task) {
         end_task(world, job_e, task_e, end);
     }
 }
@@ -150,12 +150,13 @@ pub(crate) fn tasks_on_node(world: &mut World, node: &str, tasks: Vec<TaskOnNode
         h.bypass_change_detection().listed_ms = Some(now);
     }
     for t in tasks {
-        let Some((job_e, task_e)) = running_task(world, node, &t.job, t.job_id, &t.task) else {
+        let Some((job_e, task_e)) = running_task(world, node, (&t.job, t.job_id), (t.index, &t.task)) else {
             world.resource_mut::<Outbox>().0.push(Command::Kill {
                 node: node_name.clone(),
                 job: Arc::from(t.job.as_str()),
                 job_id: t.job_id,
                 task: Arc::from(t.task.as_str()),
+                index: t.index,
                 grace_secs: KILL_GRACE_SECS,
                 why: KillReason::Orphan,
             });
@@ -318,6 +319,7 @@ fn kill(world: &mut World, job_e: Entity, task_e: Entity, node: Arc<str>, why: K
         job: Arc::from(job.spec.name.as_str()),
         job_id: world.get::<JobId>(job_e).map_or(0, |i| i.0),
         task: task.name.clone(),
+        index: task.index,
         grace_secs,
         why,
     };
@@ -399,40 +401,25 @@ fn mark_started(world: &mut World, job_e: Entity) {
     }
 }
 
-/// The job (by name and id) and its task (by name), when the core has that task running
-/// on `node`.
-fn running_task(world: &World, node: &str, job: &str, job_id: u64, task: &str) -> Option<(Entity, Entity)> {
+/// The job (by name and id) and its task (by its place in the job, its name checked),
+/// when the core has that task running on `node`.
+fn running_task(world: &World, node: &str, job: (&str, u64), task: (u32, &str)) -> Option<(Entity, Entity)> {
+    let (job, job_id) = job;
     let &job_e = world.resource::<JobNames>().0.get(job)?;
     if world.get::<JobId>(job_e).map(|i| i.0) != Some(job_id) {
         return None;
     }
-    let task_e = find_task(world, world.get::<Job>(job_e)?, task)?;
+    let task_e = find_task(world, world.get::<Job>(job_e)?, task.0, task.1)?;
     let &node_e = world.resource::<NodeNames>().0.get(node)?;
     let ts = world.get::<TaskState>(task_e)?;
     (ts.is_running() && ts.node == Some(node_e)).then_some((job_e, task_e))
 }
 
-/// The job's task called `name` (`<role>-<index>`): the job's tasks are in spec order,
-/// then replica index, so the name gives its place; checked, with a scan as fallback.
-pub(crate) fn find_task(world: &World, job: &Job, name: &str) -> Option<Entity> {
-    let named = |e: &Entity| world.get::<Task>(*e).is_some_and(|t| *t.name == *name);
-    if let Some((role, i)) = name.rsplit_once('-')
-        && let Ok(i) = i.parse::<usize>()
-    {
-        let mut offset = 0usize;
-        for t in &job.spec.tasks {
-            if t.name == role {
-                if i < t.replicas as usize
-                    && let Some(e) = job.tasks.get(offset + i).filter(|e| named(e))
-                {
-                    return Some(*e);
-                }
-                break;
-            }
-            offset += t.replicas as usize;
-        }
-    }
-    job.tasks.iter().find(|e| named(e)).copied()
+/// The job's task at `index` (spec order, then replica), if it is called `name`: a
+/// report that names another task there (a stale or forged one) finds nothing.
+pub(crate) fn find_task(world: &World, job: &Job, index: u32, name: &str) -> Option<Entity> {
+    let e = *job.tasks.get(index as usize)?;
+    world.get::<Task>(e).is_some_and(|t| *t.name == *name).then_some(e)
 }
 
 /// Ends a running task as lost, now, saying why (its pid and start as reported).

@@ -22,8 +22,10 @@ pub struct Placement {
     pub owner: Arc<str>,
     /// Index of the task's spec in `spec.tasks`.
     pub role: usize,
-    /// `<task name>-<index>`.
+    /// `<task name>-<replica>`.
     pub task: Arc<str>,
+    /// Its place in the job (see `Task::index`).
+    pub index: u32,
     pub node: Arc<str>,
     pub rank: u32,
     /// Where a task with a NUMA request is pinned (what the agent enforces).
@@ -128,6 +130,8 @@ pub enum Command {
         job: Arc<str>,
         job_id: u64,
         task: Arc<str>,
+        /// Its place in the job (see `Task::index`).
+        index: u32,
         grace_secs: u64,
         why: KillReason,
     },

@@ -145,8 +145,11 @@ pub struct SubJobState {
 pub struct Task {
     pub job: Entity,
     pub sub_job: Entity,
-    /// `<task name>-<index>`; shared with its `Place` command.
+    /// `<task name>-<replica>`, for people; shared with its `Place` command.
     pub name: std::sync::Arc<str>,
+    /// Its place in `Job::tasks` (spec order, then replica): with the job's id, what
+    /// agents' reports name it by (never parsed from `name`).
+    pub index: u32,
     /// Index of the task spec in the job (the "role").
     pub role: usize,
     /// Shared by the replicas of a role.

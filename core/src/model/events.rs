@@ -90,6 +90,8 @@ pub enum Event {
     TaskFinished {
         job: String,
         task: String,
+        /// Its place in the job (`Placement::index`).
+        index: u32,
     },
     /// A node's agent started a task (`pid` on that node) at `at_ms`. Applies to the
     /// job of that name and id only; a repeat changes nothing.
@@ -98,6 +100,8 @@ pub enum Event {
         job: String,
         job_id: u64,
         task: String,
+        /// Its place in the job: with `job_id`, what finds it (`task` is checked).
+        index: u32,
         pid: u32,
         at_ms: u64,
     },
@@ -108,6 +112,8 @@ pub enum Event {
         job: String,
         job_id: u64,
         task: String,
+        /// Its place in the job (see `TaskStarted`).
+        index: u32,
         end: TaskEnd,
     },
     /// What a node's agent runs now (each heartbeat): a task the planner does not have
@@ -124,6 +130,8 @@ pub struct TaskOnNode {
     pub job: String,
     pub job_id: u64,
     pub task: String,
+    /// Its place in the job (see `Event::TaskStarted`).
+    pub index: u32,
     pub pid: u32,
     /// CPU use now, in cores.
     pub cpu_cores: f32,

@@ -13,6 +13,8 @@ pub struct LogTarget {
     pub job: String,
     pub job_id: u64,
     pub task: String,
+    /// Its place in the job.
+    pub index: u32,
     /// The node whose agent reads it.
     pub node: String,
     /// The task has ended: what was read is all there will be.
@@ -51,11 +53,13 @@ impl Planner {
                 owner: owner.unwrap_or_else(|| "nobody".into()),
             });
         }
-        let t = match task {
+        // A report lists the job's tasks in their order: a task's place is its index.
+        let (index, t) = match task {
             Some(name) => report
                 .tasks
                 .iter()
-                .find(|t| t.name == name)
+                .enumerate()
+                .find(|(_, t)| t.name == name)
                 .ok_or_else(|| LogsError::NoSuchTask {
                     job: job.to_string(),
                     task: name.to_string(),
@@ -63,8 +67,9 @@ impl Planner {
             None => report
                 .tasks
                 .iter()
-                .filter(|t| t.rank.is_some())
-                .min_by_key(|t| t.rank)
+                .enumerate()
+                .filter(|(_, t)| t.rank.is_some())
+                .min_by_key(|(_, t)| t.rank)
                 .ok_or_else(|| LogsError::NothingPlaced(job.to_string()))?,
         };
         let node = t.node.clone().ok_or_else(|| LogsError::NotPlaced {
@@ -75,6 +80,7 @@ impl Planner {
             job: job.to_string(),
             job_id: report.id,
             task: t.name.clone(),
+            index: index as u32,
             node,
             ended: t
                 .state

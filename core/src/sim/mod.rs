@@ -72,7 +72,7 @@ pub fn simulate_with(
         let mut submissions: Vec<&JobSpec> = jobs.iter().collect();
         submissions.sort_by(|a, b| a.submit_time.cmp(&b.submit_time).then_with(|| a.name.cmp(&b.name)));
         let mut next_sub = 0;
-        let mut completions: BTreeMap<u64, Vec<(String, String)>> = BTreeMap::new();
+        let mut completions: BTreeMap<u64, Vec<(String, String, u32)>> = BTreeMap::new();
         let mut now = submissions.first().map_or(0, |j| j.submit_time);
         loop {
             while next_sub < submissions.len() && submissions[next_sub].submit_time <= now {
@@ -80,8 +80,8 @@ pub fn simulate_with(
                 next_sub += 1;
             }
             if let Some(done) = completions.remove(&now) {
-                for (job, task) in done {
-                    planner.push(Event::TaskFinished { job, task });
+                for (job, task, index) in done {
+                    planner.push(Event::TaskFinished { job, task, index });
                 }
             }
             let cmds = planner.tick(now);
@@ -93,7 +93,7 @@ pub fn simulate_with(
                     completions
                         .entry(now + r)
                         .or_default()
-                        .push((p.job().to_string(), p.task.to_string()));
+                        .push((p.job().to_string(), p.task.to_string(), p.index));
                 }
             }
             after_tick(&mut planner);

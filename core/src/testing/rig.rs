@@ -151,23 +151,31 @@ impl Rig {
 
     /// The node of a placed task.
     pub fn node_of(&self, job: &str, task: &str) -> String {
+        self.placed(job, task).1
+    }
+
+    /// A placed task's index in its job (its place in the job's report) and node.
+    pub fn placed(&self, job: &str, task: &str) -> (u32, String) {
         let r = self.job(job);
-        let t = r
+        let (i, t) = r
             .tasks
             .iter()
-            .find(|t| t.name == task)
+            .enumerate()
+            .find(|(_, t)| t.name == task)
             .unwrap_or_else(|| panic!("no task {job}/{task}"));
-        t.node.clone().unwrap_or_else(|| panic!("{job}/{task} is not placed"))
+        let node = t.node.clone().unwrap_or_else(|| panic!("{job}/{task} is not placed"));
+        (i as u32, node)
     }
 
     /// Its node's agent reports the task started now, as `pid`.
     pub fn started(&mut self, job: &str, id: u64, task: &str, pid: u32) {
-        let node = self.node_of(job, task);
+        let (index, node) = self.placed(job, task);
         self.p.push(Event::TaskStarted {
             node,
             job: job.into(),
             job_id: id,
             task: task.into(),
+            index,
             pid,
             at_ms: self.now,
         });
@@ -189,12 +197,13 @@ impl Rig {
 
     /// Its node's agent reports the task ended now, as `end` says.
     pub fn ended(&mut self, job: &str, id: u64, task: &str, end: TaskEnd) {
-        let node = self.node_of(job, task);
+        let (index, node) = self.placed(job, task);
         self.p.push(Event::TaskEnded {
             node,
             job: job.into(),
             job_id: id,
             task: task.into(),
+            index,
             end: TaskEnd {
                 end_time_ms: self.now,
                 ..end

@@ -22,15 +22,19 @@ pub fn stored_report(rec: &JobRecord) -> JobReport {
         .tasks
         .iter()
         .any(|t| t.node.is_some() || t.pid.is_some() || t.end.is_some());
-    // Task name → role: `<role>-<index>`.
-    let role_of = |name: &str| {
-        let role = name.rsplit_once('-').map_or(name, |(r, _)| r);
-        rec.spec.tasks.iter().position(|t| t.name == role)
-    };
+    // The record's tasks are in the job's order (spec order, then replica): each one's
+    // role by its place, never by its name.
+    let roles = rec
+        .spec
+        .tasks
+        .iter()
+        .enumerate()
+        .flat_map(|(r, t)| std::iter::repeat_n(r, t.replicas as usize));
     let tasks = rec
         .tasks
         .iter()
-        .map(|t| {
+        .zip(roles)
+        .map(|(t, role)| {
             let placed = t.phase != TaskPhase::Pending;
             let ts = TaskState {
                 phase: t.phase,
@@ -56,7 +60,7 @@ pub fn stored_report(rec: &JobRecord) -> JobReport {
                 cpu_seconds: end.map(|e| e.cpu_seconds),
                 max_rss_bytes: end.map(|e| e.max_rss_bytes),
                 reason: end.and_then(|e| e.reason.clone()),
-                working_dir: role_of(&t.name).and_then(|r| rec.spec.working_dir(r)),
+                working_dir: rec.spec.working_dir(role),
                 ..TaskReport::default()
             }
         })

@@ -86,6 +86,7 @@ fn launch(p: &Placement, hyper_nodes: &[String]) -> LaunchTask {
         job: p.job().to_string(),
         job_id: p.job_id,
         task: p.task.to_string(),
+        index: p.index,
         rank: p.rank,
         user: p.owner.to_string(),
         argv: p.command().to_vec(),

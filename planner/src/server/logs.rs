@@ -192,6 +192,7 @@ mod tests {
             job: "j".into(),
             job_id: 1,
             task: "w-0".into(),
+            index: 0,
         };
         let piece = LogPiece {
             job: "j".into(),
@@ -222,6 +223,7 @@ mod tests {
             job: "j".into(),
             job_id: 1,
             task: "w-1".into(),
+            index: 1,
         };
         relay.ask(Some(&tx), task, false, 1, LogPiece::default(), reply);
         relay.expire(Instant::now() + ANSWER_WITHIN);

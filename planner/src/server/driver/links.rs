@@ -122,6 +122,7 @@ impl Driver {
                         job: r.task.job,
                         job_id: r.task.job_id,
                         task: r.task.task,
+                        index: r.task.index,
                         pid: r.pid,
                         cpu_cores: r.cpu_cores,
                         rss_bytes: r.rss_bytes,
@@ -258,6 +259,7 @@ impl Driver {
                     job: s.task.job,
                     job_id: s.task.job_id,
                     task: s.task.task,
+                    index: s.task.index,
                     pid: s.pid,
                     at_ms: s.start_time_ms,
                 });
@@ -286,6 +288,7 @@ impl Driver {
                     job: f.task.job,
                     job_id: f.task.job_id,
                     task: f.task.task,
+                    index: f.task.index,
                     end: f.end,
                 });
                 self.dirty = true;

@@ -268,6 +268,7 @@ impl Driver {
                     job,
                     job_id,
                     task,
+                    index,
                     grace_secs,
                     why,
                 } => {
@@ -284,6 +285,7 @@ impl Driver {
                             job: job.to_string(),
                             job_id,
                             task: task.to_string(),
+                            index,
                         };
                         let kill = PlannerToAgent::Kill {
                             task,

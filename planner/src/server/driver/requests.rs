@@ -76,6 +76,7 @@ impl Driver {
                 job: asked.job,
                 job_id: asked.job_id,
                 task: asked.task,
+                index: asked.index,
             };
             let link = self.links.get(&piece.node).map(|l| &l.frames);
             self.logs.ask(link, task, stderr, max_bytes, piece, reply);

@@ -275,12 +275,18 @@ async fn launches(agent: &mut Agent, count: usize) -> Vec<(String, u64)> {
     out
 }
 
+/// `w-<i>` of the one-role jobs here: index `i`.
+fn index_of(task: &str) -> u32 {
+    task.rsplit_once('-').and_then(|(_, i)| i.parse().ok()).unwrap_or(0)
+}
+
 fn started(agent: &Agent, job: &str, job_id: u64, task: &str) -> ToCore {
     agent.says(AgentMessage::TaskStarted(TaskStarted {
         task: TaskRef {
             job: job.into(),
             job_id,
             task: task.into(),
+            index: index_of(task),
         },
         pid: 4242,
         start_time_ms: T0_MS,
@@ -293,6 +299,7 @@ fn finished(agent: &Agent, job: &str, job_id: u64, task: &str) -> ToCore {
             job: job.into(),
             job_id,
             task: task.into(),
+            index: index_of(task),
         },
         end: TaskEnd {
             outcome: TaskOutcome::Exited,
