@@ -22,7 +22,7 @@ use crate::nodes::refusals::Refusals;
 
 use super::names::NodeNames;
 
-pub fn ingest(world: &mut World) {
+pub(crate) fn ingest(world: &mut World) {
     let _span = tracing::info_span!("ingest").entered();
     let events = std::mem::take(&mut world.resource_mut::<Inbox>().0);
     for event in events {

@@ -49,6 +49,8 @@
 //! `cache::holdings`) and on live jobs (see `jobs::retire`), not on the whole cluster or
 //! its history.
 
+#![warn(unreachable_pub)]
+
 pub mod config;
 pub mod sim;
 #[cfg(any(test, feature = "testing"))]

@@ -7,7 +7,7 @@ use crate::model::ids::HnIdx;
 
 /// Weighted mean over the weighted resources in `request` of `(used + request) /
 /// allocatable` for HyperNode `h`; 0 when anything would overflow or nothing is weighted.
-pub fn fill_ratio(cap: &Capacity, weights: &[f64], h: HnIdx, request: &[u64]) -> f64 {
+pub(super) fn fill_ratio(cap: &Capacity, weights: &[f64], h: HnIdx, request: &[u64]) -> f64 {
     let used = cap.hn_used(h);
     let alloc = cap.hn_alloc(h);
     let (mut num, mut den) = (0.0, 0.0);
@@ -29,7 +29,7 @@ pub fn fill_ratio(cap: &Capacity, weights: &[f64], h: HnIdx, request: &[u64]) ->
 }
 
 /// Per-dimension bin-pack weights from the config (0 for unweighted resources).
-pub fn dim_weights(cap: &Capacity, cfg: &ScoringConfig) -> Vec<f64> {
+pub(super) fn dim_weights(cap: &Capacity, cfg: &ScoringConfig) -> Vec<f64> {
     cap.dims
         .iter()
         .map(|d| cfg.binpack_weights.get(d).copied().unwrap_or(0.0))

@@ -11,7 +11,7 @@ use super::binpack::fill_ratio;
 
 /// Normal-pod fading score: `Σ_t fading^(t−1) · binpack(HyperNode at tier t) / Σ_t
 /// fading^(t−1)` over every integer tier, 1.0 where the node has no HyperNode of a tier.
-pub fn fading_score(
+pub(super) fn fading_score(
     index: &TopologyIndex,
     cap: &Capacity,
     cfg: &ScoringConfig,

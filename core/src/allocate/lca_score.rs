@@ -19,7 +19,7 @@ pub fn tier_score(index: &TopologyIndex, tier: u32) -> f64 {
 }
 
 /// LCA score of a node group given the (sub-)job's current allocated HyperNode.
-pub fn lca_score(index: &TopologyIndex, group: GroupIdx, allocated: Option<HnIdx>) -> f64 {
+pub(super) fn lca_score(index: &TopologyIndex, group: GroupIdx, allocated: Option<HnIdx>) -> f64 {
     let (Some(a), Some(leaf)) = (allocated, index.groups[group.ix()].leaf) else {
         return 0.0;
     };

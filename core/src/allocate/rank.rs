@@ -7,7 +7,7 @@ use crate::topology::TopologyIndex;
 use super::gang::JobCtx;
 
 /// Task indices of the newly placed tasks, in rank order.
-pub fn rank_order(job: &JobCtx, index: &TopologyIndex) -> Vec<usize> {
+pub(super) fn rank_order(job: &JobCtx, index: &TopologyIndex) -> Vec<usize> {
     // (place of the node's group in topology order, node, task): plain integers.
     let mut new: Vec<(u32, NodeIdx, usize)> = job
         .tasks

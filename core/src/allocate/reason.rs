@@ -10,7 +10,7 @@ use super::gang::JobCtx;
 use super::search::{role_pending, room};
 
 /// Reasons that do not depend on what is running: a task no node can ever hold.
-pub fn impossible(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> Option<String> {
+pub(super) fn impossible(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> Option<String> {
     let pending = role_pending(job, None);
     for (role, shape) in job.shapes.iter().enumerate() {
         if pending[role] == 0 {
@@ -44,7 +44,7 @@ pub fn impossible(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> Option
 /// how many of the job's tasks it could take, or the NUMA policy that turns nodes away.
 /// The room per HyperNode comes from the cache's counted shapes (the search has just
 /// counted them): a pending job costs its HyperNodes, not every node, each time it fails.
-pub fn pending(job: &JobCtx, index: &TopologyIndex, cap: &mut Capacity, numa: &NumaState) -> String {
+pub(super) fn pending(job: &JobCtx, index: &TopologyIndex, cap: &mut Capacity, numa: &NumaState) -> String {
     let need = job.gang_min.saturating_sub(job.placed()).max(1) as u64;
     let pending = role_pending(job, None);
     let counts: Vec<Option<Vec<u64>>> = job

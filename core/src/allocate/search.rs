@@ -527,7 +527,7 @@ impl<'a> Search<'a> {
 }
 
 /// Pending tasks per role, of the whole job or of one sub-job.
-pub fn role_pending(job: &JobCtx, sj: Option<usize>) -> Vec<u64> {
+pub(super) fn role_pending(job: &JobCtx, sj: Option<usize>) -> Vec<u64> {
     let mut p = vec![0u64; job.shapes.len()];
     match sj {
         Some(s) => job.sj_pending(s).for_each(|t| p[job.tasks[t].role] += 1),
@@ -537,7 +537,7 @@ pub fn role_pending(job: &JobCtx, sj: Option<usize>) -> Vec<u64> {
 }
 
 /// How many of the pending tasks fit in `h` (per role, capped at what is pending).
-pub fn room(counts: &[Option<Vec<u64>>], pending: &[u64], h: HnIdx) -> u64 {
+pub(super) fn room(counts: &[Option<Vec<u64>>], pending: &[u64], h: HnIdx) -> u64 {
     counts
         .iter()
         .zip(pending)

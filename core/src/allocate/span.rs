@@ -19,14 +19,14 @@ use crate::topology::TopologyIndex;
 
 /// Where tasks may go as one block: a leaf HyperNode, or a node group without one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Unit {
+pub(super) enum Unit {
     Leaf(HnIdx),
     Group(GroupIdx),
 }
 
 /// How good a candidate HyperNode is: smaller is better, compared field by field.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub struct SpanKey {
+pub(super) struct SpanKey {
     /// Tasks that do not fit in the candidate at all (0 whenever it can hold them all).
     pub short: u64,
     /// Leaves (units) the tasks span.
@@ -40,7 +40,7 @@ pub struct SpanKey {
 
 /// The units chosen under one candidate, in fill order (most room first), and its key.
 #[derive(Clone, Debug, Default)]
-pub struct SpanPlan {
+pub(super) struct SpanPlan {
     pub units: Vec<Unit>,
     pub key: SpanKey,
 }
@@ -48,7 +48,7 @@ pub struct SpanPlan {
 impl SpanPlan {
     /// Per node group of `h` (in `hns[h].groups` order): its unit's fill rank, or
     /// `u32::MAX` for groups whose unit is not in the plan.
-    pub fn group_ranks(&self, index: &TopologyIndex, h: HnIdx) -> Vec<u32> {
+    pub(super) fn group_ranks(&self, index: &TopologyIndex, h: HnIdx) -> Vec<u32> {
         let mut by_unit: Vec<(Unit, u32)> = self.units.iter().enumerate().map(|(r, u)| (*u, r as u32)).collect();
         by_unit.sort_unstable();
         index.hns[h.ix()]
@@ -74,7 +74,7 @@ fn unit_of(index: &TopologyIndex, g: GroupIdx) -> Unit {
 /// Plans the pending tasks (`pending[role]` of each role, shapes in `shapes`) under `h`.
 /// `rooms[role]`, when given, is the per-HyperNode count of tasks of that role's shape
 /// that fit now (`Capacity::room_per_hn`); roles without one have nothing pending.
-pub fn plan(
+pub(super) fn plan(
     index: &TopologyIndex,
     cap: &Capacity,
     h: HnIdx,

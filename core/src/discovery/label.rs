@@ -20,7 +20,7 @@ const MAX_TYPE_NAME: usize = 20;
 type Found = (u32, String, Vec<(MemberType, String)>);
 
 /// Discovers HyperNodes. `nodes` are `(name, labels)`; the result is sorted by name.
-pub fn discover<'a>(
+pub(super) fn discover<'a>(
     types: &BTreeMap<String, Vec<String>>,
     nodes: impl Iterator<Item = (&'a str, &'a BTreeMap<String, String>)> + Clone,
     warnings: &mut Vec<String>,

@@ -14,7 +14,7 @@ use crate::model::components::{HyperNode, Source};
 use crate::model::tick::Outbox;
 
 /// Makes `source`'s HyperNode entities equal `desired`; returns whether anything changed.
-pub fn reconcile(world: &mut World, source: &Source, desired: Vec<HyperNodeSpec>) -> bool {
+pub(super) fn reconcile(world: &mut World, source: &Source, desired: Vec<HyperNodeSpec>) -> bool {
     let mut kept = Vec::with_capacity(desired.len());
     for spec in desired {
         match check_name(NameKind::HyperNode, &spec.name) {
@@ -66,7 +66,7 @@ pub fn reconcile(world: &mut World, source: &Source, desired: Vec<HyperNodeSpec>
 }
 
 /// How many HyperNode entities `source` owns.
-pub fn owned(world: &mut World, source: &str) -> usize {
+pub(super) fn owned(world: &mut World, source: &str) -> usize {
     let mut q = world.query::<&HyperNode>();
     q.iter(world).filter(|h| h.source.name == source).count()
 }

@@ -5,7 +5,7 @@
 
 mod relaunch;
 
-pub use relaunch::{relaunch, unstarted_on};
+pub(crate) use relaunch::{relaunch, unstarted_on};
 
 use bevy_ecs::prelude::*;
 
@@ -16,7 +16,7 @@ use crate::model::components::{Job, LiveChanged, Node, Task, TaskPhase, TaskStat
 use crate::model::components::{JobId, JobOwner};
 use crate::model::tick::Outbox;
 
-pub fn dispatch(
+pub(crate) fn dispatch(
     mut out: ResMut<Outbox>,
     mut tasks: Query<(Entity, &Task, &mut TaskState), LiveChanged<TaskState>>,
     jobs: Query<(&Job, &JobOwner, Option<&JobId>)>,

@@ -16,7 +16,7 @@ use crate::numa::node::NodeHardware;
 
 /// Placed (and dispatched) on `node`, of a job still running, and not known to have
 /// started; in job name, then rank order.
-pub fn unstarted_on(world: &World, node: &str) -> Vec<Placement> {
+pub(crate) fn unstarted_on(world: &World, node: &str) -> Vec<Placement> {
     let Some(&node_e) = world.resource::<NodeNames>().0.get(node) else {
         return Vec::new();
     };
@@ -47,7 +47,7 @@ pub fn unstarted_on(world: &World, node: &str) -> Vec<Placement> {
 
 /// After `dispatch`: a [`Command::Relaunch`] for each node whose agent registered this
 /// tick and has placed tasks it never reported started (see [`unstarted_on`]).
-pub fn relaunch(world: &mut World) {
+pub(crate) fn relaunch(world: &mut World) {
     let nodes = std::mem::take(&mut world.resource_mut::<Reregistered>().0);
     if nodes.is_empty() {
         return;

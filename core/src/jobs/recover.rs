@@ -36,7 +36,7 @@ type SubJobParams<'w, 's> = ParamSet<
 >;
 
 #[allow(clippy::too_many_arguments)]
-pub fn recover(
+pub(crate) fn recover(
     index: Res<TopologyIndex>,
     mut seen_generation: Local<Option<u64>>,
     mut job_params: JobParams,

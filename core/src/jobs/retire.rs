@@ -9,7 +9,7 @@ use bevy_ecs::prelude::*;
 
 use crate::model::components::{Job, JobPhase, JobState, LiveChanged, Retired};
 
-pub fn retire(mut commands: Commands, jobs: Query<(Entity, &Job, &JobState), LiveChanged<JobState>>) {
+pub(crate) fn retire(mut commands: Commands, jobs: Query<(Entity, &Job, &JobState), LiveChanged<JobState>>) {
     let _span = tracing::info_span!("retire").entered();
     for (e, job, st) in &jobs {
         if matches!(st.phase, JobPhase::Finished | JobPhase::Cancelled) {

@@ -61,7 +61,7 @@ fn hardware_inserted(mut world: DeferredWorld, _: HookContext) {
     c.any = true;
 }
 
-pub fn invalidate(
+pub(crate) fn invalidate(
     mut changes: ResMut<NodeChanges>,
     labels: Res<LabelTypes>,
     sources: Res<Sources>,

@@ -8,7 +8,7 @@ use crate::model::components::{HyperNode, Node, NodeSlot};
 use crate::model::tick::{Outbox, TopologyDirty};
 use crate::topology::TopologyIndex;
 
-pub fn reindex(world: &mut World) {
+pub(crate) fn reindex(world: &mut World) {
     if !world.resource::<TopologyDirty>().0 {
         return;
     }
