@@ -280,6 +280,16 @@ fn index_of(task: &str) -> u32 {
     task.rsplit_once('-').and_then(|(_, i)| i.parse().ok()).unwrap_or(0)
 }
 
+/// `n1` registered and alice's `train` (`tasks` tasks) placed there, its Launches read.
+async fn train_placed(rig: &mut Rig, tasks: u32) -> Agent {
+    let mut a = rig.connect("n1", 0);
+    rig.step();
+    rig.submit("alice", &job("train", tasks)).await.unwrap();
+    rig.step();
+    launches(&mut a, tasks as usize).await;
+    a
+}
+
 fn started(agent: &Agent, job: &str, job_id: u64, task: &str) -> ToCore {
     agent.says(AgentMessage::TaskStarted(TaskStarted {
         task: TaskRef {
@@ -409,11 +419,7 @@ async fn a_submission_is_answered_with_its_ids_once_committed_and_launched_on_th
 #[tokio::test]
 async fn a_node_that_registers_again_gets_the_launch_of_its_unstarted_tasks() {
     let mut rig = Rig::new("");
-    let mut a = rig.connect("n1", 0);
-    rig.step();
-    rig.submit("alice", &job("train", 2)).await.unwrap();
-    rig.step();
-    launches(&mut a, 2).await;
+    let a = train_placed(&mut rig, 2).await;
     // rank 0 started; the link then dropped, and the agent came back on a new one.
     rig.handle(started(&a, "train", 1, "w-0"));
     rig.step();
@@ -433,11 +439,7 @@ async fn a_node_that_registers_again_gets_the_launch_of_its_unstarted_tasks() {
 #[tokio::test]
 async fn task_starts_and_ends_are_acknowledged_after_their_commit_and_end_the_job() {
     let mut rig = Rig::new("");
-    let mut a = rig.connect("n1", 0);
-    rig.step();
-    rig.submit("alice", &job("train", 1)).await.unwrap();
-    rig.step();
-    launches(&mut a, 1).await;
+    let mut a = train_placed(&mut rig, 1).await;
     rig.handle(started(&a, "train", 1, "w-0"));
     assert!(a.frames.try_recv().is_err(), "no Ack before the tick that applies it");
     rig.step();
@@ -465,11 +467,7 @@ async fn task_starts_and_ends_are_acknowledged_after_their_commit_and_end_the_jo
 #[tokio::test]
 async fn only_the_owner_or_an_admin_may_cancel_and_a_cancel_kills_on_the_node() {
     let mut rig = Rig::new("");
-    let mut a = rig.connect("n1", 0);
-    rig.step();
-    rig.submit("alice", &job("train", 1)).await.unwrap();
-    rig.step();
-    launches(&mut a, 1).await;
+    let mut a = train_placed(&mut rig, 1).await;
     rig.handle(started(&a, "train", 1, "w-0"));
     rig.step();
     let cancel = |grace_secs| RequestCommand::Cancel {
@@ -499,11 +497,7 @@ async fn only_the_owner_or_an_admin_may_cancel_and_a_cancel_kills_on_the_node() 
 #[tokio::test]
 async fn logs_are_read_on_the_tasks_node_for_its_owner_only() {
     let mut rig = Rig::new("");
-    let mut a = rig.connect("n1", 0);
-    rig.step();
-    rig.submit("alice", &job("train", 1)).await.unwrap();
-    rig.step();
-    launches(&mut a, 1).await;
+    let mut a = train_placed(&mut rig, 1).await;
     let logs = || RequestCommand::Logs {
         job: "train".into(),
         task: None,
@@ -542,11 +536,7 @@ async fn logs_are_read_on_the_tasks_node_for_its_owner_only() {
 #[tokio::test]
 async fn a_link_that_ends_fails_the_logs_requests_waiting_for_it_and_its_node_turns_not_ready() {
     let mut rig = Rig::new("");
-    let mut a = rig.connect("n1", 0);
-    rig.step();
-    rig.submit("alice", &job("train", 1)).await.unwrap();
-    rig.step();
-    launches(&mut a, 1).await;
+    let a = train_placed(&mut rig, 1).await;
     let answer = rig.ask(
         "alice",
         false,
@@ -638,11 +628,7 @@ async fn under_private_data_another_users_job_reads_as_missing() {
 #[tokio::test]
 async fn a_job_that_ended_before_a_restart_is_read_from_the_store_and_ids_go_on() {
     let mut rig = Rig::new("");
-    let mut a = rig.connect("n1", 0);
-    rig.step();
-    rig.submit("alice", &job("train", 1)).await.unwrap();
-    rig.step();
-    launches(&mut a, 1).await;
+    let a = train_placed(&mut rig, 1).await;
     rig.handle(started(&a, "train", 1, "w-0"));
     rig.handle(finished(&a, "train", 1, "w-0"));
     rig.step();
