@@ -1,6 +1,6 @@
 //! hyperplan-core, the planner core: a bevy_ecs `World` and one ordered `Schedule`. No
 //! I/O and no clock: drivers call the [`Planner`]'s methods (`submit`, `cancel`,
-//! `status`, the views), push [`Event`]s, call [`Planner::tick_millis`] with `now`, and
+//! `status`, the views), push [`Event`](enum@Event)s, call [`Planner::tick_millis`] with `now`, and
 //! carry out the [`Command`]s it returns. The daemon and the simulator drive the very
 //! same Schedule, and whatever decides anything lives here, not in a driver.
 //!
@@ -49,7 +49,7 @@
 //! `cache::holdings`) and on live jobs (see `jobs::retire`), not on the whole cluster or
 //! its history.
 
-#![warn(unreachable_pub)]
+#![warn(unreachable_pub, missing_docs)]
 
 pub mod config;
 pub mod sim;
@@ -86,6 +86,8 @@ pub use config::PlannerConfig;
 use model::tick::{CapacityEpoch, Inbox, LabelTypes, NodeSetGeneration, Now, Outbox, TopologyDirty};
 use topology::TopologyIndex;
 
+/// The planner: the world and the one Schedule that ticks it. Drivers hold one and reach
+/// the world only through its methods (events in, commands and answers out).
 pub struct Planner {
     world: World,
     schedule: Schedule,
@@ -98,6 +100,7 @@ impl std::fmt::Debug for Planner {
 }
 
 impl Planner {
+    /// A planner with `config` and nothing in it: no nodes, no HyperNodes, no jobs.
     pub fn new(config: PlannerConfig) -> Self {
         let mut world = World::new();
         world.insert_resource(config);
@@ -193,6 +196,7 @@ impl Planner {
         &mut self.world
     }
 
+    /// The current topology index: the HyperNodes and nodes in dense indices.
     pub fn index(&self) -> &TopologyIndex {
         self.world.resource::<TopologyIndex>()
     }

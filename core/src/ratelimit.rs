@@ -27,8 +27,11 @@ struct Window {
 /// Lines held back in a window that has ended: say them once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
+    /// The key: the message without its varying parts.
     pub key: String,
+    /// Lines of the key held back in that window.
     pub count: u64,
+    /// The window's length, in ms.
     pub window_ms: u64,
 }
 
@@ -45,6 +48,7 @@ impl std::fmt::Display for Held {
 }
 
 impl RateLimiter {
+    /// Most keys tracked at once; a new key past this is let through uncounted.
     pub const MAX_KEYS: usize = 1024;
 
     /// At most one line per key every `window_ms`.

@@ -7,10 +7,14 @@ use crate::cache::capacity::Shape;
 use crate::model::ids::{HnIdx, NodeIdx};
 use crate::numa::assign::{Assignment, TaskNuma};
 
+/// One task of the job and where it is placed.
 #[derive(Clone, Debug)]
 pub struct TaskSlot {
+    /// The task's entity.
     pub entity: Entity,
+    /// Index of its task spec in the job (into `JobCtx::shapes`, `numa`, `role_names`).
     pub role: usize,
+    /// Its node: running, finished or placed in this attempt; `None` = pending.
     pub node: Option<NodeIdx>,
     /// Placed in this attempt (not yet committed to the ECS).
     pub new: bool,
@@ -18,54 +22,75 @@ pub struct TaskSlot {
     pub assignment: Option<std::sync::Arc<Assignment>>,
 }
 
+/// One sub-job (a partition, or the job's default sub-job) of the job.
 #[derive(Clone, Debug)]
 pub struct SubJobCtx {
+    /// The sub-job's entity.
     pub entity: Entity,
+    /// `<job>/<task>-<partition>` or `<job>`.
     pub id: String,
+    /// Tasks that must be placed for the sub-job to be whole.
     pub min_available: u32,
+    /// Index into `JobCtx::group_min`; `None` for the job's default sub-job.
     pub group: Option<usize>,
+    /// Partition number within its partition group (0 for the default sub-job).
     pub match_index: u32,
     /// Effective hard tier limit (soft converted, tier names resolved); `None` = not hard.
     pub tier: Option<u32>,
     /// Has a network topology at all: nodes are scored by LCA, not fading.
     pub with_topology: bool,
+    /// Its recorded AllocatedHyperNode; `None` = none yet.
     pub allocated: Option<HnIdx>,
     /// Indices into `JobCtx::tasks`.
     pub tasks: Vec<usize>,
 }
 
+/// One job's worksheet for an allocation attempt: its tasks, sub-jobs and limits.
 #[derive(Clone, Debug)]
 pub struct JobCtx {
+    /// The job's entity.
     pub entity: Entity,
+    /// The job's name, for messages.
     pub name: String,
+    /// Tasks that must be placed for the job to be ready (gang minimum).
     pub gang_min: u32,
     /// minPartitions per partition group.
     pub group_min: Vec<u32>,
+    /// The job's effective hard tier limit, as for sub-jobs; `None` = not hard.
     pub tier: Option<u32>,
+    /// Has a network topology at all: nodes are scored by LCA, not fading.
     pub with_topology: bool,
+    /// The job's recorded AllocatedHyperNode; `None` = none yet.
     pub allocated: Option<HnIdx>,
     /// Per role (task spec): its shape and name.
     pub shapes: Vec<Shape>,
     /// Per role: its NUMA request (`None` = nothing to pin).
     pub numa: Vec<Option<TaskNuma>>,
+    /// Per role: its task spec's name.
     pub role_names: Vec<String>,
+    /// Every task of the job, in `Job::tasks` order.
     pub tasks: Vec<TaskSlot>,
+    /// Every sub-job of the job, in `Job::sub_jobs` order.
     pub sub_jobs: Vec<SubJobCtx>,
 }
 
 impl JobCtx {
+    /// Whether the job has partition groups (partition policies).
     pub fn has_partitions(&self) -> bool {
         !self.group_min.is_empty()
     }
 
+    /// Tasks placed (running, finished or placed in this attempt).
     pub fn placed(&self) -> u32 {
         self.tasks.iter().filter(|t| t.node.is_some()).count() as u32
     }
 
+    /// Tasks not placed yet.
     pub fn pending(&self) -> impl Iterator<Item = &TaskSlot> {
         self.tasks.iter().filter(|t| t.node.is_none())
     }
 
+    /// Placed tasks of sub-job `sj` (index into `sub_jobs`).
     pub fn sj_placed(&self, sj: usize) -> u32 {
         self.sub_jobs[sj]
             .tasks
@@ -74,6 +99,7 @@ impl JobCtx {
             .count() as u32
     }
 
+    /// Indices into `tasks` of sub-job `sj`'s tasks not placed yet.
     pub fn sj_pending(&self, sj: usize) -> impl Iterator<Item = usize> + '_ {
         self.sub_jobs[sj]
             .tasks

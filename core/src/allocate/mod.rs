@@ -39,6 +39,8 @@ pub use search::Search;
 /// in the same tick, from its allocated HyperNode; this bounds the retries.
 const PASSES_PER_JOB: usize = 2;
 
+/// The allocate system: tries each job that may have something to place ([`Unsettled`]),
+/// commits it whole or not at all, and sets the pending reason of a job that does not fit.
 #[allow(clippy::too_many_arguments)]
 pub fn allocate(
     index: Res<TopologyIndex>,

@@ -36,10 +36,15 @@ pub struct Decision {
 /// nodes (bounds the cost of a fragmented group).
 const NARROWER_LOOKAHEAD: usize = 32;
 
+/// One job's allocation attempt over the live caches, with its undo log.
 pub struct Search<'a> {
+    /// The topology the attempt places on.
     pub index: &'a TopologyIndex,
+    /// Free resources per node and HyperNode, taken from as tasks are placed.
     pub cap: &'a mut Capacity,
+    /// Free NUMA state per node, taken from as tasks are pinned.
     pub numa: &'a mut NumaState,
+    /// Scoring settings (weights, span mode).
     pub cfg: &'a ScoringConfig,
     /// numa-aware plugin weight.
     numa_weight: f64,
@@ -53,6 +58,7 @@ pub struct Search<'a> {
 }
 
 impl<'a> Search<'a> {
+    /// A search over `cap` and `numa`, with `cfg`'s scoring and numa-aware weight.
     pub fn new(
         index: &'a TopologyIndex,
         cap: &'a mut Capacity,

@@ -17,6 +17,8 @@ pub struct TierLimit {
     pub unknown_name: Option<String>,
 }
 
+/// Resolves the tier limit a (sub-)job's network topology puts on it (`nt`: `None` = no
+/// topology); soft mode becomes hard at `soft_tier`.
 pub fn effective_tier(nt: Option<&NetworkTopology>, soft_tier: u32, index: &TopologyIndex) -> TierLimit {
     let Some(nt) = nt else {
         return TierLimit::default();

@@ -12,22 +12,28 @@ use crate::topology::TopologyIndex;
 /// A task's request over the cache's dimensions.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Shape {
+    /// Amount per dimension, in base units (millicores, bytes, counts).
     pub req: Vec<u64>,
     /// A requested resource no node offers (the task can never run).
     pub missing: Option<String>,
 }
 
 impl Shape {
+    /// Asks for nothing, and nothing it asks for is missing.
     pub fn is_zero(&self) -> bool {
         self.missing.is_none() && self.req.iter().all(|v| *v == 0)
     }
 }
 
+/// Allocatable, used and free resources per node and per HyperNode, each a flat vector of
+/// `d` values per entry (entry `i`, dimension `k` at `i * d + k`), in base units.
 #[derive(Clone, Debug, Default, Resource)]
 pub struct Capacity {
     /// Resource names, sorted; position = dimension.
     pub dims: Vec<String>,
+    /// Number of dimensions: the stride of every per-node and per-HyperNode vector.
     pub d: usize,
+    /// Per node: allocatable.
     pub alloc: Vec<u64>,
     /// Per node: what is in use, as an exact sum (external use — all of the node while
     /// it is not ready — plus the tasks taken), so `give` undoes `take` exactly even on
@@ -35,6 +41,7 @@ pub struct Capacity {
     pub used: Vec<u64>,
     /// Per node: `alloc − used`, floored at zero.
     pub free: Vec<u64>,
+    /// Per HyperNode: Σ of its nodes' allocatable.
     pub hn_alloc: Vec<u64>,
     /// Per HyperNode: Σ over its nodes of `alloc − free` (a node counts at most whole).
     pub hn_used: Vec<u64>,
@@ -121,6 +128,7 @@ impl Capacity {
         }
     }
 
+    /// A request over the cache's dimensions.
     pub fn shape(&self, r: &Resources) -> Shape {
         let mut req = vec![0u64; self.d];
         let mut missing = None;
@@ -134,6 +142,7 @@ impl Capacity {
         Shape { req, missing }
     }
 
+    /// Whether one task of shape `s` fits in node `n`'s free resources now.
     #[inline]
     pub fn fits(&self, n: NodeIdx, s: &Shape) -> bool {
         if s.missing.is_some() {
@@ -257,10 +266,12 @@ impl Capacity {
         per_hn
     }
 
+    /// HyperNode `h`'s used resources, one value per dimension.
     pub fn hn_used(&self, h: HnIdx) -> &[u64] {
         &self.hn_used[h.ix() * self.d..(h.ix() + 1) * self.d]
     }
 
+    /// HyperNode `h`'s allocatable resources, one value per dimension.
     pub fn hn_alloc(&self, h: HnIdx) -> &[u64] {
         &self.hn_alloc[h.ix() * self.d..(h.ix() + 1) * self.d]
     }

@@ -20,9 +20,11 @@ use crate::topology::TopologyIndex;
 /// What one running task holds.
 #[derive(Clone, Debug)]
 pub struct Held {
+    /// The node it runs on, in the current topology generation.
     pub node: NodeIdx,
     /// Shared by the tasks of a role placed together (see `ShapeMemo`).
     pub shape: Arc<Shape>,
+    /// Its pinned PUs, memory and GPUs; `None` when it has no NUMA assignment.
     pub numa: Option<Arc<Assignment>>,
 }
 
@@ -30,10 +32,13 @@ pub struct Held {
 /// follow in the same tick.
 #[derive(Clone, Debug)]
 pub enum NumaChange {
+    /// Take the assignment from the node's free state.
     Take(NodeIdx, Arc<Assignment>),
+    /// Give the assignment back to the node's free state.
     Give(NodeIdx, Arc<Assignment>),
 }
 
+/// The ledger: what each running task holds, and the NUMA changes not yet applied.
 #[derive(Debug, Default, Resource)]
 pub struct Holdings {
     /// The topology generation the node indices belong to; `None` before the first build.
@@ -45,18 +50,22 @@ pub struct Holdings {
 }
 
 impl Holdings {
+    /// What `task` holds; `None` when it holds nothing.
     pub fn get(&self, task: Entity) -> Option<&Held> {
         self.held.get(&task)
     }
 
+    /// Number of tasks holding resources.
     pub fn len(&self) -> usize {
         self.held.len()
     }
 
+    /// No task holds anything.
     pub fn is_empty(&self) -> bool {
         self.held.is_empty()
     }
 
+    /// Every task and what it holds, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (Entity, &Held)> {
         self.held.iter().map(|(e, h)| (*e, h))
     }
@@ -116,6 +125,7 @@ pub fn running_on(ts: &TaskState, slots: &Query<&NodeSlot>) -> Option<NodeIdx> {
 pub struct ShapeMemo(Option<(Arc<Resources>, Arc<Shape>)>);
 
 impl ShapeMemo {
+    /// The shape of `r`: the memoized one when `r` is the same `Arc` as last time.
     pub fn shape(&mut self, cap: &Capacity, r: &Arc<Resources>) -> Arc<Shape> {
         match &self.0 {
             Some((last, s)) if Arc::ptr_eq(last, r) => s.clone(),

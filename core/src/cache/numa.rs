@@ -15,6 +15,7 @@ use crate::numa::assign::{self, AssignError, Assignment, TaskNuma};
 use crate::numa::node::NodeNuma;
 use crate::topology::TopologyIndex;
 
+/// Per node (by `NodeIdx`): its hardware and what is free on it now.
 #[derive(Clone, Debug, Default, Resource)]
 pub struct NumaState {
     /// By `NodeIdx`.
@@ -49,6 +50,7 @@ impl NumaState {
         self.generation
     }
 
+    /// Node `n`'s hardware; `None` when it has no `NodeHardware` or `n` is out of range.
     pub fn node(&self, n: NodeIdx) -> Option<&Arc<NodeNuma>> {
         self.nodes.get(n.ix()).and_then(Option::as_ref)
     }
@@ -90,9 +92,6 @@ impl NumaState {
         Ok(a)
     }
 
-    /// NUMA nodes `task` spans on node `n` when it is empty: the best any node of that
-    /// hardware can do. Cached per (role, hardware) in `cache`: a list, since a cluster
-    /// has a handful of machine kinds and a search asks per task.
     /// The fewest NUMA nodes `task` spans on an empty node of group `g`, over the
     /// group's hardware kinds: with mixed machines in a group, the first fit may be a
     /// kind where the task spans more than on another.
@@ -106,6 +105,10 @@ impl NumaState {
             .unwrap_or(0)
     }
 
+    /// NUMA nodes `task` spans on node `n` when it is empty: the best any node of that
+    /// hardware can do (`u32::MAX` if it never fits, 0 without hardware). Cached per
+    /// (role, hardware) in `cache`: a list, since a cluster has a handful of machine kinds
+    /// and a search asks per task.
     pub fn ideal_span(&self, n: NodeIdx, task: &TaskNuma, role: usize, cache: &mut IdealSpans) -> u32 {
         let Some(hw) = self.node(n) else { return 0 };
         let key = (role, Arc::as_ptr(hw) as usize);
@@ -117,6 +120,7 @@ impl NumaState {
         span
     }
 
+    /// Takes assignment `a` out of node `n`'s free state.
     pub fn take(&mut self, n: NodeIdx, a: &Assignment) {
         if let Some(free) = self.free_mut(n) {
             assign::apply(free, a);
@@ -124,6 +128,7 @@ impl NumaState {
         self.idle.set(n.ix(), false);
     }
 
+    /// Gives assignment `a` back to node `n`'s free state.
     pub fn give(&mut self, n: NodeIdx, a: &Assignment) {
         if let Some(free) = self.free_mut(n) {
             assign::release(free, a);

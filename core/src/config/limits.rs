@@ -23,7 +23,9 @@ pub struct LimitsConfig {
 }
 
 impl LimitsConfig {
+    /// `maxTasksPerJob` when `[limits]` does not set it.
     pub const DEFAULT_MAX_TASKS_PER_JOB: u64 = 100_000;
+    /// `maxJobsPerUser` when `[limits]` does not set it.
     pub const DEFAULT_MAX_JOBS_PER_USER: u64 = 10_000;
 }
 
@@ -40,7 +42,9 @@ impl Default for LimitsConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LimitsSection {
+    /// `maxTasksPerJob`; None: the default.
     pub max_tasks_per_job: Option<toml::Spanned<i64>>,
+    /// `maxJobsPerUser`; None: the default.
     pub max_jobs_per_user: Option<toml::Spanned<i64>>,
 }
 

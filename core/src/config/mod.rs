@@ -19,7 +19,9 @@ pub use scoring::{ScoringConfig, ScoringSection, SpanMode};
 /// Everything the planner core reads from its configuration.
 #[derive(Clone, Debug, Default, PartialEq, Resource)]
 pub struct PlannerConfig {
+    /// `[scoring]`: how placements are scored.
     pub scoring: ScoringConfig,
+    /// `[numa]`: the numa-aware plugin's default policy and score weight.
     pub numa: NumaConfig,
     /// When the core turns a silent node NotReady: `[server]`'s heartbeat keys
     /// (the daemon's `ServerConfig::health`), derived again by the daemon when it starts so its

@@ -33,7 +33,9 @@ impl Default for NumaConfig {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 /// `[numa]` as written, with where each value starts.
 pub struct NumaSection {
+    /// `defaultPolicy`, a kubelet policy name; None: `none`.
     pub default_policy: Option<toml::Spanned<String>>,
+    /// `weight`; None: 1.
     pub weight: Option<toml::Spanned<f64>>,
 }
 

@@ -35,10 +35,15 @@ pub type ScoringSection = BTreeMap<String, Spanned<toml::Value>>;
 /// Volcano's network-topology-aware plugin arguments, resolved (§5.1 defaults).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScoringConfig {
+    /// The plugin's weight: how much its score counts against other scores (0 to 1,000).
     pub weight: f64,
     /// Bin-pack weight per resource name; only these resources ever score.
     pub binpack_weights: BTreeMap<String, f64>,
+    /// Whether tasks of jobs without a network topology get the tier-fading score
+    /// (`hypernode.binpack.normal-pod.enable`).
     pub normal_pod_enable: bool,
+    /// Factor from 0 to 1 by which each tier up weighs less in that score
+    /// (`hypernode.binpack.normal-pod.fading`).
     pub normal_pod_fading: f64,
     /// How a topology job picks among the HyperNodes of its lowest feasible tier.
     pub span: SpanMode,
@@ -59,6 +64,7 @@ pub enum SpanMode {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("expected \"minimal\" or \"volcano\", got {found}")]
 pub struct SpanModeError {
+    /// The value given, quoted, or its TOML type when it is not a string.
     pub found: String,
 }
 

@@ -53,8 +53,11 @@ pub fn reported_names(fabric: &IbFabric, reported: &GuidMap) -> Vec<Option<Strin
 /// What tiering a dump gave, in the terms of a source's status.
 #[derive(Debug)]
 pub struct Tiered {
+    /// Everything tiering found, the HyperNodes first.
     pub discovery: Discovery,
+    /// One line for people: switches, hosts and how they were named, HyperNodes made.
     pub summary: String,
+    /// Host CAs nothing names (`H-<guid> "description" on switches`).
     pub unmapped: Vec<String>,
 }
 

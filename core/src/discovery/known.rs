@@ -11,7 +11,9 @@ use hyperplan_shared::{HyperNodeSpec, MemberType, Selector};
 /// The HyperNodes to reconcile, and the host names that were left out (sorted).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Kept {
+    /// The HyperNodes with only known hosts, the ones left empty dropped.
     pub specs: Vec<HyperNodeSpec>,
+    /// Host names that are no planner node, sorted and without repeats.
     pub unknown_hosts: Vec<String>,
 }
 

@@ -25,6 +25,8 @@ pub use crate::model::discovered::{Found, SourceError};
 use crate::model::tick::{LabelTypes, NodeSetGeneration, Outbox, TopologyDirty};
 pub use sources::{Good, ReportedGuids, SourceState, Sources};
 
+/// Reconciles each source's HyperNodes when the topology is dirty: label discovery from the
+/// nodes' labels, then the polled sources whose input or node set changed.
 pub fn discovery(world: &mut World) {
     if !world.resource::<TopologyDirty>().0 {
         return;

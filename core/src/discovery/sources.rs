@@ -17,22 +17,37 @@ use crate::model::discovered::SourceError;
 /// The last good input of a source.
 #[derive(Clone, Debug)]
 pub enum Good {
+    /// Finished HyperNodes (static manifests, UFM, Slurm), as the source gave them.
     HyperNodes(Vec<HyperNodeSpec>),
-    Fabric { fabric: Arc<IbFabric>, map_file: GuidMap },
+    /// An `ibnetdiscover` dump, tiered in the core whenever the agents' GUIDs name it anew.
+    Fabric {
+        /// The parsed dump.
+        fabric: Arc<IbFabric>,
+        /// The GUID map file's contents: the host names after the agents' own.
+        map_file: GuidMap,
+    },
 }
 
 /// One source's state. Fields other than `good` are derived from it or are status.
 #[derive(Clone, Debug)]
 pub struct SourceState {
+    /// What sort of source it is (label, static, ibnetdiscover, UFM, Slurm).
     pub kind: SourceKind,
+    /// What it reads, for people (files, a command, a URL); empty until declared.
     pub target: String,
+    /// When it was last polled (Unix seconds, the driver's clock); None: not yet.
     pub last_attempt: Option<u64>,
+    /// When a poll last worked (Unix seconds); None: never.
     pub last_success: Option<u64>,
+    /// Why the last poll (or tiering) failed; None: it worked, or there was none yet.
     pub error: Option<SourceError>,
+    /// The last good input; None: no poll has worked yet.
     pub good: Option<Good>,
     /// Its HyperNodes as the source sees them, before hosts that are no node are left out.
     pub discovered: Vec<HyperNodeSpec>,
+    /// One line for people on what the last good input held; empty before one.
     pub summary: String,
+    /// What the source tolerated in its last good input; for a dump, also GUIDs two nodes report.
     pub warnings: Vec<String>,
     /// Fabric CAs nothing names (`H-<guid> "description"`).
     pub unmapped: Vec<String>,
@@ -48,6 +63,7 @@ pub struct SourceState {
 }
 
 impl SourceState {
+    /// A source of `kind` reading `target` that has not been polled yet.
     pub fn new(kind: SourceKind, target: String) -> Self {
         Self {
             kind,
@@ -75,7 +91,9 @@ pub struct Sources(pub BTreeMap<String, SourceState>);
 /// GUID → node, from the HCAs agents report; rebuilt when the node set changes.
 #[derive(Debug, Default, Resource)]
 pub struct ReportedGuids {
+    /// The node-set generation the map was built at; None: never built.
     pub generation: Option<u64>,
+    /// Each reported GUID (node or port) to the node that reports it.
     pub map: GuidMap,
     /// GUIDs two nodes report (cloned sysfs, a moved HCA): the first by name keeps it.
     pub conflicts: Vec<String>,

@@ -1,7 +1,7 @@
 //! Jobs and their tasks: how a job comes in ([`admit`]), whose it is and what it may ask
 //! ([`ownership`]), how its tasks start and end and what that decides ([`lifecycle`]),
-//! and the two systems that tidy after the allocator's work: [`recover`] (a job's
-//! AllocatedHyperNode) and [`retire`] (a job that ended leaves the per-tick scans).
+//! and the two systems that tidy after the allocator's work: `recover` (a job's
+//! AllocatedHyperNode) and `retire` (a job that ended leaves the per-tick scans).
 
 pub mod admit;
 pub mod lifecycle;

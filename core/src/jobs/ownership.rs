@@ -1,8 +1,8 @@
 //! Who submitted each job, who may cancel it, which job names are taken, each job's id
 //! and what a submission may ask (`[limits]`, the priority cap). The core decides these,
-//! not a driver: the
-//! owner arrives with the submission ([`Event::SubmitBy`](crate::Event::SubmitBy)) and
-//! stays on the job entity, so the daemon's answers and the job views read the same record.
+//! not a driver: the owner arrives with the submission ([`Planner::submit`](crate::Planner::submit), or
+//! [`Event::Submit`]) and stays on the job entity, so the daemon's
+//! answers and the job views read the same record.
 //!
 //! A job name is unique among the jobs that have not ended (pending or running): once a
 //! job finished, was cancelled or rejected, its name may be used again, and the name
@@ -95,24 +95,52 @@ pub fn is_live(state: &JobState) -> bool {
 /// Why a submission is refused. The texts are what people see after the file name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SubmitError {
+    /// One job of the batch has more tasks than `[limits]` allows.
     #[error("job {job:?} has {tasks} tasks, more than [limits] maxTasksPerJob = {limit}")]
-    TooManyTasks { job: String, tasks: u64, limit: u64 },
+    TooManyTasks {
+        /// The job's name.
+        job: String,
+        /// Its tasks' replicas summed.
+        tasks: u64,
+        /// `maxTasksPerJob`.
+        limit: u64,
+    },
+    /// The batch would leave its submitter with more jobs that have not ended than
+    /// `[limits]` allows.
     #[error(
         "{owner} has {live} job(s) that have not ended; {more} more would pass [limits] maxJobsPerUser = {limit} (cancel some, or wait for them to end)"
     )]
     TooManyJobs {
+        /// The user submitting.
         owner: String,
+        /// Their jobs that have not ended, those queued for the next tick included.
         live: u64,
+        /// Jobs in this batch.
         more: u64,
+        /// `maxJobsPerUser`.
         limit: u64,
     },
+    /// A user who is no admin asks for a priority above [`DEFAULT_PRIORITY`].
     #[error("job {job}: priority {priority} is above {cap}, the highest a user may ask for (an admin may set more)")]
-    PriorityTooHigh { job: String, priority: i32, cap: i32 },
+    PriorityTooHigh {
+        /// The job's name.
+        job: String,
+        /// The priority its file asks for.
+        priority: i32,
+        /// The highest a plain user may ask for ([`DEFAULT_PRIORITY`]).
+        cap: i32,
+    },
+    /// A job name is taken or repeated in the batch.
     #[error(transparent)]
     Name(#[from] NameClash),
     /// The ids are used up (see [`MAX_JOB_ID`]).
     #[error("no job id is left: the next would be {next}, above the largest, {max}")]
-    NoIdsLeft { next: u64, max: u64 },
+    NoIdsLeft {
+        /// The id the batch's first job would get.
+        next: u64,
+        /// [`MAX_JOB_ID`].
+        max: u64,
+    },
 }
 
 /// Tasks in `spec`: its tasks' replicas summed.
@@ -128,30 +156,57 @@ pub enum NameClash {
     #[error(
         "job {name:?} exists (submitted by {owner}) and has not ended; job names must be unique among jobs that have not ended"
     )]
-    Exists { name: String, owner: String },
+    Exists {
+        /// The job name.
+        name: String,
+        /// Who submitted the job that holds it.
+        owner: String,
+    },
     /// The batch names it twice: at indexes `first` and `second` (drivers that read
     /// several files say which ones).
     #[error("job {name:?} is submitted twice; job names must be unique")]
-    Twice { name: String, first: usize, second: usize },
+    Twice {
+        /// The job name.
+        name: String,
+        /// Index in the batch of its first job (from 0).
+        first: usize,
+        /// Index in the batch of its second.
+        second: usize,
+    },
     /// A job of that name has not ended, and `[server] privateData` hides whose it is
     /// (names are unique across users, so that one exists cannot be hidden).
     #[error(
         "the job name {name:?} is taken by a job that has not ended; job names must be unique among jobs that have not ended"
     )]
-    Taken { name: String },
+    Taken {
+        /// The job name.
+        name: String,
+    },
 }
 
 /// Why a user may not cancel a job.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CancelError {
+    /// No job has the name asked for.
     #[error("no job named {0:?}")]
     NoSuchJob(String),
+    /// Another user's job, and the caller is no admin.
     #[error("job {job} belongs to {owner}; only {owner} or an admin may cancel it")]
-    NotOwner { job: String, owner: String },
+    NotOwner {
+        /// The job's name.
+        job: String,
+        /// Who submitted it.
+        owner: String,
+    },
     /// Another user's job under `[server] privateData`: said exactly as
     /// [`CancelError::NoSuchJob`], the owner kept for the planner's log.
     #[error("no job named {job:?}")]
-    Hidden { job: String, owner: String },
+    Hidden {
+        /// The job's name.
+        job: String,
+        /// Who submitted it: for the planner's log, not the text.
+        owner: String,
+    },
 }
 
 /// The one check of job names, for every driver: each of `names` (in order) must be new
@@ -250,8 +305,8 @@ impl Planner {
         Ok(())
     }
 
-    /// The id the next [`Event::Submit`] or [`Event::SubmitBy`] pushed now will get: what
-    /// the daemon tells the person submitting before the tick that makes the job.
+    /// The id the next submission gets ([`Planner::submit`] now, or an [`Event::Submit`]
+    /// pushed now at the next tick).
     pub fn next_job_id(&self) -> u64 {
         let queued = self
             .world

@@ -2,7 +2,7 @@
 //! started: the restored tasks each holds ([`AwaitingAgent`]) and how many such nodes
 //! there are ([`Awaiting`]). `restore` makes them; a node's registration (`restore`'s
 //! adoption, once the node is no [`StandIn`]) or its loss (`lost`) ends the wait with
-//! [`give_up`].
+//! `give_up`.
 
 use bevy_ecs::prelude::*;
 

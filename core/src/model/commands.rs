@@ -26,13 +26,16 @@ pub struct Placement {
     pub task: Arc<str>,
     /// Its place in the job (see `Task::index`).
     pub index: u32,
+    /// The node it is placed on.
     pub node: Arc<str>,
+    /// Its rank in the job: from 0, given in topology order as the job's tasks are placed.
     pub rank: u32,
     /// Where a task with a NUMA request is pinned (what the agent enforces).
     pub pinning: Option<Pinning>,
 }
 
 impl Placement {
+    /// The job's name.
     pub fn job(&self) -> &str {
         &self.spec.name
     }
@@ -65,7 +68,9 @@ impl Eq for Placement {}
 /// driver that needs them, not in the tick.
 #[derive(Clone, Debug)]
 pub struct Pinning {
+    /// The node's NUMA hardware, which `assignment` indexes into.
     pub hardware: Arc<NodeNuma>,
+    /// The PUs, memory and GPUs the allocator picked (dense indices into `hardware`).
     pub assignment: Arc<Assignment>,
     /// The task's NUMA policy: anything but `none` binds its memory to its NUMA nodes.
     pub policy: Policy,
@@ -112,12 +117,19 @@ impl PartialEq for Pinning {
 
 impl Eq for Pinning {}
 
+/// What the driver must do, in order: [`Planner::tick_millis`](crate::Planner::tick_millis)
+/// returns them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     /// A task is placed: launch it (the simulator schedules its completion).
     Place(Placement),
     /// A job can never run; `reason` says why.
-    Reject { job: String, reason: String },
+    Reject {
+        /// The job's name.
+        job: String,
+        /// Why, for people.
+        reason: String,
+    },
     /// Something a working planner survives (a broken HyperNode, an unknown tier name, a
     /// discovery source that failed).
     Warn(String),
@@ -126,13 +138,19 @@ pub enum Command {
     /// Stop a task on its node: SIGTERM to its process group, SIGKILL `grace_secs`
     /// later. Its resources stay held until its end is reported (or the node is lost).
     Kill {
+        /// The node it runs on.
         node: Arc<str>,
+        /// The job's name.
         job: Arc<str>,
+        /// The job's id.
         job_id: u64,
+        /// `<task name>-<replica>`.
         task: Arc<str>,
         /// Its place in the job (see `Task::index`).
         index: u32,
+        /// Seconds from SIGTERM to SIGKILL.
         grace_secs: u64,
+        /// Why it is killed.
         why: KillReason,
     },
     /// Write this job's record (see `persist`) before carrying out anything else of the
@@ -141,15 +159,23 @@ pub enum Command {
     /// A node turned Ready or NotReady, and why (the daemon logs it; the simulator's
     /// nodes have no link and never change).
     NodeHealth {
+        /// The node's name.
         node: String,
+        /// Ready now, or NotReady.
         ready: bool,
+        /// What changed it.
         why: HealthChange,
     },
     /// A node's agent registered again: the `Launch` of its placed tasks whose start it
     /// never reported, to send again (one sent on a link that then dropped is otherwise
     /// lost; the agent starts nothing twice). After this tick's `Place`s; in job name,
     /// then rank order.
-    Relaunch { node: String, placements: Vec<Placement> },
+    Relaunch {
+        /// The node whose agent registered again.
+        node: String,
+        /// Its placed tasks not reported started.
+        placements: Vec<Placement>,
+    },
 }
 
 /// Why the core kills a task.
@@ -168,6 +194,7 @@ pub enum KillReason {
 }
 
 impl KillReason {
+    /// The reason in words, for the driver's log line.
     pub fn as_str(self) -> &'static str {
         match self {
             KillReason::Cancel => "cancelled",
@@ -186,7 +213,12 @@ pub enum HealthChange {
     /// A heartbeat after the node was NotReady: Ready.
     HeartbeatAgain,
     /// Nothing heard for `silent_ms`, more than `missed` heartbeat intervals: NotReady.
-    Silent { silent_ms: u64, missed: u32 },
+    Silent {
+        /// How long it has been silent (ms).
+        silent_ms: u64,
+        /// Heartbeat intervals allowed to pass (`missedHeartbeats`).
+        missed: u32,
+    },
     /// Its agent's link closed: NotReady.
     LinkClosed,
 }

@@ -14,12 +14,15 @@ pub use crate::model::jobstate::{JobPhase, JobState, Verdict};
 pub struct Node {
     /// Shared with the `Place` commands of the tasks placed on it.
     pub name: std::sync::Arc<str>,
+    /// Its labels (key → value): label discovery and HyperNode member selectors read them.
     pub labels: BTreeMap<String, String>,
+    /// What it offers in all, per resource, in base units (`cpu` in millicores, `memory` in
+    /// bytes).
     pub allocatable: Resources,
     /// Taken by work hyperplan does not manage.
     pub external_used: Resources,
     /// Heartbeating (daemon) or simply present (simulator). A node that is not ready
-    /// keeps its tasks but offers nothing new. Changed only through [`set_node_ready`]:
+    /// keeps its tasks but offers nothing new. Changed only through `set_node_ready`:
     /// what must be rebuilt is decided from inserts of `Node`, not from writes to it.
     pub ready: bool,
     /// InfiniBand ports ACTIVE, and all of them, from the probe.
@@ -29,7 +32,6 @@ pub struct Node {
     pub ib_guids: Vec<u64>,
 }
 
-/// The node's dense index in the current topology index.
 /// Sets node `e` ready or not by inserting its [`Node`] again, so that
 /// `topology::invalidate`, which hears inserts (hooks) rather than writes, rebuilds what
 /// depends on readiness; `true` when it changed.
@@ -43,6 +45,7 @@ pub(crate) fn set_node_ready(world: &mut World, e: Entity, ready: bool) -> bool 
     true
 }
 
+/// The node's dense index in the current topology index.
 #[derive(Component, Clone, Copy, Debug)]
 pub struct NodeSlot(pub NodeIdx);
 
@@ -62,6 +65,8 @@ pub enum SourceKind {
 }
 
 impl SourceKind {
+    /// Its name in planner.toml and in reports (`static`, `label`, `ibnetdiscover`, …); also
+    /// the name of a source of this kind that is not named.
     pub fn as_str(self) -> &'static str {
         match self {
             SourceKind::Static => "static",
@@ -83,12 +88,14 @@ impl SourceKind {
 /// Who owns a HyperNode: a source reconciles (creates, updates, deletes) only its own.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Source {
+    /// What kind of source it is.
     pub kind: SourceKind,
     /// The `[[discovery]]` entry's name (its kind unless named).
     pub name: String,
 }
 
 impl Source {
+    /// The source `name`, of kind `kind`.
     pub fn new(kind: SourceKind, name: impl Into<String>) -> Self {
         Self {
             kind,
@@ -102,18 +109,26 @@ impl Source {
     }
 }
 
+/// A HyperNode (a network tier's group of nodes or HyperNodes) and the source that owns it.
 #[derive(Component, Clone, Debug)]
 pub struct HyperNode {
+    /// Its name, tier and members, as its source gave them.
     pub spec: HyperNodeSpec,
+    /// The source that defined it: only that source updates or deletes it.
     pub source: Source,
 }
 
+/// A submitted job: its spec, gang minimum, sub-jobs and tasks (see `jobs::admit`).
 #[derive(Component, Clone, Debug)]
 pub struct Job {
     /// Shared with the `Place` commands of its tasks (the drivers read the task's command,
     /// environment and limits from it).
     pub spec: std::sync::Arc<JobSpec>,
+    /// The gang minimum: how many tasks must be placed before any is (`minAvailable`; by
+    /// default every task, a partitioned role counting `minPartitions` partitions).
     pub gang_min: u32,
+    /// Its sub-jobs, in the order made: one per partition of a partitioned role, and one
+    /// default sub-job for the tasks outside partitions.
     pub sub_jobs: Vec<Entity>,
     /// In task order: spec order, then replica index.
     pub tasks: Vec<Entity>,
@@ -123,27 +138,42 @@ pub struct Job {
     pub numa: Vec<Option<crate::numa::assign::TaskNuma>>,
 }
 
+/// A gang within a job (Volcano's sub-job): one partition of a role, or the job's tasks
+/// outside partitions. Its network topology bounds where its tasks go.
 #[derive(Component, Clone, Debug)]
 pub struct SubJob {
+    /// The job it belongs to.
     pub job: Entity,
     /// `<job>/<task>-<partition>` or `<job>`.
     pub id: String,
+    /// Tasks to place together: the partition's `partitionSize`; for the default sub-job the
+    /// job's gang minimum (the number of unpartitioned tasks when the job has partitions).
     pub min_available: u32,
     /// Index into `Job::partition_groups`; `None` for the job's default sub-job.
     pub group: Option<usize>,
+    /// The partition's number within its role (0 for the default sub-job); orders the sub-jobs
+    /// when the allocator picks which ones are required.
     pub match_index: u32,
+    /// Where its tasks may go (the partition's constraint, or the job's); `None` = anywhere.
     pub network_topology: Option<NetworkTopology>,
+    /// Its tasks, in the job's task order.
     pub tasks: Vec<Entity>,
 }
 
+/// What the allocator decided for a sub-job.
 #[derive(Component, Clone, Debug, Default)]
 pub struct SubJobState {
+    /// Its AllocatedHyperNode (Volcano's), by name: where its tasks were placed; `None`
+    /// until placed (or once cleared).
     pub allocated_hyper_node: Option<String>,
 }
 
+/// One replica of one role (task spec) of a job.
 #[derive(Component, Clone, Debug)]
 pub struct Task {
+    /// The job it belongs to.
     pub job: Entity,
+    /// The sub-job it is placed with.
     pub sub_job: Entity,
     /// `<task name>-<replica>`, for people; shared with its `Place` command.
     pub name: std::sync::Arc<str>,
@@ -154,22 +184,34 @@ pub struct Task {
     pub role: usize,
     /// Shared by the replicas of a role.
     pub request: std::sync::Arc<Resources>,
+    /// Seconds it runs for in the simulator (the spec's `runtime`); `None` = until cancelled.
     pub runtime: Option<u64>,
 }
 
+/// Where a task is as the planner keeps it (people see a finer [`task_status`]).
+///
+/// [`task_status`]: crate::model::taskrun::task_status
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum TaskPhase {
+    /// Not placed.
     Pending,
+    /// Placed: it holds resources on its node, started or not.
     Running,
+    /// Ended: it holds nothing any more.
     Finished,
 }
 
+/// Where a task is placed and how far it has got.
 #[derive(Component, Clone, Debug)]
 pub struct TaskState {
+    /// How far it has got (see [`TaskPhase`]).
     pub phase: TaskPhase,
+    /// The node it is placed on; `None` while pending.
     pub node: Option<Entity>,
+    /// Its rank in the job; `None` while pending.
     pub rank: Option<u32>,
+    /// When it was placed (Unix seconds); `None` while pending.
     pub start_time: Option<u64>,
     /// The placement has been handed to the driver (a `Place` command).
     pub dispatched: bool,
@@ -179,6 +221,7 @@ pub struct TaskState {
 }
 
 impl TaskState {
+    /// A task not placed yet.
     pub fn pending() -> Self {
         Self {
             phase: TaskPhase::Pending,

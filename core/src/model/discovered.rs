@@ -18,6 +18,7 @@ pub enum Found {
     Unchanged,
     /// Finished HyperNodes (static manifests, UFM, Slurm).
     HyperNodes {
+        /// The HyperNodes it defines.
         specs: Vec<HyperNodeSpec>,
         /// What the source tolerated (skipped records, a broken `Switches=` cycle).
         warnings: Vec<String>,
@@ -26,9 +27,15 @@ pub enum Found {
     },
     /// A parsed `ibnetdiscover` dump (with at least one switch) and the GUID map file's
     /// contents; tiered here with the agents' GUIDs as the first host map.
-    Fabric { fabric: Arc<IbFabric>, map_file: GuidMap },
+    Fabric {
+        /// The parsed dump.
+        fabric: Arc<IbFabric>,
+        /// GUID → host names from the source's map file (empty without one).
+        map_file: GuidMap,
+    },
 }
 
+/// Why one poll of a source failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SourceError {
     /// Nothing could be read: a missing or unreadable file, a command that failed or timed

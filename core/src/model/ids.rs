@@ -15,16 +15,19 @@ pub struct HnIdx(pub u32);
 pub struct GroupIdx(pub u32);
 
 impl NodeIdx {
+    /// As a `usize`, to index the dense arrays.
     pub fn ix(self) -> usize {
         self.0 as usize
     }
 }
 impl HnIdx {
+    /// As a `usize`, to index the dense arrays.
     pub fn ix(self) -> usize {
         self.0 as usize
     }
 }
 impl GroupIdx {
+    /// As a `usize`, to index the dense arrays.
     pub fn ix(self) -> usize {
         self.0 as usize
     }

@@ -12,9 +12,13 @@ use crate::model::commands::KillReason;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Verdict {
+    /// Every placed task exited 0.
     Completed,
+    /// A task failed, or was lost and the job does not ask `requeue`.
     Failed,
+    /// `hyperplan cancel`.
     Cancelled,
+    /// A task hit the job's time limit.
     Timeout,
 }
 
@@ -34,6 +38,7 @@ pub enum JobPhase {
     Finished,
     /// Can never run, even on the empty cluster.
     Rejected,
+    /// Cancelled, and none of its tasks holds resources any more.
     Cancelled,
 }
 
@@ -85,14 +90,18 @@ impl std::ops::DerefMut for JobState {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StateRecord {
+    /// Where it is in its life (see [`JobPhase`]).
     pub phase: JobPhase,
     /// Why it waits or how it ended; stored once the job is ending or ended (a waiting
-    /// job's reason is worked out again). Kept the job is ending or ended; a waiting job's reason is worked out again.
+    /// job's reason is worked out again).
     pub reason: Option<String>,
+    /// When its gang minimum was placed (Unix seconds); `None` until then.
     pub start_time: Option<u64>,
+    /// When it ended (Unix seconds): finished, or cancelled; `None` until then.
     pub end_time: Option<u64>,
     /// Volcano's job-level AllocatedHyperNode, by name (stable across re-indexing).
     pub allocated_hyper_node: Option<String>,
+    /// The rank the job's next placed task gets (ranks count from 0).
     pub next_rank: u32,
     /// Decided by the first task that failed or timed out, a cancel, or every placed
     /// task exiting 0 (see `lifecycle`).

@@ -37,10 +37,13 @@ const FRAME_LEN: usize = 6;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobRecord {
+    /// The job's id (see `JobId`).
     pub id: u64,
+    /// Who submitted it (the CN of their certificate).
     pub owner: String,
     /// As submitted (with its submit time and directory).
     pub spec: JobSpec,
+    /// Its durable state: phase, times, verdict, exit code.
     pub state: StateRecord,
     /// In the job's task order (spec order, then replica index).
     pub tasks: Vec<TaskRecord>,
@@ -50,17 +53,27 @@ pub struct JobRecord {
     pub requeued: u32,
 }
 
+/// One task as the store keeps it: where it was placed and what its agent reported.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskRecord {
+    /// `<task name>-<replica>`.
     pub name: String,
+    /// How far it got (see [`TaskPhase`]).
     pub phase: TaskPhase,
+    /// The node it was placed on, by name; `None` while pending.
     pub node: Option<String>,
+    /// Its rank in the job; `None` while pending.
     pub rank: Option<u32>,
+    /// When it was placed (Unix seconds); `None` while pending.
     pub start_time: Option<u64>,
+    /// The PUs, memory and GPUs it holds; `None` without a NUMA request or while pending.
     pub numa: Option<AssignmentRecord>,
+    /// Its process id on its node, as its agent reported; `None` until reported.
     pub pid: Option<u32>,
+    /// When its agent reported it started (Unix ms); `None` until then.
     pub start_ms: Option<u64>,
+    /// How it ended, as reported (or as the core declared it: lost); `None` until then.
     pub end: Option<TaskEnd>,
 }
 
@@ -69,13 +82,18 @@ pub struct TaskRecord {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AssignmentRecord {
+    /// NUMA nodes used, as a bit mask of dense indices (see `NumaMask`).
     pub numa: u64,
+    /// Indices into the node's PUs, ascending.
     pub pus: Vec<u32>,
+    /// (dense NUMA index, bytes), one entry per NUMA node used, in the order taken.
     pub memory: Vec<(u32, u64)>,
+    /// Indices into the node's GPUs, ascending.
     pub gpus: Vec<u32>,
 }
 
 impl AssignmentRecord {
+    /// The record of `a`.
     pub fn of(a: &Assignment) -> Self {
         Self {
             numa: a.numa.0,
@@ -85,6 +103,7 @@ impl AssignmentRecord {
         }
     }
 
+    /// The assignment it records, for the same hardware.
     pub fn to_assignment(&self) -> Assignment {
         Assignment {
             numa: crate::numa::NumaMask(self.numa),
@@ -210,12 +229,14 @@ pub struct RecordError(pub String);
 /// One job to write: its record, encoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Persist {
+    /// The job's id: the key its record is stored under.
     pub id: u64,
     /// Live jobs are loaded at start; ended ones only read for `status --all`.
     pub live: bool,
     /// Unix seconds it ended (its submit time when it never ran), for `keepFinished`
     /// and `status --since`.
     pub ended_at: u64,
+    /// The record, encoded (see [`JobRecord::encode`]).
     pub bytes: std::sync::Arc<[u8]>,
 }
 

@@ -9,6 +9,7 @@ use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 
 use crate::model::components::{TaskPhase, TaskState};
 
+/// What a task's agent reported of its run; a field is `None` until reported.
 #[derive(Component, Clone, Debug, Default, PartialEq)]
 pub struct TaskRun {
     /// On its node (from `TaskStarted`, a heartbeat's task list or its end).
@@ -19,6 +20,7 @@ pub struct TaskRun {
     pub end: Option<TaskEnd>,
     /// CPU use (cores) and resident memory its agent last sampled, while it runs.
     pub cpu_cores: Option<f32>,
+    /// Resident memory (bytes), sampled with `cpu_cores`.
     pub rss_bytes: Option<u64>,
     /// When its node's agent last listed it as running (the driver's clock, ms); a
     /// started task its agent stops listing is lost after `nodeLostAfter`.

@@ -20,6 +20,7 @@ pub struct Outbox(pub Vec<Command>);
 /// [`Now::secs`].
 #[derive(Debug, Default, Clone, Copy, Resource)]
 pub struct Now {
+    /// Unix milliseconds.
     pub ms: u64,
 }
 

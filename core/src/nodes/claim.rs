@@ -21,17 +21,28 @@ pub enum Claim {
     /// No link holds it.
     Free,
     /// Link `link` held it but has been silent too long: close it.
-    Replaces { link: u64 },
+    Replaces {
+        /// The silent link, for the daemon to close.
+        link: u64,
+    },
 }
 
 /// Why a link may not take a node.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NodeTaken {
+    /// Another link holds the node and was heard from within the heartbeat allowance.
     #[error(
         "node {node:?} is already connected (another agent with this node name, heard from {heard_ms} ms ago); \
          a second agent with the same node name is refused while the first is connected"
     )]
-    Connected { node: String, link: u64, heard_ms: u64 },
+    Connected {
+        /// The node's name.
+        node: String,
+        /// The link that holds it.
+        link: u64,
+        /// How long ago that link was last heard from, in ms.
+        heard_ms: u64,
+    },
 }
 
 /// A node's link as the core will know it after the queued events: (link, last heard,

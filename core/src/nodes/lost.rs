@@ -82,10 +82,10 @@ fn lose_tasks(world: &mut World) {
     }
 }
 
-/// How often [`lose_missing`] looks (the driver's clock, ms).
+/// How often `lose_missing` looks (the driver's clock, ms).
 const MISSING_SWEEP_MS: u64 = 5_000;
 
-/// When [`lose_missing`] last looked.
+/// When `lose_missing` last looked.
 #[derive(Resource, Debug, Default)]
 pub struct MissingSweep(pub u64);
 

@@ -23,7 +23,9 @@ pub const MAX_REFUSALS: usize = 65_536;
 /// Why a node's agent was turned away, and since when (the driver's clock, ms).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
+    /// What the daemon said, as people see it in `hyperplan nodes`.
     pub reason: String,
+    /// When this reason was first given (the driver's clock, ms); a repeat keeps it.
     pub since_ms: u64,
 }
 
@@ -65,6 +67,7 @@ impl Refusals {
         self.0.remove(node);
     }
 
+    /// The node's refusal; None: its agent was not turned away since it last registered.
     pub fn get(&self, node: &str) -> Option<&Refusal> {
         self.0.get(node)
     }

@@ -15,12 +15,15 @@ use super::{NumaFree, NumaMachine, NumaMask};
 /// What one task asks for on a node, and how it wants to be placed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TaskNuma {
+    /// Topology-manager policy the task is placed under.
     pub policy: Policy,
     /// Whole PUs (0 = none).
     pub cpus: usize,
     /// Bytes (0 = none).
     pub memory: u64,
+    /// Whole GPUs (0 = none).
     pub gpus: usize,
+    /// How its PUs are picked: packed or spread.
     pub placement: CpuPlacement,
     /// Kubelet `full-pcpus-only`: whole cores only.
     pub full_cores: bool,
@@ -35,39 +38,72 @@ pub enum AssignError {
     NoHardware,
     /// The topology manager did not admit the task (its reason, or none given).
     #[error("{}", reason.clone().unwrap_or_else(|| format!("{policy}: topology manager did not admit the task")))]
-    NotAdmitted { policy: Policy, reason: Option<String> },
+    NotAdmitted {
+        /// The task's policy.
+        policy: Policy,
+        /// The topology manager's reason; `None` = none given.
+        reason: Option<String>,
+    },
+    /// No PUs could be taken for the task.
     #[error("{policy}: {source}")]
-    Cpus { policy: Policy, source: CpuError },
+    Cpus {
+        /// The task's policy.
+        policy: Policy,
+        /// Why the CPU assignment failed.
+        source: CpuError,
+    },
+    /// Restricted / single-numa-node: too few free PUs on the hint's NUMA nodes.
     #[error("{policy}: only {free} of {requested} requested PUs are free on NUMA nodes {nodes}")]
     PusOutsideHint {
+        /// The task's policy.
         policy: Policy,
+        /// Free PUs inside the hint (whole free cores only with `full_cores`).
         free: usize,
+        /// PUs requested.
         requested: usize,
+        /// OS indexes of the hint's NUMA nodes (`0,1`).
         nodes: String,
     },
+    /// Fewer free GPUs on the whole node than requested.
     #[error("{policy}: not enough free GPUs: requested {requested}, available {free}")]
     Gpus {
+        /// The task's policy.
         policy: Policy,
+        /// GPUs requested.
         requested: usize,
+        /// Free GPUs on the node.
         free: usize,
     },
+    /// Restricted / single-numa-node: too few free GPUs that keep the task inside the hint.
     #[error("{policy}: only {free} of {requested} requested GPUs are free on NUMA nodes {nodes}")]
     GpusOutsideHint {
+        /// The task's policy.
         policy: Policy,
+        /// Free GPUs inside the hint or without NUMA information.
         free: usize,
+        /// GPUs requested.
         requested: usize,
+        /// OS indexes of the hint's NUMA nodes (`0,1`).
         nodes: String,
     },
+    /// Single-numa-node: no NUMA node of the hint has the whole memory request free.
     #[error("{policy}: no NUMA node of {nodes} has {memory} of free memory")]
     NoNumaNodeMemory {
+        /// The task's policy.
         policy: Policy,
+        /// OS indexes of the hint's NUMA nodes (`0,1`).
         nodes: String,
+        /// The memory requested, as a quantity (`120Gi`).
         memory: String,
     },
+    /// Not enough free memory on the NUMA nodes the policy allows.
     #[error("{policy}: not enough free memory: requested {memory}, {short} short")]
     Memory {
+        /// The task's policy.
         policy: Policy,
+        /// The memory requested, as a quantity (`120Gi`).
         memory: String,
+        /// How much of it is missing, as a quantity.
         short: String,
     },
 }

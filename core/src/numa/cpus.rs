@@ -24,14 +24,26 @@ pub enum CpuPlacement {
     Spread,
 }
 
+/// Why [`take_cpus`] cannot give the PUs asked for; the text follows kubelet's messages.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CpuError {
+    /// Fewer usable free PUs than requested.
     #[error("not enough cpus available to satisfy request: requested={requested}, available={available}")]
-    NotEnough { requested: usize, available: usize },
+    NotEnough {
+        /// PUs requested.
+        requested: usize,
+        /// Free PUs usable for the request (inside the mask, whole cores only if asked).
+        available: usize,
+    },
     /// Whole cores only (kubelet `full-pcpus-only`): the request must be a multiple of the
     /// core size (kubelet's SMTAlignmentError).
     #[error("whole cores only: requested {requested} cpus is not a multiple of the core size {core_size}")]
-    NotWholeCores { requested: usize, core_size: usize },
+    NotWholeCores {
+        /// PUs requested.
+        requested: usize,
+        /// PUs per core.
+        core_size: usize,
+    },
 }
 
 /// Picks `count` free PUs (indices into `machine.pus`), optionally only within `within` (a

@@ -15,20 +15,27 @@ use super::{NumaFree, NumaMachine, NumaMask};
 /// A topology hint: a set of NUMA nodes (`None` = any) and whether it is preferred.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hint {
+    /// Dense NUMA nodes the resources come from; `None` = any (no preference).
     pub mask: Option<NumaMask>,
+    /// Kubelet's preferred flag: the mask is a narrowest fit (merged: for every resource).
     pub preferred: bool,
 }
 
 /// Kubelet's topology-manager policies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Policy {
+    /// No alignment: resources come from anywhere, every task is admitted.
     None,
+    /// Aligns where it can and admits the task even when the hint is not preferred.
     BestEffort,
+    /// Admits the task only when the merged hint is preferred.
     Restricted,
+    /// Admits the task only when everything fits on one NUMA node.
     SingleNumaNode,
 }
 
 impl Policy {
+    /// The kubelet spelling (`best-effort`), as in task specs and messages.
     pub fn as_str(self) -> &'static str {
         match self {
             Policy::None => "none",
@@ -67,12 +74,14 @@ pub struct Request {
     pub cpus: usize,
     /// Bytes.
     pub memory: u64,
+    /// Whole GPUs.
     pub gpus: usize,
 }
 
 /// The topology manager's answer for one task on one node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
+    /// Whether the task may run on the node under the policy.
     pub admit: bool,
     /// The merged best hint.
     pub hint: Hint,

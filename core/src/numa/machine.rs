@@ -9,24 +9,31 @@ use hyperplan_shared::topology::NodeTopology;
 pub struct NumaMask(pub u64);
 
 impl NumaMask {
+    /// Only dense NUMA node `i` (`i` < 64).
     pub fn single(i: usize) -> Self {
         Self(1u64 << i)
     }
+    /// Dense NUMA nodes `0..n`; every bit for `n` ≥ 64.
     pub fn all(n: usize) -> Self {
         if n >= 64 { Self(u64::MAX) } else { Self((1u64 << n) - 1) }
     }
+    /// Number of NUMA nodes in the mask.
     pub fn count(self) -> u32 {
         self.0.count_ones()
     }
+    /// No NUMA node at all.
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
+    /// Whether dense NUMA node `i` is in the mask (false for `i` ≥ 64).
     pub fn contains(self, i: usize) -> bool {
         i < 64 && self.0 & (1u64 << i) != 0
     }
+    /// Intersection.
     pub fn and(self, o: Self) -> Self {
         Self(self.0 & o.0)
     }
+    /// Union.
     pub fn or(self, o: Self) -> Self {
         Self(self.0 | o.0)
     }
@@ -40,6 +47,7 @@ impl NumaMask {
     }
 }
 
+/// One PU (hardware thread) and where it sits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PuInfo {
     /// OS index (what `taskset` and cgroups use).
@@ -52,8 +60,10 @@ pub struct PuInfo {
     pub numa: u32,
 }
 
+/// One GPU and the NUMA nodes it is local to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct GpuInfo {
+    /// PCI bus id as the probe reports it (`0000:3b:00.0`).
     pub pci_bus_id: String,
     /// Dense NUMA indices local to the GPU (usually one).
     pub numa: NumaMask,
@@ -68,7 +78,9 @@ pub struct NumaMachine {
     pub numa_memory: Vec<u64>,
     /// PUs in OS index order.
     pub pus: Vec<PuInfo>,
+    /// Number of sockets (packages).
     pub sockets: u32,
+    /// GPUs in the probe's order.
     pub gpus: Vec<GpuInfo>,
 }
 
@@ -76,8 +88,11 @@ pub struct NumaMachine {
 /// node, GPUs (indices into `NumaMachine::gpus`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NumaFree {
+    /// Per PU, parallel to `NumaMachine::pus`: true if free.
     pub pus: Vec<bool>,
+    /// Free bytes per dense NUMA node.
     pub memory: Vec<u64>,
+    /// Per GPU, parallel to `NumaMachine::gpus`: true if free.
     pub gpus: Vec<bool>,
 }
 
@@ -150,6 +165,7 @@ impl NumaMachine {
             .join(",")
     }
 
+    /// Number of NUMA nodes (dense indices run `0..numa_count()`).
     pub fn numa_count(&self) -> usize {
         self.numa_os.len()
     }

@@ -19,9 +19,12 @@ use super::{GpuInfo, NumaFree, NumaMachine, NumaMask, PuInfo};
 #[derive(Component, Clone, Debug)]
 pub struct NodeHardware(pub Arc<NodeNuma>);
 
+/// One node's hardware for placement: the machine, its all-free state, rails and GPU ids.
 #[derive(Debug)]
 pub struct NodeNuma {
+    /// PUs, memory and GPUs with dense indices.
     pub machine: NumaMachine,
+    /// The free state of the idle node, what a node's free state starts from.
     pub all_free: NumaFree,
     /// Per dense NUMA node: the RDMA devices and fast NICs local to it, by name. Shared
     /// strings: every placement names them, and a clone is a count, not an allocation.
@@ -59,6 +62,7 @@ pub fn gpus_requested(r: &Resources) -> usize {
 }
 
 impl NodeNuma {
+    /// From a probed topology, with rails from its HCAs and non-Ethernet NICs.
     pub fn from_topology(t: &NodeTopology) -> Self {
         let machine = NumaMachine::from_topology(t);
         let n = machine.numa_count().max(1);
@@ -161,6 +165,7 @@ impl NodeNuma {
         m
     }
 
+    /// The ids of an assignment's GPUs (PCI bus ids, or indices when not probed).
     pub fn gpus(&self, a: &Assignment) -> Vec<Arc<str>> {
         a.gpus.iter().filter_map(|&g| self.gpu_ids.get(g).cloned()).collect()
     }
@@ -224,6 +229,8 @@ impl NodeNuma {
 }
 
 impl HardwareCache {
+    /// The shared description of a node's hardware; with no topology (`None`), the uniform
+    /// one-NUMA-node machine built from `resources`.
     pub fn get(&mut self, hardware: Option<&SharedTopology>, resources: &Resources) -> Arc<NodeNuma> {
         match hardware {
             Some(t) => {

@@ -28,10 +28,12 @@ impl PuSet {
         }
     }
 
+    /// Number of PUs.
     pub fn len(&self) -> usize {
         self.len as usize
     }
 
+    /// No PU at all.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -41,6 +43,7 @@ impl PuSet {
         self.runs.iter().flat_map(|&(a, b)| (a as usize)..(b as usize))
     }
 
+    /// Whether PU index `p` is in the set.
     pub fn contains(&self, p: usize) -> bool {
         u32::try_from(p).is_ok_and(|p| {
             let i = self.runs.partition_point(|r| r.1 <= p);
@@ -48,6 +51,7 @@ impl PuSet {
         })
     }
 
+    /// The indices, ascending, as a vector.
     pub fn to_vec(&self) -> Vec<usize> {
         self.iter().collect()
     }

@@ -71,28 +71,48 @@ impl Planner {
 /// A stored job that a start does not load.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NotRestored {
+    /// The job's id as stored.
     pub id: u64,
+    /// The job's name.
     pub name: String,
+    /// Why it is left out.
     pub why: WhyNotRestored,
 }
 
 /// Why a stored job is not loaded (the texts follow "not restored: ").
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WhyNotRestored {
+    /// The stored id is 0 or above [`MAX_JOB_ID`].
     #[error("its id is outside 1 to {MAX_JOB_ID}")]
     IdOutOfRange,
+    /// The record is of a job that finished, was cancelled or was rejected for good.
     #[error("it has ended")]
     Ended,
+    /// An earlier record of the same store, still live, holds the name.
     #[error("a job of that name is already loaded")]
     NameLoaded,
+    /// The spec is over today's `[limits] maxTasksPerJob` (it may have been lowered).
     #[error("its spec makes {tasks} tasks, more than [limits] maxTasksPerJob = {limit}")]
-    TooManyTasks { tasks: u64, limit: u64 },
+    TooManyTasks {
+        /// Its tasks' replicas summed.
+        tasks: u64,
+        /// `maxTasksPerJob`.
+        limit: u64,
+    },
+    /// The record cannot be encoded again to fingerprint what was loaded.
     #[error("{0}")]
     Encode(crate::model::record::RecordError),
+    /// Admission did not make the job from its spec.
     #[error("its spec was refused")]
     Refused,
+    /// The spec no longer makes the tasks (or sub-jobs) the record holds.
     #[error("its spec makes {spec} tasks, its record has {record}")]
-    TaskCount { spec: usize, record: usize },
+    TaskCount {
+        /// Tasks the spec makes.
+        spec: usize,
+        /// Tasks in the record.
+        record: usize,
+    },
 }
 
 impl std::fmt::Display for NotRestored {

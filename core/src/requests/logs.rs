@@ -10,8 +10,11 @@ use crate::caller::Caller;
 /// The task whose output to read, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogTarget {
+    /// The job's name.
     pub job: String,
+    /// The job's id.
     pub job_id: u64,
+    /// `<task name>-<replica>`.
     pub task: String,
     /// Its place in the job.
     pub index: u32,
@@ -24,16 +27,36 @@ pub struct LogTarget {
 /// Why a person may not read a task's output (the texts are what they see).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LogsError {
+    /// No job of that name, or one the caller may not see (`privateData`).
     #[error("no job named {0:?}")]
     NoSuchJob(String),
+    /// Another user's job, and the caller is no admin.
     #[error("job {job} belongs to {owner}; only its owner or an admin may read its output")]
-    NotOwner { job: String, owner: String },
+    NotOwner {
+        /// The job's name.
+        job: String,
+        /// Who submitted it.
+        owner: String,
+    },
+    /// The job has no task of that name.
     #[error("job {job} has no task {task:?} (see `hyperplan status {job}`)")]
-    NoSuchTask { job: String, task: String },
+    NoSuchTask {
+        /// The job's name.
+        job: String,
+        /// The task name asked for.
+        task: String,
+    },
+    /// No task named, and none of the job's is placed.
     #[error("job {0} has no task placed yet: no output")]
     NothingPlaced(String),
+    /// The task named is not placed.
     #[error("task {job}/{task} is not placed yet: no output")]
-    NotPlaced { job: String, task: String },
+    NotPlaced {
+        /// The job's name.
+        job: String,
+        /// `<task name>-<replica>`.
+        task: String,
+    },
 }
 
 impl Planner {

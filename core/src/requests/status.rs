@@ -27,6 +27,7 @@ pub struct StatusQuery {
 /// Why a `status` request has no answer.
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError<E: std::error::Error + 'static> {
+    /// No job of that name that the caller may see.
     #[error("no job named {0:?}")]
     NoSuchJob(String),
     /// The stored records could not be read.

@@ -18,6 +18,7 @@ use crate::names::JobNames;
 pub struct Admitted {
     /// The id the job got (see `ownership`).
     pub id: JobId,
+    /// The job's name.
     pub name: String,
     /// Its record, to commit before the submitter is answered.
     pub record: Persist,
@@ -31,7 +32,12 @@ pub enum SubmitRefused {
     Check(#[from] SubmitError),
     /// A job's record could not be encoded: nothing of the submission was admitted.
     #[error("encoding job {job}: {error}")]
-    Encode { job: String, error: RecordError },
+    Encode {
+        /// The job's name.
+        job: String,
+        /// Why its record could not be encoded.
+        error: RecordError,
+    },
 }
 
 impl Planner {

@@ -8,6 +8,8 @@ use hyperplan_shared::hostlist;
 use hyperplan_shared::quantity::format_quantity;
 use hyperplan_shared::report::{JobStatus, Report};
 
+/// One row per job: name, status, HyperNode, nodes (a compressed hostlist) and reason;
+/// then the summary line and the warnings.
 pub fn render_table(report: &Report) -> String {
     let mut rows: Vec<[String; 5]> = vec![[
         "JOB".into(),

@@ -33,6 +33,8 @@ pub fn res(s: &str) -> Resources {
     r
 }
 
+/// A cluster file's content for tests: nodes (flat or a fat tree), labels, hardware,
+/// static HyperNodes and label discovery.
 #[derive(Clone, Debug, Default)]
 pub struct ClusterBuilder {
     spec: ClusterSpec,
@@ -118,6 +120,7 @@ impl ClusterBuilder {
         self
     }
 
+    /// Label `k=v` on node `i`.
     pub fn label(mut self, i: usize, k: &str, v: &str) -> Self {
         if let Some(n) = self.spec.nodes.get_mut(i) {
             n.labels.insert(k.into(), v.into());
@@ -125,6 +128,7 @@ impl ClusterBuilder {
         self
     }
 
+    /// One more node called `name` with resources `r` (`cpu=8,memory=16Gi`).
     pub fn add_node(mut self, name: &str, r: &str) -> Self {
         let mut n = node(name);
         n.resources = res(r);
@@ -152,11 +156,13 @@ impl ClusterBuilder {
         self
     }
 
+    /// A static HyperNode.
     pub fn hyper_node(mut self, spec: HyperNodeSpec) -> Self {
         self.spec.hyper_nodes.push(spec);
         self
     }
 
+    /// Label discovery: type `type_name` from the label keys `labels`, top tier first.
     pub fn label_discovery(mut self, type_name: &str, labels: &[&str]) -> Self {
         self.spec
             .label_discovery
@@ -164,6 +170,7 @@ impl ClusterBuilder {
         self
     }
 
+    /// The cluster.
     pub fn build(self) -> ClusterSpec {
         self.spec
     }
@@ -207,6 +214,8 @@ pub fn hn(name: &str, tier: u32, kind: MemberType, members: &[&str]) -> HyperNod
     }
 }
 
+/// A job spec for tests: one gang role by default, with topology, priority and NUMA
+/// settings as a test needs.
 #[derive(Clone, Debug)]
 pub struct JobBuilder {
     spec: JobSpec,
@@ -229,6 +238,7 @@ impl JobBuilder {
         }
     }
 
+    /// Hard mode: every gang inside one HyperNode of tier `tier` at most.
     pub fn hard(mut self, tier: u32) -> Self {
         self.spec.network_topology = Some(NetworkTopology {
             mode: TopologyMode::Hard,
@@ -238,6 +248,7 @@ impl JobBuilder {
         self
     }
 
+    /// Hard mode by tier name (`highestTierName`).
     pub fn hard_name(mut self, tier_name: &str) -> Self {
         self.spec.network_topology = Some(NetworkTopology {
             mode: TopologyMode::Hard,
@@ -247,6 +258,7 @@ impl JobBuilder {
         self
     }
 
+    /// Soft mode: as few HyperNodes as the search finds.
     pub fn soft(mut self) -> Self {
         self.spec.network_topology = Some(NetworkTopology {
             mode: TopologyMode::Soft,
@@ -256,16 +268,19 @@ impl JobBuilder {
         self
     }
 
+    /// `minAvailable`: the gang minimum.
     pub fn min_available(mut self, n: u32) -> Self {
         self.spec.min_available = Some(n);
         self
     }
 
+    /// The job's priority.
     pub fn priority(mut self, p: i32) -> Self {
         self.spec.priority = p;
         self
     }
 
+    /// Submitted at `t` (seconds; the simulator's virtual time).
     pub fn submit(mut self, t: u64) -> Self {
         self.spec.submit_time = t;
         self
@@ -329,6 +344,7 @@ impl JobBuilder {
         self
     }
 
+    /// The job spec.
     pub fn build(self) -> JobSpec {
         self.spec
     }
@@ -351,6 +367,7 @@ fn task_spec(name: &str, replicas: u32, resources: &str) -> TaskSpec {
     }
 }
 
+/// Simulates `jobs` on `cluster`, failing the test when an invariant breaks after any tick.
 pub fn run(cluster: &ClusterSpec, jobs: &[JobSpec], config: PlannerConfig) -> Report {
     crate::sim::simulate_with(cluster, jobs, config, |planner| {
         let bad = invariants::check(planner.world_mut());
@@ -389,21 +406,25 @@ impl MachineBuilder {
         }
     }
 
+    /// Memory per NUMA node, bytes.
     pub fn memory_per_numa(mut self, bytes: u64) -> Self {
         self.memory_per_numa = bytes;
         self
     }
 
+    /// GPUs per NUMA node.
     pub fn gpus_per_numa(mut self, n: u32) -> Self {
         self.gpus_per_numa = n;
         self
     }
 
+    /// InfiniBand HCAs per NUMA node.
     pub fn hcas_per_numa(mut self, n: u32) -> Self {
         self.hcas_per_numa = n;
         self
     }
 
+    /// The machine, as the agent's probe would report it.
     pub fn build(&self) -> NodeTopology {
         let mut t = NodeTopology {
             hostname: "machine".into(),

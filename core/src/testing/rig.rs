@@ -17,6 +17,7 @@ use crate::{Command, Event, Planner};
 /// See the module documentation. Fields are public: a test reads and sets them as it
 /// needs (silence a node, look at the store).
 pub struct Rig {
+    /// The planner under test.
     pub p: Planner,
     /// The virtual clock, Unix milliseconds.
     pub now: u64,
@@ -145,6 +146,7 @@ impl Rig {
         id
     }
 
+    /// The job's report (the test fails when there is none).
     pub fn job(&self, name: &str) -> JobReport {
         self.p.job(name).unwrap_or_else(|| panic!("no job {name}"))
     }

@@ -14,17 +14,24 @@ use crate::model::ids::{GroupIdx, HnIdx, NodeIdx};
 /// Name of the virtual HyperNode above every other one (Volcano's name).
 pub const VIRTUAL_ROOT: &str = "<cluster-top-hypernode>";
 
+/// One HyperNode of the index, the virtual root included.
 #[derive(Clone, Debug)]
 pub struct HnInfo {
+    /// Its name ([`VIRTUAL_ROOT`] for the virtual root).
     pub name: String,
+    /// Its tier; the virtual root's is one above the highest (1 without HyperNodes).
     pub tier: u32,
+    /// Its `tierName`; `None` when not given.
     pub tier_name: Option<String>,
+    /// The HyperNode above it; `None` only for the virtual root.
     pub parent: Option<HnIdx>,
     /// Sorted by name: BFS order is deterministic.
     pub children: Vec<HnIdx>,
+    /// Distance from the virtual root (0 for the root itself).
     pub depth: u32,
     /// Real nodes under this HyperNode, over dense node indices.
     pub nodes: FixedBitSet,
+    /// Number of nodes in `nodes`.
     pub node_count: u32,
     /// Node groups wholly inside this HyperNode, in node order.
     pub groups: Vec<GroupIdx>,
@@ -45,20 +52,31 @@ pub struct Group {
     pub nodes: Vec<NodeIdx>,
 }
 
+/// The network topology in dense form: nodes, HyperNodes and node groups by index, with
+/// tiers and topology order.
 #[derive(Clone, Debug, Default, Resource)]
 pub struct TopologyIndex {
     /// Bumped on every rebuild; cached per-topology results compare against it.
     pub generation: u64,
+    /// Node names by `NodeIdx`, sorted.
     pub node_names: Vec<String>,
+    /// Node entities by `NodeIdx`.
     pub node_entities: Vec<Entity>,
+    /// `NodeIdx` by node name.
     pub node_by_name: HashMap<String, NodeIdx>,
+    /// By `NodeIdx`: the node's group.
     pub node_group: Vec<GroupIdx>,
+    /// HyperNodes by `HnIdx`: those kept, in name order, then the virtual root.
     pub hns: Vec<HnInfo>,
+    /// `HnIdx` by HyperNode name, the virtual root included.
     pub hn_by_name: HashMap<String, HnIdx>,
+    /// The virtual root's index (the last one).
     pub root: HnIdx,
     /// Sorted distinct tiers, the virtual root's included (gaps preserved).
     pub tiers: Vec<u32>,
+    /// Tier by `tierName`; a name given to two tiers keeps the first (by HyperNode name).
     pub tier_names: BTreeMap<String, u32>,
+    /// Node groups by `GroupIdx`, in the order of their first node.
     pub groups: Vec<Group>,
     /// By group: its place in topology order, the order ranks follow. Groups are ordered
     /// by their HyperNodes, highest tier first (the virtual root left out); groups with
@@ -74,18 +92,22 @@ struct Resolved {
 }
 
 impl TopologyIndex {
+    /// A HyperNode and its index by name; `None` when unknown or left out.
     pub fn hn(&self, name: &str) -> Option<(HnIdx, &HnInfo)> {
         self.hn_by_name.get(name).map(|&h| (h, &self.hns[h.ix()]))
     }
 
+    /// Number of nodes.
     pub fn node_count(&self) -> usize {
         self.node_names.len()
     }
 
+    /// The virtual root's tier: one above the highest HyperNode tier.
     pub fn root_tier(&self) -> u32 {
         self.hns[self.root.ix()].tier
     }
 
+    /// The lowest tier present (1 when there is none).
     pub fn min_tier(&self) -> u32 {
         self.tiers.first().copied().unwrap_or(1)
     }

@@ -9,6 +9,7 @@ use crate::model::components::{JobState, TaskPhase, TaskState};
 use crate::model::record::{JobRecord, StateRecord};
 use crate::model::taskrun::{TaskRun, task_status};
 
+/// The report of a job from its stored record alone (no NUMA pinning, no use samples).
 pub fn stored_report(rec: &JobRecord) -> JobReport {
     let s = &rec.state;
     let st = JobState::from_stored(StateRecord {
