@@ -83,7 +83,7 @@ fn lose_tasks(world: &mut World) {
 }
 
 /// How often `lose_missing` looks (the driver's clock, ms).
-const MISSING_SWEEP_MS: u64 = 5_000;
+pub(crate) const MISSING_SWEEP_MS: u64 = 5_000;
 
 /// When `lose_missing` last looked.
 #[derive(Resource, Debug, Default)]

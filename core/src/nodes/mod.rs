@@ -3,6 +3,7 @@
 //! away for a reason their retries cannot fix ([`refusals`]).
 
 pub mod claim;
+mod deadline;
 pub mod health;
 pub mod lost;
 pub mod refusals;

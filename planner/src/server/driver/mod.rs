@@ -84,6 +84,8 @@ struct Driver {
     stored_next_id: u64,
     /// `[server] privateData`: plain users see only their own jobs.
     private_data: bool,
+    /// Ticks run so far (the loop asks for the next deadline after each).
+    ticks: u64,
 }
 
 pub async fn run(config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCore>, start: Start) {
@@ -99,9 +101,26 @@ pub async fn run(config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCore>, 
     let min_gap = MIN_TICK_GAP.min(period);
     let mut last_tick = Instant::now();
     let mut due: Option<Instant> = None;
+    // When the core next decides by time alone (a node falling silent, a lost node's
+    // tasks): ticked for then, not only at the timer's next tick.
+    let mut deadline: Option<Instant> = None;
+    let mut seen_ticks = u64::MAX;
     loop {
+        if seen_ticks != d.ticks {
+            seen_ticks = d.ticks;
+            deadline = d
+                .planner
+                .next_deadline()
+                .map(|at| Instant::now() + std::time::Duration::from_millis(at.saturating_sub(d.clock.now_ms())));
+        }
         let wait = async {
             match due {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let at_deadline = async {
+            match deadline {
                 Some(t) => tokio::time::sleep_until(t.into()).await,
                 None => std::future::pending().await,
             }
@@ -117,6 +136,10 @@ pub async fn run(config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCore>, 
             }
             _ = timer.tick() => d.dirty = true,
             () = wait => {}
+            () = at_deadline => {
+                deadline = None;
+                d.dirty = true;
+            }
         }
         d.logs.expire(Instant::now());
         if d.dirty {
@@ -180,6 +203,7 @@ impl Driver {
             epoch: start.loaded.epoch,
             stored_next_id: start.loaded.next_job_id,
             private_data: config.server.private_data,
+            ticks: 0,
         };
         d.restore(start.loaded);
         d.tick();
@@ -238,6 +262,7 @@ impl Driver {
 
     fn tick(&mut self) {
         self.dirty = false;
+        self.ticks += 1;
         super::quiet::flush();
         let commands = self.planner.tick_millis(self.clock.now_ms());
         let mut placements = Vec::new();
