@@ -41,9 +41,10 @@ pub async fn respond(
                     leader: v.leader.clone(),
                 });
                 // The link's writer sends it while the sender lives; the agent closes
-                // the connection as soon as it reads it.
+                // the connection as soon as it reads it, which ends the writer (or
+                // LINGER passes for an agent that never does).
                 tokio::spawn(async move {
-                    tokio::time::sleep(LINGER).await;
+                    let _ = tokio::time::timeout(LINGER, link.frames.closed()).await;
                     drop(link);
                 });
             }

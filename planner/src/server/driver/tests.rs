@@ -63,6 +63,15 @@ impl Agent {
         }
     }
 
+    /// The next `Ack`: (task, finished).
+    async fn ack(&mut self) -> (String, bool) {
+        self.until(|f| match f {
+            PlannerToAgent::Ack { task, finished } => Some((task.task, finished)),
+            _ => None,
+        })
+        .await
+    }
+
     fn closed(&self) -> Option<(u32, String)> {
         self.control.closed.lock().unwrap().clone()
     }
@@ -443,21 +452,11 @@ async fn task_starts_and_ends_are_acknowledged_after_their_commit_and_end_the_jo
     rig.handle(started(&a, "train", 1, "w-0"));
     assert!(a.frames.try_recv().is_err(), "no Ack before the tick that applies it");
     rig.step();
-    let ack = a
-        .until(|f| match f {
-            PlannerToAgent::Ack { task, finished } => Some((task.task, finished)),
-            _ => None,
-        })
-        .await;
+    let ack = a.ack().await;
     assert_eq!(ack, ("w-0".to_string(), false));
     rig.handle(finished(&a, "train", 1, "w-0"));
     rig.step();
-    let ack = a
-        .until(|f| match f {
-            PlannerToAgent::Ack { task, finished } => Some((task.task, finished)),
-            _ => None,
-        })
-        .await;
+    let ack = a.ack().await;
     assert_eq!(ack, ("w-0".to_string(), true));
     let v = rig.status("alice", "train").await.unwrap();
     assert_eq!(v["jobs"][0]["status"], "completed", "{v}");
