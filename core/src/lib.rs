@@ -109,6 +109,7 @@ impl Planner {
         world.insert_resource(Now::default());
         world.insert_resource(model::tick::Reregistered::default());
         world.insert_resource(CapacityEpoch::default());
+        world.insert_resource(allocate::backfill::Reservations::default());
         world.insert_resource(TopologyDirty(true));
         world.insert_resource(LabelTypes::default());
         world.insert_resource(names::JobNames::default());

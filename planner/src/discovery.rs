@@ -352,7 +352,7 @@ fn read_text(path: &Path) -> Result<String, SourceError> {
             SourceError::Invalid(format!(
                 "{}: not a regular file ({}); expected a file of HyperNodes or a fabric dump",
                 path.display(),
-                file_kind(&m)
+                hyperplan_shared::error::file_kind(&m)
             ))
         })
     };
@@ -375,23 +375,6 @@ fn read_text(path: &Path) -> Result<String, SourceError> {
         )));
     }
     Ok(String::from_utf8_lossy(&bytes).into_owned())
-}
-
-/// What a non-regular file is, for the error.
-fn file_kind(m: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = m.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else {
-        "not a file"
-    }
 }
 
 /// Runs `argv` (no shell) with stdin closed and returns its stdout; killed after

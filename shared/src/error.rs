@@ -30,3 +30,20 @@ impl std::fmt::Display for FileError {
 }
 
 impl std::error::Error for FileError {}
+
+/// What a non-regular file is (`a FIFO`, `a device`, …), for errors that refuse one.
+pub fn file_kind(m: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "not a file"
+    }
+}

@@ -140,6 +140,13 @@ pub struct JobSpec {
     /// directory starts. Set by the planner from the request, never read from a job
     /// file; `None` in the simulator.
     pub submit_dir: Option<String>,
+    /// The `[[queue]]` it goes to (`queue`, Volcano's `spec.queue`); `None`: `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// Who submits it, for `simulate` (fair share, per-user limits); the planner takes
+    /// the submitter from their certificate instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 impl JobSpec {
@@ -238,6 +245,8 @@ struct RawJob {
     tasks: Located<Vec<RawTask>>,
     /// Read as text: `3600` or `1h30m`.
     time_limit: Option<Located<String>>,
+    queue: Option<Located<String>>,
+    user: Option<Located<String>>,
     /// Read as text, so a bad port is reported in the same words however it was written.
     master_port: Option<Located<String>>,
     on_task_failure: Option<Located<String>>,
@@ -283,6 +292,7 @@ struct VolcanoMetadata {
 #[serde(rename_all = "camelCase")]
 struct VolcanoJobSpec {
     min_available: Option<Located<u32>>,
+    queue: Option<Located<String>>,
     network_topology: Option<Located<RawTopology>>,
     tasks: Located<Vec<VolcanoTask>>,
 }
@@ -646,10 +656,18 @@ struct JobParts {
     master_port: Option<Located<String>>,
     on_task_failure: Option<Located<String>>,
     requeue: bool,
+    queue: Option<Located<String>>,
+    user: Option<Located<String>>,
 }
 
 fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), FileError> {
     check_located_name(NameKind::Job, &j.name, path)?;
+    if let Some(q) = &j.queue {
+        check_located_name(NameKind::Queue, q, path)?;
+    }
+    if let Some(u) = &j.user {
+        check_located_name(NameKind::User, u, path)?;
+    }
     let run = build_run(&j, path)?;
     if j.tasks.value.is_empty() {
         return Err(located_error(path, &j.tasks, "expected at least one task"));
@@ -701,6 +719,8 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
         tasks,
         run,
         submit_dir: None,
+        queue: j.queue.map(|q| q.value),
+        user: j.user.map(|u| u.value),
     };
     Ok((spec, j.name))
 }
@@ -755,6 +775,8 @@ impl RawJob {
             master_port: self.master_port,
             on_task_failure: self.on_task_failure,
             requeue: self.requeue,
+            queue: self.queue,
+            user: self.user,
         }
     }
 }
@@ -811,6 +833,8 @@ impl VolcanoJob {
             master_port: None,
             on_task_failure: None,
             requeue: false,
+            queue: spec.queue,
+            user: None,
         }
     }
 }

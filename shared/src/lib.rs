@@ -19,6 +19,7 @@ pub mod quantity;
 pub mod report;
 pub mod resources;
 pub mod status;
+pub mod swf;
 pub mod taskend;
 pub mod taskenv;
 pub mod timelimit;

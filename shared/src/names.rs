@@ -17,13 +17,17 @@ pub enum NameKind {
     Task,
     Node,
     HyperNode,
+    /// A `[[queue]]` name.
+    Queue,
+    /// A user name (the simulator's `user`; Unix login names are stricter).
+    User,
 }
 
 impl NameKind {
     /// Longest name of this kind, in characters (= bytes: names are ASCII).
     pub const fn max_len(self) -> usize {
         match self {
-            NameKind::Job | NameKind::Task => MAX_JOB_NAME,
+            NameKind::Job | NameKind::Task | NameKind::Queue | NameKind::User => MAX_JOB_NAME,
             NameKind::Node | NameKind::HyperNode => MAX_NAME,
         }
     }
@@ -36,6 +40,8 @@ impl fmt::Display for NameKind {
             NameKind::Task => "task",
             NameKind::Node => "node",
             NameKind::HyperNode => "HyperNode",
+            NameKind::Queue => "queue",
+            NameKind::User => "user",
         })
     }
 }

@@ -171,6 +171,21 @@ pub struct JobReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     pub tasks: Vec<TaskReport>,
+    /// A pending job's reservation (backfill): when it is expected to start, and where.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<ReservationReport>,
+}
+
+/// Room held for a pending job: its expected start and the nodes kept for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservationReport {
+    /// Expected start (Unix seconds; virtual seconds in `simulate`).
+    pub start: u64,
+    /// The lowest HyperNode holding every reserved node; `None`: several at the top.
+    pub hyper_node: Option<String>,
+    /// The reserved nodes, by name, sorted.
+    pub nodes: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -123,6 +123,7 @@ mod tests {
                     ..TaskReport::default()
                 })
                 .collect(),
+            reservation: None,
         }
     }
 

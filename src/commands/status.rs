@@ -230,6 +230,7 @@ mod tests {
                     owner: None,
                     exit_code: None,
                     tasks: vec![task(0, Some("gpu-b01"), true), task(1, Some("gpu-b02"), true)],
+                    reservation: None,
                 },
                 JobReport {
                     id: 1,
@@ -243,6 +244,7 @@ mod tests {
                     owner: None,
                     exit_code: None,
                     tasks: vec![task(0, None, false)],
+                    reservation: None,
                 },
                 JobReport {
                     id: 1,
@@ -256,6 +258,7 @@ mod tests {
                     owner: None,
                     exit_code: None,
                     tasks: vec![],
+                    reservation: None,
                 },
             ],
         }

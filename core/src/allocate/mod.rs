@@ -1,6 +1,8 @@
 //! The allocate system: jobs in order (priority, then submit time, then name), each
-//! searched with the two-level gradient search, committed whole or not at all.
+//! searched with the two-level gradient search, committed whole or not at all; the first
+//! blocked jobs get reservations and later ones backfill around them ([`backfill`]).
 
+pub mod backfill;
 mod binpack;
 mod fading;
 mod gang;
@@ -29,6 +31,12 @@ use crate::model::components::{
     Job, JobPhase, JobState, NodeSlot, Retired, SubJob, SubJobState, Task, TaskPhase, TaskState,
 };
 use crate::model::tick::{CapacityEpoch, Now, Outbox};
+use hyperplan_shared::report::ReservationReport;
+
+use backfill::active::{ActiveSet, Window};
+use backfill::reserve::Sweep;
+use backfill::timeline::{Release, Timeline};
+use backfill::{OrderKey, Reservation, Reservations};
 
 pub use gang::{JobCtx, SubJobCtx, TaskSlot};
 pub use gradient::gradients;
@@ -39,61 +47,106 @@ pub use search::Search;
 /// in the same tick, from its allocated HyperNode; this bounds the retries.
 const PASSES_PER_JOB: usize = 2;
 
-/// The allocate system: tries each job that may have something to place ([`Unsettled`]),
-/// commits it whole or not at all, and sets the pending reason of a job that does not fit.
+/// The allocate system: tries each job that may have something to place ([`Unsettled`])
+/// in order, commits it whole or not at all, and sets the pending reason of a job that
+/// does not fit. The first `[scheduler] reservations` pending jobs that do not fit each
+/// get a reservation ([`backfill`]); every later job is tried with the reservations its
+/// time limit would overlap holding their room, so it starts only where it delays none.
 #[allow(clippy::too_many_arguments)]
 pub fn allocate(
     index: Res<TopologyIndex>,
     config: Res<PlannerConfig>,
     now: Res<Now>,
     epoch: Res<CapacityEpoch>,
-    mut cap: ResMut<Capacity>,
-    mut numa: ResMut<NumaState>,
-    mut holdings: ResMut<Holdings>,
+    (mut cap, mut numa, mut holdings): (ResMut<Capacity>, ResMut<NumaState>, ResMut<Holdings>),
     mut out: ResMut<Outbox>,
     mut jobs: Query<(Entity, &Job, &mut JobState), Without<Retired>>,
     mut sub_jobs: Query<(&SubJob, &mut SubJobState)>,
     mut tasks: Query<(&Task, &mut TaskState)>,
     nodes: Query<&NodeSlot>,
-    submitted: Query<Entity, (Added<Job>, Without<Retired>)>,
-    requeued: Query<Entity, (Changed<Requeued>, Without<Retired>)>,
+    (submitted, requeued): (Arrived<Added<Job>>, Arrived<Changed<Requeued>>),
     mut unsettled: Local<Unsettled>,
     awaiting: Option<Res<crate::model::awaiting::Awaiting>>,
+    mut reservations: ResMut<Reservations>,
 ) {
     // While nodes known from the store have not registered, the cluster is not whole:
     // "never fits" is not decided on it.
     let whole = awaiting.is_none_or(|a| a.0 == 0);
     let _span = tracing::info_span!("allocate").entered();
+    let now_s = now.secs();
     // A job rejected because it could not run on the emptied cluster is looked at again
     // when the topology changed since (in the daemon nodes register and discovery sources
     // load after people submit): every job is looked over then. One rejected at submit (a
     // bad spec) never is: it has no checked generation.
+    let mut fresh: Vec<Entity> = Vec::new();
     if unsettled.generation != Some(index.generation) {
         unsettled.generation = Some(index.generation);
         unsettled.jobs = jobs.iter().map(|(e, _, _)| e).collect();
     } else {
-        unsettled.jobs.extend(submitted.iter());
-        unsettled.jobs.extend(requeued.iter());
+        fresh.extend(submitted.iter());
+        fresh.extend(requeued.iter());
+        unsettled.jobs.extend(fresh.iter().copied());
     }
-    let mut order: Vec<(Reverse<i32>, u64, String, Entity)> = unsettled
+    let key_of = |job: &Job| -> OrderKey { (Reverse(job.spec.priority), job.spec.submit_time, job.spec.name.clone()) };
+    // Reservations stand until room may have grown, a holder stopped waiting, or a job
+    // arrived ahead of one; then they are all worked out again in this walk.
+    let want = config.scheduler.reservations as usize;
+    let basis = (epoch.0, index.generation);
+    let holder_gone = reservations.list.iter().any(|r| {
+        jobs.get(r.job)
+            .ok()
+            .is_none_or(|(_, _, st)| st.phase != JobPhase::Pending)
+    });
+    let ahead = reservations.list.last().is_some_and(|last| {
+        fresh
+            .iter()
+            .filter_map(|&e| jobs.get(e).ok())
+            .any(|(_, job, _)| key_of(job) < last.key)
+    });
+    let mut previous = Vec::new();
+    // The old list's nodes mean the same only within one topology generation.
+    let mut sticky = false;
+    if want == 0 || reservations.basis != Some(basis) || holder_gone || ahead {
+        sticky = reservations.basis.is_some_and(|(_, g)| g == index.generation);
+        previous = std::mem::take(&mut reservations.list);
+        reservations.generation += 1;
+        reservations.basis = Some(basis);
+    }
+    // Jobs whose stored reservation may be out of date after this walk.
+    let mut looked_at: Vec<Entity> = previous.iter().map(|r| r.job).collect();
+    // A job that failed with this much room fails again: retried only when capacity may
+    // have grown or the reservations were worked out again (both only ever count up).
+    let room_epoch = epoch.0.wrapping_add(reservations.generation);
+    let mut order: Vec<(OrderKey, Entity)> = unsettled
         .jobs
         .iter()
         .filter_map(|&e| jobs.get(e).ok())
         .filter(|(_, job, st)| match st.phase {
             // Nothing freed since it last failed: it would fail again (see below).
-            JobPhase::Pending => st.failed_epoch != Some(epoch.0),
+            JobPhase::Pending => st.failed_epoch != Some(room_epoch),
             // Ranks count the placed tasks: a job with all of them placed has none left.
             // One with a verdict (a task failed, `continue`) gets no more.
             JobPhase::Running => {
-                (st.next_rank as usize) < job.tasks.len() && st.failed_epoch != Some(epoch.0) && st.verdict.is_none()
+                (st.next_rank as usize) < job.tasks.len() && st.failed_epoch != Some(room_epoch) && st.verdict.is_none()
             }
             JobPhase::Rejected => st.checked_generation.is_some_and(|g| g != index.generation),
             JobPhase::Ending | JobPhase::Finished | JobPhase::Cancelled => false,
         })
-        .map(|(e, j, _)| (Reverse(j.spec.priority), j.spec.submit_time, j.spec.name.clone(), e))
+        .map(|(e, j, _)| (key_of(j), e))
         .collect();
     order.sort();
-    for (_, _, _, entity) in order {
+    // Reservations need to know when running tasks end: only with a ledger of this
+    // topology (one being rebuilt is, next tick).
+    let can_reserve = want > 0 && holdings.generation == Some(index.generation);
+    let mut active = ActiveSet::default();
+    let mut timeline = Timeline::default();
+    for (key, entity) in order {
+        looked_at.push(entity);
+        let limit = jobs.get(entity).ok().and_then(|(_, j, _)| j.spec.run.time_limit);
+        if !reservations.list.is_empty() {
+            let window = Window { from: now_s, limit };
+            active.set(&reservations.list, window, &index, &mut cap, &mut numa, None);
+        }
         let mut was_rejected = None;
         if let Ok((_, job, mut state)) = jobs.get_mut(entity)
             && state.phase == JobPhase::Rejected
@@ -110,7 +163,7 @@ pub fn allocate(
             let Ok((_, job, mut state)) = jobs.get_mut(entity) else {
                 break;
             };
-            if state.failed_epoch == Some(epoch.0) {
+            if state.failed_epoch == Some(room_epoch) {
                 break; // nothing freed since it last failed: it would fail again
             }
             let mut ctx = build_ctx(entity, job, &state, &index, &cap, &sub_jobs, &tasks, &nodes, &mut out);
@@ -119,7 +172,7 @@ pub fn allocate(
             }
             let mut search = Search::new(&index, &mut cap, &mut numa, &config);
             let Some(decision) = search.allocate_job(&mut ctx) else {
-                state.failed_epoch = Some(epoch.0);
+                state.failed_epoch = Some(room_epoch);
                 if pass == 0 && state.phase == JobPhase::Pending && !whole {
                     state.reason = Some(
                         "waiting for the agents of the nodes that ran its tasks before the planner restarted".into(),
@@ -135,6 +188,48 @@ pub fn allocate(
                         &mut out,
                         was_rejected.as_deref(),
                     );
+                    if can_reserve && state.phase == JobPhase::Pending && reservations.list.len() < want {
+                        if !timeline.is_built() {
+                            timeline.build(holdings.iter().filter_map(|(e, held)| {
+                                let (task, ts) = tasks.get(e).ok()?;
+                                let (_, job, _) = jobs.get(task.job).ok()?;
+                                let end = ts.start_time?.saturating_add(job.spec.run.time_limit?);
+                                Some(Release {
+                                    end,
+                                    held: held.clone(),
+                                })
+                            }));
+                        }
+                        let prev = previous
+                            .iter()
+                            .filter(|_| sticky)
+                            .find(|r: &&Reservation| r.job == entity);
+                        let found = Sweep {
+                            index: &index,
+                            cap: &mut cap,
+                            numa: &mut numa,
+                            config: &config,
+                        }
+                        .earliest(
+                            &ctx,
+                            limit,
+                            now_s,
+                            timeline.sorted(),
+                            &reservations.list,
+                            &mut active,
+                            prev,
+                        );
+                        if let Some(f) = found {
+                            reservations.list.push(Reservation {
+                                job: entity,
+                                key: key.clone(),
+                                start: f.start,
+                                end: limit.map(|l| f.start.saturating_add(l)),
+                                hyper_node: f.hyper_node,
+                                held: f.held,
+                            });
+                        }
+                    }
                 }
                 break;
             };
@@ -150,12 +245,19 @@ pub fn allocate(
                     ts.phase = TaskPhase::Running;
                     ts.node = Some(index.node_entities[n.ix()]);
                     ts.rank = Some(state.next_rank);
-                    ts.start_time = Some(now.secs());
+                    ts.start_time = Some(now_s);
                     ts.dispatched = false;
                     ts.numa = slot.assignment.take();
                     state.next_rank += 1;
                     if record {
-                        holdings.record(slot.entity, held_by(&cap, &mut shapes, n, task, &ts));
+                        let held = held_by(&cap, &mut shapes, n, task, &ts);
+                        if let Some(l) = limit {
+                            timeline.push(Release {
+                                end: now_s.saturating_add(l),
+                                held: held.clone(),
+                            });
+                        }
+                        holdings.record(slot.entity, held);
                     }
                 }
             }
@@ -172,7 +274,7 @@ pub fn allocate(
             }
             if state.phase == JobPhase::Pending {
                 state.phase = JobPhase::Running;
-                state.start_time = Some(now.secs());
+                state.start_time = Some(now_s);
                 state.reason = None;
             }
             if let Some(before) = was_rejected.take() {
@@ -183,6 +285,8 @@ pub fn allocate(
             }
         }
     }
+    active.clear(&reservations.list, &index, &mut cap, &mut numa);
+    record_reservations(&reservations, &looked_at, &index, &mut jobs);
     unsettled.jobs.retain(|&e| {
         jobs.get(e).is_ok_and(|(_, job, st)| match st.phase {
             JobPhase::Pending => true,
@@ -192,6 +296,43 @@ pub fn allocate(
         })
     });
 }
+
+/// Each reserved job's stored reservation follows the list (written only where it
+/// changed, so the store sees only real changes); jobs that lost theirs have none.
+fn record_reservations(
+    reservations: &Reservations,
+    looked_at: &[Entity],
+    index: &TopologyIndex,
+    jobs: &mut Query<(Entity, &Job, &mut JobState), Without<Retired>>,
+) {
+    for r in &reservations.list {
+        let mut nodes: Vec<String> = r.held.iter().map(|h| index.node_names[h.node.ix()].clone()).collect();
+        nodes.sort();
+        nodes.dedup();
+        let record = ReservationReport {
+            start: r.start,
+            hyper_node: r.hyper_node.map(|h| index.hns[h.ix()].name.clone()),
+            nodes,
+        };
+        if let Ok((_, _, mut st)) = jobs.get_mut(r.job)
+            && st.reservation.as_ref() != Some(&record)
+        {
+            st.reservation = Some(record);
+        }
+    }
+    for &job in looked_at {
+        if reservations.of(job).is_none()
+            && let Ok((_, _, mut st)) = jobs.get_mut(job)
+            && st.reservation.is_some()
+        {
+            st.reservation = None;
+        }
+    }
+}
+
+/// Live jobs that arrived in the walk's view since the last tick by filter `F`
+/// (submitted, requeued).
+type Arrived<'w, 's, F> = Query<'w, 's, Entity, (F, Without<Retired>)>;
 
 /// The jobs that may have something to try: submitted since, pending, or running with
 /// tasks left to place. A running job with every task placed leaves it, so the many

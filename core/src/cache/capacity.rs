@@ -266,6 +266,19 @@ impl Capacity {
         per_hn
     }
 
+    /// How many tasks of `s` fit in HyperNode `h` right now, when `s` is counted (after
+    /// [`room_per_hn`](Self::room_per_hn) asked for it): one read, no copy, for checks
+    /// repeated as the room of a few nodes changes.
+    pub fn counted_room(&self, h: HnIdx, s: &Shape) -> Option<u64> {
+        if s.missing.is_some() {
+            return Some(0);
+        }
+        self.counted
+            .iter()
+            .find(|c| c.req == s.req)
+            .and_then(|c| c.per_hn.get(h.ix()).copied())
+    }
+
     /// HyperNode `h`'s used resources, one value per dimension.
     pub fn hn_used(&self, h: HnIdx) -> &[u64] {
         &self.hn_used[h.ix() * self.d..(h.ix() + 1) * self.d]

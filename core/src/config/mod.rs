@@ -1,10 +1,11 @@
 //! What the planner core reads from `planner.toml`: `[scoring]` ([`scoring`]), `[numa]`
-//! ([`numa`]), `[limits]` ([`limits`]) and node health (the heartbeat keys of `[server]`). The daemon parses
+//! ([`numa`]), `[limits]` ([`limits`]), `[scheduler]` ([`scheduler`]) and node health (the heartbeat keys of `[server]`). The daemon parses
 //! the whole file and hands these sections here; nothing in this module reads a file.
 
 mod error;
 pub mod limits;
 pub mod numa;
+pub mod scheduler;
 pub mod scoring;
 
 use std::time::Duration;
@@ -14,6 +15,7 @@ use bevy_ecs::prelude::Resource;
 pub use error::{ConfigError, parse_error};
 pub use limits::{LimitsConfig, LimitsSection};
 pub use numa::{NumaConfig, NumaSection};
+pub use scheduler::{SchedulerConfig, SchedulerSection};
 pub use scoring::{ScoringConfig, ScoringSection, SpanMode};
 
 /// Everything the planner core reads from its configuration.
@@ -29,6 +31,8 @@ pub struct PlannerConfig {
     pub health: HealthConfig,
     /// `[limits]`: tasks per job, live jobs per user (checked at submit).
     pub limits: LimitsConfig,
+    /// `[scheduler]`: reservations and backfill.
+    pub scheduler: SchedulerConfig,
 }
 
 /// The core's sections of planner.toml as written; the daemon's are checked by the daemon.
@@ -38,6 +42,7 @@ struct CoreSections {
     scoring: ScoringSection,
     numa: Option<NumaSection>,
     limits: Option<LimitsSection>,
+    scheduler: Option<SchedulerSection>,
 }
 
 impl PlannerConfig {
@@ -63,6 +68,7 @@ impl PlannerConfig {
             toml::from_str(text).map_err(|e| at(e.span().map_or(usize::MAX, |s| s.start), e.message().to_string()))?;
         Ok(Self {
             limits: LimitsConfig::from_section(raw.limits.as_ref(), &at)?,
+            scheduler: SchedulerConfig::from_section(raw.scheduler.as_ref(), &at)?,
             ..Self::from_sections(&raw.scoring, raw.numa.as_ref(), &at)?
         })
     }

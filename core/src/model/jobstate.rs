@@ -53,7 +53,8 @@ pub struct JobState {
     /// The topology generation this job was last found unplaceable on the empty cluster
     /// for, so the (costly) check runs once per topology.
     pub checked_generation: Option<u64>,
-    /// The capacity epoch of the last attempt that placed nothing (see `CapacityEpoch`).
+    /// The room epoch (the capacity epoch plus the reservations' generation, see
+    /// `allocate`) of the last attempt that placed nothing.
     pub failed_epoch: Option<u64>,
 }
 
@@ -123,6 +124,11 @@ pub struct StateRecord {
     /// Rejected by the allocator (looked at again when nodes join), not at submit. Set
     /// in the record only (`persist`, from `JobState::checked_generation`).
     pub rejected_for_topology: bool,
+    /// While it waits with a reservation: when it is expected to start and where (see
+    /// `allocate::backfill`). Kept in the store, so `status` shows it across a restart
+    /// until the first walk works it out again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<hyperplan_shared::report::ReservationReport>,
 }
 
 impl StateRecord {
@@ -143,6 +149,7 @@ impl StateRecord {
             kill: None,
             requeue: None,
             rejected_for_topology: false,
+            reservation: None,
         }
     }
 }

@@ -3,6 +3,9 @@
 //! event to event (submissions, completions) until every job has finished or can never
 //! run. It runs the very Schedule the daemon runs.
 
+pub mod easy;
+pub mod metrics;
+pub mod swf;
 mod table;
 
 use std::collections::BTreeMap;
@@ -29,6 +32,15 @@ pub fn planner_for(cluster: &ClusterSpec, config: PlannerConfig) -> Planner {
     planner.push(Event::StaticHyperNodes(cluster.hyper_nodes.clone()));
     planner.push(Event::LabelDiscovery(cluster.label_discovery.clone()));
     planner
+}
+
+/// How long a task runs in virtual time: its runtime, cut at the time limit; with only a
+/// limit, until the limit; with neither, until cancelled (`None`).
+fn ran_for(runtime: Option<u64>, limit: Option<u64>) -> Option<u64> {
+    match (runtime, limit) {
+        (Some(r), Some(l)) => Some(r.min(l)),
+        (r, l) => r.or(l),
+    }
 }
 
 /// Runs the simulation and returns the report.
@@ -60,10 +72,12 @@ pub fn simulate_with(
         }
         rest
     };
-    let timed = jobs.iter().any(|j| j.tasks.iter().any(|t| t.runtime.is_some()));
+    let timed = jobs
+        .iter()
+        .any(|j| j.run.time_limit.is_some() || j.tasks.iter().any(|t| t.runtime.is_some()));
     if !timed {
         for j in jobs {
-            planner.push(Event::submit(j.clone(), SIM_OWNER));
+            planner.push(Event::submit(j.clone(), j.user.as_deref().unwrap_or(SIM_OWNER)));
         }
         let cmds = planner.tick(0);
         note(cmds, &mut warnings);
@@ -76,7 +90,8 @@ pub fn simulate_with(
         let mut now = submissions.first().map_or(0, |j| j.submit_time);
         loop {
             while next_sub < submissions.len() && submissions[next_sub].submit_time <= now {
-                planner.push(Event::submit(submissions[next_sub].clone(), SIM_OWNER));
+                let j = submissions[next_sub];
+                planner.push(Event::submit(j.clone(), j.user.as_deref().unwrap_or(SIM_OWNER)));
                 next_sub += 1;
             }
             if let Some(done) = completions.remove(&now) {
@@ -86,9 +101,10 @@ pub fn simulate_with(
             }
             let cmds = planner.tick(now);
             for c in note(cmds, &mut warnings) {
-                // A task's runtime is in its spec (the placement shares it).
+                // A task's runtime is in its spec (the placement shares it); one past its
+                // job's time limit ends at the limit, as the agent would end it.
                 if let Command::Place(p) = c
-                    && let Some(r) = p.spec.tasks.get(p.role).and_then(|t| t.runtime)
+                    && let Some(r) = ran_for(p.spec.tasks.get(p.role).and_then(|t| t.runtime), p.spec.run.time_limit)
                 {
                     completions
                         .entry(now + r)

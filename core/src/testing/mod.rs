@@ -234,6 +234,8 @@ impl JobBuilder {
                 tasks: vec![task_spec("worker", replicas, resources)],
                 run: Default::default(),
                 submit_dir: None,
+                queue: None,
+                user: None,
             },
         }
     }
@@ -291,6 +293,12 @@ impl JobBuilder {
         for t in &mut self.spec.tasks {
             t.runtime = Some(r);
         }
+        self
+    }
+
+    /// Time limit (seconds): the runtime estimate reservations count on.
+    pub fn limit(mut self, secs: u64) -> Self {
+        self.spec.run.time_limit = Some(secs);
         self
     }
 

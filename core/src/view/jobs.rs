@@ -142,6 +142,10 @@ fn report(
         owner: owner.map(|o| o.0.to_string()),
         exit_code: st.exit_code,
         tasks,
+        reservation: st
+            .reservation
+            .clone()
+            .filter(|_| status == hyperplan_shared::report::JobStatus::Pending),
     }
 }
 

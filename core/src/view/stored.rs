@@ -78,5 +78,6 @@ pub fn stored_report(rec: &JobRecord) -> JobReport {
         owner: Some(rec.owner.clone()),
         exit_code: s.exit_code,
         tasks,
+        reservation: None,
     }
 }

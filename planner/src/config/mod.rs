@@ -9,7 +9,10 @@ pub mod server;
 use std::path::Path;
 
 use hyperplan_core::PlannerConfig;
-use hyperplan_core::config::{ConfigError, LimitsConfig, LimitsSection, NumaSection, ScoringSection, parse_error};
+use hyperplan_core::config::{
+    ConfigError, LimitsConfig, LimitsSection, NumaSection, SchedulerConfig, SchedulerSection, ScoringSection,
+    parse_error,
+};
 use serde::Deserialize;
 
 use discovery::RawSource;
@@ -38,6 +41,7 @@ struct RawConfig {
     scoring: ScoringSection,
     numa: Option<NumaSection>,
     limits: Option<LimitsSection>,
+    scheduler: Option<SchedulerSection>,
     server: Option<RawServer>,
     store: Option<crate::store::config::RawStore>,
     ha: Option<crate::store::config::RawHa>,
@@ -62,6 +66,7 @@ impl DaemonConfig {
             toml::from_str(text).map_err(|e| at(e.span().map_or(usize::MAX, |s| s.start), e.message().to_string()))?;
         let mut planner = PlannerConfig::from_sections(&raw.scoring, raw.numa.as_ref(), &at)?;
         planner.limits = LimitsConfig::from_section(raw.limits.as_ref(), &at)?;
+        planner.scheduler = SchedulerConfig::from_section(raw.scheduler.as_ref(), &at)?;
         let server = server::server_config(raw.server, &at)?;
         planner.health = server.health();
         let base = Path::new(origin).parent().unwrap_or(Path::new(""));

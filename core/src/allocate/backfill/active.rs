@@ -1,0 +1,97 @@
+//! Which reservations hold their resources in the live caches right now. While a job is
+//! tried, every reservation whose window overlaps the job's (now until now + its time
+//! limit) is taken from the capacity and NUMA caches, so the search simply cannot use
+//! reserved room the job would still hold when the reservation begins; reservations that
+//! begin after the job must have ended leave their room usable. The walk moves the set
+//! from job to job and gives everything back at its end.
+
+use crate::cache::capacity::Capacity;
+use crate::cache::numa::NumaState;
+use crate::model::ids::NodeIdx;
+use crate::topology::TopologyIndex;
+
+use super::Reservation;
+
+/// Per reservation (by position in the list): whether its resources are taken now.
+#[derive(Debug, Default)]
+pub struct ActiveSet {
+    taken: Vec<bool>,
+}
+
+/// The window of time a job would occupy: from `from` for `limit` seconds (`None`: for
+/// ever).
+#[derive(Clone, Copy, Debug)]
+pub struct Window {
+    /// Its start (Unix seconds).
+    pub from: u64,
+    /// Its length; `None` = without end.
+    pub limit: Option<u64>,
+}
+
+impl Window {
+    /// Whether reservation `r` overlaps the window: it begins before the window ends and
+    /// ends after the window begins.
+    pub fn overlaps(&self, r: &Reservation) -> bool {
+        let begins_before_end = self.limit.is_none_or(|l| r.start < self.from.saturating_add(l));
+        let ends_after_start = r.end.is_none_or(|e| self.from < e);
+        begins_before_end && ends_after_start
+    }
+}
+
+impl ActiveSet {
+    /// Takes every reservation of `list` that overlaps `window` and gives back every other
+    /// one; the nodes of those given back go into `freed` (their room grew).
+    pub fn set(
+        &mut self,
+        list: &[Reservation],
+        window: Window,
+        index: &TopologyIndex,
+        cap: &mut Capacity,
+        numa: &mut NumaState,
+        mut freed: Option<&mut Vec<NodeIdx>>,
+    ) {
+        self.taken.resize(list.len(), false);
+        for (r, taken) in list.iter().zip(self.taken.iter_mut()) {
+            let want = window.overlaps(r);
+            if want == *taken {
+                continue;
+            }
+            *taken = want;
+            for h in &r.held {
+                if want {
+                    cap.take(index, h.node, &h.shape);
+                    if let Some(a) = &h.numa {
+                        numa.take(h.node, a);
+                    }
+                } else {
+                    cap.give(index, h.node, &h.shape);
+                    if let Some(a) = &h.numa {
+                        numa.give(h.node, a);
+                    }
+                    if let Some(f) = freed.as_deref_mut() {
+                        f.push(h.node);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gives back everything taken: the caches hold only what runs.
+    pub fn clear(&mut self, list: &[Reservation], index: &TopologyIndex, cap: &mut Capacity, numa: &mut NumaState) {
+        for (r, taken) in list.iter().zip(self.taken.iter_mut()) {
+            if std::mem::take(taken) {
+                for h in &r.held {
+                    cap.give(index, h.node, &h.shape);
+                    if let Some(a) = &h.numa {
+                        numa.give(h.node, a);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether reservation `i` is taken now.
+    pub fn is_taken(&self, i: usize) -> bool {
+        self.taken.get(i).copied().unwrap_or(false)
+    }
+}

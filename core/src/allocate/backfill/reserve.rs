@@ -1,0 +1,226 @@
+//! The earliest time a blocked job fits, and where: a sweep forward in time over the live
+//! caches. At each time a running task is expected to end, its resources are given back
+//! (in the caches themselves, undone at the end), the reservations overlapping the job's
+//! window from then on are taken, and, when the room of some HyperNode the job may use
+//! has grown enough, the real placement search runs on that future state. The first
+//! success is the reservation: one HyperNode of an allowed tier (the search's own rule),
+//! fewest leaves, best packed, as a placement now would be.
+
+use std::sync::Arc;
+
+use crate::cache::capacity::{Capacity, Shape};
+use crate::cache::holdings::Held;
+use crate::cache::numa::NumaState;
+use crate::config::PlannerConfig;
+use crate::model::ids::{HnIdx, NodeIdx};
+use crate::topology::TopologyIndex;
+
+use super::super::gang::JobCtx;
+use super::super::search::Search;
+use super::Reservation;
+use super::active::{ActiveSet, Window};
+use super::timeline::Release;
+
+/// Full searches one reservation may cost; the cheap room check before each keeps most
+/// sweeps far below it. A job that still does not fit gets no reservation this walk.
+const MAX_SEARCHES: usize = 64;
+
+/// Where and when a blocked job will fit.
+#[derive(Debug)]
+pub struct Found {
+    /// When (Unix seconds).
+    pub start: u64,
+    /// What each of its pending tasks would hold there.
+    pub held: Vec<Held>,
+    /// The lowest HyperNode holding every reserved node (`None`: the whole cluster).
+    pub hyper_node: Option<HnIdx>,
+}
+
+/// The caches and settings a sweep works on.
+pub struct Sweep<'a> {
+    /// The topology.
+    pub index: &'a TopologyIndex,
+    /// The live capacity cache (left as it was found).
+    pub cap: &'a mut Capacity,
+    /// The live NUMA state (left as it was found).
+    pub numa: &'a mut NumaState,
+    /// Scoring, as for a placement now.
+    pub config: &'a PlannerConfig,
+}
+
+impl Sweep<'_> {
+    /// The earliest time after `now` at which `ctx`'s pending tasks fit for `limit`
+    /// seconds, given `releases` (sorted by end) and the reservations already made
+    /// (`list`, held per `active`). `previous`: the job's reservation from the last walk,
+    /// kept when it still holds at its time (so it does not wander and push others back).
+    /// The caches are left as they were found, except for `active`, which the caller
+    /// sets again for the next job.
+    #[allow(clippy::too_many_arguments)]
+    pub fn earliest(
+        &mut self,
+        ctx: &JobCtx,
+        limit: Option<u64>,
+        now: u64,
+        releases: &[Release],
+        list: &[Reservation],
+        active: &mut ActiveSet,
+        previous: Option<&Reservation>,
+    ) -> Option<Found> {
+        let mut pending = vec![0u64; ctx.shapes.len()];
+        ctx.pending().for_each(|t| pending[t.role] += 1);
+        let pending_total: u64 = pending.iter().sum();
+        if pending_total == 0 {
+            return None;
+        }
+        let need = u64::from(ctx.gang_min.saturating_sub(ctx.placed()).max(1));
+        // Count the job's shapes from here on, so each room check is a read.
+        for (r, shape) in ctx.shapes.iter().enumerate() {
+            if pending[r] > 0 {
+                self.cap.room_per_hn(self.index, shape);
+            }
+        }
+        let previous =
+            previous.filter(|p| p.held.len() as u64 == pending_total && p.held.iter().all(|h| h.numa.is_none()));
+        let mut applied = 0usize;
+        let mut searches = 0usize;
+        let mut sticky_tried = false;
+        let mut found = None;
+        let mut freed: Vec<NodeIdx> = Vec::new();
+        let at = |r: &Release| r.end.max(now + 1);
+        // Times room can grow: a running task's end, or a reservation's.
+        let mut ends: Vec<u64> = list.iter().filter_map(|r| r.end).filter(|&e| e > now).collect();
+        ends.sort_unstable();
+        ends.dedup();
+        let mut next_end = 0usize;
+        loop {
+            let c = match (releases.get(applied).map(at), ends.get(next_end)) {
+                (Some(a), Some(&b)) => a.min(b),
+                (Some(a), None) => a,
+                (None, Some(&b)) => b,
+                (None, None) => break,
+            };
+            while ends.get(next_end).is_some_and(|&e| e <= c) {
+                next_end += 1;
+            }
+            freed.clear();
+            while applied < releases.len() && at(&releases[applied]) <= c {
+                let h = &releases[applied].held;
+                self.cap.give(self.index, h.node, &h.shape);
+                if let Some(a) = &h.numa {
+                    self.numa.give(h.node, a);
+                }
+                freed.push(h.node);
+                applied += 1;
+            }
+            let window = Window { from: c, limit };
+            active.set(list, window, self.index, self.cap, self.numa, Some(&mut freed));
+            if let Some(p) = previous
+                && !sticky_tried
+                && c >= p.start
+            {
+                sticky_tried = true;
+                if self.holds(&p.held) {
+                    found = Some(Found {
+                        start: c,
+                        held: p.held.clone(),
+                        hyper_node: p.hyper_node,
+                    });
+                    break;
+                }
+            }
+            if !self.room_grew_enough(ctx, &pending, need, &freed) {
+                continue;
+            }
+            searches += 1;
+            if let Some(f) = self.search_at(ctx, c) {
+                found = Some(f);
+                break;
+            }
+            if searches >= MAX_SEARCHES {
+                break;
+            }
+        }
+        // Undo the sweep: what was given back is taken again.
+        for r in &releases[..applied] {
+            let h = &r.held;
+            self.cap.take(self.index, h.node, &h.shape);
+            if let Some(a) = &h.numa {
+                self.numa.take(h.node, a);
+            }
+        }
+        found
+    }
+
+    /// Whether some HyperNode the job may use, holding a node whose room just grew, now
+    /// has room for the job's gang (a necessary condition, cheap: a few reads per node).
+    fn room_grew_enough(&self, ctx: &JobCtx, pending: &[u64], need: u64, freed: &[NodeIdx]) -> bool {
+        let allowed = |h: HnIdx| ctx.tier.is_none_or(|t| self.index.hns[h.ix()].tier <= t);
+        let room = |h: HnIdx| -> u64 {
+            ctx.shapes
+                .iter()
+                .zip(pending)
+                .filter(|(_, p)| **p > 0)
+                .map(|(s, p)| self.cap.counted_room(h, s).unwrap_or(u64::MAX).min(*p))
+                .sum()
+        };
+        let mut seen_groups: Vec<u32> = Vec::new();
+        for &n in freed {
+            let g = self.index.node_group[n.ix()];
+            if seen_groups.contains(&g.0) {
+                continue;
+            }
+            seen_groups.push(g.0);
+            if self.index.groups[g.ix()]
+                .hyper_nodes
+                .iter()
+                .any(|&h| allowed(h) && room(h) >= need)
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Whether every task of a reservation still fits where it was reserved.
+    fn holds(&mut self, held: &[Held]) -> bool {
+        let mut taken = 0;
+        for h in held {
+            if !self.cap.fits(h.node, &h.shape) {
+                break;
+            }
+            self.cap.take(self.index, h.node, &h.shape);
+            taken += 1;
+        }
+        for h in &held[..taken] {
+            self.cap.give(self.index, h.node, &h.shape);
+        }
+        taken == held.len()
+    }
+
+    /// The placement search on the caches as they stand at time `c`; its placements are
+    /// given back at once and returned.
+    fn search_at(&mut self, ctx: &JobCtx, c: u64) -> Option<Found> {
+        let mut trial = ctx.clone();
+        Search::new(self.index, self.cap, self.numa, self.config).allocate_job(&mut trial)?;
+        let shapes: Vec<Arc<Shape>> = trial.shapes.iter().map(|s| Arc::new(s.clone())).collect();
+        let mut held = Vec::new();
+        let mut hyper_node: Option<HnIdx> = None;
+        for slot in trial.tasks.iter_mut().filter(|s| s.new) {
+            let Some(node) = slot.node else { continue };
+            let shape = shapes[slot.role].clone();
+            let numa = slot.assignment.take();
+            self.cap.give(self.index, node, &shape);
+            if let Some(a) = &numa {
+                self.numa.give(node, a);
+            }
+            let lowest = self.index.leaf_of(node).unwrap_or(self.index.root);
+            hyper_node = Some(self.index.lca_opt(hyper_node, Some(lowest)).unwrap_or(lowest));
+            held.push(Held { node, shape, numa });
+        }
+        Some(Found {
+            start: c,
+            held,
+            hyper_node: hyper_node.filter(|h| *h != self.index.root),
+        })
+    }
+}

@@ -1,0 +1,56 @@
+//! When running tasks will have given their resources back: each at its start plus its
+//! job's time limit (the runtime estimate; a task past it is ended `timeout`, so the
+//! estimate is an upper bound). Tasks without a time limit never release in it, and a
+//! task already past its limit is counted as releasing a second from now.
+
+use crate::cache::holdings::Held;
+
+/// One running task's expected release.
+#[derive(Clone, Debug)]
+pub struct Release {
+    /// When (Unix seconds).
+    pub end: u64,
+    /// What it holds.
+    pub held: Held,
+}
+
+/// Running tasks' releases, built when the walk first needs a reservation and extended
+/// by the tasks it starts after that.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    releases: Vec<Release>,
+    sorted: bool,
+    built: bool,
+}
+
+impl Timeline {
+    /// Whether it was built in this walk.
+    pub fn is_built(&self) -> bool {
+        self.built
+    }
+
+    /// Fills it from every running task: `end` and what it holds.
+    pub fn build(&mut self, releases: impl Iterator<Item = Release>) {
+        self.releases.clear();
+        self.releases.extend(releases);
+        self.sorted = false;
+        self.built = true;
+    }
+
+    /// A task started by the walk after the timeline was built.
+    pub fn push(&mut self, release: Release) {
+        if self.built {
+            self.releases.push(release);
+            self.sorted = false;
+        }
+    }
+
+    /// The releases by end time (ties by node, so the sweep is the same on every run).
+    pub fn sorted(&mut self) -> &[Release] {
+        if !self.sorted {
+            self.releases.sort_by_key(|r| (r.end, r.held.node));
+            self.sorted = true;
+        }
+        &self.releases
+    }
+}

@@ -1,0 +1,91 @@
+//! `[scheduler]`: how the allocate walk orders and backfills. Without reservations the
+//! walk is greedy (any job that fits starts, and wide jobs can starve behind narrow ones);
+//! with them the first blocked jobs in order each hold the earliest room one HyperNode of
+//! their tier will have, and later jobs start only where they cannot delay it.
+//!
+//! ```toml
+//! [scheduler]
+//! reservations = 16   # blocked jobs, in order, that get a reservation (0 = greedy)
+//! ```
+
+use serde::Deserialize;
+
+use super::ConfigError;
+
+/// The scheduler's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// How many blocked jobs, first in order, get a reservation (Slurm's `bf_max_job_test`
+    /// idea, Volcano has none); 0 turns backfill off: the walk is greedy.
+    pub reservations: u32,
+}
+
+impl SchedulerConfig {
+    /// `reservations` when `[scheduler]` does not set it.
+    pub const DEFAULT_RESERVATIONS: u32 = 16;
+    /// More would make a tick's reservations cost more than the jobs they protect gain.
+    pub const MAX_RESERVATIONS: u32 = 1024;
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            reservations: Self::DEFAULT_RESERVATIONS,
+        }
+    }
+}
+
+/// `[scheduler]` as written, with where each value starts.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SchedulerSection {
+    /// `reservations`; None: the default.
+    pub reservations: Option<toml::Spanned<i64>>,
+}
+
+impl SchedulerConfig {
+    /// Checks `[scheduler]`; `at` turns an offset and a message into an error naming the line.
+    pub fn from_section(
+        section: Option<&SchedulerSection>,
+        at: &dyn Fn(usize, String) -> ConfigError,
+    ) -> Result<Self, ConfigError> {
+        let mut config = Self::default();
+        let Some(s) = section else { return Ok(config) };
+        if let Some(v) = &s.reservations {
+            config.reservations = u32::try_from(*v.get_ref())
+                .ok()
+                .filter(|&n| n <= Self::MAX_RESERVATIONS)
+                .ok_or_else(|| {
+                    at(
+                        v.span().start,
+                        format!(
+                            "scheduler.reservations: expected a whole number from 0 (greedy, no backfill) to {}, got {}",
+                            Self::MAX_RESERVATIONS,
+                            v.get_ref()
+                        ),
+                    )
+                })?;
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use crate::config::PlannerConfig;
+
+    #[test]
+    fn default_value_and_bad_values() {
+        assert_eq!(PlannerConfig::parse("", "p.toml").unwrap().scheduler.reservations, 16);
+        let c = PlannerConfig::parse("[scheduler]\nreservations = 0\n", "p.toml").unwrap();
+        assert_eq!(c.scheduler.reservations, 0);
+        let e = PlannerConfig::parse("[scheduler]\nreservations = -1\n", "p.toml").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "p.toml:2:16: scheduler.reservations: expected a whole number from 0 (greedy, no backfill) to 1024, got -1"
+        );
+        assert!(PlannerConfig::parse("[scheduler]\nreserve = 1\n", "p.toml").is_err());
+    }
+}

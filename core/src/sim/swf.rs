@@ -1,0 +1,172 @@
+//! A Standard Workload Format log as jobs for the simulator (`hyperplan simulate --swf`):
+//! a site replays its own history against a cluster and a config before deploying them.
+//!
+//! Each log job becomes one task spec of `processors` replicas, each asking for
+//! `1/procs-per-node` of the smallest node's CPUs (one processor = one node by default), with
+//! the log's run time as `runtime`, its requested time as `timeLimit` (the run time when
+//! the log has none: a perfect estimate), its submit time (times `time_scale`: below 1
+//! packs arrivals closer, a heavier load), and its user as `user`. Jobs the log cannot
+//! run (unknown run time or processors) are skipped and counted.
+
+use std::collections::BTreeMap;
+
+use hyperplan_shared::swf::{SwfJob, SwfLog};
+use hyperplan_shared::{ClusterSpec, JobSpec, NetworkTopology, Resources, TaskSpec, TopologyMode};
+
+use crate::config::PlannerConfig;
+
+/// How log jobs ask for topology.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopologyAsk {
+    /// Hard: the lowest tier one of whose HyperNodes can hold the job.
+    Hard,
+    /// The same tier, soft: preferred, not required.
+    Soft,
+    /// No topology: anywhere.
+    None,
+}
+
+/// How a log becomes jobs.
+#[derive(Clone, Copy, Debug)]
+pub struct SwfOptions {
+    /// How jobs ask for topology.
+    pub topology: TopologyAsk,
+    /// Log processors per node (1: one processor is one node).
+    pub procs_per_node: u32,
+    /// Submit times are multiplied by it (1: as logged).
+    pub time_scale: f64,
+}
+
+impl Default for SwfOptions {
+    fn default() -> Self {
+        Self {
+            topology: TopologyAsk::Hard,
+            procs_per_node: 1,
+            time_scale: 1.0,
+        }
+    }
+}
+
+/// Why a log cannot be replayed on a cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum SwfReplayError {
+    /// No node with CPUs.
+    #[error("the cluster has no node with CPUs to replay log processors on")]
+    NoCpus,
+    /// A processor would get less than a millicore.
+    #[error("--procs-per-node {procs}: the smallest node has {millis} millicores, less than 1 per processor")]
+    TooManyProcs {
+        /// `--procs-per-node`.
+        procs: u32,
+        /// The smallest node's CPU, in millicores.
+        millis: u64,
+    },
+    /// `--time-scale` is not a positive number.
+    #[error("--time-scale {0}: expected a number above 0")]
+    TimeScale(f64),
+}
+
+/// The log's jobs, ready to simulate, and the ones left out.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// In log order.
+    pub jobs: Vec<JobSpec>,
+    /// (line, why) per job left out.
+    pub skipped: Vec<(usize, String)>,
+}
+
+/// The largest HyperNode of each tier, in nodes: the lowest tier that can hold a job is
+/// the first whose largest HyperNode has room for it.
+pub fn tier_sizes(cluster: &ClusterSpec) -> BTreeMap<u32, u32> {
+    let mut planner = super::planner_for(cluster, PlannerConfig::default());
+    planner.tick(0);
+    let mut sizes = BTreeMap::new();
+    for h in planner.hyper_nodes().hyper_nodes {
+        let s = sizes.entry(h.tier).or_insert(0);
+        *s = (*s).max(h.nodes);
+    }
+    sizes
+}
+
+/// The log's jobs on `cluster`.
+pub fn replay(log: &SwfLog, cluster: &ClusterSpec, opts: &SwfOptions) -> Result<Replay, SwfReplayError> {
+    if !(opts.time_scale.is_finite() && opts.time_scale > 0.0) {
+        return Err(SwfReplayError::TimeScale(opts.time_scale));
+    }
+    let millis = cluster
+        .nodes
+        .iter()
+        .map(|n| {
+            n.resources
+                .get(hyperplan_shared::CPU)
+                .saturating_sub(n.used.get(hyperplan_shared::CPU))
+        })
+        .filter(|&c| c > 0)
+        .min()
+        .ok_or(SwfReplayError::NoCpus)?;
+    let per_proc = millis / u64::from(opts.procs_per_node.max(1));
+    if per_proc == 0 {
+        return Err(SwfReplayError::TooManyProcs {
+            procs: opts.procs_per_node,
+            millis,
+        });
+    }
+    let sizes = tier_sizes(cluster);
+    let mut out = Replay::default();
+    for j in &log.jobs {
+        match job_of(j, per_proc, &sizes, opts) {
+            Ok(spec) => out.jobs.push(spec),
+            Err(why) => out.skipped.push((j.line, why)),
+        }
+    }
+    Ok(out)
+}
+
+fn job_of(j: &SwfJob, per_proc: u64, sizes: &BTreeMap<u32, u32>, opts: &SwfOptions) -> Result<JobSpec, String> {
+    let procs = j.procs.filter(|&p| p > 0).ok_or("no processor count")?;
+    let runtime = j.runtime.ok_or("no run time")?.max(1);
+    let limit = j.requested_time.filter(|&t| t > 0).unwrap_or(runtime);
+    let nodes = procs.div_ceil(opts.procs_per_node.max(1));
+    let tier = sizes.iter().find(|(_, size)| **size >= nodes).map(|(t, _)| *t);
+    let network_topology = match (opts.topology, tier) {
+        (TopologyAsk::None, _) | (_, None) => None,
+        (TopologyAsk::Hard, Some(t)) => Some(NetworkTopology {
+            mode: TopologyMode::Hard,
+            highest_tier_allowed: Some(t),
+            highest_tier_name: None,
+        }),
+        (TopologyAsk::Soft, Some(t)) => Some(NetworkTopology {
+            mode: TopologyMode::Soft,
+            highest_tier_allowed: Some(t),
+            highest_tier_name: None,
+        }),
+    };
+    let mut resources = Resources::default();
+    resources.0.insert(hyperplan_shared::CPU.to_string(), per_proc);
+    Ok(JobSpec {
+        name: format!("j{}", j.id),
+        priority: 0,
+        min_available: None,
+        submit_time: (j.submit as f64 * opts.time_scale).round() as u64,
+        network_topology,
+        tasks: vec![TaskSpec {
+            name: "proc".into(),
+            replicas: procs,
+            runtime: Some(runtime),
+            resources,
+            partition_policy: None,
+            topology_policy: None,
+            cpu_placement: None,
+            full_cores: false,
+            command: Vec::new(),
+            exec: Default::default(),
+        }],
+        run: hyperplan_shared::JobRun {
+            time_limit: Some(limit),
+            ..Default::default()
+        },
+        submit_dir: None,
+        queue: None,
+        user: j.user.map(|u| format!("u{u}")),
+    })
+}
