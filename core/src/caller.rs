@@ -16,6 +16,9 @@ pub struct Caller<'a> {
     pub admin: bool,
     /// `[server] privateData`.
     pub private_data: bool,
+    /// The Unix groups of `user` on the planner's host (for queues that take groups);
+    /// empty where the driver does not know them.
+    pub groups: &'a [String],
 }
 
 impl<'a> Caller<'a> {
@@ -25,6 +28,7 @@ impl<'a> Caller<'a> {
             user,
             admin: false,
             private_data: false,
+            groups: &[],
         }
     }
 

@@ -62,6 +62,7 @@ pub mod caller;
 pub mod checksum;
 pub mod discovery;
 mod dispatch;
+pub mod fairshare;
 pub(crate) mod ingest;
 pub mod invariants;
 pub mod jobs;
@@ -69,7 +70,9 @@ pub mod model;
 pub mod names;
 pub mod nodes;
 pub mod numa;
+pub mod order;
 pub mod persist;
+pub mod queues;
 pub mod ratelimit;
 pub mod requests;
 pub mod topology;
@@ -103,6 +106,11 @@ impl Planner {
     /// A planner with `config` and nothing in it: no nodes, no HyperNodes, no jobs.
     pub fn new(config: PlannerConfig) -> Self {
         let mut world = World::new();
+        world.insert_resource(queues::QueueTable::new(&config, 0));
+        world.insert_resource(queues::Users::default());
+        world.insert_resource(queues::QueueUse::default());
+        world.insert_resource(fairshare::Usage::default());
+        world.insert_resource(order::OrderState::default());
         world.insert_resource(config);
         world.insert_resource(Inbox::default());
         world.insert_resource(Outbox::default());
@@ -142,7 +150,10 @@ impl Planner {
                 cache::refresh::refresh_capacity,
                 cache::refresh::refresh_numa,
                 jobs::recover::recover,
+                queues::account::account,
+                order::rank,
                 allocate::allocate,
+                fairshare::accrue::accrue,
                 dispatch::dispatch,
                 dispatch::relaunch,
                 jobs::ownership::count_live,
@@ -214,6 +225,8 @@ fn register_components(world: &mut World) {
     world.register_component::<c::JobState>();
     world.register_component::<c::JobOwner>();
     world.register_component::<c::JobId>();
+    world.register_component::<c::JobQueue>();
+    world.register_component::<order::Rank>();
     world.register_component::<c::Requeued>();
     world.register_component::<c::SubJob>();
     world.register_component::<c::SubJobState>();

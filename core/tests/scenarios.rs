@@ -273,7 +273,7 @@ fn partitions_stay_inside_one_leaf_and_min_partitions_gates_the_gang() {
 }
 
 #[test]
-fn priority_then_submit_time_then_name_decides_who_gets_the_room() {
+fn priority_then_submit_time_then_id_decides_who_gets_the_room() {
     let c = ClusterBuilder::flat(2).node_resources("cpu=8").build();
     let jobs = vec![
         JobBuilder::gang("b-low", 2, "cpu=8").build(),
@@ -283,11 +283,13 @@ fn priority_then_submit_time_then_name_decides_who_gets_the_room() {
     let r = run(&c, &jobs, cfg());
     assert_eq!(job(&r, "z-high").status, JobStatus::Placed);
     assert_eq!(job(&r, "a-low").status, JobStatus::Pending);
+    // Submitted at the same time: the first submitted (the lower id) goes first, whatever
+    // its name.
     let jobs = vec![
         JobBuilder::gang("b", 2, "cpu=8").build(),
         JobBuilder::gang("a", 2, "cpu=8").build(),
     ];
-    assert_eq!(job(&run(&c, &jobs, cfg()), "a").status, JobStatus::Placed);
+    assert_eq!(job(&run(&c, &jobs, cfg()), "b").status, JobStatus::Placed);
 }
 
 #[test]

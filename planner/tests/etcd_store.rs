@@ -79,6 +79,7 @@ async fn a_standby_takes_over_with_every_record_and_the_deposed_leader_cannot_wr
     let mut batch = Batch {
         jobs: (1..=300).map(|id| record(id, false)).collect(),
         next_job_id: Some(301),
+        usage: None,
     };
     batch.jobs.push(record(7, false));
     let a2 = a.clone();
@@ -86,6 +87,7 @@ async fn a_standby_takes_over_with_every_record_and_the_deposed_leader_cannot_wr
     let ended = Batch {
         jobs: (1..=50).map(|id| record(id, true)).collect(),
         next_job_id: None,
+        usage: None,
     };
     let a2 = a.clone();
     blocking(move || a2.commit(&ended)).await.unwrap();
@@ -128,6 +130,7 @@ async fn a_standby_takes_over_with_every_record_and_the_deposed_leader_cannot_wr
         a2.commit(&Batch {
             jobs: vec![record(999, false)],
             next_job_id: Some(1000),
+            usage: None,
         })
     })
     .await;
@@ -245,6 +248,7 @@ async fn over_tls_a_planner_with_its_certificate_leads_and_the_others_are_told_w
     let batch = Batch {
         jobs: (1..=3).map(|id| record(id, false)).collect(),
         next_job_id: Some(4),
+        usage: None,
     };
     let a2 = a.clone();
     blocking(move || a2.commit(&batch)).await.unwrap();
@@ -396,6 +400,7 @@ async fn with_three_members_the_leader_goes_on_committing_while_one_is_killed_an
                 a.commit(&Batch {
                     jobs: (next..next + 10).map(|id| record(id, false)).collect(),
                     next_job_id: Some(next + 10),
+                    usage: None,
                 })?;
                 next += 10;
                 committed.store(next - 1, Ordering::Relaxed);
@@ -468,6 +473,7 @@ async fn with_three_members_the_leader_goes_on_committing_while_one_is_killed_an
         b2.commit(&Batch {
             jobs: vec![record(total + 1, false)],
             next_job_id: Some(total + 2),
+            usage: None,
         })
     })
     .await
@@ -498,6 +504,7 @@ async fn a_store_given_a_dead_endpoint_beside_a_good_one_starts_and_works() {
             a2.commit(&Batch {
                 jobs: (1..=3).map(|id| record(id, false)).collect(),
                 next_job_id: Some(4),
+                usage: None,
             })
         })
         .await
@@ -528,6 +535,7 @@ async fn a_standby_pages_through_more_live_records_than_one_message_holds() {
             a2.commit(&Batch {
                 jobs,
                 next_job_id: Some(from + 2_000),
+                usage: None,
             })
             .unwrap();
         }
@@ -539,6 +547,7 @@ async fn a_standby_pages_through_more_live_records_than_one_message_holds() {
         a2.commit(&Batch {
             jobs,
             next_job_id: Some(small + large + 1),
+            usage: None,
         })
         .unwrap();
         bytes + large_bytes

@@ -174,6 +174,34 @@ pub struct JobReport {
     /// A pending job's reservation (backfill): when it is expected to start, and where.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<ReservationReport>,
+    /// Its queue (`default` when it named none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// A waiting job's place in the order: each factor and the score they make.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<PriorityReport>,
+}
+
+/// A waiting job's multifactor priority (see the README's formula).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PriorityReport {
+    /// Its queue's priority (compared before the score).
+    pub queue_priority: i32,
+    /// The weighted sum.
+    pub score: f64,
+    /// The job's own priority.
+    pub job: i32,
+    /// Fair-share factor, 0 to 1.
+    pub fairshare: f64,
+    /// Age factor, 0 to 1.
+    pub age: f64,
+    /// Size factor, 0 to 1.
+    pub size: f64,
+    /// Its place among the waiting jobs: 1 goes first.
+    pub rank: u32,
+    /// Of how many waiting jobs.
+    pub of: u32,
 }
 
 /// Room held for a pending job: its expected start and the nodes kept for it.

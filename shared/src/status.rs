@@ -231,3 +231,57 @@ pub struct Candidate {
     /// Why it was or was not taken, in words.
     pub verdict: String,
 }
+
+/// `hyperplan queues`: every queue, `default` first.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuesReport {
+    pub queues: Vec<QueueStatus>,
+}
+
+/// One queue: what it is guaranteed and may use, what it uses, and its jobs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStatus {
+    pub name: String,
+    pub priority: i32,
+    /// Fair-share weight among queues.
+    pub weight: f64,
+    pub preemptible: bool,
+    /// Guaranteed, in base units (millicores, bytes, counts).
+    pub quota: BTreeMap<String, u64>,
+    /// The most it may use (resources not named: no limit).
+    pub limit: BTreeMap<String, u64>,
+    pub max_per_user: BTreeMap<String, u64>,
+    pub max_running_jobs: Option<u32>,
+    /// What its running tasks hold, per resource it bounds or fair share weighs.
+    pub used: BTreeMap<String, u64>,
+    /// What it uses beyond its quota (borrowed idle room), per resource with a quota.
+    pub borrowed: BTreeMap<String, u64>,
+    pub running_jobs: u32,
+    pub pending_jobs: u32,
+    /// Its fair-share factor among queues (0 to 1).
+    pub fairshare: f64,
+    /// Its decayed usage (weighted resource-seconds).
+    pub usage: f64,
+    /// Its busiest users (by usage, at most 5).
+    pub users: Vec<UserShare>,
+    pub default_time_limit: Option<u64>,
+    pub max_time_limit: Option<u64>,
+    /// Who may submit (both empty: everyone).
+    pub allowed_users: Vec<String>,
+    pub allowed_groups: Vec<String>,
+}
+
+/// One user's share of a queue.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserShare {
+    pub user: String,
+    /// Decayed usage (weighted resource-seconds).
+    pub usage: f64,
+    /// The fair-share factor a job of theirs in this queue gets now.
+    pub fairshare: f64,
+    /// What they hold now.
+    pub used: BTreeMap<String, u64>,
+}

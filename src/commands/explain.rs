@@ -124,6 +124,8 @@ mod tests {
                 })
                 .collect(),
             reservation: None,
+            queue: None,
+            priority: None,
         }
     }
 

@@ -231,6 +231,8 @@ mod tests {
                     exit_code: None,
                     tasks: vec![task(0, Some("gpu-b01"), true), task(1, Some("gpu-b02"), true)],
                     reservation: None,
+                    queue: None,
+                    priority: None,
                 },
                 JobReport {
                     id: 1,
@@ -245,6 +247,8 @@ mod tests {
                     exit_code: None,
                     tasks: vec![task(0, None, false)],
                     reservation: None,
+                    queue: None,
+                    priority: None,
                 },
                 JobReport {
                     id: 1,
@@ -259,6 +263,8 @@ mod tests {
                     exit_code: None,
                     tasks: vec![],
                     reservation: None,
+                    queue: None,
+                    priority: None,
                 },
             ],
         }

@@ -30,13 +30,16 @@ use crate::model::components::Requeued;
 use crate::model::components::{
     Job, JobPhase, JobState, NodeSlot, Retired, SubJob, SubJobState, Task, TaskPhase, TaskState,
 };
+use crate::model::components::{JobId, JobQueue};
 use crate::model::tick::{CapacityEpoch, Now, Outbox};
+use crate::order::{OrderKey, OrderState, Rank};
+use crate::queues::{self, QueueTable, QueueUse, Users};
 use hyperplan_shared::report::ReservationReport;
 
 use backfill::active::{ActiveSet, Window};
 use backfill::reserve::Sweep;
 use backfill::timeline::{Release, Timeline};
-use backfill::{OrderKey, Reservation, Reservations};
+use backfill::{Reservation, Reservations};
 
 pub use gang::{JobCtx, SubJobCtx, TaskSlot};
 pub use gradient::gradients;
@@ -68,7 +71,15 @@ pub fn allocate(
     mut unsettled: Local<Unsettled>,
     awaiting: Option<Res<crate::model::awaiting::Awaiting>>,
     mut reservations: ResMut<Reservations>,
+    policy: Policy,
 ) {
+    let Policy {
+        queue_table,
+        mut queue_use,
+        users,
+        order_state,
+        meta,
+    } = policy;
     // While nodes known from the store have not registered, the cluster is not whole:
     // "never fits" is not decided on it.
     let whole = awaiting.is_none_or(|a| a.0 == 0);
@@ -87,11 +98,18 @@ pub fn allocate(
         fresh.extend(requeued.iter());
         unsettled.jobs.extend(fresh.iter().copied());
     }
-    let key_of = |job: &Job| -> OrderKey { (Reverse(job.spec.priority), job.spec.submit_time, job.spec.name.clone()) };
+    // The walk's order (`order`): queue priority, then the multifactor score, then
+    // submit time, then id.
+    let key_of = |e: Entity, job: &Job| -> OrderKey {
+        meta.get(e).map_or(
+            (Reverse(0), Reverse(0), job.spec.submit_time, u64::MAX),
+            |(_, rank, id)| rank.key(job.spec.submit_time, *id),
+        )
+    };
     // Reservations stand until room may have grown, a holder stopped waiting, or a job
     // arrived ahead of one; then they are all worked out again in this walk.
     let want = config.scheduler.reservations as usize;
-    let basis = (epoch.0, index.generation);
+    let basis = (epoch.0, index.generation, order_state.generation);
     let holder_gone = reservations.list.iter().any(|r| {
         jobs.get(r.job)
             .ok()
@@ -101,13 +119,13 @@ pub fn allocate(
         fresh
             .iter()
             .filter_map(|&e| jobs.get(e).ok())
-            .any(|(_, job, _)| key_of(job) < last.key)
+            .any(|(e, job, _)| key_of(e, job) < last.key)
     });
     let mut previous = Vec::new();
     // The old list's nodes mean the same only within one topology generation.
     let mut sticky = false;
     if want == 0 || reservations.basis != Some(basis) || holder_gone || ahead {
-        sticky = reservations.basis.is_some_and(|(_, g)| g == index.generation);
+        sticky = reservations.basis.is_some_and(|(_, g, _)| g == index.generation);
         previous = std::mem::take(&mut reservations.list);
         reservations.generation += 1;
         reservations.basis = Some(basis);
@@ -132,7 +150,7 @@ pub fn allocate(
             JobPhase::Rejected => st.checked_generation.is_some_and(|g| g != index.generation),
             JobPhase::Ending | JobPhase::Finished | JobPhase::Cancelled => false,
         })
-        .map(|(e, j, _)| (key_of(j), e))
+        .map(|(e, j, _)| (key_of(e, j), e))
         .collect();
     order.sort();
     // Reservations need to know when running tasks end: only with a ledger of this
@@ -168,6 +186,33 @@ pub fn allocate(
             }
             let mut ctx = build_ctx(entity, job, &state, &index, &cap, &sub_jobs, &tasks, &nodes, &mut out);
             if ctx.pending().next().is_none() {
+                break;
+            }
+            // The queue's limits come first: a job over them waits without a reservation.
+            let Ok((jq, _, _)) = meta.get(entity) else { break };
+            let mut req = vec![0u64; queue_table.dims.len()];
+            for slot in ctx.pending() {
+                for (r, v) in req
+                    .iter_mut()
+                    .zip(queue_table.vector(&job.spec.tasks[slot.role].resources))
+                {
+                    *r = r.saturating_add(v);
+                }
+            }
+            let running = queue_use.is_running(entity);
+            if let Some(why) = queues::limits::blocked(
+                &queue_table,
+                &queue_use,
+                jq.queue,
+                jq.user,
+                users.name(jq.user),
+                &req,
+                running,
+            ) {
+                state.failed_epoch = Some(room_epoch);
+                if state.phase == JobPhase::Pending {
+                    state.reason = Some(why);
+                }
                 break;
             }
             let mut search = Search::new(&index, &mut cap, &mut numa, &config);
@@ -222,7 +267,7 @@ pub fn allocate(
                         if let Some(f) = found {
                             reservations.list.push(Reservation {
                                 job: entity,
-                                key: key.clone(),
+                                key,
                                 start: f.start,
                                 end: limit.map(|l| f.start.saturating_add(l)),
                                 hyper_node: f.hyper_node,
@@ -249,6 +294,17 @@ pub fn allocate(
                     ts.dispatched = false;
                     ts.numa = slot.assignment.take();
                     state.next_rank += 1;
+                    if let Ok((jq, _, _)) = meta.get(entity) {
+                        queue_use.charge(
+                            slot.entity,
+                            queues::Charge {
+                                queue: jq.queue,
+                                user: jq.user,
+                                job: entity,
+                                req: queue_table.vector(&task.request),
+                            },
+                        );
+                    }
                     if record {
                         let held = held_by(&cap, &mut shapes, n, task, &ts);
                         if let Some(l) = limit {
@@ -328,6 +384,17 @@ fn record_reservations(
             st.reservation = None;
         }
     }
+}
+
+/// What the walk reads of queues and order: the queue table and use (charged as it
+/// commits), users, the order's generation, and each job's queue, rank and id.
+#[derive(bevy_ecs::system::SystemParam)]
+pub struct Policy<'w, 's> {
+    queue_table: Res<'w, QueueTable>,
+    queue_use: ResMut<'w, QueueUse>,
+    users: Res<'w, Users>,
+    order_state: Res<'w, OrderState>,
+    meta: Query<'w, 's, (&'static JobQueue, &'static Rank, &'static JobId)>,
 }
 
 /// Live jobs that arrived in the walk's view since the last tick by filter `F`

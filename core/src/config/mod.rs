@@ -3,8 +3,10 @@
 //! the whole file and hands these sections here; nothing in this module reads a file.
 
 mod error;
+pub mod fairshare;
 pub mod limits;
 pub mod numa;
+pub mod queues;
 pub mod scheduler;
 pub mod scoring;
 
@@ -13,13 +15,15 @@ use std::time::Duration;
 use bevy_ecs::prelude::Resource;
 
 pub use error::{ConfigError, parse_error};
+pub use fairshare::{FairshareConfig, FairshareSection, PriorityConfig, PrioritySection};
 pub use limits::{LimitsConfig, LimitsSection};
 pub use numa::{NumaConfig, NumaSection};
+pub use queues::{DEFAULT_QUEUE, QueueConfig, QueueSection, queues_from_sections};
 pub use scheduler::{SchedulerConfig, SchedulerSection};
 pub use scoring::{ScoringConfig, ScoringSection, SpanMode};
 
 /// Everything the planner core reads from its configuration.
-#[derive(Clone, Debug, Default, PartialEq, Resource)]
+#[derive(Clone, Debug, PartialEq, Resource)]
 pub struct PlannerConfig {
     /// `[scoring]`: how placements are scored.
     pub scoring: ScoringConfig,
@@ -33,6 +37,27 @@ pub struct PlannerConfig {
     pub limits: LimitsConfig,
     /// `[scheduler]`: reservations and backfill.
     pub scheduler: SchedulerConfig,
+    /// `[[queue]]`: `default` first, then the others by name.
+    pub queues: Vec<QueueConfig>,
+    /// `[fairshare]`: usage weights and decay.
+    pub fairshare: FairshareConfig,
+    /// `[priority]`: the multifactor weights.
+    pub priority: PriorityConfig,
+}
+
+impl Default for PlannerConfig {
+    fn default() -> Self {
+        Self {
+            scoring: ScoringConfig::default(),
+            numa: NumaConfig::default(),
+            health: HealthConfig::default(),
+            limits: LimitsConfig::default(),
+            scheduler: SchedulerConfig::default(),
+            queues: vec![QueueConfig::default_queue()],
+            fairshare: FairshareConfig::default(),
+            priority: PriorityConfig::default(),
+        }
+    }
 }
 
 /// The core's sections of planner.toml as written; the daemon's are checked by the daemon.
@@ -43,6 +68,10 @@ struct CoreSections {
     numa: Option<NumaSection>,
     limits: Option<LimitsSection>,
     scheduler: Option<SchedulerSection>,
+    #[serde(default)]
+    queue: Vec<QueueSection>,
+    fairshare: Option<FairshareSection>,
+    priority: Option<PrioritySection>,
 }
 
 impl PlannerConfig {
@@ -69,6 +98,9 @@ impl PlannerConfig {
         Ok(Self {
             limits: LimitsConfig::from_section(raw.limits.as_ref(), &at)?,
             scheduler: SchedulerConfig::from_section(raw.scheduler.as_ref(), &at)?,
+            queues: queues_from_sections(&raw.queue, &at)?,
+            fairshare: FairshareConfig::from_section(raw.fairshare.as_ref(), &at)?,
+            priority: PriorityConfig::from_section(raw.priority.as_ref(), &at)?,
             ..Self::from_sections(&raw.scoring, raw.numa.as_ref(), &at)?
         })
     }

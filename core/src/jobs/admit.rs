@@ -8,14 +8,20 @@ use hyperplan_shared::JobSpec;
 use crate::config::PlannerConfig;
 use crate::jobs::ownership::{is_live, task_count};
 use crate::model::commands::Command;
-use crate::model::components::{Job, JobId, JobOwner, JobPhase, JobState, SubJob, SubJobState, Task, TaskState};
+use crate::model::components::{
+    Job, JobId, JobOwner, JobPhase, JobQueue, JobState, SubJob, SubJobState, Task, TaskState,
+};
+use crate::model::ids::QueueIdx;
 use crate::model::tick::Outbox;
 use crate::names::JobNames;
 use crate::numa::request::task_numa;
+use crate::order::Rank;
+use crate::queues::check::check;
+use crate::queues::{QueueTable, Users};
 
 /// Makes the job `id` with its sub-jobs and tasks, pending (or rejected, saying why);
 /// also how `restore` brings a stored job back.
-pub(crate) fn admit(world: &mut World, spec: JobSpec, owner: String, id: JobId) {
+pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: JobId, unknown_queue: UnknownQueue) {
     let taken = world.resource::<JobNames>().0.get(&spec.name).copied();
     if taken.and_then(|e| world.get::<JobState>(e)).is_some_and(is_live) {
         let msg = format!(
@@ -25,12 +31,29 @@ pub(crate) fn admit(world: &mut World, spec: JobSpec, owner: String, id: JobId) 
         world.resource_mut::<Outbox>().0.push(Command::Warn(msg));
         return;
     }
+    let user = world
+        .resource_mut::<Users>()
+        .intern(&std::sync::Arc::from(owner.as_str()));
+    let (queue, queue_problem) = match check(world.resource::<QueueTable>(), &mut spec, None) {
+        Ok(q) => (q, None),
+        Err(e) => (QueueIdx(0), Some(e.to_string())),
+    };
+    let placed_in = JobQueue { queue, user };
+    if let (Some(why), UnknownQueue::Default) = (&queue_problem, unknown_queue) {
+        world
+            .resource_mut::<Outbox>()
+            .0
+            .push(Command::Warn(format!("{why}: kept in queue default")));
+    }
     // Drivers check the limit before they push; this keeps a job that passed none (the
     // simulator's files) from spawning an entity per replica.
     let limit = world.resource::<PlannerConfig>().limits.max_tasks_per_job;
     let tasks = task_count(&spec);
-    if tasks > limit {
-        let reason = format!("{tasks} tasks, more than [limits] maxTasksPerJob = {limit}");
+    let refused = match queue_problem {
+        Some(why) if unknown_queue == UnknownQueue::Reject => Some(why),
+        _ => (tasks > limit).then(|| format!("{tasks} tasks, more than [limits] maxTasksPerJob = {limit}")),
+    };
+    if let Some(reason) = refused {
         world.resource_mut::<Outbox>().0.push(Command::Reject {
             job: spec.name.clone(),
             reason: reason.clone(),
@@ -49,7 +72,9 @@ pub(crate) fn admit(world: &mut World, spec: JobSpec, owner: String, id: JobId) 
             partition_groups: Vec::new(),
             numa,
         };
-        let e = world.spawn((job, state, JobOwner(owner.into()), id)).id();
+        let e = world
+            .spawn((job, state, JobOwner(owner.into()), id, placed_in, Rank::default()))
+            .id();
         world.resource_mut::<JobNames>().0.insert(name, e);
         return;
     }
@@ -200,5 +225,18 @@ pub(crate) fn admit(world: &mut World, spec: JobSpec, owner: String, id: JobId) 
         state,
         JobOwner(owner.into()),
         id,
+        placed_in,
+        Rank::default(),
     ));
+}
+
+/// What admission does with a job whose queue does not exist (or takes a limit it is
+/// over): a submission is rejected; a job brought back from the store, already accepted
+/// once, stays in `default` (the queue went with a config change).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnknownQueue {
+    /// Reject the job, saying why.
+    Reject,
+    /// Keep it in the `default` queue, with a warning.
+    Default,
 }

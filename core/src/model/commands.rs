@@ -156,6 +156,9 @@ pub enum Command {
     /// Write this job's record (see `persist`) before carrying out anything else of the
     /// tick: the daemon's store commits it first.
     Persist(crate::model::record::Persist),
+    /// Write fair share's usage (a [`UsageRecord`](crate::model::usage::UsageRecord),
+    /// encoded), replacing the one stored; with the tick's job records.
+    PersistUsage(std::sync::Arc<[u8]>),
     /// A node turned Ready or NotReady, and why (the daemon logs it; the simulator's
     /// nodes have no link and never change).
     NodeHealth {

@@ -250,6 +250,15 @@ pub type LiveChanged<T> = (Changed<T>, Without<Retired>);
 #[derive(Component, Clone, Debug, PartialEq, Eq)]
 pub struct JobOwner(pub std::sync::Arc<str>);
 
+/// The queue a job waits and runs in, and its owner as a dense index (see `queues`).
+#[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobQueue {
+    /// Its queue.
+    pub queue: crate::model::ids::QueueIdx,
+    /// Its owner.
+    pub user: crate::model::ids::UserIdx,
+}
+
 /// A job's number, given at submit: 1, 2, 3, … in the order submissions reach the core
 /// (a refused submission uses its number up too, so [`Planner::next_job_id`](crate::Planner::next_job_id) can say a
 /// queued job's id before the tick that makes it).

@@ -14,6 +14,27 @@ pub struct HnIdx(pub u32);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct GroupIdx(pub u32);
 
+/// A queue's dense index in the queue table (`default` is 0); renumbered when the queues
+/// are reloaded, so held only with the table they came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueueIdx(pub u32);
+
+/// A user's dense index: users are numbered as they first submit (never reused).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UserIdx(pub u32);
+
+impl QueueIdx {
+    /// As a `usize`, to index the dense arrays.
+    pub fn ix(self) -> usize {
+        self.0 as usize
+    }
+}
+impl UserIdx {
+    /// As a `usize`, to index the dense arrays.
+    pub fn ix(self) -> usize {
+        self.0 as usize
+    }
+}
 impl NodeIdx {
     /// As a `usize`, to index the dense arrays.
     pub fn ix(self) -> usize {

@@ -2,7 +2,7 @@
 //! ECS components (`components`, `taskrun`), what drivers send in (`events`, with what
 //! a discovery source found: `discovered`) and get back (`commands`), a tick's inputs,
 //! outputs and invalidation flags (`tick`), and what the store keeps of a job
-//! (`record`). Nothing here imports a system; every system imports from here. Besides
+//! (`record`) and of fair-share usage (`usage`). Nothing here imports a system; every system imports from here. Besides
 //! the crate's plain libraries (`numa`, `checksum`), it stands on `hyperplan-shared`
 //! and `hyperplan-fabric` only.
 
@@ -17,3 +17,4 @@ pub mod jobstate;
 pub mod record;
 pub mod taskrun;
 pub mod tick;
+pub mod usage;

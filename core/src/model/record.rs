@@ -171,12 +171,7 @@ impl JobRecord {
 
     /// MessagePack with field names, framed with its checksum (record format 2).
     pub fn encode(&self) -> Result<Vec<u8>, RecordError> {
-        let mut out = Vec::with_capacity(512);
-        out.extend_from_slice(&[FRAMED, RECORD_FORMAT as u8, 0, 0, 0, 0]);
-        rmp_serde::encode::write_named(&mut out, self).map_err(|e| RecordError(e.to_string()))?;
-        let crc = crate::checksum::crc32c(&out[FRAME_LEN..]);
-        out[2..FRAME_LEN].copy_from_slice(&crc.to_le_bytes());
-        Ok(out)
+        encode_framed(self)
     }
 
     /// A record of format 2 (checksum checked) or 1 (bare MessagePack: nothing to check),
@@ -192,26 +187,7 @@ impl JobRecord {
     /// A record of format 2 only: a record without its checksum, or whose checksum does
     /// not match its bytes, is an error.
     pub fn decode_checked(bytes: &[u8]) -> Result<Self, RecordError> {
-        let (frame, body) = bytes
-            .split_first_chunk::<FRAME_LEN>()
-            .filter(|(f, _)| f[0] == FRAMED)
-            .ok_or_else(|| {
-                RecordError("it has no checksum (it is not a record of format 2): damaged on disk".into())
-            })?;
-        if u32::from(frame[1]) != RECORD_FORMAT {
-            return Err(RecordError(format!(
-                "record format {} (this build reads format {RECORD_FORMAT}): damaged on disk, or written by another version",
-                frame[1]
-            )));
-        }
-        let stored = u32::from_le_bytes([frame[2], frame[3], frame[4], frame[5]]);
-        let computed = crate::checksum::crc32c(body);
-        if stored != computed {
-            return Err(RecordError(format!(
-                "checksum mismatch (stored {stored:08x}, computed {computed:08x}): its bytes changed on disk"
-            )));
-        }
-        rmp_serde::from_slice(body).map_err(|e| RecordError(e.to_string()))
+        decode_framed(bytes)
     }
 
     /// The bare MessagePack of a format-1 record (what this build wrote before record
@@ -219,6 +195,40 @@ impl JobRecord {
     pub fn encode_format1(&self) -> Result<Vec<u8>, RecordError> {
         rmp_serde::to_vec_named(self).map_err(|e| RecordError(e.to_string()))
     }
+}
+
+/// MessagePack with field names, framed with its checksum (record format 2): how every
+/// record the store keeps is written.
+pub fn encode_framed<T: Serialize>(value: &T) -> Result<Vec<u8>, RecordError> {
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(&[FRAMED, RECORD_FORMAT as u8, 0, 0, 0, 0]);
+    rmp_serde::encode::write_named(&mut out, value).map_err(|e| RecordError(e.to_string()))?;
+    let crc = crate::checksum::crc32c(&out[FRAME_LEN..]);
+    out[2..FRAME_LEN].copy_from_slice(&crc.to_le_bytes());
+    Ok(out)
+}
+
+/// A framed record (see [`encode_framed`]): one without its checksum, or whose checksum
+/// does not match its bytes, is an error.
+pub fn decode_framed<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, RecordError> {
+    let (frame, body) = bytes
+        .split_first_chunk::<FRAME_LEN>()
+        .filter(|(f, _)| f[0] == FRAMED)
+        .ok_or_else(|| RecordError("it has no checksum (it is not a record of format 2): damaged on disk".into()))?;
+    if u32::from(frame[1]) != RECORD_FORMAT {
+        return Err(RecordError(format!(
+            "record format {} (this build reads format {RECORD_FORMAT}): damaged on disk, or written by another version",
+            frame[1]
+        )));
+    }
+    let stored = u32::from_le_bytes([frame[2], frame[3], frame[4], frame[5]]);
+    let computed = crate::checksum::crc32c(body);
+    if stored != computed {
+        return Err(RecordError(format!(
+            "checksum mismatch (stored {stored:08x}, computed {computed:08x}): its bytes changed on disk"
+        )));
+    }
+    rmp_serde::from_slice(body).map_err(|e| RecordError(e.to_string()))
 }
 
 /// A record that cannot be encoded or decoded (the store names the key and file).

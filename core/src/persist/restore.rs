@@ -35,6 +35,16 @@ impl Planner {
         self.world.insert_resource(Persisting);
     }
 
+    /// Loads fair share's usage from the store (a [`UsageRecord`](crate::model::usage::UsageRecord)
+    /// as [`Command::PersistUsage`](crate::Command::PersistUsage) wrote it), before the
+    /// first tick; it joins what accrues from then on. A damaged record is an error (the
+    /// caller says so and starts with no usage).
+    pub fn restore_usage(&mut self, bytes: &[u8]) -> Result<(), crate::model::record::RecordError> {
+        let record = crate::model::usage::UsageRecord::decode(bytes)?;
+        self.world.resource_mut::<crate::fairshare::Usage>().restored = Some(record);
+        Ok(())
+    }
+
     /// Loads the live jobs of the store, before the first tick, at `now_ms` (the driver's
     /// clock). `next_job_id` is the store's; ids go on from the larger of it and the
     /// jobs'. Returns what could not be restored, one line each (the rest is loaded).
@@ -137,7 +147,13 @@ fn restore_job(world: &mut World, rec: JobRecord, now_ms: u64) -> Result<(), Why
         return Err(WhyNotRestored::TooManyTasks { tasks, limit });
     }
     let bytes = rec.encode().map_err(WhyNotRestored::Encode)?;
-    crate::jobs::admit::admit(world, rec.spec.clone(), rec.owner.clone(), JobId(rec.id));
+    crate::jobs::admit::admit(
+        world,
+        rec.spec.clone(),
+        rec.owner.clone(),
+        JobId(rec.id),
+        crate::jobs::admit::UnknownQueue::Default,
+    );
     let job_e = *world
         .resource::<JobNames>()
         .0

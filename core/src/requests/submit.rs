@@ -12,6 +12,8 @@ use crate::model::components::JobId;
 use crate::model::components::JobState;
 use crate::model::record::{JobRecord, Persist, RecordError};
 use crate::names::JobNames;
+use crate::queues::QueueTable;
+use crate::queues::check::{QueueRefusal, check};
 
 /// One job of an accepted submission.
 #[derive(Debug, Clone)]
@@ -30,6 +32,10 @@ pub enum SubmitRefused {
     /// A check of `ownership` (limits, priority cap, names, ids).
     #[error(transparent)]
     Check(#[from] SubmitError),
+    /// A job's queue does not exist, does not take the caller, or its time limit is over
+    /// the queue's.
+    #[error(transparent)]
+    Queue(#[from] QueueRefusal),
     /// A job's record could not be encoded: nothing of the submission was admitted.
     #[error("encoding job {job}: {error}")]
     Encode {
@@ -58,6 +64,8 @@ impl Planner {
         let mut admitted = Vec::with_capacity(jobs.len());
         for (id, mut spec) in (first..).zip(jobs) {
             spec.submit_time = now_ms / 1000;
+            // The queue, checked for the caller; its default time limit is written in.
+            check(self.world().resource::<QueueTable>(), &mut spec, Some(caller))?;
             let record = JobRecord::submitted(id, owner, spec.clone())
                 .persist()
                 .map_err(|error| SubmitRefused::Encode {
@@ -73,7 +81,13 @@ impl Planner {
             // `check_submission` kept the ids within `MAX_JOB_ID`.
             world.resource_mut::<NextJobId>().0 = id.0 + 1;
             let name = spec.name.clone();
-            crate::jobs::admit::admit(world, spec, owner.to_string(), id);
+            crate::jobs::admit::admit(
+                world,
+                spec,
+                owner.to_string(),
+                id,
+                crate::jobs::admit::UnknownQueue::Reject,
+            );
             // Counted now, so a second submission before the next tick sees it.
             let job = world.resource::<JobNames>().0.get(&name).copied();
             if let Some(e) = job.filter(|&e| world.get::<JobState>(e).is_some_and(is_live)) {

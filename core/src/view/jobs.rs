@@ -3,33 +3,36 @@
 //! for the tasks of jobs on agents' nodes also their run (state, pid, times, exit, use).
 
 use bevy_ecs::prelude::*;
-use hyperplan_shared::report::{JobReport, TaskReport};
+use hyperplan_shared::report::{JobReport, PriorityReport, TaskReport};
 
 use crate::jobs::lifecycle::job_status;
 use crate::model::components::{Job, JobState, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
-use crate::model::components::{JobId, JobOwner};
+use crate::model::components::{JobId, JobOwner, JobPhase, JobQueue};
 use crate::model::health::Heartbeats;
 use crate::model::taskrun::{TaskRun, task_status};
 use crate::numa::node::NodeHardware;
+use crate::order::Rank;
+use crate::queues::QueueTable;
 use crate::topology::TopologyIndex;
 
 /// Every job, in (priority, submit time, name, id) order.
 pub fn job_reports(world: &World) -> Vec<JobReport> {
-    let Some(mut q) = super::read::<(&Job, &JobState, Option<&JobOwner>, Option<&JobId>)>(world) else {
+    let Some(mut q) = super::read::<(Entity, &Job, &JobState, Option<&JobOwner>, Option<&JobId>)>(world) else {
         return Vec::new();
     };
     let index = world.resource::<TopologyIndex>();
+    let waiting = WaitingOrder::of(world);
     let mut jobs: Vec<_> = q.iter(world).collect();
     jobs.sort_by(|a, b| {
-        b.0.spec
+        b.1.spec
             .priority
-            .cmp(&a.0.spec.priority)
-            .then(a.0.spec.submit_time.cmp(&b.0.spec.submit_time))
-            .then_with(|| a.0.spec.name.cmp(&b.0.spec.name))
-            .then(a.3.cmp(&b.3))
+            .cmp(&a.1.spec.priority)
+            .then(a.1.spec.submit_time.cmp(&b.1.spec.submit_time))
+            .then_with(|| a.1.spec.name.cmp(&b.1.spec.name))
+            .then(a.4.cmp(&b.4))
     });
     jobs.iter()
-        .map(|(job, st, owner, id)| report(world, index, job, st, *owner, *id))
+        .map(|(e, job, st, owner, id)| report(world, index, *e, job, st, *owner, *id, &waiting))
         .collect()
 }
 
@@ -61,16 +64,44 @@ pub fn job_report(world: &World, name: &str) -> Option<JobReport> {
         world.get::<JobState>(e)?,
         world.get::<JobOwner>(e),
     );
-    Some(report(world, index, job, st, owner, world.get::<JobId>(e)))
+    let waiting = WaitingOrder::of(world);
+    Some(report(world, index, e, job, st, owner, world.get::<JobId>(e), &waiting))
 }
 
+/// The waiting jobs in the walk's order (see `order`), for each one's rank.
+struct WaitingOrder(std::collections::HashMap<Entity, u32>);
+
+impl WaitingOrder {
+    fn of(world: &World) -> Self {
+        let Some(mut q) = super::read::<(Entity, &Job, &JobState, &Rank, &JobId)>(world) else {
+            return Self(Default::default());
+        };
+        let mut keyed: Vec<_> = q
+            .iter(world)
+            .filter(|(_, _, st, _, _)| st.phase == JobPhase::Pending)
+            .map(|(e, job, _, rank, id)| (rank.key(job.spec.submit_time, *id), e))
+            .collect();
+        keyed.sort();
+        Self(
+            keyed
+                .into_iter()
+                .enumerate()
+                .map(|(i, (_, e))| (e, i as u32 + 1))
+                .collect(),
+        )
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn report(
     world: &World,
     index: &TopologyIndex,
+    e: Entity,
     job: &Job,
     st: &JobState,
     owner: Option<&JobOwner>,
     id: Option<&JobId>,
+    waiting: &WaitingOrder,
 ) -> JobReport {
     let status = job_status(st);
     // Run fields only for a job placed on agents' nodes (the simulator's have none).
@@ -146,6 +177,24 @@ fn report(
             .reservation
             .clone()
             .filter(|_| status == hyperplan_shared::report::JobStatus::Pending),
+        queue: world
+            .get::<JobQueue>(e)
+            .and_then(|jq| world.resource::<QueueTable>().queues.get(jq.queue.ix()))
+            .map(|q| q.name.clone()),
+        priority: waiting
+            .0
+            .get(&e)
+            .zip(world.get::<Rank>(e))
+            .map(|(&rank, r)| PriorityReport {
+                queue_priority: r.queue_priority,
+                score: r.score as f64 / 1000.0,
+                job: r.job,
+                fairshare: r.fairshare,
+                age: r.age,
+                size: r.size,
+                rank,
+                of: waiting.0.len() as u32,
+            }),
     }
 }
 

@@ -1,12 +1,13 @@
 //! Read-only views of the world for people and scripts: the job reports `hyperplan
 //! simulate` prints and `hyperplan status` shows, the node list, the HyperNode tree and
-//! the explanation of a job's gradient search, the HyperNodes as manifests. Nothing here changes the world: every view takes `&World`.
+//! the explanation of a job's gradient search, the HyperNodes as manifests, the queues. Nothing here changes the world: every view takes `&World`.
 
 mod explain;
 mod hypernodes;
 mod jobs;
 mod manifests;
 mod nodes;
+mod queues;
 mod ranks;
 mod stored;
 
@@ -15,11 +16,12 @@ pub use hypernodes::hyper_node_tree;
 pub use jobs::{job_report, job_reports, newest_of_each_name};
 pub use manifests::resolved_specs;
 pub use nodes::node_statuses;
+pub use queues::queue_statuses;
 pub use ranks::{hyper_nodes_of, job_ranks};
 pub use stored::stored_report;
 
 use hyperplan_shared::report::JobReport;
-use hyperplan_shared::status::{Explanation, HyperNodeTree, NodeStatus};
+use hyperplan_shared::status::{Explanation, HyperNodeTree, NodeStatus, QueuesReport};
 
 use crate::Planner;
 use crate::model::commands::Placement;
@@ -42,6 +44,11 @@ impl Planner {
     /// The HyperNode tree (`hyperplan hypernodes`).
     pub fn hyper_nodes(&self) -> HyperNodeTree {
         hyper_node_tree(self.world())
+    }
+
+    /// Every queue with its use and fair share (`hyperplan queues`).
+    pub fn queues(&self) -> QueuesReport {
+        queue_statuses(self.world())
     }
 
     /// Every job the world holds, as `hyperplan status --all` reports it.

@@ -79,5 +79,12 @@ pub fn stored_report(rec: &JobRecord) -> JobReport {
         exit_code: s.exit_code,
         tasks,
         reservation: None,
+        queue: Some(
+            rec.spec
+                .queue
+                .clone()
+                .unwrap_or_else(|| crate::config::DEFAULT_QUEUE.to_string()),
+        ),
+        priority: None,
     }
 }

@@ -42,6 +42,10 @@ struct RawConfig {
     numa: Option<NumaSection>,
     limits: Option<LimitsSection>,
     scheduler: Option<SchedulerSection>,
+    #[serde(default)]
+    queue: Vec<hyperplan_core::config::QueueSection>,
+    fairshare: Option<hyperplan_core::config::FairshareSection>,
+    priority: Option<hyperplan_core::config::PrioritySection>,
     server: Option<RawServer>,
     store: Option<crate::store::config::RawStore>,
     ha: Option<crate::store::config::RawHa>,
@@ -67,6 +71,9 @@ impl DaemonConfig {
         let mut planner = PlannerConfig::from_sections(&raw.scoring, raw.numa.as_ref(), &at)?;
         planner.limits = LimitsConfig::from_section(raw.limits.as_ref(), &at)?;
         planner.scheduler = SchedulerConfig::from_section(raw.scheduler.as_ref(), &at)?;
+        planner.queues = hyperplan_core::config::queues_from_sections(&raw.queue, &at)?;
+        planner.fairshare = hyperplan_core::config::FairshareConfig::from_section(raw.fairshare.as_ref(), &at)?;
+        planner.priority = hyperplan_core::config::PriorityConfig::from_section(raw.priority.as_ref(), &at)?;
         let server = server::server_config(raw.server, &at)?;
         planner.health = server.health();
         let base = Path::new(origin).parent().unwrap_or(Path::new(""));

@@ -744,11 +744,13 @@ mod tests {
             s.commit(&Batch {
                 jobs: vec![persist(&a, true, 0), persist(&b, true, 0)],
                 next_job_id: Some(3),
+                usage: None,
             })
             .unwrap();
             s.commit(&Batch {
                 jobs: vec![persist(&a, false, 100)],
                 next_job_id: None,
+                usage: None,
             })
             .unwrap();
         }
@@ -781,6 +783,7 @@ mod tests {
             s.commit(&Batch {
                 jobs: vec![persist(&record(1, "a"), true, 0)],
                 next_job_id: Some(2),
+                usage: None,
             })
             .unwrap();
         }
@@ -840,6 +843,7 @@ mod tests {
         s.commit(&Batch {
             jobs: vec![p],
             next_job_id: None,
+            usage: None,
         })
         .unwrap();
         let e = s.load().unwrap_err().to_string();
@@ -856,6 +860,7 @@ mod tests {
             s.commit(&Batch {
                 jobs: vec![persist(&record(7, "flipme"), true, 0)],
                 next_job_id: Some(8),
+                usage: None,
             })
             .unwrap();
         }
@@ -921,6 +926,7 @@ mod tests {
                 ..persist(&a, true, 0)
             }],
             next_job_id: None,
+            usage: None,
         })
         .unwrap();
         let e = s.summary().unwrap_err().to_string();
@@ -999,6 +1005,7 @@ mod tests {
         let batch = || Batch {
             jobs: vec![persist(&record(1, "a"), true, 0)],
             next_job_id: Some(2),
+            usage: None,
         };
         s.commit(&batch()).unwrap();
         std::fs::remove_file(&path).unwrap();

@@ -148,17 +148,22 @@ pub struct Batch {
     pub jobs: Vec<Persist>,
     /// The core's next job id (ids of ended jobs are never given again).
     pub next_job_id: Option<u64>,
+    /// Fair share's usage (a `UsageRecord`, encoded): replaces the stored one.
+    pub usage: Option<std::sync::Arc<[u8]>>,
 }
 
 impl Batch {
     pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty() && self.next_job_id.is_none()
+        self.jobs.is_empty() && self.next_job_id.is_none() && self.usage.is_none()
     }
 
     pub fn append(&mut self, mut other: Batch) {
         self.jobs.append(&mut other.jobs);
         if other.next_job_id.is_some() {
             self.next_job_id = other.next_job_id;
+        }
+        if other.usage.is_some() {
+            self.usage = other.usage;
         }
     }
 }

@@ -21,6 +21,7 @@ use bevy_ecs::prelude::*;
 
 use crate::cache::holdings::Held;
 use crate::model::ids::HnIdx;
+use crate::order::OrderKey;
 
 /// Room held for a blocked job from `start` until `end`.
 #[derive(Clone, Debug)]
@@ -40,10 +41,6 @@ pub struct Reservation {
     pub held: Vec<Held>,
 }
 
-/// A job's place in the walk: queue priority and the job's rank key, then submit time,
-/// then name. Smaller goes first.
-pub type OrderKey = (std::cmp::Reverse<i32>, u64, String);
-
 /// The reservations of the last walk, in job order.
 #[derive(Debug, Default, Resource)]
 pub struct Reservations {
@@ -52,8 +49,9 @@ pub struct Reservations {
     /// Bumped every time the list is recomputed: a job that failed against the old list
     /// is tried again (see `allocate`'s room epoch).
     pub generation: u64,
-    /// The capacity epoch and topology generation the list was computed against.
-    pub basis: Option<(u64, u64)>,
+    /// The capacity epoch, topology generation and order generation the list was
+    /// computed against.
+    pub basis: Option<(u64, u64, u64)>,
 }
 
 impl Reservations {

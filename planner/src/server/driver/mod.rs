@@ -269,6 +269,7 @@ impl Driver {
         for c in commands {
             match c {
                 Command::Persist(p) => self.work.batch.jobs.push(p),
+                Command::PersistUsage(bytes) => self.work.batch.usage = Some(bytes),
                 Command::Place(p) => {
                     tracing::info!(job = p.job(), task = &*p.task, node = &*p.node, rank = p.rank, "placed");
                     placements.push(p);

@@ -46,6 +46,7 @@ impl Driver {
             user: &user,
             admin,
             private_data: self.private_data,
+            groups: &[],
         };
         // What changes state is answered once it is on disk.
         let durable = matches!(command, RequestCommand::Submit { .. } | RequestCommand::Cancel { .. });
@@ -116,6 +117,7 @@ impl Driver {
                         }
                         return Err(format!("{file_name}: {e}").into());
                     }
+                    Err(SubmitRefused::Queue(e)) => return Err(format!("{file_name}: {e}").into()),
                     Err(e @ SubmitRefused::Encode { .. }) => return Err(e.to_string().into()),
                 };
                 let mut names = Vec::with_capacity(admitted.len());

@@ -1,0 +1,40 @@
+//! What the store keeps of fair share: every (queue, user)'s decayed usage at one moment,
+//! by name (indices change with a reload or a restart). One record, rewritten whole.
+
+use serde::{Deserialize, Serialize};
+
+use super::record::{RecordError, decode_framed, encode_framed};
+
+/// Decayed usage per queue and user, as of `at`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageRecord {
+    /// When (Unix seconds) the figures were worked out.
+    pub at: u64,
+    /// One row per (queue, user) with usage.
+    pub rows: Vec<UsageRow>,
+}
+
+/// One (queue, user)'s usage.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageRow {
+    /// The queue's name.
+    pub queue: String,
+    /// The user's name.
+    pub user: String,
+    /// Weighted resource-seconds, decayed to `at`.
+    pub usage: f64,
+}
+
+impl UsageRecord {
+    /// Framed and checksummed, as job records are.
+    pub fn encode(&self) -> Result<Vec<u8>, RecordError> {
+        encode_framed(self)
+    }
+
+    /// Read back; a damaged record is an error.
+    pub fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
+        decode_framed(bytes)
+    }
+}
