@@ -131,9 +131,10 @@ fn main() {
         );
     }
     row("EASY, topology-oblivious", &easy, easy_secs);
-    let ours = match std::env::var("POLICY_RESERVATIONS").ok().and_then(|v| v.parse().ok()) {
-        Some(k) => config(k),
-        None => PlannerConfig::default(),
+    // Experiments: `POLICY_CONFIG` is planner.toml text for the hyperplan runs.
+    let ours = match std::env::var("POLICY_CONFIG") {
+        Ok(text) => PlannerConfig::parse(&text, "POLICY_CONFIG").unwrap(),
+        Err(_) => PlannerConfig::default(),
     };
     let soft_m = sim("hyperplan, soft", &soft.jobs, ours.clone());
     let hard_m = sim("hyperplan, hard", &hard.jobs, ours);

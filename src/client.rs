@@ -358,6 +358,7 @@ fn repeatable(command: &RequestCommand) -> bool {
         | RequestCommand::Manifests
         | RequestCommand::Explain { .. }
         | RequestCommand::Planners
+        | RequestCommand::Queues
         | RequestCommand::Logs { .. } => true,
     }
 }

@@ -3,8 +3,8 @@
 //! Offline: `simulate` (plan jobs on a cluster file with the real planner core, in
 //! virtual time), `cluster generate fat-tree` (write a cluster file to plan with),
 //! `topology` (HyperNodes from fabric dumps) and `certs` (the cluster CA).
-//! Against a running planner (`client`, `commands/`): `nodes`, `hypernodes`, `submit`,
-//! `status`, `cancel`, `explain`, `logs`, `planners`.
+//! Against a running planner (`client`, `commands/`): `nodes`, `hypernodes`, `queues`,
+//! `submit`, `status`, `cancel`, `explain`, `logs`, `planners`.
 
 mod certs;
 mod client;
@@ -17,7 +17,7 @@ mod topology;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -28,7 +28,7 @@ use clap::{Parser, Subcommand};
                   (Volcano's network-topology-aware scheduling, on bare metal).\n\n\
                   Start with `hyperplan demo` (a planner and agents on this machine) or \
                   `hyperplan simulate --cluster examples/cluster.yaml --jobs examples/jobs.yaml`.\n\n\
-                  Against a running planner: `hyperplan nodes`, `hyperplan hypernodes`, `hyperplan submit FILE`, \
+                  Against a running planner: `hyperplan nodes`, `hyperplan hypernodes`, `hyperplan queues`, `hyperplan submit FILE`, \
                   `hyperplan status [JOB]`, `hyperplan cancel JOB`, `hyperplan explain JOB`, `hyperplan planners` \
                   (planner address and certificates from --planner/--cert-dir/--user, \
                   HYPERPLAN_PLANNER/HYPERPLAN_CERT_DIR/HYPERPLAN_USER or ~/.config/hyperplan/client.toml; a leader \
@@ -45,6 +45,7 @@ enum Command {
     Simulate(simulate::Args),
     Nodes(commands::nodes::Args),
     Hypernodes(commands::hypernodes::Args),
+    Queues(commands::queues::Args),
     Submit(commands::submit::Args),
     Status(commands::status::Args),
     Cancel(commands::cancel::Args),
@@ -83,11 +84,23 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    // What clap's attributes cannot say about `simulate` (with --swf, --jobs is a number),
+    // reported as clap reports usage errors: the message, usage, exit code 2.
+    if let Command::Simulate(args) = &cli.command
+        && let Err((kind, message)) = args.check()
+    {
+        let mut command = Cli::command();
+        command.build();
+        if let Some(simulate) = command.find_subcommand_mut("simulate") {
+            simulate.error(kind, message).exit();
+        }
+    }
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Nodes(args) => commands::nodes::run(args),
         Command::Hypernodes(args) => commands::hypernodes::run(args),
+        Command::Queues(args) => commands::queues::run(args),
         Command::Submit(args) => commands::submit::run(args),
         Command::Status(args) => commands::status::run(args),
         Command::Cancel(args) => commands::cancel::run(args),

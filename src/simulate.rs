@@ -1,24 +1,60 @@
-//! `hyperplan simulate`: the real planner core on a cluster file and job files, in
-//! virtual time.
+//! `hyperplan simulate`: the real planner core on a cluster file and job files, or on a
+//! Standard Workload Format log (`--swf`), in virtual time.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
+use clap::error::ErrorKind;
 use hyperplan_core::jobs::ownership::{NameClash, check_job_names};
+use hyperplan_core::sim::metrics::{SLOWDOWN_BOUND_SECS, TraceMetrics, outcomes, trace_metrics};
+use hyperplan_core::sim::swf::{SwfOptions, TopologyAsk, replay, tier_sizes};
 use hyperplan_core::{PlannerConfig, sim};
+use hyperplan_shared::ClusterSpec;
+use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Output {
-    /// A table for people: job, status, HyperNode, nodes, reason.
+    /// A table for people: job, status, HyperNode, nodes, reason (with --swf: the log, the
+    /// jobs replayed and skipped, and the run's figures).
     Table,
     /// A row per task: rank, node, and its NUMA pinning (CPUs, NUMA nodes, memory per
-    /// NUMA node, GPUs, NICs).
+    /// NUMA node, GPUs, NICs). Not with --swf.
     Tasks,
     /// The full report; field names are a stable interface for scripts.
     Json,
     /// The same report as YAML.
     Yaml,
+}
+
+/// How log jobs ask for topology (`--topology`).
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Topology {
+    /// Required: each job gets the lowest tier one of whose HyperNodes can hold it
+    /// (networkTopology mode hard, highestTierAllowed).
+    Hard,
+    /// The same tier, preferred but not required (mode soft).
+    Soft,
+    /// No networkTopology: anywhere (the placement a topology-oblivious scheduler makes).
+    None,
+}
+
+impl Topology {
+    fn ask(self) -> TopologyAsk {
+        match self {
+            Topology::Hard => TopologyAsk::Hard,
+            Topology::Soft => TopologyAsk::Soft,
+            Topology::None => TopologyAsk::None,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Topology::Hard => "hard",
+            Topology::Soft => "soft",
+            Topology::None => "none",
+        }
+    }
 }
 
 /// Plan jobs on a cluster with the planner's own scheduling core, in virtual time.
@@ -31,34 +67,132 @@ pub enum Output {
 ///
 /// Nodes with `topology:` (hwloc XML, synthetic, saved probe) get NUMA-aligned CPUs,
 /// memory, GPUs and NICs for tasks with a `topologyPolicy`; `--output tasks` shows them.
+///
+/// With `--swf LOG`, the jobs come from a job log in the Standard Workload Format of the
+/// Parallel Workloads Archive (https://www.cs.huji.ac.il/labs/parallel/workload/) instead
+/// of job files: a site replays its own history against a cluster file and a planner.toml
+/// before deploying them. Each log job becomes one job of as many tasks as it had
+/// processors (`--procs-per-node P`: P processors share a node, each task asking for 1/P
+/// of the smallest node's CPUs), submitted when the log says (times `--time-scale`),
+/// running as long as it ran, with its requested time as its time limit and its log user
+/// as its user (for fair share). Jobs the log cannot run (unknown run time or processors)
+/// are skipped and counted. With `--swf`, `--jobs N` is a number, not a file: replay the
+/// first N jobs of the log (all of them without it); job files and `--swf` do not mix.
+/// It prints the log's acknowledgement (whom to credit for it), the jobs replayed and
+/// skipped, and the figures the run is judged by: mean, 95th percentile and longest wait,
+/// mean bounded slowdown (runs shorter than 10 s count as 10 s), utilisation (node-seconds
+/// used over those offered from the first submit to the last end), leaves (tier-1
+/// HyperNodes) per multi-node job, and the share of multi-node jobs no larger than a leaf
+/// that got one leaf. `--output json` gives them as `metrics` (meanWait, p95Wait, maxWait,
+/// boundedSlowdown, utilisation, leavesPerJob, leafSizedInOneLeaf, …).
 #[derive(clap::Args, Debug)]
-#[command(
-    after_help = "Examples:\n  hyperplan simulate --cluster examples/cluster.yaml --jobs examples/jobs.yaml --output json\n  \
-                  hyperplan simulate --cluster examples/numa-cluster.yaml --jobs examples/numa-jobs.yaml --output tasks"
-)]
+#[command(after_help = "Examples:\n  \
+                  hyperplan simulate --cluster examples/cluster.yaml --jobs examples/jobs.yaml --output json\n  \
+                  hyperplan simulate --cluster examples/numa-cluster.yaml --jobs examples/numa-jobs.yaml --output tasks\n  \
+                  hyperplan simulate --swf testdata/traces/KTH-SP2-1996-2.1-cln.swf --cluster examples/kth-sp2-cluster.yaml --jobs 2000\n  \
+                  hyperplan simulate --swf LOG --cluster CLUSTER --jobs 2000 --topology none --time-scale 0.8 --output json")]
 pub struct Args {
     /// Cluster file (nodes, hyperNodes, hyperNodeFiles, discovery).
     #[arg(long, value_name = "FILE")]
     cluster: PathBuf,
     /// Job file: one job, a list, or several YAML documents; hyperplan's format or a
-    /// Volcano batch.volcano.sh/v1alpha1 Job. Repeat for several files.
-    #[arg(long, value_name = "FILE", required = true)]
+    /// Volcano batch.volcano.sh/v1alpha1 Job. Repeat for several files. With --swf, a
+    /// number instead: how many jobs of the log to replay (the first N; all without it).
+    #[arg(long, value_name = "FILE|N", required_unless_present = "swf")]
     jobs: Vec<PathBuf>,
+    /// Replay this Standard Workload Format job log instead of job files.
+    #[arg(long, value_name = "LOG")]
+    swf: Option<PathBuf>,
+    /// With --swf: how log jobs ask for topology [default: hard].
+    #[arg(long, value_enum, requires = "swf")]
+    topology: Option<Topology>,
+    /// With --swf: submit times are multiplied by F (below 1 packs arrivals closer: a
+    /// heavier load) [default: 1].
+    #[arg(long, value_name = "F", requires = "swf", value_parser = positive)]
+    time_scale: Option<f64>,
+    /// With --swf: log processors per node [default: 1, one processor is one node].
+    #[arg(long, value_name = "P", requires = "swf", value_parser = clap::value_parser!(u32).range(1..))]
+    procs_per_node: Option<u32>,
     #[arg(long, value_enum, default_value = "table")]
     output: Output,
     /// Planner configuration (TOML): [scoring] takes Volcano's network-topology-aware
-    /// plugin arguments, [numa] the default topology policy and the numa-aware weight.
+    /// plugin arguments, [numa] the default topology policy and the numa-aware weight,
+    /// [scheduler], [fairshare], [priority] and [[queue]] the scheduling policy.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 }
 
+impl Args {
+    /// What clap's attributes cannot say: with `--swf`, `--jobs` is one number, and
+    /// `--output tasks` has no tasks to show. The caller reports it as clap reports usage
+    /// errors (exit code 2).
+    pub fn check(&self) -> Result<(), (ErrorKind, String)> {
+        if self.swf.is_none() {
+            return Ok(());
+        }
+        match self.jobs.as_slice() {
+            [] => {}
+            [one] if count(one).is_some() => {}
+            [one] => {
+                return Err((
+                    ErrorKind::ValueValidation,
+                    format!(
+                        "invalid value '{}' for '--jobs <FILE|N>': with '--swf', '--jobs' is how many log jobs \
+                         to replay (a number above 0); job files and '--swf' do not mix",
+                        one.display()
+                    ),
+                ));
+            }
+            _ => {
+                return Err((
+                    ErrorKind::ArgumentConflict,
+                    "the argument '--swf <LOG>' cannot be used with several '--jobs': with '--swf', '--jobs' is \
+                     one number, how many log jobs to replay; job files and '--swf' do not mix"
+                        .into(),
+                ));
+            }
+        }
+        if matches!(self.output, Output::Tasks) {
+            return Err((
+                ErrorKind::ArgumentConflict,
+                "the argument '--output tasks' cannot be used with '--swf <LOG>': a replay prints its figures \
+                 (table, json or yaml)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `--time-scale`: a finite number above 0.
+fn positive(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err("expected a number above 0, such as 0.8 or 1.5".into()),
+    }
+}
+
+/// `--jobs N` with `--swf`: a number above 0.
+fn count(arg: &Path) -> Option<usize> {
+    arg.to_str()?.parse::<usize>().ok().filter(|&n| n > 0)
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(log) = &args.swf {
+        return run_swf(&args, log);
+    }
     let mut cluster = hyperplan_shared::load_cluster_file(&args.cluster)?;
     crate::topology::fill_resources(&mut cluster, &args.cluster)?;
     let mut jobs = Vec::new();
     // For each job, the index of its file in `args.jobs`.
     let mut file_of: Vec<usize> = Vec::new();
     for (f, path) in args.jobs.iter().enumerate() {
+        if count(path).is_some() && !path.exists() {
+            bail!(
+                "--jobs {}: no such job file; a number of jobs is for replaying a log (--swf LOG --jobs N)",
+                path.display()
+            );
+        }
         for job in hyperplan_shared::load_job_file(path)? {
             jobs.push(job);
             file_of.push(f);
@@ -75,10 +209,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Err(e) => bail!("{}: {e}", path.display()),
         }
     }
-    let config = match &args.config {
-        Some(p) => hyperplan_planner::DaemonConfig::load(p)?.planner,
-        None => PlannerConfig::default(),
-    };
+    let config = config(&args)?;
     let report = sim::simulate(&cluster, &jobs, config);
     for w in &report.warnings {
         eprintln!("warning: {w}");
@@ -91,4 +222,255 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     print!("{text}");
     Ok(())
+}
+
+fn config(args: &Args) -> anyhow::Result<PlannerConfig> {
+    Ok(match &args.config {
+        Some(p) => hyperplan_planner::DaemonConfig::load(p)?.planner,
+        None => PlannerConfig::default(),
+    })
+}
+
+/// `simulate --swf --output json`: what was replayed, on what, and the run's figures.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SwfRun {
+    /// The log file, as given.
+    pub log: String,
+    /// The log header's `Computer`, `Installation` and `Acknowledge` (whom to credit).
+    pub computer: Option<String>,
+    pub installation: Option<String>,
+    pub acknowledge: Option<String>,
+    /// The cluster file, as given, its node count and the size of its largest leaf
+    /// (tier-1 HyperNode; `None` without HyperNodes).
+    pub cluster: String,
+    pub nodes: usize,
+    pub leaf_size: Option<u32>,
+    /// `hard`, `soft` or `none`.
+    pub topology: &'static str,
+    pub procs_per_node: u32,
+    pub time_scale: f64,
+    /// Job lines read from the log (at most `--jobs`), those replayed and those skipped.
+    pub jobs_read: usize,
+    pub replayed: usize,
+    pub skipped: Vec<Skipped>,
+    pub metrics: TraceMetrics,
+    pub warnings: Vec<String>,
+}
+
+/// A log job left out, and why.
+#[derive(Debug, Serialize)]
+pub struct Skipped {
+    pub line: usize,
+    pub reason: String,
+}
+
+fn run_swf(args: &Args, log_path: &Path) -> anyhow::Result<()> {
+    // The cluster and the config first: a mistake there shows before a long log is read.
+    let mut cluster = hyperplan_shared::load_cluster_file(&args.cluster)?;
+    crate::topology::fill_resources(&mut cluster, &args.cluster)?;
+    let config = config(args)?;
+    let limit = args.jobs.first().and_then(|j| count(j));
+    let log = hyperplan_shared::swf::load_swf_file(log_path, limit)?;
+    let topology = args.topology.unwrap_or(Topology::Hard);
+    let opts = SwfOptions {
+        topology: topology.ask(),
+        procs_per_node: args.procs_per_node.unwrap_or(1),
+        time_scale: args.time_scale.unwrap_or(1.0),
+    };
+    let replayed = replay(&log, &cluster, &opts)
+        .with_context(|| format!("{}: cannot replay it on {}", log_path.display(), args.cluster.display()))?;
+    let report = sim::simulate(&cluster, &replayed.jobs, config);
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
+    let leaf_size = leaf_size(&cluster);
+    let mut runs = outcomes(&report);
+    if leaf_size.is_none() {
+        // No HyperNodes: leaves are not known, not zero.
+        for r in &mut runs {
+            r.leaves = None;
+        }
+    }
+    let nodes = u32::try_from(cluster.nodes.len()).unwrap_or(u32::MAX);
+    let header = |key| log.header_value(key).map(str::to_string);
+    let run = SwfRun {
+        log: log_path.display().to_string(),
+        computer: header("Computer"),
+        installation: header("Installation"),
+        acknowledge: header("Acknowledge"),
+        cluster: args.cluster.display().to_string(),
+        nodes: cluster.nodes.len(),
+        leaf_size,
+        topology: topology.as_str(),
+        procs_per_node: opts.procs_per_node,
+        time_scale: opts.time_scale,
+        jobs_read: log.jobs.len(),
+        replayed: replayed.jobs.len(),
+        skipped: replayed
+            .skipped
+            .into_iter()
+            .map(|(line, reason)| Skipped { line, reason })
+            .collect(),
+        metrics: trace_metrics(&runs, nodes, leaf_size.unwrap_or(1)),
+        warnings: report.warnings,
+    };
+    let text = match args.output {
+        Output::Table | Output::Tasks => hyperplan_shared::names::escape_text(&render_swf(&run)),
+        Output::Json => serde_json::to_string_pretty(&run).context("encoding the figures")? + "\n",
+        Output::Yaml => serde_saphyr::to_string(&run).context("encoding the figures")?,
+    };
+    print!("{text}");
+    Ok(())
+}
+
+/// The largest tier-1 HyperNode, in nodes: what "fits in a leaf" means.
+fn leaf_size(cluster: &ClusterSpec) -> Option<u32> {
+    tier_sizes(cluster).get(&1).copied().filter(|&n| n > 0)
+}
+
+/// How many skipped jobs the table names before "…".
+const NAMED_SKIPS: usize = 3;
+
+/// The replay for people: the log and its credit, the jobs, the cluster, the figures.
+pub fn render_swf(run: &SwfRun) -> String {
+    let mut out = format!("log: {}", run.log);
+    let about: Vec<&str> = [&run.computer, &run.installation]
+        .into_iter()
+        .filter_map(|v| v.as_deref())
+        .collect();
+    if !about.is_empty() {
+        out.push_str(&format!(" ({})", about.join(", ")));
+    }
+    out.push('\n');
+    if let Some(who) = &run.acknowledge {
+        out.push_str(&format!(
+            "acknowledge: {who} (the Parallel Workloads Archive asks users of this log to credit them)\n"
+        ));
+    }
+    let mut jobs = format!(
+        "jobs: {} read, {} replayed, {} skipped",
+        run.jobs_read,
+        run.replayed,
+        run.skipped.len()
+    );
+    if !run.skipped.is_empty() {
+        let named: Vec<String> = run
+            .skipped
+            .iter()
+            .take(NAMED_SKIPS)
+            .map(|s| format!("line {}: {}", s.line, s.reason))
+            .collect();
+        let more = if run.skipped.len() > NAMED_SKIPS { "; …" } else { "" };
+        jobs.push_str(&format!(" ({}{more})", named.join("; ")));
+    }
+    out.push_str(&jobs);
+    out.push('\n');
+    let leaves = match run.leaf_size {
+        Some(n) => format!("leaves of up to {n} nodes"),
+        None => "no HyperNodes".into(),
+    };
+    let procs = match run.procs_per_node {
+        1 => "1 log processor per node".to_string(),
+        p => format!("{p} log processors per node"),
+    };
+    out.push_str(&format!(
+        "cluster: {}, {} nodes, {leaves}; topology {}; {procs}; time scale {}\n\n",
+        run.cluster, run.nodes, run.topology, run.time_scale
+    ));
+    let m = &run.metrics;
+    let secs = |s: f64| {
+        let whole = s.round() as u64;
+        if whole >= 60 {
+            format!("{whole} s ({})", crate::commands::span(whole))
+        } else {
+            format!("{whole} s")
+        }
+    };
+    let share = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{:.1} %", v * 100.0));
+    let rows: Vec<[String; 2]> = vec![
+        ["FIGURE".into(), "VALUE".into()],
+        ["jobs started".into(), format!("{} of {}", m.started, m.jobs)],
+        ["mean wait".into(), secs(m.mean_wait)],
+        ["p95 wait".into(), secs(m.p95_wait as f64)],
+        ["max wait".into(), secs(m.max_wait as f64)],
+        [
+            format!("bounded slowdown (τ = {SLOWDOWN_BOUND_SECS} s)"),
+            format!("{:.2}", m.bounded_slowdown),
+        ],
+        ["utilisation".into(), format!("{:.1} %", m.utilisation * 100.0)],
+        [
+            "leaves per multi-node job".into(),
+            m.leaves_per_job.map_or_else(|| "-".into(), |v| format!("{v:.2}")),
+        ],
+        [
+            "leaf-sized multi-node jobs in one leaf".into(),
+            share(m.leaf_sized_in_one_leaf),
+        ],
+    ];
+    out.push_str(&hyperplan_shared::columns::columns(&rows));
+    for w in &run.warnings {
+        out.push_str(&format!("warning: {w}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn swf_table() {
+        let run = SwfRun {
+            log: "kth.swf".into(),
+            computer: Some("IBM SP2".into()),
+            installation: Some("Swedish Royal Institute of Technology (KTH)".into()),
+            acknowledge: Some("Lars Malinowsky".into()),
+            cluster: "kth.yaml".into(),
+            nodes: 100,
+            leaf_size: Some(10),
+            topology: "hard",
+            procs_per_node: 1,
+            time_scale: 1.0,
+            jobs_read: 6,
+            replayed: 2,
+            skipped: (1..=4)
+                .map(|i| Skipped {
+                    line: 20 + i,
+                    reason: "no run time".into(),
+                })
+                .collect(),
+            metrics: TraceMetrics {
+                jobs: 2,
+                started: 2,
+                mean_wait: 1234.4,
+                p95_wait: 7985,
+                max_wait: 12,
+                bounded_slowdown: 3.2468,
+                utilisation: 0.4567,
+                leaves_per_job: Some(1.25),
+                leaf_sized_in_one_leaf: None,
+                makespan: 99,
+            },
+            warnings: vec![],
+        };
+        insta::assert_snapshot!(render_swf(&run), @r"
+        log: kth.swf (IBM SP2, Swedish Royal Institute of Technology (KTH))
+        acknowledge: Lars Malinowsky (the Parallel Workloads Archive asks users of this log to credit them)
+        jobs: 6 read, 2 replayed, 4 skipped (line 21: no run time; line 22: no run time; line 23: no run time; …)
+        cluster: kth.yaml, 100 nodes, leaves of up to 10 nodes; topology hard; 1 log processor per node; time scale 1
+
+        FIGURE                                  VALUE
+        jobs started                            2 of 2
+        mean wait                               1234 s (20m34s)
+        p95 wait                                7985 s (2h13m)
+        max wait                                12 s
+        bounded slowdown (τ = 10 s)             3.25
+        utilisation                             45.7 %
+        leaves per multi-node job               1.25
+        leaf-sized multi-node jobs in one leaf  -
+        ");
+    }
 }

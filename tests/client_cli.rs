@@ -1,8 +1,11 @@
 //! The real `hyperplan` binary against a minimal in-test planner (hyperplan-net's QUIC
 //! server, certificates in a temp dir): `nodes` in JSON and as a table, a refusal with a
-//! reason, a missing certificate, an unreachable planner.
+//! reason, a missing certificate, an unreachable planner. And `queues` against the real
+//! `hyperplan-planner` (`common::Cluster`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -219,4 +222,28 @@ fn unreachable_planner_names_the_address() {
         err.contains(&format!("cannot reach the planner at {addr} within 5 s")),
         "{err}"
     );
+}
+
+/// Issue 23: `hyperplan queues` against the real planner: `default` first, then the
+/// `[[queue]]` of planner.toml, readable by any user, as JSON and as a table.
+#[test]
+fn queues_lists_the_default_queue_and_the_configured_ones() {
+    let c = common::Cluster::start_with(
+        &[],
+        Some("[[queue]]\nname = \"gpu\"\npriority = 10\nweight = 2\nquota = { cpu = 4 }\nmaxTimeLimit = \"2d\"\n"),
+    );
+    let v = c.cli_json("bob", &["queues"]);
+    let queues = v["queues"].as_array().unwrap();
+    let names: Vec<&str> = queues.iter().filter_map(|q| q["name"].as_str()).collect();
+    assert_eq!(names, ["default", "gpu"], "{v}");
+    assert_eq!(queues[0]["pendingJobs"], 0, "{v}");
+    assert_eq!(queues[1]["priority"], 10, "{v}");
+    assert_eq!(queues[1]["quota"]["cpu"], 4000, "{v}");
+    assert_eq!(queues[1]["maxTimeLimit"], 2 * 86_400, "{v}");
+    let out = c.cli("alice", &["queues"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.starts_with("NAME "), "{table}");
+    assert!(table.contains("\ndefault ") && table.contains("\ngpu "), "{table}");
+    assert!(table.contains("gpu: time limit default none, max 2d"), "{table}");
 }

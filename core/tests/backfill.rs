@@ -187,3 +187,75 @@ fn jobs_without_a_time_limit_are_counted_as_never_ending() {
     assert_eq!(start(&r, "wide"), 300);
     assert!(job(&r, "wide").reservation.is_none());
 }
+
+#[test]
+fn no_job_runs_into_a_maintenance_window() {
+    // n01 is down for maintenance from 100 to 200. A job that would still run at 100
+    // never gets it; one that ends before 100 may; after 200 it is free again.
+    let cluster = ClusterBuilder::flat(2).build();
+    let config = PlannerConfig::parse(
+        "[[reservation]]\nname = \"fw\"\nnodes = [\"n01\"]\nstart = 100\nend = 200\n",
+        "planner.toml",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let jobs = vec![
+        whole("long", 1, 0, 500, 500),
+        whole("short", 1, 1, 50, 50),
+        whole("late", 1, 60, 50, 50),
+    ];
+    let r = run_checked(&cluster, &jobs, config);
+    let node = |n: &str| job(&r, n).tasks[0].node.clone().unwrap_or_default();
+    assert_eq!(node("long"), "n02");
+    assert_eq!((start(&r, "short"), node("short")), (1, "n01".to_string()));
+    // At 60 n01 is idle, but the job would still run when the window opens.
+    assert_eq!((start(&r, "late"), node("late")), (200, "n01".to_string()));
+}
+
+mod property {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// (nodes, cpu per task, runtime = limit, submit, hard leaf or not)
+    type Shape = (u32, u32, u64, u64, bool);
+
+    fn shapes() -> impl Strategy<Value = Vec<Shape>> {
+        proptest::collection::vec(
+            (
+                1u32..7,
+                prop_oneof![Just(4u32), Just(8)],
+                1u64..200,
+                0u64..300,
+                any::<bool>(),
+            ),
+            2..24,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// With estimates equal to runtimes and jobs in arrival order (no fair share to
+        /// reorder them), no job starts later than the first reservation it was given,
+        /// and the invariants hold after every tick.
+        #[test]
+        fn no_reserved_job_starts_later_than_its_reservation(shapes in shapes()) {
+            let cluster = ClusterBuilder::fat_tree(&[4], 2).build();
+            let jobs: Vec<JobSpec> = shapes
+                .iter()
+                .enumerate()
+                .map(|(i, &(n, cpu, secs, at, leaf))| {
+                    let b = JobBuilder::gang(&format!("j{i:02}"), n.min(if leaf { 4 } else { 8 }), &format!("cpu={cpu}"))
+                        .submit(at)
+                        .runtime(secs)
+                        .limit(secs);
+                    if leaf { b.hard(1).build() } else { b.build() }
+                })
+                .collect();
+            let config = PlannerConfig::parse("[priority]\nweightFairshare = 0\n", "planner.toml")
+                .unwrap_or_else(|e| panic!("{e}"));
+            let r = run_checked(&cluster, &jobs, config);
+            prop_assert!(r.jobs.iter().all(|j| j.start_time.is_some()), "every job ran");
+        }
+    }
+}

@@ -13,8 +13,10 @@ use hyperplan_shared::taskend::TaskEnd;
 use hyperplan_shared::topology::NodeTopology;
 use serde::{Deserialize, Serialize};
 
-/// Bumped on any incompatible change to the messages below.
-pub const PROTOCOL_VERSION: u32 = 6;
+/// Bumped on any incompatible change to the messages below. 7: [`RequestCommand::Queues`]
+/// (a planner of 6 cannot decode it and would close the connection as a bad frame; with
+/// the bump the CLI says which versions differ instead).
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Who is speaking on a connection. The certificate says the same (its OU), and the
 /// planner checks that the two agree.
@@ -334,6 +336,10 @@ pub enum RequestCommand {
     /// This planner's role, epoch and the leader it knows (`hyperplan planners`), answered
     /// by standbys too, with a `hyperplan_shared::status::PlannerInfo`.
     Planners,
+    /// Every queue (`[[queue]]` in planner.toml, `default` first): quota, limit, use,
+    /// jobs, fair share and its busiest users (`hyperplan queues`). Answered with a
+    /// `hyperplan_shared::status::QueuesReport`; any user may ask.
+    Queues,
     /// Up to `max_bytes` of a task's output from `offset` (the job's rank-0 task when
     /// `task` is `None`), read on its node; only its owner or an admin. Answered with a
     /// `hyperplan_shared::status::LogPiece`.
@@ -743,6 +749,7 @@ mod tests {
             RequestCommand::Manifests,
             RequestCommand::Explain { job: "j".into() },
             RequestCommand::Planners,
+            RequestCommand::Queues,
         ] {
             roundtrip(&Request { id: 7, command });
         }

@@ -5,7 +5,8 @@
 //! planner leads, a newer store format refused, and TLS with client certificates.
 //! With three members: a leader that goes on committing while the member it uses is
 //! killed and started again; a store given a dead endpoint beside a good one. Large
-//! states (more than etcd-client's default 4 MiB message): read in pages.
+//! states (more than etcd-client's default 4 MiB message): read in pages. Fair share's
+//! usage: committed behind the leader's fence, loaded by the next leader.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -159,6 +160,85 @@ async fn a_standby_takes_over_with_every_record_and_the_deposed_leader_cannot_wr
     let b2 = b.clone();
     blocking(move || b2.resign()).await;
     assert!(raw.get("/t1/leader", None).await.unwrap().kvs().is_empty());
+}
+
+/// A fair-share usage record as the core encodes it: `user` with `usage` at `at`.
+fn usage(user: &str, usage: f64, at: u64) -> Arc<[u8]> {
+    use hyperplan_core::model::usage::{UsageRecord, UsageRow};
+    UsageRecord {
+        at,
+        rows: vec![UsageRow {
+            queue: "default".into(),
+            user: user.into(),
+            usage,
+        }],
+    }
+    .encode()
+    .unwrap()
+    .into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_usage_the_leader_committed_is_loaded_by_the_next_leader() {
+    let Some(server) = etcd::Etcd::start() else { return };
+    let leader = "head-a-u1:7400";
+    let cfg = config(&server, "/u1/");
+    let a = watching(&cfg).await;
+    let first = a.campaign(leader.into(), TTL).await.unwrap();
+    assert_eq!(first.usage, None, "a new prefix has no usage");
+
+    // Usage with the jobs, then replaced, then kept by a batch without it.
+    let (old, new) = (usage("alice", 120.0, 1_000), usage("bob", 7.5, 2_000));
+    for batch in [
+        Batch {
+            jobs: (1..=3).map(|id| record(id, false)).collect(),
+            next_job_id: Some(4),
+            usage: Some(old.clone()),
+        },
+        Batch {
+            jobs: vec![],
+            next_job_id: None,
+            usage: Some(new.clone()),
+        },
+        Batch {
+            jobs: vec![record(4, false)],
+            next_job_id: Some(5),
+            usage: None,
+        },
+    ] {
+        let a2 = a.clone();
+        blocking(move || a2.commit(&batch)).await.unwrap();
+    }
+    let a2 = a.clone();
+    assert_eq!(blocking(move || a2.usage()).await.unwrap().as_deref(), Some(&*new));
+
+    // The next leader starts from it.
+    let (b, campaign) = standby(&cfg, "head-b-u1:7400", TTL, leader).await;
+    let a2 = a.clone();
+    blocking(move || a2.resign()).await;
+    let taken = tokio::time::timeout(Duration::from_secs(20), campaign)
+        .await
+        .expect("the standby leads once the leader resigned")
+        .unwrap()
+        .unwrap();
+    assert_eq!(taken.usage.as_deref(), Some(&*new));
+    assert_eq!(taken.live.len(), 4);
+
+    // The deposed leader's usage is fenced out like its records.
+    let a2 = a.clone();
+    let refused = blocking(move || {
+        a2.commit(&Batch {
+            jobs: vec![],
+            next_job_id: None,
+            usage: Some(usage("mallory", 1e9, 3_000)),
+        })
+    })
+    .await;
+    assert!(refused.is_err(), "{refused:?}");
+    let b2 = b.clone();
+    assert_eq!(blocking(move || b2.usage()).await.unwrap().as_deref(), Some(&*new));
+    let b2 = b.clone();
+    blocking(move || b2.resign()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

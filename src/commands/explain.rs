@@ -1,13 +1,15 @@
 //! `hyperplan explain JOB`: the gradient search as the planner sees it now: the job's
-//! status and reason, what it still needs and under which tier limit, and every
-//! HyperNode it looked at with the room there and why it was or was not taken.
+//! status and reason, its queue, priority and reservation, what it still needs and under
+//! which tier limit, and every HyperNode it looked at with the room there and why it was
+//! or was not taken.
 
 use hyperplan_net::messages::RequestCommand;
 use hyperplan_shared::report::{JobReport, JobStatus};
 use hyperplan_shared::status::Explanation;
 
 use super::columns::columns;
-use super::{Output, long_help, run_request};
+use super::status::{priority, reservation};
+use super::{Clock, Output, long_help, run_request};
 use crate::client::ClientArgs;
 
 const EXAMPLES: &str = "  hyperplan explain big-256
@@ -15,8 +17,12 @@ const EXAMPLES: &str = "  hyperplan explain big-256
 
 /// Explain where a job is and why: the HyperNodes the gradient search considered.
 ///
-/// First the job's status and reason, then what it still needs (tasks to place for its
-/// gang minimum) and the hard tier limit in force (networkTopology highestTierAllowed or
+/// First the job's status and reason and its queue; for a waiting job its priority (its
+/// rank among the waiting jobs, 1 going first: queue priority first, then the score made
+/// of the job's own priority and its fair-share, age and size factors, each 0 to 1) and,
+/// when the planner holds a reservation for it (backfill), its expected start and the
+/// HyperNode and nodes reserved. Then what it still needs (tasks to place for its gang
+/// minimum) and the hard tier limit in force (networkTopology highestTierAllowed or
 /// highestTierName). Then one row per HyperNode within the limit, lowest tier first:
 /// ROOM is how many of the job's pending tasks fit there now, VERDICT why it was or was
 /// not taken; `*` marks the HyperNode holding the job's current placement.
@@ -34,14 +40,30 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let command = RequestCommand::Explain { job: args.job };
-    run_request(&args.client, command, args.output, "explanation", render)
+    run_request(&args.client, command, args.output, "explanation", |e| {
+        render(e, &Clock::local())
+    })
 }
 
-/// Status, reason, the need/limit header, then the candidate table.
-pub fn render(e: &Explanation) -> String {
+/// Status, reason, queue, priority and reservation, the need/limit header, then the
+/// candidate table.
+pub fn render(e: &Explanation, clock: &Clock) -> String {
     let mut out = format!("job {}: {}\n", e.job.name, status(&e.job));
     if let Some(reason) = &e.job.reason {
         out.push_str(&format!("reason: {reason}\n"));
+    }
+    if let Some(queue) = &e.job.queue {
+        out.push_str(&format!("queue: {queue}\n"));
+    }
+    if let Some(p) = &e.job.priority {
+        let (rank, factors) = priority(p);
+        out.push_str(&format!("priority: {rank} ({factors})\n"));
+    }
+    if e.job.status == JobStatus::Pending
+        && let Some(r) = &e.job.reservation
+    {
+        let (start, reserved) = reservation(r, clock);
+        out.push_str(&format!("expected start: {start}; reserved: {reserved}\n"));
     }
     let limit = match e.tier_limit {
         Some(tier) => format!("tier limit {tier} (HyperNodes of tier {tier} or lower)"),
@@ -94,10 +116,17 @@ fn status(job: &JobReport) -> String {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-    use hyperplan_shared::report::TaskReport;
+    use hyperplan_shared::report::{PriorityReport, ReservationReport, TaskReport};
     use hyperplan_shared::status::Candidate;
 
     use super::*;
+
+    fn clock() -> Clock {
+        Clock {
+            now: 1_748_787_180,
+            utc_offset: |_| 0,
+        }
+    }
 
     fn job(status: JobStatus, reason: Option<&str>, nodes: &[Option<&str>], under: Option<&str>) -> JobReport {
         JobReport {
@@ -157,7 +186,51 @@ mod tests {
                 candidate("spine-1", 2, 0, false, "no Ready node"),
             ],
         };
-        insta::assert_snapshot!(render(&e));
+        insta::assert_snapshot!(render(&e, &clock()));
+    }
+
+    /// Issue 23: a waiting job's priority factors, expected start and reserved HyperNode.
+    #[test]
+    fn pending_job_with_a_reservation() {
+        let mut j = job(
+            JobStatus::Pending,
+            Some("waiting for a reservation: spine-0 frees 32 nodes at its expected start"),
+            &[None; 2],
+            None,
+        );
+        j.queue = Some("gpu".into());
+        j.priority = Some(PriorityReport {
+            queue_priority: 10,
+            score: 10_523.14,
+            job: 0,
+            fairshare: 0.953,
+            age: 0.5204,
+            size: 0.0,
+            rank: 3,
+            of: 41,
+        });
+        j.reservation = Some(ReservationReport {
+            start: clock().now + 2 * 3600 + 13 * 60,
+            hyper_node: Some("spine-0".into()),
+            nodes: vec!["n017".into(), "n018".into()],
+        });
+        let e = Explanation {
+            job: j,
+            tier_limit: Some(2),
+            need: 2,
+            candidates: vec![candidate("spine-0", 2, 1, false, "too small: 1 of 2 tasks fit")],
+        };
+        insta::assert_snapshot!(render(&e, &clock()), @r"
+        job big-32: pending
+        reason: waiting for a reservation: spine-0 frees 32 nodes at its expected start
+        queue: gpu
+        priority: rank 3 of 41 waiting: queue priority 10, score 10523.1 (job priority 0, fair share 0.95, age 0.52, size 0.00)
+        expected start: 2025-06-01 16:26:00 +0000 (in 2h13m); reserved: 2 nodes under spine-0: n[017-018]
+        needs 2 more tasks; tier limit 2 (HyperNodes of tier 2 or lower)
+
+        HYPERNODE  TIER  ROOM  VERDICT
+        spine-0    2     1     too small: 1 of 2 tasks fit
+        ");
     }
 
     #[test]
@@ -171,7 +244,7 @@ mod tests {
                 candidate("leaf-4", 1, 2, false, "fits, lower score (more fragmentation)"),
             ],
         };
-        insta::assert_snapshot!(render(&e));
+        insta::assert_snapshot!(render(&e, &clock()));
     }
 
     #[test]
@@ -187,7 +260,7 @@ mod tests {
             need: 1,
             candidates: vec![],
         };
-        insta::assert_snapshot!(render(&e), @r"
+        insta::assert_snapshot!(render(&e, &clock()), @r"
         job big-32: rejected
         reason: needs 4096 GPUs; the cluster has 512
         needs 1 more task; tier limit 1 (HyperNodes of tier 1 or lower)

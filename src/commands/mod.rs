@@ -1,6 +1,6 @@
-//! The commands that talk to a running planner: `nodes`, `hypernodes`, `submit`, `status`,
-//! `cancel`, `explain`, `logs`, and `planners` (which asks every planner of the list,
-//! not only the leader). Each sends one request (see `crate::client`) and prints the reply
+//! The commands that talk to a running planner: `nodes`, `hypernodes`, `queues`, `submit`,
+//! `status`, `cancel`, `explain`, `logs`, and `planners` (which asks every planner of the
+//! list, not only the leader). Each sends one request (see `crate::client`) and prints the reply
 //! through [`run_request`] (`submit`, sending one request per file, through
 //! [`print_reply`]): `--output json` prints the planner's JSON value exactly,
 //! `--output table` renders it for people. Renderers are pure functions of the reply
@@ -13,6 +13,7 @@ pub mod hypernodes;
 pub mod logs;
 pub mod nodes;
 pub mod planners;
+pub mod queues;
 pub mod status;
 pub mod submit;
 
@@ -99,6 +100,99 @@ pub fn decode<T: DeserializeOwned>(value: serde_json::Value, what: &str) -> anyh
     })
 }
 
+/// How a table shows times: `now` (Unix seconds) for `in 2h13m` and `5m ago`, and the
+/// local time zone's offset from UTC (seconds) at a given time. Tests pass a fixed one.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    pub now: u64,
+    pub utc_offset: fn(u64) -> i64,
+}
+
+impl Clock {
+    /// This machine's clock and time zone (`TZ`, else /etc/localtime).
+    pub fn local() -> Self {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Self {
+            now,
+            utc_offset: local_utc_offset,
+        }
+    }
+
+    /// `2025-06-01 14:13:00 +0200`: `unix` in the local time zone, with its offset.
+    pub fn local_time(&self, unix: u64) -> String {
+        let offset = (self.utc_offset)(unix);
+        let local = i64::try_from(unix).unwrap_or(i64::MAX).saturating_add(offset);
+        let (days, secs) = (local.div_euclid(86_400), local.rem_euclid(86_400));
+        let (y, m, d) = civil_from_days(days);
+        let sign = if offset < 0 { '-' } else { '+' };
+        let off = offset.unsigned_abs() / 60;
+        format!(
+            "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} {sign}{:02}{:02}",
+            secs / 3600,
+            secs / 60 % 60,
+            secs % 60,
+            off / 60,
+            off % 60
+        )
+    }
+
+    /// `in 2h13m`, `5m ago`, `now` (within a second): `unix` against `now`.
+    pub fn relative(&self, unix: u64) -> String {
+        match unix.cmp(&self.now) {
+            std::cmp::Ordering::Greater => format!("in {}", span(unix - self.now)),
+            std::cmp::Ordering::Less => format!("{} ago", span(self.now - unix)),
+            std::cmp::Ordering::Equal => "now".into(),
+        }
+    }
+}
+
+/// A duration for people: its two largest units, `2h13m`, `3d4h`, `45s`.
+pub fn span(secs: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(86_400, "d"), (3600, "h"), (60, "m"), (1, "s")];
+    let Some(first) = UNITS.iter().position(|(size, _)| secs >= *size) else {
+        return "0s".into();
+    };
+    let mut out = String::new();
+    let mut rest = secs;
+    for (size, unit) in &UNITS[first..(first + 2).min(UNITS.len())] {
+        if rest >= *size {
+            out.push_str(&format!("{}{unit}", rest / size));
+        }
+        rest %= size;
+    }
+    out
+}
+
+/// The local time zone's offset from UTC at `unix`, in seconds (0 when unknown).
+#[allow(unsafe_code)]
+fn local_utc_offset(unix: u64) -> i64 {
+    let Ok(t) = libc::time_t::try_from(unix) else {
+        return 0;
+    };
+    // SAFETY: `libc::tm` is plain data (integers and a pointer) for which all zeros is a
+    // valid value; `localtime_r` only writes into the `tm` it is given and reads `t`.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to live, properly aligned values of this frame.
+    let done = unsafe { libc::localtime_r(&raw const t, &raw mut tm) };
+    if done.is_null() { 0 } else { tm.tm_gmtoff }
+}
+
+/// Year, month (1–12) and day of the days since 1970-01-01 (proleptic Gregorian; Howard
+/// Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -116,5 +210,33 @@ mod tests {
             text,
             "warning: label rack=\\u{1b}]0;owned\\u{7} \\u{202e}kcab\nnext line\n"
         );
+    }
+
+    #[test]
+    fn times_for_people() {
+        let utc = Clock {
+            now: 1_748_787_180,
+            utc_offset: |_| 0,
+        };
+        assert_eq!(utc.local_time(0), "1970-01-01 00:00:00 +0000");
+        assert_eq!(utc.local_time(1_748_787_180), "2025-06-01 14:13:00 +0000");
+        assert_eq!(utc.local_time(951_825_600), "2000-02-29 12:00:00 +0000");
+        let east = Clock {
+            utc_offset: |_| 2 * 3600 + 1800,
+            ..utc
+        };
+        assert_eq!(east.local_time(1_748_787_180), "2025-06-01 16:43:00 +0230");
+        let west = Clock {
+            utc_offset: |_| -5 * 3600,
+            ..utc
+        };
+        assert_eq!(west.local_time(1_748_736_000), "2025-05-31 19:00:00 -0500");
+        assert_eq!(utc.relative(utc.now + 7_985), "in 2h13m");
+        assert_eq!(utc.relative(utc.now - 300), "5m ago");
+        assert_eq!(utc.relative(utc.now), "now");
+        assert_eq!(span(45), "45s");
+        assert_eq!(span(3600), "1h");
+        assert_eq!(span(93_784), "1d2h");
+        assert_eq!(span(0), "0s");
     }
 }

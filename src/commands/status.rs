@@ -1,14 +1,15 @@
-//! `hyperplan status [JOB]`: where jobs are, in the simulator's own job table (the same
-//! job objects `hyperplan simulate` prints).
+//! `hyperplan status [JOB]`: where jobs are, in the simulator's job table (the same job
+//! objects `hyperplan simulate` prints) with each job's queue and start, and for one job its
+//! priority and reservation.
 
-use hyperplan_core::sim::{render_table, render_task_table};
+use hyperplan_core::sim::render_task_table;
 use hyperplan_net::messages::RequestCommand;
-use hyperplan_shared::MEMORY;
 use hyperplan_shared::quantity::format_quantity;
-use hyperplan_shared::report::{JobStatus, Report, Summary};
+use hyperplan_shared::report::{JobReport, JobStatus, PriorityReport, Report, ReservationReport};
 use hyperplan_shared::status::JobList;
+use hyperplan_shared::{MEMORY, hostlist};
 
-use super::{Output, long_help, run_request};
+use super::{Clock, Output, long_help, run_request};
 use crate::client::ClientArgs;
 
 const EXAMPLES: &str = "  hyperplan status
@@ -17,17 +18,29 @@ const EXAMPLES: &str = "  hyperplan status
   hyperplan status --since 2h
   hyperplan status --output json | jq '.jobs[] | select(.status == \"pending\") | .reason'";
 
-/// Show jobs: status, HyperNode, nodes and, for pending jobs, why they wait.
+/// Show jobs: queue, status, start, HyperNode, nodes and, for pending jobs, why they wait.
 ///
-/// Without JOB, the newest job of every name; with JOB, the newest job of that name and then one row per task:
-/// rank, node, and its pinning (CPUs, NUMA nodes, memory per NUMA node, GPUs, NICs). The
-/// table and the JSON are those of `hyperplan simulate`: `{"jobs": [...]}` with the same
-/// job objects, each with the `id` the planner gave it at submit. A name is unique among
+/// Without JOB, the newest job of every name: JOB, QUEUE, STATUS, START (when it started,
+/// `5m ago`; for a pending job that holds a reservation, when it is expected to start,
+/// `expected in 2h13m`, like `squeue --start`), HYPERNODE, NODES and REASON. With JOB, the
+/// newest job of that name, then its queue; if it waits, its priority (its rank among the
+/// waiting jobs, 1 going first: jobs of a higher-priority queue go first, then the higher
+/// score, the weighted sum of the job's own priority and its fair-share, age and size
+/// factors, each 0 to 1, weighted by `[priority]` in planner.toml) and, once the planner
+/// has reserved room for it (backfill: smaller jobs start only where they do not delay
+/// it), its expected start as a local time and the HyperNode and nodes kept for it; then
+/// one row per task: rank, node, and its pinning (CPUs, NUMA nodes, memory per NUMA node,
+/// GPUs, NICs). An expected start moves as jobs end earlier than their time limits.
+///
+/// The JSON is `{"jobs": [...]}` with the job objects of `hyperplan simulate`, each with
+/// the `id` the planner gave it at submit, its `queue`, and while it waits `priority`
+/// (`queuePriority`, `score`, `job`, `fairshare`, `age`, `size`, `rank`, `of`) and
+/// `reservation` (`start` in Unix seconds, `hyperNode`, `nodes`). A name is unique among
 /// jobs that have not ended; once a job ended (finished, cancelled, rejected) its name may
 /// be used again, and `--all` shows every job of the name(s), each with its id, the ended
 /// ones the planner keeps on disk included ([store] keepFinished, 7 days by default);
 /// `--since 2h` shows the jobs that have not ended and those that ended in the last 2 hours.
-/// `hyperplan explain JOB` says why a job is where it is.
+/// `hyperplan explain JOB` says why a job is where it is; `hyperplan queues` shows the queues.
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = long_help(EXAMPLES))]
 pub struct Args {
@@ -56,10 +69,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         since_secs: args.since,
     };
     run_request(&args.client, command, args.output, "job list", |list: &JobList| {
+        let clock = Clock::local();
         if all {
-            render(&with_ids(list), one)
+            render(&with_ids(list), one, &clock)
         } else {
-            render(list, one)
+            render(list, one, &clock)
         }
     })
 }
@@ -87,27 +101,15 @@ fn with_ids(list: &JobList) -> JobList {
     list
 }
 
-/// The job table and a count line; with `tasks`, the task table after it.
-pub fn render(list: &JobList, tasks: bool) -> String {
+/// The job table and a count line; with `tasks`, each job's queue, priority and
+/// reservation, then the task table after it. `clock` turns times into `5m ago`, `in
+/// 2h13m` and local times.
+pub fn render(list: &JobList, tasks: bool, clock: &Clock) -> String {
     if list.jobs.is_empty() {
         return "no jobs: submit one with `hyperplan submit FILE`\n".into();
     }
-    let count = |status: JobStatus| {
-        let n = list.jobs.iter().filter(|j| j.status == status).count();
-        u32::try_from(n).unwrap_or(u32::MAX)
-    };
-    let summary = Summary {
-        placed: count(JobStatus::Placed),
-        pending: count(JobStatus::Pending),
-        rejected: count(JobStatus::Rejected),
-        makespan: 0,
-    };
-    // The simulator's count line ends in its virtual makespan, which a live planner has
-    // not got; and a live planner's jobs run and end: count every status there is.
-    let simulated = format!(
-        "{} placed, {} pending, {} rejected; makespan 0 s\n",
-        summary.placed, summary.pending, summary.rejected
-    );
+    let count = |status: JobStatus| list.jobs.iter().filter(|j| j.status == status).count();
+    // A live planner's jobs run and end: count every status there is.
     let mut counts: Vec<String> = [JobStatus::Placed, JobStatus::Pending, JobStatus::Rejected]
         .into_iter()
         .map(|s| format!("{} {}", count(s), s.as_str()))
@@ -123,23 +125,151 @@ pub fn render(list: &JobList, tasks: bool) -> String {
             counts.push(format!("{} {}", count(s), s.as_str()));
         }
     }
-    let live = format!("{}\n", counts.join(", "));
-    let report = Report {
-        jobs: list.jobs.clone(),
-        summary,
-        warnings: Vec::new(),
-    };
-    let mut out = render_table(&report);
-    if out.ends_with(&simulated) {
-        out.truncate(out.len() - simulated.len());
-        out.push_str(&live);
-    }
+    let mut out = job_table(&list.jobs, clock);
+    out.push_str(&format!("\n{}\n", counts.join(", ")));
     if tasks {
+        for j in &list.jobs {
+            let detail = details(j, clock);
+            if detail.is_empty() {
+                continue;
+            }
+            out.push('\n');
+            if list.jobs.len() > 1 {
+                out.push_str(&format!("{}:\n", j.name));
+            }
+            out.push_str(&detail);
+        }
+        let report = Report {
+            jobs: list.jobs.clone(),
+            ..Report::default()
+        };
         out.push('\n');
         out.push_str(&render_task_table(&report));
         out.push_str(&render_runs(&list.jobs));
     }
     out
+}
+
+/// The simulator's job table (`hyperplan simulate`) with the queue and a START column:
+/// when a job started (`5m ago`), or, for a pending job holding a reservation, when it is
+/// expected to (`expected in 2h13m`, like `squeue --start`).
+fn job_table(jobs: &[JobReport], clock: &Clock) -> String {
+    let mut rows: Vec<[String; 7]> = vec![[
+        "JOB".into(),
+        "QUEUE".into(),
+        "STATUS".into(),
+        "START".into(),
+        "HYPERNODE".into(),
+        "NODES".into(),
+        "REASON".into(),
+    ]];
+    for j in jobs {
+        let mut names: Vec<&str> = j.tasks.iter().filter_map(|t| t.node.as_deref()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let status = match j.status {
+            JobStatus::Placed => {
+                let placed = j.tasks.iter().filter(|t| t.node.is_some()).count();
+                format!("placed {placed}/{}", j.tasks.len())
+            }
+            other => other.as_str().into(),
+        };
+        rows.push([
+            j.name.clone(),
+            j.queue.clone().unwrap_or_else(|| "-".into()),
+            status,
+            start(j, clock),
+            j.allocated_hyper_node.clone().unwrap_or_else(|| "-".into()),
+            if names.is_empty() {
+                "-".into()
+            } else {
+                hostlist::compress(&names)
+            },
+            j.reason.clone().unwrap_or_default(),
+        ]);
+    }
+    super::columns::columns(&rows)
+}
+
+/// The START cell: `5m ago`, `expected in 2h13m`, `-`.
+fn start(j: &JobReport, clock: &Clock) -> String {
+    if j.status == JobStatus::Pending {
+        return match &j.reservation {
+            Some(r) => format!("expected {}", expected(r.start, clock)),
+            None => "-".into(),
+        };
+    }
+    j.start_time.map_or_else(|| "-".into(), |s| clock.relative(s))
+}
+
+/// `in 2h13m`, or `now` for a reservation whose start has come.
+fn expected(start: u64, clock: &Clock) -> String {
+    if start <= clock.now {
+        "now".into()
+    } else {
+        clock.relative(start)
+    }
+}
+
+/// One job's `Queue:`, `Priority:` (with its factors), `Expected start:` and `Reserved:`
+/// lines, those it has.
+fn details(j: &JobReport, clock: &Clock) -> String {
+    let mut lines: Vec<(&str, String)> = Vec::new();
+    if let Some(q) = &j.queue {
+        lines.push(("Queue:", q.clone()));
+    }
+    if let Some(p) = &j.priority {
+        let (rank, factors) = priority(p);
+        lines.push(("Priority:", rank));
+        lines.push(("  factors:", factors));
+    }
+    if j.status == JobStatus::Pending
+        && let Some(r) = &j.reservation
+    {
+        let (start, reserved) = reservation(r, clock);
+        lines.push(("Expected start:", start));
+        lines.push(("Reserved:", reserved));
+    }
+    lines
+        .into_iter()
+        .map(|(label, text)| format!("{label:<16} {text}\n"))
+        .collect()
+}
+
+/// A waiting job's place and what makes it: `rank 3 of 41 waiting: queue priority 10,
+/// score 10523.1` and `job priority 0, fair share 0.95, age 0.52, size 0.00`.
+pub(super) fn priority(p: &PriorityReport) -> (String, String) {
+    (
+        format!(
+            "rank {} of {} waiting: queue priority {}, score {:.1}",
+            p.rank, p.of, p.queue_priority, p.score
+        ),
+        format!(
+            "job priority {}, fair share {:.2}, age {:.2}, size {:.2}",
+            p.job, p.fairshare, p.age, p.size
+        ),
+    )
+}
+
+/// A reservation's start (`2025-06-01 16:26:20 +0200 (in 2h13m)`) and where
+/// (`32 nodes under spine-0: n[001-032]`).
+pub(super) fn reservation(r: &ReservationReport, clock: &Clock) -> (String, String) {
+    let start = format!("{} ({})", clock.local_time(r.start), expected(r.start, clock));
+    let names: Vec<&str> = r.nodes.iter().map(String::as_str).collect();
+    let count = match r.nodes.len() {
+        1 => "1 node".to_string(),
+        n => format!("{n} nodes"),
+    };
+    let under = match &r.hyper_node {
+        Some(h) => format!("under {h}"),
+        None => "under several top HyperNodes".into(),
+    };
+    let reserved = if names.is_empty() {
+        under
+    } else {
+        format!("{count} {under}: {}", hostlist::compress(&names))
+    };
+    (start, reserved)
 }
 
 /// How each task runs or ended, for tasks that ran on agents (the simulator's have no
@@ -189,9 +319,17 @@ mod tests {
 
     use std::collections::BTreeMap;
 
-    use hyperplan_shared::report::{JobReport, TaskReport};
+    use hyperplan_shared::report::TaskReport;
 
     use super::*;
+
+    /// 1,000 s after the fixtures' epoch, in UTC.
+    fn clock() -> Clock {
+        Clock {
+            now: 1_000,
+            utc_offset: |_| 0,
+        }
+    }
 
     fn task(rank: u32, node: Option<&str>, pinned: bool) -> TaskReport {
         TaskReport {
@@ -272,14 +410,14 @@ mod tests {
 
     #[test]
     fn all_jobs() {
-        insta::assert_snapshot!(render(&jobs(), false));
+        insta::assert_snapshot!(render(&jobs(), false, &clock()));
     }
 
     #[test]
     fn one_job_with_its_tasks() {
         let mut list = jobs();
         list.jobs.truncate(1);
-        insta::assert_snapshot!(render(&list, true));
+        insta::assert_snapshot!(render(&list, true, &clock()));
     }
 
     /// A live planner's jobs: every status counted, and how each task ran or ended.
@@ -308,11 +446,71 @@ mod tests {
         done.status = JobStatus::Completed;
         done.tasks.clear();
         list.jobs.push(done);
-        insta::assert_snapshot!(render(&list, true));
+        insta::assert_snapshot!(render(&list, true, &clock()));
+    }
+
+    /// Issue 23: a waiting job's queue, rank and factors, and the room reserved for it.
+    fn waiting_with_a_reservation() -> JobList {
+        let mut list = jobs();
+        list.jobs.swap(0, 1);
+        list.jobs.truncate(2);
+        let big = &mut list.jobs[0];
+        big.queue = Some("gpu".into());
+        big.priority = Some(PriorityReport {
+            queue_priority: 10,
+            score: 10_523.14,
+            job: 0,
+            fairshare: 0.953,
+            age: 0.5204,
+            size: 0.0,
+            rank: 3,
+            of: 41,
+        });
+        big.reservation = Some(ReservationReport {
+            start: 1_000 + 2 * 3600 + 13 * 60 + 20,
+            hyper_node: Some("spine-0".into()),
+            nodes: (1..=32).map(|i| format!("gpu-a{i:02}")).collect(),
+        });
+        list.jobs[1].queue = Some("default".into());
+        list
+    }
+
+    #[test]
+    fn pending_job_with_a_reservation_in_the_list() {
+        insta::assert_snapshot!(render(&waiting_with_a_reservation(), false, &clock()), @r"
+        JOB       QUEUE    STATUS      START              HYPERNODE  NODES         REASON
+        big-256   gpu      pending     expected in 2h13m  -          -             no tier-1 HyperNode has 32 free GPUs; best is leaf-7 with 24
+        train-64  default  placed 2/2  14m59s ago         leaf-0     gpu-b[01-02]
+
+        1 placed, 1 pending, 0 rejected
+        ");
+    }
+
+    #[test]
+    fn pending_job_with_a_reservation_and_priority() {
+        let mut list = waiting_with_a_reservation();
+        list.jobs.truncate(1);
+        let east = Clock {
+            utc_offset: |_| 7200,
+            ..clock()
+        };
+        insta::assert_snapshot!(render(&list, true, &east));
+    }
+
+    #[test]
+    fn a_reservation_spread_over_the_top() {
+        let r = ReservationReport {
+            start: 900,
+            hyper_node: None,
+            nodes: vec!["n1".into()],
+        };
+        let (start, reserved) = reservation(&r, &clock());
+        assert_eq!(start, "1970-01-01 00:15:00 +0000 (now)");
+        assert_eq!(reserved, "1 node under several top HyperNodes: n1");
     }
 
     #[test]
     fn no_jobs() {
-        insta::assert_snapshot!(render(&JobList::default(), false), @"no jobs: submit one with `hyperplan submit FILE`");
+        insta::assert_snapshot!(render(&JobList::default(), false, &clock()), @"no jobs: submit one with `hyperplan submit FILE`");
     }
 }

@@ -109,12 +109,18 @@ pub fn allocate(
     // Reservations stand until room may have grown, a holder stopped waiting, or a job
     // arrived ahead of one; then they are all worked out again in this walk.
     let want = config.scheduler.reservations as usize;
-    let basis = (epoch.0, index.generation, order_state.generation);
-    let holder_gone = reservations.list.iter().any(|r| {
-        jobs.get(r.job)
-            .ok()
-            .is_none_or(|(_, _, st)| st.phase != JobPhase::Pending)
-    });
+    // A maintenance window that closed gives its nodes back: everything is looked at again.
+    let closed = config.maintenance.iter().filter(|w| w.end <= now_s).count() as u64;
+    let basis = (epoch.0, index.generation, order_state.generation, closed);
+    let holder_gone = reservations
+        .list
+        .iter()
+        .filter(|r| r.job != Entity::PLACEHOLDER)
+        .any(|r| {
+            jobs.get(r.job)
+                .ok()
+                .is_none_or(|(_, _, st)| st.phase != JobPhase::Pending)
+        });
     let ahead = reservations.list.last().is_some_and(|last| {
         fresh
             .iter()
@@ -125,10 +131,14 @@ pub fn allocate(
     // The old list's nodes mean the same only within one topology generation.
     let mut sticky = false;
     if want == 0 || reservations.basis != Some(basis) || holder_gone || ahead {
-        sticky = reservations.basis.is_some_and(|(_, g, _)| g == index.generation);
+        sticky = reservations.basis.is_some_and(|(_, g, _, _)| g == index.generation);
         previous = std::mem::take(&mut reservations.list);
+        previous.retain(|r| r.job != Entity::PLACEHOLDER);
         reservations.generation += 1;
         reservations.basis = Some(basis);
+        // Maintenance windows first: every job is tried around them.
+        reservations.list = backfill::maintenance::windows(&config.maintenance, now_s, &index, &cap);
+        reservations.windows = reservations.list.len();
     }
     // Jobs whose stored reservation may be out of date after this walk.
     let mut looked_at: Vec<Entity> = previous.iter().map(|r| r.job).collect();
@@ -215,8 +225,18 @@ pub fn allocate(
                 }
                 break;
             }
-            let mut search = Search::new(&index, &mut cap, &mut numa, &config);
-            let Some(decision) = search.allocate_job(&mut ctx) else {
+            // A job whose reservation is due starts on the nodes kept for it when they
+            // are all free: another search could pick other nodes, ones reserved for
+            // the jobs behind it, and push them back.
+            let due = previous
+                .iter()
+                .filter(|_| sticky && pass == 0 && state.phase == JobPhase::Pending)
+                .find(|r| r.job == entity && r.start <= now_s);
+            let decision = match due.and_then(|r| backfill::reserve::start_as_reserved(&index, &mut cap, &mut ctx, r)) {
+                Some(d) => Some(d),
+                None => Search::new(&index, &mut cap, &mut numa, &config).allocate_job(&mut ctx),
+            };
+            let Some(decision) = decision else {
                 state.failed_epoch = Some(room_epoch);
                 if pass == 0 && state.phase == JobPhase::Pending && !whole {
                     state.reason = Some(
@@ -233,7 +253,10 @@ pub fn allocate(
                         &mut out,
                         was_rejected.as_deref(),
                     );
-                    if can_reserve && state.phase == JobPhase::Pending && reservations.list.len() < want {
+                    if can_reserve
+                        && state.phase == JobPhase::Pending
+                        && reservations.list.len() - reservations.windows < want
+                    {
                         if !timeline.is_built() {
                             timeline.build(holdings.iter().filter_map(|(e, held)| {
                                 let (task, ts) = tasks.get(e).ok()?;
@@ -361,7 +384,7 @@ fn record_reservations(
     index: &TopologyIndex,
     jobs: &mut Query<(Entity, &Job, &mut JobState), Without<Retired>>,
 ) {
-    for r in &reservations.list {
+    for r in reservations.list.iter().filter(|r| r.job != Entity::PLACEHOLDER) {
         let mut nodes: Vec<String> = r.held.iter().map(|h| index.node_names[h.node.ix()].clone()).collect();
         nodes.sort();
         nodes.dedup();

@@ -9,9 +9,9 @@
 //! [priority]
 //! weightPriority = 1       # points per unit of the job's own `priority`
 //! weightFairshare = 10000  # points for a fair-share factor of 1
-//! weightAge = 1000         # points for waiting maxAge or longer
+//! weightAge = 10000        # points for waiting maxAge or longer
 //! weightSize = 0           # points for asking the whole cluster (negative favours small jobs)
-//! maxAge = "7d"
+//! maxAge = "2d"
 //! recalcInterval = "1m"    # how often every pending job's factors are worked out again
 //! ```
 
@@ -47,7 +47,10 @@ impl Default for FairshareConfig {
     }
 }
 
-/// The multifactor weights.
+/// The multifactor weights. By default fair share and age weigh the same, and age is
+/// full after two days: a light user goes ahead of a heavy one, but not for ever (on the
+/// KTH SP2 log a week-long age let heavy users' wide jobs wait four days; see
+/// `benches/README.md`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PriorityConfig {
     /// Points per unit of the job's `priority`.
@@ -69,9 +72,9 @@ impl Default for PriorityConfig {
         Self {
             weight_priority: 1.0,
             weight_fairshare: 10_000.0,
-            weight_age: 1_000.0,
+            weight_age: 10_000.0,
             weight_size: 0.0,
-            max_age: 7 * 86_400,
+            max_age: 2 * 86_400,
             recalc_interval: 60,
         }
     }

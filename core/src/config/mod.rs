@@ -5,6 +5,7 @@
 mod error;
 pub mod fairshare;
 pub mod limits;
+pub mod maintenance;
 pub mod numa;
 pub mod queues;
 pub mod scheduler;
@@ -17,6 +18,7 @@ use bevy_ecs::prelude::Resource;
 pub use error::{ConfigError, parse_error};
 pub use fairshare::{FairshareConfig, FairshareSection, PriorityConfig, PrioritySection};
 pub use limits::{LimitsConfig, LimitsSection};
+pub use maintenance::{MaintenanceSection, MaintenanceWindow, windows_from_sections};
 pub use numa::{NumaConfig, NumaSection};
 pub use queues::{DEFAULT_QUEUE, QueueConfig, QueueSection, queues_from_sections};
 pub use scheduler::{SchedulerConfig, SchedulerSection};
@@ -43,6 +45,8 @@ pub struct PlannerConfig {
     pub fairshare: FairshareConfig,
     /// `[priority]`: the multifactor weights.
     pub priority: PriorityConfig,
+    /// `[[reservation]]`: planned maintenance windows.
+    pub maintenance: Vec<MaintenanceWindow>,
 }
 
 impl Default for PlannerConfig {
@@ -56,6 +60,7 @@ impl Default for PlannerConfig {
             queues: vec![QueueConfig::default_queue()],
             fairshare: FairshareConfig::default(),
             priority: PriorityConfig::default(),
+            maintenance: Vec::new(),
         }
     }
 }
@@ -72,6 +77,8 @@ struct CoreSections {
     queue: Vec<QueueSection>,
     fairshare: Option<FairshareSection>,
     priority: Option<PrioritySection>,
+    #[serde(default)]
+    reservation: Vec<MaintenanceSection>,
 }
 
 impl PlannerConfig {
@@ -101,6 +108,7 @@ impl PlannerConfig {
             queues: queues_from_sections(&raw.queue, &at)?,
             fairshare: FairshareConfig::from_section(raw.fairshare.as_ref(), &at)?,
             priority: PriorityConfig::from_section(raw.priority.as_ref(), &at)?,
+            maintenance: windows_from_sections(&raw.reservation, &at)?,
             ..Self::from_sections(&raw.scoring, raw.numa.as_ref(), &at)?
         })
     }

@@ -90,22 +90,35 @@ impl Usage {
 pub struct Shares {
     /// Per queue: Σ of its users' usage.
     pub queue_usage: Vec<f64>,
-    /// Per queue: users with an account in it.
+    /// Per queue: users with usage or a waiting job in it.
     pub queue_users: Vec<u32>,
     /// Per queue: its factor among queues.
     pub queue_factor: Vec<f64>,
 }
 
 impl Shares {
-    /// Works the queue totals and factors out at `now`.
-    pub fn at(usage: &Usage, table: &QueueTable, now: u64, half_life: u64) -> Self {
+    /// Works the queue totals and factors out at `now`. A queue's users are those with
+    /// usage in it and those with a job waiting in it (`waiting`): each has an equal share.
+    pub fn at(
+        usage: &Usage,
+        table: &QueueTable,
+        now: u64,
+        half_life: u64,
+        waiting: impl Iterator<Item = (QueueIdx, UserIdx)>,
+    ) -> Self {
         let n = table.queues.len();
         let mut queue_usage = vec![0.0; n];
         let mut queue_users = vec![0u32; n];
         for (&(q, _), a) in &usage.accounts {
             if let Some(u) = queue_usage.get_mut(q.ix()) {
                 *u += a.at(now, half_life);
-                queue_users[q.ix()] += 1;
+            }
+        }
+        let mut users: std::collections::BTreeSet<(QueueIdx, UserIdx)> = usage.accounts.keys().copied().collect();
+        users.extend(waiting);
+        for (q, _) in users {
+            if let Some(c) = queue_users.get_mut(q.ix()) {
+                *c += 1;
             }
         }
         let total: f64 = queue_usage.iter().sum();
@@ -124,7 +137,7 @@ impl Shares {
     }
 
     /// A job's fair-share factor (0 to 1): its queue's among queues times its user's
-    /// within the queue, where every user with an account in the queue has an equal share.
+    /// within the queue, where every user of the queue has an equal share.
     pub fn factor(&self, usage: &Usage, q: QueueIdx, u: UserIdx, now: u64, half_life: u64) -> f64 {
         let mine = usage.accounts.get(&(q, u)).map_or(0.0, |a| a.at(now, half_life));
         let users = self.queue_users.get(q.ix()).copied().unwrap_or(0).max(1);

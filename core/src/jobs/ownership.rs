@@ -16,7 +16,7 @@ use hyperplan_shared::JobSpec;
 use crate::Planner;
 use crate::caller::Caller;
 use crate::config::PlannerConfig;
-use crate::model::components::{JobOwner, JobPhase, JobState, LiveChanged};
+use crate::model::components::{JobOwner, JobState, LiveChanged};
 use crate::model::events::Event;
 use crate::model::tick::Inbox;
 use crate::names::JobNames;
@@ -84,12 +84,7 @@ impl Default for NextJobId {
 /// when the topology changes (nodes join), so it has not ended; one rejected at submit
 /// (over a limit, a bad NUMA policy) never is, so it has.
 pub fn is_live(state: &JobState) -> bool {
-    match state.phase {
-        // An ending job's tasks still hold resources: its name stays taken until they ended.
-        JobPhase::Pending | JobPhase::Running | JobPhase::Ending => true,
-        JobPhase::Rejected => state.checked_generation.is_some(),
-        JobPhase::Finished | JobPhase::Cancelled => false,
-    }
+    state.is_live()
 }
 
 /// Why a submission is refused. The texts are what people see after the file name.

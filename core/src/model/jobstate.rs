@@ -64,6 +64,17 @@ impl JobState {
         Self::default()
     }
 
+    /// Whether the job has not ended: pending, running or ending (its tasks still hold
+    /// resources), or rejected for the topology of now (looked at again when it changes).
+    /// Its name stays taken and it counts against its owner's limits.
+    pub fn is_live(&self) -> bool {
+        match self.phase {
+            JobPhase::Pending | JobPhase::Running | JobPhase::Ending => true,
+            JobPhase::Rejected => self.checked_generation.is_some(),
+            JobPhase::Finished | JobPhase::Cancelled => false,
+        }
+    }
+
     /// A job in the stored state `stored` (restored from the store).
     pub fn from_stored(stored: StateRecord) -> Self {
         Self {

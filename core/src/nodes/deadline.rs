@@ -41,6 +41,14 @@ impl Planner {
             let last = world.get_resource::<MissingSweep>().map_or(0, |s| s.0);
             at(last.saturating_add(MISSING_SWEEP_MS));
         }
+        // A maintenance window that closes gives its nodes back.
+        let now_ms = world.resource::<crate::model::tick::Now>().ms;
+        for w in &world.resource::<PlannerConfig>().maintenance {
+            let end = w.end.saturating_mul(1000);
+            if end > now_ms {
+                at(end);
+            }
+        }
         first
     }
 }

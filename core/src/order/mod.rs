@@ -86,7 +86,11 @@ pub fn rank(
             .recalc_at
             .is_none_or(|t| now >= t.saturating_add(p.recalc_interval.max(1)));
     let half_life = config.fairshare.half_life;
-    let shares = Shares::at(&usage, &table, now, half_life);
+    let waiting = jobs
+        .iter()
+        .filter(|(_, st, _, _)| st.phase == JobPhase::Pending)
+        .map(|(_, _, jq, _)| (jq.queue, jq.user));
+    let shares = Shares::at(&usage, &table, now, half_life, waiting);
     let cpu_dim = cap.dims.iter().position(|d| d == hyperplan_shared::CPU);
     let cluster_cpu = cpu_dim.map_or(0, |k| {
         cap.hn_alloc.get(index.root.ix() * cap.d + k).copied().unwrap_or(0)

@@ -8,6 +8,7 @@
 pub mod account;
 pub mod check;
 pub mod limits;
+pub mod reload;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;

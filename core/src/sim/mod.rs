@@ -117,7 +117,12 @@ pub fn simulate_with(
             let next_completion = completions.keys().next().copied();
             match (next_submission, next_completion) {
                 (None, None) => break,
-                (a, b) => now = a.into_iter().chain(b).min().unwrap_or(now),
+                (a, b) => {
+                    // What the core decides by time alone (a maintenance window closing)
+                    // comes between, when it comes first.
+                    let deadline = planner.next_deadline().map(|ms| ms.div_ceil(1000)).filter(|&t| t > now);
+                    now = a.into_iter().chain(b).chain(deadline).min().unwrap_or(now);
+                }
             }
         }
     }

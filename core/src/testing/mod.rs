@@ -296,6 +296,18 @@ impl JobBuilder {
         self
     }
 
+    /// Goes to queue `q`.
+    pub fn queue(mut self, q: &str) -> Self {
+        self.spec.queue = Some(q.into());
+        self
+    }
+
+    /// Submitted by `u` (the simulator's owner).
+    pub fn user(mut self, u: &str) -> Self {
+        self.spec.user = Some(u.into());
+        self
+    }
+
     /// Time limit (seconds): the runtime estimate reservations count on.
     pub fn limit(mut self, secs: u64) -> Self {
         self.spec.run.time_limit = Some(secs);

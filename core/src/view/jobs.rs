@@ -7,12 +7,11 @@ use hyperplan_shared::report::{JobReport, PriorityReport, TaskReport};
 
 use crate::jobs::lifecycle::job_status;
 use crate::model::components::{Job, JobState, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
-use crate::model::components::{JobId, JobOwner, JobPhase, JobQueue};
+use crate::model::components::{JobId, JobOwner, JobPhase};
 use crate::model::health::Heartbeats;
 use crate::model::taskrun::{TaskRun, task_status};
 use crate::numa::node::NodeHardware;
 use crate::order::Rank;
-use crate::queues::QueueTable;
 use crate::topology::TopologyIndex;
 
 /// Every job, in (priority, submit time, name, id) order.
@@ -177,10 +176,12 @@ fn report(
             .reservation
             .clone()
             .filter(|_| status == hyperplan_shared::report::JobStatus::Pending),
-        queue: world
-            .get::<JobQueue>(e)
-            .and_then(|jq| world.resource::<QueueTable>().queues.get(jq.queue.ix()))
-            .map(|q| q.name.clone()),
+        queue: Some(
+            job.spec
+                .queue
+                .clone()
+                .unwrap_or_else(|| crate::config::DEFAULT_QUEUE.to_string()),
+        ),
         priority: waiting
             .0
             .get(&e)

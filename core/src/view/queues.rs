@@ -23,8 +23,8 @@ pub fn queue_statuses(world: &World) -> QueuesReport {
     let users = world.resource::<Users>();
     let half_life = world.resource::<PlannerConfig>().fairshare.half_life;
     let now = world.resource::<Now>().secs();
-    let shares = Shares::at(usage, table, now, half_life);
     let mut pending = vec![0u32; table.queues.len()];
+    let mut waiting = Vec::new();
     if let Some(mut q) = super::read::<(&JobQueue, &JobState, Option<&Retired>)>(world) {
         for (jq, st, retired) in q.iter(world) {
             if retired.is_none()
@@ -32,9 +32,11 @@ pub fn queue_statuses(world: &World) -> QueuesReport {
                 && let Some(p) = pending.get_mut(jq.queue.ix())
             {
                 *p += 1;
+                waiting.push((jq.queue, jq.user));
             }
         }
     }
+    let shares = Shares::at(usage, table, now, half_life, waiting.into_iter());
     let named = |v: &[u64], skip: u64| -> BTreeMap<String, u64> {
         table
             .dims

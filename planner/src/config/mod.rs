@@ -46,6 +46,8 @@ struct RawConfig {
     queue: Vec<hyperplan_core::config::QueueSection>,
     fairshare: Option<hyperplan_core::config::FairshareSection>,
     priority: Option<hyperplan_core::config::PrioritySection>,
+    #[serde(default)]
+    reservation: Vec<hyperplan_core::config::MaintenanceSection>,
     server: Option<RawServer>,
     store: Option<crate::store::config::RawStore>,
     ha: Option<crate::store::config::RawHa>,
@@ -74,6 +76,7 @@ impl DaemonConfig {
         planner.queues = hyperplan_core::config::queues_from_sections(&raw.queue, &at)?;
         planner.fairshare = hyperplan_core::config::FairshareConfig::from_section(raw.fairshare.as_ref(), &at)?;
         planner.priority = hyperplan_core::config::PriorityConfig::from_section(raw.priority.as_ref(), &at)?;
+        planner.maintenance = hyperplan_core::config::windows_from_sections(&raw.reservation, &at)?;
         let server = server::server_config(raw.server, &at)?;
         planner.health = server.health();
         let base = Path::new(origin).parent().unwrap_or(Path::new(""));

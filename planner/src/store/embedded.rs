@@ -4,7 +4,12 @@
 //! - `meta`: `format`, `epoch`, `nextJobId`;
 //! - `live`: job id → record (MessagePack), the jobs that have not ended: all a start reads;
 //! - `finished`: (end time, job id) → record: ranges for `--since`, and the purge after
-//!   `keepFinished` deletes from the front.
+//!   `keepFinished` deletes from the front;
+//! - `usage`: `fairshare` → fair share's usage (a `UsageRecord`, framed and checksummed
+//!   like a job record), rewritten whole in the commit that carries it. A store written
+//!   before fair share has no such table: no usage. The table needs no new store format:
+//!   a build before it never opens it (it reads its own tables by name), and this one
+//!   reads its absence as "none yet".
 //!
 //! A file that is not a store, a torn or damaged one (redb finds a bad checksum and falls
 //! back to the last good commit; what cannot be recovered is an error), or one written by
@@ -38,6 +43,9 @@ use super::{Batch, Loaded, STORE_FORMAT, StoreError, Summary};
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const LIVE: TableDefinition<u64, &[u8]> = TableDefinition::new("live");
 const FINISHED: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("finished");
+const USAGE: TableDefinition<&str, &[u8]> = TableDefinition::new("usage");
+/// The one key of [`USAGE`].
+const USAGE_KEY: &str = "fairshare";
 
 /// An open store file: the planner's (it writes), or a reader's (`--check`,
 /// `state export`, which may run beside the planner).
@@ -393,11 +401,11 @@ impl Embedded {
         Ok(meta.get(key).map_err(|x| e(x.into()))?.map(|v| v.value()))
     }
 
-    /// Loads the live jobs and raises the epoch (committed before this returns: two
-    /// starts never share an epoch).
+    /// Loads the live jobs and fair share's usage, and raises the epoch (committed
+    /// before this returns: two starts never share an epoch).
     pub fn load(&self) -> Result<Loaded, StoreError> {
         let e = self.err("reading its live jobs");
-        let live = {
+        let (live, usage) = {
             let txn = self.reader.begin_read().map_err(|x| e(x.into()))?;
             let table = txn.open_table(LIVE).map_err(|x| e(x.into()))?;
             let mut live = Vec::with_capacity(table.len().unwrap_or(0) as usize);
@@ -405,7 +413,7 @@ impl Embedded {
                 let (k, v) = row.map_err(|x| e(x.into()))?;
                 live.push(self.decode(&format!("live job {}", k.value()), v.value())?);
             }
-            live
+            (live, self.usage_in(&txn)?)
         };
         let epoch = self.meta("epoch")?.unwrap_or(0).saturating_add(1);
         let next_job_id = self.meta("nextJobId")?.unwrap_or(1);
@@ -415,7 +423,29 @@ impl Embedded {
             epoch,
             next_job_id,
             live,
+            usage,
         })
+    }
+
+    /// Fair share's usage as last committed (`None`: none yet, or a store from before
+    /// fair share); the bytes as written, checked by whoever decodes them.
+    pub fn usage(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        let e = self.err("reading its fair-share usage");
+        let txn = self.reader.begin_read().map_err(|x| e(x.into()))?;
+        self.usage_in(&txn)
+    }
+
+    fn usage_in(&self, txn: &redb::ReadTransaction) -> Result<Option<Vec<u8>>, StoreError> {
+        let e = self.err("reading its fair-share usage");
+        let table = match txn.open_table(USAGE) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(x) => return Err(e(x.into())),
+        };
+        Ok(table
+            .get(USAGE_KEY)
+            .map_err(|x| e(x.into()))?
+            .map(|v| v.value().to_vec()))
     }
 
     fn decode(&self, what: &str, bytes: &[u8]) -> Result<JobRecord, StoreError> {
@@ -451,6 +481,11 @@ impl Embedded {
             if let Some(next) = batch.next_job_id {
                 let mut meta = txn.open_table(META).map_err(|x| e(x.into()))?;
                 meta.insert("nextJobId", next).map_err(|x| e(x.into()))?;
+            }
+            // In the same transaction as the jobs: a commit is all or nothing.
+            if let Some(usage) = &batch.usage {
+                let mut table = txn.open_table(USAGE).map_err(|x| e(x.into()))?;
+                table.insert(USAGE_KEY, &**usage).map_err(|x| e(x.into()))?;
             }
         }
         txn.commit().map_err(|x| e(x.into()))?;
@@ -1018,6 +1053,107 @@ mod tests {
         std::fs::write(&path, b"").unwrap();
         let e = s.check_file().unwrap_err().to_string();
         assert!(e.contains("replaced by another file"), "{e}");
+    }
+
+    /// A usage record as the core encodes it.
+    fn usage(user: &str, value: f64, at: u64) -> Arc<[u8]> {
+        use hyperplan_core::model::usage::{UsageRecord, UsageRow};
+        UsageRecord {
+            at,
+            rows: vec![UsageRow {
+                queue: "default".into(),
+                user: user.into(),
+                usage: value,
+            }],
+        }
+        .encode()
+        .unwrap()
+        .into()
+    }
+
+    #[test]
+    fn usage_is_committed_with_the_jobs_replaced_by_the_next_and_kept_by_a_commit_without() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let first = usage("alice", 120.0, 1_000);
+        {
+            let s = Embedded::open(&path).unwrap();
+            assert_eq!(s.load().unwrap().usage, None);
+            s.commit(&Batch {
+                jobs: vec![persist(&record(1, "a"), true, 0)],
+                next_job_id: Some(2),
+                usage: Some(first.clone()),
+            })
+            .unwrap();
+        }
+        {
+            let s = Embedded::open(&path).unwrap();
+            let loaded = s.load().unwrap();
+            assert_eq!(loaded.usage.as_deref(), Some(&*first), "read back after a reopen");
+            assert_eq!(loaded.live.len(), 1);
+        }
+        // Beside a running planner, --check and export read it too.
+        let ro = Embedded::open_read_only(&path).unwrap();
+        assert_eq!(ro.usage().unwrap().as_deref(), Some(&*first));
+        drop(ro);
+        let second = usage("bob", 30.5, 2_000);
+        {
+            let s = Embedded::open(&path).unwrap();
+            s.commit(&Batch {
+                jobs: vec![],
+                next_job_id: None,
+                usage: Some(second.clone()),
+            })
+            .unwrap();
+            assert_eq!(s.usage().unwrap().as_deref(), Some(&*second), "replaced");
+            s.commit(&Batch {
+                jobs: vec![persist(&record(2, "b"), true, 0)],
+                next_job_id: Some(3),
+                usage: None,
+            })
+            .unwrap();
+        }
+        let s = Embedded::open(&path).unwrap();
+        let loaded = s.load().unwrap();
+        assert_eq!(
+            loaded.usage.as_deref(),
+            Some(&*second),
+            "kept by a commit without usage"
+        );
+        assert_eq!(loaded.live.len(), 2);
+        assert_eq!(s.summary().unwrap().live, 2);
+    }
+
+    #[test]
+    fn a_store_from_before_fair_share_has_no_usage_table_and_loads_with_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let a = record(1, "a");
+        {
+            let s = Embedded::open(&path).unwrap();
+            s.commit(&Batch {
+                jobs: vec![persist(&a, true, 0)],
+                next_job_id: Some(2),
+                usage: None,
+            })
+            .unwrap();
+            // As a build before fair share left it: no `usage` table at all.
+            let txn = s.reader.begin_read().unwrap();
+            assert!(matches!(
+                txn.open_table(USAGE),
+                Err(redb::TableError::TableDoesNotExist(_))
+            ));
+        }
+        {
+            let ro = Embedded::open_read_only(&path).unwrap();
+            assert_eq!(ro.usage().unwrap(), None);
+            assert_eq!(ro.summary().unwrap().live, 1);
+            assert_eq!(ro.all().unwrap().0, vec![a.clone()]);
+        }
+        let s = Embedded::open(&path).unwrap();
+        let loaded = s.load().unwrap();
+        assert_eq!((loaded.usage, loaded.live), (None, vec![a]));
+        assert_eq!(s.summary().unwrap().format, STORE_FORMAT, "no new format for it");
     }
 
     #[test]

@@ -4,6 +4,9 @@
 //! - `meta/format`, `meta/epoch`, `meta/nextJobId`: decimal numbers;
 //! - `live/<id, 20 digits>`: the record (MessagePack) of a job that has not ended;
 //! - `finished/<end, 20 digits>/<id, 20 digits>`: an ended job's record;
+//! - `usage`: fair share's usage (a `UsageRecord`, framed and checksummed like a job
+//!   record), rewritten whole by the commit that carries it; read by a new leader at its
+//!   takeover (a prefix written before fair share has none);
 //! - `leader`: the leader's advertised address, held by its lease ([`super::election`]).
 //!
 //! Every write is a transaction guarded by the leader key: it commits only while the
@@ -54,6 +57,9 @@ const OPS_PER_TXN: usize = 120;
 /// … and requests over 1.5 MiB (`--max-request-bytes`): a transaction carries at most
 /// this many bytes of records (one larger record goes alone).
 const BYTES_PER_TXN: usize = 1024 * 1024;
+
+/// The key (under the prefix) of fair share's usage.
+const USAGE_KEY: &str = "usage";
 
 const NO_LONGER: &str = "this planner is no longer the leader (its lease expired; another planner may lead)";
 
@@ -641,10 +647,37 @@ impl Etcd {
             };
             groups.push((ops, p.bytes.len()));
         }
+        // Behind the same fence as the records (a deposed leader cannot write it), in the
+        // batch's last transaction.
+        if let Some(usage) = &batch.usage {
+            groups.push((vec![TxnOp::put(self.key(USAGE_KEY), usage.to_vec(), None)], usage.len()));
+        }
         let next = batch
             .next_job_id
             .map(|n| TxnOp::put(self.key("meta/nextJobId"), n.to_string(), None));
         self.write("committing", groups, next)
+    }
+
+    /// Fair share's usage as last committed, the bytes as written (`None`: none yet, or a
+    /// prefix written before fair share).
+    pub fn usage(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        self.usage_within(Duration::ZERO)
+    }
+
+    /// [`Etcd::usage`], trying the members again for `patience`.
+    fn usage_within(&self, patience: Duration) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = self.key(USAGE_KEY);
+        let me = self.clone();
+        let got = self
+            .call(async move {
+                me.any(patience, |mut c| {
+                    let key = key.clone();
+                    async move { c.kv.get(key, None).await }
+                })
+                .await
+            })
+            .map_err(self.io("reading its fair-share usage"))?;
+        Ok(got.kvs().first().map(|kv| kv.value().to_vec()))
     }
 
     /// Keys and values from `from` up to (not including) `to`, all at one revision (read
@@ -832,10 +865,14 @@ impl Etcd {
             TxnOp::put(self.key("meta/format"), STORE_FORMAT.to_string(), None),
         ];
         self.write("writing its epoch", vec![(ops, 0)], None)?;
+        // Read from etcd, not from the warm copy (which keeps jobs and numbers only): our
+        // fence is up, so the old leader's last usage is the one there.
+        let usage = self.usage_within(WRITE_PATIENCE)?;
         Ok(Loaded {
             epoch,
             next_job_id,
             live,
+            usage,
         })
     }
 }

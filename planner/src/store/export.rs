@@ -1,11 +1,16 @@
 //! `hyperplan-planner state export FILE` / `state import FILE`: the store as JSON lines, to
 //! back it up, move it to another store file (or backend), or read it. The first line
-//! says what the file is; every other line is one job:
+//! says what the file is, and carries fair share's usage where the store has one; every
+//! other line is one job:
 //!
 //! ```text
-//! {"hyperplan":"state","format":2,"epoch":7,"nextJobId":353}
+//! {"hyperplan":"state","format":2,"epoch":7,"nextJobId":353,"usage":{"at":1795737600,"rows":[{"queue":"default","user":"alice","usage":120.0}]}}
 //! {"live":true,"job":{"id":352,"owner":"alice","spec":{…},"state":{…},"tasks":[…],…}}
 //! ```
+//!
+//! `usage` is optional: an export without it (older, or of a store without usage)
+//! imports with no usage. A stored usage record that cannot be read is left out of the
+//! export with a warning (a start would begin without it too).
 //!
 //! An import goes into an empty store only (move the old file aside first), checks every
 //! line before it writes anything, and names the line of what it refuses: ids must be
@@ -18,6 +23,7 @@ use std::io::{BufRead, Write};
 use hyperplan_core::PlannerConfig;
 use hyperplan_core::jobs::ownership::MAX_JOB_ID;
 use hyperplan_core::model::record::JobRecord;
+use hyperplan_core::model::usage::UsageRecord;
 use serde::{Deserialize, Serialize};
 
 use super::{Batch, STORE_FORMAT, Store, StoreError};
@@ -29,6 +35,9 @@ struct Header {
     format: u32,
     epoch: u64,
     next_job_id: u64,
+    /// Fair share's usage, decoded (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    usage: Option<UsageRecord>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -42,12 +51,26 @@ struct Line {
 pub fn export(store: &Store, out: &mut dyn Write) -> Result<(u64, u64), StoreError> {
     let s = store.summary()?;
     let (live, finished) = store.all()?;
+    let usage = match store.usage()? {
+        None => None,
+        Some(bytes) => match UsageRecord::decode(&bytes) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                tracing::warn!(
+                    store = %store.at().display(),
+                    "the fair-share usage record cannot be read ({e}); exporting without it"
+                );
+                None
+            }
+        },
+    };
     let io = |e: std::io::Error| StoreError::Import(format!("writing the export: {e}"));
     let header = Header {
         hyperplan: "state".into(),
         format: STORE_FORMAT,
         epoch: s.epoch,
         next_job_id: s.next_job_id,
+        usage,
     };
     writeln!(out, "{}", json(&header)?).map_err(io)?;
     for (is_live, jobs) in [(true, &live), (false, &finished)] {
@@ -132,6 +155,18 @@ pub fn import(store: &Store, input: &mut dyn BufRead, name: &str, planner: &Plan
         )));
     }
     let mut batch = Batch::default();
+    if let Some(usage) = &header.usage {
+        if let Some(row) = usage.rows.iter().find(|r| !r.usage.is_finite() || r.usage < 0.0) {
+            return Err(StoreError::Import(format!(
+                "{name}:1: usage of user {:?} in queue {:?} is {}; usage is a number of 0 or more",
+                row.user, row.queue, row.usage
+            )));
+        }
+        let bytes = usage
+            .encode()
+            .map_err(|e| StoreError::Import(format!("{name}:1: usage: {e}")))?;
+        batch.usage = Some(bytes.into());
+    }
     let mut next = header.next_job_id.max(1);
     let mut ids = std::collections::BTreeSet::new();
     let mut live = Vec::new();
@@ -239,6 +274,72 @@ mod tests {
         let text = file(jobs);
         let r = import(&store, &mut text.as_bytes(), "in.jsonl", &PlannerConfig::default());
         (store, r)
+    }
+
+    fn usage_record() -> UsageRecord {
+        use hyperplan_core::model::usage::UsageRow;
+        let row = |user: &str, usage| UsageRow {
+            queue: "default".into(),
+            user: user.into(),
+            usage,
+        };
+        UsageRecord {
+            at: 1_795_737_600,
+            rows: vec![row("alice", 120.5), row("bob", 0.25)],
+        }
+    }
+
+    #[test]
+    fn an_export_carries_the_usage_and_its_import_restores_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = Store::Embedded(Embedded::open(&dir.path().join("from.redb")).unwrap());
+        from.commit(&Batch {
+            jobs: vec![record(1, "a", 1).persist().unwrap()],
+            next_job_id: Some(2),
+            usage: Some(usage_record().encode().unwrap().into()),
+        })
+        .unwrap();
+        let mut out = Vec::new();
+        assert_eq!(export(&from, &mut out).unwrap(), (1, 0));
+        let text = String::from_utf8(out).unwrap();
+        let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(header["usage"]["rows"][0]["user"], "alice", "{header}");
+        assert_eq!(header["usage"]["rows"][0]["usage"], 120.5, "{header}");
+
+        let to = Store::Embedded(Embedded::open(&dir.path().join("to.redb")).unwrap());
+        let n = import(&to, &mut text.as_bytes(), "in.jsonl", &PlannerConfig::default()).unwrap();
+        assert_eq!(n, 1);
+        let bytes = to.usage().unwrap().expect("usage imported");
+        assert_eq!(UsageRecord::decode(&bytes).unwrap(), usage_record());
+        // And out again, the same.
+        let mut again = Vec::new();
+        export(&to, &mut again).unwrap();
+        assert_eq!(String::from_utf8(again).unwrap().lines().next(), text.lines().next());
+    }
+
+    #[test]
+    fn an_export_without_usage_imports_with_none_and_bad_usage_is_refused() {
+        // As a build before fair share wrote it: no `usage` in the header.
+        let dir = tempfile::tempdir().unwrap();
+        let (store, r) = import_into(dir.path(), &[record(1, "a", 1)]);
+        assert_eq!(r.unwrap(), 1);
+        assert_eq!(store.usage().unwrap(), None);
+        let mut out = Vec::new();
+        export(&store, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.lines().next().unwrap().contains("usage"), "{text}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::Embedded(Embedded::open(&dir.path().join("state.redb")).unwrap());
+        let text = "{\"hyperplan\":\"state\",\"format\":2,\"epoch\":3,\"nextJobId\":1,\"usage\":{\"at\":5,\"rows\":[{\"queue\":\"default\",\"user\":\"eve\",\"usage\":-1.0}]}}\n";
+        let e = import(&store, &mut text.as_bytes(), "in.jsonl", &PlannerConfig::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("in.jsonl:1: usage of user \"eve\" in queue \"default\" is -1"),
+            "{e}"
+        );
+        assert_eq!(store.usage().unwrap(), None, "nothing imported");
     }
 
     #[test]

@@ -118,6 +118,15 @@ impl Store {
         }
     }
 
+    /// Fair share's usage as last committed, the bytes as written (`None`: none yet, or
+    /// a store from before fair share). For `state export`; a start has it in [`Loaded`].
+    pub fn usage(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        match self {
+            Self::Embedded(s) => s.usage(),
+            Self::Etcd(s) => s.usage(),
+        }
+    }
+
     pub fn set_meta(&self, epoch: u64, next_job_id: u64) -> Result<(), StoreError> {
         match self {
             Self::Embedded(s) => s.set_meta(epoch, next_job_id),
@@ -140,6 +149,9 @@ pub struct Loaded {
     pub epoch: u64,
     pub next_job_id: u64,
     pub live: Vec<JobRecord>,
+    /// Fair share's usage as last committed (a `UsageRecord`, encoded; `None`: none yet,
+    /// or a store from before fair share), for `Planner::restore_usage`.
+    pub usage: Option<Vec<u8>>,
 }
 
 /// One commit's worth of changes.

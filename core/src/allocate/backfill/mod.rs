@@ -14,6 +14,7 @@
 //! one job moving does not push another back.
 
 pub mod active;
+pub mod maintenance;
 pub mod reserve;
 pub mod timeline;
 
@@ -26,7 +27,7 @@ use crate::order::OrderKey;
 /// Room held for a blocked job from `start` until `end`.
 #[derive(Clone, Debug)]
 pub struct Reservation {
-    /// The job it is for.
+    /// The job it is for; `Entity::PLACEHOLDER` for a maintenance window.
     pub job: Entity,
     /// The job's place in the walk's order (its order key), to tell whether a job that
     /// arrives later goes ahead of it.
@@ -44,19 +45,24 @@ pub struct Reservation {
 /// The reservations of the last walk, in job order.
 #[derive(Debug, Default, Resource)]
 pub struct Reservations {
-    /// In the order of their jobs.
+    /// The maintenance windows (`windows` of them, first), then the jobs' reservations
+    /// in the order of their jobs.
     pub list: Vec<Reservation>,
+    /// How many of `list` are maintenance windows.
+    pub windows: usize,
     /// Bumped every time the list is recomputed: a job that failed against the old list
     /// is tried again (see `allocate`'s room epoch).
     pub generation: u64,
-    /// The capacity epoch, topology generation and order generation the list was
-    /// computed against.
-    pub basis: Option<(u64, u64, u64)>,
+    /// The capacity epoch, topology generation, order generation and maintenance
+    /// windows closed that the list was computed against.
+    pub basis: Option<(u64, u64, u64, u64)>,
 }
 
 impl Reservations {
     /// The reservation of `job`, if it has one.
     pub fn of(&self, job: Entity) -> Option<&Reservation> {
-        self.list.iter().find(|r| r.job == job)
+        self.list[self.windows.min(self.list.len())..]
+            .iter()
+            .find(|r| r.job == job)
     }
 }

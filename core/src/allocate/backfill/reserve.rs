@@ -224,3 +224,51 @@ impl Sweep<'_> {
         })
     }
 }
+
+/// Places `ctx`'s pending tasks on the nodes `r` kept for them, in task order, when the
+/// job is a plain gang (one sub-job, nothing pinned) and every one of them fits now; the
+/// caches take them as a search would. `None` (and nothing taken) otherwise.
+pub fn start_as_reserved(
+    index: &TopologyIndex,
+    cap: &mut Capacity,
+    ctx: &mut JobCtx,
+    r: &Reservation,
+) -> Option<super::super::search::Decision> {
+    let pending: Vec<usize> = (0..ctx.tasks.len()).filter(|&t| ctx.tasks[t].node.is_none()).collect();
+    if ctx.has_partitions()
+        || ctx.sub_jobs.len() != 1
+        || ctx.numa.iter().any(Option::is_some)
+        || pending.len() != r.held.len()
+        || r.held.iter().any(|h| h.numa.is_some())
+    {
+        return None;
+    }
+    let mut taken = 0;
+    for (&t, h) in pending.iter().zip(&r.held) {
+        let shape = &ctx.shapes[ctx.tasks[t].role];
+        if *shape != *h.shape || !cap.fits(h.node, shape) {
+            break;
+        }
+        cap.take(index, h.node, shape);
+        taken += 1;
+    }
+    if taken < pending.len() {
+        for (&t, h) in pending.iter().zip(&r.held).take(taken) {
+            cap.give(index, h.node, &ctx.shapes[ctx.tasks[t].role]);
+        }
+        return None;
+    }
+    for (&t, h) in pending.iter().zip(&r.held) {
+        ctx.tasks[t].node = Some(h.node);
+        ctx.tasks[t].new = true;
+    }
+    let h = if ctx.with_topology || ctx.tier.is_some() {
+        Some(r.hyper_node.unwrap_or(index.root))
+    } else {
+        None
+    };
+    Some(super::super::search::Decision {
+        job_hn: h,
+        sub_job_hn: h.map(|h| vec![(0, h)]).unwrap_or_default(),
+    })
+}

@@ -210,9 +210,20 @@ impl Driver {
         d
     }
 
-    /// The jobs that had not ended, back in the core (before the first tick).
+    /// Fair share's usage and the jobs that had not ended, back in the core (before the
+    /// first tick).
     fn restore(&mut self, loaded: Loaded) {
         self.planner.enable_persist();
+        // Before the jobs: what the restored running tasks accrue joins it. A record that
+        // cannot be read is no reason to refuse a start: fair share begins again.
+        if let Some(bytes) = &loaded.usage
+            && let Err(e) = self.planner.restore_usage(bytes)
+        {
+            tracing::warn!(
+                at = %self.store.at().display(),
+                "store: the fair-share usage record cannot be read ({e}); starting with no usage"
+            );
+        }
         let jobs = loaded.live.len();
         let running: usize = loaded
             .live

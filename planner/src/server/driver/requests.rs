@@ -168,6 +168,7 @@ impl Driver {
                 to_value(&NodeList { nodes })
             }
             RequestCommand::HyperNodes => to_value(&self.planner.hyper_nodes()),
+            RequestCommand::Queues => to_value(&self.planner.queues()),
             RequestCommand::Manifests => {
                 let specs = view::resolved_specs(self.planner.index());
                 to_value(&Manifests {

@@ -666,6 +666,49 @@ async fn a_job_that_ended_before_a_restart_is_read_from_the_store_and_ids_go_on(
     assert_eq!(ids, vec![1, 2], "stored and live, by id");
 }
 
+/// The `default` queue's usage and alice's there, as `hyperplan queues` reports them.
+fn default_usage(rig: &mut Rig) -> (f64, f64) {
+    let report = rig.d().planner.queues();
+    let q = report
+        .queues
+        .iter()
+        .find(|q| q.name == "default")
+        .unwrap_or_else(|| panic!("no default queue in {report:?}"));
+    let alice = q.users.iter().find(|u| u.user == "alice").map_or(0.0, |u| u.usage);
+    (q.usage, alice)
+}
+
+#[tokio::test]
+async fn fair_share_usage_is_stored_and_a_restart_goes_on_from_it() {
+    let mut rig = Rig::new("");
+    let a = train_placed(&mut rig, 1).await;
+    rig.handle(started(&a, "train", 1, "w-0"));
+    rig.step();
+    // Two minutes of one core: past `[priority] recalcInterval` (60 s), so this tick's
+    // commit carries the usage table.
+    rig.clock.advance(Duration::from_secs(120));
+    rig.step();
+    let (queue, alice) = default_usage(&mut rig);
+    assert!((100.0..=121.0).contains(&alice), "one core for 120 s: {alice}");
+    assert!((queue - alice).abs() < 1e-9, "alice alone: {queue} vs {alice}");
+    rig.stop();
+    let down = 30u64;
+    rig.clock.advance(Duration::from_secs(down));
+    rig.start();
+    let (queue_after, alice_after) = default_usage(&mut rig);
+    // Decayed over the time down (half-life 7 days), nothing lost, nothing counted twice.
+    let half_life = 7.0 * 86_400.0;
+    let decayed = alice * (-(down as f64) / half_life).exp2();
+    assert!(
+        (alice_after - decayed).abs() < 1e-6 * alice,
+        "before {alice}, after {alice_after}, expected {decayed}"
+    );
+    assert!(
+        (queue_after - alice_after).abs() < 1e-9,
+        "{queue_after} vs {alice_after}"
+    );
+}
+
 #[test]
 fn a_submit_directory_is_absolute_short_and_printable() {
     use super::requests::checked_submit_dir;

@@ -1,0 +1,268 @@
+//! `hyperplan simulate --swf`: a Parallel Workloads Archive log replayed on the bench's
+//! cluster (`examples/kth-sp2-cluster.yaml`), its figures, and the errors a log or the
+//! command line can give. They run the real binary.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const KTH: &str = "testdata/traces/KTH-SP2-1996-2.1-cln.swf";
+const CLUSTER: &str = "examples/kth-sp2-cluster.yaml";
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `hyperplan ARGS` in `dir`; a run that has not ended after 60 s is killed and fails
+/// the test (a FIFO opened for reading would block for ever).
+fn hyperplan_in(dir: &Path, args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hyperplan"))
+        .current_dir(dir)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run hyperplan: {e}"));
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if started.elapsed() > Duration::from_secs(60) => {
+                let _ = child.kill();
+                panic!("hyperplan {args:?} still running after 60 s");
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("waiting for hyperplan: {e}"),
+        }
+    }
+    child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("reading hyperplan's output: {e}"))
+}
+
+fn hyperplan(args: &[&str]) -> Output {
+    hyperplan_in(root(), args)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn json(out: &Output) -> Value {
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&out.stdout)))
+}
+
+/// A failure with exit code `code`, nothing on stdout; its stderr.
+fn failure(out: &Output, code: i32) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "no partial result on error: {}",
+        text(&out.stdout)
+    );
+    text(&out.stderr)
+}
+
+fn replay(topology: &str) -> Value {
+    json(&hyperplan(&[
+        "simulate",
+        "--swf",
+        KTH,
+        "--cluster",
+        CLUSTER,
+        "--jobs",
+        "300",
+        "--topology",
+        topology,
+        "--output",
+        "json",
+    ]))
+}
+
+#[test]
+fn kth_log_replays_and_prints_its_credit_and_figures() {
+    let out = hyperplan(&["simulate", "--swf", KTH, "--cluster", CLUSTER, "--jobs", "300"]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let table = text(&out.stdout);
+    for needle in [
+        "log: testdata/traces/KTH-SP2-1996-2.1-cln.swf (IBM SP2, Swedish Royal Institute of Technology (KTH))",
+        "acknowledge: Lars Malinowsky",
+        "jobs: 300 read, 300 replayed, 0 skipped",
+        "100 nodes, leaves of up to 10 nodes; topology hard",
+        "jobs started                            300 of 300",
+        "mean wait",
+        "p95 wait",
+        "max wait",
+        "bounded slowdown (τ = 10 s)",
+        "utilisation",
+        "leaves per multi-node job",
+        "leaf-sized multi-node jobs in one leaf  100.0 %",
+    ] {
+        assert!(table.contains(needle), "missing {needle:?} in:\n{table}");
+    }
+    let v = replay("hard");
+    assert_eq!(v["acknowledge"], "Lars Malinowsky");
+    assert_eq!((v["jobsRead"].as_u64(), v["replayed"].as_u64()), (Some(300), Some(300)));
+    assert_eq!((v["nodes"].as_u64(), v["leafSize"].as_u64()), (Some(100), Some(10)));
+    let m = &v["metrics"];
+    assert_eq!(m["started"], 300, "{m}");
+    let figure = |k: &str| m[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {m}"));
+    assert!(
+        figure("meanWait") > 0.0 && figure("p95Wait") >= figure("meanWait"),
+        "{m}"
+    );
+    assert!(figure("maxWait") >= figure("p95Wait"), "{m}");
+    assert!(figure("boundedSlowdown") >= 1.0, "{m}");
+    assert!(figure("utilisation") > 0.0 && figure("utilisation") <= 1.0, "{m}");
+    assert_eq!(
+        figure("leafSizedInOneLeaf"),
+        1.0,
+        "hard topology: a leaf-sized job gets one leaf"
+    );
+}
+
+#[test]
+fn without_topology_jobs_spread_over_more_leaves() {
+    let (hard, none) = (replay("hard"), replay("none"));
+    let leaves = |v: &Value| v["metrics"]["leavesPerJob"].as_f64().unwrap_or_else(|| panic!("{v}"));
+    let in_one = |v: &Value| {
+        v["metrics"]["leafSizedInOneLeaf"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{v}"))
+    };
+    assert_eq!(none["topology"], "none");
+    assert!(
+        leaves(&none) > leaves(&hard),
+        "none {} vs hard {}",
+        leaves(&none),
+        leaves(&hard)
+    );
+    assert!(
+        in_one(&none) < in_one(&hard),
+        "none {} vs hard {}",
+        in_one(&none),
+        in_one(&hard)
+    );
+}
+
+#[test]
+fn a_bad_log_is_an_error_naming_the_file_and_line() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let cluster = root().join(CLUSTER);
+    let cluster = cluster.to_str().unwrap_or_else(|| panic!("path"));
+    let header = "; Computer: test\n";
+    let good = "1 0 0 60 2 -1 -1 2 120 -1 1 1 1 -1 -1 -1 -1 -1\n";
+    for (body, expected) in [
+        // Cut off in the middle of a job line.
+        (
+            format!("{header}{good}2 10 0 60"),
+            "bad.swf:3: expected 18 fields, got 4",
+        ),
+        (
+            format!("{header}{good}{}", good.replace("60 2", "sixty 2")),
+            "bad.swf:3: field 4 (run time): expected an integer (or -1 for unknown), got \"sixty\"",
+        ),
+        (
+            "garbage\u{0}\u{1}\n".to_string(),
+            "bad.swf:1: expected 18 fields, got 1",
+        ),
+        (header.to_string(), "bad.swf: no jobs"),
+    ] {
+        std::fs::write(dir.path().join("bad.swf"), &body).unwrap_or_else(|e| panic!("{e}"));
+        let out = hyperplan_in(dir.path(), &["simulate", "--swf", "bad.swf", "--cluster", cluster]);
+        let err = failure(&out, 1);
+        assert!(err.starts_with(&format!("hyperplan: {expected}")), "{body:?}: {err}");
+    }
+}
+
+#[test]
+fn a_fifo_as_the_log_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let fifo = dir.path().join("log.swf");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");
+    let cluster = root().join(CLUSTER);
+    let cluster = cluster.to_str().unwrap_or_else(|| panic!("path"));
+    let out = hyperplan_in(
+        dir.path(),
+        &["simulate", "--swf", "log.swf", "--cluster", cluster, "--jobs", "10"],
+    );
+    let err = failure(&out, 1);
+    assert!(
+        err.contains("log.swf: not a regular file (a FIFO); expected an SWF log file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn job_files_and_swf_do_not_mix() {
+    let out = hyperplan(&[
+        "simulate",
+        "--swf",
+        KTH,
+        "--cluster",
+        CLUSTER,
+        "--jobs",
+        "examples/jobs.yaml",
+    ]);
+    let err = failure(&out, 2);
+    assert!(err.contains("job files and '--swf' do not mix"), "{err}");
+    let out = hyperplan(&[
+        "simulate",
+        "--swf",
+        KTH,
+        "--cluster",
+        CLUSTER,
+        "--jobs",
+        "3",
+        "--jobs",
+        "4",
+    ]);
+    assert!(failure(&out, 2).contains("several '--jobs'"));
+    let out = hyperplan(&["simulate", "--swf", KTH, "--cluster", CLUSTER, "--output", "tasks"]);
+    assert!(failure(&out, 2).contains("'--output tasks' cannot be used with '--swf <LOG>'"));
+    // Log options need a log; a count without one is no job file.
+    let out = hyperplan(&[
+        "simulate",
+        "--cluster",
+        CLUSTER,
+        "--jobs",
+        "examples/jobs.yaml",
+        "--topology",
+        "none",
+    ]);
+    assert!(failure(&out, 2).contains("--swf <LOG>"));
+    let out = hyperplan(&["simulate", "--cluster", CLUSTER, "--jobs", "300"]);
+    assert!(failure(&out, 1).contains("--jobs 300: no such job file"));
+    let out = hyperplan(&["simulate", "--swf", KTH, "--cluster", CLUSTER, "--time-scale", "0"]);
+    assert!(failure(&out, 2).contains("expected a number above 0"));
+}
+
+#[test]
+fn help_teaches_the_replay() {
+    let out = hyperplan(&["simulate", "--help"]);
+    let help = text(&out.stdout);
+    for needle in [
+        "--swf <LOG>",
+        "--jobs <FILE|N>",
+        "--topology <TOPOLOGY>",
+        "--time-scale <F>",
+        "--procs-per-node <P>",
+        "Standard Workload Format",
+        "job files and `--swf` do not mix",
+        "examples/kth-sp2-cluster.yaml",
+    ] {
+        assert!(help.contains(needle), "missing {needle} in:\n{help}");
+    }
+}
