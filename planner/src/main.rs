@@ -26,7 +26,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// (Type=notify) and WATCHDOG=1 from its tick loop, and stops cleanly on SIGTERM/SIGINT.
 /// SIGHUP reads every discovery source and revoked.txt again (a malformed revoked.txt
 /// stops the start; on SIGHUP the previous list stays) and closes the connections of
-/// certificates it now revokes.
+/// certificates it now revokes; it also takes planner.toml's [[queue]], [fairshare],
+/// [priority], [scheduler] and [[reservation]] again (a file that does not read, or that
+/// drops a queue with live jobs, keeps the old ones and the log says why).
 /// Logs go to stderr; set RUST_LOG (default `info`).
 ///
 /// Jobs and their tasks' placements are kept in the store ([store] path, default
@@ -338,8 +340,8 @@ async fn check_sources(config: &DaemonConfig) -> usize {
     failed
 }
 
-/// SIGHUP (`systemctl reload hyperplan-planner`): read every discovery source and the
-/// revocation list again now.
+/// SIGHUP (`systemctl reload hyperplan-planner`): read every discovery source, the
+/// revocation list and planner.toml's policy sections again now.
 async fn reload_on_sighup(handle: ReloadHandle) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
@@ -350,7 +352,7 @@ async fn reload_on_sighup(handle: ReloadHandle) {
         return;
     };
     while hup.recv().await.is_some() {
-        tracing::info!("SIGHUP: reading every discovery source and the revocation list again");
+        tracing::info!("SIGHUP: reading every discovery source, the revocation list and the policy again");
         handle.reload();
     }
 }

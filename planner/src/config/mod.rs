@@ -32,6 +32,9 @@ pub struct DaemonConfig {
     pub discovery: DiscoveryConfig,
     /// `[store]`: where the durable state lives.
     pub store: crate::store::StoreConfig,
+    /// The file it was read from (`None`: parsed from text): what SIGHUP reads again for
+    /// the policy sections.
+    pub path: Option<std::path::PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -61,7 +64,9 @@ impl DaemonConfig {
             path: path.display().to_string(),
             source,
         })?;
-        Self::parse(&text, &path.display().to_string())
+        let mut config = Self::parse(&text, &path.display().to_string())?;
+        config.path = Some(path.to_path_buf());
+        Ok(config)
     }
 
     /// Parses `planner.toml` text; `origin` names the file in errors, and relative paths
@@ -87,6 +92,7 @@ impl DaemonConfig {
             server,
             discovery,
             store,
+            path: None,
         })
     }
 }

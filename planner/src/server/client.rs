@@ -36,9 +36,15 @@ pub async fn serve(
             }
         };
         let (reply, answer) = oneshot::channel();
+        // Only a submit asks for them (queues that take groups).
+        let groups = match request.command {
+            hyperplan_net::messages::RequestCommand::Submit { .. } => super::groups::of(&user).await,
+            _ => Vec::new(),
+        };
         let msg = ToCore::Request(driver::Request {
             user: user.clone(),
             admin,
+            groups,
             peer,
             command: request.command,
             reply,

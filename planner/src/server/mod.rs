@@ -13,10 +13,12 @@
 mod agent;
 mod client;
 mod driver;
+mod groups;
 mod handshake;
 mod launch;
 mod link;
 mod logs;
+mod policy;
 pub(crate) mod quiet;
 mod revoked;
 mod standby;
@@ -234,6 +236,9 @@ impl Server {
             move |p| to_core.send(ToCore::Discovered(p)).is_ok()
         };
         crate::discovery::spawn(&self.config.discovery.sources, &sink, &self.reload.subscribe());
+        if let Some(path) = &self.config.path {
+            policy::spawn_reloader(self.reload.subscribe(), path.clone(), to_core.clone());
+        }
         let revoked = self.revoked.subscribe();
         revoked::spawn_reloader(self.reload.subscribe(), self.revoked_path.clone(), self.revoked);
         let max_frame = self.config.server.max_frame_bytes;

@@ -46,6 +46,9 @@ pub enum ToCore {
     Discovered(Polled),
     /// A person's request (see [`Request`]).
     Request(Request),
+    /// planner.toml read again on SIGHUP: its queues, fair share, priority, scheduler
+    /// and maintenance sections (see `server::policy`).
+    Policy(Box<hyperplan_core::PlannerConfig>),
 }
 
 /// What the daemon starts from: the store, what it held, and its writer.
@@ -258,6 +261,14 @@ impl Driver {
     fn handle(&mut self, msg: ToCore) {
         match msg {
             ToCore::Agent(m) => self.agent_said(m),
+            ToCore::Policy(config) => match self.planner.reload_policy(&config) {
+                Ok(()) => {
+                    let names: Vec<&str> = config.queues.iter().map(|q| q.name.as_str()).collect();
+                    tracing::info!(queues = ?names, windows = config.maintenance.len(), "policy reloaded");
+                    self.dirty = true;
+                }
+                Err(e) => tracing::error!("policy not reloaded: {e}"),
+            },
             ToCore::Discovered(Polled { source, kind, result }) => {
                 self.planner.push(Event::Discovered {
                     source,

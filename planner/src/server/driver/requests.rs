@@ -25,6 +25,8 @@ pub struct Request {
     /// Their certificate's user name and whether its role is admin.
     pub user: String,
     pub admin: bool,
+    /// Their Unix groups on this host, for a submit (see `server::groups`).
+    pub groups: Vec<String>,
     pub peer: SocketAddr,
     pub command: RequestCommand,
     pub reply: oneshot::Sender<Result<Value, ResponseError>>,
@@ -35,6 +37,7 @@ impl Driver {
         let Request {
             user,
             admin,
+            groups,
             peer,
             command,
             reply,
@@ -46,7 +49,7 @@ impl Driver {
             user: &user,
             admin,
             private_data: self.private_data,
-            groups: &[],
+            groups: &groups,
         };
         // What changes state is answered once it is on disk.
         let durable = matches!(command, RequestCommand::Submit { .. } | RequestCommand::Cancel { .. });

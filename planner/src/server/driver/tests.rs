@@ -206,6 +206,7 @@ impl Rig {
         self.handle(ToCore::Request(Request {
             user: user.into(),
             admin,
+            groups: Vec::new(),
             peer: SocketAddr::from(([127, 0, 0, 1], 50000)),
             command,
             reply,
@@ -576,6 +577,49 @@ async fn a_refused_submission_names_the_file_and_admits_nothing() {
         .await
         .unwrap_err();
     assert!(bad.to_string().contains("must be an absolute path"), "{bad}");
+}
+
+#[tokio::test]
+async fn queues_refuse_at_submit_and_a_reload_adds_one_but_keeps_one_in_use() {
+    let queues = "[[queue]]\nname = \"gpu\"\nusers = [\"alice\"]\nmaxTimeLimit = \"1h\"\n";
+    let mut rig = Rig::new(queues);
+    let in_queue = |name: &str, queue: &str| format!("{}queue: {queue}\n", job(name, 1));
+    let e = rig
+        .submit("alice", &in_queue("a", "cpu"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert_eq!(e, "job.yaml: job a: queue \"cpu\" does not exist; queues: default, gpu");
+    let e = rig.submit("bob", &in_queue("b", "gpu")).await.unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "job.yaml: job b: user bob may not submit to queue \"gpu\"; it takes users alice"
+    );
+    let long = format!("{}timeLimit: 2h\n", in_queue("c", "gpu"));
+    let e = rig.submit("alice", &long).await.unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "job.yaml: job c: timeLimit 2h is above queue \"gpu\"'s maxTimeLimit of 1h"
+    );
+    rig.submit("alice", &in_queue("d", "gpu")).await.unwrap();
+    // SIGHUP with a file that drops gpu (d waits in it) and adds cpu: refused whole.
+    let drop_gpu = hyperplan_core::PlannerConfig::parse("[[queue]]\nname = \"cpu\"\n", "planner.toml").unwrap();
+    rig.handle(ToCore::Policy(Box::new(drop_gpu)));
+    let e = rig.submit("bob", &in_queue("e", "cpu")).await.unwrap_err().to_string();
+    assert!(e.contains("queue \"cpu\" does not exist"), "{e}");
+    // One that keeps gpu and adds cpu is taken.
+    let both =
+        hyperplan_core::PlannerConfig::parse(&format!("{queues}[[queue]]\nname = \"cpu\"\n"), "planner.toml").unwrap();
+    rig.handle(ToCore::Policy(Box::new(both)));
+    rig.submit("bob", &in_queue("e", "cpu")).await.unwrap();
+    let q = rig.answer("bob", false, RequestCommand::Queues).await.unwrap();
+    let names: Vec<&str> = q["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["default", "cpu", "gpu"]);
 }
 
 #[tokio::test]
