@@ -259,3 +259,25 @@ mod property {
         }
     }
 }
+
+#[test]
+fn explain_names_the_reservation_that_keeps_a_job_off_room_it_could_use() {
+    let cluster = ClusterBuilder::fat_tree(&[4], 1).build();
+    let mut planner = hyperplan_core::sim::planner_for(&cluster, PlannerConfig::default());
+    for j in [
+        whole("a", 2, 0, 100, 100),
+        whole("wide", 4, 0, 100, 100),
+        whole("long", 1, 0, 1000, 1000),
+    ] {
+        planner.push(hyperplan_core::Event::submit(j, "sim"));
+    }
+    planner.tick(2);
+    let e = planner.explain("long").unwrap_or_else(|| panic!("no explanation"));
+    let verdicts: Vec<&str> = e.candidates.iter().map(|c| c.verdict.as_str()).collect();
+    assert_eq!(
+        verdicts,
+        [
+            "room for the 1 tasks needed now, but 4 of its nodes are reserved for job wide, starting in 1m40s; this job's timeLimit 16m40s would run past it"
+        ]
+    );
+}

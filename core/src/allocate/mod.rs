@@ -295,6 +295,7 @@ pub fn allocate(
                                 end: limit.map(|l| f.start.saturating_add(l)),
                                 hyper_node: f.hyper_node,
                                 held: f.held,
+                                window: None,
                             });
                         }
                     }

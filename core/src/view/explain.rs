@@ -7,6 +7,11 @@ use bevy_ecs::prelude::*;
 use hyperplan_shared::status::{Candidate, Explanation};
 
 use super::jobs::job_report;
+use hyperplan_shared::report::JobStatus;
+use hyperplan_shared::timelimit::format_time_limit;
+
+use crate::allocate::backfill::Reservations;
+use crate::allocate::backfill::active::Window;
 use crate::allocate::gradients;
 use crate::allocate::tier::effective_tier;
 use crate::cache::capacity::Capacity;
@@ -71,6 +76,38 @@ pub fn explain(world: &World, name: &str) -> Option<Explanation> {
         tier.sort_by(|a, b| index.hns[a.ix()].name.cmp(&index.hns[b.ix()].name));
         order.extend(tier);
     }
+    // What keeps a waiting job off room it could use now: the reservations (and
+    // maintenance windows) its time limit would run into (see `allocate::backfill`).
+    let now = world.resource::<crate::model::tick::Now>().secs();
+    let limit = job.spec.run.time_limit;
+    let window = Window { from: now, limit };
+    let past = match limit {
+        Some(l) => format!("this job's timeLimit {} would run past it", format_time_limit(l)),
+        None => "this job has no timeLimit, so it could not be sure to end first".to_string(),
+    };
+    let blockers: Vec<(Vec<crate::model::ids::NodeIdx>, String)> = if report.status == JobStatus::Pending {
+        world
+            .resource::<Reservations>()
+            .list
+            .iter()
+            .filter(|r| r.job != e && window.overlaps(r))
+            .map(|r| {
+                let when = if r.start > now {
+                    format!("starting in {}", format_time_limit(r.start - now))
+                } else {
+                    "starting now".to_string()
+                };
+                let whose = match (&r.window, world.get::<Job>(r.job)) {
+                    (Some(w), _) => format!("in maintenance window {w}, {when}"),
+                    (None, Some(j)) => format!("reserved for job {}, {when}", j.spec.name),
+                    (None, None) => format!("reserved, {when}"),
+                };
+                (r.held.iter().map(|h| h.node).collect(), format!("{whose}; {past}"))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let candidates = order
         .into_iter()
         .map(|h| {
@@ -83,6 +120,14 @@ pub fn explain(world: &World, name: &str) -> Option<Explanation> {
                 "holds all of the job's running tasks".to_string()
             } else if need == 0 {
                 "nothing left to place".to_string()
+            } else if room >= need
+                && let Some(why) = blockers.iter().find_map(|(nodes, why)| {
+                    let held = nodes.iter().filter(|n| info.nodes.contains(n.ix())).count();
+                    (held > 0)
+                        .then(|| format!("room for the {need} tasks needed now, but {held} of its nodes are {why}"))
+                })
+            {
+                why
             } else if room >= need {
                 format!("room for the {need} tasks needed")
             } else {

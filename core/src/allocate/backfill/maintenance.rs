@@ -50,6 +50,7 @@ pub fn windows(windows: &[MaintenanceWindow], now: u64, index: &TopologyIndex, c
                 end: Some(w.end),
                 hyper_node: None,
                 held,
+                window: Some(w.name.clone()),
             }
         })
         .collect()

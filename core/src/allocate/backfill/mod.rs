@@ -40,6 +40,8 @@ pub struct Reservation {
     pub hyper_node: Option<HnIdx>,
     /// What each of its pending tasks would hold, in task order.
     pub held: Vec<Held>,
+    /// The maintenance window's name, for one (`job` is then a placeholder).
+    pub window: Option<String>,
 }
 
 /// The reservations of the last walk, in job order.
