@@ -11,13 +11,16 @@
 //! |---|---|
 //! | `numa`, `checksum`, `names`, `caller`, `ratelimit` | plain libraries, no ECS system |
 //! | `model/` | the vocabulary: ids, components, a job's state and its stored record, events, commands, the tick's inbox, outbox, time and invalidation flags, what node health keeps, nodes awaiting their agents; imports no system |
-//! | `config/` | what planner.toml's `[scoring]`, `[numa]`, `[limits]` and health keys say |
+//! | `config/` | what planner.toml's `[scoring]`, `[numa]`, `[limits]`, health keys, `[scheduler]`, `[[queue]]`, `[fairshare]`, `[priority]` and `[[reservation]]` say |
 //! | `topology/` | the HyperNode index, its rebuild (`reindex`) and what decides it (`invalidate`) |
 //! | `cache/` | capacity, NUMA state and the ledger of what each task holds, and their refresh |
+//! | `queues/` | the queue table, each queue's and user's use (`account`), the checks at submit and the limits of the walk, reloads |
+//! | `fairshare/` | usage per queue and user, decayed exactly (`accrue`), and the fair-share factor |
+//! | `order/` | the multifactor rank that orders the walk |
 //! | `jobs/` | admission, ownership and limits, the task lifecycle, `recover`, `retire` |
 //! | `nodes/` | link claims, health, lost nodes, refused agents |
 //! | `discovery/` | HyperNodes from sources and labels, reconciled with the nodes |
-//! | `allocate/` | gradient search, scoring, NUMA assignment |
+//! | `allocate/` | gradient search, scoring, NUMA assignment; `backfill/`: reservations and what a job is tried around |
 //! | `dispatch/` | `Place` and `Relaunch` commands |
 //! | `persist/` | the `persist` system and start-up from the store (`restore`, `adopt`) |
 //! | `ingest` | events into the world |
@@ -38,12 +41,15 @@
 //! | 8 | `cache::refresh::refresh_capacity` | capacity follows what tasks hold; says when room may have grown (`CapacityEpoch`) |
 //! | 9 | `cache::refresh::refresh_numa` | NUMA state follows the same ledger |
 //! | 10 | `jobs::recover::recover` | AllocatedHyperNodes cleared or recovered |
-//! | 11 | `allocate::allocate` | gradient search, scoring, NUMA assignment; each placement recorded in the ledger |
-//! | 12 | `dispatch::dispatch` | a `Place` per new placement |
-//! | 13 | `dispatch::relaunch` | a `Relaunch` per node registered again with unstarted tasks |
-//! | 14 | `jobs::ownership::count_live` | each owner's live jobs, for `maxJobsPerUser` (the changed jobs only) |
-//! | 15 | `jobs::retire::retire` | jobs that ended leave the per-tick scans |
-//! | 16 | `persist::persist` | a `Persist` per changed job record (the daemon only) |
+//! | 11 | `queues::account::account` | each queue's and user's use follows tasks that stopped or started outside the walk |
+//! | 12 | `order::rank` | the multifactor rank of new jobs, and of every waiting job each `recalcInterval` |
+//! | 13 | `allocate::allocate` | in rank order: queue limits, gradient search, scoring, NUMA assignment, reservations and backfill; each placement recorded in the ledger and charged to its queue |
+//! | 14 | `fairshare::accrue::accrue` | fair-share usage brought up to now where use changed; written to the store each `recalcInterval` |
+//! | 15 | `dispatch::dispatch` | a `Place` per new placement |
+//! | 16 | `dispatch::relaunch` | a `Relaunch` per node registered again with unstarted tasks |
+//! | 17 | `jobs::ownership::count_live` | each owner's live jobs, for `maxJobsPerUser` (the changed jobs only) |
+//! | 18 | `jobs::retire::retire` | jobs that ended leave the per-tick scans |
+//! | 19 | `persist::persist` | a `Persist` per changed job record (the daemon only) |
 //!
 //! Between topology changes every system after the index works on what changed (see
 //! `cache::holdings`) and on live jobs (see `jobs::retire`), not on the whole cluster or
