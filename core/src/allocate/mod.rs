@@ -139,6 +139,28 @@ pub fn allocate(
         // Maintenance windows first: every job is tried around them.
         reservations.list = backfill::maintenance::windows(&config.maintenance, now_s, &index, &cap);
         reservations.windows = reservations.list.len();
+        // While agents known from the store are still away nothing new is reserved (the
+        // cluster is not whole), but the reservations the store kept stand: whole nodes
+        // for their time, so no job behind takes them while the agents come back.
+        if !whole {
+            let mut stored: Vec<Reservation> = jobs
+                .iter()
+                .filter(|(_, _, st)| st.phase == JobPhase::Pending)
+                .filter_map(|(e, job, st)| {
+                    let r = st.reservation.as_ref()?;
+                    Some(backfill::maintenance::stored(
+                        e,
+                        key_of(e, job),
+                        r,
+                        job.spec.run.time_limit,
+                        &index,
+                        &cap,
+                    ))
+                })
+                .collect();
+            stored.sort_by_key(|r| r.key);
+            reservations.list.extend(stored);
+        }
     }
     // Jobs whose stored reservation may be out of date after this walk.
     let mut looked_at: Vec<Entity> = previous.iter().map(|r| r.job).collect();
@@ -366,7 +388,10 @@ pub fn allocate(
         }
     }
     active.clear(&reservations.list, &index, &mut cap, &mut numa);
-    record_reservations(&reservations, &looked_at, &index, &mut jobs);
+    // Not while agents are away: the stored reservations stand until it is whole again.
+    if whole {
+        record_reservations(&reservations, &looked_at, &index, &mut jobs);
+    }
     unsettled.jobs.retain(|&e| {
         jobs.get(e).is_ok_and(|(_, job, st)| match st.phase {
             JobPhase::Pending => true,

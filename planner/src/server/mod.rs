@@ -230,7 +230,8 @@ impl Server {
             advertise: self.advertise.clone(),
             describe: self.config.store.describe(),
         };
-        let driver = tokio::spawn(driver::run(self.config.clone(), from_conns, start));
+        let (stopping, stop_driver) = watch::channel(false);
+        let driver = tokio::spawn(driver::run(self.config.clone(), from_conns, start, stop_driver));
         let sink = {
             let to_core = to_core.clone();
             move |p| to_core.send(ToCore::Discovered(p)).is_ok()
@@ -276,6 +277,8 @@ impl Server {
         }
         tracing::info!("planner stopping");
         sd_notify("STOPPING=1");
+        // First the driver: nothing the closing links cause is decided any more.
+        stopping.send_replace(true);
         self.endpoint
             .close(quinn::VarInt::from_u32(close::SHUTDOWN), b"planner stopping");
         drop(to_core);

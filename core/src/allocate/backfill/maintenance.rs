@@ -1,6 +1,7 @@
-//! Maintenance windows (`[[reservation]]`) as reservations that hold all of their nodes
-//! from `start` to `end`: the walk and the sweep treat them as any other, so a job uses
-//! those nodes only if its time limit ends it before the window opens.
+//! Reservations that hold whole nodes: maintenance windows (`[[reservation]]`), from
+//! `start` to `end`, and a job's reservation as the store kept it, while the agents a
+//! restarted planner awaits come back. The walk and the sweep treat them as any other, so
+//! a job uses those nodes only if its time limit ends it before they are needed.
 
 use std::sync::Arc;
 
@@ -11,7 +12,50 @@ use crate::cache::capacity::{Capacity, Shape};
 use crate::cache::holdings::Held;
 use crate::config::MaintenanceWindow;
 use crate::model::ids::NodeIdx;
+use crate::order::OrderKey;
 use crate::topology::TopologyIndex;
+use hyperplan_shared::report::ReservationReport;
+
+/// Every resource of each node, as a reservation holds it.
+fn whole_nodes(nodes: Vec<NodeIdx>, cap: &Capacity) -> Vec<Held> {
+    nodes
+        .into_iter()
+        .map(|n| Held {
+            node: n,
+            shape: Arc::new(Shape {
+                req: cap.alloc[n.ix() * cap.d..(n.ix() + 1) * cap.d].to_vec(),
+                missing: None,
+            }),
+            numa: None,
+        })
+        .collect()
+}
+
+/// Job `job`'s reservation as the store kept it (`r`), on the nodes of it the topology
+/// knows, whole, from its start for its time limit.
+pub fn stored(
+    job: Entity,
+    key: OrderKey,
+    r: &ReservationReport,
+    limit: Option<u64>,
+    index: &TopologyIndex,
+    cap: &Capacity,
+) -> Reservation {
+    let nodes: Vec<NodeIdx> = r
+        .nodes
+        .iter()
+        .filter_map(|n| index.node_by_name.get(n).copied())
+        .collect();
+    Reservation {
+        job,
+        key,
+        start: r.start,
+        end: limit.map(|l| r.start.saturating_add(l)),
+        hyper_node: r.hyper_node.as_ref().and_then(|h| index.hn_by_name.get(h).copied()),
+        held: whole_nodes(nodes, cap),
+        window: None,
+    }
+}
 
 /// The windows not yet closed at `now`, as reservations over the nodes they name (and
 /// those of the HyperNodes they name) that the topology knows.
@@ -32,17 +76,7 @@ pub fn windows(windows: &[MaintenanceWindow], now: u64, index: &TopologyIndex, c
             }
             nodes.sort_unstable();
             nodes.dedup();
-            let held = nodes
-                .into_iter()
-                .map(|n| Held {
-                    node: n,
-                    shape: Arc::new(Shape {
-                        req: cap.alloc[n.ix() * cap.d..(n.ix() + 1) * cap.d].to_vec(),
-                        missing: None,
-                    }),
-                    numa: None,
-                })
-                .collect();
+            let held = whole_nodes(nodes, cap);
             Reservation {
                 job: Entity::PLACEHOLDER,
                 key: (std::cmp::Reverse(i32::MAX), std::cmp::Reverse(i64::MAX), 0, 0),

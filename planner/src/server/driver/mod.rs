@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use hyperplan_net::messages::{PlannerToAgent, TaskRef};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 pub use self::clock::Clock;
 pub use self::links::{AgentLink, FromAgent};
@@ -91,7 +91,12 @@ struct Driver {
     ticks: u64,
 }
 
-pub async fn run(config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCore>, start: Start) {
+pub async fn run(
+    config: DaemonConfig,
+    mut rx: mpsc::UnboundedReceiver<ToCore>,
+    start: Start,
+    mut stopping: watch::Receiver<bool>,
+) {
     let period = config.server.tick_interval.min(config.server.heartbeat_interval);
     let mut d = Driver::new(config, start, Clock::real());
     // Ticks at least as often as heartbeats are due, so silence is noticed in time.
@@ -129,6 +134,10 @@ pub async fn run(config: DaemonConfig, mut rx: mpsc::UnboundedReceiver<ToCore>, 
             }
         };
         tokio::select! {
+            // A stopping planner decides nothing more: the links its stop closes must not
+            // turn nodes NotReady and move jobs onto the others (what was acknowledged
+            // is committed already).
+            _ = stopping.wait_for(|s| *s) => break,
             msg = rx.recv() => {
                 let Some(msg) = msg else { break };
                 d.handle(msg);
