@@ -190,9 +190,33 @@ pub fn allocate(
     let can_reserve = want > 0 && holdings.generation == Some(index.generation);
     let mut active = ActiveSet::default();
     let mut timeline = Timeline::default();
+    // Sweeps this walk may run: a job that finds no reservation (no time limit near it)
+    // uses one up too, so a walk past thousands of such jobs does not sweep for each.
+    let mut sweeps_left = want.saturating_mul(2);
+    // The cluster's free room with no reservation taken, per dimension: what it is now,
+    // less what the walk places (a placement fits, so it takes exactly its request).
+    let mut free_room: Vec<u64> = {
+        let (alloc, used) = (cap.hn_alloc(index.root), cap.hn_used(index.root));
+        alloc.iter().zip(used).map(|(a, u)| a.saturating_sub(*u)).collect()
+    };
     for (key, entity) in order {
         looked_at.push(entity);
         let limit = jobs.get(entity).ok().and_then(|(_, j, _)| j.spec.run.time_limit);
+        // A waiting job already looked at on this topology, that wants no reservation
+        // now and cannot fit in all the free room there is (reservations or not), fails
+        // again without a search: on a busy cluster a freed node fits only a few of
+        // thousands of waiting jobs, and the walk must not pay a search and a reason
+        // for each of the others (its reason stays the one it had).
+        if let Ok((_, job, mut state)) = jobs.get_mut(entity)
+            && state.phase == JobPhase::Pending
+            && state.checked_generation == Some(index.generation)
+            && state.next_rank == 0
+            && !(can_reserve && whole && sweeps_left > 0 && reservations.list.len() - reservations.windows < want)
+            && !could_fit(job, &cap, &free_room)
+        {
+            state.failed_epoch = Some(room_epoch);
+            continue;
+        }
         if !reservations.list.is_empty() {
             let window = Window { from: now_s, limit };
             active.set(&reservations.list, window, &index, &mut cap, &mut numa, None);
@@ -277,8 +301,10 @@ pub fn allocate(
                     );
                     if can_reserve
                         && state.phase == JobPhase::Pending
+                        && sweeps_left > 0
                         && reservations.list.len() - reservations.windows < want
                     {
+                        sweeps_left -= 1;
                         if !timeline.is_built() {
                             timeline.build(holdings.iter().filter_map(|(e, held)| {
                                 let (task, ts) = tasks.get(e).ok()?;
@@ -332,6 +358,9 @@ pub fn allocate(
             for t in rank::rank_order(&ctx, &index) {
                 let slot = &mut ctx.tasks[t];
                 let Some(n) = slot.node else { continue };
+                for (f, r) in free_room.iter_mut().zip(&ctx.shapes[slot.role].req) {
+                    *f = f.saturating_sub(*r);
+                }
                 if let Ok((task, mut ts)) = tasks.get_mut(slot.entity) {
                     ts.phase = TaskPhase::Running;
                     ts.node = Some(index.node_entities[n.ix()]);
@@ -444,6 +473,34 @@ pub struct Policy<'w, 's> {
     users: Res<'w, Users>,
     order_state: Res<'w, OrderState>,
     meta: Query<'w, 's, (&'static JobQueue, &'static Rank, &'static JobId)>,
+}
+
+/// Whether the job's gang could fit in `free` (the cluster's free room with no
+/// reservation taken, per dimension) at all: a necessary condition, in sums over the whole
+/// cluster (a gang of every task needs their sum; one of fewer needs at least that many of
+/// its smallest task).
+fn could_fit(job: &Job, cap: &Capacity, free: &[u64]) -> bool {
+    let whole_gang = job.gang_min >= job.spec.replicas();
+    let mut sum = vec![0u64; cap.d];
+    let mut smallest: Vec<Option<u64>> = vec![None; cap.d];
+    for t in &job.spec.tasks {
+        let shape = cap.shape(&t.resources);
+        if shape.missing.is_some() {
+            return false;
+        }
+        for (k, &r) in shape.req.iter().enumerate() {
+            sum[k] = sum[k].saturating_add(r.saturating_mul(u64::from(t.replicas)));
+            smallest[k] = Some(smallest[k].map_or(r, |m| m.min(r)));
+        }
+    }
+    (0..cap.d).all(|k| {
+        let need = if whole_gang {
+            sum[k]
+        } else {
+            smallest[k].unwrap_or(0).saturating_mul(u64::from(job.gang_min))
+        };
+        need <= free.get(k).copied().unwrap_or(0)
+    })
 }
 
 /// Live jobs that arrived in the walk's view since the last tick by filter `F`
