@@ -3,6 +3,8 @@
 //! order after usage, refusals at admission, and a reload. Every run checks the
 //! invariants after every tick.
 
+#![allow(clippy::unwrap_used)]
+
 use hyperplan_core::PlannerConfig;
 use hyperplan_core::sim::planner_for;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, run};

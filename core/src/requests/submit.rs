@@ -36,6 +36,19 @@ pub enum SubmitRefused {
     /// the queue's.
     #[error(transparent)]
     Queue(#[from] QueueRefusal),
+    /// A job file names another user (`user` is the simulator's; the planner takes the
+    /// submitter from their certificate).
+    #[error(
+        "job {job}: user: {user:?} is not you ({caller}); `user` is read by `hyperplan simulate` only, the planner takes who submits from the certificate"
+    )]
+    User {
+        /// The job.
+        job: String,
+        /// The user it names.
+        user: String,
+        /// Who submitted it.
+        caller: String,
+    },
     /// A job's record could not be encoded: nothing of the submission was admitted.
     #[error("encoding job {job}: {error}")]
     Encode {
@@ -64,6 +77,13 @@ impl Planner {
         let mut admitted = Vec::with_capacity(jobs.len());
         for (id, mut spec) in (first..).zip(jobs) {
             spec.submit_time = now_ms / 1000;
+            if let Some(u) = spec.user.as_ref().filter(|u| *u != owner) {
+                return Err(SubmitRefused::User {
+                    job: spec.name.clone(),
+                    user: u.clone(),
+                    caller: owner.to_string(),
+                });
+            }
             // The queue, checked for the caller; its default time limit is written in.
             check(self.world().resource::<QueueTable>(), &mut spec, Some(caller))?;
             let record = JobRecord::submitted(id, owner, spec.clone())

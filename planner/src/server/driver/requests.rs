@@ -120,7 +120,9 @@ impl Driver {
                         }
                         return Err(format!("{file_name}: {e}").into());
                     }
-                    Err(SubmitRefused::Queue(e)) => return Err(format!("{file_name}: {e}").into()),
+                    Err(e @ (SubmitRefused::Queue(_) | SubmitRefused::User { .. })) => {
+                        return Err(format!("{file_name}: {e}").into());
+                    }
                     Err(e @ SubmitRefused::Encode { .. }) => return Err(e.to_string().into()),
                 };
                 let mut names = Vec::with_capacity(admitted.len());

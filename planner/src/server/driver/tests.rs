@@ -602,6 +602,12 @@ async fn queues_refuse_at_submit_and_a_reload_adds_one_but_keeps_one_in_use() {
         "job.yaml: job c: timeLimit 2h is above queue \"gpu\"'s maxTimeLimit of 1h"
     );
     rig.submit("alice", &in_queue("d", "gpu")).await.unwrap();
+    let as_bob = format!("{}user: bob\n", job("f", 1));
+    let e = rig.submit("alice", &as_bob).await.unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "job.yaml: job f: user: \"bob\" is not you (alice); `user` is read by `hyperplan simulate` only, the planner takes who submits from the certificate"
+    );
     // SIGHUP with a file that drops gpu (d waits in it) and adds cpu: refused whole.
     let drop_gpu = hyperplan_core::PlannerConfig::parse("[[queue]]\nname = \"cpu\"\n", "planner.toml").unwrap();
     rig.handle(ToCore::Policy(Box::new(drop_gpu)));
