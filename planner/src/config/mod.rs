@@ -144,6 +144,30 @@ weight = 2
     }
 
     #[test]
+    fn the_commented_policy_example_in_the_shipped_file_parses() -> Result<(), ConfigError> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../systemd/planner.toml");
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let from = text
+            .find("# [[queue]]")
+            .unwrap_or_else(|| panic!("the shipped file shows no [[queue]]"));
+        let policy: String = text[from..]
+            .lines()
+            .map(|l| l.strip_prefix("# ").unwrap_or(if l == "#" { "" } else { l }))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let cfg = DaemonConfig::parse(&policy, "planner.toml (policy example)")?;
+        let gpu = cfg.planner.queues.iter().find(|q| q.name == "gpu");
+        let gpu = gpu.unwrap_or_else(|| panic!("no gpu queue in {:?}", cfg.planner.queues));
+        assert_eq!((gpu.priority, gpu.max_time_limit), (10, Some(2 * 86_400)));
+        assert_eq!(cfg.planner.scheduler.reservations, 16);
+        assert_eq!(cfg.planner.maintenance.len(), 1);
+        Ok(())
+    }
+
+    #[test]
     fn every_commented_discovery_example_in_the_shipped_file_parses() -> Result<(), ConfigError> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../systemd/planner.toml");
         let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
