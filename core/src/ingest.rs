@@ -169,5 +169,5 @@ fn submit(world: &mut World, spec: JobSpec, owner: String) {
         }
         JobId(id)
     };
-    crate::jobs::admit::admit(world, spec, owner, id, crate::jobs::admit::UnknownQueue::Reject);
+    crate::jobs::admit::admit(world, spec, owner, id, crate::jobs::admit::UnknownQueue::RejectAsOwner);
 }

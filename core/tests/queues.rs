@@ -195,6 +195,21 @@ fn jobs_for_a_missing_queue_or_over_its_time_limit_are_rejected_saying_why() {
     );
     // The queue's default limit ends it at 10 minutes, not after its 10,000 s.
     assert_eq!(job(&r, "defaulted").end_time, Some(600));
+    // The simulator checks who may use a queue as the planner would.
+    let config = cfg("[[queue]]\nname = \"mine\"\nusers = [\"alice\"]\n");
+    let jobs = vec![
+        JobBuilder::gang("by-alice", 1, "cpu=1")
+            .queue("mine")
+            .user("alice")
+            .build(),
+        JobBuilder::gang("by-bob", 1, "cpu=1").queue("mine").user("bob").build(),
+    ];
+    let r = run(&cluster, &jobs, config);
+    assert_eq!(job(&r, "by-alice").status, JobStatus::Placed);
+    assert_eq!(
+        job(&r, "by-bob").reason.as_deref(),
+        Some("job by-bob: user bob may not submit to queue \"mine\"; it takes users alice")
+    );
 }
 
 #[test]

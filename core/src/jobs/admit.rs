@@ -5,6 +5,7 @@
 use bevy_ecs::prelude::*;
 use hyperplan_shared::JobSpec;
 
+use crate::caller::Caller;
 use crate::config::PlannerConfig;
 use crate::jobs::ownership::{is_live, task_count};
 use crate::model::commands::Command;
@@ -34,7 +35,10 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
     let user = world
         .resource_mut::<Users>()
         .intern(&std::sync::Arc::from(owner.as_str()));
-    let (queue, queue_problem) = match check(world.resource::<QueueTable>(), &mut spec, None) {
+    // A simulated submission is checked as its owner would be (who may use the queue);
+    // a real one was checked for its caller already, a stored one when it came.
+    let caller = (unknown_queue == UnknownQueue::RejectAsOwner).then(|| Caller::user(&owner));
+    let (queue, queue_problem) = match check(world.resource::<QueueTable>(), &mut spec, caller) {
         Ok(q) => (q, None),
         Err(e) => (QueueIdx(0), Some(e.to_string())),
     };
@@ -50,7 +54,7 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
     let limit = world.resource::<PlannerConfig>().limits.max_tasks_per_job;
     let tasks = task_count(&spec);
     let refused = match queue_problem {
-        Some(why) if unknown_queue == UnknownQueue::Reject => Some(why),
+        Some(why) if unknown_queue != UnknownQueue::Default => Some(why),
         _ => (tasks > limit).then(|| format!("{tasks} tasks, more than [limits] maxTasksPerJob = {limit}")),
     };
     if let Some(reason) = refused {
@@ -235,8 +239,11 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
 /// once, stays in `default` (the queue went with a config change).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnknownQueue {
-    /// Reject the job, saying why.
+    /// Reject the job, saying why (a submission checked for its caller already).
     Reject,
+    /// Reject the job, saying why, checking also that its owner may use the queue (the
+    /// simulator's submissions, which no caller checked).
+    RejectAsOwner,
     /// Keep it in the `default` queue, with a warning.
     Default,
 }
