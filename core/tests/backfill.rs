@@ -204,6 +204,7 @@ fn no_job_runs_into_a_maintenance_window() {
         whole("late", 1, 60, 50, 50),
     ];
     let r = run_checked(&cluster, &jobs, config);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
     let node = |n: &str| job(&r, n).tasks[0].node.clone().unwrap_or_default();
     assert_eq!(node("long"), "n02");
     assert_eq!((start(&r, "short"), node("short")), (1, "n01".to_string()));
@@ -279,5 +280,20 @@ fn explain_names_the_reservation_that_keeps_a_job_off_room_it_could_use() {
         [
             "room for the 1 tasks needed now, but 4 of its nodes are reserved for job wide, starting in 1m40s; this job's timeLimit 16m40s would run past it"
         ]
+    );
+}
+
+#[test]
+fn a_maintenance_window_naming_an_unknown_node_is_a_warning() {
+    let cluster = ClusterBuilder::flat(2).build();
+    let config = PlannerConfig::parse(
+        "[[reservation]]\nname = \"fw\"\nnodes = [\"n1\"]\nstart = 100\nend = 200\n",
+        "planner.toml",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let r = run(&cluster, &[whole("a", 1, 0, 10, 10)], config);
+    assert_eq!(
+        r.warnings,
+        ["maintenance window fw: node \"n1\" is not a node the planner knows"]
     );
 }

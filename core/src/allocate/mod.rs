@@ -138,6 +138,14 @@ pub fn allocate(
         reservations.basis = Some(basis);
         // Maintenance windows first: every job is tried around them.
         reservations.list = backfill::maintenance::windows(&config.maintenance, now_s, &index, &cap);
+        // Once per topology (a node may register later), for windows not yet closed.
+        if reservations.checked_windows != Some(index.generation) {
+            reservations.checked_windows = Some(index.generation);
+            let open: Vec<_> = config.maintenance.iter().filter(|w| w.end > now_s).cloned().collect();
+            for w in backfill::maintenance::unknown_names(&open, &index) {
+                out.0.push(Command::Warn(w));
+            }
+        }
         reservations.windows = reservations.list.len();
         // While agents known from the store are still away nothing new is reserved (the
         // cluster is not whole), but the reservations the store kept stand: whole nodes

@@ -57,6 +57,27 @@ pub fn stored(
     }
 }
 
+/// What the windows name that the topology does not know, one line each (`window: node
+/// n07`), to warn about: a typo must not leave a node in service during its maintenance.
+pub fn unknown_names(windows: &[MaintenanceWindow], index: &TopologyIndex) -> Vec<String> {
+    let mut out = Vec::new();
+    for w in windows {
+        for n in w.nodes.iter().filter(|n| !index.node_by_name.contains_key(*n)) {
+            out.push(format!(
+                "maintenance window {}: node {n:?} is not a node the planner knows",
+                w.name
+            ));
+        }
+        for h in w.hyper_nodes.iter().filter(|h| !index.hn_by_name.contains_key(*h)) {
+            out.push(format!(
+                "maintenance window {}: HyperNode {h:?} is not a HyperNode the planner knows",
+                w.name
+            ));
+        }
+    }
+    out
+}
+
 /// The windows not yet closed at `now`, as reservations over the nodes they name (and
 /// those of the HyperNodes they name) that the topology knows.
 pub fn windows(windows: &[MaintenanceWindow], now: u64, index: &TopologyIndex, cap: &Capacity) -> Vec<Reservation> {

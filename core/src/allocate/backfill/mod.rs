@@ -52,6 +52,8 @@ pub struct Reservations {
     pub list: Vec<Reservation>,
     /// How many of `list` are maintenance windows.
     pub windows: usize,
+    /// The topology generation the windows' names were last checked against.
+    pub checked_windows: Option<u64>,
     /// Bumped every time the list is recomputed: a job that failed against the old list
     /// is tried again (see `allocate`'s room epoch).
     pub generation: u64,
