@@ -123,6 +123,30 @@ impl Rig {
         q["users"].as_array()?.iter().find(|u| u["user"] == user).cloned()
     }
 
+    /// `user`'s usage in `queue` as the store holds it now (`state export`).
+    fn stored_usage(&self, queue: &str, user: &str) -> Option<f64> {
+        let file = self.work.path().join("usage-export.jsonl");
+        let _ = std::fs::remove_file(&file);
+        let out = std::process::Command::new(common::bin("hyperplan-planner"))
+            .arg("--store")
+            .arg(self.c.store())
+            .args(["state", "export"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "state export: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(&file).unwrap();
+        let header: Value = serde_json::from_str(text.lines().next()?).unwrap();
+        let rows = header["usage"]["rows"].as_array()?;
+        rows.iter()
+            .find(|r| r["queue"] == queue && r["user"] == user)
+            .and_then(|r| r["usage"].as_f64())
+    }
+
     fn usage(&self, queue: &str, user: &str) -> f64 {
         self.user_share(queue, user)
             .and_then(|u| u["usage"].as_f64())
@@ -230,9 +254,12 @@ fn scenario(stop: Stop) {
         let u = rig.usage("short", &alice);
         (u > 0.0).then_some(u)
     });
-    // Written to the store every recalcInterval (1 s): let two pass since the short job
-    // ended, so the stored record holds its final usage.
-    std::thread::sleep(Duration::from_millis(2500));
+    // Written to the store every recalcInterval (1 s): wait until the stored record holds
+    // the short job's final usage (read with `state export` beside the running planner).
+    wait_for(LONG, "alice's final usage in short in the store", || {
+        rig.stored_usage("short", &alice)
+            .filter(|u| (u - short_usage).abs() <= short_usage * 1e-4)
+    });
     let batch_usage = rig.usage("batch", &alice);
     let short_usage_before = rig.usage("short", &alice);
     // Seconds after the short job gave its room back, the long one still waits.

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -18,7 +18,7 @@ fn root() -> &'static Path {
 /// Runs `hyperplan ARGS` in `dir`; a run that has not ended after 60 s is killed and fails
 /// the test (a FIFO opened for reading would block for ever).
 fn hyperplan_in(dir: &Path, args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hyperplan"))
+    let child = Command::new(env!("CARGO_BIN_EXE_hyperplan"))
         .current_dir(dir)
         .args(args)
         .env_remove("RUST_LOG")
@@ -27,21 +27,26 @@ fn hyperplan_in(dir: &Path, args: &[&str]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run hyperplan: {e}"));
-    let started = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if started.elapsed() > Duration::from_secs(60) => {
-                let _ = child.kill();
-                panic!("hyperplan {args:?} still running after 60 s");
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => panic!("waiting for hyperplan: {e}"),
+    // A watchdog instead of polling: it kills the process if it is still running after
+    // 60 s (a FIFO that blocked it, say); the wait below ends when the process does.
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let pid = child.id().to_string();
+    let watchdog = std::thread::spawn(move || {
+        let late = finished.recv_timeout(Duration::from_secs(60)).is_err();
+        if late {
+            let _ = Command::new("kill").args(["-9", &pid]).status();
         }
-    }
-    child
+        late
+    });
+    let output = child
         .wait_with_output()
-        .unwrap_or_else(|e| panic!("reading hyperplan's output: {e}"))
+        .unwrap_or_else(|e| panic!("reading hyperplan's output: {e}"));
+    let _ = done.send(());
+    assert!(
+        !watchdog.join().unwrap_or(true),
+        "hyperplan {args:?} still running after 60 s"
+    );
+    output
 }
 
 fn hyperplan(args: &[&str]) -> Output {
