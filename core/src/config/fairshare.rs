@@ -101,7 +101,7 @@ pub struct PrioritySection {
 }
 
 /// A duration key (`"7d"`, `3600`) in seconds.
-fn duration(
+pub(crate) fn duration(
     v: &Spanned<toml::Value>,
     key: &str,
     at: &dyn Fn(usize, String) -> ConfigError,

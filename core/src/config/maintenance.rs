@@ -131,9 +131,14 @@ pub fn parse_instant(text: &str) -> Result<u64, String> {
     }
     let offset = match rest {
         "Z" | "z" => 0,
-        o if o.len() == 6 && (o.starts_with('+') || o.starts_with('-')) && &o[3..4] == ":" => {
-            let hh: i64 = o[1..3].parse().map_err(|_| expected())?;
-            let mm: i64 = o[4..6].parse().map_err(|_| expected())?;
+        o if o.len() == 6 && (o.starts_with('+') || o.starts_with('-')) && o.get(3..4) == Some(":") => {
+            let part = |r: std::ops::Range<usize>| -> Result<i64, String> {
+                o.get(r)
+                    .filter(|p| p.bytes().all(|c| c.is_ascii_digit()))
+                    .and_then(|p| p.parse().ok())
+                    .ok_or_else(expected)
+            };
+            let (hh, mm) = (part(1..3)?, part(4..6)?);
             let sign = if o.starts_with('-') { -1 } else { 1 };
             sign * (hh * 3600 + mm * 60)
         }
@@ -170,6 +175,10 @@ mod tests {
         assert_eq!(parse_instant("3600"), Ok(3600));
         assert!(parse_instant("tomorrow").is_err());
         assert!(parse_instant("2026-13-01T08:00:00Z").is_err());
+        // Not ASCII where the offset goes: an error, never a panic.
+        assert!(parse_instant("2026-12-01T08:00:00+\u{e9}\u{e9}x").is_err());
+        assert!(parse_instant("2026-12-01T08:00:00\u{e9}\u{e9}\u{e9}").is_err());
+        assert!(parse_instant("\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}").is_err());
     }
 
     #[test]

@@ -25,7 +25,6 @@ use std::collections::BTreeMap;
 use hyperplan_shared::Resources;
 use hyperplan_shared::names::{NameKind, check_name};
 use hyperplan_shared::quantity::parse_quantity;
-use hyperplan_shared::timelimit::parse_time_limit;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -193,15 +192,9 @@ pub fn queues_from_sections(
             Ok(out)
         };
         let limit_of = |v: &Option<Spanned<toml::Value>>, k: &str| -> Result<Option<u64>, ConfigError> {
-            let Some(v) = v else { return Ok(None) };
-            let text = match v.get_ref() {
-                toml::Value::Integer(i) => i.to_string(),
-                toml::Value::String(s) => s.clone(),
-                other => other.type_str().to_string(),
-            };
-            parse_time_limit(&text)
-                .map(Some)
-                .map_err(|e| at(v.span().start, format!("{}: {e}", key(k))))
+            v.as_ref()
+                .map(|v| super::fairshare::duration(v, &key(k), at))
+                .transpose()
         };
         let queue = QueueConfig {
             name: name.clone(),

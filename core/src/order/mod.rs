@@ -85,6 +85,10 @@ pub fn rank(
         || state
             .recalc_at
             .is_none_or(|t| now >= t.saturating_add(p.recalc_interval.max(1)));
+    // A tick with nothing to rank costs nothing (the shares below read every waiting job).
+    if !all && fresh.is_empty() {
+        return;
+    }
     let half_life = config.fairshare.half_life;
     let waiting = jobs
         .iter()
