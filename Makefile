@@ -4,7 +4,8 @@
 #   make test   run the whole test suite
 # Both first install the system packages the build needs (Debian/Ubuntu, via apt-get).
 
-APT_PACKAGES := pkg-config libhwloc-dev libudev-dev bzip2 protobuf-compiler etcd-server
+APT_PACKAGES := pkg-config libhwloc-dev libudev-dev bzip2 protobuf-compiler etcd-server \
+  mpich libmpich-dev openmpi-bin libopenmpi-dev python3-mpi4py
 CARGO ?= cargo
 
 .PHONY: deps demo simulate test bench lint ci

@@ -17,6 +17,7 @@
 //! [exec]
 //! # limitsConf = true                   # the user's /etc/security/limits.conf for tasks
 //! # rlimits = { memlock = "unlimited", nofile = 65536, core = { soft = 0, hard = "unlimited" } }
+//! # defaultMpi = "none"                # or "pmi": a PMI server for every task whose job says nothing
 //! [labels]
 //! rack = "r7"
 //! leaf = "ib-leaf-12"
@@ -90,6 +91,21 @@ pub struct ExecSection {
     /// (`shepherd::rlimits::parse_table`).
     #[serde(default)]
     pub rlimits: Option<toml::Table>,
+    /// `pmi` or `none` (the default): whether tasks whose job has no `mpi` get a PMI-1
+    /// server on `PMI_FD` (MPICH, Intel MPI, MVAPICH wire up through it).
+    #[serde(default)]
+    pub default_mpi: Option<String>,
+}
+
+impl ExecSection {
+    /// `defaultMpi`, checked.
+    pub fn default_mpi(&self) -> Result<hyperplan_shared::job::MpiMode, String> {
+        match self.default_mpi.as_deref() {
+            None => Ok(hyperplan_shared::job::MpiMode::None),
+            Some(text) => hyperplan_shared::job::MpiMode::parse(text)
+                .ok_or_else(|| format!("[exec] defaultMpi: expected \"pmi\" or \"none\", got {text:?}")),
+        }
+    }
 }
 
 /// `taskPidsMax`: a count (at least 1) or `"max"`.

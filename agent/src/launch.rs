@@ -174,6 +174,7 @@ pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> R
         time_limit_secs: task.time_limit_secs,
         kill_grace_secs: None,
         rlimits: Default::default(),
+        pmi_fd: None,
     };
     Ok(Prepared {
         spec,
@@ -220,6 +221,7 @@ mod tests {
             memory_bytes: Some(1 << 30),
             max_processes: Some(100),
             epoch: 1,
+            mpi: None,
         }
     }
 

@@ -7,6 +7,7 @@ pub mod config;
 pub mod launch;
 pub mod link;
 pub mod oom;
+pub mod pmi;
 pub mod probe;
 pub mod shepherd;
 pub mod tasks;

@@ -420,6 +420,7 @@ fn run_agent(
             limits_conf: config.exec.limits_conf.unwrap_or(true),
             rlimits,
             shepherd: std::env::current_exe().context("finding this executable (it runs the shepherds)")?,
+            default_mpi: config.exec.default_mpi().map_err(|e| anyhow::anyhow!("{e}"))?,
         },
     };
     // Every thread the agent will use exists before any task runs: a task that uses up

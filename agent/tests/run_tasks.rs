@@ -330,6 +330,7 @@ fn launch_task(job: &str, job_id: u64, user: &str, script: &str, work: &Path) ->
         memory_bytes: None,
         max_processes: None,
         epoch: 1,
+        mpi: None,
     }
 }
 

@@ -15,8 +15,9 @@ use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change to the messages below. 7: [`RequestCommand::Queues`]
 /// (a planner of 6 cannot decode it and would close the connection as a bad frame; with
-/// the bump the CLI says which versions differ instead).
-pub const PROTOCOL_VERSION: u32 = 7;
+/// the bump the CLI says which versions differ instead). 8: PMI fences
+/// ([`AgentMessage::Fence`], [`PlannerToAgent::FenceDone`]).
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// Who is speaking on a connection. The certificate says the same (its OU), and the
 /// planner checks that the two agree.
@@ -91,6 +92,9 @@ pub enum AgentMessage {
     TaskFinished(Box<TaskFinished>),
     /// A piece of a task's output, the answer to [`PlannerToAgent::ReadLog`].
     Log(LogChunk),
+    /// Every rank of a job on this node entered a PMI barrier: the pairs they put since
+    /// the last one. Sent again on a new connection until its `FenceDone` comes.
+    Fence(PmiFence),
 }
 
 /// How an agent confines the tasks it runs (`hyperplan nodes` shows it).
@@ -216,6 +220,23 @@ pub enum PlannerToAgent {
         offset: u64,
         max_bytes: u32,
     },
+    /// Every node of the job reached fence `seq`: the pairs all of them put (the
+    /// receiving node's own included). Its ranks leave the barrier.
+    FenceDone(PmiFence),
+    /// Fence `seq` of the job cannot complete (its key-value space grew past the
+    /// planner's bound, the job ended): its ranks get an error from the barrier.
+    FenceFailed { job_id: u64, seq: u64, reason: String },
+}
+
+/// One PMI fence of a job as a node (or, in `FenceDone`, the planner) has it: the
+/// key-value pairs put before it, in the order they were put.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PmiFence {
+    pub job: String,
+    pub job_id: u64,
+    /// 1 for a job's first fence, then one more each.
+    pub seq: u64,
+    pub pairs: Vec<(String, String)>,
 }
 
 /// What every task of a job needs to know about the others (ranks, nodes, the master's
@@ -281,6 +302,9 @@ pub struct LaunchTask {
     /// The sending planner's epoch (see [`PlannerToAgent::Registered`]).
     #[serde(default)]
     pub epoch: u64,
+    /// `mpi` of the job; `None`: the agent's `[exec] defaultMpi`.
+    #[serde(default)]
+    pub mpi: Option<hyperplan_shared::job::MpiMode>,
 }
 
 /// `hyperplan cancel`'s default grace between SIGTERM and SIGKILL.
@@ -697,6 +721,7 @@ mod tests {
             memory_bytes: Some(1 << 30),
             max_processes: Some(64),
             epoch: 2,
+            mpi: None,
         })));
         let task = TaskRef {
             job: "j".into(),

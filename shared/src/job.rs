@@ -109,8 +109,43 @@ pub enum OnTaskFailure {
     Continue,
 }
 
+/// Whether a job's ranks get a PMI server (`mpi`): MPICH, Intel MPI and MVAPICH wire up
+/// through it without `mpirun`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MpiMode {
+    /// No PMI socket (PyTorch and other jobs that find each other by `MASTER_ADDR`).
+    #[default]
+    None,
+    /// PMI-1 over `PMI_FD`, with `PMI_RANK`, `PMI_SIZE`, a key-value space per job.
+    Pmi,
+}
+
+impl MpiMode {
+    pub fn parse(text: &str) -> Option<MpiMode> {
+        match text {
+            "none" => Some(MpiMode::None),
+            "pmi" | "pmi1" => Some(MpiMode::Pmi),
+            _ => None,
+        }
+    }
+}
+
+/// How a job's command runs (`launch`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LaunchMode {
+    /// One process per task, every rank (the default).
+    #[default]
+    Tasks,
+    /// The command runs once, on rank 0's node, with the whole allocation described;
+    /// the other tasks hold their nodes for the job's steps (`hyperplan exec`). Like
+    /// `sbatch`: the job ends with that command, with its exit code.
+    Batch,
+}
+
 /// How a job runs (`simulate` ignores it): `timeLimit`, `masterPort`, `onTaskFailure`,
-/// `requeue`.
+/// `requeue`, `mpi`, `launch`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobRun {
@@ -121,6 +156,15 @@ pub struct JobRun {
     pub on_task_failure: OnTaskFailure,
     /// Back to pending (rather than failed) when a node with its tasks is lost.
     pub requeue: bool,
+    /// `None`: the agent's `[exec] defaultMpi`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpi: Option<MpiMode>,
+    #[serde(default, skip_serializing_if = "is_tasks")]
+    pub launch: LaunchMode,
+}
+
+fn is_tasks(mode: &LaunchMode) -> bool {
+    *mode == LaunchMode::Tasks
 }
 
 /// A validated job: replicas match partitions, `min_available` ≤ replicas, names unique.
@@ -252,6 +296,8 @@ struct RawJob {
     on_task_failure: Option<Located<String>>,
     #[serde(default)]
     requeue: bool,
+    mpi: Option<Located<String>>,
+    launch: Option<Located<String>>,
 }
 
 #[derive(Deserialize)]
@@ -506,11 +552,39 @@ fn build_run(j: &JobParts, path: &Path) -> Result<JobRun, FileError> {
             }
         },
     };
+    let mpi = match &j.mpi {
+        None => None,
+        Some(m) => Some(MpiMode::parse(&m.value).ok_or_else(|| {
+            located_error(
+                path,
+                m,
+                format!(
+                    "expected pmi (a PMI-1 server for MPICH, Intel MPI, MVAPICH) or none, got {:?}",
+                    m.value
+                ),
+            )
+        })?),
+    };
+    let launch = match j.launch.as_ref().map(|l| (l, l.value.as_str())) {
+        None | Some((_, "tasks")) => LaunchMode::Tasks,
+        Some((_, "batch")) => LaunchMode::Batch,
+        Some((l, other)) => {
+            return Err(located_error(
+                path,
+                l,
+                format!(
+                    "expected tasks (one process per rank) or batch (the command once, on rank 0's node, with the allocation), got {other:?}"
+                ),
+            ));
+        }
+    };
     Ok(JobRun {
         time_limit,
         master_port,
         on_task_failure,
         requeue: j.requeue,
+        mpi,
+        launch,
     })
 }
 
@@ -656,6 +730,8 @@ struct JobParts {
     master_port: Option<Located<String>>,
     on_task_failure: Option<Located<String>>,
     requeue: bool,
+    mpi: Option<Located<String>>,
+    launch: Option<Located<String>>,
     queue: Option<Located<String>>,
     user: Option<Located<String>>,
 }
@@ -775,6 +851,8 @@ impl RawJob {
             master_port: self.master_port,
             on_task_failure: self.on_task_failure,
             requeue: self.requeue,
+            mpi: self.mpi,
+            launch: self.launch,
             queue: self.queue,
             user: self.user,
         }
@@ -833,6 +911,8 @@ impl VolcanoJob {
             master_port: None,
             on_task_failure: None,
             requeue: false,
+            mpi: None,
+            launch: None,
             queue: spec.queue,
             user: None,
         }

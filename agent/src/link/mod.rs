@@ -171,6 +171,7 @@ pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
         scan_timer: ticker(SCAN_INTERVAL),
         sampler: Arc::new(Mutex::new(Sampler::default())),
         log_reads: Arc::new(AtomicUsize::new(0)),
+        pmi: crate::pmi::Hub::default(),
     };
     let span = tracing::info_span!("link", node = %link.opts.node);
     link.run().instrument(span).await;
@@ -255,6 +256,8 @@ struct Link {
     sampler: Arc<Mutex<Sampler>>,
     /// `ReadLog`s being read now.
     log_reads: Arc<AtomicUsize>,
+    /// The PMI servers of this node's tasks; they outlive connections.
+    pmi: crate::pmi::Hub,
 }
 
 impl Link {

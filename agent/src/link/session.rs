@@ -175,6 +175,8 @@ fn kind(message: &PlannerToAgent) -> &'static str {
         PlannerToAgent::Ack { .. } => "Ack",
         PlannerToAgent::NotLeader { .. } => "NotLeader",
         PlannerToAgent::ReadLog { .. } => "ReadLog",
+        PlannerToAgent::FenceDone(_) => "FenceDone",
+        PlannerToAgent::FenceFailed { .. } => "FenceFailed",
     }
 }
 
@@ -219,8 +221,10 @@ impl Link {
         let mut resend = ticker(super::RESEND_INTERVAL);
         let mut seq = 0u64;
         let mut announced = self.hash;
-        // Everything not yet acknowledged, first thing on a new connection.
+        // Everything not yet acknowledged, first thing on a new connection (PMI fences
+        // whose answer the last link did not bring too).
         let mut outgoing: Vec<AgentMessage> = self.tasks.unacked();
+        outgoing.extend(self.pmi.unanswered().into_iter().map(AgentMessage::Fence));
         let outcome = 'session: loop {
             for message in outgoing.drain(..) {
                 if let Err(e) = write_frame(&mut send, &message, DEFAULT_MAX_FRAME).await {
@@ -251,6 +255,9 @@ impl Link {
                     }
                 },
                 Some(chunk) = answers.recv() => outgoing.push(AgentMessage::Log(chunk)),
+                () = self.pmi.wake.notified() => {
+                    outgoing.extend(self.pmi.take_outbox().into_iter().map(AgentMessage::Fence));
+                }
                 _ = self.scan_timer.tick() => outgoing = self.tasks.scan(),
                 _ = resend.tick() => outgoing = self.tasks.unacked(),
                 ended = &mut reader => {
@@ -317,7 +324,20 @@ impl Link {
             }
             PlannerToAgent::Launch(launch) => {
                 let gpus: Vec<String> = self.topology.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
-                self.tasks.on_launch(&self.opts.node, &gpus, &launch)
+                let reports = self.tasks.on_launch(&self.opts.node, &gpus, &launch);
+                for task in self.tasks.take_pmi() {
+                    self.pmi.attach(task);
+                }
+                reports
+            }
+            PlannerToAgent::FenceDone(fence) => {
+                tracing::debug!(job = %fence.job, job_id = fence.job_id, seq = fence.seq, pairs = fence.pairs.len(), "PMI fence done");
+                self.pmi.done(fence);
+                Vec::new()
+            }
+            PlannerToAgent::FenceFailed { job_id, seq, reason } => {
+                self.pmi.failed(job_id, seq, &reason);
+                Vec::new()
             }
             PlannerToAgent::Kill { task, grace_secs, .. } => {
                 self.tasks.on_kill(&task, grace_secs);

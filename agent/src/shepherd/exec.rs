@@ -49,6 +49,7 @@ enum Step {
     Chdir = 10,
     StdoutKind = 11,
     StderrKind = 12,
+    Pmi = 13,
     /// Every step done; what fails after it is exec itself.
     Ready = 255,
 }
@@ -67,6 +68,7 @@ impl Step {
             10 => Step::Chdir,
             11 => Step::StdoutKind,
             12 => Step::StderrKind,
+            13 => Step::Pmi,
             255 => Step::Ready,
             _ => return None,
         })
@@ -160,6 +162,7 @@ impl Prepared {
                         )
                     })
                     .collect(),
+                pmi_fd: s.pmi_fd,
             },
             user: s.user.clone(),
             cpus_text: format_cpu_list(&spec.cpus),
@@ -281,6 +284,7 @@ impl Prepared {
             ),
             Some(Step::StdoutKind) => not_a_file(&s.stdout),
             Some(Step::StderrKind) => not_a_file(&s.stderr),
+            Some(Step::Pmi) => format!("cannot pass the PMI socket on to the task: {why}"),
             Some(Step::Chdir) => format!(
                 "cannot chdir to the working directory {} as user {user}: {why}",
                 s.working_dir.display()
@@ -310,6 +314,8 @@ struct Setup {
     memlock_hard: libc::rlim_t,
     /// setrlimit calls, resolved against the shepherd's own limits.
     rlimits: Vec<(super::rlimits::RawResource, libc::rlimit)>,
+    /// The PMI socket the task keeps open across exec.
+    pmi_fd: Option<libc::c_int>,
 }
 
 /// What the `pre_exec` closure owns.
@@ -356,6 +362,11 @@ impl Child {
                 CLOSE_RANGE_CLOEXEC,
             )
         };
+        if let Some(fd) = self.setup.pmi_fd {
+            // SAFETY: fcntl on an integer descriptor, async-signal-safe.
+            let rc = unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+            self.check(rc.into(), Step::Pmi)?;
+        }
         for (index, procs) in self.setup.cgroup_procs.iter().enumerate() {
             self.join_cgroup(procs, index as u8)?;
         }

@@ -183,6 +183,7 @@ fn launch(
     let cgroups = s.all_cgroups();
     let grace = Duration::from_secs(s.kill_grace_secs.unwrap_or(spec::DEFAULT_KILL_GRACE_SECS));
     let start_time_ms = now_ms();
+    let prepared_pmi_fd = s.pmi_fd;
     let prepared = Prepared::new(checked, switch);
     let mut tries = 1;
     let pid = loop {
@@ -205,6 +206,11 @@ fn launch(
             exec::Started::Failed { reason, .. } => return Err(Failure::Reason(reason)),
         }
     };
+    // The task has its PMI socket now: the shepherd's copy would keep it open after the
+    // task ends, and the agent would not hear the end.
+    if let Some(fd) = prepared_pmi_fd {
+        close_fd(fd);
+    }
     let started = Started { pid, start_time_ms };
     let text = serde_json::to_vec(&started).unwrap_or_default();
     if let Err(e) = layout::write_replace(&dir.started(), &text) {
@@ -248,6 +254,13 @@ fn detach() -> std::io::Result<()> {
         }
         _parent => std::process::exit(0),
     }
+}
+
+/// Closes a descriptor this process inherited.
+#[allow(unsafe_code)]
+fn close_fd(fd: i32) {
+    // SAFETY: closing an integer descriptor touches no memory; nothing else uses it.
+    unsafe { libc::close(fd) };
 }
 
 /// The effective uid this process runs as.

@@ -101,6 +101,10 @@ pub struct LaunchSpec {
     /// rlimits`); a resource not named keeps the shepherd's (memlock: raised, for RDMA).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub rlimits: super::rlimits::Rlimits,
+    /// The task's end of its PMI socket (`PMI_FD`): a descriptor the shepherd inherited
+    /// from the agent, passed on to the task and closed in the shepherd once it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pmi_fd: Option<i32>,
 }
 
 impl LaunchSpec {
@@ -230,8 +234,29 @@ impl LaunchSpec {
         if self.time_limit_secs == Some(0) {
             return Err(field("timeLimitSecs", "expected at least 1 second".into()));
         }
+        if let Some(fd) = self.pmi_fd {
+            if fd < 3 {
+                return Err(field("pmiFd", format!("expected a descriptor above 2, got {fd}")));
+            }
+            if !is_socket(fd) {
+                return Err(field(
+                    "pmiFd",
+                    format!("descriptor {fd} is not an open socket (was the shepherd started by the agent?)"),
+                ));
+            }
+        }
         Ok(Checked { spec: self, cpus })
     }
+}
+
+/// `fd` is an open socket in this process.
+#[allow(unsafe_code)]
+fn is_socket(fd: i32) -> bool {
+    // SAFETY: `st` is written by fstat before it is read; a bad descriptor is an error.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let rc = unsafe { libc::fstat(fd, &mut st) };
+    rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
 }
 
 /// Why a path field is refused; the field's [`SpecError::Field`] carries the text.

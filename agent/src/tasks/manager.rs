@@ -102,6 +102,8 @@ struct Retry {
     launch: LaunchTask,
     tries: u32,
     next: Instant,
+    /// The task's end of its PMI socket, which the shepherd must inherit.
+    pmi: Option<std::os::fd::OwnedFd>,
 }
 
 impl Entry {
@@ -155,6 +157,8 @@ pub struct Tasks {
     epoch: super::epoch::Epoch,
     /// How long a task whose shepherd cannot be found is held ([`LOST_GRACE`]).
     lost_grace: Duration,
+    /// The agent's ends of new tasks' PMI sockets, for the PMI hub ([`Tasks::take_pmi`]).
+    pmi: Vec<crate::pmi::PmiTask>,
 }
 
 impl Tasks {
@@ -184,6 +188,7 @@ impl Tasks {
             exiting: Vec::new(),
             epoch,
             lost_grace,
+            pmi: Vec::new(),
         };
         for (task, dir) in scan::list(&tasks.opts.state_dir) {
             let files = scan::read_files(&dir);
@@ -285,7 +290,18 @@ impl Tasks {
         let world = self.worlds.get(&(key.job.clone(), key.job_id));
         let mut entry = Entry::new(dir, launch.rank);
         let mut out = Vec::new();
-        match runner::launch(&self.opts, node, gpus, world, launch, &entry.dir) {
+        let mut pmi = None;
+        let launched = runner::launch(&self.opts, node, gpus, world, launch, &entry.dir, &mut pmi);
+        // The task's end of the PMI socket: the shepherd has its own copy now (or will
+        // have, after a retry); the agent's end goes to the hub.
+        let (pmi_child, pmi_task) = match pmi {
+            Some(p) => (Some(p.child), Some(p.task)),
+            None => (None, None),
+        };
+        if let (Some(task), false) = (pmi_task, matches!(launched, Launched::Failed(_))) {
+            self.pmi.push(task);
+        }
+        match launched {
             Launched::Spawned(child) => {
                 tracing::info!(
                     job = %key.job, job_id = key.job_id, task = %key.task, rank = launch.rank, user = %launch.user,
@@ -303,6 +319,7 @@ impl Tasks {
                     launch: launch.clone(),
                     tries: 1,
                     next: Instant::now() + runner::RETRY_EVERY,
+                    pmi: pmi_child,
                 }));
             }
             Launched::Failed(record) => {
@@ -316,6 +333,11 @@ impl Tasks {
         }
         self.tasks.insert(key, entry);
         out
+    }
+
+    /// The agent's ends of the PMI sockets of tasks launched since the last call.
+    pub fn take_pmi(&mut self) -> Vec<crate::pmi::PmiTask> {
+        std::mem::take(&mut self.pmi)
     }
 
     /// Cancels the task (SIGTERM to its shepherd, which passes it on and SIGKILLs after
@@ -645,7 +667,8 @@ fn retry_spawn(opts: &TaskOptions, task: &TaskRef, entry: &mut Entry) -> Option<
     if Instant::now() < retry.next {
         return None;
     }
-    match runner::spawn_shepherd(opts, &entry.dir) {
+    let inherit = retry.pmi.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+    match runner::spawn_shepherd(opts, &entry.dir, inherit) {
         Ok(child) => {
             tracing::info!(job = %task.job, task = %task.task, tries = retry.tries + 1, shepherd = child.id(), "started the task's shepherd");
             entry.child = Some(child);
@@ -848,6 +871,7 @@ mod tests {
             memory_bytes: None,
             max_processes: None,
             epoch: 1,
+            mpi: None,
         }
     }
 
@@ -870,6 +894,7 @@ mod tests {
                 limits_conf: false,
                 rlimits: Default::default(),
                 shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
+                default_mpi: hyperplan_shared::job::MpiMode::None,
             },
             lost_grace,
         )
@@ -1037,6 +1062,7 @@ mod tests {
             limits_conf: false,
             rlimits: Default::default(),
             shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
+            default_mpi: hyperplan_shared::job::MpiMode::None,
         })
         .unwrap();
         t.on_job(JobWorld {

@@ -54,6 +54,8 @@ pub struct TaskOptions {
     pub rlimits: crate::shepherd::rlimits::Rlimits,
     /// The program started as `PROGRAM shepherd --spec FILE` (this executable).
     pub shepherd: PathBuf,
+    /// PMI for tasks whose job does not say (`[exec] defaultMpi`).
+    pub default_mpi: hyperplan_shared::job::MpiMode,
 }
 
 /// Why the task manager cannot start.

@@ -7,12 +7,15 @@
 
 #![allow(unsafe_code)]
 
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use hyperplan_net::messages::{JobWorld, LaunchTask};
+use hyperplan_shared::job::MpiMode;
 
 use super::TaskOptions;
 use super::cgroup::Limits;
@@ -56,7 +59,17 @@ pub fn make_state_dir(state_dir: &Path) -> std::io::Result<()> {
     make_dir(&state_dir.join("tasks"), 0o711)
 }
 
+/// The two ends of a task's PMI socket pair: the task's (`PMI_FD`, inherited by the
+/// shepherd, kept until it is started) and the agent's (served by the PMI hub).
+#[derive(Debug)]
+pub struct PmiPair {
+    pub child: std::os::fd::OwnedFd,
+    pub task: crate::pmi::PmiTask,
+}
+
 /// Writes the task's files and starts its shepherd; `dir` must not exist yet as a task.
+/// A task of a job with `mpi: pmi` (or on a node whose `[exec] defaultMpi` is `pmi`)
+/// leaves its PMI socket pair in `pmi`.
 pub fn launch(
     opts: &TaskOptions,
     node: &str,
@@ -64,6 +77,7 @@ pub fn launch(
     world: Option<&JobWorld>,
     task: &LaunchTask,
     dir: &TaskDir,
+    pmi: &mut Option<PmiPair>,
 ) -> Launched {
     let fail = |reason: String| Launched::Failed(failed_record(dir, task, reason));
     // The job's directory only traversable (its tasks read the hostfile by name), the
@@ -123,6 +137,30 @@ pub fn launch(
     if let Some(identity) = &identity {
         prepared.spec.rlimits = rlimits_for(opts, identity);
     }
+    if task.mpi.unwrap_or(opts.default_mpi) == MpiMode::Pmi {
+        let Some(shape) = crate::pmi::shape(world, node) else {
+            return fail(format!("the job's world does not place a rank on node {node}"));
+        };
+        let (ours, theirs) = match std::os::unix::net::UnixStream::pair() {
+            Ok(pair) => pair,
+            Err(e) => return fail(format!("cannot make the task's PMI socket: {e}")),
+        };
+        let fd = theirs.as_raw_fd();
+        let env = &mut prepared.spec.env;
+        env.insert("PMI_FD".into(), fd.to_string());
+        env.insert("PMI_RANK".into(), task.rank.to_string());
+        env.insert("PMI_SIZE".into(), shape.size.to_string());
+        env.insert("PMI_SPAWNED".into(), "0".into());
+        prepared.spec.pmi_fd = Some(fd);
+        *pmi = Some(PmiPair {
+            child: theirs.into(),
+            task: crate::pmi::PmiTask {
+                shape,
+                rank: task.rank,
+                stream: ours,
+            },
+        });
+    }
     let hostfile = hostfile_path(&opts.state_dir, &task.job, task.job_id);
     // One hostfile per job on this node, the same for each of its tasks here: written by
     // the first, read and left alone by the others (a new file costs more than a read on
@@ -143,7 +181,7 @@ pub fn launch(
     if let Err(e) = write_replace(&dir.spec(), &spec) {
         return fail(format!("cannot write {}: {e}", dir.spec().display()));
     }
-    match spawn_shepherd(opts, dir) {
+    match spawn_shepherd(opts, dir, pmi.as_ref().map(|p| p.child.as_raw_fd())) {
         Ok(child) => Launched::Spawned(child),
         Err(e) if temporary(&e) => Launched::Retry(e),
         Err(e) => Launched::Failed(shepherd_failed(opts, dir, task, &e)),
@@ -186,17 +224,31 @@ fn rlimits_for(opts: &TaskOptions, identity: &user::Identity) -> rlimits::Rlimit
     limits
 }
 
-/// Starts the shepherd of the task whose files are in `dir` (stderr to its log).
-pub fn spawn_shepherd(opts: &TaskOptions, dir: &TaskDir) -> std::io::Result<Child> {
+/// Starts the shepherd of the task whose files are in `dir` (stderr to its log);
+/// `inherit`: a descriptor it keeps (the task's PMI socket, at the number its spec names).
+pub fn spawn_shepherd(opts: &TaskOptions, dir: &TaskDir, inherit: Option<RawFd>) -> std::io::Result<Child> {
     let log = std::fs::File::create(dir.shepherd_log())?;
-    Command::new(&opts.shepherd)
+    let mut command = Command::new(&opts.shepherd);
+    command
         .arg("shepherd")
         .arg("--spec")
         .arg(dir.spec())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
+        .stderr(log);
+    if let Some(fd) = inherit {
+        // SAFETY: fcntl on a descriptor this process owns (open until after the spawn),
+        // async-signal-safe; it clears close-on-exec in the child only.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    command.spawn()
 }
 
 /// No shepherd will ever run the task: says so where a restarted agent looks (a pid

@@ -77,6 +77,12 @@ impl Planner {
         job_ranks(self.world(), job)
     }
 
+    /// The nodes running job `job` (id `job_id`), sorted; `None` when no live job of that
+    /// name has that id (PMI fences go only to a job's own nodes).
+    pub fn job_nodes(&self, job: &str, job_id: u64) -> Option<Vec<std::sync::Arc<str>>> {
+        ranks::job_nodes(self.world(), job, job_id)
+    }
+
     /// The HyperNodes `node` belongs to, lowest tier first (a task's `HYPERPLAN_*` hints).
     pub fn hyper_nodes_of(&self, node: &str) -> Vec<String> {
         hyper_nodes_of(self.world(), node)

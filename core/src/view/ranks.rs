@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
 
-use crate::model::components::{Job, Node, Retired, TaskState};
+use crate::model::components::{Job, JobId, Node, Retired, TaskState};
 use crate::names::JobNames;
 
 /// The job's running tasks as (rank, node name), by rank; `None` for no live job of
@@ -28,6 +28,19 @@ pub fn job_ranks(world: &World, job: &str) -> Option<Vec<(u32, Arc<str>)>> {
         .collect();
     ranks.sort_unstable();
     Some(ranks)
+}
+
+/// The nodes of job `job` (id `job_id`) that run its tasks, sorted; `None` when no live
+/// job of that name has that id (a PMI fence of a job that ended, or of another).
+pub(super) fn job_nodes(world: &World, job: &str, job_id: u64) -> Option<Vec<Arc<str>>> {
+    let &e = world.resource::<JobNames>().0.get(job)?;
+    if world.get::<JobId>(e).is_none_or(|id| id.0 != job_id) {
+        return None;
+    }
+    let mut nodes: Vec<Arc<str>> = job_ranks(world, job)?.into_iter().map(|(_, n)| n).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    Some(nodes)
 }
 
 /// The HyperNodes holding `node`, lowest tier first (the virtual root left out).

@@ -1,6 +1,6 @@
 //! An agent's link: `Register` first (naming the node its certificate names), then
-//! heartbeats, topology changes, task starts and ends and output in; `Registered`,
-//! `Job`, `Launch`, `Kill`, `Ack` and `ReadLog` out. When the
+//! heartbeats, topology changes, task starts and ends, output and PMI fences in;
+//! `Registered`, `Job`, `Launch`, `Kill`, `Ack`, `ReadLog` and `FenceDone` out. When the
 //! link ends, for whatever reason, the driver hears `Gone` and the node turns NotReady.
 
 use std::time::Duration;
@@ -131,6 +131,16 @@ pub async fn serve(
                         break;
                     }
                 }
+                Ok(Some(AgentMessage::Fence(fence))) => {
+                    let msg = ToCore::Agent(FromAgent::Fence {
+                        node: node.clone(),
+                        link_id: id,
+                        fence,
+                    });
+                    if to_core.send(msg).is_err() {
+                        break;
+                    }
+                }
                 Ok(Some(AgentMessage::Register { .. })) => {
                     refuse(&conn, close::PROTOCOL, "Register sent twice on one connection");
                     break;
@@ -170,5 +180,6 @@ fn kind(m: &AgentMessage) -> &'static str {
         AgentMessage::TaskStarted(_) => "TaskStarted",
         AgentMessage::TaskFinished(_) => "TaskFinished",
         AgentMessage::Log(_) => "Log",
+        AgentMessage::Fence(_) => "Fence",
     }
 }

@@ -107,6 +107,7 @@ fn launch(p: &Placement, hyper_nodes: &[String]) -> LaunchTask {
         max_processes: exec.max_processes,
         // Stamped by the driver as it sends the frame.
         epoch: 0,
+        mpi: p.spec.run.mpi,
     }
 }
 

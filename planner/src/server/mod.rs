@@ -13,6 +13,7 @@
 mod agent;
 mod client;
 mod driver;
+mod fence;
 mod groups;
 mod handshake;
 mod launch;

@@ -63,6 +63,12 @@ pub enum FromAgent {
         link_id: u64,
         topology: Box<NodeTopology>,
     },
+    /// A node's part of a PMI fence (see `server::fence`).
+    Fence {
+        node: String,
+        link_id: u64,
+        fence: hyperplan_net::messages::PmiFence,
+    },
     /// The link ended (closed, lost, refused after registering).
     Gone { node: String, link_id: u64 },
 }
@@ -151,6 +157,26 @@ impl Driver {
                 tracing::info!(node, "topology changed");
                 self.planner.push(Event::NodeUp(node_spec(&node, &l.labels, *topology)));
                 self.dirty = true;
+            }
+            FromAgent::Fence { node, link_id, fence } => {
+                if self.links.get(&node).is_none_or(|l| l.link_id != link_id) {
+                    return;
+                }
+                let nodes = self.planner.job_nodes(&fence.job, fence.job_id);
+                let job_id = fence.job_id;
+                let frames = self.fences.on_fence(&node, fence, nodes.as_deref());
+                if !frames.is_empty() {
+                    // A fence done: the fences of jobs that ended since go.
+                    let planner = &self.planner;
+                    self.fences
+                        .retain(|job, id| id == job_id || planner.job_nodes(job, id).is_some());
+                }
+                // Not persisted: sent at once, not after the next commit.
+                for (to, frame) in frames {
+                    if let Some(l) = self.links.get(&*to) {
+                        let _ = l.frames.send(frame);
+                    }
+                }
             }
             FromAgent::Gone { node, link_id } => {
                 if self.links.get(&node).is_some_and(|l| l.link_id == link_id) {
@@ -294,7 +320,10 @@ impl Driver {
                 self.dirty = true;
             }
             AgentMessage::Log(chunk) => self.logs.answer(&node, chunk),
-            AgentMessage::Register { .. } | AgentMessage::Heartbeat { .. } | AgentMessage::TopologyChanged { .. } => {}
+            AgentMessage::Register { .. }
+            | AgentMessage::Heartbeat { .. }
+            | AgentMessage::TopologyChanged { .. }
+            | AgentMessage::Fence(_) => {}
         }
     }
 

@@ -69,6 +69,8 @@ struct Driver {
     dirty: bool,
     /// `hyperplan logs` requests waiting for their agents.
     logs: super::logs::LogRelay,
+    /// PMI fences being gathered from jobs' nodes.
+    fences: super::fence::FenceRelay,
     /// The store, for reading ended jobs (`status --all`); writes go through `writer`.
     store: Store,
     writer: Writer,
@@ -206,6 +208,7 @@ impl Driver {
             heartbeat_interval_ms: u64::try_from(config.server.heartbeat_interval.as_millis()).unwrap_or(u64::MAX),
             dirty: true,
             logs: super::logs::LogRelay::default(),
+            fences: super::fence::FenceRelay::default(),
             store: start.store,
             writer: start.writer,
             advertise: start.advertise,

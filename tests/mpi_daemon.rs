@@ -1,0 +1,134 @@
+//! End-to-end: MPI jobs with the real daemons on 127.0.0.1 and Debian's MPICH. A job with
+//! `mpi: pmi` has its ranks started by hyperplan on two agents; they wire up through each
+//! agent's PMI server (`PMI_FD`), the fences crossing the planner, and exchange data
+//! (an `MPI_Allreduce` of the ranks, a program compiled with `mpicc.mpich` here).
+//!
+//! Skips, saying why, where MPICH's compiler is not installed (`make test` installs it).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::live::Live;
+use common::path_str;
+
+/// The MPI program of these tests: every rank's sum of all ranks, and a ring exchange.
+const ALLREDUCE_C: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, size, sum = 0, left = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Sendrecv(&rank, 1, MPI_INT, (rank + 1) % size, 0, &left, 1, MPI_INT,
+                 (rank + size - 1) % size, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    printf("rank %d of %d sum %d left %d\n", rank, size, sum, left);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+/// Compiles `source` with `compiler` into `dir` (readable by the task user); `None`, said,
+/// where the compiler is missing.
+fn compile(compiler: &str, source: &str, dir: &Path, name: &str) -> Option<PathBuf> {
+    if Command::new(compiler).arg("-show").output().is_err() {
+        eprintln!("skipped: {compiler} is not installed (apt-get install mpich libmpich-dev; `make test` does)");
+        return None;
+    }
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, source).unwrap();
+    let exe = dir.join(name);
+    let out = Command::new(compiler).arg("-o").arg(&exe).arg(&c).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{compiler}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(exe)
+}
+
+#[test]
+fn mpich_ranks_started_by_hyperplan_on_two_agents_wire_up_through_pmi() {
+    let live = Live::start(&["n1", "n2"]);
+    let Some(exe) = compile("mpicc.mpich", ALLREDUCE_C, live.work.path(), "allreduce") else {
+        return;
+    };
+    // Two 1-CPU ranks per 2-PU node: ranks meet on a node and across nodes.
+    let job = live.job(
+        "mpich",
+        &format!(
+            "mpi: pmi\ntimeLimit: 120\ntasks:\n  - name: r\n    replicas: 4\n    resources: {{cpu: 1}}\n    \
+             workingDir: WORKDIR\n    command: [{}]\n",
+            path_str(&exe)
+        ),
+    );
+    let (code, err) = live.submit_wait(&job);
+    let outputs: Vec<String> = (0..4).map(|i| live.output("mpich", &format!("r-{i}"))).collect();
+    assert_eq!(code, 0, "{err}\n{outputs:#?}\n{}", live.c.planner_log());
+    let j = live.status("mpich");
+    let nodes: std::collections::BTreeSet<&str> = j["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(nodes.len(), 2, "the ranks ran on both nodes: {j}");
+    for t in j["tasks"].as_array().unwrap() {
+        let rank = t["rank"].as_u64().unwrap();
+        let out = live.output("mpich", t["name"].as_str().unwrap());
+        let left = (rank + 3) % 4;
+        assert_eq!(out.trim(), format!("rank {rank} of 4 sum 6 left {left}"), "{t}");
+    }
+    // Without `mpi: pmi` (and no defaultMpi) a task gets no PMI socket: MPICH runs it as a
+    // world of one, as it would any program started alone.
+    let job = live.job(
+        "alone",
+        &format!(
+            "tasks:\n  - name: r\n    replicas: 2\n    resources: {{cpu: 1}}\n    workingDir: WORKDIR\n    \
+             command: [{}]\n",
+            path_str(&exe)
+        ),
+    );
+    let (code, err) = live.submit_wait(&job);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(live.output("alone", "r-1").trim(), "rank 0 of 1 sum 0 left 0");
+}
+
+#[test]
+fn a_pmi_client_that_sends_garbage_gets_a_closed_socket_and_the_agent_goes_on() {
+    let live = Live::start(&["n1"]);
+    // A real request is answered; garbage closes the socket (the read sees end of file).
+    let script = "import os, socket\n\
+                  s = socket.socket(fileno=int(os.environ['PMI_FD']))\n\
+                  s.sendall(b'cmd=init pmi_version=1 pmi_subversion=1\\n')\n\
+                  print(s.recv(200).decode().strip())\n\
+                  s.sendall(b'\\x00garbage with no command\\n')\n\
+                  print(repr(s.recv(200)))\n\
+                  print(os.environ['PMI_RANK'], os.environ['PMI_SIZE'])\n";
+    std::fs::write(live.work.path().join("garbage.py"), script).unwrap();
+    let job = live.job(
+        "garbage",
+        "mpi: pmi\ntasks:\n  - name: r\n    replicas: 1\n    resources: {cpu: 1}\n    workingDir: WORKDIR\n    \
+         command: [python3, garbage.py]\n",
+    );
+    let (code, err) = live.submit_wait(&job);
+    let out = live.output("garbage", "r-0");
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert_eq!(
+        out,
+        "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\nb''\n0 1\n"
+    );
+    assert!(
+        live.agent_log("n1").contains("closed the rank's PMI socket"),
+        "{}",
+        live.agent_log("n1")
+    );
+    // The agent is still there and serves the next job.
+    let (code, err) = live.submit_wait(&job);
+    assert_eq!(code, 0, "{err}");
+}
