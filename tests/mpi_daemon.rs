@@ -132,3 +132,59 @@ fn a_pmi_client_that_sends_garbage_gets_a_closed_socket_and_the_agent_goes_on() 
     let (code, err) = live.submit_wait(&job);
     assert_eq!(code, 0, "{err}");
 }
+
+#[test]
+fn a_batch_job_runs_its_command_once_with_the_allocation_and_ends_with_it() {
+    let live = Live::start(&["n1", "n2"]);
+    let job = live.job(
+        "batch",
+        "launch: batch\ntasks:\n  - name: s\n    replicas: 4\n    topologyPolicy: single-numa-node\n    resources: {cpu: 1}\n    \
+         workingDir: WORKDIR\n    \
+         command: [sh, -c, 'echo \"$HYPERPLAN_RANK $HYPERPLAN_NODELIST $HYPERPLAN_CPUS\"; cat \"$OMPI_MCA_orte_default_hostfile\" \"$HYDRA_HOST_FILE\"; exit 3']\n",
+    );
+    let (code, err) = live.submit_wait(&job);
+    assert_eq!(code, 3, "the batch command's exit code is the job's: {err}");
+    let j = live.status("batch");
+    assert_eq!(j["status"], "failed", "{j}");
+    let tasks = j["tasks"].as_array().unwrap();
+    let rank0 = tasks.iter().find(|t| t["rank"] == 0).unwrap();
+    assert_eq!(rank0["exitCode"], 3, "{j}");
+    // The others held their nodes and were killed when it ended.
+    for t in tasks.iter().filter(|t| t["rank"] != 0) {
+        assert_eq!(t["state"], "killed", "{t}");
+    }
+    let out = live.output("batch", rank0["name"].as_str().unwrap());
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    let first: Vec<&str> = lines[0].split(' ').collect();
+    assert_eq!(first[..2], ["0", "n[1-2]"], "{out}");
+    // Rank 0's node leader has the job's two CPUs there.
+    assert_eq!(first[2].split([',', '-']).count(), 2, "{out}");
+    let node0 = rank0["node"].as_str().unwrap();
+    let other = if node0 == "n1" { "n2" } else { "n1" };
+    assert_eq!(
+        lines[1..3],
+        [format!("{node0} slots=2"), format!("{other} slots=2")],
+        "{out}"
+    );
+    assert_eq!(lines[3..5], [format!("{node0}:2"), format!("{other}:2")], "{out}");
+    // Only rank 0 ran the command: nobody else wrote output.
+    for t in tasks.iter().filter(|t| t["rank"] != 0) {
+        assert_eq!(live.output("batch", t["name"].as_str().unwrap()), "", "{t}");
+    }
+
+    // Ending well: completed, exit code 0, holders killed all the same.
+    let ok = live.job(
+        "batchok",
+        "launch: batch\ntasks:\n  - name: s\n    replicas: 2\n    resources: {cpu: 1}\n    workingDir: WORKDIR\n    \
+         command: [sh, -c, 'exit 0']\n",
+    );
+    let (code, err) = live.submit_wait(&ok);
+    assert_eq!(code, 0, "{err}");
+    let j = live.status("batchok");
+    assert_eq!(
+        (j["status"].as_str(), j["exitCode"].as_i64()),
+        (Some("completed"), Some(0)),
+        "{j}"
+    );
+}

@@ -64,6 +64,72 @@ pub fn hostfile_path(state_dir: &Path, job: &str, job_id: u64) -> PathBuf {
     crate::shepherd::layout::job_dir(state_dir, job, job_id).join("hostfile")
 }
 
+/// What a batch job's tasks on a node get beyond a task's own: its allocation in the
+/// forms MPI's launchers read, and `hyperplan exec --node` as their remote shell, so an
+/// `mpirun` (Open MPI) or `mpiexec` (MPICH's hydra) in the batch script uses the job's
+/// nodes and slots without ssh.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchFiles {
+    /// (file name in the job's directory, text, mode).
+    pub files: Vec<(&'static str, String, u32)>,
+}
+
+/// Open MPI's hostfile (`node slots=N`, nodes in rank order).
+pub const OPENMPI_HOSTFILE: &str = "hostfile.openmpi";
+/// Hydra's (`node:N`).
+pub const HYDRA_HOSTFILE: &str = "hostfile.hydra";
+/// The remote shell both launchers call as `rsh NODE COMMAND...`.
+pub const RSH: &str = "rsh";
+
+pub fn batch_files(world: &JobWorld, cli: &Path) -> BatchFiles {
+    let mut slots = vec![0u32; world.nodes.len()];
+    for &n in &world.node_of_rank {
+        if let Some(s) = slots.get_mut(n as usize) {
+            *s += 1;
+        }
+    }
+    let mut openmpi = String::new();
+    let mut hydra = String::new();
+    for (node, n) in world.nodes.iter().zip(&slots).filter(|(_, n)| **n > 0) {
+        openmpi.push_str(&format!("{node} slots={n}\n"));
+        hydra.push_str(&format!("{node}:{n}\n"));
+    }
+    let rsh = format!(
+        "#!/bin/sh\n# The remote shell of this job's mpirun: runs COMMAND on NODE inside the job.\nexec {} exec --node \"$@\"\n",
+        shell_quote(&cli.to_string_lossy())
+    );
+    BatchFiles {
+        files: vec![
+            (OPENMPI_HOSTFILE, openmpi, 0o400),
+            (HYDRA_HOSTFILE, hydra, 0o400),
+            (RSH, rsh, 0o500),
+        ],
+    }
+}
+
+impl BatchFiles {
+    /// The variables that point Open MPI (4 and 5) and hydra at the files in `job_dir`;
+    /// the job's own `env` still wins.
+    pub fn env(&self, job_dir: &Path) -> Vec<(String, String)> {
+        let at = |name: &str| job_dir.join(name).to_string_lossy().into_owned();
+        vec![
+            ("OMPI_MCA_orte_default_hostfile".into(), at(OPENMPI_HOSTFILE)),
+            ("PRTE_MCA_prte_default_hostfile".into(), at(OPENMPI_HOSTFILE)),
+            ("OMPI_MCA_plm_rsh_agent".into(), at(RSH)),
+            ("PRTE_MCA_plm_ssh_agent".into(), at(RSH)),
+            ("HYDRA_HOST_FILE".into(), at(HYDRA_HOSTFILE)),
+            ("HYDRA_LAUNCHER".into(), "rsh".into()),
+            ("HYDRA_LAUNCHER_EXEC".into(), at(RSH)),
+            ("HYPERPLAN_RSH".into(), at(RSH)),
+        ]
+    }
+}
+
+/// `s` as one word for `sh`.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
 pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> Result<Prepared, LaunchError> {
     let frame = |what: String| LaunchError::Frame {
         job: task.job.clone(),
@@ -195,6 +261,7 @@ mod tests {
             node_of_rank: vec![0, 0, 1, 1],
             master_addr: "10.0.0.1".into(),
             master_port: 29507,
+            launch: Default::default(),
         }
     }
 

@@ -421,6 +421,7 @@ fn run_agent(
             rlimits,
             shepherd: std::env::current_exe().context("finding this executable (it runs the shepherds)")?,
             default_mpi: config.exec.default_mpi().map_err(|e| anyhow::anyhow!("{e}"))?,
+            cli: cli_path(),
         },
     };
     // Every thread the agent will use exists before any task runs: a task that uses up
@@ -474,4 +475,14 @@ fn rerun_with_fsroot(root: &Path) -> anyhow::Error {
         .env("HWLOC_FSROOT", root)
         .exec();
     anyhow::Error::new(err).context("running the probe with HWLOC_FSROOT set")
+}
+
+/// The `hyperplan` CLI batch jobs' `mpirun` calls (`hyperplan exec --node`): the one
+/// installed beside this agent, else whichever the task's `PATH` finds.
+fn cli_path() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .map(|exe| exe.with_file_name("hyperplan"))
+        .filter(|cli| cli.is_file())
+        .unwrap_or_else(|| PathBuf::from("hyperplan"))
 }

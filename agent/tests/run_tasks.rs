@@ -285,6 +285,7 @@ impl Setup {
             node_of_rank: vec![0],
             master_addr: "127.0.0.1".into(),
             master_port: 29500,
+            launch: Default::default(),
         };
         self.planner.send(PlannerToAgent::Job(Box::new(world)));
         self.planner.send(PlannerToAgent::Launch(Box::new(launch_task(
@@ -474,6 +475,7 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
         node_of_rank: vec![0],
         master_addr: "127.0.0.1".into(),
         master_port: 29500,
+        launch: Default::default(),
     })));
     let mut launch = launch_task("sleepy", 21, &me(), "", &s.work());
     launch.argv = vec!["sleep".into(), "60".into()];

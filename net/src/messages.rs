@@ -253,6 +253,10 @@ pub struct JobWorld {
     pub master_addr: String,
     /// `MASTER_PORT`: the job's `masterPort`, or one derived from its id.
     pub master_port: u16,
+    /// `batch`: rank 0 runs the job's command with the allocation described (MPI
+    /// hostfiles, `mpirun`'s launch agent); the other tasks hold their nodes.
+    #[serde(default)]
+    pub launch: hyperplan_shared::job::LaunchMode,
 }
 
 /// One task to start, as the planner placed it and the job asked for it.
@@ -698,6 +702,7 @@ mod tests {
             node_of_rank: vec![0, 0, 1, 1],
             master_addr: "10.0.0.1".into(),
             master_port: 29507,
+            launch: Default::default(),
         })));
         roundtrip(&PlannerToAgent::Launch(Box::new(LaunchTask {
             job: "j".into(),

@@ -107,6 +107,11 @@ pub fn write_replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// given to `owner` (uid, gid) before it takes `path`'s name, so nobody else ever reads
 /// it. The job's hostfile, which its tasks (the job's user) read by name.
 pub fn write_private(path: &Path, bytes: &[u8], owner: Option<(u32, u32)>) -> io::Result<()> {
+    write_owned(path, bytes, owner, 0o400)
+}
+
+/// [`write_private`] with another mode (`0o500`: a script the job's user runs).
+pub fn write_owned(path: &Path, bytes: &[u8], owner: Option<(u32, u32)>, mode: u32) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let tmp = temp_name(path);
     let result = (|| {
@@ -117,7 +122,7 @@ pub fn write_private(path: &Path, bytes: &[u8], owner: Option<(u32, u32)>) -> io
             .mode(0o400)
             .open(&tmp)?;
         (&file).write_all(bytes)?;
-        file.set_permissions(fs::Permissions::from_mode(0o400))?;
+        file.set_permissions(fs::Permissions::from_mode(mode))?;
         if let Some((uid, gid)) = owner {
             std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
         }

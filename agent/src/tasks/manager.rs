@@ -895,6 +895,7 @@ mod tests {
                 rlimits: Default::default(),
                 shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
                 default_mpi: hyperplan_shared::job::MpiMode::None,
+                cli: PathBuf::from("hyperplan"),
             },
             lost_grace,
         )
@@ -933,6 +934,7 @@ mod tests {
             node_of_rank: vec![0, 0, 0, 1],
             master_addr: "127.0.0.1".into(),
             master_port: 29500,
+            launch: Default::default(),
         });
         let hostfile = state.path().join("tasks/j.4/hostfile");
         // The shepherd cannot start here; the hostfile is written before it would.
@@ -1026,6 +1028,7 @@ mod tests {
             node_of_rank: vec![0],
             master_addr: "127.0.0.1".into(),
             master_port: 29500,
+            launch: Default::default(),
         });
         let ends = finished(&t.on_launch("n1", &[], &launch));
         assert!(
@@ -1063,6 +1066,7 @@ mod tests {
             rlimits: Default::default(),
             shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
             default_mpi: hyperplan_shared::job::MpiMode::None,
+            cli: PathBuf::from("hyperplan"),
         })
         .unwrap();
         t.on_job(JobWorld {
@@ -1072,6 +1076,7 @@ mod tests {
             node_of_rank: vec![0],
             master_addr: "127.0.0.1".into(),
             master_port: 29500,
+            launch: Default::default(),
         });
         let launch = LaunchTask {
             cpus: "0-1".into(),

@@ -56,6 +56,9 @@ pub struct TaskOptions {
     pub shepherd: PathBuf,
     /// PMI for tasks whose job does not say (`[exec] defaultMpi`).
     pub default_mpi: hyperplan_shared::job::MpiMode,
+    /// The `hyperplan` CLI on this node: batch jobs' `mpirun` starts its daemons with
+    /// `hyperplan exec --node` (see `launch::batch_files`).
+    pub cli: PathBuf,
 }
 
 /// Why the task manager cannot start.

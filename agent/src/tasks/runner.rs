@@ -15,12 +15,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use hyperplan_net::messages::{JobWorld, LaunchTask};
-use hyperplan_shared::job::MpiMode;
+use hyperplan_shared::job::{LaunchMode, MpiMode};
 
 use super::TaskOptions;
 use super::cgroup::Limits;
 use crate::launch::{NodeContext, hostfile_path, prepare};
-use crate::shepherd::layout::{write_atomic, write_exclusive, write_private, write_replace};
+use crate::shepherd::layout::{write_atomic, write_exclusive, write_owned, write_private, write_replace};
 use crate::shepherd::{ExitRecord, MemoryPolicy, Outcome, TaskDir, rlimits, user};
 
 /// What became of a `Launch`.
@@ -173,6 +173,19 @@ pub fn launch(
     let unchanged = std::fs::read(&hostfile).is_ok_and(|old| old == prepared.hostfile.as_bytes());
     if !unchanged && let Err(e) = write_private(&hostfile, prepared.hostfile.as_bytes(), owner) {
         return fail(format!("cannot write the hostfile {}: {e}", hostfile.display()));
+    }
+    if world.launch == LaunchMode::Batch {
+        let files = crate::launch::batch_files(world, &opts.cli);
+        for (name, text, mode) in &files.files {
+            let path = job_dir.join(name);
+            let same = std::fs::read(&path).is_ok_and(|old| old == text.as_bytes());
+            if !same && let Err(e) = write_owned(&path, text.as_bytes(), owner, *mode) {
+                return fail(format!("cannot write {}: {e}", path.display()));
+            }
+        }
+        for (key, value) in files.env(job_dir) {
+            prepared.spec.env.entry(key).or_insert(value);
+        }
     }
     let spec = match serde_json::to_vec_pretty(&prepared.spec) {
         Ok(s) => s,

@@ -9,6 +9,9 @@
 //! `timeout` and kills the others; a cancel decides `cancelled`. An ending job stays
 //! live (its name taken, never retired) until no task of it holds resources; then it is
 //! finished (or cancelled), or back to pending when a lost node asked for a requeue.
+//! A batch job (`launch: batch`) lives as long as its rank 0, which runs its command:
+//! when that ends, well or not, the verdict and exit code are its, and the job's other
+//! tasks (which hold their nodes for its steps) are killed.
 //! Every event here is idempotent: a repeat, a task already ended, another job's id or
 //! another node change nothing.
 
@@ -16,6 +19,7 @@ use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
 use hyperplan_shared::OnTaskFailure;
+use hyperplan_shared::job::LaunchMode;
 use hyperplan_shared::report::JobStatus;
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 
@@ -199,10 +203,13 @@ pub(crate) fn tasks_on_node(world: &mut World, node: &str, tasks: Vec<TaskOnNode
 /// Ends a running task (reported, or lost with its node): it frees its resources, and
 /// its job's verdict and phase follow.
 pub(crate) fn end_task(world: &mut World, job_e: Entity, task_e: Entity, end: TaskEnd) {
-    match world.get_mut::<TaskState>(task_e) {
-        Some(mut ts) => ts.phase = TaskPhase::Finished,
+    let rank = match world.get_mut::<TaskState>(task_e) {
+        Some(mut ts) => {
+            ts.phase = TaskPhase::Finished;
+            ts.rank
+        }
         None => return,
-    }
+    };
     let name = world
         .get::<Task>(task_e)
         .map(|t| t.name.clone())
@@ -213,9 +220,12 @@ pub(crate) fn end_task(world: &mut World, job_e: Entity, task_e: Entity, end: Ta
     run.cpu_cores = None;
     run.rss_bytes = None;
     let started = run.started();
-    let (policy, requeue) = world
+    let (policy, requeue, batch) = world
         .get::<Job>(job_e)
-        .map(|j| (j.spec.run.on_task_failure, j.spec.run.requeue))
+        .map(|j| {
+            let batch = j.spec.run.launch == LaunchMode::Batch;
+            (j.spec.run.on_task_failure, j.spec.run.requeue, batch)
+        })
         .unwrap_or_default();
     let Some(mut st) = world.get_mut::<JobState>(job_e) else {
         return;
@@ -224,7 +234,9 @@ pub(crate) fn end_task(world: &mut World, job_e: Entity, task_e: Entity, end: Ta
     if started && !st.task_started {
         st.task_started = true;
     }
-    if !end.succeeded() {
+    // A batch job's holders, killed once its command ended, change nothing.
+    let decided = batch && st.verdict.is_some();
+    if !end.succeeded() && !decided {
         let code = end.shell_code();
         if st.first_failure.is_none_or(|(at, _)| end.end_time_ms < at) {
             st.first_failure = Some((end.end_time_ms, code));
@@ -260,6 +272,12 @@ pub(crate) fn end_task(world: &mut World, job_e: Entity, task_e: Entity, end: Ta
             st.phase = JobPhase::Ending;
             st.kill = Some((why, KILL_GRACE_SECS));
         }
+    } else if batch && rank == Some(0) && st.phase == JobPhase::Running && st.verdict.is_none() {
+        // The batch command ended well: the job has, and its holders go.
+        st.verdict = Some(Verdict::Completed);
+        st.phase = JobPhase::Ending;
+        st.kill = Some((KillReason::BatchEnded, KILL_GRACE_SECS));
+        stop = Some(KillReason::BatchEnded);
     }
     run.end = Some(end);
     world.entity_mut(task_e).insert(run);

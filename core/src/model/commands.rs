@@ -194,6 +194,8 @@ pub enum KillReason {
     /// Its node reports a task the planner does not have running there (an orphan: its
     /// job ended, it was declared lost, or the planner never placed it).
     Orphan,
+    /// Its job's batch command (`launch: batch`, rank 0) ended: the job ends with it.
+    BatchEnded,
 }
 
 impl KillReason {
@@ -204,6 +206,7 @@ impl KillReason {
             KillReason::TaskFailed => "another task of the job failed",
             KillReason::Timeout => "the job's time limit",
             KillReason::Orphan => "orphan: the planner does not have it running there",
+            KillReason::BatchEnded => "the job's batch command ended",
         }
     }
 }

@@ -2,6 +2,13 @@
 //! frame (the job's ranks and nodes, the master's address) before the `Launch` frames
 //! of its tasks there. The pinning text (CPU list, devices) is rendered here, outside
 //! the tick.
+//!
+//! A batch job (`launch: batch`) runs its command once, as rank 0; every other task only
+//! holds its node for the job's steps ([`HOLD_COMMAND`], as Slurm's extern step). On each
+//! node the job's lowest rank there is its node leader: it gets the union of the job's
+//! CPUs, NUMA nodes, GPUs and NICs on that node and the sum of their memory, so the batch
+//! command and the steps `hyperplan exec` runs in its cgroup have the whole allocation
+//! there.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,7 +16,12 @@ use std::sync::Arc;
 use hyperplan_core::numa::hints::Policy;
 use hyperplan_core::{Placement, Planner};
 use hyperplan_net::messages::{JobWorld, LaunchTask, PlannerToAgent};
+use hyperplan_shared::cpulist::{format_cpu_list, parse_cpu_list};
+use hyperplan_shared::job::LaunchMode;
 use hyperplan_shared::taskenv::default_master_port;
+
+/// What a batch job's tasks other than rank 0 run: nothing but holding their node.
+pub const HOLD_COMMAND: [&str; 2] = ["sleep", "infinity"];
 
 /// The frames for one tick's placements, as (node, frame) in sending order: the jobs
 /// in the order their placements came (the core's: job name, then rank), per job its
@@ -41,16 +53,52 @@ pub fn frames(
                 None => by_node.push((p.node.clone(), vec![p])),
             }
         }
+        let batch = first.spec.run.launch == LaunchMode::Batch;
         for (node, mut tasks) in by_node {
             tasks.sort_by_key(|p| p.rank);
             out.push((node.clone(), PlannerToAgent::Job(Box::new(world_info.clone()))));
             let hyper_nodes = planner.hyper_nodes_of(&node);
-            for p in tasks {
-                out.push((node.clone(), PlannerToAgent::Launch(Box::new(launch(p, &hyper_nodes)))));
+            let mut launches: Vec<LaunchTask> = tasks.iter().map(|p| launch(p, &hyper_nodes)).collect();
+            if batch {
+                batch_roles(&mut launches);
+            }
+            for l in launches {
+                out.push((node.clone(), PlannerToAgent::Launch(Box::new(l))));
             }
         }
     }
     out
+}
+
+/// One node's tasks of a batch job, by rank: the first (the node leader) takes the
+/// node's whole share of the job; every task but rank 0 holds.
+fn batch_roles(launches: &mut [LaunchTask]) {
+    let Some((leader, rest)) = launches.split_first_mut() else {
+        return;
+    };
+    let mut cpus: Vec<u32> = parse_cpu_list(&leader.cpus).unwrap_or_default();
+    for l in rest.iter() {
+        cpus.extend(parse_cpu_list(&l.cpus).unwrap_or_default());
+        leader.numa_nodes.extend(&l.numa_nodes);
+        leader.gpus.extend(l.gpus.iter().cloned());
+        leader.nics.extend(l.nics.iter().cloned());
+        leader.memory_bytes = match (leader.memory_bytes, l.memory_bytes) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    leader.cpus = format_cpu_list(&cpus);
+    leader.numa_nodes.sort_unstable();
+    leader.numa_nodes.dedup();
+    leader.gpus.sort();
+    leader.gpus.dedup();
+    leader.nics.sort();
+    leader.nics.dedup();
+    for l in launches.iter_mut().filter(|l| l.rank != 0) {
+        l.argv = HOLD_COMMAND.iter().map(|s| s.to_string()).collect();
+    }
 }
 
 fn job_world(p: &Placement, ranks: &[(u32, Arc<str>)], address_of: &impl Fn(&str) -> Option<String>) -> JobWorld {
@@ -74,6 +122,7 @@ fn job_world(p: &Placement, ranks: &[(u32, Arc<str>)], address_of: &impl Fn(&str
         node_of_rank,
         master_addr: address_of(master).unwrap_or_else(|| master.to_string()),
         master_port: p.spec.run.master_port.unwrap_or_else(|| default_master_port(p.job_id)),
+        launch: p.spec.run.launch,
     }
 }
 
