@@ -360,6 +360,7 @@ fn repeatable(command: &RequestCommand) -> bool {
         | RequestCommand::Planners
         | RequestCommand::Queues
         | RequestCommand::Logs { .. } => true,
+        RequestCommand::Exec(_) => false,
     }
 }
 
@@ -589,6 +590,76 @@ fn connection_error(addr: SocketAddr, error: &ConnectionError) -> anyhow::Error 
         ConnectionError::Reset => anyhow!("the planner at {addr} reset the connection (did it restart?)"),
         other => anyhow!("connection to the planner at {addr} failed: {other}"),
     }
+}
+
+/// A stream to the leader that carries one `hyperplan exec` (see `commands::exec`): the
+/// connection (kept open by the caller), and the stream after the request went out.
+pub struct ExecStream {
+    pub endpoint: quinn::Endpoint,
+    pub connection: Connection,
+    pub send: quinn::SendStream,
+    pub recv: quinn::RecvStream,
+}
+
+/// Connects to the first planner of the list that answers and sends `request` as an
+/// exec; the frames that follow are the caller's.
+pub async fn open_exec(
+    config: &ClientConfig,
+    request: hyperplan_net::messages::ExecRequest,
+) -> anyhow::Result<ExecStream> {
+    let material = load_material(config)?;
+    let mut last = None;
+    for planner in &config.planner.value {
+        let addr = match resolve_addr(planner, &config.planner.source) {
+            Ok(a) => a,
+            Err(e) => {
+                last = Some(e);
+                continue;
+            }
+        };
+        let endpoint = hyperplan_net::client_endpoint(any_addr_for(addr), &material)?;
+        let connection = match tokio::time::timeout(CONNECT_TIMEOUT, hyperplan_net::connect(&endpoint, addr)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                last = Some(anyhow::Error::new(e).context(format!("connecting to the planner at {addr}")));
+                continue;
+            }
+            Err(_) => {
+                last = Some(anyhow!(
+                    "cannot reach the planner at {addr} within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                ));
+                continue;
+            }
+        };
+        let (mut send, mut recv) = connection.open_bi().await?;
+        write_frame(
+            &mut send,
+            &Hello::new(Role::Client, &config.user.value),
+            DEFAULT_MAX_FRAME,
+        )
+        .await?;
+        let hello: Hello = tokio::time::timeout(CONNECT_TIMEOUT, read_frame(&mut recv, DEFAULT_MAX_FRAME))
+            .await
+            .map_err(|_| anyhow!("no hello from the planner within {} s", CONNECT_TIMEOUT.as_secs()))??
+            .ok_or_else(|| anyhow!("the planner ended the stream before its hello"))?;
+        if hello.version != PROTOCOL_VERSION {
+            bail!(
+                "the planner speaks protocol version {} and this hyperplan version {PROTOCOL_VERSION}; use the \
+                 hyperplan that came with the planner",
+                hello.version
+            );
+        }
+        let command = RequestCommand::Exec(request);
+        write_frame(&mut send, &Request { id: 1, command }, DEFAULT_MAX_FRAME).await?;
+        return Ok(ExecStream {
+            endpoint,
+            connection,
+            send,
+            recv,
+        });
+    }
+    Err(last.unwrap_or_else(|| anyhow!("no planner address to try")))
 }
 
 #[cfg(test)]

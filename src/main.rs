@@ -51,6 +51,7 @@ enum Command {
     Cancel(commands::cancel::Args),
     Explain(commands::explain::Args),
     Logs(commands::logs::Args),
+    Exec(commands::exec::Args),
     Planners(commands::planners::Args),
     /// Cluster CA and certificates for mutual TLS between planner, agents and people.
     Certs {
@@ -106,6 +107,7 @@ fn main() -> ExitCode {
         Command::Cancel(args) => commands::cancel::run(args),
         Command::Explain(args) => commands::explain::run(args),
         Command::Logs(args) => commands::logs::run(args),
+        Command::Exec(args) => commands::exec::run(args),
         Command::Planners(args) => commands::planners::run(args),
         Command::Certs { command } => certs::run(command),
         Command::Cluster { command } => cluster::run(command),

@@ -188,3 +188,53 @@ fn a_batch_job_runs_its_command_once_with_the_allocation_and_ends_with_it() {
         "{j}"
     );
 }
+
+#[test]
+fn open_mpi_mpirun_in_a_batch_job_starts_its_ranks_on_the_job_s_nodes_through_hyperplan_exec() {
+    let live = Live::start(&["n1", "n2"]);
+    let Some(exe) = compile("mpicc.openmpi", ALLREDUCE_C, live.work.path(), "allreduce_ompi") else {
+        return;
+    };
+    // `mpirun` unchanged: its hostfile and remote shell come from the job's environment.
+    // Both "nodes" are this one machine, whose host name names Open MPI's shared-memory
+    // segments: ranks of n1 and n2 would share them, so they talk over TCP here.
+    let job = live.job(
+        "ompi",
+        &format!(
+            "launch: batch\ntimeLimit: 120\ntasks:\n  - name: s\n    replicas: 4\n    resources: {{cpu: 1}}\n    \
+             env: {{OMPI_MCA_btl: 'self,tcp'}}\n    workingDir: WORKDIR\n    command: [mpirun.openmpi, -np, '4', {}]\n",
+            path_str(&exe)
+        ),
+    );
+    let (code, err) = live.submit_wait(&job);
+    let j = live.status("ompi");
+    let rank0 = j["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["rank"] == 0)
+        .unwrap()
+        .clone();
+    let out = live.output("ompi", rank0["name"].as_str().unwrap());
+    assert_eq!(code, 0, "{err}\n{out}\n{}", live.c.planner_log());
+    let mut lines: Vec<&str> = out.lines().filter(|l| l.starts_with("rank ")).collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            "rank 0 of 4 sum 6 left 3",
+            "rank 1 of 4 sum 6 left 0",
+            "rank 2 of 4 sum 6 left 1",
+            "rank 3 of 4 sum 6 left 2"
+        ],
+        "{out}"
+    );
+    // Its daemons ran through `hyperplan exec` on both nodes.
+    let log = live.c.planner_log();
+    for node in ["n1", "n2"] {
+        assert!(
+            log.contains(&format!("nodes=[\"{node}\"]")),
+            "no exec on {node}:\n{log}"
+        );
+    }
+}

@@ -289,6 +289,7 @@ mod tests {
             max_processes: Some(100),
             epoch: 1,
             mpi: None,
+            credential: None,
         }
     }
 

@@ -4,6 +4,7 @@
 //! `shepherd` runs one task as its parent (`hyperplan-agent shepherd`).
 
 pub mod config;
+pub mod exec;
 pub mod launch;
 pub mod link;
 pub mod oom;

@@ -332,6 +332,7 @@ fn launch_task(job: &str, job_id: u64, user: &str, script: &str, work: &Path) ->
         max_processes: None,
         epoch: 1,
         mpi: None,
+        credential: None,
     }
 }
 

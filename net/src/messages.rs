@@ -309,6 +309,9 @@ pub struct LaunchTask {
     /// `mpi` of the job; `None`: the agent's `[exec] defaultMpi`.
     #[serde(default)]
     pub mpi: Option<hyperplan_shared::job::MpiMode>,
+    /// The job's credential (`HYPERPLAN_CREDENTIAL`): what its tasks `hyperplan exec` with.
+    #[serde(default)]
+    pub credential: Option<String>,
 }
 
 /// `hyperplan cancel`'s default grace between SIGTERM and SIGKILL.
@@ -378,6 +381,86 @@ pub enum RequestCommand {
         stderr: bool,
         offset: u64,
         max_bytes: u32,
+    },
+    /// `hyperplan exec`: the stream becomes the command's ([`ExecFrame`]s both ways, the
+    /// first from the planner `Started` or `Error`); no `Response` comes.
+    Exec(ExecRequest),
+}
+
+/// Which of a job's nodes `hyperplan exec` runs its command on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExecNodes {
+    /// Rank 0's node (the default).
+    Rank0,
+    /// This node, which must hold a task of the job.
+    Node(String),
+    /// Every node of the job, at once.
+    All,
+}
+
+/// `hyperplan exec`: run a command inside a running job's allocation, on its nodes, as
+/// its user. From a person (their certificate: the job's owner or an admin), or from a
+/// task of the job through its node's agent with the job's `credential`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecRequest {
+    pub job: String,
+    pub nodes: ExecNodes,
+    pub argv: Vec<String>,
+    /// As ssh does: the words joined by spaces and run by `/bin/sh -c` (what `mpirun`'s
+    /// remote shell expects); otherwise `argv` is executed as it is.
+    #[serde(default)]
+    pub shell: bool,
+    /// The job's credential (`HYPERPLAN_CREDENTIAL` in its tasks' environment).
+    #[serde(default)]
+    pub credential: Option<String>,
+}
+
+/// Planner → agent, the first frame on a stream the planner opens: run the command in
+/// `task`'s allocation (its cgroup, CPUs, environment and working directory), as `user`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecStart {
+    pub task: TaskRef,
+    pub user: String,
+    pub argv: Vec<String>,
+    pub shell: bool,
+    /// The sending planner's epoch: an agent refuses an older planner's.
+    pub epoch: u64,
+}
+
+/// An exec stream's frames after its request. `node` numbers the nodes of `Started`
+/// (always 0 between planner and agent).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExecFrame {
+    /// Planner → CLI: the command starts on these nodes.
+    Started {
+        nodes: Vec<String>,
+    },
+    /// Towards the command: its standard input (to every node).
+    Stdin {
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    StdinEof,
+    Stdout {
+        node: u32,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    Stderr {
+        node: u32,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// The command ended on `node`: its exit code, or the signal that killed it.
+    Exit {
+        node: u32,
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+    /// It could not run (on `node`, or at all): why.
+    Error {
+        node: Option<u32>,
+        message: String,
     },
 }
 
@@ -727,6 +810,7 @@ mod tests {
             max_processes: Some(64),
             epoch: 2,
             mpi: None,
+            credential: None,
         })));
         let task = TaskRef {
             job: "j".into(),

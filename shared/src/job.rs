@@ -191,6 +191,11 @@ pub struct JobSpec {
     /// the submitter from their certificate instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// The job's credential: a random secret the planner makes at submit (never read
+    /// from a job file), kept with the job and given to its tasks
+    /// (`HYPERPLAN_CREDENTIAL`), with which they `hyperplan exec` into it until it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
 }
 
 impl JobSpec {
@@ -797,6 +802,7 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
         submit_dir: None,
         queue: j.queue.map(|q| q.value),
         user: j.user.map(|u| u.value),
+        credential: None,
     };
     Ok((spec, j.name))
 }

@@ -1,5 +1,5 @@
 //! The commands that talk to a running planner: `nodes`, `hypernodes`, `queues`, `submit`,
-//! `status`, `cancel`, `explain`, `logs`, and `planners` (which asks every planner of the
+//! `status`, `cancel`, `explain`, `logs`, `exec` (a stream of its own, see `exec`), and `planners` (which asks every planner of the
 //! list, not only the leader). Each sends one request (see `crate::client`) and prints the reply
 //! through [`run_request`] (`submit`, sending one request per file, through
 //! [`print_reply`]): `--output json` prints the planner's JSON value exactly,
@@ -8,6 +8,7 @@
 
 pub mod cancel;
 mod columns;
+pub mod exec;
 pub mod explain;
 pub mod hypernodes;
 pub mod logs;

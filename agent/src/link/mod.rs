@@ -172,6 +172,7 @@ pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
         sampler: Arc::new(Mutex::new(Sampler::default())),
         log_reads: Arc::new(AtomicUsize::new(0)),
         pmi: crate::pmi::Hub::default(),
+        current: Default::default(),
     };
     let span = tracing::info_span!("link", node = %link.opts.node);
     link.run().instrument(span).await;
@@ -258,11 +259,17 @@ struct Link {
     log_reads: Arc<AtomicUsize>,
     /// The PMI servers of this node's tasks; they outlive connections.
     pmi: crate::pmi::Hub,
+    /// The planner link now, for the tasks' `hyperplan exec` (`exec::local`).
+    current: crate::exec::local::Current,
 }
 
 impl Link {
     /// Attempts, backoffs and sessions until a stop signal.
     async fn run(&mut self) {
+        let socket = crate::exec::socket_path(&self.opts.tasks.state_dir);
+        if let Err(e) = crate::exec::local::listen(&socket, self.current.clone()) {
+            tracing::warn!(socket = %socket.display(), "tasks cannot use `hyperplan exec` on this node: {e}");
+        }
         let mut backoff = Backoff::default();
         let mut endpoint: Option<quinn::Endpoint> = None;
         // The epoch refusal last logged: the same one again is logged at debug only.

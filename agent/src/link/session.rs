@@ -221,6 +221,9 @@ impl Link {
         let mut resend = ticker(super::RESEND_INTERVAL);
         let mut seq = 0u64;
         let mut announced = self.hash;
+        if let Ok(mut current) = self.current.lock() {
+            *current = Some(connection.clone());
+        }
         // Everything not yet acknowledged, first thing on a new connection (PMI fences
         // whose answer the last link did not bring too).
         let mut outgoing: Vec<AgentMessage> = self.tasks.unacked();
@@ -255,6 +258,19 @@ impl Link {
                     }
                 },
                 Some(chunk) = answers.recv() => outgoing.push(AgentMessage::Log(chunk)),
+                // Streams the planner opens: `hyperplan exec` commands to run here.
+                incoming = connection.accept_bi() => match incoming {
+                    Ok((send, recv)) => {
+                        let state_dir = self.opts.tasks.state_dir.clone();
+                        let allow_root = self.opts.tasks.allow_root;
+                        tokio::spawn(crate::exec::step::serve(send, recv, state_dir, allow_root));
+                    }
+                    // The connection is gone: its reader says why.
+                    Err(_) => {
+                        let reason = (&mut reader).await.unwrap_or_else(LinkDown::ReaderTask);
+                        break Outcome::Lost(fail(&connection, reason));
+                    }
+                },
                 () = self.pmi.wake.notified() => {
                     outgoing.extend(self.pmi.take_outbox().into_iter().map(AgentMessage::Fence));
                 }
@@ -283,6 +299,9 @@ impl Link {
             }
         };
         reader.abort();
+        if let Ok(mut current) = self.current.lock() {
+            *current = None;
+        }
         // Reports made but not sent stay unacknowledged and go out at the next registration.
         if matches!(outcome, Outcome::Stop) {
             connection.close(quinn::VarInt::from_u32(super::STOP_CODE), super::STOP_REASON);

@@ -143,7 +143,7 @@ impl Prepared {
                 cpu_mask,
                 node_mask,
                 ids: identity.map(|i| (i.groups.clone(), i.gid, i.uid)),
-                stdout: cstring(&s.stdout),
+                stdout: Some(cstring(&s.stdout)),
                 stderr: (s.stderr != s.stdout).then(|| cstring(&s.stderr)),
                 working_dir: cstring(&s.working_dir),
                 memlock_hard,
@@ -169,6 +169,40 @@ impl Prepared {
             nodes_text: s.numa_nodes.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
             spec,
         }
+    }
+
+    /// Forks and execs the command with its standard input, output and error as pipes
+    /// to the caller, set up as a task is otherwise (cgroups, CPUs, memory, limits, user,
+    /// working directory): a step of `hyperplan exec`. `Err`: why it did not start.
+    pub fn spawn_piped(&self) -> Result<std::process::Child, String> {
+        let (mut reader, writer) =
+            std::io::pipe().map_err(|e| format!("cannot start the command: creating a pipe failed: {e}"))?;
+        let mut command = Command::new(&self.argv[0]);
+        command
+            .args(&self.argv[1..])
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut setup = self.setup.clone();
+        setup.stdout = None;
+        setup.stderr = None;
+        let child = Child {
+            pipe: writer.as_raw_fd(),
+            setup,
+        };
+        // SAFETY: as in `start`: only async-signal-safe calls on data built before the fork.
+        unsafe {
+            command.pre_exec(move || child.set_up());
+        }
+        let spawned = command.spawn();
+        drop(command);
+        drop(writer);
+        let mut said = Vec::new();
+        let _ = reader.read_to_end(&mut said);
+        spawned.map_err(|e| self.reason(&said, &e))
     }
 
     /// Forks and execs the task.
@@ -307,7 +341,9 @@ struct Setup {
     node_mask: Option<Vec<libc::c_ulong>>,
     /// (groups, gid, uid) to switch to; None: stay who we are.
     ids: Option<(Vec<libc::gid_t>, libc::gid_t, libc::uid_t)>,
-    stdout: CString,
+    /// None: standard output and error are left as the spawner made them (pipes, for
+    /// `hyperplan exec`).
+    stdout: Option<CString>,
     /// None: the same file as stdout.
     stderr: Option<CString>,
     working_dir: CString,
@@ -405,13 +441,15 @@ impl Child {
         // unit's UMask=0077 keeps the agent's own files private).
         // SAFETY: umask cannot fail and touches no memory.
         unsafe { libc::umask(0o022) };
-        let out = self.open_output(&self.setup.stdout, Step::Stdout)?;
-        self.dup_to(out, 1, Step::Stdout)?;
-        match &self.setup.stderr {
-            None => self.dup_to(out, 2, Step::Stdout)?,
-            Some(path) => {
-                let err = self.open_output(path, Step::Stderr)?;
-                self.dup_to(err, 2, Step::Stderr)?;
+        if let Some(stdout) = &self.setup.stdout {
+            let out = self.open_output(stdout, Step::Stdout)?;
+            self.dup_to(out, 1, Step::Stdout)?;
+            match &self.setup.stderr {
+                None => self.dup_to(out, 2, Step::Stdout)?,
+                Some(path) => {
+                    let err = self.open_output(path, Step::Stderr)?;
+                    self.dup_to(err, 2, Step::Stderr)?;
+                }
             }
         }
         // SAFETY: a NUL-terminated path that lives as long as `self`.

@@ -872,6 +872,7 @@ mod tests {
             max_processes: None,
             epoch: 1,
             mpi: None,
+            credential: None,
         }
     }
 

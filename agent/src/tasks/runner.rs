@@ -137,6 +137,13 @@ pub fn launch(
     if let Some(identity) = &identity {
         prepared.spec.rlimits = rlimits_for(opts, identity);
     }
+    // `hyperplan exec` from inside the job: through this agent, with the job's credential.
+    if let Some(credential) = &task.credential {
+        let env = &mut prepared.spec.env;
+        env.insert("HYPERPLAN_CREDENTIAL".into(), credential.clone());
+        let socket = crate::exec::socket_path(&opts.state_dir);
+        env.insert("HYPERPLAN_EXEC_SOCKET".into(), socket.to_string_lossy().into_owned());
+    }
     if task.mpi.unwrap_or(opts.default_mpi) == MpiMode::Pmi {
         let Some(shape) = crate::pmi::shape(world, node) else {
             return fail(format!("the job's world does not place a rank on node {node}"));
@@ -338,6 +345,17 @@ pub fn signal(pid: u32, signal: i32) {
     }
     // SAFETY: kill with a positive pid signals that one process; no memory is involved.
     unsafe { libc::kill(pid, signal) };
+}
+
+/// Signals the process group `pgid` leads (a `hyperplan exec` command and what it
+/// started in its group).
+pub fn signal_group(pgid: u32, signal: i32) {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else { return };
+    if pgid <= 1 {
+        return;
+    }
+    // SAFETY: kill with a negative pid signals that process group; no memory is involved.
+    unsafe { libc::kill(-pgid, signal) };
 }
 
 /// After its shepherd died: kills what is left of the task's process group, when the

@@ -6,10 +6,12 @@
 //!
 //! - [`submit`]: checks a submission and admits it at once, with its ids and records;
 //! - [`cancel`]: the owner check and the cancellation;
+//! - [`exec`]: who may run a command inside a running job, and on which nodes;
 //! - [`logs`]: which task's output a person may read, and on which node;
 //! - [`status`]: the jobs a `status` request shows, live and stored.
 
 pub mod cancel;
+pub mod exec;
 pub mod logs;
 pub mod status;
 pub mod submit;

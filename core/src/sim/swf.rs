@@ -168,5 +168,6 @@ fn job_of(j: &SwfJob, per_proc: u64, sizes: &BTreeMap<u32, u32>, opts: &SwfOptio
         submit_dir: None,
         queue: None,
         user: j.user.map(|u| format!("u{u}")),
+        credential: None,
     })
 }

@@ -236,6 +236,7 @@ impl JobBuilder {
                 submit_dir: None,
                 queue: None,
                 user: None,
+                credential: None,
             },
         }
     }

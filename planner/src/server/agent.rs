@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use hyperplan_net::messages::{AgentMessage, PlannerToAgent};
+use hyperplan_net::messages::{AgentMessage, ExecRequest, PlannerToAgent};
 use hyperplan_net::{PROTOCOL_VERSION, read_frame, write_frame};
 use tokio::sync::mpsc;
 
@@ -165,9 +165,26 @@ pub async fn serve(
             }
         }
     };
+    // Streams the agent opens: `hyperplan exec` from its tasks (with the job's credential).
+    let execs = async {
+        while let Ok((send, mut recv)) = conn.accept_bi().await {
+            let (to_core, node) = (to_core.clone(), node.clone());
+            tokio::spawn(async move {
+                let first = tokio::time::timeout(REGISTER_TIMEOUT, read_frame::<ExecRequest, _>(&mut recv, max_frame));
+                match first.await {
+                    Ok(Ok(Some(request))) => {
+                        let caller = super::driver::ExecCaller::Task { node };
+                        super::exec::session(to_core, caller, request, send, recv, max_frame).await;
+                    }
+                    _ => tracing::debug!(node, "an exec stream without a request; dropped"),
+                }
+            });
+        }
+    };
     tokio::select! {
         () = writer => {}
         () = reader => {}
+        () = execs => {}
     }
     let _ = to_core.send(ToCore::Agent(FromAgent::Gone { node, link_id: id }));
 }

@@ -35,6 +35,11 @@ pub async fn serve(
                 return;
             }
         };
+        if let hyperplan_net::messages::RequestCommand::Exec(exec) = request.command {
+            // The stream is the command's from here on.
+            let caller = driver::ExecCaller::Person { user, admin };
+            return super::exec::session(to_core, caller, exec, send, recv, max_frame).await;
+        }
         let (reply, answer) = oneshot::channel();
         // Only a submit asks for them (queues that take groups).
         let groups = match request.command {

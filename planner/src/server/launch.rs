@@ -157,6 +157,7 @@ fn launch(p: &Placement, hyper_nodes: &[String]) -> LaunchTask {
         // Stamped by the driver as it sends the frame.
         epoch: 0,
         mpi: p.spec.run.mpi,
+        credential: p.spec.credential.clone(),
     }
 }
 

@@ -11,6 +11,10 @@ pub trait LinkControl: Send + Sync + std::fmt::Debug {
     fn close(&self, code: u32, reason: &str);
     /// Where the peer connects from.
     fn peer(&self) -> SocketAddr;
+    /// The QUIC connection, to open streams on (`hyperplan exec`); a test's fake has none.
+    fn quic(&self) -> Option<quinn::Connection> {
+        None
+    }
 }
 
 impl LinkControl for quinn::Connection {
@@ -20,6 +24,10 @@ impl LinkControl for quinn::Connection {
 
     fn peer(&self) -> SocketAddr {
         self.remote_address()
+    }
+
+    fn quic(&self) -> Option<quinn::Connection> {
+        Some(self.clone())
     }
 }
 

@@ -12,7 +12,9 @@
 
 mod agent;
 mod client;
+mod credential;
 mod driver;
+mod exec;
 mod fence;
 mod groups;
 mod handshake;

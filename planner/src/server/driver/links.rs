@@ -97,6 +97,13 @@ impl Link {
     }
 }
 
+impl Link {
+    /// The agent's QUIC connection, for the streams of `hyperplan exec`.
+    pub(super) fn quic(&self) -> Option<quinn::Connection> {
+        self.control.quic()
+    }
+}
+
 impl Driver {
     pub(super) fn agent_said(&mut self, msg: FromAgent) {
         match msg {

@@ -16,6 +16,7 @@
 //! process with fake links and a virtual clock.
 
 mod clock;
+mod exec;
 mod links;
 mod requests;
 #[cfg(test)]
@@ -28,6 +29,7 @@ use hyperplan_net::messages::{PlannerToAgent, TaskRef};
 use tokio::sync::{mpsc, watch};
 
 pub use self::clock::Clock;
+pub use self::exec::{ExecAsk, ExecCaller};
 pub use self::links::{AgentLink, FromAgent};
 pub use self::requests::Request;
 use crate::config::DaemonConfig;
@@ -46,6 +48,8 @@ pub enum ToCore {
     Discovered(Polled),
     /// A person's request (see [`Request`]).
     Request(Request),
+    /// `hyperplan exec`: where it may run (see `exec`).
+    Exec(ExecAsk),
     /// planner.toml read again on SIGHUP: its queues, fair share, priority, scheduler
     /// and maintenance sections (see `server::policy`).
     Policy(Box<hyperplan_core::PlannerConfig>),
@@ -291,6 +295,7 @@ impl Driver {
                 self.dirty = true;
             }
             ToCore::Request(r) => self.request(r),
+            ToCore::Exec(ask) => self.exec(ask),
         }
     }
 

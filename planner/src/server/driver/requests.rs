@@ -111,6 +111,10 @@ impl Driver {
                 let mut jobs = hyperplan_shared::parse_jobs(&text, Path::new(&file_name)).map_err(|e| e.to_string())?;
                 for j in &mut jobs {
                     j.submit_dir.clone_from(&submit_dir);
+                    j.credential = Some(
+                        super::super::credential::new()
+                            .map_err(|e| format!("cannot make the job's credential: {e}"))?,
+                    );
                 }
                 let admitted = match self.planner.submit(jobs, caller, self.clock.now_ms()) {
                     Ok(a) => a,
@@ -181,6 +185,7 @@ impl Driver {
                 })
             }
             RequestCommand::Logs { .. } => Err("logs: answered by the relay".into()),
+            RequestCommand::Exec(_) => Err("exec: answered by its session".into()),
             RequestCommand::Planners => to_value(&hyperplan_shared::status::PlannerInfo {
                 role: "leader".into(),
                 epoch: self.epoch,

@@ -1,0 +1,178 @@
+//! `hyperplan exec`: who may run a command inside a running job's allocation, and where.
+//! A person may when they own the job or are an admin (under `privateData` another
+//! user's job is one that does not exist); a task of the job may with the job's
+//! credential (what `mpirun` in a batch script does through its node's agent), only
+//! while the job runs. On each node the command joins the job's lowest rank there (a
+//! batch job's node leader, which holds the job's CPUs on that node).
+
+use hyperplan_shared::report::{JobStatus, TaskStatus};
+
+use crate::Planner;
+use crate::caller::Caller;
+use crate::model::components::Job;
+use crate::names::JobNames;
+
+/// Which nodes an exec asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecWhere<'a> {
+    /// Rank 0's node.
+    Rank0,
+    /// This node, which must hold a running task of the job.
+    Node(&'a str),
+    /// Every node of the job.
+    All,
+}
+
+/// Who asks.
+#[derive(Debug, Clone, Copy)]
+pub enum ExecWho<'a> {
+    /// A person, by their certificate.
+    Person(Caller<'a>),
+    /// A task of the job, by the credential it was given.
+    Credential(&'a str),
+}
+
+/// One node the command runs on: the task whose allocation it joins there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecPlace {
+    /// The node's name.
+    pub node: String,
+    /// The task whose allocation the command joins (`<task name>-<replica>`).
+    pub task: String,
+    /// Its place in the job.
+    pub index: u32,
+}
+
+/// Where an exec runs, and as whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecTarget {
+    /// The job's name.
+    pub job: String,
+    /// The job's id.
+    pub job_id: u64,
+    /// The job's owner: the command runs as this user.
+    pub user: String,
+    /// Its nodes, by their lowest rank.
+    pub places: Vec<ExecPlace>,
+}
+
+/// Why an exec is refused (the texts are what the person sees).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    /// No job of that name, or one the person may not see (`privateData`).
+    #[error("no job named {0:?}")]
+    NoSuchJob(String),
+    /// Another user's job, and the person is no admin.
+    #[error("job {job} belongs to {owner}; only its owner or an admin may run commands in it")]
+    NotOwner {
+        /// The job's name.
+        job: String,
+        /// Who submitted it.
+        owner: String,
+    },
+    /// A credential that is not the job's.
+    #[error("the credential is not job {0}'s (it is valid only for the job it was given to, while it runs)")]
+    BadCredential(String),
+    /// The job does not run (pending, or ended).
+    #[error("job {job} is {status}, not running: commands run only inside a running job")]
+    NotRunning {
+        /// The job's name.
+        job: String,
+        /// Its status.
+        status: String,
+    },
+    /// A node the job holds nothing on.
+    #[error("node {node} holds no task of job {job} (its nodes: {nodes})")]
+    NotItsNode {
+        /// The job's name.
+        job: String,
+        /// The node asked for.
+        node: String,
+        /// The job's nodes.
+        nodes: String,
+    },
+}
+
+impl Planner {
+    /// Where `who` may run a command in `job`, or why not.
+    pub fn authorize_exec(&self, job: &str, nodes: ExecWhere<'_>, who: ExecWho<'_>) -> Result<ExecTarget, ExecError> {
+        let missing = || ExecError::NoSuchJob(job.to_string());
+        let world = self.world();
+        let entity = world.resource::<JobNames>().0.get(job).copied().ok_or_else(missing)?;
+        match who {
+            ExecWho::Person(caller) => {
+                if !self.sees_job(job, caller) {
+                    return Err(missing());
+                }
+                let owner = self.owner_of(job).map(str::to_string);
+                if !caller.admin && owner.as_deref() != Some(caller.user) {
+                    return Err(ExecError::NotOwner {
+                        job: job.to_string(),
+                        owner: owner.unwrap_or_else(|| "nobody".into()),
+                    });
+                }
+            }
+            ExecWho::Credential(given) => {
+                let theirs = world.get::<Job>(entity).and_then(|j| j.spec.credential.as_deref());
+                if !theirs.is_some_and(|c| same(c.as_bytes(), given.as_bytes())) {
+                    return Err(ExecError::BadCredential(job.to_string()));
+                }
+            }
+        }
+        let report = self.job(job).ok_or_else(missing)?;
+        // Placed: its tasks are starting (a batch script may ask before the planner has
+        // heard that its own task started).
+        if !matches!(report.status, JobStatus::Running | JobStatus::Placed) {
+            return Err(ExecError::NotRunning {
+                job: job.to_string(),
+                status: report.status.as_str().to_string(),
+            });
+        }
+        // The running tasks by rank; per node its lowest rank.
+        let mut running: Vec<(u32, String, String, u32)> = report
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| matches!(t.state, Some(TaskStatus::Running | TaskStatus::Starting)))
+            .filter_map(|(i, t)| Some((t.rank?, t.node.clone()?, t.name.clone(), i as u32)))
+            .collect();
+        running.sort();
+        let mut places: Vec<ExecPlace> = Vec::new();
+        for (_, node, task, index) in running {
+            if !places.iter().any(|p| p.node == node) {
+                places.push(ExecPlace { node, task, index });
+            }
+        }
+        let places = match nodes {
+            ExecWhere::All => places,
+            ExecWhere::Rank0 => places.into_iter().take(1).collect(),
+            ExecWhere::Node(node) => match places.iter().position(|p| p.node == node) {
+                Some(i) => vec![places.swap_remove(i)],
+                None => {
+                    return Err(ExecError::NotItsNode {
+                        job: job.to_string(),
+                        node: node.to_string(),
+                        nodes: places.iter().map(|p| p.node.as_str()).collect::<Vec<_>>().join(","),
+                    });
+                }
+            },
+        };
+        if places.is_empty() {
+            return Err(ExecError::NotRunning {
+                job: job.to_string(),
+                status: "without a running task".into(),
+            });
+        }
+        Ok(ExecTarget {
+            job: job.to_string(),
+            job_id: report.id,
+            user: self.owner_of(job).unwrap_or_default().to_string(),
+            places,
+        })
+    }
+}
+
+/// Equal, in time that does not depend on where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

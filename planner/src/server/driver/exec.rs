@@ -1,0 +1,104 @@
+//! `hyperplan exec` as the driver sees it: the core says who may and where
+//! (`Planner::authorize_exec`); the driver adds each node's link and the frame that
+//! starts the command there, and hands that to the exec session, which carries the bytes
+//! (`server::exec`).
+
+use hyperplan_core::requests::exec::{ExecWhere, ExecWho};
+use hyperplan_net::messages::{ExecNodes, ExecRequest, ExecStart, TaskRef};
+use tokio::sync::oneshot;
+
+use super::Driver;
+use hyperplan_core::caller::Caller;
+
+/// Who asks for an exec.
+#[derive(Debug, Clone)]
+pub enum ExecCaller {
+    /// A person, by certificate.
+    Person { user: String, admin: bool },
+    /// A task of the job, through `node`'s agent, by the job's credential.
+    Task { node: String },
+}
+
+/// Where an exec runs: each node's link and the frame to start it with.
+#[derive(Debug)]
+pub struct ExecPlan {
+    pub nodes: Vec<String>,
+    pub targets: Vec<(quinn::Connection, ExecStart)>,
+}
+
+/// An exec session's question to the driver.
+#[derive(Debug)]
+pub struct ExecAsk {
+    pub caller: ExecCaller,
+    pub request: ExecRequest,
+    pub reply: oneshot::Sender<Result<ExecPlan, String>>,
+}
+
+impl Driver {
+    pub(super) fn exec(&mut self, ask: ExecAsk) {
+        let ExecAsk { caller, request, reply } = ask;
+        if self.dirty {
+            self.tick(); // from a world that has seen everything received
+        }
+        let _ = reply.send(self.plan_exec(&caller, &request));
+    }
+
+    fn plan_exec(&self, caller: &ExecCaller, request: &ExecRequest) -> Result<ExecPlan, String> {
+        let nodes = match &request.nodes {
+            ExecNodes::Rank0 => ExecWhere::Rank0,
+            ExecNodes::Node(n) => ExecWhere::Node(n),
+            ExecNodes::All => ExecWhere::All,
+        };
+        let no_groups: [String; 0] = [];
+        let who = match caller {
+            ExecCaller::Person { user, admin } => ExecWho::Person(Caller {
+                user,
+                admin: *admin,
+                private_data: self.private_data,
+                groups: &no_groups,
+            }),
+            ExecCaller::Task { .. } => match request.credential.as_deref() {
+                Some(c) => ExecWho::Credential(c),
+                None => return Err("a task's exec needs the job's credential (HYPERPLAN_CREDENTIAL)".into()),
+            },
+        };
+        let target = self
+            .planner
+            .authorize_exec(&request.job, nodes, who)
+            .map_err(|e| e.to_string())?;
+        if let ExecCaller::Task { node } = caller {
+            // A credential is good only on the job's own nodes.
+            if !self
+                .planner
+                .job_nodes(&target.job, target.job_id)
+                .is_some_and(|ns| ns.iter().any(|n| **n == **node))
+            {
+                return Err(format!("node {node} holds no task of job {}", target.job));
+            }
+        }
+        let mut plan = ExecPlan {
+            nodes: Vec::new(),
+            targets: Vec::new(),
+        };
+        for place in target.places {
+            let Some(conn) = self.links.get(&place.node).and_then(|l| l.quic()) else {
+                return Err(format!("node {} is not connected now; try again", place.node));
+            };
+            let start = ExecStart {
+                task: TaskRef {
+                    job: target.job.clone(),
+                    job_id: target.job_id,
+                    task: place.task,
+                    index: place.index,
+                },
+                user: target.user.clone(),
+                argv: request.argv.clone(),
+                shell: request.shell,
+                epoch: self.epoch,
+            };
+            plan.nodes.push(place.node);
+            plan.targets.push((conn, start));
+        }
+        Ok(plan)
+    }
+}

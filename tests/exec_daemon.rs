@@ -1,0 +1,129 @@
+//! End-to-end: `hyperplan exec` into running jobs, with the real daemons on 127.0.0.1:
+//! exit codes, standard input, `--all`, the refusals a person can act on, and a killed
+//! `hyperplan exec` taking its remote command with it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::live::{LONG, Live};
+use common::{path_str, wait_for};
+
+fn text(out: &std::process::Output) -> (i32, String, String) {
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Processes whose command line contains `needle`.
+fn procs_with(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).replace('\0', " ").contains(needle) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
+    let live = Live::start(&["n1", "n2"]);
+    let job = live.job(
+        "held",
+        "tasks:\n  - name: w\n    replicas: 2\n    resources: {cpu: 2}\n    workingDir: WORKDIR\n    \
+         command: [sleep, '300']\n",
+    );
+    let out = live.cli(&["submit", path_str(&job)]);
+    assert!(out.status.success(), "{}", text(&out).2);
+    let j = live.wait_running("held");
+    let rank0 = j["tasks"].as_array().unwrap().iter().find(|t| t["rank"] == 0).unwrap()["node"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // The exit code, the environment and user of the job's task, on rank 0's node.
+    let (code, out, err) = text(&live.cli(&[
+        "exec",
+        "held",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$HYPERPLAN_NODE $HYPERPLAN_JOB $(id -un) $(pwd)\"; echo oops >&2; exit 7",
+    ]));
+    assert_eq!(code, 7, "{out}{err}");
+    assert_eq!(
+        out,
+        format!("{rank0} held {} {}\n", live.user, path_str(live.work.path()))
+    );
+    assert_eq!(err, "oops\n");
+
+    // Standard input reaches it; ssh-like words without `--`.
+    let mut child = live
+        .c
+        .cli_command(&live.user, &["exec", "held", "wc", "-c"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let (code, out, err) = text(&child.wait_with_output().unwrap());
+    assert_eq!((code, out.trim()), (0, "6"), "{err}");
+
+    // Every node at once, each line named.
+    let (code, out, err) = text(&live.cli(&["exec", "--all", "held", "--", "sh", "-c", "echo $HYPERPLAN_NODE"]));
+    assert_eq!(code, 0, "{err}");
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["n1: n1", "n2: n2"]);
+
+    // Refusals a person can act on.
+    let (code, _, err) = text(&live.cli(&["exec", "--node", "n9", "held", "--", "true"]));
+    assert_ne!(code, 0);
+    assert!(err.contains("node n9 holds no task of job held"), "{err}");
+    let (code, _, err) = text(&live.c.cli("bob", &["exec", "held", "--", "true"]));
+    assert_ne!(code, 0);
+    assert!(err.contains("only its owner or an admin"), "{err}");
+
+    // A killed `hyperplan exec` takes its command with it.
+    let marker = format!("sleep 4{}", std::process::id() % 1000);
+    let mut exec = live
+        .c
+        .cli_command(&live.user, &["exec", "held", "--", "sh", "-c", &marker])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(LONG, "the remote sleep", || {
+        (!procs_with(&marker).is_empty()).then_some(())
+    });
+    Command::new("kill")
+        .args(["-TERM", &exec.id().to_string()])
+        .status()
+        .unwrap();
+    let _ = exec.wait();
+    wait_for(LONG, "the remote sleep killed", || {
+        procs_with(&marker).is_empty().then_some(())
+    });
+
+    // An ended job takes no more commands.
+    let out = live.cli(&["cancel", "held"]);
+    assert!(out.status.success(), "{}", text(&out).2);
+    live.wait_status("held", "cancelled");
+    let (code, _, err) = text(&live.cli(&["exec", "held", "--", "true"]));
+    assert_ne!(code, 0);
+    assert!(err.contains("not running"), "{err}");
+    let _ = Duration::ZERO;
+}
