@@ -52,6 +52,8 @@ enum Command {
     Explain(commands::explain::Args),
     Logs(commands::logs::Args),
     Exec(commands::exec::Args),
+    Run(commands::run::Args),
+    Alloc(commands::alloc::Args),
     Planners(commands::planners::Args),
     /// Cluster CA and certificates for mutual TLS between planner, agents and people.
     Certs {
@@ -108,6 +110,8 @@ fn main() -> ExitCode {
         Command::Explain(args) => commands::explain::run(args),
         Command::Logs(args) => commands::logs::run(args),
         Command::Exec(args) => commands::exec::run(args),
+        Command::Run(args) => commands::run::run(args),
+        Command::Alloc(args) => commands::alloc::run(args),
         Command::Planners(args) => commands::planners::run(args),
         Command::Certs { command } => certs::run(command),
         Command::Cluster { command } => cluster::run(command),

@@ -118,12 +118,121 @@ fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
         procs_with(&marker).is_empty().then_some(())
     });
 
-    // An ended job takes no more commands.
+    // Nothing a step started outlives its job: a command still running when the job is
+    // cancelled goes with the job's tasks (it is in their cgroup).
+    let marker = format!("sleep 5{}", std::process::id() % 1000);
+    let mut step = live
+        .c
+        .cli_command(
+            &live.user,
+            &["exec", "held", "--", "sh", "-c", &format!("setsid {marker} & wait")],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(LONG, "the step's sleep", || {
+        (!procs_with(&marker).is_empty()).then_some(())
+    });
     let out = live.cli(&["cancel", "held"]);
     assert!(out.status.success(), "{}", text(&out).2);
     live.wait_status("held", "cancelled");
+    wait_for(LONG, "the step's sleep gone with the job", || {
+        procs_with(&marker).is_empty().then_some(())
+    });
+    let _ = step.wait();
+    // An ended job takes no more commands.
     let (code, _, err) = text(&live.cli(&["exec", "held", "--", "true"]));
     assert_ne!(code, 0);
     assert!(err.contains("not running"), "{err}");
     let _ = Duration::ZERO;
+}
+
+#[test]
+fn run_streams_every_rank_and_alloc_holds_nodes_for_a_shell() {
+    let live = Live::start(&["n1", "n2"]);
+    let cli = |args: &[&str]| {
+        let mut c = live.c.cli_command(&live.user, args);
+        c.current_dir(live.work.path());
+        c
+    };
+    // `run`: every rank's lines, prefixed; the job's exit code.
+    let out = cli(&[
+        "run",
+        "--replicas",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "echo hello $HYPERPLAN_RANK; exit 3",
+    ])
+    .output()
+    .unwrap();
+    let (code, stdout, stderr) = text(&out);
+    assert_eq!(code, 3, "{stdout}{stderr}");
+    let mut lines: Vec<&str> = stdout.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["0: hello 0", "1: hello 1"], "{stderr}");
+    assert!(stderr.contains("failed, exit code 3"), "{stderr}");
+
+    // Ctrl-C cancels the job and waits for its end.
+    let mut running = cli(&["run", "--name", "long", "--", "sleep", "300"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // (Asked for only once the job is there.)
+    wait_for(LONG, "job long listed", || {
+        live.cli(&["status", "long"]).status.success().then_some(())
+    });
+    live.wait_running("long");
+    Command::new("kill")
+        .args(["-INT", &running.id().to_string()])
+        .status()
+        .unwrap();
+    let out = running.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(live.status("long")["status"], "cancelled");
+
+    // `alloc --print-env`: the job's environment on rank 0's node; the job holds on.
+    let out = cli(&[
+        "alloc",
+        "--replicas",
+        "2",
+        "--cpu",
+        "2",
+        "--name",
+        "held",
+        "--print-env",
+    ])
+    .output()
+    .unwrap();
+    let (code, stdout, stderr) = text(&out);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.lines().any(|l| l == "HYPERPLAN_NODELIST=n[1-2]"), "{stdout}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("OMPI_MCA_plm_rsh_agent=")),
+        "{stdout}"
+    );
+    assert_eq!(live.status("held")["status"], "running");
+    assert!(live.cli(&["cancel", "held"]).status.success());
+
+    // `alloc`: a shell inside the job; leaving it ends the job.
+    let mut shell = cli(&["alloc", "--replicas", "2", "--cpu", "2", "--name", "shell"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    shell
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"echo nodes $HYPERPLAN_NODELIST\nexit 4\n")
+        .unwrap();
+    let (code, stdout, stderr) = text(&shell.wait_with_output().unwrap());
+    assert_eq!(code, 4, "{stdout}{stderr}");
+    assert!(stdout.contains("nodes n[1-2]"), "{stdout}{stderr}");
+    live.wait_status("shell", "cancelled");
 }

@@ -144,39 +144,46 @@ fn request(args: &Args, from: &From) -> anyhow::Result<ExecRequest> {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let from = from_env();
     let request = request(&args, &from)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    let code = match from {
+        From::Task { socket, .. } => runtime()?.block_on(async move {
+            let mut stream = tokio::net::UnixStream::connect(&socket)
+                .await
+                .with_context(|| format!("cannot reach this node's agent at {socket} (HYPERPLAN_EXEC_SOCKET)"))?;
+            write_frame(&mut stream, &request, DEFAULT_MAX_FRAME).await?;
+            let (r, w) = stream.into_split();
+            session(r, w, args.all).await
+        })?,
+        From::Person => {
+            let config = ClientConfig::from_process(&args.client)?;
+            as_person(&config, request, args.all)?
+        }
+    };
+    std::process::exit(code)
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("cannot start the async runtime")?;
-    let all = args.all;
-    let code = runtime.block_on(async move {
-        match from {
-            From::Task { socket, .. } => {
-                let mut stream = tokio::net::UnixStream::connect(&socket)
-                    .await
-                    .with_context(|| format!("cannot reach this node's agent at {socket} (HYPERPLAN_EXEC_SOCKET)"))?;
-                write_frame(&mut stream, &request, DEFAULT_MAX_FRAME).await?;
-                let (r, w) = stream.into_split();
-                session(r, w, all).await
-            }
-            From::Person => {
-                let config = ClientConfig::from_process(&args.client)?;
-                let s = client::open_exec(&config, request).await?;
-                let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-                // Killed politely: the connection is closed at once, so the command goes
-                // now (killed outright, the planner notices when the connection times out).
-                let code = tokio::select! {
-                    code = session(s.recv, s.send, all) => code,
-                    _ = tokio::signal::ctrl_c() => Ok(130),
-                    _ = term.recv() => Ok(143),
-                };
-                s.connection.close(quinn::VarInt::from_u32(0), b"");
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), s.endpoint.wait_idle()).await;
-                code
-            }
-        }
-    })?;
-    std::process::exit(code)
+        .context("cannot start the async runtime")
+}
+
+/// Runs `request` through the planner with the person's certificate; the exit code.
+pub(crate) fn as_person(config: &ClientConfig, request: ExecRequest, all: bool) -> anyhow::Result<i32> {
+    runtime()?.block_on(async move {
+        let s = client::open_exec(config, request).await?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        // Killed politely: the connection is closed at once, so the command goes now
+        // (killed outright, the planner notices when the connection times out).
+        let code = tokio::select! {
+            code = session(s.recv, s.send, all) => code,
+            _ = tokio::signal::ctrl_c() => Ok(130),
+            _ = term.recv() => Ok(143),
+        };
+        s.connection.close(quinn::VarInt::from_u32(0), b"");
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), s.endpoint.wait_idle()).await;
+        code
+    })
 }
 
 /// Carries the command's frames until every node has ended; returns the exit code.

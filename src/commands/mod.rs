@@ -6,6 +6,7 @@
 //! `--output table` renders it for people. Renderers are pure functions of the reply
 //! values, snapshot-tested here.
 
+pub mod alloc;
 pub mod cancel;
 mod columns;
 pub mod exec;
@@ -15,6 +16,7 @@ pub mod logs;
 pub mod nodes;
 pub mod planners;
 pub mod queues;
+pub mod run;
 pub mod status;
 pub mod submit;
 

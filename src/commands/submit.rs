@@ -149,7 +149,7 @@ fn wait_for(config: &ClientConfig, submitted: &Submitted) -> anyhow::Result<u8> 
 }
 
 /// The exit code for a job that has ended; `None` while it has not.
-fn ended_code(job: &hyperplan_shared::report::JobReport) -> Option<u8> {
+pub(crate) fn ended_code(job: &hyperplan_shared::report::JobReport) -> Option<u8> {
     use hyperplan_shared::report::{JobStatus as S, TaskStatus as T};
     // Decided, but tasks are still being stopped: not over until they are.
     if job
@@ -171,7 +171,7 @@ fn ended_code(job: &hyperplan_shared::report::JobReport) -> Option<u8> {
 }
 
 /// `job train (id 7): failed, exit code 3`.
-fn ended_line(job: &hyperplan_shared::report::JobReport) -> String {
+pub(crate) fn ended_line(job: &hyperplan_shared::report::JobReport) -> String {
     let status = serde_json::to_value(job.status)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
