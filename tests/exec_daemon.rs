@@ -177,7 +177,7 @@ fn run_streams_every_rank_and_alloc_holds_nodes_for_a_shell() {
     assert!(stderr.contains("failed, exit code 3"), "{stderr}");
 
     // Ctrl-C cancels the job and waits for its end.
-    let mut running = cli(&["run", "--name", "long", "--", "sleep", "300"])
+    let running = cli(&["run", "--name", "long", "--", "sleep", "300"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
