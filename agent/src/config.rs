@@ -211,12 +211,31 @@ mod tests {
                 && c.task_pids_max.is_some()
                 && c.cgroup_name.is_some()
                 && c.exec.limits_conf == Some(true)
-                && c.exec.rlimits.is_some()),
+                && c.exec.rlimits.is_some()
+                && c.exec
+                    .default_mpi()
+                    .is_ok_and(|m| m == hyperplan_shared::job::MpiMode::None)),
             "{all:?}"
         );
         // The shipped rlimits table is one the agent takes.
         let table = all.ok().and_then(|c| c.exec.rlimits).unwrap_or_default();
         assert!(crate::shepherd::rlimits::parse_table(&table).is_ok_and(|r| r.len() == 3));
+    }
+
+    #[test]
+    fn default_mpi_is_pmi_or_none() {
+        let p = Path::new("agent.toml");
+        let get = |text: &str| AgentConfig::parse(text, p).map(|c| c.exec.default_mpi());
+        assert!(matches!(
+            get("[exec]\ndefaultMpi = \"pmi\"\n"),
+            Ok(Ok(hyperplan_shared::job::MpiMode::Pmi))
+        ));
+        assert!(matches!(get(""), Ok(Ok(hyperplan_shared::job::MpiMode::None))));
+        let bad = get("[exec]\ndefaultMpi = \"pmix\"\n");
+        assert!(
+            matches!(&bad, Ok(Err(e)) if e.contains("defaultMpi") && e.contains("\"pmix\"")),
+            "{bad:?}"
+        );
     }
 
     #[test]

@@ -617,3 +617,50 @@ fn a_task_listed_while_starting_that_its_agent_stops_listing_is_lost() {
     let r = rig.job("a");
     assert_eq!(task_state(&r, "worker-0"), Some(TaskStatus::Lost), "{r:?}");
 }
+
+/// A batch job of 2 tasks on 2 nodes, started; (rig, id, rank 0's task, the other).
+fn batch_job() -> (Rig, u64, String, String) {
+    let mut rig = rig(2);
+    let mut job = JobBuilder::gang("batch", 2, "cpu=8").build();
+    job.run.launch = hyperplan_shared::job::LaunchMode::Batch;
+    let id = rig.submit_as(job, SIM_OWNER);
+    rig.step();
+    rig.start_all("batch", id);
+    rig.step();
+    let r = rig.job("batch");
+    assert_eq!(r.status, JobStatus::Running);
+    let by_rank = |rank| r.tasks.iter().find(|t| t.rank == Some(rank)).unwrap().name.clone();
+    (rig, id, by_rank(0), by_rank(1))
+}
+
+#[test]
+fn a_batch_job_ends_with_its_rank_0_and_its_holders_are_killed() {
+    let (mut rig, id, rank0, holder) = batch_job();
+    rig.ended("batch", id, &rank0, exited(0));
+    let cmds = rig.step();
+    let node = rig.node_of("batch", &holder);
+    assert_eq!(kills(&cmds), [(node, holder.clone(), KillReason::BatchEnded, 10)]);
+    assert_eq!(rig.job("batch").status, JobStatus::Completed, "decided by rank 0");
+    // The holder's end (killed) changes nothing: completed, exit code 0.
+    rig.ended("batch", id, &holder, signaled(TaskOutcome::Cancelled, 15));
+    rig.step();
+    let r = rig.job("batch");
+    assert_eq!((r.status, r.exit_code), (JobStatus::Completed, Some(0)));
+
+    // Rank 0 failing fails the job with its code.
+    let (mut rig, id, rank0, holder) = batch_job();
+    rig.ended("batch", id, &rank0, exited(5));
+    let cmds = rig.step();
+    assert_eq!(kills(&cmds).len(), 1);
+    rig.ended("batch", id, &holder, signaled(TaskOutcome::Cancelled, 15));
+    rig.step();
+    let r = rig.job("batch");
+    assert_eq!((r.status, r.exit_code), (JobStatus::Failed, Some(5)));
+
+    // A holder that dies first (its node broke) fails the job and stops rank 0.
+    let (mut rig, id, rank0, holder) = batch_job();
+    rig.ended("batch", id, &holder, signaled(TaskOutcome::Signaled, 9));
+    let cmds = rig.step();
+    assert_eq!(kills(&cmds)[0].1, rank0);
+    assert_eq!(rig.job("batch").status, JobStatus::Failed);
+}

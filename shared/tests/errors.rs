@@ -402,3 +402,13 @@ fn on_task_failure_unknown() {
 fn requeue_not_a_bool() {
     insta::assert_snapshot!(job_field("requeue: sometimes"));
 }
+
+#[test]
+fn mpi_unknown() {
+    insta::assert_snapshot!(job_field("mpi: pmix"), @r#"jobs.yaml:2:6: mpi: expected pmi (a PMI-1 server for MPICH, Intel MPI, MVAPICH) or none, got "pmix""#);
+}
+
+#[test]
+fn launch_unknown() {
+    insta::assert_snapshot!(job_field("launch: interactive"), @r#"jobs.yaml:2:9: launch: expected tasks (one process per rank) or batch (the command once, on rank 0's node, with the allocation), got "interactive""#);
+}
