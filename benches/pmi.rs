@@ -16,7 +16,8 @@
 //!    hyperplan (`mpi: pmi`, 16 ranks on each of the 4 agents) and by `mpiexec.hydra -n 64`
 //!    on this machine, `RUNS` (3) times each. Reported (medians): wire-up = the latest
 //!    rank's end of the barrier − the earliest rank's `main`; wall = `hyperplan submit
-//!    --wait` from start to exit, or `mpiexec.hydra` from start to exit.
+//!    --wait` from start to exit, or `mpiexec.hydra` from start to exit; launch spread =
+//!    the latest rank's `main` − the earliest's.
 //!
 //! Every agent probes this whole machine, so a task asks for 1/64 (1/16) of a node's CPUs:
 //! 64 (16) fit on each, no NUMA policy. A part whose compiler is missing is skipped, saying
@@ -518,6 +519,12 @@ fn ms(ns: i64) -> f64 {
     ns as f64 / 1e6
 }
 
+/// The load averages (1, 5, 15 minutes): other work on these cores shows in the figures.
+fn loadavg() -> String {
+    let l = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
 /// `nproc` and the CPU model.
 fn machine() -> String {
     let nproc = Command::new("nproc")
@@ -547,6 +554,7 @@ struct Fences {
     /// The first fence: rank 0's view, last in → last out, and the spread of the ranks'
     /// arrivals (first rank in → last rank in).
     first_rank0: f64,
+    first_in_first_out: f64,
     first_in_last_out: f64,
     first_arrivals: f64,
 }
@@ -613,10 +621,16 @@ fn fences(cluster: &Cluster, exe: &Path, rounds: usize) -> Fences {
         in_first_out: Vec::new(),
         in_last_out: Vec::new(),
         first_rank0: 0.0,
+        first_in_first_out: 0.0,
         first_in_last_out: 0.0,
         first_arrivals: 0.0,
     };
-    (f.first_rank0, _, f.first_in_last_out, f.first_arrivals) = round(0);
+    (
+        f.first_rank0,
+        f.first_in_first_out,
+        f.first_in_last_out,
+        f.first_arrivals,
+    ) = round(0);
     for r in 1..=rounds {
         let (a, b, c, _) = round(r);
         f.rank0.push(a);
@@ -626,11 +640,18 @@ fn fences(cluster: &Cluster, exe: &Path, rounds: usize) -> Fences {
     f
 }
 
-/// One wire-up run: (wire-up, wall), in ms.
-type Run = (f64, f64);
+/// One wire-up run, in ms.
+struct Run {
+    /// The latest rank done with `MPI_Init` + `MPI_Barrier` − the earliest rank's `main`.
+    wireup: f64,
+    /// The launcher's (`hyperplan submit --wait`, `mpiexec.hydra`) start to exit.
+    wall: f64,
+    /// The latest rank's `main` − the earliest's: how spread out the launch was.
+    spread: f64,
+}
 
-/// Wire-up = latest end of the barrier − earliest `main`, from the programs' lines.
-fn wireup_of(text: &str) -> f64 {
+/// A run's wire-up and spread from the programs' lines; `wall` as given.
+fn run_of(text: &str, wall: Duration) -> Run {
     let mut rows = Vec::new();
     for line in text.lines() {
         if let ["wireup", rank, size, entry, ready] = line.split_whitespace().collect::<Vec<_>>().as_slice() {
@@ -647,8 +668,13 @@ fn wireup_of(text: &str) -> f64 {
     ranks.dedup();
     assert_eq!(ranks.len(), MPI_RANKS, "every rank reported once:\n{text}");
     let first = rows.iter().map(|r| r.1).min().unwrap();
+    let last_entry = rows.iter().map(|r| r.1).max().unwrap();
     let last = rows.iter().map(|r| r.2).max().unwrap();
-    ms(last - first)
+    Run {
+        wireup: ms(last - first),
+        wall: wall.as_secs_f64() * 1e3,
+        spread: ms(last_entry - first),
+    }
 }
 
 fn hyperplan_wireup(cluster: &Cluster, exe: &Path, run: usize) -> Run {
@@ -657,7 +683,7 @@ fn hyperplan_wireup(cluster: &Cluster, exe: &Path, run: usize) -> Run {
     let name = format!("wireup-{run}");
     let file = cluster.job_file(&name, MPI_RANKS, cpu_m, &[exe.to_str().unwrap()]);
     let (_, took) = cluster.submit_wait(&name, &file, MPI_RANKS, MPI_RANKS / NODES.len());
-    (wireup_of(&cluster.outputs(&name, MPI_RANKS)), took.as_secs_f64() * 1e3)
+    run_of(&cluster.outputs(&name, MPI_RANKS), took)
 }
 
 fn hydra_wireup(exe: &Path) -> Run {
@@ -675,10 +701,7 @@ fn hydra_wireup(exe: &Path) -> Run {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    (
-        wireup_of(&String::from_utf8_lossy(&out.stdout)),
-        took.as_secs_f64() * 1e3,
-    )
+    run_of(&String::from_utf8_lossy(&out.stdout), took)
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -697,7 +720,8 @@ fn main() {
     let rounds: usize = common::env_or("FENCE_ROUNDS", 20);
     let runs: usize = common::env_or("RUNS", 3);
     let machine = machine();
-    eprintln!("pmi: on {machine}");
+    let load_before = loadavg();
+    eprintln!("pmi: on {machine}, load average {load_before}");
     let cluster = Cluster::start();
     let bin = cluster.dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
@@ -721,13 +745,16 @@ fn main() {
             let (mut hp, mut hy) = (Vec::new(), Vec::new());
             for run in 0..runs {
                 let r = hyperplan_wireup(&cluster, &exe, run);
-                eprintln!("pmi: run {run}: hyperplan wire-up {:.0} ms, wall {:.0} ms", r.0, r.1);
+                eprintln!(
+                    "pmi: run {run}: hyperplan wire-up {:.0} ms, wall {:.0} ms, launch spread {:.0} ms",
+                    r.wireup, r.wall, r.spread
+                );
                 hp.push(r);
                 if hydra {
                     let r = hydra_wireup(&exe);
                     eprintln!(
-                        "pmi: run {run}: mpiexec.hydra wire-up {:.0} ms, wall {:.0} ms",
-                        r.0, r.1
+                        "pmi: run {run}: mpiexec.hydra wire-up {:.0} ms, wall {:.0} ms, launch spread {:.0} ms",
+                        r.wireup, r.wall, r.spread
                     );
                     hy.push(r);
                 }
@@ -739,6 +766,7 @@ fn main() {
 
     println!();
     println!("PMI on {machine}; planner and 4 agents on 127.0.0.1, each probing this machine");
+    println!("load average before {load_before}, after {}", loadavg());
     if let Some(f) = &fence {
         println!();
         println!(
@@ -760,9 +788,10 @@ fn main() {
             f.first_in_last_out
         );
         println!(
-            "| last rank in → first rank out | {:.2} ms | {:.2} ms | |",
+            "| last rank in → first rank out | {:.2} ms | {:.2} ms | {:.2} ms |",
             median(&f.in_first_out),
-            pct(&f.in_first_out, 0.9)
+            pct(&f.in_first_out, 0.9),
+            f.first_in_first_out
         );
         println!(
             "first fence: the ranks entered it over {:.1} ms (first rank in → last rank in)",
@@ -772,15 +801,17 @@ fn main() {
     if let Some((hp, hy)) = &wireup {
         println!();
         println!("MPICH wire-up, {MPI_RANKS} ranks (main → MPI_Init + MPI_Barrier done), medians of {runs} runs:");
-        println!("| | wire-up | wall | runs (wire-up / wall, ms) |");
-        println!("|---|---|---|---|");
+        println!("| | wire-up | wall | launch spread | runs (wire-up / wall, ms) |");
+        println!("|---|---|---|---|---|");
         let row = |what: &str, v: &[Run]| {
-            let w: Vec<f64> = v.iter().map(|r| r.0).collect();
-            let t: Vec<f64> = v.iter().map(|r| r.1).collect();
+            let w: Vec<f64> = v.iter().map(|r| r.wireup).collect();
+            let t: Vec<f64> = v.iter().map(|r| r.wall).collect();
+            let s: Vec<f64> = v.iter().map(|r| r.spread).collect();
             println!(
-                "| {what} | {:.0} ms | {:.0} ms | {} / {} |",
+                "| {what} | {:.0} ms | {:.0} ms | {:.0} ms | {} / {} |",
                 median(&w),
                 median(&t),
+                median(&s),
                 list(&w),
                 list(&t)
             );

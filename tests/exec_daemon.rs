@@ -38,7 +38,8 @@ fn procs_with(needle: &str) -> Vec<u32> {
 
 #[test]
 fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
-    let live = Live::start(&["n1", "n2"]);
+    // Two nodes for the job, one for another job that tries to get in.
+    let live = Live::start(&["n1", "n2", "n3"]);
     let job = live.job(
         "held",
         "tasks:\n  - name: w\n    replicas: 2\n    resources: {cpu: 2}\n    workingDir: WORKDIR\n    \
@@ -84,14 +85,30 @@ fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
     // Every node at once, each line named.
     let (code, out, err) = text(&live.cli(&["exec", "--all", "held", "--", "sh", "-c", "echo $HYPERPLAN_NODE"]));
     assert_eq!(code, 0, "{err}");
-    let mut lines: Vec<&str> = out.lines().collect();
+    let mut lines: Vec<String> = out.lines().map(str::to_string).collect();
     lines.sort_unstable();
-    assert_eq!(lines, ["n1: n1", "n2: n2"]);
+    let mut nodes: Vec<String> = j["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["node"].as_str().unwrap().to_string())
+        .collect();
+    nodes.sort_unstable();
+    assert_eq!(lines, nodes.iter().map(|n| format!("{n}: {n}")).collect::<Vec<_>>());
 
     // Refusals a person can act on.
     let (code, _, err) = text(&live.cli(&["exec", "--node", "n9", "held", "--", "true"]));
-    assert_ne!(code, 0);
     assert!(err.contains("node n9 holds no task of job held"), "{err}");
+    let spare = ["n1", "n2", "n3"]
+        .into_iter()
+        .find(|n| !nodes.iter().any(|m| m == n))
+        .unwrap();
+    let (code, _, err) = text(&live.cli(&["exec", "--node", spare, "held", "--", "true"]));
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(&format!("node {spare} holds no task of job held")),
+        "{err}"
+    );
     let (code, _, err) = text(&live.c.cli("bob", &["exec", "held", "--", "true"]));
     assert_ne!(code, 0);
     assert!(err.contains("only its owner or an admin"), "{err}");
@@ -117,6 +134,22 @@ fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
     wait_for(LONG, "the remote sleep killed", || {
         procs_with(&marker).is_empty().then_some(())
     });
+
+    // A task of another job cannot get in with its own credential, nor with a made-up one.
+    let hyperplan = common::bin("hyperplan");
+    let spy = live.job(
+        "spy",
+        &format!(
+            "tasks:\n  - name: s\n    replicas: 1\n    resources: {{cpu: 1}}\n    workingDir: WORKDIR\n    \
+             command: [sh, -c, 'HYPERPLAN_JOB=held {0} exec -- true; echo rc=$?; HYPERPLAN_CREDENTIAL=00 {0} exec -- true; echo rc=$?']\n",
+            path_str(&hyperplan)
+        ),
+    );
+    let (code, err) = live.submit_wait(&spy);
+    assert_eq!(code, 0, "{err}");
+    let said = live.output("spy", "s-0");
+    assert_eq!(said.matches("the credential is not job").count(), 2, "{said}");
+    assert_eq!(said.matches("rc=1").count(), 2, "{said}");
 
     // Nothing a step started outlives its job: a command still running when the job is
     // cancelled goes with the job's tasks (it is in their cgroup).
