@@ -98,6 +98,7 @@ fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
 
     // Refusals a person can act on.
     let (code, _, err) = text(&live.cli(&["exec", "--node", "n9", "held", "--", "true"]));
+    assert_eq!(code, 1);
     assert!(err.contains("node n9 holds no task of job held"), "{err}");
     let spare = ["n1", "n2", "n3"]
         .into_iter()
