@@ -514,25 +514,7 @@ async fn talk(
     request_sent: &mut bool,
 ) -> anyhow::Result<Vec<Result<serde_json::Value, ResponseError>>> {
     let (mut send, mut recv) = connection.open_bi().await?;
-    write_frame(&mut send, &Hello::new(Role::Client, user), DEFAULT_MAX_FRAME).await?;
-    let hello: Hello = tokio::time::timeout(CONNECT_TIMEOUT, read_frame(&mut recv, DEFAULT_MAX_FRAME))
-        .await
-        .map_err(|_| anyhow!("no hello from the planner within {} s", CONNECT_TIMEOUT.as_secs()))??
-        .ok_or_else(|| anyhow!("the planner ended the stream before its hello"))?;
-    if hello.version != PROTOCOL_VERSION {
-        bail!(
-            "the planner speaks protocol version {} and this hyperplan version {PROTOCOL_VERSION}; use the \
-             hyperplan that came with the planner",
-            hello.version
-        );
-    }
-    if hello.role != Role::Planner {
-        bail!(
-            "the peer introduced itself as {:?} {:?}, not as the planner",
-            hello.role,
-            hello.name
-        );
-    }
+    hellos(&mut send, &mut recv, user).await?;
     let mut replies = Vec::with_capacity(commands.len());
     for (id, command) in (1..).zip(commands) {
         *request_sent = true;
@@ -553,6 +535,30 @@ async fn talk(
     // The planner may have gone already; its replies are what matters.
     let _ = send.finish();
     Ok(replies)
+}
+
+/// Our hello, then the planner's, checked: its protocol version and its role.
+async fn hellos(send: &mut quinn::SendStream, recv: &mut quinn::RecvStream, user: &str) -> anyhow::Result<()> {
+    write_frame(send, &Hello::new(Role::Client, user), DEFAULT_MAX_FRAME).await?;
+    let hello: Hello = tokio::time::timeout(CONNECT_TIMEOUT, read_frame(recv, DEFAULT_MAX_FRAME))
+        .await
+        .map_err(|_| anyhow!("no hello from the planner within {} s", CONNECT_TIMEOUT.as_secs()))??
+        .ok_or_else(|| anyhow!("the planner ended the stream before its hello"))?;
+    if hello.version != PROTOCOL_VERSION {
+        bail!(
+            "the planner speaks protocol version {} and this hyperplan version {PROTOCOL_VERSION}; use the \
+             hyperplan that came with the planner",
+            hello.version
+        );
+    }
+    if hello.role != Role::Planner {
+        bail!(
+            "the peer introduced itself as {:?} {:?}, not as the planner",
+            hello.role,
+            hello.name
+        );
+    }
+    Ok(())
 }
 
 /// A failed exchange, explained by the connection's close reason when there is one (the
@@ -633,23 +639,7 @@ pub async fn open_exec(
             }
         };
         let (mut send, mut recv) = connection.open_bi().await?;
-        write_frame(
-            &mut send,
-            &Hello::new(Role::Client, &config.user.value),
-            DEFAULT_MAX_FRAME,
-        )
-        .await?;
-        let hello: Hello = tokio::time::timeout(CONNECT_TIMEOUT, read_frame(&mut recv, DEFAULT_MAX_FRAME))
-            .await
-            .map_err(|_| anyhow!("no hello from the planner within {} s", CONNECT_TIMEOUT.as_secs()))??
-            .ok_or_else(|| anyhow!("the planner ended the stream before its hello"))?;
-        if hello.version != PROTOCOL_VERSION {
-            bail!(
-                "the planner speaks protocol version {} and this hyperplan version {PROTOCOL_VERSION}; use the \
-                 hyperplan that came with the planner",
-                hello.version
-            );
-        }
+        hellos(&mut send, &mut recv, &config.user.value).await?;
         let command = RequestCommand::Exec(request);
         write_frame(&mut send, &Request { id: 1, command }, DEFAULT_MAX_FRAME).await?;
         return Ok(ExecStream {

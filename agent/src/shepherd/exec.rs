@@ -175,59 +175,36 @@ impl Prepared {
     /// to the caller, set up as a task is otherwise (cgroups, CPUs, memory, limits, user,
     /// working directory): a step of `hyperplan exec`. `Err`: why it did not start.
     pub fn spawn_piped(&self) -> Result<std::process::Child, String> {
-        let (mut reader, writer) =
-            std::io::pipe().map_err(|e| format!("cannot start the command: creating a pipe failed: {e}"))?;
-        let mut command = Command::new(&self.argv[0]);
-        command
-            .args(&self.argv[1..])
-            .env_clear()
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
         let mut setup = self.setup.clone();
         setup.stdout = None;
         setup.stderr = None;
-        let child = Child {
-            pipe: writer.as_raw_fd(),
-            setup,
-        };
-        // SAFETY: as in `start`: only async-signal-safe calls on data built before the fork.
-        unsafe {
-            command.pre_exec(move || child.set_up());
+        match self.spawn(setup, Stdio::piped) {
+            Ok((Ok(child), _)) => Ok(child),
+            Ok((Err(e), said)) => Err(self.reason(&said, &e)),
+            Err(e) => Err(format!("cannot start the command: creating a pipe failed: {e}")),
         }
-        let spawned = command.spawn();
-        drop(command);
-        drop(writer);
-        let mut said = Vec::new();
-        let _ = reader.read_to_end(&mut said);
-        spawned.map_err(|e| self.reason(&said, &e))
     }
 
-    /// Forks and execs the task.
-    pub fn start(&self) -> Started {
-        let (mut reader, writer) = match std::io::pipe() {
-            Ok(pipe) => pipe,
-            Err(e) => {
-                return Started::Failed {
-                    reason: format!("cannot start the task: creating a pipe failed: {e}"),
-                    temporary: false,
-                };
-            }
-        };
+    /// Forks and execs with `setup` in the child and `stdio()` as its standard input,
+    /// output and error; the spawn's result and what the child said on the error pipe.
+    fn spawn(
+        &self,
+        setup: Setup,
+        stdio: fn() -> Stdio,
+    ) -> std::io::Result<(std::io::Result<std::process::Child>, Vec<u8>)> {
+        let (mut reader, writer) = std::io::pipe()?;
         let mut command = Command::new(&self.argv[0]);
         command
             .args(&self.argv[1..])
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdin(stdio())
+            .stdout(stdio())
+            .stderr(stdio())
             .process_group(0);
         let child = Child {
             pipe: writer.as_raw_fd(),
-            setup: self.setup.clone(),
+            setup,
         };
         // SAFETY: the closure only makes async-signal-safe calls (raw syscalls on data
         // built before the fork, no allocation, no locks); see `Child::set_up`.
@@ -240,6 +217,20 @@ impl Prepared {
         drop(writer);
         let mut said = Vec::new();
         let _ = reader.read_to_end(&mut said);
+        Ok((spawned, said))
+    }
+
+    /// Forks and execs the task.
+    pub fn start(&self) -> Started {
+        let (spawned, said) = match self.spawn(self.setup.clone(), Stdio::null) {
+            Ok(r) => r,
+            Err(e) => {
+                return Started::Failed {
+                    reason: format!("cannot start the task: creating a pipe failed: {e}"),
+                    temporary: false,
+                };
+            }
+        };
         match spawned {
             Ok(child) => Started::Running { pid: child.id() },
             Err(e) => Started::Failed {
