@@ -172,6 +172,14 @@ fn a_batch_job_runs_its_command_once_with_the_allocation_and_ends_with_it() {
     for t in tasks.iter().filter(|t| t["rank"] != 0) {
         assert_eq!(live.output("batch", t["name"].as_str().unwrap()), "", "{t}");
     }
+    // Its hostfiles and remote shell go with it, on every node.
+    let id = j["id"].as_u64().unwrap();
+    for state in live.states.values() {
+        let dir = state.join("tasks").join(format!("batch.{id}"));
+        common::wait_for(common::live::LONG, "the job's directory removed", || {
+            (!dir.exists()).then_some(())
+        });
+    }
 
     // Ending well: completed, exit code 0, holders killed all the same.
     let ok = live.job(

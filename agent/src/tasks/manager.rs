@@ -396,7 +396,15 @@ impl Tasks {
         }
         if !self.has_tasks(&task.job, task.job_id) {
             let dir = job_dir(&self.opts.state_dir, &task.job, task.job_id);
-            let _ = std::fs::remove_file(dir.join("hostfile"));
+            // The hostfile, and a batch job's MPI hostfiles and remote shell: they go with it.
+            for name in [
+                "hostfile",
+                crate::launch::OPENMPI_HOSTFILE,
+                crate::launch::HYDRA_HOSTFILE,
+                crate::launch::RSH,
+            ] {
+                let _ = std::fs::remove_file(dir.join(name));
+            }
             if let Err(e) = std::fs::remove_dir(&dir)
                 && e.kind() != std::io::ErrorKind::NotFound
             {
