@@ -96,6 +96,24 @@ fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
     nodes.sort_unstable();
     assert_eq!(lines, nodes.iter().map(|n| format!("{n}: {n}")).collect::<Vec<_>>());
 
+    // Each exec was a step; its output is kept on its nodes (`JOB.STEP`).
+    let (code, out, err) = text(&live.cli(&["logs", "held.0"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("{rank0} held ")) && out.contains("oops\n"),
+        "{out}"
+    );
+    for n in &nodes {
+        let (code, out, err) = text(&live.cli(&["logs", "held.2", "--node", n]));
+        assert_eq!((code, out.as_str()), (0, format!("{n}\n").as_str()), "{err}");
+    }
+    let (code, _, err) = text(&live.cli(&["logs", "held.9"]));
+    assert_ne!(code, 0);
+    assert!(err.contains("job held has no step 9 (its steps: 0,1,2)"), "{err}");
+    let (code, _, err) = text(&live.c.cli("bob", &["logs", "held.0"]));
+    assert_ne!(code, 0);
+    assert!(err.contains("only its owner or an admin"), "{err}");
+
     // Refusals a person can act on.
     let (code, _, err) = text(&live.cli(&["exec", "--node", "n9", "held", "--", "true"]));
     assert_eq!(code, 1);

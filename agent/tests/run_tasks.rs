@@ -344,6 +344,7 @@ async fn read_log(planner: &mut Planner, request: u64, task: TaskRef) -> LogChun
         stderr: false,
         offset: 0,
         max_bytes: 6,
+        step: None,
     });
     planner
         .find("Log", |m| match m {

@@ -664,3 +664,26 @@ fn a_batch_job_ends_with_its_rank_0_and_its_holders_are_killed() {
     assert_eq!(kills(&cmds)[0].1, rank0);
     assert_eq!(rig.job("batch").status, JobStatus::Failed);
 }
+
+#[test]
+fn steps_are_numbered_per_job_and_kept_across_a_restart() {
+    let mut rig = rig(2).persisting();
+    let job = JobBuilder::gang("held", 2, "cpu=8").build();
+    let id = rig.submit_as(job, SIM_OWNER);
+    rig.step();
+    rig.start_all("held", id);
+    rig.step();
+    assert_eq!(rig.p.begin_step("held", id, vec!["n01".into()]), Some(0));
+    assert_eq!(rig.p.begin_step("held", id, vec!["n01".into(), "n02".into()]), Some(1));
+    assert_eq!(rig.p.begin_step("held", id + 1, vec![]), None, "another id");
+    assert_eq!(rig.p.begin_step("nope", id, vec![]), None);
+    rig.step(); // the record is written
+    let (mut again, warnings) = rig.restarted(PlannerConfig::default(), 1_000);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    again.tick();
+    assert_eq!(
+        again.p.begin_step("held", id, vec!["n02".into()]),
+        Some(2),
+        "numbering goes on"
+    );
+}

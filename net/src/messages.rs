@@ -219,6 +219,9 @@ pub enum PlannerToAgent {
         stderr: bool,
         offset: u64,
         max_bytes: u32,
+        /// The output of this step of the job (`hyperplan exec`) on the node instead.
+        #[serde(default)]
+        step: Option<u32>,
     },
     /// Every node of the job reached fence `seq`: the pairs all of them put (the
     /// receiving node's own included). Its ranks leave the barrier.
@@ -381,6 +384,10 @@ pub enum RequestCommand {
         stderr: bool,
         offset: u64,
         max_bytes: u32,
+        /// For a step (`job` is `JOB.STEP`): its output on this node (default: the first
+        /// it ran on).
+        #[serde(default)]
+        node: Option<String>,
     },
     /// `hyperplan exec`: the stream becomes the command's ([`ExecFrame`]s both ways, the
     /// first from the planner `Started` or `Error`); no `Response` comes.
@@ -425,15 +432,21 @@ pub struct ExecStart {
     pub shell: bool,
     /// The sending planner's epoch: an agent refuses an older planner's.
     pub epoch: u64,
+    /// The step's number in the job: its output is kept on the node under it
+    /// (`hyperplan logs JOB.STEP`).
+    #[serde(default)]
+    pub step: Option<u32>,
 }
 
 /// An exec stream's frames after its request. `node` numbers the nodes of `Started`
 /// (always 0 between planner and agent).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ExecFrame {
-    /// Planner → CLI: the command starts on these nodes.
+    /// Planner → CLI: the command starts on these nodes, as this step of the job.
     Started {
         nodes: Vec<String>,
+        #[serde(default)]
+        step: Option<u32>,
     },
     /// Towards the command: its standard input (to every node).
     Stdin {
@@ -833,6 +846,7 @@ mod tests {
             stderr: false,
             offset: 1 << 40,
             max_bytes: 65536,
+            step: Some(2),
         });
     }
 

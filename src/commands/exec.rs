@@ -193,7 +193,7 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let nodes = match read_frame::<ExecFrame, _>(&mut recv, DEFAULT_MAX_FRAME).await {
-        Ok(Some(ExecFrame::Started { nodes })) => nodes,
+        Ok(Some(ExecFrame::Started { nodes, .. })) => nodes,
         Ok(Some(ExecFrame::Error { message, .. })) => bail!("{message}"),
         Ok(Some(other)) => bail!("the planner answered {other:?} before starting the command"),
         Ok(None) => bail!("the planner ended the stream before starting the command"),

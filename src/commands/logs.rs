@@ -1,5 +1,6 @@
 //! `hyperplan logs JOB [--task NAME] [--follow]`: a task's output, read from its node by
 //! the node's agent and relayed through the planner, so no shared file system is needed.
+//! `hyperplan logs JOB.STEP [--node N]`: a step's (`hyperplan exec`), kept by the agents.
 
 use std::io::Write;
 use std::time::Duration;
@@ -13,7 +14,8 @@ use crate::client::{self, ClientArgs, ClientConfig};
 
 const EXAMPLES: &str = "  hyperplan logs train-64
   hyperplan logs train-64 --task worker-3 --follow
-  hyperplan logs train-64 --task worker-3 --stderr --output json";
+  hyperplan logs train-64 --task worker-3 --stderr --output json
+  hyperplan logs train-64.2 --node gpu017     # step 2 (the third `hyperplan exec` into it)";
 
 /// How often `--follow` asks again when there was nothing new.
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
@@ -33,7 +35,11 @@ const CHUNK: u32 = 256 << 10;
 /// `--follow`, keeps printing what the task writes until it has ended and everything is
 /// printed (Ctrl-C stops following; the task runs on); it follows through restarts of
 /// the planner and of the task's agent, saying on stderr what it waits for, and gives up
-/// after 5 minutes without an answer. `--output json` prints the
+/// after 5 minutes without an answer. `JOB.STEP` reads a step's output instead: every
+/// `hyperplan exec` into a job is a step, numbered from 0 (`hyperplan exec` does not
+/// say; the first is 0), whose output (standard output and error together, the first 64
+/// MiB) its nodes' agents keep for the newest 256 jobs; `--node` picks the node (default:
+/// the first it ran on). `--output json` prints the
 /// pieces as they come, one JSON object per line (`job`, `task`, `node`, `offset`,
 /// `data`, `nextOffset`, `size`, `ended`).
 #[derive(clap::Args, Debug)]
@@ -49,6 +55,9 @@ pub struct Args {
     /// Read the task's error file (its `error` pattern) instead of its output file.
     #[arg(long)]
     stderr: bool,
+    /// For `JOB.STEP`: the node whose output of the step to read.
+    #[arg(long, value_name = "NODE")]
+    node: Option<String>,
     /// Keep printing new output until the task has ended.
     #[arg(long, short = 'f')]
     follow: bool,
@@ -72,6 +81,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             stderr: args.stderr,
             offset,
             max_bytes: CHUNK,
+            node: args.node.clone(),
         };
         let value = match client::request(&config, command) {
             Ok(value) => {

@@ -252,6 +252,7 @@ impl Follow {
                     stderr: false,
                     offset: entry.1,
                     max_bytes: CHUNK,
+                    node: None,
                 }
             })
             .collect();

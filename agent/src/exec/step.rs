@@ -21,6 +21,87 @@ const DRAIN: Duration = Duration::from_secs(2);
 const KILL_GRACE: Duration = Duration::from_secs(2);
 /// Output read at once.
 const CHUNK: usize = 32 * 1024;
+/// The most of a step's output kept on the node (`hyperplan logs JOB.STEP`); the rest
+/// still goes to the caller.
+const MAX_KEPT: u64 = 64 << 20;
+/// Jobs whose steps' output is kept on the node (the newest).
+const KEEP_JOBS: usize = 256;
+
+/// Where step `step` of job `job` (id `job_id`) keeps its output on this node: the
+/// agent's own directory, written and read by the agent alone.
+pub fn output_path(state_dir: &Path, job: &str, job_id: u64, step: u32) -> PathBuf {
+    let dir = match hyperplan_shared::names::check_name(hyperplan_shared::names::NameKind::Job, job) {
+        Ok(()) => format!("{job}.{job_id}"),
+        Err(_) => "invalid".into(), // never made: nothing to read
+    };
+    state_dir.join("steps").join(dir).join(format!("{step}.out"))
+}
+
+/// The step's output file, made (the directories 0700) and the oldest jobs' pruned;
+/// `None` (said in the log) when it cannot be.
+fn keep_output(state_dir: &Path, start: &ExecStart) -> Option<std::fs::File> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let step = start.step?;
+    let path = output_path(state_dir, &start.task.job, start.task.job_id, step);
+    let dir = path.parent()?;
+    let made = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir);
+    if let Err(e) = made {
+        tracing::warn!(dir = %dir.display(), "cannot keep the step's output: {e}");
+        return None;
+    }
+    prune(dir.parent()?, dir);
+    match std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+    {
+        Ok(f) => Some(f),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), "cannot keep the step's output: {e}");
+            None
+        }
+    }
+}
+
+/// Removes the step directories of all but the newest [`KEEP_JOBS`] jobs (by change
+/// time), never `keep`.
+fn prune(steps: &Path, keep: &Path) {
+    let Ok(entries) = std::fs::read_dir(steps) else { return };
+    let mut dirs: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    if dirs.len() <= KEEP_JOBS {
+        return;
+    }
+    dirs.sort();
+    let excess = dirs.len() - KEEP_JOBS;
+    for (_, dir) in dirs.into_iter().take(excess).filter(|(_, d)| d != keep) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// Appends to the kept output up to [`MAX_KEPT`].
+struct Kept {
+    file: Option<std::fs::File>,
+    written: u64,
+}
+
+impl Kept {
+    fn write(&mut self, data: &[u8]) {
+        use std::io::Write;
+        let Some(file) = &mut self.file else { return };
+        let room = MAX_KEPT.saturating_sub(self.written);
+        let take = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        if take == 0 || file.write_all(&data[..take]).is_err() {
+            self.file = None;
+            return;
+        }
+        self.written += take as u64;
+    }
+}
 
 /// Serves one stream the planner opened, to its end.
 pub async fn serve(mut send: quinn::SendStream, mut recv: quinn::RecvStream, state_dir: PathBuf, allow_root: bool) {
@@ -47,8 +128,12 @@ pub async fn serve(mut send: quinn::SendStream, mut recv: quinn::RecvStream, sta
             return;
         }
     };
-    tracing::info!(job = %task.job, task = %task.task, pid = child.id(), argv = ?start.argv, "exec started");
-    relay(child, send, recv).await;
+    tracing::info!(job = %task.job, task = %task.task, step = ?start.step, pid = child.id(), argv = ?start.argv, "exec started");
+    let kept = Kept {
+        file: keep_output(&state_dir, &start),
+        written: 0,
+    };
+    relay(child, send, recv, kept).await;
 }
 
 /// The command as the task's spec says to run it, with `start`'s argv.
@@ -99,7 +184,12 @@ fn prepare(start: &ExecStart, state_dir: &Path, allow_root: bool) -> Result<Prep
 
 /// Carries the command's input and output until it ends, or kills it when the planner's
 /// side ends first.
-async fn relay(mut child: std::process::Child, mut send: quinn::SendStream, mut recv: quinn::RecvStream) {
+async fn relay(
+    mut child: std::process::Child,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    mut kept: Kept,
+) {
     let pid = child.id();
     let stdin = child.stdin.take().map(OwnedFd::from);
     let stdout = child.stdout.take().map(OwnedFd::from);
@@ -171,6 +261,7 @@ async fn relay(mut child: std::process::Child, mut send: quinn::SendStream, mut 
             },
             frame = out_rx.recv(), if outputs_open => match frame {
                 Some(frame) => {
+                    keep(&mut kept, &frame);
                     if write_frame(&mut send, &frame, DEFAULT_MAX_FRAME).await.is_err() {
                         kill_group(pid, &mut waiter).await;
                         return;
@@ -184,6 +275,7 @@ async fn relay(mut child: std::process::Child, mut send: quinn::SendStream, mut 
     // What the command wrote before it ended, while its pipes drain.
     let drained = async {
         while let Some(frame) = out_rx.recv().await {
+            keep(&mut kept, &frame);
             if write_frame(&mut send, &frame, DEFAULT_MAX_FRAME).await.is_err() {
                 return;
             }
@@ -214,6 +306,13 @@ async fn relay(mut child: std::process::Child, mut send: quinn::SendStream, mut 
     let _ = write_frame(&mut send, &end, DEFAULT_MAX_FRAME).await;
     let _ = send.finish();
     tracing::info!(pid, ?end, "exec ended");
+}
+
+/// Output frames into the kept output.
+fn keep(kept: &mut Kept, frame: &ExecFrame) {
+    if let ExecFrame::Stdout { data, .. } | ExecFrame::Stderr { data, .. } = frame {
+        kept.write(data);
+    }
 }
 
 /// SIGTERM to the command's process group, SIGKILL after [`KILL_GRACE`].

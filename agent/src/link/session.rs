@@ -372,6 +372,7 @@ impl Link {
                 stderr,
                 offset,
                 max_bytes,
+                step,
             } => {
                 let refuse = |error: String| {
                     vec![AgentMessage::Log(LogChunk {
@@ -382,7 +383,11 @@ impl Link {
                         error: Some(error),
                     })]
                 };
-                let Some(source) = self.tasks.log_source(&task) else {
+                let step_source = step.map(|step| {
+                    let path = crate::exec::step::output_path(&self.opts.tasks.state_dir, &task.job, task.job_id, step);
+                    logs::Source::Step(path)
+                });
+                let Some(source) = step_source.or_else(|| self.tasks.log_source(&task)) else {
                     return refuse(format!("no task {}/{} on this node", task.job, task.task));
                 };
                 let reads = self.log_reads.clone();

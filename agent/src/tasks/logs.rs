@@ -44,6 +44,9 @@ pub enum Source {
     Spec(PathBuf),
     /// The files, kept after its directory was removed.
     Files(Outputs),
+    /// A step's output (`hyperplan exec`), which the agent wrote in its own directory
+    /// (`exec::step::output_path`): read with the agent's rights.
+    Step(PathBuf),
 }
 
 /// A task's output and error files, and the user it ran as: the agent (root) reads them
@@ -87,6 +90,19 @@ pub fn read_chunk(request: u64, source: &Source, stderr: bool, offset: u64, max_
             }
         },
         Source::Files(o) => o.clone(),
+        Source::Step(path) => {
+            match read_file(path, offset, max_bytes.min(MAX_LOG_CHUNK)) {
+                Ok((data, size)) => {
+                    chunk.data = data;
+                    chunk.size = size;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    chunk.error = Some("no output of that step on this node (it wrote none, or it was pruned)".into());
+                }
+                Err(e) => chunk.error = Some(format!("{}: {e}", path.display())),
+            }
+            return chunk;
+        }
     };
     let path = if stderr { &outputs.stderr } else { &outputs.stdout };
     // Root reads as the task's user (looked up before the switch: NSS may need root's

@@ -140,6 +140,23 @@ pub struct StateRecord {
     /// until the first walk works it out again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<hyperplan_shared::report::ReservationReport>,
+    /// Its steps (`hyperplan exec` into it), numbered from 0, the newest
+    /// [`MAX_STEPS`] kept: where each ran, so `hyperplan logs JOB.STEP` finds its output.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepRecord>,
+}
+
+/// Steps a job keeps the record of (the newest; numbering goes on).
+pub const MAX_STEPS: usize = 1024;
+
+/// One step of a job: its number and the nodes it ran on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepRecord {
+    /// Numbered from 0 in the job.
+    pub step: u32,
+    /// The nodes, in the order the step's output names them.
+    pub nodes: Vec<String>,
 }
 
 impl StateRecord {
@@ -161,6 +178,7 @@ impl StateRecord {
             requeue: None,
             rejected_for_topology: false,
             reservation: None,
+            steps: Vec::new(),
         }
     }
 }

@@ -172,6 +172,29 @@ impl Planner {
     }
 }
 
+impl Planner {
+    /// Numbers a step of `job` (id `job_id`) that runs on `nodes`: the next after its
+    /// last. Kept in the job's record (`hyperplan logs JOB.STEP`); `None` when no live job
+    /// has that name and id.
+    pub fn begin_step(&mut self, job: &str, job_id: u64, nodes: Vec<String>) -> Option<u32> {
+        let world = self.world_mut();
+        let entity = world.resource::<JobNames>().0.get(job).copied()?;
+        if world
+            .get::<crate::model::components::JobId>(entity)
+            .is_none_or(|id| id.0 != job_id)
+        {
+            return None;
+        }
+        let mut state = world.get_mut::<crate::model::components::JobState>(entity)?;
+        let step = state.steps.last().map_or(0, |s| s.step.saturating_add(1));
+        state.steps.push(crate::model::jobstate::StepRecord { step, nodes });
+        if state.steps.len() > crate::model::jobstate::MAX_STEPS {
+            state.steps.remove(0);
+        }
+        Some(step)
+    }
+}
+
 /// Equal, in time that does not depend on where they differ.
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0

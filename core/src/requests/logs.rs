@@ -22,6 +22,8 @@ pub struct LogTarget {
     pub node: String,
     /// The task has ended: what was read is all there will be.
     pub ended: bool,
+    /// A step's output (`hyperplan logs JOB.STEP`) rather than the task's.
+    pub step: Option<u32>,
 }
 
 /// Why a person may not read a task's output (the texts are what they see).
@@ -49,6 +51,28 @@ pub enum LogsError {
     /// No task named, and none of the job's is placed.
     #[error("job {0} has no task placed yet: no output")]
     NothingPlaced(String),
+    /// `JOB.STEP` of a job that has no such step (or no longer keeps it).
+    #[error("job {job} has no step {step} (its steps: {steps})")]
+    NoSuchStep {
+        /// The job's name.
+        job: String,
+        /// The step asked for.
+        step: u32,
+        /// The steps it has.
+        steps: String,
+    },
+    /// A step that did not run on the node asked for.
+    #[error("step {job}.{step} did not run on node {node} (it ran on {nodes})")]
+    StepNotOnNode {
+        /// The job's name.
+        job: String,
+        /// The step.
+        step: u32,
+        /// The node asked for.
+        node: String,
+        /// Where it ran.
+        nodes: String,
+    },
     /// The task named is not placed.
     #[error("task {job}/{task} is not placed yet: no output")]
     NotPlaced {
@@ -62,7 +86,21 @@ pub enum LogsError {
 impl Planner {
     /// Whose output `caller` reads with `hyperplan logs JOB [TASK]`: the task, its node,
     /// and whether it has ended.
-    pub fn authorize_logs(&self, job: &str, task: Option<&str>, caller: Caller<'_>) -> Result<LogTarget, LogsError> {
+    pub fn authorize_logs(
+        &self,
+        job: &str,
+        task: Option<&str>,
+        node: Option<&str>,
+        caller: Caller<'_>,
+    ) -> Result<LogTarget, LogsError> {
+        // `JOB.STEP` (when no job has that very name): a step's output.
+        if !self.sees_job(job, caller)
+            && let Some((name, step)) = job.rsplit_once('.')
+            && let Ok(step) = step.parse::<u32>()
+            && self.sees_job(name, caller)
+        {
+            return self.authorize_step_logs(name, step, node, caller);
+        }
         let missing = || LogsError::NoSuchJob(job.to_string());
         // Under privateData another user's job is answered as a missing one.
         if !self.sees_job(job, caller) {
@@ -108,6 +146,66 @@ impl Planner {
             ended: t
                 .state
                 .is_some_and(|s| matches!(s, TaskStatus::Exited | TaskStatus::Killed | TaskStatus::Lost)),
+            step: None,
+        })
+    }
+
+    /// Step `step` of `job` on `node` (default: the first it ran on).
+    fn authorize_step_logs(
+        &self,
+        job: &str,
+        step: u32,
+        node: Option<&str>,
+        caller: Caller<'_>,
+    ) -> Result<LogTarget, LogsError> {
+        let owner = self.owner_of(job).map(str::to_string);
+        if !caller.admin && owner.as_deref() != Some(caller.user) {
+            return Err(LogsError::NotOwner {
+                job: job.to_string(),
+                owner: owner.unwrap_or_else(|| "nobody".into()),
+            });
+        }
+        let report = self.job(job).ok_or_else(|| LogsError::NoSuchJob(job.to_string()))?;
+        let world = self.world();
+        let steps = world
+            .resource::<crate::names::JobNames>()
+            .0
+            .get(job)
+            .and_then(|&e| world.get::<crate::model::components::JobState>(e))
+            .map(|st| st.steps.clone())
+            .unwrap_or_default();
+        let Some(record) = steps.iter().find(|s| s.step == step) else {
+            let list: Vec<String> = steps.iter().map(|s| s.step.to_string()).collect();
+            return Err(LogsError::NoSuchStep {
+                job: job.to_string(),
+                step,
+                steps: if list.is_empty() { "none".into() } else { list.join(",") },
+            });
+        };
+        let node = match node {
+            None => record.nodes.first().cloned().unwrap_or_default(),
+            Some(n) if record.nodes.iter().any(|m| m == n) => n.to_string(),
+            Some(n) => {
+                return Err(LogsError::StepNotOnNode {
+                    job: job.to_string(),
+                    step,
+                    node: n.to_string(),
+                    nodes: record.nodes.join(","),
+                });
+            }
+        };
+        let live = matches!(
+            report.status,
+            hyperplan_shared::report::JobStatus::Running | hyperplan_shared::report::JobStatus::Placed
+        );
+        Ok(LogTarget {
+            job: job.to_string(),
+            job_id: report.id,
+            task: format!("{job}.{step}"),
+            index: 0,
+            node,
+            ended: !live,
+            step: Some(step),
         })
     }
 }

@@ -76,7 +76,10 @@ pub async fn session(
     }
     drop(out_tx);
     let mut open = to_nodes.iter().filter(|s| s.is_some()).count();
-    let mut first = vec![ExecFrame::Started { nodes: plan.nodes }];
+    let mut first = vec![ExecFrame::Started {
+        nodes: plan.nodes,
+        step: plan.step,
+    }];
     first.append(&mut failed);
     for frame in first {
         if write_frame(&mut send, &frame, max_frame).await.is_err() {

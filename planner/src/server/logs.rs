@@ -37,10 +37,12 @@ pub struct LogRelay {
 impl LogRelay {
     /// Sends the agent of `piece.node` a `ReadLog` for `task` and keeps `reply` until it
     /// answers; answers at once with an error when that cannot be sent.
+    #[allow(clippy::too_many_arguments)]
     pub fn ask(
         &mut self,
         link: Option<&mpsc::UnboundedSender<PlannerToAgent>>,
         task: TaskRef,
+        step: Option<u32>,
         stderr: bool,
         max_bytes: u32,
         piece: LogPiece,
@@ -67,6 +69,7 @@ impl LogRelay {
             stderr,
             offset: piece.offset,
             max_bytes: max_bytes.clamp(1, MAX_READ),
+            step,
         };
         if link.send(frame).is_err() {
             let _ = reply.send(Err(ResponseError::for_now(format!(
@@ -200,7 +203,7 @@ mod tests {
             node: "n1".into(),
             ..LogPiece::default()
         };
-        relay.ask(Some(&tx), task, false, 4096, piece, reply);
+        relay.ask(Some(&tx), task, None, false, 4096, piece, reply);
         let Some(PlannerToAgent::ReadLog { request, .. }) = rx.recv().await else {
             panic!("no ReadLog sent");
         };
@@ -225,7 +228,7 @@ mod tests {
             task: "w-1".into(),
             index: 1,
         };
-        relay.ask(Some(&tx), task, false, 1, LogPiece::default(), reply);
+        relay.ask(Some(&tx), task, None, false, 1, LogPiece::default(), reply);
         relay.expire(Instant::now() + ANSWER_WITHIN);
         assert!(answer.await.unwrap().is_err());
         assert!(relay.pending.is_empty());

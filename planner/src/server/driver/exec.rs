@@ -23,6 +23,8 @@ pub enum ExecCaller {
 #[derive(Debug)]
 pub struct ExecPlan {
     pub nodes: Vec<String>,
+    /// The step's number in its job.
+    pub step: Option<u32>,
     pub targets: Vec<(quinn::Connection, ExecStart)>,
 }
 
@@ -43,7 +45,7 @@ impl Driver {
         let _ = reply.send(self.plan_exec(&caller, &request));
     }
 
-    fn plan_exec(&self, caller: &ExecCaller, request: &ExecRequest) -> Result<ExecPlan, String> {
+    fn plan_exec(&mut self, caller: &ExecCaller, request: &ExecRequest) -> Result<ExecPlan, String> {
         let nodes = match &request.nodes {
             ExecNodes::Rank0 => ExecWhere::Rank0,
             ExecNodes::Node(n) => ExecWhere::Node(n),
@@ -76,14 +78,23 @@ impl Driver {
                 return Err(format!("node {node} holds no task of job {}", target.job));
             }
         }
+        let mut conns = Vec::with_capacity(target.places.len());
+        for place in &target.places {
+            match self.links.get(&place.node).and_then(|l| l.quic()) {
+                Some(conn) => conns.push(conn),
+                None => return Err(format!("node {} is not connected now; try again", place.node)),
+            }
+        }
+        // A step of the job, numbered and kept with it (committed at the next tick).
+        let nodes: Vec<String> = target.places.iter().map(|p| p.node.clone()).collect();
+        let step = self.planner.begin_step(&target.job, target.job_id, nodes);
+        self.dirty = true;
         let mut plan = ExecPlan {
             nodes: Vec::new(),
+            step,
             targets: Vec::new(),
         };
-        for place in target.places {
-            let Some(conn) = self.links.get(&place.node).and_then(|l| l.quic()) else {
-                return Err(format!("node {} is not connected now; try again", place.node));
-            };
+        for (place, conn) in target.places.into_iter().zip(conns) {
             let start = ExecStart {
                 task: TaskRef {
                     job: target.job.clone(),
@@ -95,6 +106,7 @@ impl Driver {
                 argv: request.argv.clone(),
                 shell: request.shell,
                 epoch: self.epoch,
+                step,
             };
             plan.nodes.push(place.node);
             plan.targets.push((conn, start));

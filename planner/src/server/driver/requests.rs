@@ -59,9 +59,13 @@ impl Driver {
             stderr,
             offset,
             max_bytes,
+            node,
         } = command
         {
-            let asked = match self.planner.authorize_logs(&job, task.as_deref(), caller) {
+            let asked = match self
+                .planner
+                .authorize_logs(&job, task.as_deref(), node.as_deref(), caller)
+            {
                 Ok(t) => t,
                 Err(e) => {
                     let _ = reply.send(Err(ResponseError::new(e.to_string())));
@@ -83,7 +87,7 @@ impl Driver {
                 index: asked.index,
             };
             let link = self.links.get(&piece.node).map(|l| &l.frames);
-            self.logs.ask(link, task, stderr, max_bytes, piece, reply);
+            self.logs.ask(link, task, asked.step, stderr, max_bytes, piece, reply);
             return;
         }
         let answer = self.answer(caller, peer, command);

@@ -504,6 +504,7 @@ async fn logs_are_read_on_the_tasks_node_for_its_owner_only() {
         stderr: false,
         offset: 0,
         max_bytes: 4096,
+        node: None,
     };
     let e = rig.answer("bob", false, logs()).await.unwrap_err();
     assert!(
@@ -546,6 +547,7 @@ async fn a_link_that_ends_fails_the_logs_requests_waiting_for_it_and_its_node_tu
             stderr: true,
             offset: 0,
             max_bytes: 10,
+            node: None,
         },
     );
     rig.handle(a.gone());
@@ -650,6 +652,7 @@ async fn under_private_data_another_users_job_reads_as_missing() {
             stderr: false,
             offset: 0,
             max_bytes: 1,
+            node: None,
         },
     ] {
         let e = rig.answer("bob", false, command.clone()).await.unwrap_err();
