@@ -198,6 +198,10 @@ fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
     let (code, _, err) = text(&live.cli(&["exec", "held", "--", "true"]));
     assert_ne!(code, 0);
     assert!(err.contains("not running"), "{err}");
+    // Its steps' output is still there to read.
+    let (code, out, err) = text(&live.cli(&["logs", "held.0"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("oops\n"), "{out}");
     let _ = Duration::ZERO;
 }
 

@@ -245,4 +245,60 @@ fn open_mpi_mpirun_in_a_batch_job_starts_its_ranks_on_the_job_s_nodes_through_hy
             "no exec on {node}:\n{log}"
         );
     }
+
+    // mpi4py too (Debian's is built on Open MPI).
+    let py = "from mpi4py import MPI; c = MPI.COMM_WORLD; print('py', c.rank, c.size, c.allreduce(c.rank))";
+    let job = live.job(
+        "mpi4py",
+        &format!(
+            "launch: batch\ntimeLimit: 120\ntasks:\n  - name: s\n    replicas: 4\n    resources: {{cpu: 1}}\n    \
+             env: {{OMPI_MCA_btl: 'self,tcp'}}\n    workingDir: WORKDIR\n    command: [mpirun.openmpi, -np, '4', python3, -c, \"{py}\"]\n"
+        ),
+    );
+    let (code, err) = live.submit_wait(&job);
+    let out = live.output("mpi4py", "s-0");
+    assert_eq!(code, 0, "{err}\n{out}");
+    let mut lines: Vec<&str> = out.lines().filter(|l| l.starts_with("py ")).collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["py 0 4 6", "py 1 4 6", "py 2 4 6", "py 3 4 6"], "{out}");
+}
+
+#[test]
+fn mpich_mpiexec_in_a_batch_job_launches_through_hyperplan_exec() {
+    let live = Live::start(&["n1", "n2"]);
+    let Some(exe) = compile("mpicc.mpich", ALLREDUCE_C, live.work.path(), "allreduce") else {
+        return;
+    };
+    // hydra unchanged: HYDRA_HOST_FILE, HYDRA_LAUNCHER=rsh, HYDRA_LAUNCHER_EXEC from the job.
+    let job = live.job(
+        "hydra",
+        &format!(
+            "launch: batch\ntimeLimit: 120\ntasks:\n  - name: s\n    replicas: 4\n    resources: {{cpu: 1}}\n    \
+             workingDir: WORKDIR\n    command: [mpiexec.hydra, -n, '4', {}]\n",
+            path_str(&exe)
+        ),
+    );
+    let (code, err) = live.submit_wait(&job);
+    let out = live.output("hydra", "s-0");
+    assert_eq!(code, 0, "{err}\n{out}\n{}", live.c.planner_log());
+    let mut lines: Vec<&str> = out.lines().filter(|l| l.starts_with("rank ")).collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            "rank 0 of 4 sum 6 left 3",
+            "rank 1 of 4 sum 6 left 0",
+            "rank 2 of 4 sum 6 left 1",
+            "rank 3 of 4 sum 6 left 2"
+        ],
+        "{out}"
+    );
+    // Its proxies ran through `hyperplan exec` on both nodes.
+    let log = live.c.planner_log();
+    for node in ["n1", "n2"] {
+        assert!(
+            log.contains(&format!("nodes=[\"{node}\"]")),
+            "no exec on {node}:\n{log}"
+        );
+    }
 }

@@ -158,7 +158,11 @@ fn prepare(start: &ExecStart, state_dir: &Path, allow_root: bool) -> Result<Prep
     } else {
         start.argv.clone()
     };
+    // Not the task's PMI socket: that descriptor is the task's alone.
     spec.pmi_fd = None;
+    for key in ["PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_SPAWNED"] {
+        spec.env.remove(key);
+    }
     spec.time_limit_secs = None;
     let checked = spec.check(&dir.spec()).map_err(|e| e.to_string())?;
     let identity = user::lookup(&checked.spec.user).map_err(|e| e.to_string())?;
