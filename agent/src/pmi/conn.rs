@@ -63,9 +63,37 @@ pub async fn serve(hub: Hub, shape: JobShape, rank: u32, stream: tokio::net::Uni
                 }
             },
         };
-        let answer = match answer(&hub, &shape, &kvsname, rank, request).await {
-            Some(a) => a,
-            None => break,
+        let answer = if request == Request::BarrierIn {
+            // Waiting for the others, the socket is watched too: a rank that dies in the
+            // barrier (or writes during it) leaves, so its job's space can go.
+            let mut waiting = hub.barrier_in(shape.job_id, rank);
+            let mut watch = true;
+            let released = loop {
+                tokio::select! {
+                    released = &mut waiting => break Some(released),
+                    buffered = read.fill_buf(), if watch => match buffered {
+                        // Gone.
+                        Ok([]) | Err(_) => break None,
+                        // A line ahead of the answer: read after it.
+                        Ok(_) => watch = false,
+                    },
+                }
+            };
+            match released {
+                Some(Ok(Ok(()))) => Response::BarrierOut,
+                // The client reads any answer to a barrier as success: failing it means
+                // closing the socket.
+                Some(Ok(Err(why))) => {
+                    tracing::warn!(job = %shape.job, rank, "PMI barrier failed: {why}");
+                    break;
+                }
+                Some(Err(_)) | None => break,
+            }
+        } else {
+            match answer(&hub, &shape, &kvsname, rank, request).await {
+                Some(a) => a,
+                None => break,
+            }
         };
         if write.write_all(answer.encode().as_bytes()).await.is_err() {
             break;
@@ -74,8 +102,7 @@ pub async fn serve(hub: Hub, shape: JobShape, rank: u32, stream: tokio::net::Uni
     hub.detach(shape.job_id, rank);
 }
 
-/// The answer to one request; `None` closes the connection (an abort, a barrier that
-/// cannot complete).
+/// The answer to one request but a barrier; `None` closes the connection (an abort).
 async fn answer(hub: &Hub, shape: &JobShape, kvsname: &str, rank: u32, request: Request) -> Option<Response> {
     let wrong_space = |asked: &Option<String>| asked.as_deref().is_some_and(|k| k != kvsname);
     Some(match request {
@@ -105,16 +132,8 @@ async fn answer(hub: &Hub, shape: &JobShape, kvsname: &str, rank: u32, request: 
             Some(value) => Response::GetOk { value },
             None => Response::GetNotFound,
         },
-        Request::BarrierIn => match hub.barrier_in(shape.job_id, rank).await {
-            Ok(Ok(())) => Response::BarrierOut,
-            // The client reads any answer to a barrier as success: failing it means
-            // closing the socket.
-            Ok(Err(why)) => {
-                tracing::warn!(job = %shape.job, rank, "PMI barrier failed: {why}");
-                return None;
-            }
-            Err(_) => return None,
-        },
+        // Answered by `serve`, which watches the socket while it waits.
+        Request::BarrierIn => return None,
         Request::Finalize => Response::FinalizeAck,
         Request::Abort { code, message } => {
             tracing::warn!(
@@ -129,4 +148,84 @@ async fn answer(hub: &Hub, shape: &JobShape, kvsname: &str, rank: u32, request: 
             return refusal;
         }
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::io::{BufRead, BufReader, Write};
+
+    use super::super::hub::PmiTask;
+    use super::*;
+
+    fn shape() -> JobShape {
+        JobShape {
+            job: "j".into(),
+            job_id: 1,
+            size: 2,
+            local: [0, 1].into_iter().collect(),
+            nodes: 1,
+            mapping: "(vector,(0,1,2))".into(),
+        }
+    }
+
+    /// Waits (yielding to the connections) until `done`.
+    async fn until(mut done: impl FnMut() -> bool) {
+        for _ in 0..10_000 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        panic!("timed out");
+    }
+
+    #[tokio::test]
+    async fn two_ranks_fence_and_a_rank_that_dies_in_a_barrier_leaves_it() {
+        let hub = Hub::default();
+        let (a, a_peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (b, b_peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        for (rank, stream) in [(0, a_peer), (1, b_peer)] {
+            hub.attach(PmiTask {
+                shape: shape(),
+                rank,
+                stream,
+            });
+        }
+        // Both in, both out, and each sees the other's key.
+        let talk = |mut s: &std::os::unix::net::UnixStream, line: &str| {
+            s.write_all(line.as_bytes()).unwrap();
+        };
+        talk(&a, "cmd=put kvsname=hyperplan_1 key=k0 value=v0\n");
+        talk(&b, "cmd=put kvsname=hyperplan_1 key=k1 value=v1\n");
+        talk(&a, "cmd=barrier_in\n");
+        talk(&b, "cmd=barrier_in\n");
+        talk(&a, "cmd=get kvsname=hyperplan_1 key=k1\n");
+        let lines = tokio::task::spawn_blocking(move || {
+            let mut r = BufReader::new(a.try_clone().unwrap());
+            let mut got = Vec::new();
+            for _ in 0..3 {
+                let mut l = String::new();
+                r.read_line(&mut l).unwrap();
+                got.push(l);
+            }
+            (got, a)
+        });
+        let (got, a) = lines.await.unwrap();
+        assert_eq!(
+            got,
+            [
+                "cmd=put_result rc=0\n",
+                "cmd=barrier_out\n",
+                "cmd=get_result rc=0 value=v1\n"
+            ]
+        );
+        // Rank 0 enters the next barrier and dies there; rank 1 closes too: the job's
+        // space goes.
+        talk(&a, "cmd=barrier_in\n");
+        drop(a);
+        until(|| hub.jobs() == 1).await;
+        drop(b);
+        until(|| hub.jobs() == 0).await;
+    }
 }
