@@ -29,6 +29,10 @@ pub struct Live {
     pub agent_cgroups: Vec<PathBuf>,
     /// `RUST_LOG` of the agents started next (`info` unless a test says).
     pub agent_rust_log: String,
+    /// Each agent (and so its tasks) in a UTS namespace of its own whose host name is its
+    /// node's name, as on real nodes (MPI names its files and segments by host name).
+    /// Root only; elsewhere they share this machine's.
+    pub own_hostnames: bool,
 }
 
 /// Live clusters started by this test process, for unique cgroup names.
@@ -46,12 +50,30 @@ impl Live {
 
     /// As [`Live::start_with`], each agent started inside the cgroups `agent_cgroups`.
     pub fn start_in(nodes: &[&str], agent_args: &[&str], agent_cgroups: &[PathBuf]) -> Live {
+        let mut live = Self::bare(Cluster::start(nodes), agent_args, agent_cgroups);
+        live.start_agents(nodes);
+        live
+    }
+
+    /// As [`Live::start`], each agent with its node's name as its host name (see
+    /// `own_hostnames`).
+    pub fn start_with_hostnames(nodes: &[&str]) -> Live {
         let c = Cluster::start(nodes);
+        let mut live = Self::bare(c, &[], &[]);
+        live.own_hostnames = super::euid_is_root();
+        if !live.own_hostnames {
+            eprintln!("not root: the agents share this machine's host name");
+        }
+        live.start_agents(nodes);
+        live
+    }
+
+    fn bare(c: Cluster, agent_args: &[&str], agent_cgroups: &[PathBuf]) -> Live {
         let user = task_user();
         c.issue_user(&user);
         let work = tempfile::tempdir().unwrap();
         set_mode(work.path(), 0o777);
-        let mut live = Live {
+        Live {
             c,
             user,
             work,
@@ -64,14 +86,17 @@ impl Live {
             ),
             agent_cgroups: agent_cgroups.to_vec(),
             agent_rust_log: "info".into(),
-        };
+            own_hostnames: false,
+        }
+    }
+
+    fn start_agents(&mut self, nodes: &[&str]) {
         for n in nodes {
-            live.start_agent(n);
+            self.start_agent(n);
         }
         for n in nodes {
-            live.c.wait_state(n, "Ready", LONG);
+            self.c.wait_state(n, "Ready", LONG);
         }
-        live
     }
 
     pub fn start_agent(&mut self, node: &str) {
@@ -87,12 +112,21 @@ impl Live {
             .unwrap();
         // Through a shell that moves itself into the cgroups first, then becomes the agent.
         let cgroups: Vec<String> = self.agent_cgroups.iter().map(|c| path_str(c).to_string()).collect();
-        let child = Command::new("sh")
-            .args([
+        let mut command = if self.own_hostnames {
+            let mut c = Command::new("unshare");
+            c.args(["--uts", "--", "sh", "-c", "hostname \"$HP_NODE\" || exit 96; for c in $HP_CGROUPS; do echo $$ > $c/cgroup.procs || exit 97; done; exec \"$@\"", "sh"]);
+            c
+        } else {
+            let mut c = Command::new("sh");
+            c.args([
                 "-c",
                 "for c in $HP_CGROUPS; do echo $$ > $c/cgroup.procs || exit 97; done; exec \"$@\"",
                 "sh",
-            ])
+            ]);
+            c
+        };
+        let child = command
+            .env("HP_NODE", node)
             .arg(bin("hyperplan-agent"))
             .env("HP_CGROUPS", cgroups.join(" "))
             .args(["run", "--planner", &self.c.addr, "--node", node, "--cert-dir"])
