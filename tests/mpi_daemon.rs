@@ -33,6 +33,23 @@ int main(int argc, char **argv) {
 }
 "#;
 
+/// `out` holds the lines of the 4 ranks of [`ALLREDUCE_C`], each with the sum of all
+/// ranks and its left neighbour's rank.
+fn assert_world_of_4(out: &str) {
+    let mut lines: Vec<&str> = out.lines().filter(|l| l.starts_with("rank ")).collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            "rank 0 of 4 sum 6 left 3",
+            "rank 1 of 4 sum 6 left 0",
+            "rank 2 of 4 sum 6 left 1",
+            "rank 3 of 4 sum 6 left 2"
+        ],
+        "{out}"
+    );
+}
+
 /// Open MPI's transports: shared memory and TCP; TCP only where the agents share this
 /// machine's host name, which names Open MPI's shared-memory segments (ranks of n1 and n2
 /// would use the same ones).
@@ -249,18 +266,7 @@ fn open_mpi_mpirun_in_a_batch_job_starts_its_ranks_on_the_job_s_nodes_through_hy
         .clone();
     let out = live.output("ompi", rank0["name"].as_str().unwrap());
     assert_eq!(code, 0, "{err}\n{out}\n{}", live.c.planner_log());
-    let mut lines: Vec<&str> = out.lines().filter(|l| l.starts_with("rank ")).collect();
-    lines.sort_unstable();
-    assert_eq!(
-        lines,
-        [
-            "rank 0 of 4 sum 6 left 3",
-            "rank 1 of 4 sum 6 left 0",
-            "rank 2 of 4 sum 6 left 1",
-            "rank 3 of 4 sum 6 left 2"
-        ],
-        "{out}"
-    );
+    assert_world_of_4(&out);
     // Its daemons ran through `hyperplan exec` on the other node (and on its own too where
     // the nodes share this machine's host name: mpirun does not know it is there).
     let log = live.c.planner_log();
@@ -309,18 +315,7 @@ fn mpich_mpiexec_in_a_batch_job_launches_through_hyperplan_exec() {
     let (code, err) = live.submit_wait(&job);
     let out = live.output("hydra", "s-0");
     assert_eq!(code, 0, "{err}\n{out}\n{}", live.c.planner_log());
-    let mut lines: Vec<&str> = out.lines().filter(|l| l.starts_with("rank ")).collect();
-    lines.sort_unstable();
-    assert_eq!(
-        lines,
-        [
-            "rank 0 of 4 sum 6 left 3",
-            "rank 1 of 4 sum 6 left 0",
-            "rank 2 of 4 sum 6 left 1",
-            "rank 3 of 4 sum 6 left 2"
-        ],
-        "{out}"
-    );
+    assert_world_of_4(&out);
     // Its proxies ran through `hyperplan exec` on the other node.
     let j = live.status("hydra");
     let log = live.c.planner_log();

@@ -44,11 +44,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let config = ClientConfig::from_process(&args.client)?;
-    let name = args
-        .job
-        .name
-        .clone()
-        .unwrap_or_else(|| format!("alloc-{}", std::process::id()));
+    let name = args.job.name_or("alloc");
     let hold = ["sleep".to_string(), "infinity".to_string()];
     let (job, id) = submit(&config, job_text(&args.job, &name, &hold, None, true))?;
     eprintln!("hyperplan alloc: job {job} (id {id}) submitted; waiting for its nodes");

@@ -85,6 +85,15 @@ pub struct JobArgs {
     pub topology_policy: Option<String>,
 }
 
+impl JobArgs {
+    /// `--name`, or `<prefix>-<pid>`.
+    pub fn name_or(&self, prefix: &str) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("{prefix}-{}", std::process::id()))
+    }
+}
+
 /// The job file these make: JSON, which the planner reads as the YAML it is.
 pub fn job_text(args: &JobArgs, name: &str, command: &[String], mpi: Option<&str>, batch: bool) -> String {
     let mut resources = serde_json::Map::new();
@@ -153,11 +162,7 @@ pub fn report(config: &ClientConfig, job: &str, id: u64) -> anyhow::Result<JobRe
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let config = ClientConfig::from_process(&args.client)?;
-    let name = args
-        .job
-        .name
-        .clone()
-        .unwrap_or_else(|| format!("run-{}", std::process::id()));
+    let name = args.job.name_or("run");
     let text = job_text(&args.job, &name, &args.command, args.mpi.as_deref(), args.batch);
     let (job, id) = submit(&config, text)?;
     let job = &job;

@@ -139,6 +139,10 @@ pub async fn serve(mut send: quinn::SendStream, mut recv: quinn::RecvStream, sta
 /// The command as the task's spec says to run it, with `start`'s argv.
 fn prepare(start: &ExecStart, state_dir: &Path, allow_root: bool) -> Result<Prepared, String> {
     let t = &start.task;
+    // The names place the files read: checked, whatever the planner sent.
+    use hyperplan_shared::names::{NameKind, check_name};
+    check_name(NameKind::Job, &t.job).map_err(|e| format!("job name: {e}"))?;
+    check_name(NameKind::Task, &t.task).map_err(|e| format!("task name: {e}"))?;
     let dir = TaskDir::new(state_dir, &t.job, t.job_id, &t.task);
     if dir.record().exists() {
         return Err(format!("task {}/{} has ended on this node", t.job, t.task));

@@ -5,8 +5,8 @@
 //!
 //! Per fence this is O(ranks) in and O(ranks) out per node. Bounded: a job's pairs at
 //! one fence by [`MAX_FENCE_BYTES`] (past it, the fence fails for every node), the jobs
-//! gathered at once by [`MAX_JOBS`]; a job that ended is forgotten at the next fence
-//! of any job ([`FenceRelay::retain`]).
+//! gathered at once by [`MAX_JOBS`]; a job that ended is forgotten at the driver's next
+//! tick ([`FenceRelay::retain`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -134,7 +134,6 @@ impl FenceRelay {
     }
 
     /// No job has a fence under way or answered.
-    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
     }

@@ -170,14 +170,7 @@ impl Driver {
                     return;
                 }
                 let nodes = self.planner.job_nodes(&fence.job, fence.job_id);
-                let job_id = fence.job_id;
                 let frames = self.fences.on_fence(&node, fence, nodes.as_deref());
-                if !frames.is_empty() {
-                    // A fence done: the fences of jobs that ended since go.
-                    let planner = &self.planner;
-                    self.fences
-                        .retain(|job, id| id == job_id || planner.job_nodes(job, id).is_some());
-                }
                 // Not persisted: sent at once, not after the next commit.
                 for (to, frame) in frames {
                     if let Some(l) = self.links.get(&*to) {

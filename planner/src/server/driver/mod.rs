@@ -364,6 +364,11 @@ impl Driver {
         }
         // Acknowledged once what they changed is committed (this tick's records).
         self.work.after.append(&mut self.acks);
+        // The fences of jobs that ended go (with the last answer each kept).
+        if !self.fences.is_empty() {
+            let planner = &self.planner;
+            self.fences.retain(|job, id| planner.job_nodes(job, id).is_some());
+        }
         if placements.is_empty() {
             return;
         }
