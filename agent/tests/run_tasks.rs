@@ -514,12 +514,14 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
         task: task.clone(),
         grace_secs: 2,
         epoch: 1,
+        signal: None,
     });
     // A second Kill while it is being killed changes nothing.
     s.planner.send(PlannerToAgent::Kill {
         task: task.clone(),
         grace_secs: 0,
         epoch: 1,
+        signal: None,
     });
     let end = s.planner.finished(&task).await;
     assert_eq!(end.outcome, TaskOutcome::Cancelled, "{end:?}");
@@ -555,6 +557,7 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
         task: quick.clone(),
         grace_secs: 1,
         epoch: 1,
+        signal: None,
     });
     let end = s.planner.finished(&quick).await;
     assert_eq!(end.outcome, TaskOutcome::Cancelled, "{end:?}");
@@ -562,6 +565,45 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
         reaper.0.push(pid);
         assert!(!alive(pid));
     }
+    // A preemption's warning signal (the job's checkpoint hook) reaches the task in
+    // place of SIGTERM, and the task may end on its own within the grace.
+    let marker = s.work().join("usr1");
+    let mut launch = launch_task("sleepy", 21, &me(), "", &s.work());
+    launch.task = "w-2".into();
+    launch.index = 2;
+    launch.argv = vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "trap 'echo checkpointed > {}; exit 0' USR1; touch {}.up; while :; do sleep 0.05; done",
+            marker.display(),
+            marker.display()
+        ),
+    ];
+    s.planner.send(PlannerToAgent::Launch(Box::new(launch)));
+    let ckpt = TaskRef {
+        job: "sleepy".into(),
+        job_id: 21,
+        task: "w-2".into(),
+        index: 2,
+    };
+    reaper.0.push(s.planner.started(&ckpt).await);
+    // The trap is set once the script has touched its file.
+    let up = marker.with_extension("up");
+    let deadline = Instant::now() + WAIT;
+    while !up.exists() {
+        assert!(Instant::now() < deadline, "the script did not start");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    s.planner.send(PlannerToAgent::Kill {
+        task: ckpt.clone(),
+        grace_secs: 30,
+        epoch: 1,
+        signal: Some(libc::SIGUSR1),
+    });
+    let end = s.planner.finished(&ckpt).await;
+    assert_eq!(end.exit_code, Some(0), "{end:?}");
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "checkpointed\n");
     // Kill of an unknown task: nothing happens, the link goes on.
     s.planner.send(PlannerToAgent::Kill {
         task: TaskRef {
@@ -572,6 +614,7 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
         },
         grace_secs: 1,
         epoch: 1,
+        signal: None,
     });
     s.planner
         .find("a heartbeat", |m| {

@@ -20,7 +20,8 @@
 //! | `jobs/` | admission, ownership and limits, the task lifecycle, `recover`, `retire` |
 //! | `nodes/` | link claims, health, lost nodes, refused agents |
 //! | `discovery/` | HyperNodes from sources and labels, reconciled with the nodes |
-//! | `allocate/` | gradient search, scoring, NUMA assignment; `backfill/`: reservations and what a job is tried around |
+//! | `allocate/` | gradient search, scoring, NUMA assignment; `backfill/`: reservations and what a job is tried around; `hold`: nodes held for a preemption |
+//! | `preempt/` | who may preempt whom (`eligible`), the fewest victims in one HyperNode (`victims`, `trial`), the preemption carried out |
 //! | `dispatch/` | `Place` and `Relaunch` commands |
 //! | `persist/` | the `persist` system and start-up from the store (`restore`, `adopt`) |
 //! | `ingest` | events into the world |
@@ -44,12 +45,13 @@
 //! | 11 | `queues::account::account` | each queue's and user's use follows tasks that stopped or started outside the walk |
 //! | 12 | `order::rank` | the multifactor rank of new jobs, and of every waiting job each `recalcInterval` |
 //! | 13 | `allocate::allocate` | in rank order: queue limits, gradient search, scoring, NUMA assignment, reservations and backfill; each placement recorded in the ledger and charged to its queue |
-//! | 14 | `fairshare::accrue::accrue` | fair-share usage brought up to now where use changed; written to the store each `recalcInterval` |
-//! | 15 | `dispatch::dispatch` | a `Place` per new placement |
-//! | 16 | `dispatch::relaunch` | a `Relaunch` per node registered again with unstarted tasks |
-//! | 17 | `jobs::ownership::count_live` | each owner's live jobs, for `maxJobsPerUser` (the changed jobs only) |
-//! | 18 | `jobs::retire::retire` | jobs that ended leave the per-tick scans |
-//! | 19 | `persist::persist` | a `Persist` per changed job record (the daemon only) |
+//! | 14 | `preempt::preempt` | waiting jobs the walk could not place free ONE HyperNode: the fewest victims (then least work lost, fewest queues) are preempted, the nodes held for the job |
+//! | 15 | `fairshare::accrue::accrue` | fair-share usage brought up to now where use changed; written to the store each `recalcInterval` |
+//! | 16 | `dispatch::dispatch` | a `Place` per new placement |
+//! | 17 | `dispatch::relaunch` | a `Relaunch` per node registered again with unstarted tasks |
+//! | 18 | `jobs::ownership::count_live` | each owner's live jobs, for `maxJobsPerUser` (the changed jobs only) |
+//! | 19 | `jobs::retire::retire` | jobs that ended leave the per-tick scans |
+//! | 20 | `persist::persist` | a `Persist` per changed job record (the daemon only) |
 //!
 //! Between topology changes every system after the index works on what changed (see
 //! `cache::holdings`) and on live jobs (see `jobs::retire`), not on the whole cluster or
@@ -78,6 +80,7 @@ pub mod nodes;
 pub mod numa;
 pub mod order;
 pub mod persist;
+pub mod preempt;
 pub mod queues;
 pub mod ratelimit;
 pub mod requests;
@@ -124,6 +127,7 @@ impl Planner {
         world.insert_resource(model::tick::Reregistered::default());
         world.insert_resource(CapacityEpoch::default());
         world.insert_resource(allocate::backfill::Reservations::default());
+        world.insert_resource(model::tick::Nominated::default());
         world.insert_resource(TopologyDirty(true));
         world.insert_resource(LabelTypes::default());
         world.insert_resource(names::JobNames::default());
@@ -159,6 +163,7 @@ impl Planner {
                 queues::account::account,
                 order::rank,
                 allocate::allocate,
+                preempt::preempt,
                 fairshare::accrue::accrue,
                 dispatch::dispatch,
                 dispatch::relaunch,

@@ -178,6 +178,7 @@ mod tests {
                 },
                 grace_secs: 10,
                 epoch: 1,
+                signal: None,
             },
             1024,
         )

@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 /// Bumped on any incompatible change to the messages below. 7: [`RequestCommand::Queues`]
 /// (a planner of 6 cannot decode it and would close the connection as a bad frame; with
 /// the bump the CLI says which versions differ instead). 8: PMI fences
-/// ([`AgentMessage::Fence`], [`PlannerToAgent::FenceDone`]).
-pub const PROTOCOL_VERSION: u32 = 8;
+/// ([`AgentMessage::Fence`], [`PlannerToAgent::FenceDone`]). 9: a `Kill`'s warning signal
+/// (preemption), which an agent of 8 would ignore, sending SIGTERM instead.
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// Who is speaking on a connection. The certificate says the same (its OU), and the
 /// planner checks that the two agree.
@@ -204,6 +205,10 @@ pub enum PlannerToAgent {
         /// The sending planner's epoch (see `Registered`).
         #[serde(default)]
         epoch: u64,
+        /// Sent first instead of SIGTERM (a preempted job's `preemptSignal`, its
+        /// checkpoint hook); `None`: SIGTERM.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
     },
     /// The planner has the agent's `TaskStarted` (`finished: false`) or `TaskFinished`
     /// (`finished: true`) of this task: stop sending it (and, for an end, forget it).
@@ -835,6 +840,13 @@ mod tests {
             task: task.clone(),
             grace_secs: 10,
             epoch: 3,
+            signal: None,
+        });
+        roundtrip(&PlannerToAgent::Kill {
+            task: task.clone(),
+            grace_secs: 30,
+            epoch: 3,
+            signal: Some(10),
         });
         roundtrip(&PlannerToAgent::Ack {
             task: task.clone(),

@@ -161,6 +161,14 @@ pub struct JobRun {
     pub mpi: Option<MpiMode>,
     #[serde(default, skip_serializing_if = "is_tasks")]
     pub launch: LaunchMode,
+    /// Seconds a preempted task has from its warning signal to SIGKILL
+    /// (`preemptGrace`); `None`: the planner's `[preemption] grace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_grace: Option<u64>,
+    /// The signal a preempted task is warned with (`preemptSignal`, its checkpoint
+    /// hook); `None`: SIGTERM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_signal: Option<i32>,
 }
 
 fn is_tasks(mode: &LaunchMode) -> bool {
@@ -196,6 +204,10 @@ pub struct JobSpec {
     /// (`HYPERPLAN_CREDENTIAL`), with which they `hyperplan exec` into it until it ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credential: Option<String>,
+    /// Its `[[priorityClass]]` (`priorityClassName`): how far ahead it goes and whom it
+    /// may preempt; `None`: the planner's default class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class: Option<String>,
 }
 
 impl JobSpec {
@@ -303,6 +315,10 @@ struct RawJob {
     requeue: bool,
     mpi: Option<Located<String>>,
     launch: Option<Located<String>>,
+    priority_class_name: Option<Located<String>>,
+    /// Read as text: `30` or `2m`.
+    preempt_grace: Option<Located<String>>,
+    preempt_signal: Option<Located<String>>,
 }
 
 #[derive(Deserialize)]
@@ -344,6 +360,7 @@ struct VolcanoMetadata {
 struct VolcanoJobSpec {
     min_available: Option<Located<u32>>,
     queue: Option<Located<String>>,
+    priority_class_name: Option<Located<String>>,
     network_topology: Option<Located<RawTopology>>,
     tasks: Located<Vec<VolcanoTask>>,
 }
@@ -583,6 +600,24 @@ fn build_run(j: &JobParts, path: &Path) -> Result<JobRun, FileError> {
             ));
         }
     };
+    let preempt_grace = match &j.preempt_grace {
+        None => None,
+        Some(g) if g.value.trim() == "0" => Some(0),
+        Some(g) => Some(parse_time_limit(&g.value).map_err(|e| located_error(path, g, e.to_string()))?),
+    };
+    let preempt_signal = match &j.preempt_signal {
+        None => None,
+        Some(sig) => Some(crate::taskend::warning_signal(&sig.value).ok_or_else(|| {
+            located_error(
+                path,
+                sig,
+                format!(
+                    "expected a signal a task can catch (USR1, USR2, TERM, INT, HUP, … or its number), got {:?}",
+                    sig.value
+                ),
+            )
+        })?),
+    };
     Ok(JobRun {
         time_limit,
         master_port,
@@ -590,6 +625,8 @@ fn build_run(j: &JobParts, path: &Path) -> Result<JobRun, FileError> {
         requeue: j.requeue,
         mpi,
         launch,
+        preempt_grace,
+        preempt_signal,
     })
 }
 
@@ -739,6 +776,9 @@ struct JobParts {
     launch: Option<Located<String>>,
     queue: Option<Located<String>>,
     user: Option<Located<String>>,
+    priority_class: Option<Located<String>>,
+    preempt_grace: Option<Located<String>>,
+    preempt_signal: Option<Located<String>>,
 }
 
 fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), FileError> {
@@ -748,6 +788,9 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
     }
     if let Some(u) = &j.user {
         check_located_name(NameKind::User, u, path)?;
+    }
+    if let Some(c) = &j.priority_class {
+        check_located_name(NameKind::PriorityClass, c, path)?;
     }
     let run = build_run(&j, path)?;
     if j.tasks.value.is_empty() {
@@ -803,6 +846,7 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
         queue: j.queue.map(|q| q.value),
         user: j.user.map(|u| u.value),
         credential: None,
+        priority_class: j.priority_class.map(|c| c.value),
     };
     Ok((spec, j.name))
 }
@@ -861,6 +905,9 @@ impl RawJob {
             launch: self.launch,
             queue: self.queue,
             user: self.user,
+            priority_class: self.priority_class_name,
+            preempt_grace: self.preempt_grace,
+            preempt_signal: self.preempt_signal,
         }
     }
 }
@@ -921,6 +968,9 @@ impl VolcanoJob {
             launch: None,
             queue: spec.queue,
             user: None,
+            priority_class: spec.priority_class_name,
+            preempt_grace: None,
+            preempt_signal: None,
         }
     }
 }

@@ -21,13 +21,15 @@ pub enum NameKind {
     Queue,
     /// A user name (the simulator's `user`; Unix login names are stricter).
     User,
+    /// A `[[priorityClass]]` name.
+    PriorityClass,
 }
 
 impl NameKind {
     /// Longest name of this kind, in characters (= bytes: names are ASCII).
     pub const fn max_len(self) -> usize {
         match self {
-            NameKind::Job | NameKind::Task | NameKind::Queue | NameKind::User => MAX_JOB_NAME,
+            NameKind::Job | NameKind::Task | NameKind::Queue | NameKind::User | NameKind::PriorityClass => MAX_JOB_NAME,
             NameKind::Node | NameKind::HyperNode => MAX_NAME,
         }
     }
@@ -42,6 +44,7 @@ impl fmt::Display for NameKind {
             NameKind::HyperNode => "HyperNode",
             NameKind::Queue => "queue",
             NameKind::User => "user",
+            NameKind::PriorityClass => "priority class",
         })
     }
 }

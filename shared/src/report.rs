@@ -30,6 +30,9 @@ pub enum JobStatus {
     Failed,
     /// A task hit the job's time limit.
     Timeout,
+    /// Preempted for a job of higher priority (or reclaimed by a queue under its quota),
+    /// and not requeued; `preemptedBy` says by whom.
+    Preempted,
 }
 
 impl JobStatus {
@@ -43,6 +46,7 @@ impl JobStatus {
             JobStatus::Completed => "completed",
             JobStatus::Failed => "failed",
             JobStatus::Timeout => "timeout",
+            JobStatus::Preempted => "preempted",
         }
     }
 
@@ -51,7 +55,7 @@ impl JobStatus {
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            JobStatus::Completed | JobStatus::Failed | JobStatus::Cancelled | JobStatus::Timeout
+            JobStatus::Completed | JobStatus::Failed | JobStatus::Cancelled | JobStatus::Timeout | JobStatus::Preempted
         )
     }
 }
@@ -180,6 +184,28 @@ pub struct JobReport {
     /// A waiting job's place in the order: each factor and the score they make.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<PriorityReport>,
+    /// The job that preempted it last (it is then `preempted`, or pending again when it
+    /// asks `requeue`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_by: Option<String>,
+    /// A pending job's preemption under way: the HyperNode freed for it and its victims.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempting: Option<Nomination>,
+}
+
+/// The HyperNode a preemption frees for a job (held for it until it starts), the nodes
+/// its tasks will use there, and the jobs preempted for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Nomination {
+    /// The HyperNode (`None`: the whole cluster, a job without topology over several).
+    pub hyper_node: Option<String>,
+    /// The nodes held for it (whole, against every other job) until it starts.
+    pub nodes: Vec<String>,
+    /// The jobs preempted for it, by name.
+    pub victims: Vec<String>,
+    /// When it was decided (Unix seconds).
+    pub at: u64,
 }
 
 /// A waiting job's multifactor priority (see the README's formula).
@@ -223,6 +249,12 @@ pub struct Summary {
     pub pending: u32,
     pub rejected: u32,
     pub makespan: u64,
+    /// Jobs preempted (each time one is), in `simulate`.
+    #[serde(default)]
+    pub preemptions: u32,
+    /// Work those preemptions lost: seconds run × CPUs.
+    #[serde(default)]
+    pub lost_cpu_seconds: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

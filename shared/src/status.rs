@@ -216,6 +216,10 @@ pub struct Explanation {
     pub need: u64,
     /// Every HyperNode within the limit, lowest tier first, then by name.
     pub candidates: Vec<Candidate>,
+    /// A waiting job's preemption: the one under way, who it would preempt and why
+    /// (before it happens), or why it can preempt no one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<String>,
 }
 
 /// One HyperNode the gradient search looks at, and what it found there.

@@ -100,9 +100,49 @@ pub fn signal_name(signal: i32) -> String {
     name.to_string()
 }
 
+/// Signals a job may choose to be warned with before it is preempted (its checkpoint
+/// hook): a name (`USR1`, `SIGUSR1`, any case) or a number; what stops or cannot be
+/// caught (`KILL`, `STOP`) is refused.
+pub fn warning_signal(text: &str) -> Option<i32> {
+    let t = text.trim();
+    if let Ok(n) = t.parse::<i32>() {
+        return (1..=31).contains(&n).then_some(n).filter(|n| ![9, 19].contains(n));
+    }
+    let upper = t.to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let n = match bare {
+        "HUP" => 1,
+        "INT" => 2,
+        "QUIT" => 3,
+        "ABRT" => 6,
+        "USR1" => 10,
+        "USR2" => 12,
+        "ALRM" => 14,
+        "TERM" => 15,
+        "CONT" => 18,
+        "XCPU" => 24,
+        "WINCH" => 28,
+        "URG" => 23,
+        _ => return None,
+    };
+    Some(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warning_signals_by_name_or_number() {
+        assert_eq!(warning_signal("USR1"), Some(10));
+        assert_eq!(warning_signal("sigusr2"), Some(12));
+        assert_eq!(warning_signal(" 15 "), Some(15));
+        assert_eq!(warning_signal("KILL"), None);
+        assert_eq!(warning_signal("9"), None);
+        assert_eq!(warning_signal("0"), None);
+        assert_eq!(warning_signal("64"), None);
+        assert_eq!(warning_signal("SIGFOO"), None);
+    }
 
     #[test]
     fn exit_codes_as_a_shell_shows_them() {

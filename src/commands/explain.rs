@@ -65,6 +65,12 @@ pub fn render(e: &Explanation, clock: &Clock) -> String {
         let (start, reserved) = reservation(r, clock);
         out.push_str(&format!("expected start: {start}; reserved: {reserved}\n"));
     }
+    if let Some(p) = &e.preemption {
+        out.push_str(&format!("preemption: {p}\n"));
+    }
+    if let Some(by) = &e.job.preempted_by {
+        out.push_str(&format!("preempted by: {by}\n"));
+    }
     let limit = match e.tier_limit {
         Some(tier) => format!("tier limit {tier} (HyperNodes of tier {tier} or lower)"),
         None => "no tier limit".into(),
@@ -155,6 +161,8 @@ mod tests {
             reservation: None,
             queue: None,
             priority: None,
+            preempted_by: None,
+            preempting: None,
         }
     }
 
@@ -179,6 +187,7 @@ mod tests {
             ),
             tier_limit: Some(2),
             need: 4,
+            preemption: None,
             candidates: vec![
                 candidate("leaf-0", 1, 0, false, "full: 0 of 4 tasks fit"),
                 candidate("leaf-7", 1, 3, false, "too small: 3 of 4 tasks fit"),
@@ -218,6 +227,7 @@ mod tests {
             job: j,
             tier_limit: Some(2),
             need: 2,
+            preemption: None,
             candidates: vec![candidate("spine-0", 2, 1, false, "too small: 1 of 2 tasks fit")],
         };
         insta::assert_snapshot!(render(&e, &clock()), @r"
@@ -239,6 +249,7 @@ mod tests {
             job: job(JobStatus::Placed, None, &[Some("n1"), Some("n2")], Some("leaf-3")),
             tier_limit: None,
             need: 0,
+            preemption: None,
             candidates: vec![
                 candidate("leaf-3", 1, 2, true, "taken: lowest tier that fits, best score"),
                 candidate("leaf-4", 1, 2, false, "fits, lower score (more fragmentation)"),
@@ -258,6 +269,7 @@ mod tests {
             ),
             tier_limit: Some(1),
             need: 1,
+            preemption: None,
             candidates: vec![],
         };
         insta::assert_snapshot!(render(&e, &clock()), @r"

@@ -230,10 +230,26 @@ fn details(j: &JobReport, clock: &Clock) -> String {
         lines.push(("Expected start:", start));
         lines.push(("Reserved:", reserved));
     }
+    if let Some(n) = j.preempting.as_ref().filter(|_| j.status == JobStatus::Pending) {
+        lines.push(("Preempting:", preempting(n)));
+    }
+    if let Some(by) = &j.preempted_by {
+        lines.push(("Preempted by:", by.clone()));
+    }
     lines
         .into_iter()
         .map(|(label, text)| format!("{label:<16} {text}\n"))
         .collect()
+}
+
+/// A preemption under way: `f13, f14 in leaf-4; n[13-16] held for it`.
+pub(super) fn preempting(n: &hyperplan_shared::report::Nomination) -> String {
+    format!(
+        "{} in {}; {} held for it until they have ended",
+        n.victims.join(", "),
+        n.hyper_node.as_deref().unwrap_or("the cluster"),
+        n.nodes.join(",")
+    )
 }
 
 /// A waiting job's place and what makes it: `rank 3 of 41 waiting: queue priority 10,
@@ -371,6 +387,8 @@ mod tests {
                     reservation: None,
                     queue: None,
                     priority: None,
+                    preempted_by: None,
+                    preempting: None,
                 },
                 JobReport {
                     id: 1,
@@ -387,6 +405,8 @@ mod tests {
                     reservation: None,
                     queue: None,
                     priority: None,
+                    preempted_by: None,
+                    preempting: None,
                 },
                 JobReport {
                     id: 1,
@@ -403,6 +423,8 @@ mod tests {
                     reservation: None,
                     queue: None,
                     priority: None,
+                    preempted_by: None,
+                    preempting: None,
                 },
             ],
         }

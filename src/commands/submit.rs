@@ -34,7 +34,7 @@ pub struct Args {
     files: Vec<PathBuf>,
     /// Stay until the submitted jobs have ended; exit with the job's exit code (the first
     /// non-zero one of several jobs): 0 when all completed, the task's exit code for a
-    /// failed job (128 + N for a signal), 124 for a time limit, 130 when cancelled, 1 when
+    /// failed job (128 + N for a signal), 124 for a time limit, 130 when cancelled, 143 when preempted, 1 when
     /// rejected.
     #[arg(long)]
     wait: bool,
@@ -165,6 +165,8 @@ pub(crate) fn ended_code(job: &hyperplan_shared::report::JobReport) -> Option<u8
         S::Failed => Some(code(job.exit_code).max(1)),
         S::Timeout => Some(124),
         S::Cancelled => Some(130),
+        // Preempted and not requeued (a requeued job is pending again: not over).
+        S::Preempted => Some(143),
         S::Rejected => Some(1),
         S::Pending | S::Placed | S::Running => None,
     }

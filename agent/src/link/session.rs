@@ -358,8 +358,13 @@ impl Link {
                 self.pmi.failed(job_id, seq, &reason);
                 Vec::new()
             }
-            PlannerToAgent::Kill { task, grace_secs, .. } => {
-                self.tasks.on_kill(&task, grace_secs);
+            PlannerToAgent::Kill {
+                task,
+                grace_secs,
+                signal,
+                ..
+            } => {
+                self.tasks.on_kill(&task, grace_secs, signal);
                 Vec::new()
             }
             PlannerToAgent::Ack { task, finished } => {

@@ -7,10 +7,11 @@
 //! what left the session or the group is still below it). So neither `setsid` nor a
 //! double fork escapes a cancel, a time limit or the task's end.
 //!
-//! - SIGTERM or SIGINT (cancel): passed on to the task; SIGKILL follows
-//!   after the grace period if the task is still there: the seconds in the task's
-//!   `kill_grace` file when the agent wrote one (the planner's `Kill` carries its grace),
-//!   else the spec's. SIGHUP is ignored.
+//! - SIGTERM or SIGINT (cancel): passed on to the task (or, when the task's `kill_grace`
+//!   file names one, that signal instead: a preempted job's checkpoint hook); SIGKILL
+//!   follows after the grace period if the task is still there: the seconds in that file
+//!   when the agent wrote one (the planner's `Kill` carries its grace), else the spec's.
+//!   SIGHUP is ignored.
 //! - the time limit: SIGTERM to the task, SIGKILL after the grace period.
 //! - the task's end: whatever is left of it is killed (SIGKILL; its cgroups frozen and
 //!   emptied), and the children the shepherd inherited as a subreaper are reaped.
@@ -146,16 +147,23 @@ fn group_exists(pgid: u32) -> bool {
     unsafe { libc::kill(-(pgid as libc::pid_t), 0) == 0 }
 }
 
-/// The grace of a cancel, from the agent's `kill_grace` file (decimal seconds); None
-/// when there is none or it says nothing usable.
-pub fn read_kill_grace(path: &Path) -> Option<Duration> {
+/// The grace of a cancel, from the agent's `kill_grace` file (`SECONDS [SIGNAL]`), and
+/// the signal to warn the task with when it names one it can catch; None when there is
+/// no file or it says nothing usable.
+pub fn read_kill_grace(path: &Path) -> Option<(Duration, Option<i32>)> {
     let mut text = String::new();
     std::fs::File::open(path)
         .ok()?
         .take(32)
         .read_to_string(&mut text)
         .ok()?;
-    text.trim().parse::<u64>().ok().map(Duration::from_secs)
+    let mut words = text.split_whitespace();
+    let grace = words.next()?.parse::<u64>().ok().map(Duration::from_secs)?;
+    let warn = words
+        .next()
+        .and_then(|w| w.parse::<i32>().ok())
+        .filter(|s| (1..=31).contains(s) && ![libc::SIGKILL, libc::SIGSTOP].contains(s));
+    Some((grace, warn))
 }
 
 /// Waits for the task `pid` (a child of this process, leader of its own group, in
@@ -216,11 +224,11 @@ pub fn supervise(
         if let Some(signal @ (libc::SIGTERM | libc::SIGINT)) =
             signals.wait(next.map(|at| at.saturating_duration_since(now)))
         {
-            signal_task(pid, cgroups, signal);
+            let (wait, warn) = cancel_grace.and_then(read_kill_grace).unwrap_or((grace, None));
+            signal_task(pid, cgroups, warn.unwrap_or(signal));
             if !timed_out {
                 cancelled = true;
             }
-            let wait = cancel_grace.and_then(read_kill_grace).unwrap_or(grace);
             if let Some(at) = Instant::now().checked_add(wait) {
                 kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
             }

@@ -57,8 +57,8 @@ const LOOK_EVERY: Duration = Duration::from_millis(500);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kill {
     None,
-    /// Waiting for the shepherd's pid.
-    Pending(u64),
+    /// Waiting for the shepherd's pid: the grace, and the signal to warn with.
+    Pending(u64, Option<i32>),
     Sent,
 }
 
@@ -342,7 +342,7 @@ impl Tasks {
 
     /// Cancels the task (SIGTERM to its shepherd, which passes it on and SIGKILLs after
     /// `grace_secs`). Unknown, ended, or already being killed: nothing happens.
-    pub fn on_kill(&mut self, task: &TaskRef, grace_secs: u64) {
+    pub fn on_kill(&mut self, task: &TaskRef, grace_secs: u64, signal: Option<i32>) {
         let Some(entry) = self.tasks.get_mut(task) else {
             tracing::debug!(job = %task.job, task = %task.task, "Kill of a task not on this node; ignored");
             return;
@@ -351,7 +351,9 @@ impl Tasks {
             return;
         }
         tracing::info!(job = %task.job, job_id = task.job_id, task = %task.task, grace_secs, "cancelling the task");
-        entry.kill = Kill::Pending(grace_secs);
+        // Only a signal a task can catch warns it; anything else is SIGTERM.
+        let signal = signal.filter(|s| (1..=31).contains(s) && ![libc::SIGKILL, libc::SIGSTOP].contains(s));
+        entry.kill = Kill::Pending(grace_secs, signal);
         if entry.shepherd_pid.is_none() {
             entry.shepherd_pid = scan::read_pid(&entry.dir);
         }
@@ -569,12 +571,12 @@ fn apply(entry: &mut Entry, files: Files) {
 /// cancel waits until the shepherd is found, or the task is proven gone (then its
 /// leftovers are killed and it fails, see [`vanished`]).
 fn send_kill(entry: &mut Entry) {
-    if let (Kill::Pending(grace), Some(pid)) = (entry.kill, entry.shepherd_pid) {
+    if let (Kill::Pending(grace, warn), Some(pid)) = (entry.kill, entry.shepherd_pid) {
         if pid > 0 {
             if entry.lost.is_some() || !runner::shepherd_alive(pid, &entry.dir.spec()) {
                 return;
             }
-            runner::cancel(&entry.dir, pid, grace);
+            runner::cancel(&entry.dir, pid, grace, warn);
         }
         entry.kill = Kill::Sent;
         entry.kill_sent = Some((Instant::now(), Duration::from_secs(grace), 0));
@@ -1001,7 +1003,7 @@ mod tests {
         let mut t = tasks_with_grace(state.path(), Duration::ZERO);
         assert_eq!(finished(&t.unacked()).len(), 1);
         assert!(t.scan().is_empty(), "nothing new");
-        t.on_kill(task, 1); // ended: nothing to do
+        t.on_kill(task, 1, None); // ended: nothing to do
         t.on_ack(task, true);
         assert!(t.unacked().is_empty());
         assert!(
@@ -1182,7 +1184,7 @@ mod tests {
             );
             // Cancel reaches the shepherd found, not the process the pid file named.
             let task = running[0].task.clone();
-            t.on_kill(&task, 1);
+            t.on_kill(&task, 1, None);
             let status = wait_gone(&mut shepherd);
             use std::os::unix::process::ExitStatusExt;
             assert_eq!(status.signal(), Some(libc::SIGTERM), "wrong={wrong}");

@@ -330,8 +330,13 @@ pub fn write_record(dir: &TaskDir, record: &ExitRecord) {
 
 /// Asks the shepherd `pid` to cancel its task: the grace first (`kill_grace`, which the
 /// shepherd reads on SIGTERM), then SIGTERM, which it passes on to the task's group.
-pub fn cancel(dir: &TaskDir, shepherd_pid: u32, grace_secs: u64) {
-    if let Err(e) = write_replace(&dir.kill_grace(), format!("{grace_secs}\n").as_bytes()) {
+pub fn cancel(dir: &TaskDir, shepherd_pid: u32, grace_secs: u64, warn: Option<i32>) {
+    // `GRACE [SIGNAL]`: the shepherd warns the task with SIGNAL rather than SIGTERM.
+    let text = match warn {
+        Some(s) => format!("{grace_secs} {s}\n"),
+        None => format!("{grace_secs}\n"),
+    };
+    if let Err(e) = write_replace(&dir.kill_grace(), text.as_bytes()) {
         tracing::warn!(path = %dir.kill_grace().display(), "cannot write the kill grace: {e}");
     }
     signal(shepherd_pid, libc::SIGTERM);

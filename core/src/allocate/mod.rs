@@ -7,6 +7,7 @@ mod binpack;
 mod fading;
 mod gang;
 mod gradient;
+pub mod hold;
 mod lca_score;
 mod rank;
 mod reason;
@@ -31,7 +32,8 @@ use crate::model::components::{
     Job, JobPhase, JobState, NodeSlot, Retired, SubJob, SubJobState, Task, TaskPhase, TaskState,
 };
 use crate::model::components::{JobId, JobQueue};
-use crate::model::tick::{CapacityEpoch, Now, Outbox};
+use crate::model::ids::NodeIdx;
+use crate::model::tick::{CapacityEpoch, Nominated, Now, Outbox};
 use crate::order::{OrderKey, OrderState, Rank};
 use crate::queues::{self, QueueTable, QueueUse, Users};
 use hyperplan_shared::report::ReservationReport;
@@ -64,14 +66,15 @@ pub fn allocate(
     (mut cap, mut numa, mut holdings): (ResMut<Capacity>, ResMut<NumaState>, ResMut<Holdings>),
     mut out: ResMut<Outbox>,
     mut jobs: Query<(Entity, &Job, &mut JobState), Without<Retired>>,
-    mut sub_jobs: Query<(&SubJob, &mut SubJobState)>,
-    mut tasks: Query<(&Task, &mut TaskState)>,
-    nodes: Query<&NodeSlot>,
+    mut sub_jobs: Query<(&'static SubJob, &'static mut SubJobState)>,
+    mut tasks: Query<(&'static Task, &'static mut TaskState)>,
+    nodes: Query<&'static NodeSlot>,
     (submitted, requeued): (Arrived<Added<Job>>, Arrived<Changed<Requeued>>),
     mut unsettled: Local<Unsettled>,
     awaiting: Option<Res<crate::model::awaiting::Awaiting>>,
     mut reservations: ResMut<Reservations>,
-    policy: Policy,
+    (policy, mut nominated): (Policy, ResMut<Nominated>),
+    mut last_held: Local<Vec<Entity>>,
 ) {
     let Policy {
         queue_table,
@@ -102,13 +105,28 @@ pub fn allocate(
     // submit time, then id.
     let key_of = |e: Entity, job: &Job| -> OrderKey {
         meta.get(e).map_or(
-            (Reverse(0), Reverse(0), job.spec.submit_time, u64::MAX),
+            (Reverse(0), Reverse(0), Reverse(0), job.spec.submit_time, u64::MAX),
             |(_, rank, id)| rank.key(job.spec.submit_time, *id),
         )
     };
     // Reservations stand until room may have grown, a holder stopped waiting, or a job
     // arrived ahead of one; then they are all worked out again in this walk.
     let want = config.scheduler.reservations as usize;
+    // Jobs whose preemption's nodes are held (see `hold`): when one of them no longer
+    // is (cancelled, or it lost its nomination), room grew for everyone.
+    let held: Vec<Entity> = nominated
+        .jobs
+        .iter()
+        .copied()
+        .filter(|&e| {
+            jobs.get(e)
+                .is_ok_and(|(_, _, st)| st.phase == JobPhase::Pending && st.nomination.is_some())
+        })
+        .collect();
+    if last_held.iter().any(|e| !held.contains(e)) {
+        reservations.basis = None;
+    }
+    *last_held = held.clone();
     // A maintenance window that closed gives its nodes back: everything is looked at again.
     let closed = config.maintenance.iter().filter(|w| w.end <= now_s).count() as u64;
     let basis = (epoch.0, index.generation, order_state.generation, closed);
@@ -207,8 +225,20 @@ pub fn allocate(
         let (alloc, used) = (cap.hn_alloc(index.root), cap.hn_used(index.root));
         alloc.iter().zip(used).map(|(a, u)| a.saturating_sub(*u)).collect()
     };
+    // The nodes preemptions freed are held for their jobs (see `hold`).
+    let mut holds = hold::Holds::take(
+        held.iter().filter_map(|&e| {
+            let (_, _, st) = jobs.get(e).ok()?;
+            Some((e, st.nomination.as_ref()?.nodes.as_slice()))
+        }),
+        &index,
+        &mut cap,
+    );
     for (key, entity) in order {
         looked_at.push(entity);
+        if !holds.is_empty() {
+            holds.trying(entity, &index, &mut cap);
+        }
         let limit = jobs.get(entity).ok().and_then(|(_, j, _)| j.spec.run.time_limit);
         // A waiting job already looked at on this topology, that wants no reservation
         // now and cannot fit in all the free room there is (reservations or not), fails
@@ -248,7 +278,12 @@ pub fn allocate(
             if state.failed_epoch == Some(room_epoch) {
                 break; // nothing freed since it last failed: it would fail again
             }
-            let mut ctx = build_ctx(entity, job, &state, &index, &cap, &sub_jobs, &tasks, &nodes, &mut out);
+            let parts = QueryParts {
+                sub_jobs: &sub_jobs,
+                tasks: &tasks,
+                nodes: &nodes,
+            };
+            let mut ctx = build_ctx(entity, job, &state, &index, &cap, &parts, &mut out);
             if ctx.pending().next().is_none() {
                 break;
             }
@@ -415,6 +450,9 @@ pub fn allocate(
                 state.phase = JobPhase::Running;
                 state.start_time = Some(now_s);
                 state.reason = None;
+                if state.nomination.take().is_some() {
+                    nominated.jobs.remove(&entity);
+                }
             }
             if let Some(before) = was_rejected.take() {
                 out.0.push(Command::Info(format!(
@@ -424,6 +462,7 @@ pub fn allocate(
             }
         }
     }
+    holds.clear(&index, &mut cap);
     active.clear(&reservations.list, &index, &mut cap, &mut numa);
     // Not while agents are away: the stored reservations stand until it is whole again.
     if whole {
@@ -600,16 +639,57 @@ fn effective_tier(
     (limit.tier, limit.with_topology)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn build_ctx(
+/// Where [`build_ctx`] reads a job's sub-jobs, tasks and nodes: the walk's queries, or
+/// the world (the views, `preempt`).
+pub trait Parts {
+    /// A sub-job and what the allocator decided for it.
+    fn sub_job(&self, e: Entity) -> Option<(&SubJob, &SubJobState)>;
+    /// A task and where it is.
+    fn task(&self, e: Entity) -> Option<(&Task, &TaskState)>;
+    /// A node's dense index.
+    fn slot(&self, e: Entity) -> Option<NodeIdx>;
+}
+
+/// The walk's queries as [`Parts`].
+struct QueryParts<'a, 'w, 's> {
+    sub_jobs: &'a Query<'w, 's, (&'static SubJob, &'static mut SubJobState)>,
+    tasks: &'a Query<'w, 's, (&'static Task, &'static mut TaskState)>,
+    nodes: &'a Query<'w, 's, &'static NodeSlot>,
+}
+
+impl Parts for QueryParts<'_, '_, '_> {
+    fn sub_job(&self, e: Entity) -> Option<(&SubJob, &SubJobState)> {
+        self.sub_jobs.get(e).ok()
+    }
+    fn task(&self, e: Entity) -> Option<(&Task, &TaskState)> {
+        self.tasks.get(e).ok()
+    }
+    fn slot(&self, e: Entity) -> Option<NodeIdx> {
+        self.nodes.get(e).ok().map(|s| s.0)
+    }
+}
+
+impl Parts for World {
+    fn sub_job(&self, e: Entity) -> Option<(&SubJob, &SubJobState)> {
+        Some((self.get::<SubJob>(e)?, self.get::<SubJobState>(e)?))
+    }
+    fn task(&self, e: Entity) -> Option<(&Task, &TaskState)> {
+        Some((self.get::<Task>(e)?, self.get::<TaskState>(e)?))
+    }
+    fn slot(&self, e: Entity) -> Option<NodeIdx> {
+        self.get::<NodeSlot>(e).map(|s| s.0)
+    }
+}
+
+/// The job's worksheet for an attempt: its tasks (placed where), sub-jobs, tier limits
+/// and shapes; an unknown tier name is warned about in `out` on the job's first look.
+pub fn build_ctx(
     entity: Entity,
     job: &Job,
     state: &JobState,
     index: &TopologyIndex,
     cap: &Capacity,
-    sub_jobs: &Query<(&SubJob, &mut SubJobState)>,
-    tasks: &Query<(&Task, &mut TaskState)>,
-    nodes: &Query<&NodeSlot>,
+    parts: &dyn Parts,
     out: &mut Outbox,
 ) -> JobCtx {
     let root_tier = index.root_tier();
@@ -627,17 +707,17 @@ fn build_ctx(
     // One sub-job holding every task, in order (a job without partitions): its task
     // indices are the job's, no map needed.
     let single = match job.sub_jobs.as_slice() {
-        [se] => sub_jobs.get(*se).is_ok_and(|(sj, _)| sj.tasks == job.tasks),
+        [se] => parts.sub_job(*se).is_some_and(|(sj, _)| sj.tasks == job.tasks),
         _ => false,
     };
     let mut task_index = bevy_ecs::entity::EntityHashMap::default();
     let mut slots = Vec::with_capacity(job.tasks.len());
     for &te in &job.tasks {
-        let Ok((task, ts)) = tasks.get(te) else { continue };
+        let Some((task, ts)) = parts.task(te) else { continue };
         let node = match ts.phase {
             TaskPhase::Pending => None,
             // Finished tasks count as placed for the gang but hold nothing.
-            TaskPhase::Running | TaskPhase::Finished => ts.node.and_then(|n| nodes.get(n).ok()).map(|s| s.0),
+            TaskPhase::Running | TaskPhase::Finished => ts.node.and_then(|n| parts.slot(n)),
         };
         if !single {
             task_index.insert(te, slots.len());
@@ -652,7 +732,7 @@ fn build_ctx(
     }
     let mut sjs = Vec::with_capacity(job.sub_jobs.len());
     for &se in &job.sub_jobs {
-        let Ok((sj, sst)) = sub_jobs.get(se) else { continue };
+        let Some((sj, sst)) = parts.sub_job(se) else { continue };
         let (t, with) = match sj.group {
             None => (tier, with_topology),
             Some(_) => effective_tier(

@@ -114,6 +114,19 @@ pub(crate) fn duration(
     parse_time_limit(&text).map_err(|e| at(v.span().start, format!("{key}: {e}")))
 }
 
+/// As [`duration`], where 0 (`0` or `"0"`) is allowed too.
+pub(crate) fn duration_or_zero(
+    v: &Spanned<toml::Value>,
+    key: &str,
+    at: &dyn Fn(usize, String) -> ConfigError,
+) -> Result<u64, ConfigError> {
+    match v.get_ref() {
+        toml::Value::Integer(0) => Ok(0),
+        toml::Value::String(s) if s.trim() == "0" => Ok(0),
+        _ => duration(v, key, at),
+    }
+}
+
 /// A weight: a finite number within ±1e9.
 fn weight(
     v: &Spanned<f64>,

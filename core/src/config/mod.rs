@@ -7,6 +7,7 @@ pub mod fairshare;
 pub mod limits;
 pub mod maintenance;
 pub mod numa;
+pub mod preemption;
 pub mod queues;
 pub mod scheduler;
 pub mod scoring;
@@ -20,6 +21,7 @@ pub use fairshare::{FairshareConfig, FairshareSection, PriorityConfig, PriorityS
 pub use limits::{LimitsConfig, LimitsSection};
 pub use maintenance::{MaintenanceSection, MaintenanceWindow, windows_from_sections};
 pub use numa::{NumaConfig, NumaSection};
+pub use preemption::{PreemptionConfig, PreemptionSection, PriorityClass, PriorityClassSection};
 pub use queues::{DEFAULT_QUEUE, QueueConfig, QueueSection, queues_from_sections};
 pub use scheduler::{SchedulerConfig, SchedulerSection};
 pub use scoring::{ScoringConfig, ScoringSection, SpanMode};
@@ -47,6 +49,8 @@ pub struct PlannerConfig {
     pub priority: PriorityConfig,
     /// `[[reservation]]`: planned maintenance windows.
     pub maintenance: Vec<MaintenanceWindow>,
+    /// `[preemption]` and `[[priorityClass]]`.
+    pub preemption: PreemptionConfig,
 }
 
 impl Default for PlannerConfig {
@@ -61,6 +65,7 @@ impl Default for PlannerConfig {
             fairshare: FairshareConfig::default(),
             priority: PriorityConfig::default(),
             maintenance: Vec::new(),
+            preemption: PreemptionConfig::default(),
         }
     }
 }
@@ -79,6 +84,9 @@ struct CoreSections {
     priority: Option<PrioritySection>,
     #[serde(default)]
     reservation: Vec<MaintenanceSection>,
+    preemption: Option<PreemptionSection>,
+    #[serde(default, rename = "priorityClass")]
+    priority_class: Vec<PriorityClassSection>,
 }
 
 impl PlannerConfig {
@@ -109,6 +117,7 @@ impl PlannerConfig {
             fairshare: FairshareConfig::from_section(raw.fairshare.as_ref(), &at)?,
             priority: PriorityConfig::from_section(raw.priority.as_ref(), &at)?,
             maintenance: windows_from_sections(&raw.reservation, &at)?,
+            preemption: PreemptionConfig::from_sections(raw.preemption.as_ref(), &raw.priority_class, &at)?,
             ..Self::from_sections(&raw.scoring, raw.numa.as_ref(), &at)?
         })
     }

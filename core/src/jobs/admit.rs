@@ -38,7 +38,8 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
     // A simulated submission is checked as its owner would be (who may use the queue);
     // a real one was checked for its caller already, a stored one when it came.
     let caller = (unknown_queue == UnknownQueue::RejectAsOwner).then(|| Caller::user(&owner));
-    let (queue, queue_problem) = match check(world.resource::<QueueTable>(), &mut spec, caller) {
+    let preemption = &world.resource::<PlannerConfig>().preemption;
+    let (queue, queue_problem) = match check(world.resource::<QueueTable>(), preemption, &mut spec, caller) {
         Ok(q) => (q, None),
         Err(e) => (QueueIdx(0), Some(e.to_string())),
     };

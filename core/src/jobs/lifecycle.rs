@@ -46,6 +46,7 @@ pub fn job_status(st: &JobState) -> JobStatus {
         Some(Verdict::Failed) => JobStatus::Failed,
         Some(Verdict::Cancelled) => JobStatus::Cancelled,
         Some(Verdict::Timeout) => JobStatus::Timeout,
+        Some(Verdict::Preempted) => JobStatus::Preempted,
         None => JobStatus::Placed,
     };
     match st.phase {
@@ -78,6 +79,8 @@ pub(crate) fn cancel(world: &mut World, name: &str, grace_secs: u64) {
         JobPhase::Finished | JobPhase::Cancelled => return,
         // A rejected job too: it would be looked at again when nodes join.
         JobPhase::Pending | JobPhase::Rejected => {
+            // The nodes held for its preemption go back to everyone.
+            st.nomination = None;
             st.phase = JobPhase::Cancelled;
             st.verdict = Some(Verdict::Cancelled);
             st.end_time = Some(now);
@@ -93,9 +96,38 @@ pub(crate) fn cancel(world: &mut World, name: &str, grace_secs: u64) {
         st.reason = None;
     }
     st.requeue = None;
+    st.nomination = None;
     st.phase = JobPhase::Ending;
     st.kill = Some((KillReason::Cancel, grace_secs));
     stop_tasks(world, job_e, KillReason::Cancel, grace_secs);
+    settle(world, job_e);
+}
+
+/// Preempts running job `job_e` for job `by`: its tasks get the job's `preemptSignal`
+/// (SIGTERM by default) and `grace_secs` to end, then SIGKILL. It goes back to pending
+/// once they ended when it asks `requeue` (keeping its submit time, so its priority and
+/// age), or ends `preempted`. `why` is the reason it shows. A job that is not running
+/// (already ending, or pending) is left as it is.
+pub(crate) fn preempt(world: &mut World, job_e: Entity, by: &str, why: String, grace_secs: u64) {
+    let requeue = world.get::<Job>(job_e).is_some_and(|j| j.spec.run.requeue);
+    let Some(mut st) = world.get_mut::<JobState>(job_e) else {
+        return;
+    };
+    if st.phase != JobPhase::Running || st.verdict.is_some() {
+        return;
+    }
+    st.preempted_by = Some(by.to_string());
+    if requeue {
+        let why = format!("requeued: {why}");
+        st.reason = Some(why.clone());
+        st.requeue = Some(why);
+    } else {
+        st.verdict = Some(Verdict::Preempted);
+        st.reason = Some(why);
+    }
+    st.phase = JobPhase::Ending;
+    st.kill = Some((KillReason::Preempted, grace_secs));
+    stop_tasks(world, job_e, KillReason::Preempted, grace_secs);
     settle(world, job_e);
 }
 
@@ -163,6 +195,7 @@ pub(crate) fn tasks_on_node(world: &mut World, node: &str, tasks: Vec<TaskOnNode
                 index: t.index,
                 grace_secs: KILL_GRACE_SECS,
                 why: KillReason::Orphan,
+                signal: None,
             });
             continue;
         };
@@ -340,6 +373,9 @@ fn kill(world: &mut World, job_e: Entity, task_e: Entity, node: Arc<str>, why: K
         index: task.index,
         grace_secs,
         why,
+        signal: (why == KillReason::Preempted)
+            .then(|| job.spec.run.preempt_signal)
+            .flatten(),
     };
     world.resource_mut::<Outbox>().0.push(cmd);
 }
@@ -402,6 +438,7 @@ fn requeue(world: &mut World, job_e: Entity, why: String) {
             checked_generation: st.checked_generation,
             ..JobState::from_stored(StateRecord {
                 reason: Some(why),
+                preempted_by: st.preempted_by.take(),
                 ..StateRecord::new()
             })
         };

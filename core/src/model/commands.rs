@@ -152,6 +152,26 @@ pub enum Command {
         grace_secs: u64,
         /// Why it is killed.
         why: KillReason,
+        /// The signal sent first instead of SIGTERM (a preempted job's `preemptSignal`,
+        /// its checkpoint hook); `None`: SIGTERM.
+        signal: Option<i32>,
+    },
+    /// A job is preempted (its tasks get their `Kill`s): for the log, and the
+    /// simulator's count of preemptions and work lost.
+    Preempted {
+        /// The victim's name.
+        victim: String,
+        /// The job it is preempted for.
+        by: String,
+        /// The HyperNode freed (`None`: the whole cluster).
+        hyper_node: Option<String>,
+        /// The work it loses: seconds run × CPUs held (millicores / 1000), summed over its
+        /// tasks.
+        lost_cpu_seconds: u64,
+        /// It goes back to pending (`requeue: true`) rather than ending `preempted`.
+        requeued: bool,
+        /// Why it may be preempted (priority, or a reclaim).
+        why: String,
     },
     /// Write this job's record (see `persist`) before carrying out anything else of the
     /// tick: the daemon's store commits it first.
@@ -196,6 +216,8 @@ pub enum KillReason {
     Orphan,
     /// Its job's batch command (`launch: batch`, rank 0) ended: the job ends with it.
     BatchEnded,
+    /// Its job is preempted for a job of higher priority (or reclaimed).
+    Preempted,
 }
 
 impl KillReason {
@@ -207,6 +229,7 @@ impl KillReason {
             KillReason::Timeout => "the job's time limit",
             KillReason::Orphan => "orphan: the planner does not have it running there",
             KillReason::BatchEnded => "the job's batch command ended",
+            KillReason::Preempted => "preempted",
         }
     }
 }

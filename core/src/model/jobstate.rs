@@ -20,6 +20,8 @@ pub enum Verdict {
     Cancelled,
     /// A task hit the job's time limit.
     Timeout,
+    /// Preempted (and not requeued).
+    Preempted,
 }
 
 /// Lifecycle of a job as people see it.
@@ -144,6 +146,13 @@ pub struct StateRecord {
     /// [`MAX_STEPS`] kept: where each ran, so `hyperplan logs JOB.STEP` finds its output.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepRecord>,
+    /// The job that preempted it last, by name (kept when it is requeued).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_by: Option<String>,
+    /// While it waits for the victims of its preemption to end: where, and the nodes
+    /// held for it against every other job (see `preempt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nomination: Option<hyperplan_shared::report::Nomination>,
 }
 
 /// Steps a job keeps the record of (the newest; numbering goes on).
@@ -179,6 +188,8 @@ impl StateRecord {
             rejected_for_topology: false,
             reservation: None,
             steps: Vec::new(),
+            preempted_by: None,
+            nomination: None,
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The order of the allocate walk: Slurm's multifactor priority, queue first. A pending
-//! job's key is its queue's `priority`, then its score
+//! job's key is its queue's `priority`, then its priority class's `value`, then its score
 //!
 //! ```text
 //! score = weightPriority · priority          (the job's own; ≤ 0 for plain users)
@@ -30,6 +30,8 @@ use crate::topology::TopologyIndex;
 pub struct Rank {
     /// Its queue's priority (compared first).
     pub queue_priority: i32,
+    /// Its priority class's value (compared next; 0 without one).
+    pub class: i32,
     /// The weighted sum, in thousandths of a point.
     pub score: i64,
     /// The job's own priority.
@@ -45,12 +47,18 @@ pub struct Rank {
 }
 
 /// A job's place in the walk: smaller goes first.
-pub type OrderKey = (Reverse<i32>, Reverse<i64>, u64, u64);
+pub type OrderKey = (Reverse<i32>, Reverse<i32>, Reverse<i64>, u64, u64);
 
 impl Rank {
     /// The walk's key of the job with this rank, submitted at `submit`, numbered `id`.
     pub fn key(&self, submit: u64, id: JobId) -> OrderKey {
-        (Reverse(self.queue_priority), Reverse(self.score), submit, id.0)
+        (
+            Reverse(self.queue_priority),
+            Reverse(self.class),
+            Reverse(self.score),
+            submit,
+            id.0,
+        )
     }
 }
 
@@ -135,6 +143,7 @@ pub fn rank(
             + p.weight_size * size;
         *r = Rank {
             queue_priority: table.get(jq.queue).priority,
+            class: config.preemption.of(spec.priority_class.as_deref()).0,
             score: (score * 1000.0).round() as i64,
             job: spec.priority,
             fairshare,

@@ -85,7 +85,13 @@ impl Planner {
                 });
             }
             // The queue, checked for the caller; its default time limit is written in.
-            check(self.world().resource::<QueueTable>(), &mut spec, Some(caller))?;
+            let world = self.world();
+            check(
+                world.resource::<QueueTable>(),
+                &world.resource::<crate::config::PlannerConfig>().preemption,
+                &mut spec,
+                Some(caller),
+            )?;
             let record = JobRecord::submitted(id, owner, spec.clone())
                 .persist()
                 .map_err(|error| SubmitRefused::Encode {

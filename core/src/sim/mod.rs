@@ -75,13 +75,33 @@ pub fn simulate_with(
     let timed = jobs
         .iter()
         .any(|j| j.run.time_limit.is_some() || j.tasks.iter().any(|t| t.runtime.is_some()));
+    // (preemptions, work they lost)
+    let mut totals = (0u32, 0u64);
+    let count = |c: &Command, totals: &mut (u32, u64)| match c {
+        Command::Preempted { lost_cpu_seconds, .. } => {
+            totals.0 += 1;
+            totals.1 = totals.1.saturating_add(*lost_cpu_seconds);
+            true
+        }
+        _ => false,
+    };
     if !timed {
         for j in jobs {
             planner.push(Event::submit(j.clone(), j.user.as_deref().unwrap_or(SIM_OWNER)));
         }
-        let cmds = planner.tick(0);
-        note(cmds, &mut warnings);
-        after_tick(&mut planner);
+        // Once, and again at the same time while preemptions free room (each frees
+        // room for a job that waits; a bounded number of rounds).
+        for _ in 0..64 {
+            let cmds = note(planner.tick(0), &mut warnings);
+            after_tick(&mut planner);
+            let mut again = false;
+            for c in &cmds {
+                again |= count(c, &mut totals);
+            }
+            if !again {
+                break;
+            }
+        }
     } else {
         let mut submissions: Vec<&JobSpec> = jobs.iter().collect();
         submissions.sort_by(|a, b| a.submit_time.cmp(&b.submit_time).then_with(|| a.name.cmp(&b.name)));
@@ -100,7 +120,19 @@ pub fn simulate_with(
                 }
             }
             let cmds = planner.tick(now);
+            // A preemption stops its victims at once here (no agent): the room is the
+            // preemptor's at the next tick, at the same time.
+            let mut again = false;
             for c in note(cmds, &mut warnings) {
+                if let Command::Preempted { victim, .. } = &c {
+                    count(&c, &mut totals);
+                    again = true;
+                    // Its tasks' ends were scheduled for the run it no longer has.
+                    for list in completions.values_mut() {
+                        list.retain(|(job, _, _)| job != victim);
+                    }
+                    continue;
+                }
                 // A task's runtime is in its spec (the placement shares it); one past its
                 // job's time limit ends at the limit, as the agent would end it.
                 if let Command::Place(p) = c
@@ -113,6 +145,10 @@ pub fn simulate_with(
                 }
             }
             after_tick(&mut planner);
+            completions.retain(|_, l| !l.is_empty());
+            if again {
+                continue;
+            }
             let next_submission = submissions.get(next_sub).map(|j| j.submit_time);
             let next_completion = completions.keys().next().copied();
             match (next_submission, next_completion) {
@@ -127,7 +163,11 @@ pub fn simulate_with(
         }
     }
     let jobs = planner.jobs();
-    let mut summary = Summary::default();
+    let mut summary = Summary {
+        preemptions: totals.0,
+        lost_cpu_seconds: totals.1,
+        ..Summary::default()
+    };
     for j in &jobs {
         match j.status {
             // The simulator's jobs are `placed` however they end; the others were placed too.
@@ -136,7 +176,7 @@ pub fn simulate_with(
             }
             JobStatus::Pending => summary.pending += 1,
             JobStatus::Rejected => summary.rejected += 1,
-            JobStatus::Cancelled => {}
+            JobStatus::Cancelled | JobStatus::Preempted => {}
         }
         summary.makespan = summary.makespan.max(j.end_time.unwrap_or(0));
     }

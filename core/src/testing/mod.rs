@@ -237,8 +237,27 @@ impl JobBuilder {
                 queue: None,
                 user: None,
                 credential: None,
+                priority_class: None,
             },
         }
+    }
+
+    /// Its priority class (`priorityClassName`).
+    pub fn class(mut self, name: &str) -> Self {
+        self.spec.priority_class = Some(name.into());
+        self
+    }
+
+    /// Back to pending when preempted or a node with its tasks is lost (`requeue`).
+    pub fn requeue(mut self) -> Self {
+        self.spec.run.requeue = true;
+        self
+    }
+
+    /// `preemptGrace` (seconds).
+    pub fn preempt_grace(mut self, secs: u64) -> Self {
+        self.spec.run.preempt_grace = Some(secs);
+        self
     }
 
     /// Hard mode: every gang inside one HyperNode of tier `tier` at most.

@@ -142,10 +142,53 @@ pub fn explain(world: &World, name: &str) -> Option<Explanation> {
             }
         })
         .collect();
+    let preemption = (report.status == JobStatus::Pending).then(|| preemption(world, e, index));
     Some(Explanation {
         job: report,
         tier_limit,
         need,
         candidates,
+        preemption,
     })
+}
+
+/// The preemption of a waiting job in words: the one under way, or who it would
+/// preempt now and why (whether preemption is on or not), or why it can preempt no one.
+fn preemption(world: &World, e: Entity, index: &TopologyIndex) -> String {
+    let st = world.get::<crate::model::components::JobState>(e);
+    if let Some(n) = st.and_then(|s| s.nomination.as_ref()) {
+        return format!(
+            "under way: preempting {} in {}; nodes {} held for it until they have ended",
+            n.victims.join(", "),
+            n.hyper_node.as_deref().unwrap_or("the cluster"),
+            n.nodes.join(",")
+        );
+    }
+    let mut config = world.resource::<crate::config::PlannerConfig>().clone();
+    let off = !config.preemption.enabled;
+    config.preemption.enabled = true;
+    let lead = if off {
+        "preemption is off ([preemption] enabled = false); were it on, "
+    } else {
+        ""
+    };
+    match crate::preempt::plan_with(world, e, &config) {
+        Ok(f) if f.victims.is_empty() => format!("{lead}none needed: what is ending makes room"),
+        Ok(f) => {
+            let h = if f.hn == index.root {
+                "the cluster".to_string()
+            } else {
+                index.hns[f.hn.ix()].name.clone()
+            };
+            let who: Vec<String> = f.victims.iter().map(|(_, n, why, _)| format!("{n} ({why})")).collect();
+            format!(
+                "{lead}it would preempt {} job{} in {h}, losing {} CPU-seconds of work: {}",
+                f.victims.len(),
+                if f.victims.len() == 1 { "" } else { "s" },
+                f.key.1,
+                who.join("; ")
+            )
+        }
+        Err(no) => format!("{lead}none: {}", no.0),
+    }
 }

@@ -196,6 +196,8 @@ fn report(
                 rank,
                 of: waiting.0.len() as u32,
             }),
+        preempted_by: st.preempted_by.clone(),
+        preempting: st.nomination.clone().filter(|_| st.phase == JobPhase::Pending),
     }
 }
 

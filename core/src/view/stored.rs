@@ -86,5 +86,7 @@ pub fn stored_report(rec: &JobRecord) -> JobReport {
                 .unwrap_or_else(|| crate::config::DEFAULT_QUEUE.to_string()),
         ),
         priority: None,
+        preempted_by: s.preempted_by.clone(),
+        preempting: None,
     }
 }

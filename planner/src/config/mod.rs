@@ -51,6 +51,9 @@ struct RawConfig {
     priority: Option<hyperplan_core::config::PrioritySection>,
     #[serde(default)]
     reservation: Vec<hyperplan_core::config::MaintenanceSection>,
+    preemption: Option<hyperplan_core::config::PreemptionSection>,
+    #[serde(default, rename = "priorityClass")]
+    priority_class: Vec<hyperplan_core::config::PriorityClassSection>,
     server: Option<RawServer>,
     store: Option<crate::store::config::RawStore>,
     ha: Option<crate::store::config::RawHa>,
@@ -82,6 +85,8 @@ impl DaemonConfig {
         planner.fairshare = hyperplan_core::config::FairshareConfig::from_section(raw.fairshare.as_ref(), &at)?;
         planner.priority = hyperplan_core::config::PriorityConfig::from_section(raw.priority.as_ref(), &at)?;
         planner.maintenance = hyperplan_core::config::windows_from_sections(&raw.reservation, &at)?;
+        planner.preemption =
+            hyperplan_core::config::PreemptionConfig::from_sections(raw.preemption.as_ref(), &raw.priority_class, &at)?;
         let server = server::server_config(raw.server, &at)?;
         planner.health = server.health();
         let base = Path::new(origin).parent().unwrap_or(Path::new(""));

@@ -100,7 +100,13 @@ pub fn windows(windows: &[MaintenanceWindow], now: u64, index: &TopologyIndex, c
             let held = whole_nodes(nodes, cap);
             Reservation {
                 job: Entity::PLACEHOLDER,
-                key: (std::cmp::Reverse(i32::MAX), std::cmp::Reverse(i64::MAX), 0, 0),
+                key: (
+                    std::cmp::Reverse(i32::MAX),
+                    std::cmp::Reverse(i32::MAX),
+                    std::cmp::Reverse(i64::MAX),
+                    0,
+                    0,
+                ),
                 start: w.start,
                 end: Some(w.end),
                 hyper_node: None,

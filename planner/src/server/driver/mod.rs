@@ -328,6 +328,21 @@ impl Driver {
                 Command::Warn(w) => super::quiet::warn_limited!(w, "{w}"),
                 Command::Info(i) => tracing::info!("{i}"),
                 Command::NodeHealth { node, why, .. } => self.log_health(&node, why),
+                Command::Preempted {
+                    victim,
+                    by,
+                    hyper_node,
+                    lost_cpu_seconds,
+                    requeued,
+                    why,
+                } => tracing::warn!(
+                    job = victim,
+                    by,
+                    hyper_node = hyper_node.as_deref().unwrap_or("(cluster)"),
+                    lost_cpu_seconds,
+                    requeued,
+                    "preempted: {why}"
+                ),
                 Command::Kill {
                     node,
                     job,
@@ -336,6 +351,7 @@ impl Driver {
                     index,
                     grace_secs,
                     why,
+                    signal,
                 } => {
                     tracing::info!(
                         job = &*job,
@@ -356,6 +372,7 @@ impl Driver {
                             task,
                             grace_secs,
                             epoch: self.epoch,
+                            signal,
                         };
                         self.work.after.push(After::Frame(l.frames.clone(), kill));
                     }

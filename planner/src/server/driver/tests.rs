@@ -487,6 +487,7 @@ async fn only_the_owner_or_an_admin_may_cancel_and_a_cancel_kills_on_the_node() 
                 task,
                 grace_secs,
                 epoch,
+                ..
             } => Some((task.task, grace_secs, epoch)),
             _ => None,
         })

@@ -1,0 +1,487 @@
+//! Preemption and reclaim that respect the fabric. A waiting job that the walk could not
+//! place, and that may preempt ([`eligible`]), chooses ONE HyperNode of a tier its
+//! topology allows and the victims inside it ([`victims`]): the fewest jobs, then the
+//! least work lost (seconds run × CPUs), then the fewest queues, then the lowest tier and
+//! the name; a set that would still leave it unplaceable there is never chosen (the real
+//! search says, [`trial`]). Volcano skips every job with a network topology here; Kueue
+//! lost the freed domain between cycles.
+//!
+//! One system, after `allocate`: [`preempt`] looks, for at most `[preemption] maxPerTick`
+//! waiting jobs in walk order (each again only when room, the topology or what runs
+//! changed), at [`plan`]; when it finds victims, the job gets a nomination
+//! (`StateRecord::nomination`): the nodes its tasks will use, held whole against every
+//! other job by the walk (`allocate::hold`) until it starts or is cancelled; one whose
+//! victims have all ended and that still does not fit loses it. The victims are preempted
+//! at once (`jobs::lifecycle::preempt`): the job's `preemptSignal` (SIGTERM by default),
+//! its `preemptGrace` (`[preemption] grace`, 30 s), then SIGKILL; back to pending with
+//! `requeue: true`, else ended `preempted`. `explain` shows [`plan`] before it happens.
+
+pub mod eligible;
+pub mod trial;
+pub mod victims;
+
+use std::collections::BTreeMap;
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::report::Nomination;
+
+use crate::allocate::{JobCtx, build_ctx};
+use crate::cache::capacity::Capacity;
+use crate::cache::holdings::{Held, Holdings};
+use crate::cache::numa::NumaState;
+use crate::config::PlannerConfig;
+use crate::model::awaiting::Awaiting;
+use crate::model::commands::Command;
+use crate::model::components::{Job, JobId, JobPhase, JobQueue, JobState, Retired, Task, TaskState};
+use crate::model::ids::{HnIdx, NodeIdx};
+use crate::model::tick::{CapacityEpoch, Nominated, Now, Outbox};
+use crate::names::JobNames;
+use crate::order::Rank;
+use crate::queues::{QueueTable, QueueUse};
+use crate::topology::TopologyIndex;
+
+use eligible::Standing;
+use trial::Trial;
+use victims::{Candidate, Choice};
+
+/// A running job that could be a victim: its standing, what its tasks hold, its work.
+pub(crate) struct Running {
+    entity: Entity,
+    name: String,
+    standing: Standing,
+    held: Vec<Held>,
+    work: u64,
+}
+
+/// What each job was last looked at with, and what the whole was: (capacity epoch,
+/// topology generation, tasks placed, jobs submitted).
+#[derive(Debug, Default)]
+pub struct Memo {
+    jobs: BTreeMap<Entity, Stamp>,
+    last: Option<Stamp>,
+}
+
+type Stamp = (u64, u64, usize, u64);
+
+/// A preemption found for one job (by [`plan`]), not carried out.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// The HyperNode (its index; the root for the whole cluster).
+    pub hn: HnIdx,
+    /// The victims: (entity, name, why it may be preempted, work it loses), by name.
+    pub victims: Vec<(Entity, String, String, u64)>,
+    /// The nodes the job's tasks land on there.
+    pub nodes: Vec<NodeIdx>,
+    /// Fewest victims, least work, fewest queues.
+    pub key: (usize, u64, usize),
+    /// Placement searches it cost.
+    pub searches: usize,
+}
+
+/// Preempts for waiting jobs the walk could not place (see the module).
+pub fn preempt(world: &mut World, mut memo: Local<Memo>) {
+    let config = world.resource::<PlannerConfig>();
+    if !config.preemption.enabled || world.get_resource::<Awaiting>().is_some_and(|a| a.0 > 0) {
+        return;
+    }
+    let (max, grace) = (config.preemption.max_per_tick as usize, config.preemption.grace);
+    let _span = tracing::info_span!("preempt").entered();
+    let now = world.resource::<Now>().secs();
+    let generation = world.resource::<TopologyIndex>().generation;
+    let stamp = (
+        world.resource::<CapacityEpoch>().0,
+        generation,
+        world.resource::<Holdings>().len(),
+        world.resource::<crate::jobs::ownership::NextJobId>().0,
+    );
+    if !world.resource::<Nominated>().filled {
+        // A restored planner: the nominations the store kept.
+        let mut q = world.query::<(Entity, &JobState)>();
+        let found: Vec<Entity> = q
+            .iter(world)
+            .filter(|(_, st)| st.phase == JobPhase::Pending && st.nomination.is_some())
+            .map(|(e, _)| e)
+            .collect();
+        let mut n = world.resource_mut::<Nominated>();
+        n.jobs.extend(found);
+        n.filled = true;
+    }
+    // Each nomination stands while its job waits and some victim is still ending; one
+    // whose victims have all ended, on a job the walk still could not place (it was
+    // tried after their ends), is dropped: the job may look again.
+    let nominated: Vec<Entity> = world.resource::<Nominated>().jobs.iter().copied().collect();
+    for e in nominated {
+        let names = world.resource::<JobNames>();
+        let keep = world.get::<JobState>(e).is_some_and(|st| {
+            st.phase == JobPhase::Pending
+                && st.nomination.as_ref().is_some_and(|n| {
+                    n.victims.iter().any(|v| {
+                        names
+                            .0
+                            .get(v)
+                            .and_then(|&ve| world.get::<JobState>(ve))
+                            .is_some_and(|vst| vst.phase == JobPhase::Ending)
+                    })
+                })
+        });
+        if !keep {
+            world.resource_mut::<Nominated>().jobs.remove(&e);
+            if let Some(mut st) = world.get_mut::<JobState>(e)
+                && st.nomination.is_some()
+            {
+                st.nomination = None;
+                memo.jobs.remove(&e);
+                memo.last = None;
+            }
+        }
+    }
+    // Nothing new since the last look (no job, no room, no placement): nothing to do.
+    if memo.last == Some(stamp) {
+        return;
+    }
+    memo.last = Some(stamp);
+    let Some(mut q) = world.try_query::<(Entity, &Job, &JobState, &Rank, &JobId, Has<Retired>)>() else {
+        return;
+    };
+    let mut waiting = Vec::new();
+    for (e, job, st, rank, id, retired) in q.iter(world) {
+        if !retired
+            && st.phase == JobPhase::Pending
+            && st.nomination.is_none()
+            && st.next_rank == 0
+            && st.reason.is_some()
+            && st.checked_generation == Some(generation)
+            && memo.jobs.get(&e) != Some(&stamp)
+        {
+            waiting.push((rank.key(job.spec.submit_time, *id), e));
+        }
+    }
+    memo.jobs.retain(|e, _| {
+        world
+            .get::<JobState>(*e)
+            .is_some_and(|st| st.phase == JobPhase::Pending)
+    });
+    waiting.sort();
+    for (_, e) in waiting.into_iter().take(max) {
+        memo.jobs.insert(e, stamp);
+        let Ok(found) = plan(world, e) else { continue };
+        if found.victims.is_empty() {
+            continue; // it fits once what is ending has gone: nothing to preempt
+        }
+        let index = world.resource::<TopologyIndex>();
+        let hyper_node = (found.hn != index.root).then(|| index.hns[found.hn.ix()].name.clone());
+        let nodes: Vec<String> = found.nodes.iter().map(|n| index.node_names[n.ix()].clone()).collect();
+        let victims: Vec<String> = found.victims.iter().map(|v| v.1.clone()).collect();
+        let Some(name) = world.get::<Job>(e).map(|j| j.spec.name.clone()) else {
+            continue;
+        };
+        tracing::info!(
+            job = name,
+            hyper_node = hyper_node.as_deref().unwrap_or("(cluster)"),
+            victims = victims.join(","),
+            "preempting"
+        );
+        if let Some(mut st) = world.get_mut::<JobState>(e) {
+            st.reason = Some(format!(
+                "preempting {} job{} in {} ({}); it starts when they have ended",
+                victims.len(),
+                if victims.len() == 1 { "" } else { "s" },
+                hyper_node.as_deref().unwrap_or("the cluster"),
+                victims.join(", ")
+            ));
+            st.nomination = Some(Nomination {
+                hyper_node: hyper_node.clone(),
+                nodes,
+                victims,
+                at: now,
+            });
+        }
+        world.resource_mut::<Nominated>().jobs.insert(e);
+        for (v, victim, why, work) in found.victims {
+            let Some(job) = world.get::<Job>(v) else { continue };
+            let requeued = job.spec.run.requeue;
+            let grace = job.spec.run.preempt_grace.unwrap_or(grace);
+            let reason = format!("preempted by job {name}: {why}");
+            crate::jobs::lifecycle::preempt(world, v, &name, reason, grace);
+            world.resource_mut::<Outbox>().0.push(Command::Preempted {
+                victim,
+                by: name.clone(),
+                hyper_node: hyper_node.clone(),
+                lost_cpu_seconds: work,
+                requeued,
+                why,
+            });
+        }
+    }
+}
+
+/// Why a job has no preemption to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoPreemption(pub String);
+
+/// The preemption job `e` would make now: where, and whom (none when what is ending
+/// already makes room), or why it can make none. Reads the world only: `explain` shows
+/// it before it happens, and [`preempt`] carries it out.
+pub fn plan(world: &World, e: Entity) -> Result<Found, NoPreemption> {
+    plan_with(world, e, world.resource::<PlannerConfig>())
+}
+
+/// As [`plan`], under `config` (whether preemption is on is not asked: `explain` shows
+/// what it would do were it on).
+pub fn plan_with(world: &World, e: Entity, config: &PlannerConfig) -> Result<Found, NoPreemption> {
+    let no = |why: &str| Err(NoPreemption(why.to_string()));
+    let (Some(job), Some(st), Some(jq)) = (world.get::<Job>(e), world.get::<JobState>(e), world.get::<JobQueue>(e))
+    else {
+        return no("no such job");
+    };
+    if st.phase != JobPhase::Pending {
+        return no("it is not waiting");
+    }
+    let index = world.resource::<TopologyIndex>();
+    let cap = world.resource::<Capacity>();
+    let numa = world.resource::<NumaState>();
+    let holdings = world.resource::<Holdings>();
+    let table = world.resource::<QueueTable>();
+    let queue_use = world.resource::<QueueUse>();
+    let now = world.resource::<Now>().secs();
+    let mut scratch = Outbox::default();
+    let ctx = build_ctx(e, job, st, index, cap, world, &mut scratch);
+    let me = Standing::of(config, table, jq.queue, job.spec.priority_class.as_deref());
+    let reclaiming = eligible::may_reclaim(table, queue_use, jq.queue, &table_request(table, job));
+    let Some(mut q) = world.try_query::<(Entity, &Job, &JobState, &JobQueue, Has<Retired>)>() else {
+        return no("no jobs");
+    };
+    let live: Vec<_> = q
+        .iter(world)
+        .filter(|x| !x.4)
+        .map(|(e, j, s, jq, _)| (e, j, s, jq))
+        .collect();
+    let running = running_jobs(world, &live, holdings, config, table, now);
+    let cands: Vec<(&Running, String)> = running
+        .iter()
+        .filter_map(|r| {
+            let borrows = eligible::borrows(table, queue_use, r.standing.queue);
+            eligible::ground(table, &me, &r.standing, reclaiming, borrows).map(|why| (r, why))
+        })
+        .collect();
+    if cands.is_empty() {
+        return no(
+            "no running job may be preempted for it (none of lower priority in a preemptible queue and class, and no reclaim)",
+        );
+    }
+    let (base_cap, base_numa) = base(&live, holdings, index, cap, numa);
+    find(index, config, (&base_cap, &base_numa), &ctx, &cands).ok_or_else(|| {
+        NoPreemption(format!(
+            "preempting the {} job{} it may preempt would not make room for it in any one HyperNode it may use",
+            cands.len(),
+            if cands.len() == 1 { "" } else { "s" }
+        ))
+    })
+}
+
+/// The best preemption for the job of `ctx` among `cands` (victims with why they may
+/// be): over every HyperNode of a tier its topology allows (the whole cluster too when
+/// it has no hard limit), on `base` (the caches as they will be: what ends given back,
+/// what is held taken). `None` when no set of them makes room.
+pub(crate) fn find(
+    index: &TopologyIndex,
+    config: &PlannerConfig,
+    base: (&Capacity, &NumaState),
+    ctx: &JobCtx,
+    cands: &[(&Running, String)],
+) -> Option<Found> {
+    let d = base.0.d;
+    let mut need = vec![0u64; d];
+    for slot in ctx.pending() {
+        for (n, r) in need.iter_mut().zip(&ctx.shapes[slot.role].req) {
+            *n = n.saturating_add(*r);
+        }
+    }
+    let mut hns: Vec<HnIdx> = (0..index.hns.len())
+        .map(|i| HnIdx(i as u32))
+        .filter(|&h| match ctx.tier {
+            Some(t) => index.hns[h.ix()].tier <= t && h != index.root,
+            None => true,
+        })
+        .filter(|&h| index.hns[h.ix()].node_count > 0)
+        .collect();
+    // Lower tiers first, then by name: ties between equal choices go the same way.
+    hns.sort_by(|&a, &b| {
+        let (x, y) = (&index.hns[a.ix()], &index.hns[b.ix()]);
+        x.tier.cmp(&y.tier).then(x.name.cmp(&y.name))
+    });
+    let mut best: Option<Found> = None;
+    let mut searches = 0;
+    for h in hns {
+        let inside = &index.hns[h.ix()].nodes;
+        let all = h == index.root;
+        // The candidates with tasks in H, and what they free there.
+        let mut local: Vec<(usize, Candidate)> = Vec::new();
+        for (i, (r, _)) in cands.iter().enumerate() {
+            let mut freed = vec![0u64; d];
+            let mut any = false;
+            for held in r.held.iter().filter(|h| all || inside.contains(h.node.ix())) {
+                any = true;
+                for (f, x) in freed.iter_mut().zip(&held.shape.req) {
+                    *f = f.saturating_add(*x);
+                }
+            }
+            if any {
+                local.push((
+                    i,
+                    Candidate {
+                        freed,
+                        work: r.work,
+                        queue: r.standing.queue.0,
+                        name: r.name.clone(),
+                    },
+                ));
+            }
+        }
+        // Cheap bound: what is free plus all they hold must cover the request.
+        let (alloc, used) = (base.0.hn_alloc(h), base.0.hn_used(h));
+        let free: Vec<u64> = alloc.iter().zip(used).map(|(a, u)| a.saturating_sub(*u)).collect();
+        let deficit: Vec<u64> = need.iter().zip(&free).map(|(n, f)| n.saturating_sub(*f)).collect();
+        let total: Vec<u64> = local.iter().fold(free.clone(), |mut acc, (_, c)| {
+            for (a, f) in acc.iter_mut().zip(&c.freed) {
+                *a = a.saturating_add(*f);
+            }
+            acc
+        });
+        if total.iter().zip(&need).any(|(t, n)| t < n) {
+            continue;
+        }
+        let at_most = best.as_ref().map(|b| b.key.0);
+        let mut trial = Trial::new(index, config, base, h);
+        let only: Vec<Candidate> = local.iter().map(|(_, c)| c.clone()).collect();
+        let choice: Option<Choice> = victims::choose(&only, &deficit, &need, at_most, |set| {
+            let held: Vec<&[Held]> = set.iter().map(|&v| cands[local[v].0].0.held.as_slice()).collect();
+            trial.fits(ctx, &held).is_some()
+        });
+        searches += trial.searches;
+        let Some(choice) = choice else { continue };
+        let held: Vec<&[Held]> = choice
+            .victims
+            .iter()
+            .map(|&v| cands[local[v].0].0.held.as_slice())
+            .collect();
+        let Some(nodes) = trial.fits(ctx, &held) else { continue };
+        searches += 1;
+        let key = choice.key();
+        // Strictly better only: the earlier (lower tier, then name) wins a tie.
+        if best.as_ref().is_none_or(|b| key < b.key) {
+            best = Some(Found {
+                hn: h,
+                victims: choice
+                    .victims
+                    .iter()
+                    .map(|&v| {
+                        let (r, why) = &cands[local[v].0];
+                        (r.entity, r.name.clone(), why.clone(), r.work)
+                    })
+                    .collect(),
+                nodes,
+                key,
+                searches: 0,
+            });
+            if key.0 == 0 {
+                break;
+            }
+        }
+    }
+    best.map(|mut b| {
+        b.searches = searches;
+        b
+    })
+}
+
+/// A live job as [`plan`] reads it.
+type Live<'a> = (Entity, &'a Job, &'a JobState, &'a JobQueue);
+
+/// Every running job that could be a victim, with what its tasks hold (from the
+/// ledger) and the work it would lose, by name.
+fn running_jobs(
+    world: &World,
+    live: &[Live<'_>],
+    holdings: &Holdings,
+    config: &PlannerConfig,
+    table: &QueueTable,
+    now: u64,
+) -> Vec<Running> {
+    let mut out = Vec::new();
+    for &(e, job, st, jq) in live {
+        if st.phase != JobPhase::Running || st.verdict.is_some() {
+            continue;
+        }
+        let standing = Standing::of(config, table, jq.queue, job.spec.priority_class.as_deref());
+        if !standing.preemptible {
+            continue;
+        }
+        let mut held = Vec::new();
+        let mut work = 0u64;
+        for &t in &job.tasks {
+            let Some(h) = holdings.get(t) else { continue };
+            if let (Some(task), Some(ts)) = (world.get::<Task>(t), world.get::<TaskState>(t)) {
+                let ran = now.saturating_sub(ts.start_time.unwrap_or(now));
+                let cpu = task.request.get(hyperplan_shared::CPU).div_ceil(1000).max(1);
+                work = work.saturating_add(ran.saturating_mul(cpu));
+            }
+            held.push(h.clone());
+        }
+        if !held.is_empty() {
+            out.push(Running {
+                entity: e,
+                name: job.spec.name.clone(),
+                standing,
+                held,
+                work,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// The caches as a preemption sees them: what ending jobs hold given back (it is going),
+/// and the nodes held for other preemptions taken.
+fn base(
+    live: &[Live<'_>],
+    holdings: &Holdings,
+    index: &TopologyIndex,
+    cap: &Capacity,
+    numa: &NumaState,
+) -> (Capacity, NumaState) {
+    let (mut c, mut n) = (cap.clone(), numa.clone());
+    for &(_, job, st, _) in live {
+        if st.phase == JobPhase::Ending {
+            for h in job.tasks.iter().filter_map(|&t| holdings.get(t)) {
+                c.give(index, h.node, &h.shape);
+                if let Some(a) = &h.numa {
+                    n.give(h.node, a);
+                }
+            }
+        }
+    }
+    for &(_, _, st, _) in live {
+        if st.phase != JobPhase::Pending {
+            continue;
+        }
+        if let Some(nom) = &st.nomination {
+            for node in nom.nodes.iter().filter_map(|x| index.node_by_name.get(x)) {
+                trial::mask(index, &mut c, *node);
+            }
+        }
+    }
+    (c, n)
+}
+
+/// The job's whole request over the queue table's dimensions.
+fn table_request(table: &QueueTable, job: &Job) -> Vec<u64> {
+    let mut req = vec![0u64; table.dims.len()];
+    for t in &job.spec.tasks {
+        for (r, v) in req.iter_mut().zip(table.vector(&t.resources)) {
+            *r = r.saturating_add(v.saturating_mul(u64::from(t.replicas)));
+        }
+    }
+    req
+}

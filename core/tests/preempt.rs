@@ -1,0 +1,346 @@
+//! Scenario tests for preemption and reclaim (issue 25): who may preempt whom, ONE
+//! HyperNode with the fewest victims (then the least work lost), the freed nodes held for
+//! the preemptor until it starts, requeue or `preempted`, and what `status` and `explain`
+//! say. Agents' nodes (tasks hold until their ends are reported), the invariants checked
+//! after every tick.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use hyperplan_core::model::commands::KillReason;
+use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
+use hyperplan_core::{Command, Event, PlannerConfig};
+use hyperplan_shared::report::JobStatus;
+use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
+
+const CONFIG: &str = r#"
+[[queue]]
+name = "lo"
+preemptible = true
+[[queue]]
+name = "safe"
+[[priorityClass]]
+name = "urgent"
+value = 100
+preemptible = false
+[[priorityClass]]
+name = "low"
+value = -10
+"#;
+
+/// 4 leaves of 4 nodes (cpu=8), leaf-1 … leaf-4 under spine-1, all agents registered.
+fn rig() -> Rig {
+    let cluster = ClusterBuilder::fat_tree(&[4, 4], 1).node_resources("cpu=8").build();
+    let config = PlannerConfig::parse(CONFIG, "planner.toml").unwrap();
+    let mut rig = Rig::new(config, cluster.nodes);
+    rig.p.push(Event::StaticHyperNodes(cluster.hyper_nodes));
+    rig.register_all();
+    rig.tick();
+    rig
+}
+
+/// Submits and starts a job; its id.
+fn run(rig: &mut Rig, spec: hyperplan_shared::JobSpec) -> u64 {
+    let name = spec.name.clone();
+    let id = rig.submit_as(spec, "alice");
+    rig.step();
+    assert_eq!(
+        rig.job(&name).status,
+        JobStatus::Placed,
+        "{name}: {:?}",
+        rig.job(&name).reason
+    );
+    rig.start_all(&name, id);
+    rig.step();
+    id
+}
+
+/// (victim, by) of every `Preempted`, and the kills with their reason and grace.
+fn preempted(cmds: &[Command]) -> Vec<(String, String)> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::Preempted { victim, by, .. } => Some((victim.clone(), by.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn killed(cmds: &[Command]) -> Vec<(String, KillReason, u64)> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::Kill {
+                job, why, grace_secs, ..
+            } => Some((job.to_string(), *why, *grace_secs)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn ended_by_signal(rig: &mut Rig, job: &str, id: u64) {
+    let tasks: Vec<String> = rig.job(job).tasks.iter().map(|t| t.name.clone()).collect();
+    for t in tasks {
+        rig.ended(
+            job,
+            id,
+            &t,
+            TaskEnd {
+                outcome: TaskOutcome::Signaled,
+                signal: Some(15),
+                ..TaskEnd::default()
+            },
+        );
+    }
+}
+
+fn nodes_of(rig: &Rig, job: &str) -> Vec<String> {
+    let mut v: Vec<String> = rig.job(job).tasks.iter().filter_map(|t| t.node.clone()).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The cluster full of one-node low jobs `f1..f16` (in node order, leaf by leaf).
+fn fill(rig: &mut Rig, requeue: bool) -> Vec<u64> {
+    (1..=16)
+        .map(|i| {
+            let mut j = JobBuilder::gang(&format!("f{i:02}"), 1, "cpu=8").queue("lo");
+            if requeue {
+                j = j.requeue();
+            }
+            run(rig, j.build())
+        })
+        .collect()
+}
+
+#[test]
+fn a_leaf_sized_job_frees_one_leaf_with_the_fewest_victims() {
+    let mut rig = rig();
+    // leaf-1..3 hold four one-node jobs each; leaf-4 holds two two-node jobs.
+    let mut ids = Vec::new();
+    for i in 1..=12 {
+        ids.push(run(
+            &mut rig,
+            JobBuilder::gang(&format!("f{i:02}"), 1, "cpu=8").queue("lo").build(),
+        ));
+    }
+    for name in ["w1", "w2"] {
+        ids.push(run(
+            &mut rig,
+            JobBuilder::gang(name, 2, "cpu=8").queue("lo").hard(1).build(),
+        ));
+    }
+    assert_eq!(nodes_of(&rig, "w1"), ["n13", "n14"]);
+    let big = JobBuilder::gang("big", 4, "cpu=8").hard(1).class("urgent").build();
+    rig.submit_as(big, "bob");
+    let cmds = rig.step();
+    // Two victims (leaf-4) rather than four anywhere else.
+    assert_eq!(
+        preempted(&cmds),
+        [
+            ("w1".to_string(), "big".to_string()),
+            ("w2".to_string(), "big".to_string())
+        ]
+    );
+    let kills = killed(&cmds);
+    assert_eq!(kills.len(), 4);
+    assert!(
+        kills
+            .iter()
+            .all(|(_, why, grace)| *why == KillReason::Preempted && *grace == 30)
+    );
+    let big = rig.job("big");
+    assert_eq!(big.status, JobStatus::Pending);
+    let nom = big.preempting.clone().unwrap();
+    assert_eq!(nom.hyper_node.as_deref(), Some("leaf-4"));
+    assert_eq!(nom.nodes, ["n13", "n14", "n15", "n16"]);
+    assert_eq!(nom.victims, ["w1", "w2"]);
+    assert!(big.reason.unwrap().contains("preempting 2 jobs in leaf-4 (w1, w2)"));
+    let w1 = rig.job("w1");
+    assert_eq!(w1.status, JobStatus::Preempted);
+    assert_eq!(w1.preempted_by.as_deref(), Some("big"));
+    assert!(
+        w1.reason
+            .as_deref()
+            .unwrap()
+            .contains("preempted by job big: its priority"),
+        "{:?}",
+        w1.reason
+    );
+    // Nothing more is preempted while the victims end.
+    for _ in 0..3 {
+        assert!(preempted(&rig.step()).is_empty());
+    }
+    // The victims end (SIGTERM): big starts at the next tick, in leaf-4.
+    ended_by_signal(&mut rig, "w1", ids[12]);
+    ended_by_signal(&mut rig, "w2", ids[13]);
+    rig.step();
+    let big = rig.job("big");
+    assert_eq!(big.status, JobStatus::Placed, "{:?}", big.reason);
+    assert_eq!(nodes_of(&rig, "big"), ["n13", "n14", "n15", "n16"]);
+    assert!(big.preempting.is_none());
+    assert_eq!(rig.job("w1").status, JobStatus::Preempted);
+}
+
+#[test]
+fn ties_go_to_the_least_work_lost_and_victims_requeue_keeping_their_age() {
+    let mut rig = rig();
+    let mut ids = fill(&mut rig, true);
+    // leaf-3's jobs started last: the least work lost. Make them so: end and rerun them.
+    for i in 9..=12 {
+        let name = format!("f{i:02}");
+        let tasks: Vec<String> = rig.job(&name).tasks.iter().map(|t| t.name.clone()).collect();
+        let _ = tasks;
+        rig.p.push(Event::Cancel {
+            job: name.clone(),
+            grace_secs: 0,
+        });
+        rig.step();
+        ended_by_signal(&mut rig, &name, ids[i - 1]);
+        rig.step();
+    }
+    for _ in 0..30 {
+        rig.step();
+    }
+    for i in 9..=12 {
+        ids[i - 1] = run(
+            &mut rig,
+            JobBuilder::gang(&format!("g{i:02}"), 1, "cpu=8")
+                .queue("lo")
+                .requeue()
+                .build(),
+        );
+    }
+    assert_eq!(nodes_of(&rig, "g09"), ["n09"]);
+    let submitted = rig.job("g09").submit_time;
+    rig.submit_as(
+        JobBuilder::gang("big", 4, "cpu=8").hard(1).class("urgent").build(),
+        "bob",
+    );
+    let cmds = rig.step();
+    let victims: Vec<String> = preempted(&cmds).into_iter().map(|(v, _)| v).collect();
+    assert_eq!(victims, ["g09", "g10", "g11", "g12"]);
+    // Requeued: pending again once ended, who preempted it kept, its submit time too.
+    for i in 9..=12 {
+        ended_by_signal(&mut rig, &format!("g{i:02}"), ids[i - 1]);
+    }
+    rig.step();
+    let g = rig.job("g09");
+    assert_eq!(g.status, JobStatus::Pending);
+    assert_eq!(g.preempted_by.as_deref(), Some("big"));
+    assert_eq!(g.submit_time, submitted);
+    assert_eq!(nodes_of(&rig, "big"), ["n09", "n10", "n11", "n12"]);
+    // The requeued jobs do not preempt each other's peers: same standing.
+    for _ in 0..3 {
+        assert!(preempted(&rig.step()).is_empty());
+    }
+}
+
+#[test]
+fn never_equal_or_higher_priority_nor_a_protected_queue_or_class() {
+    let mut rig = rig();
+    for i in 1..=8 {
+        run(
+            &mut rig,
+            JobBuilder::gang(&format!("s{i}"), 1, "cpu=8").queue("safe").build(),
+        );
+    }
+    for i in 1..=4 {
+        run(
+            &mut rig,
+            JobBuilder::gang(&format!("u{i}"), 1, "cpu=8")
+                .queue("lo")
+                .class("urgent")
+                .build(),
+        );
+    }
+    for i in 1..=4 {
+        run(
+            &mut rig,
+            JobBuilder::gang(&format!("l{i}"), 1, "cpu=8").queue("lo").build(),
+        );
+    }
+    // Same queue and class as l1..l4: may not preempt them.
+    rig.submit_as(JobBuilder::gang("peer", 1, "cpu=8").queue("lo").build(), "bob");
+    // Above l1..l4, but it needs a fifth node, and every other holds a job it may not
+    // touch.
+    rig.submit_as(
+        JobBuilder::gang("wide", 5, "cpu=8").hard(2).class("urgent").build(),
+        "bob",
+    );
+    for _ in 0..3 {
+        assert!(preempted(&rig.step()).is_empty());
+    }
+    assert_eq!(rig.job("peer").status, JobStatus::Pending);
+    let why = rig.p.explain("wide").unwrap();
+    let p = why.preemption.unwrap();
+    assert!(p.contains("would not make room"), "{p}");
+    // A class of its own lifts it above l1..l4: it preempts exactly one of them, the one
+    // that started last (the least work lost).
+    rig.submit_as(
+        JobBuilder::gang("one", 1, "cpu=8").queue("lo").class("urgent").build(),
+        "bob",
+    );
+    let cmds = rig.step();
+    assert_eq!(preempted(&cmds), [("l4".to_string(), "one".to_string())]);
+}
+
+#[test]
+fn the_freed_nodes_wait_for_their_job_and_a_cancel_gives_them_back() {
+    let mut rig = rig();
+    let ids = fill(&mut rig, false);
+    rig.submit_as(
+        JobBuilder::gang("big", 2, "cpu=8").hard(1).class("urgent").build(),
+        "bob",
+    );
+    let cmds = rig.step();
+    // The two that started last: the least work lost.
+    let victims: Vec<String> = preempted(&cmds).into_iter().map(|(v, _)| v).collect();
+    assert_eq!(victims, ["f15", "f16"]);
+    // One victim ends; a small job of the same standing as big arrives: the freed node
+    // stays big's.
+    ended_by_signal(&mut rig, "f15", ids[14]);
+    rig.step();
+    rig.submit_as(JobBuilder::gang("small", 1, "cpu=8").class("urgent").build(), "carol");
+    rig.step();
+    assert_eq!(rig.job("small").status, JobStatus::Pending);
+    assert!(nodes_of(&rig, "small").is_empty());
+    // big is cancelled: its hold goes, and small takes the free node.
+    rig.p.push(Event::Cancel {
+        job: "big".into(),
+        grace_secs: 0,
+    });
+    let cmds = rig.step();
+    assert!(preempted(&cmds).is_empty(), "small fits now: no preemption");
+    assert_eq!(rig.job("small").status, JobStatus::Placed);
+    assert_eq!(nodes_of(&rig, "small"), ["n15"]);
+}
+
+#[test]
+fn explain_says_who_would_be_preempted_before_it_happens() {
+    let cluster = ClusterBuilder::fat_tree(&[4, 4], 1).node_resources("cpu=8").build();
+    let mut config = PlannerConfig::parse(CONFIG, "planner.toml").unwrap();
+    config.preemption.enabled = false;
+    let mut rig = Rig::new(config, cluster.nodes);
+    rig.p.push(Event::StaticHyperNodes(cluster.hyper_nodes));
+    rig.register_all();
+    rig.tick();
+    fill(&mut rig, false);
+    rig.submit_as(
+        JobBuilder::gang("big", 4, "cpu=8").hard(1).class("urgent").build(),
+        "bob",
+    );
+    rig.step();
+    let why = rig.p.explain("big").unwrap();
+    let p = why.preemption.unwrap();
+    assert!(p.starts_with("preemption is off"), "{p}");
+    assert!(p.contains("it would preempt 4 jobs in leaf-4"), "{p}");
+    assert!(p.contains("f16 (its priority (queue lo (priority 0), no class (0)) is below that of the job (queue default (priority 0), class urgent (100)))"), "{p}");
+    // Preview (as a site that turns it on would see it).
+    let world = rig.p.world_for_tests();
+    let names = world.resource::<hyperplan_core::names::JobNames>();
+    let e = names.0["big"];
+    let mut config = world.resource::<PlannerConfig>().clone();
+    config.preemption.enabled = true;
+    let found = hyperplan_core::preempt::plan_with(world, e, &config).unwrap();
+    let names: Vec<&str> = found.victims.iter().map(|v| v.1.as_str()).collect();
+    assert_eq!(names, ["f13", "f14", "f15", "f16"]);
+}
