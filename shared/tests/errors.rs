@@ -412,3 +412,18 @@ fn mpi_unknown() {
 fn launch_unknown() {
     insta::assert_snapshot!(job_field("launch: interactive"), @r#"jobs.yaml:2:9: launch: expected tasks (one process per rank) or batch (the command once, on rank 0's node, with the allocation), got "interactive""#);
 }
+
+#[test]
+fn preempt_signal_uncatchable() {
+    insta::assert_snapshot!(job_field("preemptSignal: KILL"), @r#"jobs.yaml:2:16: preemptSignal: expected a signal a task can catch (USR1, USR2, TERM, INT, HUP, … or its number), got "KILL""#);
+}
+
+#[test]
+fn preempt_grace_not_a_duration() {
+    insta::assert_snapshot!(job_field("preemptGrace: soon"), @r#"jobs.yaml:2:15: preemptGrace: expected seconds (e.g. 3600) or a duration like 90m, 1h30m, 2h, 45s, 1d, got "soon""#);
+}
+
+#[test]
+fn priority_class_name_bad() {
+    insta::assert_snapshot!(job_field("priorityClassName: \"a b\""), @r#"jobs.yaml:2:20: priorityClassName: expected a priority class name of 1-63 letters, digits, `.`, `_` or `-` starting with a letter or digit, got "a b": a space is not allowed"#);
+}

@@ -227,6 +227,9 @@ timeLimit: 1h30m
 masterPort: 29999
 onTaskFailure: continue
 requeue: true
+priorityClassName: urgent
+preemptGrace: 2m
+preemptSignal: SIGUSR1
 tasks:
   - name: worker
     replicas: 2
@@ -252,6 +255,9 @@ tasks: [{name: t, replicas: 1, resources: {cpu: 1}, workingDir: /scratch/alice}]
     assert_eq!(run.master_port, Some(29999));
     assert_eq!(run.on_task_failure, OnTaskFailure::Continue);
     assert!(run.requeue);
+    assert_eq!(jobs[0].priority_class.as_deref(), Some("urgent"));
+    assert_eq!((run.preempt_grace, run.preempt_signal), (Some(120), Some(10)));
+    assert_eq!((jobs[1].run.preempt_grace, jobs[1].run.preempt_signal), (None, None));
     let worker = &jobs[0].tasks[0];
     assert_eq!(worker.command, ["torchrun", "train.py"]);
     let env: Vec<(&str, &str)> = worker.exec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();

@@ -1,4 +1,5 @@
-//! A new `[[queue]]`, `[fairshare]`, `[priority]`, `[scheduler]` and `[[reservation]]` taken while the
+//! A new `[[queue]]`, `[fairshare]`, `[priority]`, `[scheduler]`, `[[reservation]]`,
+//! `[preemption]` and `[[priorityClass]]` taken while the
 //! planner runs (SIGHUP): the queue table is rebuilt and renumbered, every live job finds
 //! its queue again by name, use is counted again (`account`), usage follows its queue by
 //! name (`fairshare`), and every waiting job is ranked again (`order`). A queue that
@@ -59,6 +60,9 @@ impl Planner {
             config.priority = new.priority.clone();
             config.scheduler = new.scheduler;
             config.maintenance = new.maintenance.clone();
+            // A class a live job names may go: the job then has value 0 and may be
+            // preempted (see `PreemptionConfig::of`).
+            config.preemption = new.preemption.clone();
         }
         let generation = world.resource::<QueueTable>().generation + 1;
         let table = QueueTable::new(world.resource::<PlannerConfig>(), generation);
