@@ -45,7 +45,7 @@ use trial::Trial;
 use victims::{Candidate, Choice};
 
 /// A running job that could be a victim: its standing, what its tasks hold, its work.
-pub(crate) struct Running {
+struct Running {
     entity: Entity,
     name: String,
     standing: Standing,
@@ -229,66 +229,145 @@ pub fn plan(world: &World, e: Entity) -> Result<Found, NoPreemption> {
 /// As [`plan`], under `config` (whether preemption is on is not asked: `explain` shows
 /// what it would do were it on).
 pub fn plan_with(world: &World, e: Entity, config: &PlannerConfig) -> Result<Found, NoPreemption> {
-    let no = |why: &str| Err(NoPreemption(why.to_string()));
-    let (Some(job), Some(st), Some(jq)) = (world.get::<Job>(e), world.get::<JobState>(e), world.get::<JobQueue>(e))
-    else {
-        return no("no such job");
-    };
-    if st.phase != JobPhase::Pending {
-        return no("it is not waiting");
-    }
-    let index = world.resource::<TopologyIndex>();
-    let cap = world.resource::<Capacity>();
-    let numa = world.resource::<NumaState>();
-    let holdings = world.resource::<Holdings>();
-    let table = world.resource::<QueueTable>();
-    let queue_use = world.resource::<QueueUse>();
-    let now = world.resource::<Now>().secs();
-    let mut scratch = Outbox::default();
-    let ctx = build_ctx(e, job, st, index, cap, world, &mut scratch);
-    let me = Standing::of(config, table, jq.queue, job.spec.priority_class.as_deref());
-    let reclaiming = eligible::may_reclaim(table, queue_use, jq.queue, &table_request(table, job));
-    let Some(mut q) = world.try_query::<(Entity, &Job, &JobState, &JobQueue, Has<Retired>)>() else {
-        return no("no jobs");
-    };
-    let live: Vec<_> = q
-        .iter(world)
-        .filter(|x| !x.4)
-        .map(|(e, j, s, jq, _)| (e, j, s, jq))
-        .collect();
-    let running = running_jobs(world, &live, holdings, config, table, now);
-    let cands: Vec<(&Running, String)> = running
-        .iter()
-        .filter_map(|r| {
-            let borrows = eligible::borrows(table, queue_use, r.standing.queue);
-            eligible::ground(table, &me, &r.standing, reclaiming, borrows).map(|why| (r, why))
-        })
-        .collect();
-    if cands.is_empty() {
-        return no(
-            "no running job may be preempted for it (none of lower priority in a preemptible queue and class, and no reclaim)",
-        );
-    }
-    let (base_cap, base_numa) = base(&live, holdings, index, cap, numa);
-    find(index, config, (&base_cap, &base_numa), &ctx, &cands).ok_or_else(|| {
+    let setting = Setting::of(world, e, config)?;
+    setting.find().ok_or_else(|| {
+        let n = setting.cands.len();
         NoPreemption(format!(
-            "preempting the {} job{} it may preempt would not make room for it in any one HyperNode it may use",
-            cands.len(),
-            if cands.len() == 1 { "" } else { "s" }
+            "preempting the {n} job{} it may preempt would not make room for it in any one HyperNode it may use",
+            if n == 1 { "" } else { "s" }
         ))
     })
+}
+
+/// What a preemption for one job is decided on: its worksheet, the running jobs it may
+/// preempt (with why), and the caches as they will be (what is ending given back, what
+/// other preemptions hold taken). [`plan_with`] decides on it; the property test asks it
+/// directly, by brute force, with the same placement search.
+pub struct Setting<'a> {
+    index: &'a TopologyIndex,
+    config: &'a PlannerConfig,
+    ctx: JobCtx,
+    /// The jobs it may preempt, by name, and why.
+    cands: Vec<(Running, String)>,
+    base: (Capacity, NumaState),
+}
+
+impl<'a> Setting<'a> {
+    /// Job `e`'s setting now, under `config`; why it can preempt no one instead.
+    pub fn of(world: &'a World, e: Entity, config: &'a PlannerConfig) -> Result<Self, NoPreemption> {
+        let no = |why: &str| Err(NoPreemption(why.to_string()));
+        let (Some(job), Some(st), Some(jq)) = (world.get::<Job>(e), world.get::<JobState>(e), world.get::<JobQueue>(e))
+        else {
+            return no("no such job");
+        };
+        if st.phase != JobPhase::Pending {
+            return no("it is not waiting");
+        }
+        let index = world.resource::<TopologyIndex>();
+        let cap = world.resource::<Capacity>();
+        let numa = world.resource::<NumaState>();
+        let holdings = world.resource::<Holdings>();
+        let table = world.resource::<QueueTable>();
+        let queue_use = world.resource::<QueueUse>();
+        let now = world.resource::<Now>().secs();
+        let mut scratch = Outbox::default();
+        let ctx = build_ctx(e, job, st, index, cap, world, &mut scratch);
+        let me = Standing::of(config, table, jq.queue, job.spec.priority_class.as_deref());
+        let reclaiming = eligible::may_reclaim(table, queue_use, jq.queue, &table_request(table, job));
+        let Some(mut q) = world.try_query::<(Entity, &Job, &JobState, &JobQueue, Has<Retired>)>() else {
+            return no("no jobs");
+        };
+        let live: Vec<_> = q
+            .iter(world)
+            .filter(|x| !x.4)
+            .map(|(e, j, s, jq, _)| (e, j, s, jq))
+            .collect();
+        let cands: Vec<(Running, String)> = running_jobs(world, &live, holdings, config, table, now)
+            .into_iter()
+            .filter_map(|r| {
+                let borrows = eligible::borrows(table, queue_use, r.standing.queue);
+                eligible::ground(table, &me, &r.standing, reclaiming, borrows).map(|why| (r, why))
+            })
+            .collect();
+        if cands.is_empty() {
+            return no(
+                "no running job may be preempted for it (none of lower priority in a preemptible queue and class, and no reclaim)",
+            );
+        }
+        let base = base(&live, holdings, index, cap, numa);
+        Ok(Self {
+            index,
+            config,
+            ctx,
+            cands,
+            base,
+        })
+    }
+
+    /// The jobs it may preempt: (entity, name), by name; [`Setting::fits`] takes
+    /// indices into this list.
+    pub fn candidates(&self) -> Vec<(Entity, String)> {
+        self.cands.iter().map(|(r, _)| (r.entity, r.name.clone())).collect()
+    }
+
+    /// The HyperNodes its topology allows it to be placed in whole (the whole cluster
+    /// too without a hard limit), lower tiers first, then by name.
+    pub fn hyper_nodes(&self) -> Vec<HnIdx> {
+        let index = self.index;
+        let mut hns: Vec<HnIdx> = (0..index.hns.len())
+            .map(|i| HnIdx(i as u32))
+            .filter(|&h| match self.ctx.tier {
+                Some(t) => index.hns[h.ix()].tier <= t && h != index.root,
+                None => true,
+            })
+            .filter(|&h| index.hns[h.ix()].node_count > 0)
+            .collect();
+        hns.sort_by(|&a, &b| {
+            let (x, y) = (&index.hns[a.ix()], &index.hns[b.ix()]);
+            x.tier.cmp(&y.tier).then(x.name.cmp(&y.name))
+        });
+        hns
+    }
+
+    /// Whether the job is placed inside `hn` once the candidates `set` (indices into
+    /// [`Setting::candidates`]) have gone: the placement search says.
+    pub fn fits(&self, hn: HnIdx, set: &[usize]) -> bool {
+        let mut trial = Trial::new(self.index, self.config, (&self.base.0, &self.base.1), hn);
+        let held: Vec<&[Held]> = set.iter().map(|&i| self.cands[i].0.held.as_slice()).collect();
+        trial.fits(&self.ctx, &held).is_some()
+    }
+
+    /// The work candidate `i` would lose (seconds run × CPUs).
+    pub fn work(&self, i: usize) -> u64 {
+        self.cands[i].0.work
+    }
+
+    /// The best preemption (see the module), or `None` when no set of candidates makes
+    /// room.
+    pub fn find(&self) -> Option<Found> {
+        let cands: Vec<(&Running, String)> = self.cands.iter().map(|(r, w)| (r, w.clone())).collect();
+        find(
+            self.index,
+            self.config,
+            (&self.base.0, &self.base.1),
+            &self.ctx,
+            &cands,
+            self.hyper_nodes(),
+        )
+    }
 }
 
 /// The best preemption for the job of `ctx` among `cands` (victims with why they may
 /// be): over every HyperNode of a tier its topology allows (the whole cluster too when
 /// it has no hard limit), on `base` (the caches as they will be: what ends given back,
 /// what is held taken). `None` when no set of them makes room.
-pub(crate) fn find(
+fn find(
     index: &TopologyIndex,
     config: &PlannerConfig,
     base: (&Capacity, &NumaState),
     ctx: &JobCtx,
     cands: &[(&Running, String)],
+    hns: Vec<HnIdx>,
 ) -> Option<Found> {
     let d = base.0.d;
     let mut need = vec![0u64; d];
@@ -297,19 +376,6 @@ pub(crate) fn find(
             *n = n.saturating_add(*r);
         }
     }
-    let mut hns: Vec<HnIdx> = (0..index.hns.len())
-        .map(|i| HnIdx(i as u32))
-        .filter(|&h| match ctx.tier {
-            Some(t) => index.hns[h.ix()].tier <= t && h != index.root,
-            None => true,
-        })
-        .filter(|&h| index.hns[h.ix()].node_count > 0)
-        .collect();
-    // Lower tiers first, then by name: ties between equal choices go the same way.
-    hns.sort_by(|&a, &b| {
-        let (x, y) = (&index.hns[a.ix()], &index.hns[b.ix()]);
-        x.tier.cmp(&y.tier).then(x.name.cmp(&y.name))
-    });
     let mut best: Option<Found> = None;
     let mut searches = 0;
     for h in hns {
