@@ -344,3 +344,80 @@ fn explain_says_who_would_be_preempted_before_it_happens() {
     let names: Vec<&str> = found.victims.iter().map(|v| v.1.as_str()).collect();
     assert_eq!(names, ["f13", "f14", "f15", "f16"]);
 }
+
+#[test]
+fn the_hold_survives_a_restart_of_the_planner() {
+    let cluster = ClusterBuilder::fat_tree(&[4, 4], 1).node_resources("cpu=8").build();
+    let config = PlannerConfig::parse(CONFIG, "planner.toml").unwrap();
+    let mut rig = Rig::new(config.clone(), cluster.nodes.clone()).persisting();
+    rig.p.push(Event::StaticHyperNodes(cluster.hyper_nodes.clone()));
+    rig.register_all();
+    rig.tick();
+    let ids = fill(&mut rig, false);
+    rig.submit_as(
+        JobBuilder::gang("big", 2, "cpu=8").hard(1).class("urgent").build(),
+        "bob",
+    );
+    let cmds = rig.step();
+    assert_eq!(preempted(&cmds).len(), 2);
+    ended_by_signal(&mut rig, "f15", ids[14]);
+    rig.step();
+
+    let (mut rig, warnings) = rig.restarted(config, 2_000);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    rig.p.push(Event::StaticHyperNodes(cluster.hyper_nodes));
+    rig.register_all();
+    rig.step();
+    let big = rig.job("big");
+    assert_eq!(big.status, JobStatus::Pending);
+    assert_eq!(big.preempting.unwrap().nodes, ["n15", "n16"]);
+    assert_eq!(rig.job("f16").status, JobStatus::Preempted);
+    // The node f15 freed is still big's.
+    rig.submit_as(JobBuilder::gang("small", 1, "cpu=8").class("urgent").build(), "carol");
+    rig.step();
+    rig.step();
+    assert_eq!(rig.job("small").status, JobStatus::Pending);
+    // f16 ends: big starts where it was held for.
+    ended_by_signal(&mut rig, "f16", ids[15]);
+    rig.step();
+    assert_eq!(nodes_of(&rig, "big"), ["n15", "n16"]);
+}
+
+#[test]
+fn simulate_counts_preemptions_and_the_work_they_lose() {
+    let cluster = ClusterBuilder::fat_tree(&[4, 2], 1).node_resources("cpu=8").build();
+    let config = PlannerConfig::parse(CONFIG, "planner.toml").unwrap();
+    let mut jobs: Vec<_> = (0..8)
+        .map(|i| {
+            JobBuilder::gang(&format!("lo{i}"), 1, "cpu=8")
+                .queue("lo")
+                .requeue()
+                .runtime(1000)
+                .submit(0)
+                .build()
+        })
+        .collect();
+    jobs.push(
+        JobBuilder::gang("big", 4, "cpu=8")
+            .hard(1)
+            .class("urgent")
+            .runtime(100)
+            .submit(500)
+            .build(),
+    );
+    let report = hyperplan_core::sim::simulate(&cluster, &jobs, config);
+    assert_eq!(report.summary.preemptions, 4, "{:?}", report.summary);
+    // Four jobs of 8 CPUs, 500 s each.
+    assert_eq!(report.summary.lost_cpu_seconds, 4 * 500 * 8);
+    let big = report.jobs.iter().find(|j| j.name == "big").unwrap();
+    assert_eq!(big.start_time, Some(500));
+    // The victims ran again after big and finished.
+    assert_eq!(report.summary.pending, 0, "{:?}", report.summary);
+    // Equal victims everywhere: the lowest tier, then the name (leaf-1: lo0..lo3). They
+    // start again once big is done, at 600 s, and run their whole 1000 s.
+    let lo = report.jobs.iter().find(|j| j.name == "lo0").unwrap();
+    assert_eq!(lo.preempted_by.as_deref(), Some("big"), "{lo:?}");
+    assert_eq!((lo.start_time, lo.end_time), (Some(600), Some(1600)), "{lo:?}");
+    let untouched = report.jobs.iter().find(|j| j.name == "lo7").unwrap();
+    assert_eq!(untouched.preempted_by, None);
+}

@@ -56,13 +56,11 @@ pub struct CapacityEpoch(pub u64);
 pub struct Reregistered(pub Vec<String>);
 
 /// Waiting jobs with a nomination (`StateRecord::nomination`): the nodes a preemption
-/// freed, held for them by the walk. Kept by `preempt` (filled from the jobs once at
-/// start, so a restored planner holds what the store kept), read by `allocate`; a job
-/// that no longer waits, or whose nomination went, drops out when they next look.
+/// freed, held for them by the walk. Kept by `preempt` (and filled by `restore`, so a
+/// restarted planner holds what the store kept), read by `allocate`; a job that no longer
+/// waits, or whose nomination went, drops out when they next look.
 #[derive(Debug, Default, Resource)]
 pub struct Nominated {
     /// The jobs.
     pub jobs: std::collections::BTreeSet<bevy_ecs::entity::Entity>,
-    /// Filled from every job (once, at the first tick).
-    pub filled: bool,
 }

@@ -74,6 +74,19 @@ impl Planner {
             }
         }
         self.world.resource_mut::<NextJobId>().0 = next;
+        // Nodes a preemption freed stay held for their job (see `allocate::hold`).
+        let mut q = self
+            .world
+            .query::<(bevy_ecs::entity::Entity, &crate::model::components::JobState)>();
+        let nominated: Vec<_> = q
+            .iter(&self.world)
+            .filter(|(_, st)| st.phase == crate::model::components::JobPhase::Pending && st.nomination.is_some())
+            .map(|(e, _)| e)
+            .collect();
+        self.world
+            .resource_mut::<crate::model::tick::Nominated>()
+            .jobs
+            .extend(nominated);
         refused
     }
 }

@@ -94,18 +94,6 @@ pub fn preempt(world: &mut World, mut memo: Local<Memo>) {
         world.resource::<Holdings>().len(),
         world.resource::<crate::jobs::ownership::NextJobId>().0,
     );
-    if !world.resource::<Nominated>().filled {
-        // A restored planner: the nominations the store kept.
-        let mut q = world.query::<(Entity, &JobState)>();
-        let found: Vec<Entity> = q
-            .iter(world)
-            .filter(|(_, st)| st.phase == JobPhase::Pending && st.nomination.is_some())
-            .map(|(e, _)| e)
-            .collect();
-        let mut n = world.resource_mut::<Nominated>();
-        n.jobs.extend(found);
-        n.filled = true;
-    }
     // Each nomination stands while its job waits and some victim is still ending; one
     // whose victims have all ended, on a job the walk still could not place (it was
     // tried after their ends), is dropped: the job may look again.

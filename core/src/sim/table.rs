@@ -45,6 +45,14 @@ pub fn render_table(report: &Report) -> String {
         "\n{} placed, {} pending, {} rejected; makespan {} s\n",
         s.placed, s.pending, s.rejected, s.makespan
     ));
+    if s.preemptions > 0 {
+        out.push_str(&format!(
+            "{} preemption{}, {} CPU-seconds of work lost\n",
+            s.preemptions,
+            if s.preemptions == 1 { "" } else { "s" },
+            s.lost_cpu_seconds
+        ));
+    }
     for w in &report.warnings {
         // Warnings quote what files said (labels, patterns): never raw on a terminal.
         out.push_str(&format!("warning: {}\n", hyperplan_shared::names::escape(w)));
