@@ -65,9 +65,9 @@ pub fn check(world: &mut World) -> Vec<String> {
     check_numa(world, &mut bad);
     check_caches(world, &mut bad);
 
-    let mut jq = world.query::<&Job>();
+    let mut jq = world.query::<(&Job, Option<&crate::model::components::JobState>)>();
     let index = world.resource::<TopologyIndex>();
-    for job in jq.iter(world) {
+    for (job, st) in jq.iter(world) {
         let placed = |ts: &[Entity]| -> Vec<Option<NodeIdx>> {
             ts.iter()
                 .filter_map(|t| world.get::<TaskState>(*t))
@@ -80,7 +80,10 @@ pub fn check(world: &mut World) -> Vec<String> {
             continue;
         }
         let name = &job.spec.name;
-        if (all.len() as u32) < job.gang_min {
+        // Tasks lost with their node wait to start again (`onNodeLost: replace`): the
+        // gang is whole again, or the job ends, within the tick that knows it can.
+        let replacing = st.map_or(0, |s| s.replacing.len()) as u32;
+        if (all.len() as u32) + replacing < job.gang_min {
             bad.push(format!(
                 "job {name}: {} tasks placed, gang minimum {}",
                 all.len(),

@@ -17,7 +17,7 @@
 //! | `queues/` | the queue table, each queue's and user's use (`account`), the checks at submit and the limits of the walk, reloads |
 //! | `fairshare/` | usage per queue and user, decayed exactly (`accrue`), and the fair-share factor |
 //! | `order/` | the multifactor rank that orders the walk |
-//! | `jobs/` | admission, ownership and limits, the task lifecycle, `recover`, `retire` |
+//! | `jobs/` | admission, ownership and limits, the task lifecycle, `recover`, `replace`, `retire` |
 //! | `nodes/` | link claims, health, lost nodes, refused agents |
 //! | `discovery/` | HyperNodes from sources and labels, reconciled with the nodes |
 //! | `allocate/` | gradient search, scoring, NUMA assignment; `backfill/`: reservations and what a job is tried around; `hold`: nodes held for a preemption |
@@ -46,12 +46,13 @@
 //! | 12 | `order::rank` | the multifactor rank of new jobs, and of every waiting job each `recalcInterval` |
 //! | 13 | `allocate::allocate` | in rank order: queue limits, gradient search, scoring, NUMA assignment, reservations and backfill; each placement recorded in the ledger and charged to its queue |
 //! | 14 | `preempt::preempt` | waiting jobs the walk could not place free ONE HyperNode: the fewest victims (then least work lost, fewest queues) are preempted, the nodes held for the job |
-//! | 15 | `fairshare::accrue::accrue` | fair-share usage brought up to now where use changed; written to the store each `recalcInterval` |
-//! | 16 | `dispatch::dispatch` | a `Place` per new placement |
-//! | 17 | `dispatch::relaunch` | a `Relaunch` per node registered again with unstarted tasks |
-//! | 18 | `jobs::ownership::count_live` | each owner's live jobs, for `maxJobsPerUser` (the changed jobs only) |
-//! | 19 | `jobs::retire::retire` | jobs that ended leave the per-tick scans |
-//! | 20 | `persist::persist` | a `Persist` per changed job record (the daemon only) |
+//! | 15 | `jobs::replace::settle` | tasks lost with their node (`onNodeLost: replace`) started again inside the job's HyperNode, or the job requeued or failed, saying why |
+//! | 16 | `fairshare::accrue::accrue` | fair-share usage brought up to now where use changed; written to the store each `recalcInterval` |
+//! | 17 | `dispatch::dispatch` | a `Place` per new placement |
+//! | 18 | `dispatch::relaunch` | a `Relaunch` per node registered again with unstarted tasks |
+//! | 19 | `jobs::ownership::count_live` | each owner's live jobs, for `maxJobsPerUser` (the changed jobs only) |
+//! | 20 | `jobs::retire::retire` | jobs that ended leave the per-tick scans |
+//! | 21 | `persist::persist` | a `Persist` per changed job record (the daemon only) |
 //!
 //! Between topology changes every system after the index works on what changed (see
 //! `cache::holdings`) and on live jobs (see `jobs::retire`), not on the whole cluster or
@@ -128,6 +129,7 @@ impl Planner {
         world.insert_resource(CapacityEpoch::default());
         world.insert_resource(allocate::backfill::Reservations::default());
         world.insert_resource(model::tick::Nominated::default());
+        world.insert_resource(model::tick::Replacements::default());
         world.insert_resource(TopologyDirty(true));
         world.insert_resource(LabelTypes::default());
         world.insert_resource(names::JobNames::default());
@@ -163,7 +165,9 @@ impl Planner {
                 queues::account::account,
                 order::rank,
                 allocate::allocate,
-                preempt::preempt,
+                // After the walk, what it could not place (a tuple of its own: the chain
+                // has as many members as a tuple may).
+                (preempt::preempt, jobs::replace::settle).chain(),
                 fairshare::accrue::accrue,
                 dispatch::dispatch,
                 dispatch::relaunch,

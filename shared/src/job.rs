@@ -109,6 +109,31 @@ pub enum OnTaskFailure {
     Continue,
 }
 
+/// What happens to a job's tasks when their node is lost (`onNodeLost`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum OnNodeLost {
+    /// The job fails (the default without `requeue`).
+    Fail,
+    /// The job goes back to pending (the default with `requeue: true`).
+    Requeue,
+    /// The lost tasks start again, keeping their ranks, on spare nodes inside the job's
+    /// HyperNode (its tier limit holds); the other ranks keep running. Without room there
+    /// the job is requeued (with `requeue: true`) or fails.
+    Replace,
+}
+
+impl OnNodeLost {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "fail" => Some(Self::Fail),
+            "requeue" => Some(Self::Requeue),
+            "replace" => Some(Self::Replace),
+            _ => None,
+        }
+    }
+}
+
 /// Whether a job's ranks get a PMI server (`mpi`): MPICH, Intel MPI and MVAPICH wire up
 /// through it without `mpirun`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -169,6 +194,20 @@ pub struct JobRun {
     /// hook); `None`: SIGTERM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempt_signal: Option<i32>,
+    /// `onNodeLost`; `None`: requeue with `requeue: true`, else fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_node_lost: Option<OnNodeLost>,
+}
+
+impl JobRun {
+    /// What happens when a node with its tasks is lost.
+    pub fn node_lost(&self) -> OnNodeLost {
+        self.on_node_lost.unwrap_or(if self.requeue {
+            OnNodeLost::Requeue
+        } else {
+            OnNodeLost::Fail
+        })
+    }
 }
 
 fn is_tasks(mode: &LaunchMode) -> bool {
@@ -319,6 +358,7 @@ struct RawJob {
     /// Read as text: `30` or `2m`.
     preempt_grace: Option<Located<String>>,
     preempt_signal: Option<Located<String>>,
+    on_node_lost: Option<Located<String>>,
 }
 
 #[derive(Deserialize)]
@@ -618,6 +658,19 @@ fn build_run(j: &JobParts, path: &Path) -> Result<JobRun, FileError> {
             )
         })?),
     };
+    let on_node_lost = match &j.on_node_lost {
+        None => None,
+        Some(o) => Some(OnNodeLost::parse(&o.value).ok_or_else(|| {
+            located_error(
+                path,
+                o,
+                format!(
+                    "expected fail, requeue or replace (the lost tasks again on spare nodes of the job's HyperNode), got {:?}",
+                    o.value
+                ),
+            )
+        })?),
+    };
     Ok(JobRun {
         time_limit,
         master_port,
@@ -627,6 +680,7 @@ fn build_run(j: &JobParts, path: &Path) -> Result<JobRun, FileError> {
         launch,
         preempt_grace,
         preempt_signal,
+        on_node_lost,
     })
 }
 
@@ -779,6 +833,7 @@ struct JobParts {
     priority_class: Option<Located<String>>,
     preempt_grace: Option<Located<String>>,
     preempt_signal: Option<Located<String>>,
+    on_node_lost: Option<Located<String>>,
 }
 
 fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), FileError> {
@@ -908,6 +963,7 @@ impl RawJob {
             priority_class: self.priority_class_name,
             preempt_grace: self.preempt_grace,
             preempt_signal: self.preempt_signal,
+            on_node_lost: self.on_node_lost,
         }
     }
 }
@@ -971,6 +1027,7 @@ impl VolcanoJob {
             priority_class: spec.priority_class_name,
             preempt_grace: None,
             preempt_signal: None,
+            on_node_lost: None,
         }
     }
 }

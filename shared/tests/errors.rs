@@ -427,3 +427,8 @@ fn preempt_grace_not_a_duration() {
 fn priority_class_name_bad() {
     insta::assert_snapshot!(job_field("priorityClassName: \"a b\""), @r#"jobs.yaml:2:20: priorityClassName: expected a priority class name of 1-63 letters, digits, `.`, `_` or `-` starting with a letter or digit, got "a b": a space is not allowed"#);
 }
+
+#[test]
+fn on_node_lost_unknown() {
+    insta::assert_snapshot!(job_field("onNodeLost: retry"), @r#"jobs.yaml:2:13: onNodeLost: expected fail, requeue or replace (the lost tasks again on spare nodes of the job's HyperNode), got "retry""#);
+}

@@ -230,6 +230,7 @@ requeue: true
 priorityClassName: urgent
 preemptGrace: 2m
 preemptSignal: SIGUSR1
+onNodeLost: replace
 tasks:
   - name: worker
     replicas: 2
@@ -258,6 +259,8 @@ tasks: [{name: t, replicas: 1, resources: {cpu: 1}, workingDir: /scratch/alice}]
     assert_eq!(jobs[0].priority_class.as_deref(), Some("urgent"));
     assert_eq!((run.preempt_grace, run.preempt_signal), (Some(120), Some(10)));
     assert_eq!((jobs[1].run.preempt_grace, jobs[1].run.preempt_signal), (None, None));
+    assert_eq!(run.node_lost(), hyperplan_shared::job::OnNodeLost::Replace);
+    assert_eq!(jobs[1].run.node_lost(), hyperplan_shared::job::OnNodeLost::Fail);
     let worker = &jobs[0].tasks[0];
     assert_eq!(worker.command, ["torchrun", "train.py"]);
     let env: Vec<(&str, &str)> = worker.exec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();

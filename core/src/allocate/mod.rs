@@ -33,7 +33,7 @@ use crate::model::components::{
 };
 use crate::model::components::{JobId, JobQueue};
 use crate::model::ids::NodeIdx;
-use crate::model::tick::{CapacityEpoch, Nominated, Now, Outbox};
+use crate::model::tick::{CapacityEpoch, Nominated, Now, Outbox, Replacements};
 use crate::order::{OrderKey, OrderState, Rank};
 use crate::queues::{self, QueueTable, QueueUse, Users};
 use hyperplan_shared::report::ReservationReport;
@@ -73,7 +73,7 @@ pub fn allocate(
     mut unsettled: Local<Unsettled>,
     awaiting: Option<Res<crate::model::awaiting::Awaiting>>,
     mut reservations: ResMut<Reservations>,
-    (policy, mut nominated): (Policy, ResMut<Nominated>),
+    (policy, mut nominated, replacements): (Policy, ResMut<Nominated>, Res<Replacements>),
     mut last_held: Local<Vec<Entity>>,
 ) {
     let Policy {
@@ -101,6 +101,8 @@ pub fn allocate(
         fresh.extend(requeued.iter());
         unsettled.jobs.extend(fresh.iter().copied());
     }
+    // Jobs with lost tasks to start again (`onNodeLost: replace`).
+    unsettled.jobs.extend(replacements.jobs.iter().copied());
     // The walk's order (`order`): queue priority, then the multifactor score, then
     // submit time, then id.
     let key_of = |e: Entity, job: &Job| -> OrderKey {
@@ -202,9 +204,7 @@ pub fn allocate(
             JobPhase::Pending => st.failed_epoch != Some(room_epoch),
             // Ranks count the placed tasks: a job with all of them placed has none left.
             // One with a verdict (a task failed, `continue`) gets no more.
-            JobPhase::Running => {
-                (st.next_rank as usize) < job.tasks.len() && st.failed_epoch != Some(room_epoch) && st.verdict.is_none()
-            }
+            JobPhase::Running => st.has_tasks_to_place(job.tasks.len()) && st.failed_epoch != Some(room_epoch),
             JobPhase::Rejected => st.checked_generation.is_some_and(|g| g != index.generation),
             JobPhase::Ending | JobPhase::Finished | JobPhase::Cancelled => false,
         })
@@ -407,11 +407,15 @@ pub fn allocate(
                 if let Ok((task, mut ts)) = tasks.get_mut(slot.entity) {
                     ts.phase = TaskPhase::Running;
                     ts.node = Some(index.node_entities[n.ix()]);
-                    ts.rank = Some(state.next_rank);
+                    // A task started again after its node was lost keeps its rank
+                    // (`jobs::replace` settles it right after the walk).
+                    if ts.rank.is_none() {
+                        ts.rank = Some(state.next_rank);
+                        state.next_rank += 1;
+                    }
                     ts.start_time = Some(now_s);
                     ts.dispatched = false;
                     ts.numa = slot.assignment.take();
-                    state.next_rank += 1;
                     if let Ok((jq, _, _)) = meta.get(entity) {
                         queue_use.charge(
                             slot.entity,
@@ -471,7 +475,7 @@ pub fn allocate(
     unsettled.jobs.retain(|&e| {
         jobs.get(e).is_ok_and(|(_, job, st)| match st.phase {
             JobPhase::Pending => true,
-            JobPhase::Running => (st.next_rank as usize) < job.tasks.len() && st.verdict.is_none(),
+            JobPhase::Running => st.has_tasks_to_place(job.tasks.len()),
             // Looked at again with the next topology (every job is, then), or when requeued.
             JobPhase::Rejected | JobPhase::Ending | JobPhase::Finished | JobPhase::Cancelled => false,
         })

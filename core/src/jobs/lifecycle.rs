@@ -20,6 +20,7 @@ use std::sync::Arc;
 use bevy_ecs::prelude::*;
 use hyperplan_shared::OnTaskFailure;
 use hyperplan_shared::job::LaunchMode;
+use hyperplan_shared::job::OnNodeLost;
 use hyperplan_shared::report::JobStatus;
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 
@@ -236,6 +237,10 @@ pub(crate) fn tasks_on_node(world: &mut World, node: &str, tasks: Vec<TaskOnNode
 /// Ends a running task (reported, or lost with its node): it frees its resources, and
 /// its job's verdict and phase follow.
 pub(crate) fn end_task(world: &mut World, job_e: Entity, task_e: Entity, end: TaskEnd) {
+    if end.outcome == TaskOutcome::Lost && replaceable(world, job_e, task_e) {
+        replace(world, job_e, task_e, end);
+        return;
+    }
     let rank = match world.get_mut::<TaskState>(task_e) {
         Some(mut ts) => {
             ts.phase = TaskPhase::Finished;
@@ -257,7 +262,14 @@ pub(crate) fn end_task(world: &mut World, job_e: Entity, task_e: Entity, end: Ta
         .get::<Job>(job_e)
         .map(|j| {
             let batch = j.spec.run.launch == LaunchMode::Batch;
-            (j.spec.run.on_task_failure, j.spec.run.requeue, batch)
+            // `replace` comes here only when it cannot (see `replaceable`): it falls back
+            // to a requeue with `requeue: true`.
+            let requeue = match j.spec.run.node_lost() {
+                OnNodeLost::Requeue => true,
+                OnNodeLost::Replace => j.spec.run.requeue,
+                OnNodeLost::Fail => false,
+            };
+            (j.spec.run.on_task_failure, requeue, batch)
         })
         .unwrap_or_default();
     let Some(mut st) = world.get_mut::<JobState>(job_e) else {
@@ -320,6 +332,67 @@ pub(crate) fn end_task(world: &mut World, job_e: Entity, task_e: Entity, end: Ta
     settle(world, job_e);
 }
 
+/// Whether a task lost with its node starts again elsewhere (`onNodeLost: replace`): its
+/// job runs, nothing decided its end, and it is not a batch job's rank 0 (whose command
+/// would run again from its start).
+fn replaceable(world: &World, job_e: Entity, task_e: Entity) -> bool {
+    let (Some(job), Some(st), Some(ts)) = (
+        world.get::<Job>(job_e),
+        world.get::<JobState>(job_e),
+        world.get::<TaskState>(task_e),
+    ) else {
+        return false;
+    };
+    job.spec.run.node_lost() == OnNodeLost::Replace
+        && st.phase == JobPhase::Running
+        && st.verdict.is_none()
+        && ts.is_running()
+        && !(job.spec.run.launch == LaunchMode::Batch && ts.rank == Some(0))
+}
+
+/// A task lost with its node waits to start again, keeping its rank: it holds nothing
+/// now, the allocator places it inside the job's HyperNode in this tick, and
+/// `jobs::replace` settles what happened (see there). The job runs on; its restart
+/// count goes up once per round of losses.
+fn replace(world: &mut World, job_e: Entity, task_e: Entity, end: TaskEnd) {
+    let (index, name) = match world.get::<Task>(task_e) {
+        Some(t) => (t.index, t.name.clone()),
+        None => return,
+    };
+    let rank = match world.get_mut::<TaskState>(task_e) {
+        Some(mut ts) => {
+            let rank = ts.rank;
+            *ts = TaskState {
+                rank,
+                ..TaskState::pending()
+            };
+            rank
+        }
+        None => return,
+    };
+    world.entity_mut(task_e).remove::<TaskRun>();
+    let why = end.reason.unwrap_or_else(|| "its node was lost".into());
+    let job_name = world.get::<Job>(job_e).map(|j| j.spec.name.clone()).unwrap_or_default();
+    if let Some(mut st) = world.get_mut::<JobState>(job_e) {
+        st.reported = true;
+        if st.replacing.is_empty() {
+            st.restarts += 1;
+        }
+        if !st.replacing.contains(&index) {
+            st.replacing.push(index);
+            st.replacing.sort_unstable();
+        }
+    }
+    world
+        .resource_mut::<crate::model::tick::Replacements>()
+        .jobs
+        .insert(job_e);
+    world.resource_mut::<Outbox>().0.push(Command::Info(format!(
+        "job {job_name}: task {name} (rank {}) lost ({why}); starting it again inside the job's HyperNode",
+        rank.unwrap_or(0)
+    )));
+}
+
 /// What ended the task, for the job's reason: `exited with code 3`.
 fn describe(end: &TaskEnd) -> String {
     let why = end.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
@@ -341,7 +414,7 @@ fn describe(end: &TaskEnd) -> String {
 
 /// Stops every running task of the job: a kill to those on agents' nodes (they hold
 /// their resources until their ends arrive), at once for the others.
-fn stop_tasks(world: &mut World, job_e: Entity, why: KillReason, grace_secs: u64) {
+pub(crate) fn stop_tasks(world: &mut World, job_e: Entity, why: KillReason, grace_secs: u64) {
     let tasks = world.get::<Job>(job_e).map(|j| j.tasks.clone()).unwrap_or_default();
     for t in tasks {
         let Some(node) = world
@@ -383,7 +456,7 @@ fn kill(world: &mut World, job_e: Entity, task_e: Entity, node: Arc<str>, why: K
 /// Ends a placed job once none of its tasks holds resources: finished (or cancelled)
 /// with its verdict and exit code, or pending again for a requeue. Tasks never placed
 /// beyond the gang minimum are dropped with it.
-fn settle(world: &mut World, job_e: Entity) {
+pub(crate) fn settle(world: &mut World, job_e: Entity) {
     let Some(job) = world.get::<Job>(job_e) else { return };
     if !world
         .get::<JobState>(job_e)
@@ -439,6 +512,7 @@ fn requeue(world: &mut World, job_e: Entity, why: String) {
             ..JobState::from_stored(StateRecord {
                 reason: Some(why),
                 preempted_by: st.preempted_by.take(),
+                restarts: st.restarts,
                 ..StateRecord::new()
             })
         };

@@ -1,10 +1,12 @@
 //! Jobs and their tasks: how a job comes in ([`admit`]), whose it is and what it may ask
 //! ([`ownership`]), how its tasks start and end and what that decides ([`lifecycle`]),
-//! and the two systems that tidy after the allocator's work: `recover` (a job's
-//! AllocatedHyperNode) and `retire` (a job that ended leaves the per-tick scans).
+//! and the systems that tidy after the allocator's work: `recover` (a job's
+//! AllocatedHyperNode), [`replace`] (tasks lost with their node started again, or the
+//! job requeued or failed) and `retire` (a job that ended leaves the per-tick scans).
 
 pub mod admit;
 pub mod lifecycle;
 pub mod ownership;
 pub(crate) mod recover;
+pub mod replace;
 pub(crate) mod retire;

@@ -66,6 +66,12 @@ impl JobState {
         Self::default()
     }
 
+    /// Whether the job has tasks still to place: ranks not yet given, or lost tasks
+    /// waiting to start again. A job with a verdict gets no more.
+    pub fn has_tasks_to_place(&self, tasks: usize) -> bool {
+        self.verdict.is_none() && ((self.next_rank as usize) < tasks || !self.replacing.is_empty())
+    }
+
     /// Whether the job has not ended: pending, running or ending (its tasks still hold
     /// resources), or rejected for the topology of now (looked at again when it changes).
     /// Its name stays taken and it counts against its owner's limits.
@@ -153,6 +159,18 @@ pub struct StateRecord {
     /// held for it against every other job (see `preempt`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nomination: Option<hyperplan_shared::report::Nomination>,
+    /// Times lost tasks of it were started again elsewhere (`onNodeLost: replace`): its
+    /// tasks' `HYPERPLAN_RESTART`. Kept when it is requeued.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restarts: u32,
+    /// Tasks (by their place in the job) lost with their node that wait to start again,
+    /// keeping their ranks (see `jobs::replace`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replacing: Vec<u32>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Steps a job keeps the record of (the newest; numbering goes on).
@@ -190,6 +208,8 @@ impl StateRecord {
             steps: Vec::new(),
             preempted_by: None,
             nomination: None,
+            restarts: 0,
+            replacing: Vec::new(),
         }
     }
 }

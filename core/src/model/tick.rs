@@ -64,3 +64,12 @@ pub struct Nominated {
     /// The jobs.
     pub jobs: std::collections::BTreeSet<bevy_ecs::entity::Entity>,
 }
+
+/// Running jobs with lost tasks waiting to start again (`onNodeLost: replace`): added by
+/// the lifecycle when a task is lost, tried by `allocate` in the same tick, and settled by
+/// `jobs::replace` (started again, or the job requeued or failed) right after it.
+#[derive(Debug, Default, Resource)]
+pub struct Replacements {
+    /// The jobs.
+    pub jobs: std::collections::BTreeSet<bevy_ecs::entity::Entity>,
+}

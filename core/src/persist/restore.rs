@@ -87,6 +87,19 @@ impl Planner {
             .resource_mut::<crate::model::tick::Nominated>()
             .jobs
             .extend(nominated);
+        // Lost tasks that were waiting to start again still are.
+        let mut q = self
+            .world
+            .query::<(bevy_ecs::entity::Entity, &crate::model::components::JobState)>();
+        let replacing: Vec<_> = q
+            .iter(&self.world)
+            .filter(|(_, st)| !st.replacing.is_empty())
+            .map(|(e, _)| e)
+            .collect();
+        self.world
+            .resource_mut::<crate::model::tick::Replacements>()
+            .jobs
+            .extend(replacing);
         refused
     }
 }

@@ -77,6 +77,14 @@ impl Planner {
         job_ranks(self.world(), job)
     }
 
+    /// How many times lost tasks of job `job` were started again elsewhere (its tasks'
+    /// `HYPERPLAN_RESTART`); `None` for no job of that name.
+    pub fn job_restarts(&self, job: &str) -> Option<u32> {
+        let world = self.world();
+        let &e = world.resource::<crate::names::JobNames>().0.get(job)?;
+        world.get::<crate::model::components::JobState>(e).map(|st| st.restarts)
+    }
+
     /// The nodes running job `job` (id `job_id`), sorted; `None` when no live job of that
     /// name has that id (PMI fences go only to a job's own nodes).
     pub fn job_nodes(&self, job: &str, job_id: u64) -> Option<Vec<std::sync::Arc<str>>> {

@@ -1,0 +1,184 @@
+//! Scenario tests for `onNodeLost: replace` (issue 25): the tasks of a lost node start
+//! again on spare nodes inside the job's HyperNode, keeping their ranks, while the other
+//! ranks run on; several lost at once together; no spare means a requeue or a failure
+//! that says why; a node that comes back has its old tasks killed. Agents' nodes, the
+//! invariants checked after every tick.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use hyperplan_core::config::HealthConfig;
+use hyperplan_core::model::commands::KillReason;
+use hyperplan_core::model::events::TaskOnNode;
+use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
+use hyperplan_core::{Command, Event, PlannerConfig};
+use hyperplan_shared::JobSpec;
+use hyperplan_shared::job::OnNodeLost;
+use hyperplan_shared::report::JobStatus;
+
+/// 2 leaves of 4 nodes (cpu=8), agents registered, nodes lost after 10 s silent.
+fn rig() -> Rig {
+    let cluster = ClusterBuilder::fat_tree(&[4, 2], 1).node_resources("cpu=8").build();
+    let config = PlannerConfig {
+        health: HealthConfig {
+            node_lost_after: Duration::from_secs(10),
+            ..HealthConfig::default()
+        },
+        ..PlannerConfig::default()
+    };
+    let mut rig = Rig::new(config, cluster.nodes);
+    rig.p.push(Event::StaticHyperNodes(cluster.hyper_nodes));
+    rig.register_all();
+    rig.tick();
+    rig
+}
+
+fn replacing(name: &str, replicas: u32) -> JobSpec {
+    let mut j = JobBuilder::gang(name, replicas, "cpu=8").hard(1).build();
+    j.run.on_node_lost = Some(OnNodeLost::Replace);
+    j
+}
+
+fn run(rig: &mut Rig, spec: JobSpec) -> u64 {
+    let name = spec.name.clone();
+    let id = rig.submit_as(spec, "alice");
+    rig.step();
+    assert_eq!(rig.job(&name).status, JobStatus::Placed, "{:?}", rig.job(&name).reason);
+    rig.start_all(&name, id);
+    rig.step();
+    id
+}
+
+/// (rank, node) of each placed task, by rank.
+fn ranks(rig: &Rig, job: &str) -> Vec<(u32, String)> {
+    let mut v: Vec<(u32, String)> = rig
+        .job(job)
+        .tasks
+        .iter()
+        .filter_map(|t| Some((t.rank?, t.node.clone()?)))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Silences `nodes` and steps until the planner declares them lost; the commands.
+fn lose(rig: &mut Rig, nodes: &[&str]) -> Vec<Command> {
+    rig.silent.extend(nodes.iter().map(|n| n.to_string()));
+    let mut all = Vec::new();
+    for _ in 0..30 {
+        let cmds = rig.step();
+        let lost = cmds.iter().any(|c| matches!(c, Command::Warn(w) if w.contains("lost")));
+        all.extend(cmds);
+        if lost {
+            return all;
+        }
+    }
+    panic!("{nodes:?} were never lost");
+}
+
+fn infos(cmds: &[Command]) -> Vec<String> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::Info(i) | Command::Warn(i) => Some(i.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_lost_nodes_task_starts_again_inside_the_leaf_keeping_its_rank() {
+    let mut rig = rig();
+    let id = run(&mut rig, replacing("train", 3));
+    assert_eq!(
+        ranks(&rig, "train"),
+        [(0, "n01".into()), (1, "n02".into()), (2, "n03".into())]
+    );
+    let cmds = lose(&mut rig, &["n02"]);
+    let said = infos(&cmds).join("\n");
+    assert!(said.contains("task worker-1 (rank 1) lost"), "{said}");
+    assert!(
+        said.contains("lost tasks started again: worker-1 on n04 (restart 1)"),
+        "{said}"
+    );
+    // Rank 1 on the spare of leaf-1; ranks 0 and 2 untouched, never killed.
+    assert_eq!(
+        ranks(&rig, "train"),
+        [(0, "n01".into()), (1, "n04".into()), (2, "n03".into())]
+    );
+    assert!(!cmds.iter().any(|c| matches!(c, Command::Kill { .. })), "{cmds:?}");
+    let placed: Vec<(String, u32, String)> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            Command::Place(p) => Some((p.task.to_string(), p.rank, p.node.to_string())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(placed, [("worker-1".to_string(), 1, "n04".to_string())]);
+    let job = rig.job("train");
+    assert_eq!(job.status, JobStatus::Running, "{:?}", job.reason);
+    assert_eq!(rig.p.job_restarts("train"), Some(1));
+    // n2 comes back: its agent still runs the old rank 1, which is killed as an orphan.
+    rig.silent.clear();
+    rig.register("n02");
+    rig.p.push(Event::TasksOnNode {
+        node: "n02".into(),
+        tasks: vec![TaskOnNode {
+            job: "train".into(),
+            job_id: id,
+            task: "worker-1".into(),
+            index: 1,
+            pid: 4242,
+            cpu_cores: 0.0,
+            rss_bytes: 0,
+        }],
+    });
+    let cmds = rig.step();
+    let kills: Vec<(String, KillReason)> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            Command::Kill { node, why, .. } => Some((node.to_string(), *why)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kills, [("n02".to_string(), KillReason::Orphan)]);
+    assert_eq!(ranks(&rig, "train")[1], (1, "n04".into()));
+}
+
+#[test]
+fn several_nodes_lost_at_once_are_replaced_together() {
+    let mut rig = rig();
+    // Both of its nodes at once: the two spares of leaf-1 take both ranks.
+    run(&mut rig, replacing("train", 2));
+    let cmds = lose(&mut rig, &["n01", "n02"]);
+    let said = infos(&cmds).join("\n");
+    assert!(said.contains("worker-0 on n03, worker-1 on n04 (restart 1)"), "{said}");
+    assert_eq!(ranks(&rig, "train"), [(0, "n03".into()), (1, "n04".into())]);
+    assert_eq!(rig.p.job_restarts("train"), Some(1));
+}
+
+#[test]
+fn no_spare_in_the_leaf_means_requeue_or_failure_saying_why() {
+    for requeue in [true, false] {
+        let mut rig = rig();
+        let mut spec = replacing("train", 3);
+        spec.run.requeue = requeue;
+        run(&mut rig, spec);
+        // The leaf's last node is taken; leaf-2 is free but outside the tier limit.
+        run(&mut rig, JobBuilder::gang("other", 1, "cpu=8").build());
+        assert_eq!(rig.job("other").tasks[0].node.as_deref(), Some("n04"));
+        let cmds = lose(&mut rig, &["n02"]);
+        let said = infos(&cmds).join("\n");
+        assert!(
+            said.contains("job train: no spare node in leaf-1 to start its lost task worker-1 again"),
+            "{said}"
+        );
+        // Its other ranks are killed (they hold until their ends are reported).
+        let kills = cmds.iter().filter(|c| matches!(c, Command::Kill { .. })).count();
+        assert_eq!(kills, 2, "{cmds:?}");
+        let job = rig.job("train");
+        let want = if requeue { JobStatus::Pending } else { JobStatus::Failed };
+        assert_eq!(job.status, want, "requeue {requeue}: {:?}", job.reason);
+        assert!(job.reason.unwrap().contains("no spare node in leaf-1"));
+    }
+}
