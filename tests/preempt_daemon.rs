@@ -127,7 +127,7 @@ fn a_higher_class_preempts_with_the_chosen_signal_and_the_victims_requeue_or_end
         1,
         &checkpointing("once"),
     );
-    let mut waiting = rig
+    let waiting = rig
         .c
         .cli_command(&rig.user, &["submit", "--wait", path_str(&once)])
         .stderr(std::process::Stdio::piped())

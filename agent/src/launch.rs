@@ -200,6 +200,10 @@ pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> R
         task: task.task.clone(),
         source,
     })?);
+    // Times the job's lost tasks were started again elsewhere when this one started
+    // (the job's `restart` file beside its hostfile says it now).
+    env.entry("HYPERPLAN_RESTART".into())
+        .or_insert_with(|| world.restart.to_string());
     let values = PatternValues {
         job: &task.job,
         task: &task.task,
@@ -262,6 +266,7 @@ mod tests {
             master_addr: "10.0.0.1".into(),
             master_port: 29507,
             launch: Default::default(),
+            restart: 0,
         }
     }
 

@@ -286,6 +286,7 @@ impl Setup {
             master_addr: "127.0.0.1".into(),
             master_port: 29500,
             launch: Default::default(),
+            restart: 0,
         };
         self.planner.send(PlannerToAgent::Job(Box::new(world)));
         self.planner.send(PlannerToAgent::Launch(Box::new(launch_task(
@@ -478,6 +479,7 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
         master_addr: "127.0.0.1".into(),
         master_port: 29500,
         launch: Default::default(),
+        restart: 0,
     })));
     let mut launch = launch_task("sleepy", 21, &me(), "", &s.work());
     launch.argv = vec!["sleep".into(), "60".into()];

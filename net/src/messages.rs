@@ -265,6 +265,15 @@ pub struct JobWorld {
     /// hostfiles, `mpirun`'s launch agent); the other tasks hold their nodes.
     #[serde(default)]
     pub launch: hyperplan_shared::job::LaunchMode,
+    /// Times lost tasks of the job were started again elsewhere (`onNodeLost:
+    /// replace`): `HYPERPLAN_RESTART`, and the job's `restart` file. A `Job` frame that
+    /// changes the world of a job already running on a node rewrites its hostfile there.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restart: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One task to start, as the planner placed it and the job asked for it.
@@ -804,6 +813,7 @@ mod tests {
             master_addr: "10.0.0.1".into(),
             master_port: 29507,
             launch: Default::default(),
+            restart: 0,
         })));
         roundtrip(&PlannerToAgent::Launch(Box::new(LaunchTask {
             job: "j".into(),

@@ -225,6 +225,15 @@ impl Tasks {
 
     pub fn on_job(&mut self, world: JobWorld) {
         let key = (world.job.clone(), world.job_id);
+        // A job already running here whose world changed (a lost task started again
+        // elsewhere, a task placed late): its hostfile and `restart` file say so now,
+        // for its running tasks to read again.
+        let changed = self.worlds.get(&key).is_some_and(|old| {
+            old.nodes != world.nodes || old.node_of_rank != world.node_of_rank || old.restart != world.restart
+        });
+        if changed && self.has_tasks(&key.0, key.1) {
+            runner::rewrite_world(&self.opts, &world);
+        }
         if self.worlds.insert(key.clone(), world).is_none() {
             self.world_order.push_back(key);
         }
@@ -946,6 +955,7 @@ mod tests {
             master_addr: "127.0.0.1".into(),
             master_port: 29500,
             launch: Default::default(),
+            restart: 0,
         });
         let hostfile = state.path().join("tasks/j.4/hostfile");
         // The shepherd cannot start here; the hostfile is written before it would.
@@ -970,6 +980,45 @@ mod tests {
         };
         t.on_launch("n1", &[], &third);
         assert_eq!(std::fs::read_to_string(&hostfile).unwrap(), "n1\nn1\nn1\nn2\n");
+        // Rank 3 lost with n2 starts again on n3: the job's running tasks here read the
+        // new world in their hostfile, and the restart count beside it.
+        t.on_job(JobWorld {
+            job: "j".into(),
+            job_id: 4,
+            nodes: vec!["n1".into(), "n3".into()],
+            node_of_rank: vec![0, 0, 0, 1],
+            master_addr: "127.0.0.1".into(),
+            master_port: 29500,
+            launch: Default::default(),
+            restart: 1,
+        });
+        assert_eq!(std::fs::read_to_string(&hostfile).unwrap(), "n1\nn1\nn1\nn3\n");
+        let restart = state.path().join("tasks/j.4/restart");
+        assert_eq!(std::fs::read_to_string(&restart).unwrap(), "1\n");
+        // The same world again writes nothing; a job with nothing here gets no files.
+        let before = std::fs::metadata(&hostfile).unwrap().ino();
+        t.on_job(JobWorld {
+            job: "j".into(),
+            job_id: 4,
+            nodes: vec!["n1".into(), "n3".into()],
+            node_of_rank: vec![0, 0, 0, 1],
+            master_addr: "127.0.0.1".into(),
+            master_port: 29500,
+            launch: Default::default(),
+            restart: 1,
+        });
+        assert_eq!(std::fs::metadata(&hostfile).unwrap().ino(), before);
+        t.on_job(JobWorld {
+            job: "other".into(),
+            job_id: 5,
+            nodes: vec!["n1".into()],
+            node_of_rank: vec![0],
+            master_addr: "127.0.0.1".into(),
+            master_port: 29500,
+            launch: Default::default(),
+            restart: 2,
+        });
+        assert!(!state.path().join("tasks/other.5").exists());
     }
 
     #[test]
@@ -1040,6 +1089,7 @@ mod tests {
             master_addr: "127.0.0.1".into(),
             master_port: 29500,
             launch: Default::default(),
+            restart: 0,
         });
         let ends = finished(&t.on_launch("n1", &[], &launch));
         assert!(
@@ -1088,6 +1138,7 @@ mod tests {
             master_addr: "127.0.0.1".into(),
             master_port: 29500,
             launch: Default::default(),
+            restart: 0,
         });
         let launch = LaunchTask {
             cpus: "0-1".into(),

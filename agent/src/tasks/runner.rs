@@ -10,7 +10,7 @@
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -340,6 +340,57 @@ pub fn cancel(dir: &TaskDir, shepherd_pid: u32, grace_secs: u64, warn: Option<i3
         tracing::warn!(path = %dir.kill_grace().display(), "cannot write the kill grace: {e}");
     }
     signal(shepherd_pid, libc::SIGTERM);
+}
+
+/// The files of a job already running here that describe its world (its hostfile, a
+/// batch job's MPI hostfiles, the `restart` file), written again for a new world, owned
+/// as its hostfile is (by the job's user, who reads them). Nothing is created for a job
+/// whose hostfile is not here, and nothing is followed that is not a plain file.
+pub fn rewrite_world(opts: &TaskOptions, world: &JobWorld) {
+    use std::os::unix::fs::MetadataExt;
+    let hostfile = hostfile_path(&opts.state_dir, &world.job, world.job_id);
+    let Ok(meta) = std::fs::symlink_metadata(&hostfile) else {
+        return;
+    };
+    if !meta.file_type().is_file() {
+        return;
+    }
+    let owner = (crate::shepherd::current_euid() == 0).then(|| (meta.uid(), meta.gid()));
+    let nodes_by_rank: Vec<&str> = world
+        .node_of_rank
+        .iter()
+        .filter_map(|&i| world.nodes.get(i as usize))
+        .map(String::as_str)
+        .collect();
+    let job_dir = crate::shepherd::layout::job_dir(&opts.state_dir, &world.job, world.job_id);
+    let mut files: Vec<(PathBuf, String, u32)> = vec![
+        (
+            hostfile.clone(),
+            hyperplan_shared::taskenv::hostfile(&nodes_by_rank),
+            0o400,
+        ),
+        (job_dir.join("restart"), format!("{}\n", world.restart), 0o400),
+    ];
+    if world.launch == LaunchMode::Batch {
+        for (name, text, mode) in crate::launch::batch_files(world, &opts.cli).files {
+            files.push((job_dir.join(name), text, mode));
+        }
+    }
+    for (path, text, mode) in files {
+        if std::fs::read(&path).is_ok_and(|old| old == text.as_bytes()) {
+            continue;
+        }
+        if let Err(e) = write_owned(&path, text.as_bytes(), owner, mode) {
+            tracing::warn!(path = %path.display(), "cannot write the job's new world: {e}");
+        }
+    }
+    tracing::info!(
+        job = %world.job,
+        job_id = world.job_id,
+        restart = world.restart,
+        nodes = world.nodes.join(","),
+        "the job's world changed: hostfile written again"
+    );
 }
 
 /// Sends `signal` to the process `pid` (never to a group or to every process).

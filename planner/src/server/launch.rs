@@ -44,7 +44,8 @@ pub fn frames(
     for placed in jobs {
         let first = &placed[0];
         let ranks = planner.job_ranks(first.job()).unwrap_or_default();
-        let world_info = job_world(first, &ranks, &address_of);
+        let restart = planner.job_restarts(first.job()).unwrap_or(0);
+        let world_info = job_world(first, &ranks, restart, &address_of);
         // This tick's tasks by node, nodes in the order of their first rank.
         let mut by_node: Vec<(Arc<str>, Vec<&Placement>)> = Vec::new();
         for p in &placed {
@@ -65,6 +66,18 @@ pub fn frames(
             for l in launches {
                 out.push((node.clone(), PlannerToAgent::Launch(Box::new(l))));
             }
+        }
+        // The job's other nodes learn its new world too (a lost task started again
+        // elsewhere, a task placed late): their agents rewrite its hostfile.
+        let mut others: Vec<&Arc<str>> = ranks
+            .iter()
+            .map(|(_, n)| n)
+            .filter(|n| !placed.iter().any(|p| &p.node == *n))
+            .collect();
+        others.sort();
+        others.dedup();
+        for node in others {
+            out.push((node.clone(), PlannerToAgent::Job(Box::new(world_info.clone()))));
         }
     }
     out
@@ -101,7 +114,12 @@ fn batch_roles(launches: &mut [LaunchTask]) {
     }
 }
 
-fn job_world(p: &Placement, ranks: &[(u32, Arc<str>)], address_of: &impl Fn(&str) -> Option<String>) -> JobWorld {
+fn job_world(
+    p: &Placement,
+    ranks: &[(u32, Arc<str>)],
+    restart: u32,
+    address_of: &impl Fn(&str) -> Option<String>,
+) -> JobWorld {
     let mut nodes: Vec<String> = Vec::new();
     let mut index: BTreeMap<&str, u32> = BTreeMap::new();
     let size = ranks.last().map_or(0, |(r, _)| *r as usize + 1);
@@ -123,6 +141,7 @@ fn job_world(p: &Placement, ranks: &[(u32, Arc<str>)], address_of: &impl Fn(&str
         master_addr: address_of(master).unwrap_or_else(|| master.to_string()),
         master_port: p.spec.run.master_port.unwrap_or_else(|| default_master_port(p.job_id)),
         launch: p.spec.run.launch,
+        restart,
     }
 }
 
