@@ -15,6 +15,7 @@ pub mod cargo;
 pub mod etcd;
 pub mod ha;
 pub mod live;
+pub mod netns;
 pub mod ufm;
 
 /// A binary of the workspace, built on first use when this test run did not build it
@@ -161,6 +162,8 @@ pub struct Cluster {
     pub missed: u32,
     /// More `hyperplan-planner` arguments, for the next `start_planner`.
     pub planner_args: Vec<String>,
+    /// (node, network namespace): the agent of such a node runs inside it (see `netns`).
+    pub namespaces: Vec<(String, String)>,
 }
 
 impl Drop for Cluster {
@@ -234,6 +237,7 @@ impl Cluster {
             heartbeat: 0.3,
             missed: 3,
             planner_args: Vec::new(),
+            namespaces: Vec::new(),
         }
     }
 
@@ -311,7 +315,15 @@ impl Cluster {
     /// As [`Cluster::start_agent`], with more `hyperplan-agent run` arguments.
     pub fn start_agent_with(&mut self, node: &str, synthetic: &str, labels: &[(&str, &str)], extra: &[&str]) {
         let log = std::fs::File::create(self.dir.path().join(format!("agent-{node}.log"))).unwrap();
-        let mut cmd = Command::new(bin("hyperplan-agent"));
+        let mut cmd = match self.namespaces.iter().find(|(n, _)| n == node) {
+            // `ip netns exec` execs the agent: the child's pid is the agent's.
+            Some((_, ns)) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(bin("hyperplan-agent"));
+                c
+            }
+            None => Command::new(bin("hyperplan-agent")),
+        };
         cmd.args([
             "run",
             "--planner",
