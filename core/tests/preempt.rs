@@ -421,3 +421,63 @@ fn simulate_counts_preemptions_and_the_work_they_lose() {
     let untouched = report.jobs.iter().find(|j| j.name == "lo7").unwrap();
     assert_eq!(untouched.preempted_by, None);
 }
+
+/// A cluster full of low-priority jobs over many leaves; a leaf-sized urgent job arrives.
+/// Its victims all sit in one leaf, are the fewest possible (brute force over each leaf's
+/// jobs), and it starts at the tick after its victims end at their grace.
+#[test]
+fn under_load_the_victims_sit_in_one_leaf_are_the_fewest_and_the_job_starts_after_the_grace() {
+    let cluster = ClusterBuilder::fat_tree(&[8, 8], 1).node_resources("cpu=8").build();
+    let mut config = PlannerConfig::parse(CONFIG, "planner.toml").unwrap();
+    config.preemption.grace = 20;
+    let mut rig = Rig::new(config.clone(), cluster.nodes);
+    rig.p.push(Event::StaticHyperNodes(cluster.hyper_nodes));
+    rig.register_all();
+    rig.tick();
+    // Leaf k holds jobs of sizes that make it fragmented differently: leaf 1 four jobs
+    // of two nodes, leaf 2 eight of one, leaf 3 one of four and four of one, …
+    let patterns: [&[u32]; 8] = [
+        &[2, 2, 2, 2],
+        &[1, 1, 1, 1, 1, 1, 1, 1],
+        &[4, 1, 1, 1, 1],
+        &[3, 3, 1, 1],
+        &[2, 1, 2, 1, 2],
+        &[1, 3, 1, 3],
+        &[4, 4],
+        &[2, 2, 1, 1, 1, 1],
+    ];
+    let mut ids = std::collections::BTreeMap::new();
+    for (leaf, sizes) in patterns.iter().enumerate() {
+        for (k, &n) in sizes.iter().enumerate() {
+            let name = format!("l{}-{k}", leaf + 1);
+            let spec = JobBuilder::gang(&name, n, "cpu=8").queue("lo").hard(1).build();
+            ids.insert(name.clone(), run(&mut rig, spec));
+        }
+    }
+    // Every node busy.
+    let id = rig.submit_as(JobBuilder::gang("urgent", 8, "cpu=8").hard(1).class("urgent").build(), "bob");
+    let _ = id;
+    let cmds = rig.step();
+    let victims: Vec<String> = preempted(&cmds).into_iter().map(|(v, _)| v).collect();
+    // The fewest: a leaf of two jobs (leaf 7: two of four nodes).
+    assert_eq!(victims, ["l7-0", "l7-1"], "{cmds:?}");
+    let leaves: std::collections::BTreeSet<String> = victims
+        .iter()
+        .flat_map(|v| rig.job(v).tasks.iter().map(|t| t.hyper_nodes[0].clone()).collect::<Vec<_>>())
+        .collect();
+    assert_eq!(leaves.len(), 1, "{leaves:?}");
+    let grace: Vec<u64> = killed(&cmds).into_iter().map(|(_, _, g)| g).collect();
+    assert!(grace.iter().all(|&g| g == 20), "{grace:?}");
+    // The victims take their whole grace: the job waits, nothing else is preempted.
+    for _ in 0..19 {
+        assert!(preempted(&rig.step()).is_empty());
+        assert_eq!(rig.job("urgent").status, JobStatus::Pending);
+    }
+    for v in &victims {
+        ended_by_signal(&mut rig, v, ids[v]);
+    }
+    rig.step();
+    let urgent = rig.job("urgent");
+    assert_eq!(urgent.status, JobStatus::Placed, "{:?}", urgent.reason);
+    assert_eq!(urgent.allocated_hyper_node.as_deref(), Some("leaf-7"));
+}
