@@ -51,6 +51,14 @@ impl<S> Planners<S> {
     /// `store`), `[ha] leaseTtl = ttl` and `more` config; certificates for `nodes`,
     /// whose agents [`Planners::start_agents`] starts.
     pub fn start(store: S, store_toml: &str, n: usize, ttl: u32, more: &str, nodes: &[&str]) -> Self {
+        let tomls = vec![store_toml.to_string(); n];
+        Self::start_each(store, &tomls, ttl, more, nodes)
+    }
+
+    /// As [`Planners::start`], planner `i` with `store_tomls[i]` (each through its own
+    /// path to etcd, say).
+    pub fn start_each(store: S, store_tomls: &[String], ttl: u32, more: &str, nodes: &[&str]) -> Self {
+        let n = store_tomls.len();
         let c = Cluster::prepare(nodes, None);
         let user = task_user();
         c.issue_user(&user);
@@ -58,7 +66,10 @@ impl<S> Planners<S> {
         for (i, a) in addrs.iter().enumerate() {
             c.write(
                 &format!("planner-{i}.toml"),
-                &format!("[server]\nlisten = \"{a}\"\n{store_toml}[ha]\nleaseTtl = {ttl}\n{more}"),
+                &format!(
+                    "[server]\nlisten = \"{a}\"\n{}[ha]\nleaseTtl = {ttl}\n{more}",
+                    store_tomls[i]
+                ),
             );
         }
         let mut ha = Planners {
@@ -124,6 +135,13 @@ impl<S> Planners<S> {
             .spawn()
             .unwrap();
         self.planners[i] = Some(child);
+    }
+
+    /// How planner `i` exited, once it has (reaped then); `None` while it runs.
+    pub fn exited(&mut self, i: usize) -> Option<std::process::ExitStatus> {
+        let status = self.planners[i].as_mut()?.try_wait().unwrap()?;
+        self.planners[i] = None;
+        Some(status)
     }
 
     /// SIGKILL, and reaps it.

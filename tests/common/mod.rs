@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod blackhole;
 pub mod cargo;
 pub mod etcd;
 pub mod ha;
