@@ -175,7 +175,9 @@ struct Tally {
     feasible: Cell<usize>,
     /// ...and `find` chose the fewest victims.
     fewest: Cell<usize>,
-    /// ...and the least work lost among the fewest too.
+    /// ...and the least work lost among the fewest too. Not asserted: the greedy ranks a
+    /// job by its share of the request before its work, so a bigger job can be chosen
+    /// where a cheaper one alone would do as well (88 % over 10,000 cases).
     least_work: Cell<usize>,
     /// ...where `find` had one victim more than brute force.
     one_more: Cell<usize>,
@@ -257,11 +259,12 @@ fn check(c: &Case, tally: &Tally) -> Result<(), TestCaseError> {
         }
     } else {
         bump(&tally.one_more);
+        // The greedy ranks jobs by what they free summed over the HyperNode, not per node: a
+        // small job that completes an almost free node is tried after bigger ones, which
+        // then need a second victim beside them (about 1 case in 1,000).
         eprintln!(
-            "DEBUG one more: {c:?}\n  find {:?} in {:?} {names:?}; brute ({min}, {min_work}); cands {:?}",
-            found.key,
-            found.hn,
-            cands.iter().map(|c| c.1.clone()).collect::<Vec<_>>()
+            "one victim more: {c:?}\n  find {:?} in {:?}: {names:?}; brute force ({min}, {min_work})",
+            found.key, found.hn
         );
     }
     Ok(())
@@ -293,7 +296,12 @@ fn victims_are_few_needed_and_make_room() {
         tally.least_work.get(),
         tally.one_more.get()
     );
-    assert!(feasible >= 16, "too few cases with a preemption to judge ({feasible})");
+    assert!(
+        feasible * 4 >= cases as usize,
+        "too few cases with a preemption to judge ({feasible})"
+    );
     // (d) The greedy + prune choice has the fewest victims in at least 90 % of cases.
+    // Observed: 100 % in most 64-case runs; 2,172 of 2,174 (99.9 %) with
+    // PROPTEST_CASES=3000, the two others one victim more (node-blind greedy, see above).
     assert!(ratio >= 0.9, "fewest victims in only {fewest} of {feasible} cases");
 }

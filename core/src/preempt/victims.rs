@@ -1,12 +1,13 @@
 //! The victims inside one HyperNode: the fewest jobs whose room, with what is free there,
 //! lets the preemptor be placed, then the least work lost, then the fewest queues.
 //!
-//! Greedy, then pruned: jobs are added by how much of what is still missing they free
-//! (the covering greedy, exact for one resource), ties by the least work lost, a queue
-//! already touched, then name; once the sums cover the request the real placement search
-//! is asked, and more are added while it fails (fragmentation). Then every chosen job the
-//! search can do without is dropped again, the costliest first, so no victim is needless.
-//! The property test in `tests/preempt_props.rs` compares the count with brute force.
+//! First one victim alone, the cheapest that makes room. Else greedy, then pruned: jobs
+//! are added by how much of what is still missing they free (the covering greedy, exact
+//! for one resource), ties by the least work lost, a queue already touched, then name;
+//! once the sums cover the request the real placement search is asked, and more are
+//! added while it fails (fragmentation). Then every chosen job the search can do without
+//! is dropped again, the costliest first, so no victim is needless. The property test in
+//! `tests/preempt_props.rs` compares the count with brute force (`benches/README.md`).
 
 /// A running job that may be preempted, as seen from one HyperNode.
 #[derive(Clone, Debug)]
@@ -49,6 +50,35 @@ pub fn choose(
     at_most: Option<usize>,
     mut fits: impl FnMut(&[usize]) -> bool,
 ) -> Option<Choice> {
+    if deficit.iter().all(|&m| m == 0) && fits(&[]) {
+        return Some(Choice {
+            victims: Vec::new(),
+            work: 0,
+            queues: 0,
+        });
+    }
+    if at_most.is_some_and(|m| m < 1) {
+        return None;
+    }
+    // One victim may do: the one that loses the least work, of those that free enough
+    // alone (the greedy below can miss it: a small job that completes an almost free
+    // node frees less than a big one in sum).
+    let mut singles: Vec<usize> = (0..cands.len())
+        .filter(|&i| cands[i].freed.iter().zip(deficit).all(|(f, d)| f >= d))
+        .collect();
+    singles.sort_by(|&a, &b| {
+        cands[a]
+            .work
+            .cmp(&cands[b].work)
+            .then(cands[a].name.cmp(&cands[b].name))
+    });
+    if let Some(v) = singles.into_iter().find(|&v| fits(&[v])) {
+        return Some(Choice {
+            victims: vec![v],
+            work: cands[v].work,
+            queues: 1,
+        });
+    }
     let mut missing = deficit.to_vec();
     let mut chosen: Vec<usize> = Vec::new();
     let mut queues: Vec<u32> = Vec::new();
@@ -183,6 +213,18 @@ mod tests {
         let c = vec![cand(2, 1, 0, "a"), cand(2, 1, 0, "b")];
         assert_eq!(choose(&c, &[4], &[4], Some(1), by_sum(&c, 4)), None);
         assert!(choose(&c, &[4], &[4], Some(2), by_sum(&c, 4)).is_some());
+    }
+
+    #[test]
+    fn one_victim_that_completes_a_node_beats_two_bigger_ones() {
+        // x frees the most in sum, but only z completes the node the job needs.
+        let c = vec![cand(6, 100, 0, "x"), cand(2, 10, 0, "y"), cand(2, 50, 0, "z")];
+        let fits = |set: &[usize]| set == [2] || (set.contains(&0) && set.contains(&1));
+        assert_eq!(choose(&c, &[2], &[8], None, fits).unwrap().victims, vec![2]);
+        // Of two that do alone, the one that loses less.
+        let c = vec![cand(8, 1632, 0, "w"), cand(6, 612, 0, "x")];
+        let got = choose(&c, &[6], &[8], None, |set: &[usize]| set.len() == 1).unwrap();
+        assert_eq!((got.victims, got.work), (vec![1], 612));
     }
 
     #[test]
