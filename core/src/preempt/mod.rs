@@ -320,7 +320,8 @@ impl<'a> Setting<'a> {
     /// Whether the job is placed inside `hn` once the candidates `set` (indices into
     /// [`Setting::candidates`]) have gone: the placement search says.
     pub fn fits(&self, hn: HnIdx, set: &[usize]) -> bool {
-        let mut trial = Trial::new(self.index, self.config, (&self.base.0, &self.base.1), hn);
+        let (mut cap, mut numa) = (self.base.0.clone(), self.base.1.clone());
+        let mut trial = Trial::new(self.index, self.config, (&mut cap, &mut numa), hn);
         let held: Vec<&[Held]> = set.iter().map(|&i| self.cands[i].0.held.as_slice()).collect();
         trial.fits(&self.ctx, &held).is_some()
     }
@@ -366,6 +367,8 @@ fn find(
     }
     let mut best: Option<Found> = None;
     let mut searches = 0;
+    // One copy of the caches for every HyperNode tried (each question undoes itself).
+    let (mut cap, mut numa) = (base.0.clone(), base.1.clone());
     for h in hns {
         let inside = &index.hns[h.ix()].nodes;
         let all = h == index.root;
@@ -406,7 +409,7 @@ fn find(
             continue;
         }
         let at_most = best.as_ref().map(|b| b.key.0);
-        let mut trial = Trial::new(index, config, base, h);
+        let mut trial = Trial::new(index, config, (&mut cap, &mut numa), h);
         let only: Vec<Candidate> = local.iter().map(|(_, c)| c.clone()).collect();
         let choice: Option<Choice> = victims::choose(&only, &deficit, &need, at_most, |set| {
             let held: Vec<&[Held]> = set.iter().map(|&v| cands[local[v].0].0.held.as_slice()).collect();

@@ -1,7 +1,8 @@
 //! Would the job be placed inside HyperNode H once these victims have gone? The real
-//! placement search answers, on copies of the caches where every node outside H offers
-//! nothing and the victims' tasks inside H are given back; its placement is undone after
-//! each question, so one copy serves every victim set tried in H.
+//! placement search answers, kept inside H (the job's worksheet says it runs there), on a
+//! copy of the caches where the victims' tasks inside H are given back; its placement and
+//! the victims' room are undone after each question, so one copy serves every victim set
+//! and every HyperNode a decision tries.
 
 use std::sync::Arc;
 
@@ -13,54 +14,41 @@ use crate::config::PlannerConfig;
 use crate::model::ids::{HnIdx, NodeIdx};
 use crate::topology::TopologyIndex;
 
-/// The caches as one HyperNode sees them, for one job.
+/// The placement search for one job restricted to one HyperNode, on caches it borrows
+/// (shared by every HyperNode a decision tries: nothing is copied per HyperNode).
 pub struct Trial<'a> {
     index: &'a TopologyIndex,
     config: &'a PlannerConfig,
-    cap: Capacity,
-    numa: NumaState,
+    cap: &'a mut Capacity,
+    numa: &'a mut NumaState,
     hn: HnIdx,
     /// Searches run (for the bench's figures).
     pub searches: usize,
 }
 
 impl<'a> Trial<'a> {
-    /// `base` (the live caches with what is ending given back and other preemptions'
-    /// nodes held), with every node outside `hn` taken whole.
-    pub fn new(index: &'a TopologyIndex, config: &'a PlannerConfig, base: (&Capacity, &NumaState), hn: HnIdx) -> Self {
-        let mut cap = base.0.clone();
-        if hn != index.root {
-            let inside = &index.hns[hn.ix()].nodes;
-            for n in 0..index.node_names.len() {
-                if !inside.contains(n) {
-                    mask(index, &mut cap, NodeIdx(n as u32));
-                }
-            }
-        }
+    /// The search inside `hn` on `caches` (the live caches with what is ending given
+    /// back and other preemptions' nodes held), which every question leaves as it found.
+    pub fn new(
+        index: &'a TopologyIndex,
+        config: &'a PlannerConfig,
+        caches: (&'a mut Capacity, &'a mut NumaState),
+        hn: HnIdx,
+    ) -> Self {
         Self {
             index,
             config,
-            cap,
-            numa: base.1.clone(),
+            cap: caches.0,
+            numa: caches.1,
             hn,
             searches: 0,
         }
     }
 
-    /// Whether `node` is inside the HyperNode.
-    pub fn inside(&self, node: NodeIdx) -> bool {
-        self.hn == self.index.root || self.index.hns[self.hn.ix()].nodes.contains(node.ix())
-    }
-
-    /// What is free inside the HyperNode, per dimension.
-    pub fn free(&self) -> Vec<u64> {
-        let (a, u) = (self.cap.hn_alloc(self.hn), self.cap.hn_used(self.hn));
-        a.iter().zip(u).map(|(a, u)| a.saturating_sub(*u)).collect()
-    }
-
-    /// The nodes the job's tasks land on when the `victims`' tasks (inside the
-    /// HyperNode) have gone; `None` when it still does not fit. The caches are left as
-    /// they were.
+    /// The nodes the job's tasks land on inside the HyperNode when the `victims`' tasks
+    /// there have gone; `None` when it still does not fit. The search keeps inside the
+    /// HyperNode as it keeps a running job inside its own: the job's worksheet names it
+    /// as where the job is (its tier the limit), so the gradients start there.
     pub fn fits(&mut self, ctx: &JobCtx, victims: &[&[Held]]) -> Option<Vec<NodeIdx>> {
         let (index, hn) = (self.index, self.hn);
         let inside = |n: NodeIdx| hn == index.root || index.hns[hn.ix()].nodes.contains(n.ix());
@@ -72,7 +60,11 @@ impl<'a> Trial<'a> {
         }
         self.searches += 1;
         let mut trial = ctx.clone();
-        let placed = Search::new(index, &mut self.cap, &mut self.numa, self.config)
+        if hn != index.root {
+            trial.tier = Some(index.hns[hn.ix()].tier);
+            trial.allocated = Some(hn);
+        }
+        let placed = Search::new(index, self.cap, self.numa, self.config)
             .allocate_job(&mut trial)
             .is_some();
         let mut nodes = Vec::new();
@@ -92,9 +84,14 @@ impl<'a> Trial<'a> {
                 self.numa.take(h.node, a);
             }
         }
-        nodes.sort_unstable();
-        nodes.dedup();
-        placed.then_some(nodes)
+        // Only inside: a placement that strayed (it cannot, see above) is no answer.
+        if placed && nodes.iter().all(|&n| inside(n)) {
+            nodes.sort_unstable();
+            nodes.dedup();
+            Some(nodes)
+        } else {
+            None
+        }
     }
 }
 
