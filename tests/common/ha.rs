@@ -58,11 +58,30 @@ impl<S> Planners<S> {
     /// As [`Planners::start`], planner `i` with `store_tomls[i]` (each through its own
     /// path to etcd, say).
     pub fn start_each(store: S, store_tomls: &[String], ttl: u32, more: &str, nodes: &[&str]) -> Self {
+        Self::start_on("127.0.0.1", store, store_tomls, ttl, more, nodes, &[], &[])
+    }
+
+    /// As [`Planners::start_each`], the planners on `host` (a bridge's address, for
+    /// agents in network namespaces: `namespaces` is (node, namespace)), each also given
+    /// `args` (`--node-lost-after 5`, …).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_on(
+        host: &str,
+        store: S,
+        store_tomls: &[String],
+        ttl: u32,
+        more: &str,
+        nodes: &[&str],
+        namespaces: &[(String, String)],
+        args: &[&str],
+    ) -> Self {
         let n = store_tomls.len();
-        let c = Cluster::prepare(nodes, None);
+        let mut c = Cluster::prepare(nodes, None);
+        c.namespaces = namespaces.to_vec();
+        c.planner_args = args.iter().map(|a| a.to_string()).collect();
         let user = task_user();
         c.issue_user(&user);
-        let addrs: Vec<String> = (0..n).map(|_| format!("127.0.0.1:{}", free_udp_port())).collect();
+        let addrs: Vec<String> = (0..n).map(|_| format!("{host}:{}", free_udp_port())).collect();
         for (i, a) in addrs.iter().enumerate() {
             c.write(
                 &format!("planner-{i}.toml"),
@@ -129,6 +148,7 @@ impl<S> Planners<S> {
             .arg("--cert-dir")
             .arg(self.c.certs())
             .args(["--heartbeat-interval", "0.3", "--tick-interval", "0.2"])
+            .args(&self.c.planner_args)
             .stdout(Stdio::null())
             .stderr(log)
             .env("RUST_LOG", "info")
