@@ -481,3 +481,29 @@ fn under_load_the_victims_sit_in_one_leaf_are_the_fewest_and_the_job_starts_afte
     assert_eq!(urgent.status, JobStatus::Placed, "{:?}", urgent.reason);
     assert_eq!(urgent.allocated_hyper_node.as_deref(), Some("leaf-7"));
 }
+
+/// Reclaim: a queue under its quota takes back what a queue without one borrowed, though
+/// its priority is lower, by the same rule (one leaf, fewest victims).
+#[test]
+fn a_queue_under_its_quota_reclaims_what_another_borrowed() {
+    let cluster = ClusterBuilder::fat_tree(&[4, 4], 1).node_resources("cpu=8").build();
+    let text = format!("{CONFIG}[[queue]]\nname = \"owner\"\npriority = -1\nquota = {{ cpu = 32 }}\n");
+    let config = PlannerConfig::parse(&text, "planner.toml").unwrap();
+    let mut rig = Rig::new(config, cluster.nodes);
+    rig.p.push(Event::StaticHyperNodes(cluster.hyper_nodes));
+    rig.register_all();
+    rig.tick();
+    fill(&mut rig, true);
+    // Within its quota (32 of 32 CPUs): it reclaims a leaf.
+    rig.submit_as(JobBuilder::gang("mine", 4, "cpu=8").hard(1).queue("owner").build(), "bob");
+    let cmds = rig.step();
+    let victims: Vec<String> = preempted(&cmds).into_iter().map(|(v, _)| v).collect();
+    assert_eq!(victims, ["f13", "f14", "f15", "f16"]);
+    let why = rig.job("f13").reason.unwrap();
+    assert!(why.contains("queue owner reclaims its quota from queue lo"), "{why}");
+    // Beyond its quota it may not: a second such job preempts nothing.
+    rig.submit_as(JobBuilder::gang("more", 8, "cpu=8").hard(2).queue("owner").build(), "bob");
+    for _ in 0..3 {
+        assert!(preempted(&rig.step()).is_empty());
+    }
+}
