@@ -11,40 +11,17 @@
 
 mod common;
 
-use std::net::SocketAddr;
-
-use common::blackhole::Relay;
+use common::blackhole::relayed_etcd;
 use common::etcd::Etcd;
 use common::ha::{LONG, Planners};
-use common::{all_running, path_str, wait_for};
+use common::{all_running, logged_at, path_str, wait_for};
 
 type Ha = Planners<Etcd>;
-
-/// The time of day in ms of the first line of `log` that holds `needle` (its RFC 3339
-/// timestamp), if any.
-fn logged_at(log: &str, needle: &str) -> Option<u64> {
-    let line = log.lines().find(|l| l.contains(needle))?;
-    let time = line.split_whitespace().next()?.split('T').nth(1)?.trim_end_matches('Z');
-    let mut parts = time.split(':');
-    let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
-    let secs: f64 = s.parse().ok()?;
-    Some((h.parse::<u64>().ok()? * 3600 + m.parse::<u64>().ok()? * 60) * 1000 + (secs * 1000.0) as u64)
-}
 
 #[test]
 fn the_leader_cut_off_from_etcd_stops_leading_before_a_standby_leads_and_its_orders_go_nowhere() {
     let Some(etcd) = Etcd::start() else { return };
-    let target: SocketAddr = etcd.endpoint.trim_start_matches("http://").parse().unwrap();
-    let relays = [Relay::start(target), Relay::start(target)];
-    let tomls: Vec<String> = relays
-        .iter()
-        .map(|r| {
-            format!(
-                "[store]\nbackend = \"etcd\"\nendpoints = [\"http://{}\"]\nprefix = \"/cut/\"\n",
-                r.addr
-            )
-        })
-        .collect();
+    let (relays, tomls) = relayed_etcd(&etcd.endpoint, 2, "/cut/");
     let mut ha = Ha::start_each(etcd, &tomls, 3, "", &["n1", "n2"]);
     ha.start_agents();
     let (l, epoch) = wait_for(LONG, "one leader", || {

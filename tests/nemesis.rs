@@ -23,13 +23,12 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::blackhole::Relay;
+use common::blackhole::{Relay, relayed_etcd};
 use common::etcd::Etcd;
 use common::ha::{Client, MACHINE, Planners};
 use common::netns::Fabric;
@@ -207,17 +206,7 @@ fn a_seeded_schedule_of_faults_loses_no_acknowledged_job_and_runs_nothing_twice(
     };
     let Some(etcd) = Etcd::start() else { return };
     println!("nemesis: seed {seed}, {secs} s of faults (NEMESIS_SEED={seed} replays it)");
-    let target: SocketAddr = etcd.endpoint.trim_start_matches("http://").parse().unwrap();
-    let relays = [Relay::start(target), Relay::start(target)];
-    let tomls: Vec<String> = relays
-        .iter()
-        .map(|r| {
-            format!(
-                "[store]\nbackend = \"etcd\"\nendpoints = [\"http://{}\"]\nprefix = \"/nemesis/\"\n",
-                r.addr
-            )
-        })
-        .collect();
+    let (relays, tomls) = relayed_etcd(&etcd.endpoint, 2, "/nemesis/");
     let namespaces: Vec<(String, String)> = NODES.iter().map(|n| (n.to_string(), fabric.ns(n))).collect();
     let mut ha = Planners::start_on(
         &fabric.planner_addr(),
@@ -246,10 +235,10 @@ fn a_seeded_schedule_of_faults_loses_no_acknowledged_job_and_runs_nothing_twice(
     // the schedule itself (what the faults last), not waits for something to happen.
     let mut rng = Rng(seed);
     let began = Instant::now();
-    let supervise = |ha: &mut Planners<Etcd>, relays: &[Relay; 2]| {
-        for i in 0..2 {
+    let supervise = |ha: &mut Planners<Etcd>, relays: &[Relay]| {
+        for (i, relay) in relays.iter().enumerate() {
             if ha.exited(i).is_some() {
-                relays[i].heal();
+                relay.heal();
                 ha.start_planner(i);
             }
         }

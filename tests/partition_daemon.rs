@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::netns::Fabric;
-use common::{Cluster, alive, all_running, path_str, pids, task_user, wait_for};
+use common::{Cluster, alive, all_running, logged_at, path_str, pids, task_user, wait_for};
 use serde_json::Value;
 
 /// 4 CPUs a node.
@@ -194,28 +194,13 @@ fn a_short_cut_keeps_the_tasks_a_long_one_replaces_them_inside_the_leaf() {
     assert!(log.contains("lost tasks started again: w-1 on n3 (restart 1)"), "{log}");
     // The figure benches/README.md reports: from the node declared lost to its task
     // running again (the planner's own timestamps).
-    let at = |needle: &str| {
-        log.lines()
-            .find(|l| l.contains(needle))
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(|t| chrono_ms(t))
-    };
     if let (Some(lost), Some(started)) = (
-        at("NotReady for more than"),
-        at("task started job=\"train\" task=\"w-1\" node=\"n3\""),
+        logged_at(&log, "NotReady for more than"),
+        logged_at(&log, "task started job=\"train\" task=\"w-1\" node=\"n3\""),
     ) {
         println!(
             "node lost to its task running again on n3: {} ms",
             started.saturating_sub(lost)
         );
     }
-}
-
-/// Milliseconds of the day of a log line's RFC 3339 timestamp (`…T12:34:56.789012Z`).
-fn chrono_ms(t: &str) -> Option<u64> {
-    let time = t.split('T').nth(1)?.trim_end_matches('Z');
-    let mut parts = time.split(':');
-    let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
-    let secs: f64 = s.parse().ok()?;
-    Some((h.parse::<u64>().ok()? * 3600 + m.parse::<u64>().ok()? * 60) * 1000 + (secs * 1000.0) as u64)
 }

@@ -455,7 +455,10 @@ fn under_load_the_victims_sit_in_one_leaf_are_the_fewest_and_the_job_starts_afte
         }
     }
     // Every node busy.
-    let id = rig.submit_as(JobBuilder::gang("urgent", 8, "cpu=8").hard(1).class("urgent").build(), "bob");
+    let id = rig.submit_as(
+        JobBuilder::gang("urgent", 8, "cpu=8").hard(1).class("urgent").build(),
+        "bob",
+    );
     let _ = id;
     let cmds = rig.step();
     let victims: Vec<String> = preempted(&cmds).into_iter().map(|(v, _)| v).collect();
@@ -463,7 +466,13 @@ fn under_load_the_victims_sit_in_one_leaf_are_the_fewest_and_the_job_starts_afte
     assert_eq!(victims, ["l7-0", "l7-1"], "{cmds:?}");
     let leaves: std::collections::BTreeSet<String> = victims
         .iter()
-        .flat_map(|v| rig.job(v).tasks.iter().map(|t| t.hyper_nodes[0].clone()).collect::<Vec<_>>())
+        .flat_map(|v| {
+            rig.job(v)
+                .tasks
+                .iter()
+                .map(|t| t.hyper_nodes[0].clone())
+                .collect::<Vec<_>>()
+        })
         .collect();
     assert_eq!(leaves.len(), 1, "{leaves:?}");
     let grace: Vec<u64> = killed(&cmds).into_iter().map(|(_, _, g)| g).collect();
@@ -495,14 +504,20 @@ fn a_queue_under_its_quota_reclaims_what_another_borrowed() {
     rig.tick();
     fill(&mut rig, true);
     // Within its quota (32 of 32 CPUs): it reclaims a leaf.
-    rig.submit_as(JobBuilder::gang("mine", 4, "cpu=8").hard(1).queue("owner").build(), "bob");
+    rig.submit_as(
+        JobBuilder::gang("mine", 4, "cpu=8").hard(1).queue("owner").build(),
+        "bob",
+    );
     let cmds = rig.step();
     let victims: Vec<String> = preempted(&cmds).into_iter().map(|(v, _)| v).collect();
     assert_eq!(victims, ["f13", "f14", "f15", "f16"]);
     let why = rig.job("f13").reason.unwrap();
     assert!(why.contains("queue owner reclaims its quota from queue lo"), "{why}");
     // Beyond its quota it may not: a second such job preempts nothing.
-    rig.submit_as(JobBuilder::gang("more", 8, "cpu=8").hard(2).queue("owner").build(), "bob");
+    rig.submit_as(
+        JobBuilder::gang("more", 8, "cpu=8").hard(2).queue("owner").build(),
+        "bob",
+    );
     for _ in 0..3 {
         assert!(preempted(&rig.step()).is_empty());
     }

@@ -58,6 +58,34 @@ impl Relay {
     pub fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
     }
+
+    /// Passes again. The connections that lost bytes are closed (their streams cannot
+    /// go on); new ones pass whole.
+    pub fn heal(&self) {
+        if let Ok(mut v) = self.streams.lock() {
+            for s in v.drain(..) {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+/// A relay to the etcd at `endpoint` (`http://127.0.0.1:PORT`) for each of `n` planners,
+/// and each planner's `[store]` section through its own relay under `prefix`.
+pub fn relayed_etcd(endpoint: &str, n: usize, prefix: &str) -> (Vec<Relay>, Vec<String>) {
+    let target: SocketAddr = endpoint.trim_start_matches("http://").parse().unwrap();
+    let relays: Vec<Relay> = (0..n).map(|_| Relay::start(target)).collect();
+    let tomls = relays
+        .iter()
+        .map(|r| {
+            format!(
+                "[store]\nbackend = \"etcd\"\nendpoints = [\"http://{}\"]\nprefix = \"{prefix}\"\n",
+                r.addr
+            )
+        })
+        .collect();
+    (relays, tomls)
 }
 
 /// Copies `from` to `to` until either closes; drops what it reads while `cut`.

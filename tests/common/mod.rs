@@ -466,3 +466,14 @@ impl Cluster {
 pub fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// The time of day, in ms, of the first line of a daemon's `log` holding `needle` (from
+/// its RFC 3339 timestamp, `…T12:34:56.789012Z`), if any: to order what two daemons did.
+pub fn logged_at(log: &str, needle: &str) -> Option<u64> {
+    let line = log.lines().find(|l| l.contains(needle))?;
+    let time = line.split_whitespace().next()?.split('T').nth(1)?.trim_end_matches('Z');
+    let mut parts = time.split(':');
+    let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
+    let secs: f64 = s.parse().ok()?;
+    Some((h.parse::<u64>().ok()? * 3600 + m.parse::<u64>().ok()? * 60) * 1000 + (secs * 1000.0) as u64)
+}

@@ -942,21 +942,26 @@ mod tests {
             .collect()
     }
 
+    /// A job's world on nodes `nodes` (ranks by node index), its restart count.
+    fn world(job: &str, job_id: u64, nodes: &[&str], node_of_rank: &[u32], restart: u32) -> JobWorld {
+        JobWorld {
+            job: job.into(),
+            job_id,
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            node_of_rank: node_of_rank.to_vec(),
+            master_addr: "127.0.0.1".into(),
+            master_port: 29500,
+            launch: Default::default(),
+            restart,
+        }
+    }
+
     #[test]
     fn a_jobs_hostfile_is_written_by_its_first_task_here_and_kept_for_the_others() {
         use std::os::unix::fs::MetadataExt;
         let state = tempfile::tempdir().unwrap();
         let mut t = tasks(state.path());
-        t.on_job(JobWorld {
-            job: "j".into(),
-            job_id: 4,
-            nodes: vec!["n1".into(), "n2".into()],
-            node_of_rank: vec![0, 0, 0, 1],
-            master_addr: "127.0.0.1".into(),
-            master_port: 29500,
-            launch: Default::default(),
-            restart: 0,
-        });
+        t.on_job(world("j", 4, &["n1", "n2"], &[0, 0, 0, 1], 0));
         let hostfile = state.path().join("tasks/j.4/hostfile");
         // The shepherd cannot start here; the hostfile is written before it would.
         t.on_launch("n1", &[], &frame(4));
@@ -982,42 +987,15 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&hostfile).unwrap(), "n1\nn1\nn1\nn2\n");
         // Rank 3 lost with n2 starts again on n3: the job's running tasks here read the
         // new world in their hostfile, and the restart count beside it.
-        t.on_job(JobWorld {
-            job: "j".into(),
-            job_id: 4,
-            nodes: vec!["n1".into(), "n3".into()],
-            node_of_rank: vec![0, 0, 0, 1],
-            master_addr: "127.0.0.1".into(),
-            master_port: 29500,
-            launch: Default::default(),
-            restart: 1,
-        });
+        t.on_job(world("j", 4, &["n1", "n3"], &[0, 0, 0, 1], 1));
         assert_eq!(std::fs::read_to_string(&hostfile).unwrap(), "n1\nn1\nn1\nn3\n");
         let restart = state.path().join("tasks/j.4/restart");
         assert_eq!(std::fs::read_to_string(&restart).unwrap(), "1\n");
         // The same world again writes nothing; a job with nothing here gets no files.
         let before = std::fs::metadata(&hostfile).unwrap().ino();
-        t.on_job(JobWorld {
-            job: "j".into(),
-            job_id: 4,
-            nodes: vec!["n1".into(), "n3".into()],
-            node_of_rank: vec![0, 0, 0, 1],
-            master_addr: "127.0.0.1".into(),
-            master_port: 29500,
-            launch: Default::default(),
-            restart: 1,
-        });
+        t.on_job(world("j", 4, &["n1", "n3"], &[0, 0, 0, 1], 1));
         assert_eq!(std::fs::metadata(&hostfile).unwrap().ino(), before);
-        t.on_job(JobWorld {
-            job: "other".into(),
-            job_id: 5,
-            nodes: vec!["n1".into()],
-            node_of_rank: vec![0],
-            master_addr: "127.0.0.1".into(),
-            master_port: 29500,
-            launch: Default::default(),
-            restart: 2,
-        });
+        t.on_job(world("other", 5, &["n1"], &[0], 2));
         assert!(!state.path().join("tasks/other.5").exists());
     }
 
@@ -1081,16 +1059,7 @@ mod tests {
         // The shepherd program cannot be started.
         launch.job = "j".into();
         launch.job_id = 5;
-        t.on_job(JobWorld {
-            job: "j".into(),
-            job_id: 5,
-            nodes: vec!["n1".into()],
-            node_of_rank: vec![0],
-            master_addr: "127.0.0.1".into(),
-            master_port: 29500,
-            launch: Default::default(),
-            restart: 0,
-        });
+        t.on_job(world("j", 5, &["n1"], &[0], 0));
         let ends = finished(&t.on_launch("n1", &[], &launch));
         assert!(
             ends[0]
@@ -1130,16 +1099,7 @@ mod tests {
             cli: PathBuf::from("hyperplan"),
         })
         .unwrap();
-        t.on_job(JobWorld {
-            job: "j".into(),
-            job_id: 6,
-            nodes: vec!["n1".into()],
-            node_of_rank: vec![0],
-            master_addr: "127.0.0.1".into(),
-            master_port: 29500,
-            launch: Default::default(),
-            restart: 0,
-        });
+        t.on_job(world("j", 6, &["n1"], &[0], 0));
         let launch = LaunchTask {
             cpus: "0-1".into(),
             numa_nodes: vec![0],
