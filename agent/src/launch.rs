@@ -295,6 +295,7 @@ mod tests {
             epoch: 1,
             mpi: None,
             credential: None,
+            run: 0,
         }
     }
 

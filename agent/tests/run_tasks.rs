@@ -334,6 +334,7 @@ fn launch_task(job: &str, job_id: u64, user: &str, script: &str, work: &Path) ->
         epoch: 1,
         mpi: None,
         credential: None,
+        run: 0,
     }
 }
 

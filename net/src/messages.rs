@@ -329,6 +329,11 @@ pub struct LaunchTask {
     /// The job's credential (`HYPERPLAN_CREDENTIAL`): what its tasks `hyperplan exec` with.
     #[serde(default)]
     pub credential: Option<String>,
+    /// Which placement of this task it is: the job's requeues plus its tasks' restarts
+    /// elsewhere. A node that ran an earlier one starts a later one (a requeued job back on
+    /// it); the same one again starts nothing.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub run: u32,
 }
 
 /// `hyperplan cancel`'s default grace between SIGTERM and SIGKILL.
@@ -839,6 +844,7 @@ mod tests {
             epoch: 2,
             mpi: None,
             credential: None,
+            run: 0,
         })));
         let task = TaskRef {
             job: "j".into(),

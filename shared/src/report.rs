@@ -249,11 +249,11 @@ pub struct Summary {
     pub pending: u32,
     pub rejected: u32,
     pub makespan: u64,
-    /// Jobs preempted (each time one is), in `simulate`.
-    #[serde(default)]
+    /// Jobs preempted (each time one is), in `simulate`; left out when none was.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub preemptions: u32,
-    /// Work those preemptions lost: seconds run × CPUs.
-    #[serde(default)]
+    /// Work those preemptions lost: seconds run × CPUs; left out when none was.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub lost_cpu_seconds: u64,
 }
 
@@ -265,4 +265,12 @@ pub struct Report {
     /// Problems a working planner survives: broken HyperNodes, unknown tier names.
     #[serde(default)]
     pub warnings: Vec<String>,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }

@@ -13,7 +13,7 @@
 //!   only the names of its output files, so `hyperplan logs` still reads an ended job
 //!   (the last [`MAX_DONE`], until the agent restarts).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
@@ -66,6 +66,8 @@ enum Kill {
 struct Entry {
     dir: TaskDir,
     rank: u32,
+    /// Which placement of the task this is (`LaunchTask::run`).
+    run: u32,
     /// The shepherd this agent started (reaped by [`Tasks::scan`]).
     child: Option<Child>,
     /// Its exit status when it ended before a record was read.
@@ -111,6 +113,7 @@ impl Entry {
         Self {
             dir,
             rank,
+            run: 0,
             child: None,
             child_exit: None,
             shepherd_pid: None,
@@ -145,7 +148,8 @@ pub struct Tasks {
     /// Order the worlds came in, for forgetting the oldest.
     world_order: VecDeque<(String, u64)>,
     tasks: BTreeMap<TaskRef, Entry>,
-    done: HashSet<TaskRef>,
+    /// Tasks whose end the planner has, with the placement (`run`) that ended.
+    done: HashMap<TaskRef, u32>,
     done_order: VecDeque<TaskRef>,
     /// Output files `(stdout, stderr)` of acknowledged ends, for `ReadLog`.
     done_logs: HashMap<TaskRef, logs::Outputs>,
@@ -181,7 +185,7 @@ impl Tasks {
             worlds: BTreeMap::new(),
             world_order: VecDeque::new(),
             tasks: BTreeMap::new(),
-            done: HashSet::new(),
+            done: HashMap::new(),
             done_order: VecDeque::new(),
             done_logs: HashMap::new(),
             homeless: BTreeMap::new(),
@@ -261,7 +265,17 @@ impl Tasks {
             task: launch.task.clone(),
             index: launch.index,
         };
-        if self.tasks.contains_key(&key) || self.done.contains(&key) || self.homeless.contains_key(&key) {
+        // The same task placed again (its job requeued, or preempted and requeued, and back
+        // on this node): a later run of it, which starts; the run that ended is forgotten.
+        let again = |run: u32| launch.run > run;
+        if self.tasks.get(&key).is_some_and(|e| e.record.is_some() && again(e.run)) {
+            self.forget(&key, true);
+        }
+        if self.done.get(&key).is_some_and(|&run| again(run)) {
+            self.done.remove(&key);
+            self.done_logs.remove(&key);
+        }
+        if self.tasks.contains_key(&key) || self.done.contains_key(&key) || self.homeless.contains_key(&key) {
             tracing::debug!(job = %key.job, job_id = key.job_id, task = %key.task, "Launch repeated; nothing started");
             return Vec::new();
         }
@@ -291,6 +305,7 @@ impl Tasks {
             // Made by an earlier run that this one did not list (it was created since).
             tracing::info!(job = %key.job, task = %key.task, "Launch of a task whose directory exists; nothing started");
             let mut entry = Entry::new(dir, launch.rank);
+            entry.run = launch.run;
             let files = scan::read_files(&entry.dir);
             apply(&mut entry, files);
             self.tasks.insert(key, entry);
@@ -298,6 +313,7 @@ impl Tasks {
         }
         let world = self.worlds.get(&(key.job.clone(), key.job_id));
         let mut entry = Entry::new(dir, launch.rank);
+        entry.run = launch.run;
         let mut out = Vec::new();
         let mut pmi = None;
         let launched = runner::launch(&self.opts, node, gpus, world, launch, &entry.dir, &mut pmi);
@@ -378,7 +394,7 @@ impl Tasks {
             return;
         }
         if self.homeless.remove(task).is_some() {
-            self.remember_done(task.clone());
+            self.remember_done(task.clone(), 0);
             return;
         }
         let Some(entry) = self.tasks.get(task) else { return };
@@ -386,6 +402,13 @@ impl Tasks {
             tracing::warn!(job = %task.job, task = %task.task, "the planner acknowledged an end this node has not reported; ignored");
             return;
         }
+        self.forget(task, false);
+    }
+
+    /// An ended task leaves: its cgroups, its directory, its shepherd to reap; its end is
+    /// remembered (a repeated Launch starts nothing). Its job's directory and world go
+    /// with its last task here, unless `keep_world` (the job is being placed here again).
+    fn forget(&mut self, task: &TaskRef, keep_world: bool) {
         let Some(mut entry) = self.tasks.remove(task) else {
             return;
         };
@@ -401,11 +424,11 @@ impl Tasks {
         {
             self.exiting.push(child);
         }
-        self.remember_done(task.clone());
+        self.remember_done(task.clone(), entry.run);
         if let Some(files) = outputs {
             self.done_logs.insert(task.clone(), files);
         }
-        if !self.has_tasks(&task.job, task.job_id) {
+        if !keep_world && !self.has_tasks(&task.job, task.job_id) {
             let dir = job_dir(&self.opts.state_dir, &task.job, task.job_id);
             // The hostfile, and a batch job's MPI hostfiles and remote shell: they go with it.
             for name in [
@@ -444,8 +467,8 @@ impl Tasks {
         }
     }
 
-    fn remember_done(&mut self, task: TaskRef) {
-        if self.done.insert(task.clone()) {
+    fn remember_done(&mut self, task: TaskRef, run: u32) {
+        if self.done.insert(task.clone(), run).is_none() {
             self.done_order.push_back(task);
         }
         while self.done_order.len() > MAX_DONE {
@@ -892,6 +915,7 @@ mod tests {
             epoch: 1,
             mpi: None,
             credential: None,
+            run: 0,
         }
     }
 
@@ -1041,6 +1065,16 @@ mod tests {
         let launch = frame(3);
         assert!(t.on_launch("n1", &[], &launch).is_empty());
         assert!(!dir.dir.exists());
+        // The task placed here again (its job requeued): a later run is tried (the shepherd
+        // program cannot start here, which its end says), and only once.
+        t.on_job(world("j", 3, &["n1"], &[0], 0));
+        let again = LaunchTask { run: 1, ..frame(3) };
+        let ends = finished(&t.on_launch("n1", &[], &again));
+        assert_eq!(ends.len(), 1, "{ends:?}");
+        assert!(
+            t.on_launch("n1", &[], &again).is_empty(),
+            "the same run again starts nothing"
+        );
     }
 
     #[test]

@@ -12,14 +12,14 @@ use bevy_ecs::prelude::*;
 use super::numa::hints::Policy;
 use super::numa::node::NodeHardware;
 use crate::model::commands::{Command, Pinning, Placement};
-use crate::model::components::{Job, LiveChanged, Node, Task, TaskPhase, TaskState};
+use crate::model::components::{Job, JobState, LiveChanged, Node, Task, TaskPhase, TaskState};
 use crate::model::components::{JobId, JobOwner};
 use crate::model::tick::Outbox;
 
 pub(crate) fn dispatch(
     mut out: ResMut<Outbox>,
     mut tasks: Query<(Entity, &Task, &mut TaskState), LiveChanged<TaskState>>,
-    jobs: Query<(&Job, &JobOwner, Option<&JobId>)>,
+    jobs: Query<(&Job, &JobOwner, Option<&JobId>, &JobState)>,
     nodes: Query<&Node>,
     hardware: Query<&NodeHardware>,
 ) {
@@ -42,7 +42,7 @@ pub(crate) fn dispatch(
     while start < by_job.len() {
         let job = by_job[start].0;
         let len = by_job[start..].iter().take_while(|k| k.0 == job).count();
-        if let Ok((j, _, _)) = jobs.get(Entity::from_bits(job)) {
+        if let Ok((j, ..)) = jobs.get(Entity::from_bits(job)) {
             runs.push((j.spec.name.as_str(), start, start + len));
         }
         start += len;
@@ -52,16 +52,17 @@ pub(crate) fn dispatch(
     out.0.reserve(by_job.len());
     for e in order {
         let Ok((_, task, ts)) = tasks.get(e) else { continue };
-        let (Ok((job, owner, id)), Some(Ok(node))) = (jobs.get(task.job), ts.node.map(|n| nodes.get(n))) else {
+        let (Ok((job, owner, id, st)), Some(Ok(node))) = (jobs.get(task.job), ts.node.map(|n| nodes.get(n))) else {
             continue;
         };
         let hw = ts.node.and_then(|n| hardware.get(n).ok());
         out.0
-            .push(Command::Place(placement(job, owner, id, task, ts, node, hw)));
+            .push(Command::Place(placement(job, owner, id, task, ts, node, hw, st.run())));
     }
 }
 
 /// The `Place` command of a placed task: shared parts of its job, node and hardware.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn placement(
     job: &Job,
     owner: &JobOwner,
@@ -70,6 +71,7 @@ pub(crate) fn placement(
     ts: &TaskState,
     node: &Node,
     hardware: Option<&NodeHardware>,
+    run: u32,
 ) -> Placement {
     Placement {
         spec: job.spec.clone(),
@@ -90,5 +92,6 @@ pub(crate) fn placement(
                 .flatten()
                 .map_or(Policy::None, |n| n.policy),
         }),
+        run,
     }
 }

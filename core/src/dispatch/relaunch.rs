@@ -36,9 +36,11 @@ pub(crate) fn unstarted_on(world: &World, node: &str) -> Vec<Placement> {
         })
         .filter_map(|(task, ts, _)| {
             let job = world.get::<Job>(task.job)?;
-            let running = world.get::<JobState>(task.job)?.phase == JobPhase::Running;
+            let st = world.get::<JobState>(task.job)?;
             let owner = world.get::<JobOwner>(task.job)?;
-            running.then(|| placement(job, owner, world.get::<JobId>(task.job), task, ts, n, hw))
+            let run = st.run();
+            (st.phase == JobPhase::Running)
+                .then(|| placement(job, owner, world.get::<JobId>(task.job), task, ts, n, hw, run))
         })
         .collect();
     out.sort_by(|a, b| a.job().cmp(b.job()).then(a.rank.cmp(&b.rank)));

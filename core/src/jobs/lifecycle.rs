@@ -513,6 +513,7 @@ fn requeue(world: &mut World, job_e: Entity, why: String) {
                 reason: Some(why),
                 preempted_by: st.preempted_by.take(),
                 restarts: st.restarts,
+                requeues: st.requeues.saturating_add(1),
                 ..StateRecord::new()
             })
         };

@@ -32,6 +32,9 @@ pub struct Placement {
     pub rank: u32,
     /// Where a task with a NUMA request is pinned (what the agent enforces).
     pub pinning: Option<Pinning>,
+    /// Which placement of the task this is: its job's requeues plus its restarts (see
+    /// `StateRecord`); an agent that ran an earlier one starts this one.
+    pub run: u32,
 }
 
 impl Placement {
@@ -53,6 +56,7 @@ impl PartialEq for Placement {
         self.task == other.task
             && self.node == other.node
             && self.rank == other.rank
+            && self.run == other.run
             && self.role == other.role
             && self.job_id == other.job_id
             && self.owner == other.owner

@@ -66,6 +66,11 @@ impl JobState {
         Self::default()
     }
 
+    /// Which placement of its tasks a new one is (`Placement::run`).
+    pub fn run(&self) -> u32 {
+        self.requeues.saturating_add(self.restarts)
+    }
+
     /// Whether the job has tasks still to place: ranks not yet given, or lost tasks
     /// waiting to start again. A job with a verdict gets no more.
     pub fn has_tasks_to_place(&self, tasks: usize) -> bool {
@@ -163,6 +168,9 @@ pub struct StateRecord {
     /// tasks' `HYPERPLAN_RESTART`. Kept when it is requeued.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub restarts: u32,
+    /// Times it went back to pending after running (a lost node, a preemption).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub requeues: u32,
     /// Tasks (by their place in the job) lost with their node that wait to start again,
     /// keeping their ranks (see `jobs::replace`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -209,6 +217,7 @@ impl StateRecord {
             preempted_by: None,
             nomination: None,
             restarts: 0,
+            requeues: 0,
             replacing: Vec::new(),
         }
     }

@@ -177,6 +177,7 @@ fn launch(p: &Placement, hyper_nodes: &[String]) -> LaunchTask {
         epoch: 0,
         mpi: p.spec.run.mpi,
         credential: p.spec.credential.clone(),
+        run: p.run,
     }
 }
 
