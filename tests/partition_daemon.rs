@@ -18,12 +18,11 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::ha::MACHINE;
 use common::netns::Fabric;
 use common::{Cluster, alive, all_running, logged_at, path_str, pids, task_user, wait_for};
 use serde_json::Value;
 
-/// 4 CPUs a node.
-const MACHINE: &str = "pack:1 numa:1(memory=17179869184) core:4 pu:1";
 const NODES: [&str; 4] = ["n1", "n2", "n3", "n4"];
 const LONG: Duration = Duration::from_secs(60);
 

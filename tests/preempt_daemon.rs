@@ -13,11 +13,10 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::ha::MACHINE;
 use common::{Cluster, all_running, path_str, task_user, wait_for};
 use serde_json::Value;
 
-/// 4 CPUs a node.
-const MACHINE: &str = "pack:1 numa:1(memory=17179869184) core:4 pu:1";
 const NODES: [&str; 2] = ["n1", "n2"];
 const LONG: Duration = Duration::from_secs(40);
 

@@ -571,6 +571,14 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
     // A preemption's warning signal (the job's checkpoint hook) reaches the task in
     // place of SIGTERM, and the task may end on its own within the grace.
     let marker = s.work().join("usr1");
+    // The script says, through a FIFO, that its trap is set: the test waits for that.
+    let up = marker.with_extension("up");
+    let made = Command::new("mkfifo").arg("-m").arg("666").arg(&up).status().unwrap();
+    assert!(made.success(), "mkfifo {}", up.display());
+    let told = {
+        let up = up.clone();
+        tokio::task::spawn_blocking(move || std::fs::read_to_string(up))
+    };
     let mut launch = launch_task("sleepy", 21, &me(), "", &s.work());
     launch.task = "w-2".into();
     launch.index = 2;
@@ -578,9 +586,9 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
         "sh".into(),
         "-c".into(),
         format!(
-            "trap 'echo checkpointed > {}; exit 0' USR1; touch {}.up; while :; do sleep 0.05; done",
+            "trap 'echo checkpointed > {}; exit 0' USR1; echo up > {}; while :; do sleep 0.05; done",
             marker.display(),
-            marker.display()
+            up.display()
         ),
     ];
     s.planner.send(PlannerToAgent::Launch(Box::new(launch)));
@@ -591,12 +599,13 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
         index: 2,
     };
     reaper.0.push(s.planner.started(&ckpt).await);
-    // The trap is set once the script has touched its file.
-    let up = marker.with_extension("up");
-    let deadline = Instant::now() + WAIT;
-    while !up.exists() {
-        assert!(Instant::now() < deadline, "the script did not start");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    match tokio::time::timeout(WAIT, told).await {
+        Ok(said) => assert_eq!(said.unwrap().unwrap(), "up\n"),
+        Err(_) => {
+            // Unblocks the reader before failing.
+            let _ = std::fs::OpenOptions::new().write(true).open(&up);
+            panic!("the script did not start");
+        }
     }
     s.planner.send(PlannerToAgent::Kill {
         task: ckpt.clone(),
