@@ -45,6 +45,7 @@ fn node_list() -> NodeList {
                 running_tasks: 0,
                 confinement: None,
                 reason: None,
+                drain: None,
             },
             NodeStatus {
                 name: "n001".into(),
@@ -59,6 +60,7 @@ fn node_list() -> NodeList {
                 running_tasks: 2,
                 confinement: Some("cgroup".into()),
                 reason: None,
+                drain: None,
             },
         ],
     }

@@ -75,6 +75,9 @@ pub(crate) fn ingest(world: &mut World) {
             Event::Heartbeat { node, at_ms } => health::heartbeat(world, &node, at_ms),
             Event::LinkDown { node, link, at_ms } => health::link_down(world, &node, link, at_ms),
             Event::Submit { spec, owner } => submit(world, spec, owner),
+            Event::Drain { nodes, drain, now } => crate::nodes::drain::drain(world, nodes, drain, now),
+            Event::Resume { nodes } => crate::nodes::drain::resume(world, nodes),
+            Event::Remove { nodes } => crate::nodes::drain::remove(world, nodes),
             Event::Cancel { job, grace_secs } => lifecycle::cancel(world, &job, grace_secs),
             Event::TaskFinished { job, task, index } => lifecycle::task_finished(world, &job, index, &task),
             Event::TaskStarted {
@@ -145,6 +148,7 @@ fn node_up(world: &mut World, spec: NodeSpec) {
         None => {
             let name = node.name.to_string();
             let e = world.spawn((node, hardware)).id();
+            crate::nodes::drain::mark(world, e, &name);
             world.resource_mut::<NodeNames>().0.insert(name, e);
         }
     }

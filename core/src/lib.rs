@@ -18,7 +18,7 @@
 //! | `fairshare/` | usage per queue and user, decayed exactly (`accrue`), and the fair-share factor |
 //! | `order/` | the multifactor rank that orders the walk |
 //! | `jobs/` | admission, ownership and limits, the task lifecycle, `recover`, `replace`, `retire` |
-//! | `nodes/` | link claims, health, lost nodes, refused agents |
+//! | `nodes/` | link claims, health, lost nodes, refused agents, admins' drains and removals |
 //! | `discovery/` | HyperNodes from sources and labels, reconciled with the nodes |
 //! | `allocate/` | gradient search, scoring, NUMA assignment; `backfill/`: reservations and what a job is tried around; `hold`: nodes held for a preemption |
 //! | `preempt/` | who may preempt whom (`eligible`), the fewest victims in one HyperNode (`victims`, `trial`), the preemption carried out |
@@ -32,7 +32,7 @@
 //!
 //! | # | system | does |
 //! |---|---|---|
-//! | 1 | `ingest::ingest` | applies events: nodes, links and heartbeats (`nodes::health`), sources, jobs, task starts, ends and cancels (`jobs::lifecycle`) |
+//! | 1 | `ingest::ingest` | applies events: nodes, links and heartbeats (`nodes::health`), drains (`nodes::drain`), sources, jobs, task starts, ends and cancels (`jobs::lifecycle`) |
 //! | 2 | `persist::restore::adopt` | nodes from the store whose agent registered take their tasks' NUMA assignments again |
 //! | 3 | `nodes::health::check_silence` | silent nodes turn NotReady |
 //! | 4 | `nodes::lost::lost` | tasks of nodes NotReady too long, and tasks their agent stopped listing, are lost |
@@ -138,6 +138,7 @@ impl Planner {
         world.insert_resource(names::NodeNames::default());
         world.insert_resource(model::health::Away::default());
         world.insert_resource(nodes::refusals::Refusals::default());
+        world.insert_resource(model::drain::Drains::default());
         world.insert_resource(NodeSetGeneration::default());
         world.insert_resource(discovery::Sources::default());
         world.insert_resource(discovery::ReportedGuids::default());
@@ -235,6 +236,7 @@ fn register_components(world: &mut World) {
     use model::components as c;
     world.register_component::<c::Node>();
     world.register_component::<c::NodeSlot>();
+    world.register_component::<model::drain::Drained>();
     world.register_component::<c::HyperNode>();
     world.register_component::<c::Job>();
     world.register_component::<c::JobState>();

@@ -379,6 +379,12 @@ pub enum RequestCommand {
         since_secs: Option<u64>,
     },
     Nodes,
+    /// `hyperplan nodes drain|resume|remove`: admins only; answered with a
+    /// `hyperplan_shared::status::NodesChanged` once the change is committed.
+    NodeAdmin {
+        action: NodeAction,
+        nodes: Vec<String>,
+    },
     HyperNodes,
     /// The HyperNodes the planner places with, as Volcano manifests (`{"manifests":
     /// "<multi-document YAML>"}`): members resolved to node names, broken ones left out.
@@ -411,6 +417,22 @@ pub enum RequestCommand {
     /// `hyperplan exec`: the stream becomes the command's ([`ExecFrame`]s both ways, the
     /// first from the planner `Started` or `Error`); no `Response` comes.
     Exec(ExecRequest),
+}
+
+/// What `hyperplan nodes drain|resume|remove` does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeAction {
+    /// No new tasks; with `now`, the running ones end as a lost node's do.
+    Drain {
+        #[serde(default)]
+        reason: Option<String>,
+        #[serde(default)]
+        now: bool,
+    },
+    /// Take tasks again.
+    Resume,
+    /// Leave the planner for good (drained and idle, or its agent gone).
+    Remove,
 }
 
 /// Which of a job's nodes `hyperplan exec` runs its command on.
@@ -901,6 +923,17 @@ mod tests {
                 since_secs: None,
             },
             RequestCommand::Nodes,
+            RequestCommand::NodeAdmin {
+                action: NodeAction::Drain {
+                    reason: Some("firmware".into()),
+                    now: true,
+                },
+                nodes: vec!["n1".into(), "n2".into()],
+            },
+            RequestCommand::NodeAdmin {
+                action: NodeAction::Remove,
+                nodes: vec!["n1".into()],
+            },
             RequestCommand::HyperNodes,
             RequestCommand::Manifests,
             RequestCommand::Explain { job: "j".into() },

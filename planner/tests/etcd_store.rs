@@ -81,6 +81,7 @@ async fn a_standby_takes_over_with_every_record_and_the_deposed_leader_cannot_wr
         jobs: (1..=300).map(|id| record(id, false)).collect(),
         next_job_id: Some(301),
         usage: None,
+        drains: None,
     };
     batch.jobs.push(record(7, false));
     let a2 = a.clone();
@@ -89,6 +90,7 @@ async fn a_standby_takes_over_with_every_record_and_the_deposed_leader_cannot_wr
         jobs: (1..=50).map(|id| record(id, true)).collect(),
         next_job_id: None,
         usage: None,
+        drains: None,
     };
     let a2 = a.clone();
     blocking(move || a2.commit(&ended)).await.unwrap();
@@ -132,6 +134,7 @@ async fn a_standby_takes_over_with_every_record_and_the_deposed_leader_cannot_wr
             jobs: vec![record(999, false)],
             next_job_id: Some(1000),
             usage: None,
+            drains: None,
         })
     })
     .await;
@@ -194,16 +197,19 @@ async fn the_usage_the_leader_committed_is_loaded_by_the_next_leader() {
             jobs: (1..=3).map(|id| record(id, false)).collect(),
             next_job_id: Some(4),
             usage: Some(old.clone()),
+            drains: None,
         },
         Batch {
             jobs: vec![],
             next_job_id: None,
             usage: Some(new.clone()),
+            drains: None,
         },
         Batch {
             jobs: vec![record(4, false)],
             next_job_id: Some(5),
             usage: None,
+            drains: None,
         },
     ] {
         let a2 = a.clone();
@@ -231,6 +237,7 @@ async fn the_usage_the_leader_committed_is_loaded_by_the_next_leader() {
             jobs: vec![],
             next_job_id: None,
             usage: Some(usage("mallory", 1e9, 3_000)),
+            drains: None,
         })
     })
     .await;
@@ -329,6 +336,7 @@ async fn over_tls_a_planner_with_its_certificate_leads_and_the_others_are_told_w
         jobs: (1..=3).map(|id| record(id, false)).collect(),
         next_job_id: Some(4),
         usage: None,
+        drains: None,
     };
     let a2 = a.clone();
     blocking(move || a2.commit(&batch)).await.unwrap();
@@ -481,6 +489,7 @@ async fn with_three_members_the_leader_goes_on_committing_while_one_is_killed_an
                     jobs: (next..next + 10).map(|id| record(id, false)).collect(),
                     next_job_id: Some(next + 10),
                     usage: None,
+                    drains: None,
                 })?;
                 next += 10;
                 committed.store(next - 1, Ordering::Relaxed);
@@ -554,6 +563,7 @@ async fn with_three_members_the_leader_goes_on_committing_while_one_is_killed_an
             jobs: vec![record(total + 1, false)],
             next_job_id: Some(total + 2),
             usage: None,
+            drains: None,
         })
     })
     .await
@@ -585,6 +595,7 @@ async fn a_store_given_a_dead_endpoint_beside_a_good_one_starts_and_works() {
                 jobs: (1..=3).map(|id| record(id, false)).collect(),
                 next_job_id: Some(4),
                 usage: None,
+                drains: None,
             })
         })
         .await
@@ -616,6 +627,7 @@ async fn a_standby_pages_through_more_live_records_than_one_message_holds() {
                 jobs,
                 next_job_id: Some(from + 2_000),
                 usage: None,
+                drains: None,
             })
             .unwrap();
         }
@@ -628,6 +640,7 @@ async fn a_standby_pages_through_more_live_records_than_one_message_holds() {
             jobs,
             next_job_id: Some(small + large + 1),
             usage: None,
+            drains: None,
         })
         .unwrap();
         bytes + large_bytes

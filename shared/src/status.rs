@@ -51,6 +51,60 @@ pub struct NodeStatus {
     /// why); `None` when nothing is known beyond its state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// An admin drained it (`hyperplan nodes drain`): it takes no new task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainStatus>,
+}
+
+/// A drained node's drain (`hyperplan nodes`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainStatus {
+    /// `draining` while tasks still run on it, then `drained`.
+    pub state: DrainState,
+    /// `--reason`, as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The admin who drained it (their certificate's name).
+    pub by: String,
+    /// Since when (Unix seconds).
+    pub since: u64,
+}
+
+/// Whether a drained node still runs tasks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DrainState {
+    /// Drained, with tasks still running on it.
+    Draining,
+    /// Drained and idle: it may be taken down, or removed.
+    Drained,
+}
+
+impl DrainState {
+    /// As `hyperplan nodes` shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Draining => "draining",
+            Self::Drained => "drained",
+        }
+    }
+}
+
+/// `hyperplan nodes drain|resume|remove --output json`: what was done, per node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodesChanged {
+    /// `drain`, `resume` or `remove`.
+    pub action: String,
+    /// One line per node, by name.
+    pub nodes: Vec<NodeChange>,
+}
+
+/// What a drain, resume or remove did to one node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeChange {
+    pub name: String,
+    /// What happened, in words ("drained: 3 tasks still run on it", "was not drained").
+    pub note: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -1,10 +1,11 @@
 //! `hyperplan nodes`: the planner's nodes, like `sinfo`: state, free and total CPUs,
-//! GPUs and memory, NUMA nodes, InfiniBand ports up, how tasks are confined, labels.
+//! GPUs and memory, NUMA nodes, InfiniBand ports up, how tasks are confined, labels;
+//! and an admin's `nodes drain|resume|remove`, like `scontrol update state=drain`.
 
-use hyperplan_net::messages::RequestCommand;
+use hyperplan_net::messages::{NodeAction, RequestCommand};
 use hyperplan_shared::MEMORY;
 use hyperplan_shared::quantity::format_quantity;
-use hyperplan_shared::status::{NodeList, NodeState, NodeStatus};
+use hyperplan_shared::status::{NodeList, NodeState, NodeStatus, NodesChanged};
 
 use super::columns::{columns, ratio};
 use super::{Output, long_help, run_request};
@@ -12,31 +13,115 @@ use crate::client::ClientArgs;
 
 const EXAMPLES: &str = "  hyperplan nodes
   hyperplan nodes --output json | jq '.nodes[] | select(.state == \"NotReady\") | .name'
-  hyperplan nodes --planner head01:7400 --user alice";
+  hyperplan nodes --planner head01:7400 --user alice
+  hyperplan nodes drain gpu-b01 gpu-b02 --reason 'firmware update, ticket 4411'
+  hyperplan nodes drain gpu-b03 --now --reason 'ECC errors'
+  hyperplan nodes resume gpu-b01 gpu-b02
+  hyperplan nodes remove gpu-b03";
 
-/// Show the nodes the planner knows: state, free/total CPUs, GPUs and memory, labels.
+/// Show the nodes the planner knows; drain, resume or remove them (admins).
 ///
-/// One row per node, sorted by name: NAME, STATE (Ready: registered and heartbeating;
-/// NotReady: missed heartbeats or disconnected, left out of placement), CPUS, GPUS and
-/// MEMORY as free/total, NUMA nodes, IB ports up/total, CONFINE (how its agent confines
-/// tasks: cgroup, each task in its own cgroup v2 with its CPUs, NUMA nodes and memory
-/// limit; affinity, pinned to its CPUs and NUMA memory; none, not pinned; `-`: no agent
-/// connected, or one that does not say), and LABELS (k=v,...). Below the table, why
-/// each NotReady node that will not come back by itself is so (its agent was refused:
-/// it has obeyed a newer planner than this one). With
-/// `--output json`: `{"nodes": [{"name", "state", "labels", "cpus": {"free", "total"},
-/// ...}]}`.
+/// Without a subcommand: one row per node, sorted by name: NAME, STATE (Ready: registered
+/// and heartbeating; NotReady: missed heartbeats or disconnected, left out of placement;
+/// `drained`/`draining` after it when an admin drained it: draining while its tasks still
+/// run, drained once it is idle), CPUS, GPUS and MEMORY as free/total, NUMA nodes, IB ports
+/// up/total, CONFINE (how its agent confines tasks: cgroup, each task in its own cgroup v2
+/// with its CPUs, NUMA nodes and memory limit; affinity, pinned to its CPUs and NUMA
+/// memory; none, not pinned; `-`: no agent connected, or one that does not say), and
+/// LABELS (k=v,...). Below the table, who drained each drained node, when and why, and
+/// why each NotReady node that will not come back by itself is so (its agent was
+/// refused: it has obeyed a newer planner than this one). With `--output json`:
+/// `{"nodes": [{"name", "state", "labels", "cpus": {"free", "total"}, ..., "drain":
+/// {"state", "reason", "by", "since"}}]}`.
+///
+/// `drain`, `resume` and `remove` need an admin's certificate; the change is stored
+/// before the planner answers, so it outlasts a restart or a failover.
 #[derive(clap::Args, Debug)]
-#[command(after_long_help = long_help(EXAMPLES))]
+#[command(after_long_help = long_help(EXAMPLES), args_conflicts_with_subcommands = true)]
 pub struct Args {
+    #[command(subcommand)]
+    action: Option<Action>,
     #[arg(long, value_enum, default_value_t)]
     output: Output,
     #[command(flatten)]
     client: ClientArgs,
 }
 
+#[derive(clap::Subcommand, Debug)]
+enum Action {
+    /// Take nodes out of service: no new task starts on them.
+    ///
+    /// Their running tasks finish as they would (the node shows `draining`, then
+    /// `drained` once idle: safe to reboot). With `--now` the tasks are killed (SIGTERM,
+    /// SIGKILL 10 s later) and their jobs go on as if the node were lost: by their
+    /// `onNodeLost` (`replace`: the lost ranks start again on a spare node of the same
+    /// HyperNode; `requeue`: the job waits to run again; `fail`). Draining a drained node
+    /// again replaces its reason.
+    Drain {
+        /// The nodes, by name.
+        #[arg(required = true, value_name = "NODE")]
+        nodes: Vec<String>,
+        /// Why, for `hyperplan nodes` (at most 256 bytes).
+        #[arg(long)]
+        reason: Option<String>,
+        /// End their running tasks now, as a lost node's.
+        #[arg(long)]
+        now: bool,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Put drained nodes back in service.
+    Resume {
+        /// The nodes, by name.
+        #[arg(required = true, value_name = "NODE")]
+        nodes: Vec<String>,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Forget nodes for good: drained and idle ones, or ones whose agent is gone.
+    ///
+    /// The node leaves the planner, and its HyperNodes with it. Stop its agent first:
+    /// an agent that registers again under that name joins anew, as a new node.
+    Remove {
+        /// The nodes, by name.
+        #[arg(required = true, value_name = "NODE")]
+        nodes: Vec<String>,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
-    run_request(&args.client, RequestCommand::Nodes, args.output, "node list", render)
+    let (action, nodes, output, client) = match args.action {
+        None => return run_request(&args.client, RequestCommand::Nodes, args.output, "node list", render),
+        Some(Action::Drain {
+            nodes,
+            reason,
+            now,
+            output,
+            client,
+        }) => (NodeAction::Drain { reason, now }, nodes, output, client),
+        Some(Action::Resume { nodes, output, client }) => (NodeAction::Resume, nodes, output, client),
+        Some(Action::Remove { nodes, output, client }) => (NodeAction::Remove, nodes, output, client),
+    };
+    run_request(
+        &client,
+        RequestCommand::NodeAdmin { action, nodes },
+        output,
+        "node change",
+        render_changed,
+    )
+}
+
+/// One line per node: what was done.
+pub fn render_changed(c: &NodesChanged) -> String {
+    c.nodes.iter().map(|n| format!("{}: {}\n", n.name, n.note)).collect()
 }
 
 /// The node table, then a count line.
@@ -61,7 +146,11 @@ pub fn render(list: &NodeList) -> String {
         let labels: Vec<String> = n.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         rows.push([
             n.name.clone(),
-            state(n.state).into(),
+            match &n.drain {
+                Some(d) if n.state == NodeState::Ready => d.state.as_str().into(),
+                Some(d) => format!("{}+{}", state(n.state), d.state.as_str()),
+                None => state(n.state).into(),
+            },
             ratio(n.cpus.free, n.cpus.total),
             ratio(n.gpus.free, n.gpus.total),
             ratio(memory(n.memory.free), memory(n.memory.total)),
@@ -76,16 +165,32 @@ pub fn render(list: &NodeList) -> String {
         ]);
     }
     let ready = nodes.iter().filter(|n| n.state == NodeState::Ready).count();
+    let drained = nodes.iter().filter(|n| n.drain.is_some()).count();
     let mut out = columns(&rows);
+    let drains: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| {
+            let d = n.drain.as_ref()?;
+            let since = hyperplan_shared::timelimit::format_utc_minute(d.since);
+            Some(match &d.reason {
+                Some(r) => format!("  {}: {} by {} since {since}: {r}\n", n.name, d.state.as_str(), d.by),
+                None => format!("  {}: {} by {} since {since}\n", n.name, d.state.as_str(), d.by),
+            })
+        })
+        .collect();
     let why: Vec<String> = nodes
         .iter()
         .filter_map(|n| Some(format!("  {}: {}\n", n.name, n.reason.as_deref()?)))
         .collect();
     out.push_str(&format!(
-        "\n{} nodes: {ready} ready, {} not ready\n",
+        "\n{} nodes: {ready} ready, {} not ready, {drained} drained\n",
         nodes.len(),
         nodes.len() - ready
     ));
+    if !drains.is_empty() {
+        out.push_str("\ndrained:\n");
+        out.push_str(&drains.concat());
+    }
     if !why.is_empty() {
         out.push_str("\nwhy not ready:\n");
         out.push_str(&why.concat());
@@ -124,7 +229,7 @@ mod tests {
 
     use std::collections::BTreeMap;
 
-    use hyperplan_shared::status::FreeTotal;
+    use hyperplan_shared::status::{DrainState, FreeTotal};
 
     use super::*;
 
@@ -148,6 +253,7 @@ mod tests {
             running_tasks: 0,
             confinement: Some("cgroup".into()),
             reason: None,
+            drain: None,
         }
     }
 
@@ -169,6 +275,19 @@ mod tests {
         cpu.numa_nodes = 8;
         cpu.ib_ports = ft(1, 1);
         cpu.confinement = Some("affinity".into());
+        let drain = |state, reason: Option<&str>| {
+            Some(hyperplan_shared::status::DrainStatus {
+                state,
+                reason: reason.map(Into::into),
+                by: "root".into(),
+                since: 1_795_737_600,
+            })
+        };
+        let mut draining = node("gpu-b03", NodeState::Ready, &[]);
+        draining.running_tasks = 2;
+        draining.drain = drain(DrainState::Draining, Some("firmware update, ticket 4411"));
+        let mut drained_away = node("gpu-b04", NodeState::NotReady, &[]);
+        drained_away.drain = drain(DrainState::Drained, None);
         let list = NodeList {
             nodes: vec![
                 refused,
@@ -176,6 +295,8 @@ mod tests {
                 gpu_busy,
                 cpu,
                 node("gpu-b01", NodeState::Ready, &[("rack", "r2")]),
+                draining,
+                drained_away,
             ],
         };
         insta::assert_snapshot!(render(&list));

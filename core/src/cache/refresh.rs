@@ -10,6 +10,7 @@ use crate::cache::capacity::Capacity;
 use crate::cache::holdings::{Holdings, NumaChange, ShapeMemo, held_by, running_on};
 use crate::cache::numa::NumaState;
 use crate::model::components::{LiveChanged, Node, NodeSlot, Task, TaskState};
+use crate::model::drain::Drained;
 use crate::model::tick::CapacityEpoch;
 use crate::numa::node::NodeHardware;
 use crate::topology::TopologyIndex;
@@ -26,7 +27,7 @@ pub fn refresh_capacity(
     index: Res<TopologyIndex>,
     mut cap: ResMut<Capacity>,
     mut holdings: ResMut<Holdings>,
-    nodes: Query<&Node>,
+    nodes: Query<(&Node, Has<Drained>)>,
     tasks: Query<(Entity, &Task, &TaskState)>,
     changed: Query<(Entity, &Task, &TaskState), LiveChanged<TaskState>>,
     mut removed: RemovedComponents<TaskState>,
@@ -81,17 +82,17 @@ pub fn refresh_capacity(
 }
 
 /// Per node of the index: (allocatable, in use outside hyperplan's tasks). A node that
-/// is not ready offers nothing: all of it counts as used.
+/// is not ready, or is drained, offers nothing: all of it counts as used.
 fn node_inputs<'a>(
     index: &TopologyIndex,
-    node: impl Fn(bevy_ecs::entity::Entity) -> Option<&'a Node>,
+    node: impl Fn(bevy_ecs::entity::Entity) -> Option<(&'a Node, bool)>,
 ) -> Vec<(&'a Resources, &'a Resources)> {
     index
         .node_entities
         .iter()
         .map(|&e| match node(e) {
-            Some(n) if !n.ready => (&n.allocatable, &n.allocatable),
-            Some(n) => (&n.allocatable, &n.external_used),
+            Some((n, drained)) if !n.ready || drained => (&n.allocatable, &n.allocatable),
+            Some((n, _)) => (&n.allocatable, &n.external_used),
             None => (&EMPTY, &EMPTY),
         })
         .collect()
@@ -103,7 +104,9 @@ pub fn fresh_capacity(world: &mut World) -> Capacity {
     let mut tq = world.query::<(&Task, &TaskState)>();
     let world = &*world;
     let index = world.resource::<TopologyIndex>();
-    let per_node = node_inputs(index, |e| world.get::<Node>(e));
+    let per_node = node_inputs(index, |e| {
+        world.get::<Node>(e).map(|n| (n, world.get::<Drained>(e).is_some()))
+    });
     let mut cap = Capacity::build(index, &per_node);
     for (task, ts) in tq.iter(world) {
         if let Some(n) = ts

@@ -434,7 +434,7 @@ pub(crate) fn stop_tasks(world: &mut World, job_e: Entity, why: KillReason, grac
     }
 }
 
-fn kill(world: &mut World, job_e: Entity, task_e: Entity, node: Arc<str>, why: KillReason, grace_secs: u64) {
+pub(crate) fn kill(world: &mut World, job_e: Entity, task_e: Entity, node: Arc<str>, why: KillReason, grace_secs: u64) {
     let (Some(job), Some(task)) = (world.get::<Job>(job_e), world.get::<Task>(task_e)) else {
         return;
     };

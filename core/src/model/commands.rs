@@ -183,6 +183,9 @@ pub enum Command {
     /// Write fair share's usage (a [`UsageRecord`](crate::model::usage::UsageRecord),
     /// encoded), replacing the one stored; with the tick's job records.
     PersistUsage(std::sync::Arc<[u8]>),
+    /// Write the nodes' drains (a [`DrainsRecord`](crate::model::drain::DrainsRecord),
+    /// encoded), replacing the one stored; with the tick's job records.
+    PersistDrains(std::sync::Arc<[u8]>),
     /// A node turned Ready or NotReady, and why (the daemon logs it; the simulator's
     /// nodes have no link and never change).
     NodeHealth {
@@ -222,6 +225,8 @@ pub enum KillReason {
     BatchEnded,
     /// Its job is preempted for a job of higher priority (or reclaimed).
     Preempted,
+    /// Its node was drained with `--now` (`hyperplan nodes drain --now`).
+    Drained,
 }
 
 impl KillReason {
@@ -234,6 +239,7 @@ impl KillReason {
             KillReason::Orphan => "orphan: the planner does not have it running there",
             KillReason::BatchEnded => "the job's batch command ended",
             KillReason::Preempted => "preempted",
+            KillReason::Drained => "its node was drained with --now",
         }
     }
 }

@@ -114,6 +114,28 @@ pub enum Event {
         /// Seconds from SIGTERM to SIGKILL.
         grace_secs: u64,
     },
+    /// An admin drains nodes (`hyperplan nodes drain`): they take no new task; with
+    /// `now` their running tasks end as a lost node's do (see `nodes::drain`). Checked by
+    /// [`Planner::drain_nodes`](crate::Planner::drain_nodes) before it is queued.
+    Drain {
+        /// The nodes, by name.
+        nodes: Vec<String>,
+        /// What was said, by whom and when.
+        drain: crate::model::drain::Drain,
+        /// `--now`: their tasks end at once.
+        now: bool,
+    },
+    /// An admin resumes drained nodes: they take tasks again.
+    Resume {
+        /// The nodes, by name.
+        nodes: Vec<String>,
+    },
+    /// An admin removes nodes for good (drained and idle, or whose agent is gone): they
+    /// leave the planner with their HyperNode memberships, and their drains go.
+    Remove {
+        /// The nodes, by name.
+        nodes: Vec<String>,
+    },
     /// The simulator's end of a task: exited 0 now.
     TaskFinished {
         /// The job's name.

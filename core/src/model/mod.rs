@@ -2,7 +2,7 @@
 //! ECS components (`components`, `taskrun`), what drivers send in (`events`, with what
 //! a discovery source found: `discovered`) and get back (`commands`), a tick's inputs,
 //! outputs and invalidation flags (`tick`), and what the store keeps of a job
-//! (`record`) and of fair-share usage (`usage`). Nothing here imports a system; every system imports from here. Besides
+//! (`record`), of fair-share usage (`usage`) and of admins' drains (`drain`). Nothing here imports a system; every system imports from here. Besides
 //! the crate's plain libraries (`numa`, `checksum`), it stands on `hyperplan-shared`
 //! and `hyperplan-fabric` only.
 
@@ -10,6 +10,7 @@ pub mod awaiting;
 pub mod commands;
 pub mod components;
 pub mod discovered;
+pub mod drain;
 pub mod events;
 pub mod health;
 pub mod ids;

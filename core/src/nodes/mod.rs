@@ -1,9 +1,11 @@
 //! Nodes and their agents: which link holds a node ([`claim`]), whether it is Ready
-//! ([`health`]), what happens to its tasks when it is lost ([`lost`]), and agents turned
-//! away for a reason their retries cannot fix ([`refusals`]).
+//! ([`health`]), what happens to its tasks when it is lost ([`lost`]), agents turned
+//! away for a reason their retries cannot fix ([`refusals`]), and admins' drains and
+//! removals ([`drain`]).
 
 pub mod claim;
 mod deadline;
+pub mod drain;
 pub mod health;
 pub mod lost;
 pub mod refusals;

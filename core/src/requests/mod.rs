@@ -8,10 +8,12 @@
 //! - [`cancel`]: the owner check and the cancellation;
 //! - [`exec`]: who may run a command inside a running job, and on which nodes;
 //! - [`logs`]: which task's output a person may read, and on which node;
-//! - [`status`]: the jobs a `status` request shows, live and stored.
+//! - [`status`]: the jobs a `status` request shows, live and stored;
+//! - [`nodes`]: an admin's drain, resume and removal of nodes.
 
 pub mod cancel;
 pub mod exec;
 pub mod logs;
+pub mod nodes;
 pub mod status;
 pub mod submit;

@@ -31,6 +31,8 @@ pub struct Rig {
     pub store: BTreeMap<u64, (bool, Vec<u8>)>,
     /// How many records it wrote.
     pub writes: usize,
+    /// The nodes' drains as last written (a `DrainsRecord`, encoded).
+    pub drains: Option<Vec<u8>>,
 }
 
 impl Rig {
@@ -44,6 +46,7 @@ impl Rig {
             silent: Vec::new(),
             store: BTreeMap::new(),
             writes: 0,
+            drains: None,
         }
     }
 
@@ -65,7 +68,13 @@ impl Rig {
             .filter(|(live, _)| *live)
             .filter_map(|(_, b)| JobRecord::decode(b).ok())
             .collect();
-        let warnings = rig.p.restore(live, self.p.next_job_id(), rig.now);
+        let mut warnings = rig.p.restore(live, self.p.next_job_id(), rig.now);
+        rig.drains.clone_from(&self.drains);
+        if let Some(bytes) = &self.drains
+            && let Err(e) = rig.p.restore_drains(bytes)
+        {
+            warnings.push(format!("drains: {e}"));
+        }
         (rig, warnings)
     }
 
@@ -117,9 +126,13 @@ impl Rig {
         let bad = self.p.violations();
         assert!(bad.is_empty(), "invariants broken at {} ms: {bad:#?}", self.now);
         for c in &cmds {
-            if let Command::Persist(p) = c {
-                self.store.insert(p.id, (p.live, p.bytes.to_vec()));
-                self.writes += 1;
+            match c {
+                Command::Persist(p) => {
+                    self.store.insert(p.id, (p.live, p.bytes.to_vec()));
+                    self.writes += 1;
+                }
+                Command::PersistDrains(bytes) => self.drains = Some(bytes.to_vec()),
+                _ => {}
             }
         }
         cmds

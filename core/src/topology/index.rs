@@ -130,7 +130,14 @@ impl TopologyIndex {
 
     /// Builds the index. `nodes` and `hyper_nodes` in any order; both are sorted by name
     /// here so the result does not depend on entity order.
-    pub fn build(nodes: &[(Entity, &Node)], hyper_nodes: &[&HyperNode], generation: u64) -> Self {
+    /// `removed`: nodes an admin removed (`hyperplan nodes remove`): a member naming one
+    /// is left out quietly instead of breaking its HyperNode.
+    pub fn build(
+        nodes: &[(Entity, &Node)],
+        hyper_nodes: &[&HyperNode],
+        generation: u64,
+        removed: &std::collections::BTreeSet<String>,
+    ) -> Self {
         let mut nodes: Vec<(Entity, &Node)> = nodes.to_vec();
         nodes.sort_by(|a, b| a.1.name.cmp(&b.1.name));
         let node_names: Vec<String> = nodes.iter().map(|(_, n)| n.name.to_string()).collect();
@@ -176,6 +183,8 @@ impl TopologyIndex {
                     (MemberType::Node, Selector::Exact { name }) => {
                         if let Some(&n) = node_by_name.get(name) {
                             r.nodes.push(n);
+                        } else if removed.contains(name) {
+                            continue;
                         }
                     }
                     (MemberType::Node, Selector::Regex { pattern }) => match regex::Regex::new(pattern) {

@@ -7,7 +7,7 @@
 //!   `NodeHardware` inserted): the node set moved ([`NodeSetGeneration`]; discovery
 //!   sources filter their hosts against it);
 //! - that, or a node's spec or readiness changed (a `Node` inserted again: see
-//!   `model::components::set_node_ready`), the label types changed, or a discovery
+//!   `model::components::set_node_ready`), a node was drained or resumed (`Drained`), the label types changed, or a discovery
 //!   source read new input: the HyperNodes and the topology index must be made again
 //!   ([`TopologyDirty`]).
 //!
@@ -21,6 +21,7 @@ use bevy_ecs::world::DeferredWorld;
 
 use crate::discovery::Sources;
 use crate::model::components::Node;
+use crate::model::drain::Drained;
 use crate::model::tick::{LabelTypes, NodeSetGeneration, TopologyDirty};
 use crate::numa::node::NodeHardware;
 
@@ -43,6 +44,10 @@ pub(crate) fn watch(world: &mut World) {
     world
         .register_component_hooks::<NodeHardware>()
         .on_insert(hardware_inserted);
+    world
+        .register_component_hooks::<Drained>()
+        .on_insert(node_inserted)
+        .on_remove(node_inserted);
 }
 
 fn node_inserted(mut world: DeferredWorld, _: HookContext) {

@@ -18,7 +18,8 @@ pub(crate) fn reindex(world: &mut World) {
     let mut hq = world.query::<&HyperNode>();
     let nodes: Vec<(Entity, &Node)> = nq.iter(world).collect();
     let hns: Vec<&HyperNode> = hq.iter(world).collect();
-    let index = TopologyIndex::build(&nodes, &hns, generation);
+    let removed = &world.resource::<crate::model::drain::Drains>().removed;
+    let index = TopologyIndex::build(&nodes, &hns, generation, removed);
     tracing::debug!(
         nodes = index.node_count(),
         hyper_nodes = index.hns.len(),

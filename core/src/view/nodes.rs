@@ -1,15 +1,16 @@
 //! The node list (`hyperplan nodes`): state, free and total CPUs, GPUs and memory, NUMA
 //! nodes, InfiniBand ports, labels, running tasks, and how long ago the daemon's nodes
 //! were last heard from (as of the last tick; `None` for nodes without a link), and why
-//! a node whose agent was refused is NotReady.
+//! a node whose agent was refused is NotReady, and admins' drains.
 
 use std::collections::HashMap;
 
 use bevy_ecs::prelude::*;
-use hyperplan_shared::status::{FreeTotal, NodeState, NodeStatus};
+use hyperplan_shared::status::{DrainState, DrainStatus, FreeTotal, NodeState, NodeStatus};
 
 use crate::cache::capacity::Capacity;
 use crate::model::components::{Node, NodeSlot, TaskState};
+use crate::model::drain::{Drain, Drains};
 use crate::nodes::health::heard_secs_ago;
 use crate::nodes::refusals::Refusals;
 use crate::numa::node::{NodeHardware, is_gpu_resource};
@@ -69,6 +70,7 @@ pub fn node_statuses(world: &World) -> Vec<NodeStatus> {
                 running_tasks: running.get(&e).copied().unwrap_or(0),
                 confinement: None, // the agent's word, filled by the planner's driver
                 reason: None,
+                drain: None,
             }
         })
         .collect();
@@ -96,9 +98,50 @@ pub fn node_statuses(world: &World) -> Vec<NodeStatus> {
                 running_tasks: 0,
                 confinement: None,
                 reason: Some(format!("refused: {}", r.reason)),
+                drain: None,
+            });
+        }
+    }
+    // Drains: on the nodes present (draining while tasks run), and a row for a node
+    // drained while away (after a restart, before its agent registered).
+    let drains = world.resource::<Drains>();
+    for n in &mut out {
+        n.drain = drains.nodes.get(&n.name).map(|d| status_of(d, n.running_tasks));
+    }
+    let known: std::collections::HashSet<String> = out.iter().map(|n| n.name.clone()).collect();
+    for (name, d) in &drains.nodes {
+        if !known.contains(name) {
+            out.push(NodeStatus {
+                name: name.clone(),
+                state: NodeState::NotReady,
+                labels: Default::default(),
+                cpus: FreeTotal::default(),
+                gpus: FreeTotal::default(),
+                memory: FreeTotal::default(),
+                numa_nodes: 0,
+                ib_ports: FreeTotal::default(),
+                last_heartbeat_secs: None,
+                running_tasks: 0,
+                confinement: None,
+                reason: Some("drained while its agent is away".into()),
+                drain: Some(status_of(d, 0)),
             });
         }
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+/// A drain as `hyperplan nodes` shows it: draining while `running` tasks remain.
+fn status_of(d: &Drain, running: u32) -> DrainStatus {
+    DrainStatus {
+        state: if running > 0 {
+            DrainState::Draining
+        } else {
+            DrainState::Drained
+        },
+        reason: d.reason.clone(),
+        by: d.by.clone(),
+        since: d.since,
+    }
 }

@@ -10,6 +10,7 @@
 //!   before fair share has no such table: no usage. The table needs no new store format:
 //!   a build before it never opens it (it reads its own tables by name), and this one
 //!   reads its absence as "none yet".
+//! - `nodes`: `drains` → the admins' drains of nodes (a `DrainsRecord`), the same way.
 //!
 //! A file that is not a store, a torn or damaged one (redb finds a bad checksum and falls
 //! back to the last good commit; what cannot be recovered is an error), or one written by
@@ -46,6 +47,9 @@ const FINISHED: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("finis
 const USAGE: TableDefinition<&str, &[u8]> = TableDefinition::new("usage");
 /// The one key of [`USAGE`].
 const USAGE_KEY: &str = "fairshare";
+const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
+/// The key of [`NODES`] that holds the drains.
+const DRAINS_KEY: &str = "drains";
 
 /// An open store file: the planner's (it writes), or a reader's (`--check`,
 /// `state export`, which may run beside the planner).
@@ -405,7 +409,7 @@ impl Embedded {
     /// before this returns: two starts never share an epoch).
     pub fn load(&self) -> Result<Loaded, StoreError> {
         let e = self.err("reading its live jobs");
-        let (live, usage) = {
+        let (live, usage, drains) = {
             let txn = self.reader.begin_read().map_err(|x| e(x.into()))?;
             let table = txn.open_table(LIVE).map_err(|x| e(x.into()))?;
             let mut live = Vec::with_capacity(table.len().unwrap_or(0) as usize);
@@ -413,7 +417,12 @@ impl Embedded {
                 let (k, v) = row.map_err(|x| e(x.into()))?;
                 live.push(self.decode(&format!("live job {}", k.value()), v.value())?);
             }
-            (live, self.usage_in(&txn)?)
+            let usage = self.blob_in(&txn, USAGE, USAGE_KEY, "reading its fair-share usage")?;
+            (
+                live,
+                usage,
+                self.blob_in(&txn, NODES, DRAINS_KEY, "reading its nodes' drains")?,
+            )
         };
         let epoch = self.meta("epoch")?.unwrap_or(0).saturating_add(1);
         let next_job_id = self.meta("nextJobId")?.unwrap_or(1);
@@ -424,28 +433,44 @@ impl Embedded {
             next_job_id,
             live,
             usage,
+            drains,
         })
     }
 
     /// Fair share's usage as last committed (`None`: none yet, or a store from before
     /// fair share); the bytes as written, checked by whoever decodes them.
     pub fn usage(&self) -> Result<Option<Vec<u8>>, StoreError> {
-        let e = self.err("reading its fair-share usage");
-        let txn = self.reader.begin_read().map_err(|x| e(x.into()))?;
-        self.usage_in(&txn)
+        self.blob(USAGE, USAGE_KEY, "reading its fair-share usage")
     }
 
-    fn usage_in(&self, txn: &redb::ReadTransaction) -> Result<Option<Vec<u8>>, StoreError> {
-        let e = self.err("reading its fair-share usage");
-        let table = match txn.open_table(USAGE) {
+    /// The nodes' drains as last committed (`None`: none yet, or a store from before
+    /// drains); the bytes as written.
+    pub fn drains(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        self.blob(NODES, DRAINS_KEY, "reading its nodes' drains")
+    }
+
+    fn blob(&self, table: TableDefinition<&str, &[u8]>, key: &str, doing: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let e = self.err(doing);
+        let txn = self.reader.begin_read().map_err(|x| e(x.into()))?;
+        self.blob_in(&txn, table, key, doing)
+    }
+
+    /// One record of a table of one-record keys; a table that does not exist (a store
+    /// from before it) has none.
+    fn blob_in(
+        &self,
+        txn: &redb::ReadTransaction,
+        table: TableDefinition<&str, &[u8]>,
+        key: &str,
+        doing: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let e = self.err(doing);
+        let table = match txn.open_table(table) {
             Ok(t) => t,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
             Err(x) => return Err(e(x.into())),
         };
-        Ok(table
-            .get(USAGE_KEY)
-            .map_err(|x| e(x.into()))?
-            .map(|v| v.value().to_vec()))
+        Ok(table.get(key).map_err(|x| e(x.into()))?.map(|v| v.value().to_vec()))
     }
 
     fn decode(&self, what: &str, bytes: &[u8]) -> Result<JobRecord, StoreError> {
@@ -486,6 +511,10 @@ impl Embedded {
             if let Some(usage) = &batch.usage {
                 let mut table = txn.open_table(USAGE).map_err(|x| e(x.into()))?;
                 table.insert(USAGE_KEY, &**usage).map_err(|x| e(x.into()))?;
+            }
+            if let Some(drains) = &batch.drains {
+                let mut table = txn.open_table(NODES).map_err(|x| e(x.into()))?;
+                table.insert(DRAINS_KEY, &**drains).map_err(|x| e(x.into()))?;
             }
         }
         txn.commit().map_err(|x| e(x.into()))?;
@@ -780,12 +809,14 @@ mod tests {
                 jobs: vec![persist(&a, true, 0), persist(&b, true, 0)],
                 next_job_id: Some(3),
                 usage: None,
+                drains: None,
             })
             .unwrap();
             s.commit(&Batch {
                 jobs: vec![persist(&a, false, 100)],
                 next_job_id: None,
                 usage: None,
+                drains: None,
             })
             .unwrap();
         }
@@ -819,6 +850,7 @@ mod tests {
                 jobs: vec![persist(&record(1, "a"), true, 0)],
                 next_job_id: Some(2),
                 usage: None,
+                drains: None,
             })
             .unwrap();
         }
@@ -879,6 +911,7 @@ mod tests {
             jobs: vec![p],
             next_job_id: None,
             usage: None,
+            drains: None,
         })
         .unwrap();
         let e = s.load().unwrap_err().to_string();
@@ -896,6 +929,7 @@ mod tests {
                 jobs: vec![persist(&record(7, "flipme"), true, 0)],
                 next_job_id: Some(8),
                 usage: None,
+                drains: None,
             })
             .unwrap();
         }
@@ -962,6 +996,7 @@ mod tests {
             }],
             next_job_id: None,
             usage: None,
+            drains: None,
         })
         .unwrap();
         let e = s.summary().unwrap_err().to_string();
@@ -1041,6 +1076,7 @@ mod tests {
             jobs: vec![persist(&record(1, "a"), true, 0)],
             next_job_id: Some(2),
             usage: None,
+            drains: None,
         };
         s.commit(&batch()).unwrap();
         std::fs::remove_file(&path).unwrap();
@@ -1083,6 +1119,7 @@ mod tests {
                 jobs: vec![persist(&record(1, "a"), true, 0)],
                 next_job_id: Some(2),
                 usage: Some(first.clone()),
+                drains: Some(Arc::from(&b"drains"[..])),
             })
             .unwrap();
         }
@@ -1090,6 +1127,7 @@ mod tests {
             let s = Embedded::open(&path).unwrap();
             let loaded = s.load().unwrap();
             assert_eq!(loaded.usage.as_deref(), Some(&*first), "read back after a reopen");
+            assert_eq!(loaded.drains.as_deref(), Some(&b"drains"[..]), "the drains too");
             assert_eq!(loaded.live.len(), 1);
         }
         // Beside a running planner, --check and export read it too.
@@ -1103,6 +1141,7 @@ mod tests {
                 jobs: vec![],
                 next_job_id: None,
                 usage: Some(second.clone()),
+                drains: None,
             })
             .unwrap();
             assert_eq!(s.usage().unwrap().as_deref(), Some(&*second), "replaced");
@@ -1110,6 +1149,7 @@ mod tests {
                 jobs: vec![persist(&record(2, "b"), true, 0)],
                 next_job_id: Some(3),
                 usage: None,
+                drains: None,
             })
             .unwrap();
         }
@@ -1135,6 +1175,7 @@ mod tests {
                 jobs: vec![persist(&a, true, 0)],
                 next_job_id: Some(2),
                 usage: None,
+                drains: None,
             })
             .unwrap();
             // As a build before fair share left it: no `usage` table at all.

@@ -7,6 +7,7 @@
 //! - `usage`: fair share's usage (a `UsageRecord`, framed and checksummed like a job
 //!   record), rewritten whole by the commit that carries it; read by a new leader at its
 //!   takeover (a prefix written before fair share has none);
+//! - `drains`: the admins' drains of nodes (a `DrainsRecord`), the same way;
 //! - `leader`: the leader's advertised address, held by its lease ([`super::election`]).
 //!
 //! Every write is a transaction guarded by the leader key: it commits only while the
@@ -60,6 +61,8 @@ const BYTES_PER_TXN: usize = 1024 * 1024;
 
 /// The key (under the prefix) of fair share's usage.
 const USAGE_KEY: &str = "usage";
+/// The key (under the prefix) of the nodes' drains.
+const DRAINS_KEY: &str = "drains";
 
 const NO_LONGER: &str = "this planner is no longer the leader (its lease expired; another planner may lead)";
 
@@ -652,6 +655,12 @@ impl Etcd {
         if let Some(usage) = &batch.usage {
             groups.push((vec![TxnOp::put(self.key(USAGE_KEY), usage.to_vec(), None)], usage.len()));
         }
+        if let Some(drains) = &batch.drains {
+            groups.push((
+                vec![TxnOp::put(self.key(DRAINS_KEY), drains.to_vec(), None)],
+                drains.len(),
+            ));
+        }
         let next = batch
             .next_job_id
             .map(|n| TxnOp::put(self.key("meta/nextJobId"), n.to_string(), None));
@@ -661,12 +670,17 @@ impl Etcd {
     /// Fair share's usage as last committed, the bytes as written (`None`: none yet, or a
     /// prefix written before fair share).
     pub fn usage(&self) -> Result<Option<Vec<u8>>, StoreError> {
-        self.usage_within(Duration::ZERO)
+        self.blob_within(USAGE_KEY, "reading its fair-share usage", Duration::ZERO)
     }
 
-    /// [`Etcd::usage`], trying the members again for `patience`.
-    fn usage_within(&self, patience: Duration) -> Result<Option<Vec<u8>>, StoreError> {
-        let key = self.key(USAGE_KEY);
+    /// The nodes' drains as last committed (`None`: none yet).
+    pub fn drains(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        self.blob_within(DRAINS_KEY, "reading its nodes' drains", Duration::ZERO)
+    }
+
+    /// One key's value, trying the members again for `patience`.
+    fn blob_within(&self, key: &str, doing: &str, patience: Duration) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = self.key(key);
         let me = self.clone();
         let got = self
             .call(async move {
@@ -676,7 +690,7 @@ impl Etcd {
                 })
                 .await
             })
-            .map_err(self.io("reading its fair-share usage"))?;
+            .map_err(self.io(doing))?;
         Ok(got.kvs().first().map(|kv| kv.value().to_vec()))
     }
 
@@ -867,12 +881,14 @@ impl Etcd {
         self.write("writing its epoch", vec![(ops, 0)], None)?;
         // Read from etcd, not from the warm copy (which keeps jobs and numbers only): our
         // fence is up, so the old leader's last usage is the one there.
-        let usage = self.usage_within(WRITE_PATIENCE)?;
+        let usage = self.blob_within(USAGE_KEY, "reading its fair-share usage", WRITE_PATIENCE)?;
+        let drains = self.blob_within(DRAINS_KEY, "reading its nodes' drains", WRITE_PATIENCE)?;
         Ok(Loaded {
             epoch,
             next_job_id,
             live,
             usage,
+            drains,
         })
     }
 }

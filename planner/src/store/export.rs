@@ -8,6 +8,9 @@
 //! {"live":true,"job":{"id":352,"owner":"alice","spec":{…},"state":{…},"tasks":[…],…}}
 //! ```
 //!
+//! `drains` (the admins' drains of nodes, `{"nodes":[["gpu-b01",{"reason":"firmware","by":"root","since":1795737000}]]}`)
+//! is optional as well.
+//!
 //! `usage` is optional: an export without it (older, or of a store without usage)
 //! imports with no usage. A stored usage record that cannot be read is left out of the
 //! export with a warning (a start would begin without it too).
@@ -22,6 +25,7 @@ use std::io::{BufRead, Write};
 
 use hyperplan_core::PlannerConfig;
 use hyperplan_core::jobs::ownership::MAX_JOB_ID;
+use hyperplan_core::model::drain::DrainsRecord;
 use hyperplan_core::model::record::JobRecord;
 use hyperplan_core::model::usage::UsageRecord;
 use serde::{Deserialize, Serialize};
@@ -38,6 +42,9 @@ struct Header {
     /// Fair share's usage, decoded (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     usage: Option<UsageRecord>,
+    /// The nodes' drains, decoded (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    drains: Option<DrainsRecord>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -64,6 +71,19 @@ pub fn export(store: &Store, out: &mut dyn Write) -> Result<(u64, u64), StoreErr
             }
         },
     };
+    let drains = match store.drains()? {
+        None => None,
+        Some(bytes) => match DrainsRecord::decode(&bytes) {
+            Ok(d) => Some(d).filter(|d| !d.nodes.is_empty()),
+            Err(e) => {
+                tracing::warn!(
+                    store = %store.at().display(),
+                    "the nodes' drains record cannot be read ({e}); exporting without it"
+                );
+                None
+            }
+        },
+    };
     let io = |e: std::io::Error| StoreError::Import(format!("writing the export: {e}"));
     let header = Header {
         hyperplan: "state".into(),
@@ -71,6 +91,7 @@ pub fn export(store: &Store, out: &mut dyn Write) -> Result<(u64, u64), StoreErr
         epoch: s.epoch,
         next_job_id: s.next_job_id,
         usage,
+        drains,
     };
     writeln!(out, "{}", json(&header)?).map_err(io)?;
     for (is_live, jobs) in [(true, &live), (false, &finished)] {
@@ -166,6 +187,12 @@ pub fn import(store: &Store, input: &mut dyn BufRead, name: &str, planner: &Plan
             .encode()
             .map_err(|e| StoreError::Import(format!("{name}:1: usage: {e}")))?;
         batch.usage = Some(bytes.into());
+    }
+    if let Some(drains) = &header.drains {
+        let bytes = drains
+            .encode()
+            .map_err(|e| StoreError::Import(format!("{name}:1: drains: {e}")))?;
+        batch.drains = Some(bytes.into());
     }
     let mut next = header.next_job_id.max(1);
     let mut ids = std::collections::BTreeSet::new();
@@ -289,6 +316,21 @@ mod tests {
         }
     }
 
+    fn drains_record() -> DrainsRecord {
+        use hyperplan_core::model::drain::Drain;
+        DrainsRecord {
+            nodes: vec![(
+                "gpu-b01".into(),
+                Drain {
+                    reason: Some("firmware".into()),
+                    by: "root".into(),
+                    since: 1_795_737_000,
+                },
+            )],
+            removed: vec!["gpu-b09".into()],
+        }
+    }
+
     #[test]
     fn an_export_carries_the_usage_and_its_import_restores_it() {
         let dir = tempfile::tempdir().unwrap();
@@ -297,6 +339,7 @@ mod tests {
             jobs: vec![record(1, "a", 1).persist().unwrap()],
             next_job_id: Some(2),
             usage: Some(usage_record().encode().unwrap().into()),
+            drains: Some(drains_record().encode().unwrap().into()),
         })
         .unwrap();
         let mut out = Vec::new();
@@ -311,6 +354,8 @@ mod tests {
         assert_eq!(n, 1);
         let bytes = to.usage().unwrap().expect("usage imported");
         assert_eq!(UsageRecord::decode(&bytes).unwrap(), usage_record());
+        let bytes = to.drains().unwrap().expect("drains imported");
+        assert_eq!(DrainsRecord::decode(&bytes).unwrap(), drains_record());
         // And out again, the same.
         let mut again = Vec::new();
         export(&to, &mut again).unwrap();

@@ -127,6 +127,15 @@ impl Store {
         }
     }
 
+    /// The nodes' drains as last committed, the bytes as written (`None`: none yet). For
+    /// `state export`; a start has them in [`Loaded`].
+    pub fn drains(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        match self {
+            Self::Embedded(s) => s.drains(),
+            Self::Etcd(s) => s.drains(),
+        }
+    }
+
     pub fn set_meta(&self, epoch: u64, next_job_id: u64) -> Result<(), StoreError> {
         match self {
             Self::Embedded(s) => s.set_meta(epoch, next_job_id),
@@ -152,6 +161,9 @@ pub struct Loaded {
     /// Fair share's usage as last committed (a `UsageRecord`, encoded; `None`: none yet,
     /// or a store from before fair share), for `Planner::restore_usage`.
     pub usage: Option<Vec<u8>>,
+    /// The nodes' drains as last committed (a `DrainsRecord`, encoded; `None`: none
+    /// yet), for `Planner::restore_drains`.
+    pub drains: Option<Vec<u8>>,
 }
 
 /// One commit's worth of changes.
@@ -162,11 +174,13 @@ pub struct Batch {
     pub next_job_id: Option<u64>,
     /// Fair share's usage (a `UsageRecord`, encoded): replaces the stored one.
     pub usage: Option<std::sync::Arc<[u8]>>,
+    /// The nodes' drains (a `DrainsRecord`, encoded): replaces the stored one.
+    pub drains: Option<std::sync::Arc<[u8]>>,
 }
 
 impl Batch {
     pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty() && self.next_job_id.is_none() && self.usage.is_none()
+        self.jobs.is_empty() && self.next_job_id.is_none() && self.usage.is_none() && self.drains.is_none()
     }
 
     pub fn append(&mut self, mut other: Batch) {
@@ -176,6 +190,9 @@ impl Batch {
         }
         if other.usage.is_some() {
             self.usage = other.usage;
+        }
+        if other.drains.is_some() {
+            self.drains = other.drains;
         }
     }
 }

@@ -255,6 +255,16 @@ impl Driver {
         {
             tracing::warn!("store: {w}");
         }
+        // After the jobs, so that the nodes they name are marked at once. An unreadable
+        // record would resume every drained node: said loudly, the start goes on.
+        if let Some(bytes) = &loaded.drains
+            && let Err(e) = self.planner.restore_drains(bytes)
+        {
+            tracing::error!(
+                at = %self.store.at().display(),
+                "store: the nodes' drains cannot be read ({e}); every node starts undrained: drain them again"
+            );
+        }
         tracing::info!(
             at = %self.store.at().display(),
             epoch = self.epoch,
@@ -309,6 +319,7 @@ impl Driver {
             match c {
                 Command::Persist(p) => self.work.batch.jobs.push(p),
                 Command::PersistUsage(bytes) => self.work.batch.usage = Some(bytes),
+                Command::PersistDrains(bytes) => self.work.batch.drains = Some(bytes),
                 Command::Place(p) => {
                     tracing::info!(job = p.job(), task = &*p.task, node = &*p.node, rank = p.rank, "placed");
                     placements.push(p);

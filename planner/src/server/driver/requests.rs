@@ -8,10 +8,11 @@ use std::path::Path;
 
 use hyperplan_core::caller::Caller;
 use hyperplan_core::jobs::ownership::CancelError;
+use hyperplan_core::requests::nodes::NodeAdminError;
 use hyperplan_core::requests::status::{StatusError, StatusQuery};
 use hyperplan_core::requests::submit::SubmitRefused;
 use hyperplan_core::view;
-use hyperplan_net::messages::{RequestCommand, ResponseError, TaskRef};
+use hyperplan_net::messages::{NodeAction, RequestCommand, ResponseError, TaskRef};
 use hyperplan_shared::status::{Cancelled, JobList, LogPiece, Manifests, NodeList, Submitted};
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -52,7 +53,10 @@ impl Driver {
             groups: &groups,
         };
         // What changes state is answered once it is on disk.
-        let durable = matches!(command, RequestCommand::Submit { .. } | RequestCommand::Cancel { .. });
+        let durable = matches!(
+            command,
+            RequestCommand::Submit { .. } | RequestCommand::Cancel { .. } | RequestCommand::NodeAdmin { .. }
+        );
         if let RequestCommand::Logs {
             job,
             task,
@@ -179,6 +183,30 @@ impl Driver {
                         .map(|c| c.as_str().to_string());
                 }
                 to_value(&NodeList { nodes })
+            }
+            RequestCommand::NodeAdmin { action, nodes } => {
+                let changed = match &action {
+                    NodeAction::Drain { reason, now } => {
+                        self.planner
+                            .drain_nodes(&nodes, reason.clone(), *now, caller, self.clock.now_secs())
+                    }
+                    NodeAction::Resume => self.planner.resume_nodes(&nodes, caller),
+                    NodeAction::Remove => self.planner.remove_nodes(&nodes, caller),
+                };
+                match changed {
+                    Ok(c) => {
+                        tracing::info!(user, action = c.action, ?nodes, ?action, "nodes changed");
+                        // Applied, and its record in this commit, before the answer.
+                        self.tick();
+                        to_value(&c)
+                    }
+                    Err(e) => {
+                        if matches!(e, NodeAdminError::NotAdmin { .. }) {
+                            tracing::warn!(%peer, user, ?nodes, "refused: a node change by a non-admin");
+                        }
+                        Err(e.to_string().into())
+                    }
+                }
             }
             RequestCommand::HyperNodes => to_value(&self.planner.hyper_nodes()),
             RequestCommand::Queues => to_value(&self.planner.queues()),
