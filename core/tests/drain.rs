@@ -76,7 +76,13 @@ fn a_drained_node_takes_nothing_new_and_its_task_finishes_then_resume() {
     let on = rig.node_of("old", "worker-0");
     let answer = rig
         .p
-        .drain_nodes(&[on.clone()], Some("firmware".into()), false, ROOT, 1_795_737_600)
+        .drain_nodes(
+            std::slice::from_ref(&on),
+            Some("firmware".into()),
+            false,
+            ROOT,
+            1_795_737_600,
+        )
         .unwrap();
     assert_eq!(answer.nodes[0].note, "draining: 1 task(s) run on until they end");
     let cmds = rig.step();
@@ -120,7 +126,7 @@ fn a_drained_node_takes_nothing_new_and_its_task_finishes_then_resume() {
     assert_eq!(drain_state(&rig, &on), Some(DrainState::Drained));
     assert_eq!(rig.job("j7").status, JobStatus::Pending);
     // Resumed: it takes the waiting job.
-    let answer = rig.p.resume_nodes(&[on.clone()], ROOT).unwrap();
+    let answer = rig.p.resume_nodes(std::slice::from_ref(&on), ROOT).unwrap();
     assert_eq!(answer.nodes[0].note, "resumed: it takes tasks again");
     rig.step();
     assert_eq!(drain_state(&rig, &on), None);
@@ -211,9 +217,11 @@ fn remove_takes_an_idle_drained_node_out_and_its_agent_joins_anew() {
     assert_eq!(e, NodeAdminError::InUse("n08".into()));
     insta::assert_snapshot!(e.to_string(), @"node n08 is not drained and its agent is connected: drain it first (`hyperplan nodes drain n08`), or stop its agent, then remove it");
     // Drained but busy: refused, naming the jobs.
-    rig.p.drain_nodes(&[on.clone()], None, false, ROOT, 5).unwrap();
+    rig.p
+        .drain_nodes(std::slice::from_ref(&on), None, false, ROOT, 5)
+        .unwrap();
     rig.step();
-    let e = rig.p.remove_nodes(&[on.clone()], ROOT).unwrap_err();
+    let e = rig.p.remove_nodes(std::slice::from_ref(&on), ROOT).unwrap_err();
     assert!(matches!(e, NodeAdminError::Busy { tasks: 1, .. }), "{e}");
     assert!(e.to_string().contains("(of busy)"), "{e}");
     // Drained and idle: removed, from the HyperNodes too.
