@@ -5,7 +5,7 @@
 # Both first install the system packages the build needs (Debian/Ubuntu, via apt-get).
 
 APT_PACKAGES := pkg-config libhwloc-dev libudev-dev bzip2 protobuf-compiler etcd-server \
-  mpich libmpich-dev openmpi-bin libopenmpi-dev python3-mpi4py
+  mpich libmpich-dev openmpi-bin libopenmpi-dev python3-mpi4py python3-prometheus-client chromium
 CARGO ?= cargo
 
 .PHONY: deps demo simulate test bench lint ci

@@ -11,11 +11,13 @@
 //! - [`revocation`]: `revoked.txt`, the certificates the planner refuses.
 //! - [`strict`]: ssh-like checks of a party's own key, directories and certificate role.
 //! - [`hello`]: checking a peer's first frame against its certificate; close codes.
+//! - [`http`]: the HTTP/1.1 server of `/metrics` and the web view.
 
 pub mod atomic;
 pub mod certs;
 pub mod frame;
 pub mod hello;
+pub mod http;
 pub mod identity;
 pub mod messages;
 pub mod notify;

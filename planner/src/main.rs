@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use hyperplan_planner::DaemonConfig;
+use hyperplan_planner::config::http::listen_address;
 use hyperplan_planner::config::server;
 use hyperplan_planner::server::{ReloadHandle, Server, sd_notify};
 
@@ -93,6 +94,16 @@ struct Args {
     /// Slurm's PrivateData [server.privateData; default false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     private_data: Option<bool>,
+    /// Where Prometheus scrapes /metrics over HTTP (IP:PORT; port 0 picks one, logged as
+    /// "serving metrics on http://…/metrics"; "" turns it off) [metrics.listen; default
+    /// 127.0.0.1:9400].
+    #[arg(long, value_name = "IP:PORT")]
+    metrics_listen: Option<String>,
+    /// Where the read-only web view is served over HTTPS (IP:PORT; "" off) [web.listen;
+    /// default off]. Holders of a user or admin certificate, or of [web] tokenFile's
+    /// token, may read it.
+    #[arg(long, value_name = "IP:PORT")]
+    web_listen: Option<String>,
     /// The store file: jobs, placements, the epoch [store.path; default
     /// /var/lib/hyperplan/state.redb]. Created (with its directory) at the first start;
     /// beside it, FILE.created marks that a planner keeps its state there.
@@ -149,14 +160,25 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // The log's filter is the log's alone: the tick's spans are timed for /metrics
+    // whatever RUST_LOG says.
+    let metrics = hyperplan_planner::metrics::Metrics::new();
+    {
+        use tracing_subscriber::Layer;
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        let log = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            );
+        let spans = hyperplan_planner::metrics::spans::SpanTimes(metrics.clone()).with_filter(
+            tracing_subscriber::filter::filter_fn(hyperplan_planner::metrics::spans::timed),
+        );
+        tracing_subscriber::registry().with(log).with(spans).init();
+    }
     let args = Args::parse();
     let mut config = match &args.config {
         Some(p) => DaemonConfig::load(p).with_context(|| format!("loading {}", p.display()))?,
@@ -197,6 +219,12 @@ fn run() -> anyhow::Result<()> {
     if let Some(v) = args.store {
         config.store.path = v;
     }
+    if let Some(v) = &args.metrics_listen {
+        config.metrics.listen = listen_address(v).map_err(|e| anyhow::anyhow!("--metrics-listen: {e}"))?;
+    }
+    if let Some(v) = &args.web_listen {
+        config.web.listen = listen_address(v).map_err(|e| anyhow::anyhow!("--web-listen: {e}"))?;
+    }
     config.store.init = args.init;
     if let Some(Cmd::State(cmd)) = &args.command {
         return state(&config, cmd);
@@ -226,7 +254,9 @@ fn run() -> anyhow::Result<()> {
         return store;
     }
     let served = runtime.block_on(async move {
-        let server = Server::bind(config).context("starting the planner")?;
+        let server = Server::bind(config)
+            .context("starting the planner")?
+            .with_metrics(metrics);
         let addr = server.local_addr()?;
         println!("hyperplan-planner listening on {addr}");
         sd_notify(&format!("READY=1\nSTATUS=listening on {addr}"));

@@ -3,6 +3,7 @@
 //! the explanation of a job's gradient search, the HyperNodes as manifests, the queues. Nothing here changes the world: every view takes `&World`.
 
 mod explain;
+pub mod gauges;
 mod hypernodes;
 mod jobs;
 mod manifests;
@@ -44,6 +45,11 @@ impl Planner {
     /// The HyperNode tree (`hyperplan hypernodes`).
     pub fn hyper_nodes(&self) -> HyperNodeTree {
         hyper_node_tree(self.world())
+    }
+
+    /// What `/metrics` reports of the cluster now (see [`gauges`]).
+    pub fn gauges(&self) -> gauges::Gauges {
+        gauges::gauges(self.world())
     }
 
     /// Every queue with its use and fair share (`hyperplan queues`).

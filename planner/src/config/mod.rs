@@ -1,9 +1,10 @@
 //! The daemon's configuration (`planner.toml`): the core's sections (`[scoring]`,
-//! `[numa]`: `hyperplan_core::config`), `[server]` ([`server`]) and `[[discovery]]`
-//! ([`discovery`]). An unknown key, or a key a source does not take, is an error naming its
+//! `[numa]`: `hyperplan_core::config`), `[server]` ([`server`]), `[[discovery]]`
+//! ([`discovery`]), `[metrics]` and `[web]` ([`http`]). An unknown key, or a key a source does not take, is an error naming its
 //! line.
 
 pub mod discovery;
+pub mod http;
 pub mod server;
 
 use std::path::Path;
@@ -32,6 +33,10 @@ pub struct DaemonConfig {
     pub discovery: DiscoveryConfig,
     /// `[store]`: where the durable state lives.
     pub store: crate::store::StoreConfig,
+    /// `[metrics]`: Prometheus's endpoint.
+    pub metrics: http::MetricsConfig,
+    /// `[web]`: the web view.
+    pub web: http::WebConfig,
     /// The file it was read from (`None`: parsed from text): what SIGHUP reads again for
     /// the policy sections.
     pub path: Option<std::path::PathBuf>,
@@ -59,6 +64,8 @@ struct RawConfig {
     ha: Option<crate::store::config::RawHa>,
     #[serde(default)]
     discovery: Vec<RawSource>,
+    metrics: Option<http::RawMetrics>,
+    web: Option<http::RawWeb>,
 }
 
 impl DaemonConfig {
@@ -92,11 +99,14 @@ impl DaemonConfig {
         let base = Path::new(origin).parent().unwrap_or(Path::new(""));
         let discovery = discovery::discovery_config(raw.discovery, base, &at)?;
         let store = crate::store::config::store_config(raw.store, raw.ha, base, &at)?;
+        let (metrics, web) = http::http_config(raw.metrics, raw.web, base, &at)?;
         Ok(Self {
             planner,
             server,
             discovery,
             store,
+            metrics,
+            web,
             path: None,
         })
     }

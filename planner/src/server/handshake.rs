@@ -31,6 +31,7 @@ pub async fn serve(
     let conn = match incoming.await {
         Ok(c) => c,
         Err(e) => {
+            crate::metrics::refused("tls");
             super::quiet::warn_limited!(format!("refused: TLS handshake failed: {e}"), %peer, "refused: TLS handshake failed: {e}");
             return;
         }

@@ -35,6 +35,13 @@ impl LinkControl for quinn::Connection {
 /// from many peers: one line a minute and a count, see `quiet`), and a close frame
 /// carrying the reason.
 pub fn refuse(conn: &dyn LinkControl, code: u32, reason: &str) {
+    crate::metrics::refused(match code {
+        super::close::PROTOCOL => "protocol",
+        super::close::VERSION => "version",
+        super::close::REFUSED => "refused",
+        super::close::STALE_EPOCH => "stale_epoch",
+        _ => "other",
+    });
     super::quiet::warn_limited!(format!("refused: {reason}"), peer = %conn.peer(), "refused: {reason}");
     conn.close(code, reason);
 }

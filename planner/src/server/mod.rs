@@ -77,6 +77,12 @@ pub struct Server {
     loaded: Option<Loaded>,
     /// Where agents and people reach this planner: what standbys name as the leader.
     advertise: String,
+    /// Prometheus's metrics (`[metrics]`), shared with the log's span timing.
+    metrics: crate::metrics::Metrics,
+    /// The driver's channel while this planner leads: what a scrape asks.
+    leading: watch::Sender<Option<mpsc::UnboundedSender<ToCore>>>,
+    /// The planner's certificate and key, for the web view's TLS.
+    material: TlsMaterial,
 }
 
 /// Makes every discovery source and the revocation list read their input again now
@@ -131,7 +137,17 @@ impl Server {
             store,
             loaded,
             advertise,
+            metrics: crate::metrics::Metrics::new(),
+            leading: watch::Sender::new(None),
+            material,
         })
+    }
+
+    /// The metrics this planner counts into (the ones `main` times the tick's spans
+    /// with), instead of its own.
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// For a signal handler: re-read every discovery source and the revocation list now.
@@ -201,6 +217,28 @@ impl Server {
     /// with [`ServerError::StoreFailed`].
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), ServerError> {
         let mut shutdown = std::pin::pin!(shutdown);
+        // The HTTP endpoints serve a standby too (metrics say it stands by).
+        let (stop_http, http_stopping) = watch::channel(false);
+        let _stop_http = StopOnDrop(stop_http);
+        if let Some(listen) = self.config.metrics.listen {
+            crate::metrics::serve::spawn(
+                listen,
+                self.metrics.clone(),
+                self.leading.subscribe(),
+                http_stopping.clone(),
+            )
+            .await;
+        }
+        if let Some(listen) = self.config.web.listen {
+            crate::web::spawn(
+                listen,
+                &self.material,
+                self.config.web.token_file.as_deref(),
+                self.leading.subscribe(),
+                http_stopping.clone(),
+            )
+            .await;
+        }
         let loaded = match self.loaded.take() {
             Some(l) => l,
             None => {
@@ -223,16 +261,22 @@ impl Server {
         };
         let (to_core, from_conns) = mpsc::unbounded_channel();
         let (failed_tx, mut failed) = watch::channel(None::<String>);
-        let (writer, writer_thread) =
-            crate::store::writer::Writer::spawn(self.store.clone(), self.config.store.keep_finished, failed_tx)
-                .map_err(ServerError::Writer)?;
+        let (writer, writer_thread) = crate::store::writer::Writer::spawn(
+            self.store.clone(),
+            self.config.store.keep_finished,
+            failed_tx,
+            self.metrics.clone(),
+        )
+        .map_err(ServerError::Writer)?;
         let start = driver::Start {
             store: self.store.clone(),
             loaded,
             writer,
             advertise: self.advertise.clone(),
             describe: self.config.store.describe(),
+            metrics: self.metrics.clone(),
         };
+        self.leading.send_replace(Some(to_core.clone()));
         let (stopping, stop_driver) = watch::channel(false);
         let driver = tokio::spawn(driver::run(self.config.clone(), from_conns, start, stop_driver));
         let sink = {
@@ -282,6 +326,7 @@ impl Server {
         sd_notify("STOPPING=1");
         // First the driver: nothing the closing links cause is decided any more.
         stopping.send_replace(true);
+        self.leading.send_replace(None);
         self.endpoint
             .close(quinn::VarInt::from_u32(close::SHUTDOWN), b"planner stopping");
         drop(to_core);
@@ -297,6 +342,15 @@ impl Server {
             let _ = tokio::task::spawn_blocking(move || e.resign()).await;
         }
         outcome
+    }
+}
+
+/// Sends `true` when dropped: the HTTP endpoints stop with `run`, however it returns.
+struct StopOnDrop(watch::Sender<bool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
     }
 }
 

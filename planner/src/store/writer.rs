@@ -56,11 +56,12 @@ impl Writer {
         store: Store,
         keep_finished: Duration,
         failed: watch::Sender<Option<String>>,
+        metrics: crate::metrics::Metrics,
     ) -> std::io::Result<(Self, std::thread::JoinHandle<()>)> {
         let (tx, rx) = mpsc::channel::<Work>();
         let thread = std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || run(&store, &rx, keep_finished, &failed))?;
+            .spawn(move || run(&store, &rx, keep_finished, &failed, &metrics))?;
         Ok((Self { tx }, thread))
     }
 
@@ -78,7 +79,13 @@ impl Writer {
 const REPORT_EVERY: Duration = Duration::from_secs(10);
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
 
-fn run(store: &Store, rx: &mpsc::Receiver<Work>, keep: Duration, failed: &watch::Sender<Option<String>>) {
+fn run(
+    store: &Store,
+    rx: &mpsc::Receiver<Work>,
+    keep: Duration,
+    failed: &watch::Sender<Option<String>>,
+    metrics: &crate::metrics::Metrics,
+) {
     let mut last_purge: Option<Instant> = None;
     let (mut commits, mut records, mut since) = (0u64, 0u64, Instant::now());
     loop {
@@ -116,7 +123,11 @@ fn run(store: &Store, rx: &mpsc::Receiver<Work>, keep: Duration, failed: &watch:
         }
         if !batch.is_empty() {
             let _span = tracing::debug_span!("commit", jobs = batch.jobs.len()).entered();
-            if let Err(e) = store.commit(&batch) {
+            let began = Instant::now();
+            let committed = store.commit(&batch);
+            metrics.commit_duration.observe(began.elapsed().as_secs_f64());
+            metrics.commit_batch.observe(batch.jobs.len() as f64);
+            if let Err(e) = committed {
                 let why = e.to_string();
                 tracing::error!("store: {why}; stopping: nothing more is acknowledged");
                 for a in after {

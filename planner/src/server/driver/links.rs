@@ -275,6 +275,9 @@ impl Driver {
         match message {
             AgentMessage::TaskStarted(s) => {
                 tracing::info!(job = s.task.job, task = s.task.task, node, pid = s.pid, "task started");
+                if let Some(sent) = self.launched.remove(&(s.task.job_id, s.task.index)) {
+                    self.metrics.launch_latency.observe(sent.elapsed().as_secs_f64());
+                }
                 let ack = PlannerToAgent::Ack {
                     task: s.task.clone(),
                     finished: false,

@@ -23,7 +23,7 @@ mod requests;
 mod tests;
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hyperplan_net::messages::{PlannerToAgent, TaskRef};
 use tokio::sync::{mpsc, watch};
@@ -53,6 +53,10 @@ pub enum ToCore {
     /// planner.toml read again on SIGHUP: its queues, fair share, priority, scheduler
     /// and maintenance sections (see `server::policy`).
     Policy(Box<hyperplan_core::PlannerConfig>),
+    /// A Prometheus scrape: the cluster's gauges now (see `crate::metrics::serve`).
+    Metrics(tokio::sync::oneshot::Sender<crate::metrics::serve::Snapshot>),
+    /// The web view's state now, as JSON (see `crate::web::state`).
+    WebState(tokio::sync::oneshot::Sender<Vec<u8>>),
 }
 
 /// What the daemon starts from: the store, what it held, and its writer.
@@ -62,6 +66,7 @@ pub struct Start {
     pub writer: Writer,
     pub advertise: String,
     pub describe: String,
+    pub metrics: crate::metrics::Metrics,
 }
 
 struct Driver {
@@ -95,7 +100,15 @@ struct Driver {
     private_data: bool,
     /// Ticks run so far (the loop asks for the next deadline after each).
     ticks: u64,
+    metrics: crate::metrics::Metrics,
+    /// When each placed task's `Launch` went out (job id, task index), until its start is
+    /// reported: `hyperplan_launch_latency_seconds`. Bounded by the tasks placed and not
+    /// started; a task that ends unstarted leaves with its job's ids (see `tick`).
+    launched: HashMap<(u64, u32), Instant>,
 }
+
+/// Launches timed at once at most (see `Driver::launched`).
+const MAX_LAUNCHES_TIMED: usize = 100_000;
 
 pub async fn run(
     config: DaemonConfig,
@@ -223,6 +236,8 @@ impl Driver {
             stored_next_id: start.loaded.next_job_id,
             private_data: config.server.private_data,
             ticks: 0,
+            metrics: start.metrics,
+            launched: HashMap::new(),
         };
         d.restore(start.loaded);
         d.tick();
@@ -306,6 +321,20 @@ impl Driver {
             }
             ToCore::Request(r) => self.request(r),
             ToCore::Exec(ask) => self.exec(ask),
+            ToCore::WebState(reply) => {
+                if self.dirty {
+                    self.tick();
+                }
+                let json = crate::web::state::state_json(&self.planner, &self.advertise, self.clock.now_secs());
+                let _ = reply.send(json);
+            }
+            ToCore::Metrics(reply) => {
+                let _ = reply.send(crate::metrics::serve::Snapshot {
+                    gauges: self.planner.gauges(),
+                    sources: self.planner.hyper_nodes().sources,
+                    agents: self.links.len(),
+                });
+            }
         }
     }
 
@@ -322,6 +351,15 @@ impl Driver {
                 Command::PersistDrains(bytes) => self.work.batch.drains = Some(bytes),
                 Command::Place(p) => {
                     tracing::info!(job = p.job(), task = &*p.task, node = &*p.node, rank = p.rank, "placed");
+                    self.metrics.placements.inc();
+                    if p.rank == 0 {
+                        let waited = self.clock.now_secs().saturating_sub(p.spec.submit_time);
+                        let queue = p.spec.queue.clone().unwrap_or_else(|| "default".into());
+                        self.metrics
+                            .job_wait
+                            .get_or_create(&vec![("queue", queue)])
+                            .observe(waited as f64);
+                    }
                     placements.push(p);
                 }
                 Command::Relaunch {
@@ -346,14 +384,17 @@ impl Driver {
                     lost_cpu_seconds,
                     requeued,
                     why,
-                } => tracing::warn!(
-                    job = victim,
-                    by,
-                    hyper_node = hyper_node.as_deref().unwrap_or("(cluster)"),
-                    lost_cpu_seconds,
-                    requeued,
-                    "preempted: {why}"
-                ),
+                } => {
+                    self.metrics.preemptions.inc();
+                    tracing::warn!(
+                        job = victim,
+                        by,
+                        hyper_node = hyper_node.as_deref().unwrap_or("(cluster)"),
+                        lost_cpu_seconds,
+                        requeued,
+                        "preempted: {why}"
+                    );
+                }
                 Command::Kill {
                     node,
                     job,
@@ -372,6 +413,9 @@ impl Driver {
                         "kill: {}",
                         why.as_str()
                     );
+                    if why == hyperplan_core::model::commands::KillReason::Preempted {
+                        self.metrics.victims.inc();
+                    }
                     if let Some(l) = self.links.get(&*node) {
                         let task = TaskRef {
                             job: job.to_string(),
@@ -405,6 +449,12 @@ impl Driver {
         for (node, mut frame) in super::launch::frames(&self.planner, placements, address_of) {
             if let PlannerToAgent::Launch(l) = &mut frame {
                 l.epoch = self.epoch;
+                self.metrics.launches.inc();
+                if self.launched.len() >= MAX_LAUNCHES_TIMED {
+                    // Starts never reported (their jobs ended first): forgotten.
+                    self.launched.retain(|_, t| t.elapsed() < Duration::from_secs(600));
+                }
+                self.launched.insert((l.job_id, l.index), Instant::now());
             }
             if let Some(l) = self.links.get(&*node) {
                 self.work.after.push(After::Frame(l.frames.clone(), frame));

@@ -129,14 +129,20 @@ impl Rig {
         let Store::Embedded(s) = &store else { panic!("embedded") };
         let loaded = s.load().unwrap();
         let (failed, _) = watch::channel(None);
-        let (writer, thread) =
-            crate::store::writer::Writer::spawn(store.clone(), config.store.keep_finished, failed).unwrap();
+        let (writer, thread) = crate::store::writer::Writer::spawn(
+            store.clone(),
+            config.store.keep_finished,
+            failed,
+            crate::metrics::Metrics::new(),
+        )
+        .unwrap();
         let start = Start {
             store,
             loaded,
             writer,
             advertise: "127.0.0.1:7070".into(),
             describe: "test store".into(),
+            metrics: crate::metrics::Metrics::new(),
         };
         self.d = Some(Driver::new(config, start, self.clock.clone()));
         self.writer = Some(thread);

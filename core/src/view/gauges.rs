@@ -1,0 +1,174 @@
+//! What the planner's `/metrics` reports of the cluster at one moment ([`Gauges`]): live
+//! jobs by queue and status, pending jobs by the kind of their reason, nodes by state,
+//! what is allocated of each HyperNode of tier 1 and up, and the backfill reservations.
+//! Labels come from bounded sets only (queues, statuses, reason kinds, node states,
+//! HyperNodes): never a job's or a task's name. Read at scrape time, not every tick.
+
+use std::collections::BTreeMap;
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::report::JobStatus;
+
+use crate::allocate::backfill::Reservations;
+use crate::cache::capacity::Capacity;
+use crate::jobs::lifecycle::job_status;
+use crate::model::components::{Job, JobQueue, JobState, Node, Retired, TaskState};
+use crate::model::drain::Drained;
+use crate::numa::node::is_gpu_resource;
+use crate::queues::QueueTable;
+use crate::topology::TopologyIndex;
+
+/// See the module documentation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Gauges {
+    /// (queue, status in lower case) → live jobs.
+    pub jobs: BTreeMap<(String, &'static str), u64>,
+    /// Reason kind ([`reason_kind`]) → pending jobs.
+    pub pending: BTreeMap<&'static str, u64>,
+    /// `ready`, `not_ready`, `draining`, `drained` → nodes.
+    pub nodes: BTreeMap<&'static str, u64>,
+    /// Every HyperNode of tier 1 and up, by name.
+    pub hyper_nodes: Vec<HyperNodeUse>,
+    /// Jobs holding a backfill reservation now (maintenance windows left out).
+    pub reservations: u64,
+}
+
+/// One HyperNode's allocation: in use (tasks, work outside hyperplan, and nodes that
+/// offer nothing: NotReady or drained) and in all.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HyperNodeUse {
+    /// Its name.
+    pub name: String,
+    /// Its tier.
+    pub tier: u32,
+    /// CPUs (whole), allocated and in all.
+    pub cpus: (f64, f64),
+    /// GPUs (every GPU resource), allocated and in all.
+    pub gpus: (f64, f64),
+    /// Memory bytes, allocated and in all.
+    pub memory: (f64, f64),
+}
+
+/// The kind of a pending job's reason, a label with a few values: `queue_limit`,
+/// `awaiting_agents`, `preemption`, `reservation`, `requeued` or `resources` (no room
+/// that fits, the common case).
+pub fn reason_kind(reason: &str) -> &'static str {
+    if reason.starts_with("queue ") || reason.starts_with("user ") {
+        "queue_limit"
+    } else if reason.starts_with("waiting for the agents") {
+        "awaiting_agents"
+    } else if reason.contains("preempt") {
+        "preemption"
+    } else if reason.contains("reserv") || reason.contains("maintenance") {
+        "reservation"
+    } else if reason.contains("requeued") {
+        "requeued"
+    } else {
+        "resources"
+    }
+}
+
+fn status_label(s: JobStatus) -> &'static str {
+    match s {
+        JobStatus::Pending => "pending",
+        JobStatus::Placed => "placed",
+        JobStatus::Running => "running",
+        JobStatus::Completed => "completed",
+        JobStatus::Failed => "failed",
+        JobStatus::Cancelled => "cancelled",
+        JobStatus::Timeout => "timeout",
+        JobStatus::Rejected => "rejected",
+        JobStatus::Preempted => "preempted",
+    }
+}
+
+/// The gauges of `world` now.
+pub fn gauges(world: &World) -> Gauges {
+    let mut g = Gauges::default();
+    let queues = world.resource::<QueueTable>();
+    if let Some(mut q) = world.try_query_filtered::<(&JobState, Option<&JobQueue>), (With<Job>, Without<Retired>)>() {
+        for (st, jq) in q.iter(world) {
+            let queue = jq
+                .and_then(|jq| queues.queues.get(jq.queue.ix()))
+                .map_or("default", |c| c.name.as_str());
+            let status = job_status(st);
+            *g.jobs.entry((queue.to_string(), status_label(status))).or_default() += 1;
+            if status == JobStatus::Pending {
+                *g.pending
+                    .entry(reason_kind(st.reason.as_deref().unwrap_or("")))
+                    .or_default() += 1;
+            }
+        }
+    }
+    let mut running: std::collections::HashSet<Entity> = Default::default();
+    if let Some(mut q) = world.try_query::<&TaskState>() {
+        running.extend(q.iter(world).filter(|ts| ts.is_running()).filter_map(|ts| ts.node));
+    }
+    if let Some(mut q) = world.try_query::<(Entity, &Node, Has<Drained>)>() {
+        for (e, n, drained) in q.iter(world) {
+            let state = match (drained, running.contains(&e), n.ready) {
+                (true, true, _) => "draining",
+                (true, false, _) => "drained",
+                (false, _, true) => "ready",
+                (false, _, false) => "not_ready",
+            };
+            *g.nodes.entry(state).or_default() += 1;
+        }
+    }
+    let index = world.resource::<TopologyIndex>();
+    let cap = world.resource::<Capacity>();
+    if cap.hn_alloc.len() == index.hns.len() * cap.d {
+        for (h, info) in index.hns.iter().enumerate() {
+            if h == index.root.ix() {
+                continue;
+            }
+            let sum = |pick: &dyn Fn(&str) -> bool| -> (f64, f64) {
+                let (mut used, mut all) = (0u64, 0u64);
+                for (k, dim) in cap.dims.iter().enumerate() {
+                    if pick(dim) {
+                        used += cap.hn_used[h * cap.d + k];
+                        all += cap.hn_alloc[h * cap.d + k];
+                    }
+                }
+                (used as f64, all as f64)
+            };
+            let (cu, ca) = sum(&|d| d == hyperplan_shared::CPU);
+            g.hyper_nodes.push(HyperNodeUse {
+                name: info.name.clone(),
+                tier: info.tier,
+                cpus: (cu / 1000.0, ca / 1000.0),
+                gpus: sum(&is_gpu_resource),
+                memory: sum(&|d| d == hyperplan_shared::MEMORY),
+            });
+        }
+    }
+    let reservations = world.resource::<Reservations>();
+    g.reservations = reservations.list.len().saturating_sub(reservations.windows) as u64;
+    g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_fall_into_a_few_kinds() {
+        assert_eq!(
+            reason_kind("queue gpu runs its maxRunningJobs (4) jobs already"),
+            "queue_limit"
+        );
+        assert_eq!(
+            reason_kind("user alice would use cpu 9 in queue default, above"),
+            "queue_limit"
+        );
+        assert_eq!(
+            reason_kind("waiting for the agents of the nodes that ran its tasks before the planner restarted"),
+            "awaiting_agents"
+        );
+        assert_eq!(
+            reason_kind("no HyperNode of tier 1 has room: leaf-2 could take 3 of 4"),
+            "resources"
+        );
+        assert_eq!(reason_kind(""), "resources");
+    }
+}
