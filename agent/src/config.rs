@@ -18,6 +18,8 @@
 //! # limitsConf = true                   # the user's /etc/security/limits.conf for tasks
 //! # rlimits = { memlock = "unlimited", nofile = 65536, core = { soft = 0, hard = "unlimited" } }
 //! # defaultMpi = "none"                # or "pmi": a PMI server for every task whose job says nothing
+//! [metrics]
+//! # listen = "127.0.0.1:9401"          # the agent's own Prometheus /metrics; default off
 //! [labels]
 //! rack = "r7"
 //! leaf = "ib-leaf-12"
@@ -76,6 +78,42 @@ pub struct AgentConfig {
     /// `run`: how tasks are started (`[exec]`).
     #[serde(default)]
     pub exec: ExecSection,
+    /// `run`: the agent's own Prometheus endpoint (`[metrics]`).
+    #[serde(default)]
+    pub metrics: MetricsSection,
+}
+
+/// `[metrics]`: the agent's `/metrics` (see `crate::metrics`).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MetricsSection {
+    /// `HOST:PORT` to serve `/metrics` on over plain HTTP (port 0: any free one); absent or
+    /// empty: no endpoint (the default).
+    #[serde(default, deserialize_with = "listen_key")]
+    pub listen: Option<String>,
+}
+
+/// `[metrics] listen`, checked by [`parse_listen`] (an error points at the value).
+fn listen_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_listen(&text).map_err(|e| serde::de::Error::custom(format!("[metrics] listen: {e}")))
+}
+
+/// A metrics listen address, `--metrics-listen` or `[metrics] listen`: `HOST:PORT` (an
+/// IP address, `[IPv6]` or a host name, resolved when the agent binds; port 0 for any
+/// free one) is `Some`, the empty string `None` (off).
+pub fn parse_listen(text: &str) -> Result<Option<String>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    if !hyperplan_shared::names::is_host_port(text) {
+        return Err(format!(
+            "expected HOST:PORT such as \"127.0.0.1:9401\" or \"0.0.0.0:9401\" (or \"\" for none), got {:?}",
+            hyperplan_shared::names::shorten(text, 100)
+        ));
+    }
+    Ok(Some(text.to_string()))
 }
 
 /// `[exec]`: what a task starts with beyond its spec.
@@ -212,6 +250,7 @@ mod tests {
                 && c.cgroup_name.is_some()
                 && c.exec.limits_conf == Some(true)
                 && c.exec.rlimits.is_some()
+                && c.metrics.listen.is_some()
                 && c.exec
                     .default_mpi()
                     .is_ok_and(|m| m == hyperplan_shared::job::MpiMode::None)),
@@ -236,6 +275,40 @@ mod tests {
             matches!(&bad, Ok(Err(e)) if e.contains("defaultMpi") && e.contains("\"pmix\"")),
             "{bad:?}"
         );
+    }
+
+    #[test]
+    fn metrics_listen_is_host_port_or_empty() {
+        let p = Path::new("agent.toml");
+        let get = |text: &str| AgentConfig::parse(text, p).map(|c| c.metrics.listen);
+        assert_eq!(get("").ok(), Some(None));
+        assert_eq!(get("[metrics]\n").ok(), Some(None));
+        assert_eq!(get("[metrics]\nlisten = \"\"\n").ok(), Some(None));
+        for good in ["0.0.0.0:9401", "127.0.0.1:0", "[::1]:9401", "mgmt-7.example:9401"] {
+            assert_eq!(
+                get(&format!("[metrics]\nlisten = \"{good}\"\n")).ok(),
+                Some(Some(good.into()))
+            );
+        }
+        for bad in ["9401", "0.0.0.0:99999", "::1:9401", "a b:1", "0.0.0.0:"] {
+            let err = get(&format!("[labels]\n[metrics]\nlisten = \"{bad}\"\n"))
+                .err()
+                .map(|e| e.to_string());
+            assert!(
+                err.as_deref()
+                    .is_some_and(|e| e.starts_with("agent.toml:3:") && e.contains("listen") && e.contains(bad)),
+                "{bad}: {err:?}"
+            );
+        }
+        let unknown = AgentConfig::parse("[metrics]\nlisten = \"127.0.0.1:0\"\nport = 1\n", p);
+        assert!(
+            unknown
+                .as_ref()
+                .err()
+                .is_some_and(|e| e.to_string().starts_with("agent.toml:3:")),
+            "{unknown:?}"
+        );
+        assert!(AgentConfig::parse("[metrics]\nlisten = 9401\n", p).is_err());
     }
 
     #[test]

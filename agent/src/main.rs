@@ -13,6 +13,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hyperplan_agent::config::{AgentConfig, DEFAULT_CONFIG, Pin};
 use hyperplan_agent::link::{self, CERT_DIR_ENV, DEFAULT_CERT_DIR, DEFAULT_REPROBE_INTERVAL, LinkOptions};
+use hyperplan_agent::metrics::Listen;
 use hyperplan_agent::probe::{self, ProbeOptions, Source};
 use hyperplan_agent::shepherd;
 use hyperplan_agent::tasks::cgroup::{CGROUP_ROOT, Confinement, DEFAULT_NAME, DEFAULT_PIDS_MAX};
@@ -77,13 +78,15 @@ enum Command {
     ///
     /// Every option is also an agent.toml key (in parentheses); flags win. Stops cleanly
     /// on SIGTERM or SIGINT. Under systemd (Type=notify) it reports READY=1 once first
-    /// registered, STATUS= lines, and WATCHDOG=1 when WatchdogSec= is set.
+    /// registered, STATUS= lines, and WATCHDOG=1 when WatchdogSec= is set. With
+    /// --metrics-listen it serves its own Prometheus metrics: tasks running, each one's CPU
+    /// and memory use, the last probe's duration, the planner link, unacknowledged task ends.
     #[command(
-        after_help = "Examples:\n  hyperplan-agent run --config /etc/hyperplan/agent.toml\n  hyperplan-agent run --planner head-1:7443 --cert-dir ./certs --node n001\n  hyperplan-agent run --planner head-1:7400,head-2:7400 --node n001\n  hyperplan-agent run --planner 127.0.0.1:7443 --node fake-3 --synthetic \"pack:2 numa:2 core:4 pu:2\" --label leaf=l1"
+        after_help = "Examples:\n  hyperplan-agent run --config /etc/hyperplan/agent.toml\n  hyperplan-agent run --planner head-1:7443 --cert-dir ./certs --node n001\n  hyperplan-agent run --planner head-1:7400,head-2:7400 --node n001\n  hyperplan-agent run --planner 127.0.0.1:7443 --node fake-3 --synthetic \"pack:2 numa:2 core:4 pu:2\" --label leaf=l1\n  hyperplan-agent run --config /etc/hyperplan/agent.toml --metrics-listen 127.0.0.1:9401"
     )]
     Run {
         #[command(flatten)]
-        source: SourceArgs,
+        source: Box<SourceArgs>, // boxed: the largest variant by far
         /// The planner, HOST:PORT, or a leader and its standbys as a comma-separated list
         /// HOST:PORT,HOST:PORT (`planner`). Required here or in the configuration; each
         /// resolved again at every connection attempt. The agent starts with the first;
@@ -103,6 +106,14 @@ enum Command {
         /// (`reprobeInterval`). Default: 60.
         #[arg(long, value_name = "SECS")]
         reprobe_interval: Option<u64>,
+        /// Serve this agent's Prometheus metrics at http://ADDR/metrics (`[metrics]
+        /// listen`): ADDR is HOST:PORT, e.g. 127.0.0.1:9401 or 0.0.0.0:9401; port 0 takes
+        /// any free port, and the log says which ("serving metrics on http://…/metrics").
+        /// Plain HTTP with no authentication: bind it to localhost or a management
+        /// network. An address that cannot be bound is logged and the agent runs on
+        /// without metrics. Default: off; "" turns off what agent.toml sets.
+        #[arg(long, value_name = "ADDR", value_parser = parse_metrics_listen)]
+        metrics_listen: Option<MetricsListen>,
         #[command(flatten)]
         tasks: TaskArgs,
     },
@@ -162,6 +173,14 @@ struct TaskArgs {
     cgroup_name: Option<String>,
 }
 
+/// `--metrics-listen`: an address, or none ("").
+#[derive(Clone, Debug)]
+struct MetricsListen(Option<String>);
+
+fn parse_metrics_listen(s: &str) -> Result<MetricsListen, String> {
+    hyperplan_agent::config::parse_listen(s).map(MetricsListen)
+}
+
 /// `--task-pids-max`: a count, or no limit.
 #[derive(Clone, Copy, Debug)]
 struct PidsMax(Option<u64>);
@@ -197,8 +216,8 @@ struct SourceArgs {
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     labels: Vec<(String, String)>,
     /// Agent configuration (TOML: `[labels]`, `sysfsRoot`, and for `run` `planner`,
-    /// `certDir`, `nodeName`, `reprobeInterval`, `stateDir`, `pin`, `allowRoot`). Default: /etc/hyperplan/agent.toml when
-    /// it exists.
+    /// `certDir`, `nodeName`, `reprobeInterval`, `stateDir`, `pin`, `allowRoot`, `[exec]`,
+    /// `[metrics]`). Default: /etc/hyperplan/agent.toml when it exists.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 }
@@ -245,8 +264,17 @@ fn main() -> ExitCode {
             cert_dir,
             node,
             reprobe_interval,
+            metrics_listen,
             tasks,
-        } => run_agent(source, planner, cert_dir, node, reprobe_interval, tasks),
+        } => run_agent(
+            *source,
+            planner,
+            cert_dir,
+            node,
+            reprobe_interval,
+            metrics_listen,
+            tasks,
+        ),
         Command::Shepherd { .. } => Ok(()), // handled above
     };
     match result {
@@ -324,6 +352,7 @@ fn run_agent(
     cert_dir: Option<PathBuf>,
     node: Option<String>,
     reprobe_interval: Option<u64>,
+    metrics_listen: Option<MetricsListen>,
     tasks: TaskArgs,
 ) -> anyhow::Result<()> {
     let config_path = source.config.clone();
@@ -399,6 +428,23 @@ fn run_agent(
         .unwrap_or_else(|| DEFAULT_NAME.to_string());
     hyperplan_agent::tasks::cgroup::v1::check_dir_name(&cgroup_name)
         .map_err(|e| anyhow::anyhow!("--cgroup-name (cgroupName): {e}"))?;
+    let metrics = match (metrics_listen, &config.metrics.listen) {
+        (Some(MetricsListen(flag)), _) => flag.map(|addr| Listen {
+            addr,
+            origin: "--metrics-listen".into(),
+        }),
+        (None, Some(key)) => Some(Listen {
+            addr: key.clone(),
+            origin: format!(
+                "[metrics] listen in {}",
+                config_path_for_errors
+                    .as_deref()
+                    .unwrap_or(Path::new(DEFAULT_CONFIG))
+                    .display()
+            ),
+        }),
+        (None, None) => None,
+    };
     // The OOM killer takes a task that overran, not the agent (its shepherds inherit
     // this; each task goes back to 0 before exec).
     hyperplan_agent::oom::protect_self();
@@ -411,6 +457,7 @@ fn run_agent(
         reprobe_interval: (reprobe_secs > 0).then(|| Duration::from_secs(reprobe_secs)),
         probe,
         advertise_address,
+        metrics,
         tasks: TaskOptions {
             state_dir,
             pin,

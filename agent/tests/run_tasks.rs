@@ -198,32 +198,7 @@ struct Agent {
 
 impl Agent {
     fn spawn(certs: &Path, planner: SocketAddr, state: &Path) -> Self {
-        // Under a private umask, as its systemd unit runs it (UMask=0077): the tasks still
-        // get the usual one.
-        let mut command = Command::new("sh");
-        command
-            .args([
-                "-c",
-                "umask 077; exec \"$0\" \"$@\"",
-                env!("CARGO_BIN_EXE_hyperplan-agent"),
-            ])
-            .arg("run")
-            .args(["--planner", &planner.to_string(), "--node", NODE])
-            .args(["--synthetic", "pack:1 numa:1 core:2 pu:1", "--reprobe-interval", "0"])
-            .args(["--config", "/dev/null"])
-            .arg("--cert-dir")
-            .arg(certs)
-            .arg("--state-dir")
-            .arg(state)
-            .env("RUST_LOG", "hyperplan_agent=debug")
-            .env_remove("NOTIFY_SOCKET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        if me() == "root" {
-            command.arg("--allow-root");
-        }
-        let mut child = command.spawn().unwrap();
+        let mut child = agent_command(certs, planner, state).spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -232,6 +207,50 @@ impl Agent {
         });
         Agent { child }
     }
+
+    /// With more arguments, and its log lines for the test (keep them: stderr is read as
+    /// long as they are).
+    fn spawn_logged(
+        certs: &Path,
+        planner: SocketAddr,
+        state: &Path,
+        args: &[&str],
+    ) -> (Self, mpsc::UnboundedReceiver<String>) {
+        let mut command = agent_command(certs, planner, state);
+        command.args(args);
+        let mut child = command.spawn().unwrap();
+        let lines = common::lines(child.stderr.take().unwrap());
+        (Agent { child }, lines)
+    }
+}
+
+/// `hyperplan-agent run` for the fake planner, under a private umask as its systemd unit
+/// runs it (UMask=0077): the tasks still get the usual one.
+fn agent_command(certs: &Path, planner: SocketAddr, state: &Path) -> Command {
+    let mut command = Command::new("sh");
+    command
+        .args([
+            "-c",
+            "umask 077; exec \"$0\" \"$@\"",
+            env!("CARGO_BIN_EXE_hyperplan-agent"),
+        ])
+        .arg("run")
+        .args(["--planner", &planner.to_string(), "--node", NODE])
+        .args(["--synthetic", "pack:1 numa:1 core:2 pu:1", "--reprobe-interval", "0"])
+        .args(["--config", "/dev/null"])
+        .arg("--cert-dir")
+        .arg(certs)
+        .arg("--state-dir")
+        .arg(state)
+        .env("RUST_LOG", "hyperplan_agent=debug")
+        .env_remove("NOTIFY_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if me() == "root" {
+        command.arg("--allow-root");
+    }
+    command
 }
 
 impl Drop for Agent {
@@ -664,4 +683,120 @@ async fn a_restarted_agent_reports_the_end_of_a_task_started_before_once() {
     assert!(finished <= 1, "{later:?}");
     assert_eq!(s.output(&task), "started\ndone\n", "ran once");
     drop(agent2);
+}
+
+/// The address of the agent's `/metrics`, from its log line.
+async fn metrics_address(lines: &mut mpsc::UnboundedReceiver<String>) -> SocketAddr {
+    let found = tokio::time::timeout(WAIT, async {
+        while let Some(line) = lines.recv().await {
+            if let Some(addr) = common::metrics_addr(&line) {
+                return addr;
+            }
+        }
+        panic!("the agent ended before serving its metrics")
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("no \"serving metrics on\" line in time"))
+}
+
+/// Scrapes `/metrics` until `ok` takes the body, within `WAIT`; returns that body.
+async fn scrape_until(addr: SocketAddr, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let got = common::http(addr, "GET", "/metrics").await.unwrap();
+        assert_eq!(got.status, 200, "{got:?}");
+        if ok(&got.body) {
+            return got.body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {what} in time; the last scrape:\n{}",
+            got.body
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn has_line(body: &str, line: &str) -> bool {
+    body.lines().any(|l| l == line)
+}
+
+/// The value of the sample `series` (name and labels), if there is one.
+fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_follow_the_link_and_a_task_from_launch_to_acknowledged_end() {
+    let mut s = Setup::new();
+    let mut reaper = Reaper::default();
+    let (_agent, mut lines) = Agent::spawn_logged(
+        s.dir.path(),
+        s.planner.addr,
+        &s.state(),
+        &["--metrics-listen", "127.0.0.1:0"],
+    );
+    let addr = metrics_address(&mut lines).await;
+    assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
+    s.planner.wait_registered(1).await;
+    let body = scrape_until(addr, "link up", |b| has_line(b, "hyperplan_agent_link_up 1")).await;
+    assert!(has_line(&body, "hyperplan_agent_tasks_running 0"), "{body}");
+    assert!(
+        sample(&body, "hyperplan_agent_probe_duration_seconds").is_some_and(|s| s > 0.0),
+        "{body}"
+    );
+
+    let task = s.launch("metered", 51, "exec sleep 60");
+    reaper.0.push(s.planner.started(&task).await);
+    let shepherd = std::fs::read_to_string(s.task_dir(&task).join("pid")).unwrap();
+    reaper.0.push(shepherd.trim().parse().unwrap());
+    // Running, with its memory sampled: one series per task, by job id and index.
+    let memory = "hyperplan_agent_task_memory_bytes{job_id=\"51\",index=\"0\"}";
+    let body = scrape_until(addr, "the task's use", |b| sample(b, memory).is_some_and(|m| m > 0.0)).await;
+    assert!(has_line(&body, "hyperplan_agent_tasks_running 1"), "{body}");
+    let cpu = sample(&body, "hyperplan_agent_task_cpu_cores{job_id=\"51\",index=\"0\"}");
+    assert!(cpu.is_some_and(|c| c >= 0.0), "{body}");
+    assert!(!body.contains("metered"), "no job names in labels: {body}");
+
+    // Ended: its series go; its end waits for the planner's acknowledgement.
+    s.planner.send(PlannerToAgent::Kill {
+        task: task.clone(),
+        grace_secs: 1,
+        epoch: 1,
+        signal: None,
+    });
+    s.planner.finished(&task).await;
+    let body = scrape_until(addr, "the end unacknowledged", |b| {
+        has_line(b, "hyperplan_agent_unacknowledged_task_ends 1")
+    })
+    .await;
+    assert!(has_line(&body, "hyperplan_agent_tasks_running 0"), "{body}");
+    assert!(!body.contains("job_id=\"51\""), "{body}");
+    ack(&s.planner, &task, true);
+    scrape_until(addr, "the end acknowledged", |b| {
+        has_line(b, "hyperplan_agent_unacknowledged_task_ends 0")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_metrics_address_in_use_is_logged_and_the_agent_runs_on() {
+    let s = Setup::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (_agent, mut lines) =
+        Agent::spawn_logged(s.dir.path(), s.planner.addr, &s.state(), &["--metrics-listen", &addr]);
+    let said = tokio::time::timeout(WAIT, async {
+        while let Some(line) = lines.recv().await {
+            if line.contains("ERROR") && line.contains(&format!("cannot serve metrics on {addr} (--metrics-listen)")) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(said.ok(), Some(true), "no error naming {addr} and --metrics-listen");
+    s.planner.wait_registered(1).await;
 }

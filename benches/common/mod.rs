@@ -8,13 +8,13 @@ use std::process::Command;
 #[path = "../../tests/common/cargo.rs"]
 mod cargo;
 
-/// A daemon binary next to this harness (release), built once when missing.
+/// A daemon binary next to this harness (release), built (again, if stale) first.
 pub fn daemon(name: &str, package: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let path = exe.parent().unwrap().parent().unwrap().join(name);
-    if !path.exists() {
-        assert!(cargo::build(&["-q", "--release", "-p", package, "--bin", name]));
-    }
+    // Always: `cargo bench` builds this package's binaries, not another's, and a stale
+    // daemon would be measured without a word (a no-op when it is up to date).
+    assert!(cargo::build(&["-q", "--release", "-p", package, "--bin", name]));
     path
 }
 

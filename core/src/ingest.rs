@@ -16,7 +16,7 @@ use crate::model::components::SourceKind;
 use crate::model::components::{Node, set_node_ready};
 use crate::model::events::Event;
 use crate::model::health::Heartbeats;
-use crate::model::tick::{Inbox, LabelTypes, Now, Outbox, Reregistered};
+use crate::model::tick::{Inbox, LabelTypes, Now, Outbox, QueuedSubmits, Reregistered};
 use crate::nodes::health;
 use crate::nodes::refusals::Refusals;
 
@@ -25,6 +25,7 @@ use super::names::NodeNames;
 pub(crate) fn ingest(world: &mut World) {
     let _span = tracing::info_span!("ingest").entered();
     let events = std::mem::take(&mut world.resource_mut::<Inbox>().0);
+    world.resource_mut::<QueuedSubmits>().0 = 0;
     for event in events {
         match event {
             Event::NodeUp(spec) => node_up(world, spec),

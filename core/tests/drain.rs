@@ -13,7 +13,6 @@ use hyperplan_core::model::commands::KillReason;
 use hyperplan_core::requests::nodes::NodeAdminError;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
 use hyperplan_core::{Command, PlannerConfig};
-use hyperplan_shared::JobSpec;
 use hyperplan_shared::job::OnNodeLost;
 use hyperplan_shared::report::{JobStatus, TaskStatus};
 use hyperplan_shared::status::{DrainState, NodeStatus};
@@ -48,31 +47,10 @@ fn drain_state(rig: &Rig, name: &str) -> Option<DrainState> {
     node(rig, name).drain.map(|d| d.state)
 }
 
-fn run(rig: &mut Rig, spec: JobSpec) -> u64 {
-    let name = spec.name.clone();
-    let id = rig.submit_as(spec, "alice");
-    rig.step();
-    assert_eq!(rig.job(&name).status, JobStatus::Placed, "{:?}", rig.job(&name).reason);
-    rig.start_all(&name, id);
-    rig.step();
-    id
-}
-
-fn ranks(rig: &Rig, job: &str) -> Vec<(u32, String)> {
-    let mut v: Vec<(u32, String)> = rig
-        .job(job)
-        .tasks
-        .iter()
-        .filter_map(|t| Some((t.rank?, t.node.clone()?)))
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn a_drained_node_takes_nothing_new_and_its_task_finishes_then_resume() {
     let mut rig = rig();
-    let id = run(&mut rig, JobBuilder::gang("old", 1, "cpu=8").build());
+    let id = rig.run(JobBuilder::gang("old", 1, "cpu=8").build());
     let on = rig.node_of("old", "worker-0");
     let answer = rig
         .p
@@ -144,13 +122,13 @@ fn drain_now_replaces_the_ranks_inside_the_leaf_and_requeues_or_fails_the_others
     rig.tick();
     let mut requeued = JobBuilder::gang("again", 4, "cpu=8").hard(1).build();
     requeued.run.requeue = true;
-    run(&mut rig, requeued);
-    run(&mut rig, JobBuilder::gang("once", 4, "cpu=8").hard(1).build());
+    rig.run(requeued);
+    rig.run(JobBuilder::gang("once", 4, "cpu=8").hard(1).build());
     let mut replaced = JobBuilder::gang("train", 3, "cpu=8").hard(1).build();
     replaced.run.on_node_lost = Some(OnNodeLost::Replace);
-    run(&mut rig, replaced);
+    rig.run(replaced);
     assert_eq!(
-        ranks(&rig, "train"),
+        rig.ranks("train"),
         [(0, "n09".into()), (1, "n10".into()), (2, "n11".into())]
     );
     let again_on = rig.node_of("again", "worker-0");
@@ -182,7 +160,7 @@ fn drain_now_replaces_the_ranks_inside_the_leaf_and_requeues_or_fails_the_others
     );
     // Rank 1 again on leaf-3's spare; ranks 0 and 2 untouched.
     assert_eq!(
-        ranks(&rig, "train"),
+        rig.ranks("train"),
         [(0, "n09".into()), (1, "n12".into()), (2, "n11".into())]
     );
     assert_eq!(rig.p.job_restarts("train"), Some(1));
@@ -210,7 +188,7 @@ fn drain_now_replaces_the_ranks_inside_the_leaf_and_requeues_or_fails_the_others
 #[test]
 fn remove_takes_an_idle_drained_node_out_and_its_agent_joins_anew() {
     let mut rig = rig();
-    run(&mut rig, JobBuilder::gang("busy", 1, "cpu=8").build());
+    rig.run(JobBuilder::gang("busy", 1, "cpu=8").build());
     let on = rig.node_of("busy", "worker-0");
     // Not drained, agent connected: refused, saying what to do.
     let e = rig.p.remove_nodes(&names(&["n08"]), ROOT).unwrap_err();

@@ -40,28 +40,6 @@ fn replacing(name: &str, replicas: u32) -> JobSpec {
     j
 }
 
-fn run(rig: &mut Rig, spec: JobSpec) -> u64 {
-    let name = spec.name.clone();
-    let id = rig.submit_as(spec, "alice");
-    rig.step();
-    assert_eq!(rig.job(&name).status, JobStatus::Placed, "{:?}", rig.job(&name).reason);
-    rig.start_all(&name, id);
-    rig.step();
-    id
-}
-
-/// (rank, node) of each placed task, by rank.
-fn ranks(rig: &Rig, job: &str) -> Vec<(u32, String)> {
-    let mut v: Vec<(u32, String)> = rig
-        .job(job)
-        .tasks
-        .iter()
-        .filter_map(|t| Some((t.rank?, t.node.clone()?)))
-        .collect();
-    v.sort();
-    v
-}
-
 /// Silences `nodes` and steps until the planner declares them lost; the commands.
 fn lose(rig: &mut Rig, nodes: &[&str]) -> Vec<Command> {
     rig.silent.extend(nodes.iter().map(|n| n.to_string()));
@@ -89,9 +67,9 @@ fn infos(cmds: &[Command]) -> Vec<String> {
 #[test]
 fn a_lost_nodes_task_starts_again_inside_the_leaf_keeping_its_rank() {
     let mut rig = rig();
-    let id = run(&mut rig, replacing("train", 3));
+    let id = rig.run(replacing("train", 3));
     assert_eq!(
-        ranks(&rig, "train"),
+        rig.ranks("train"),
         [(0, "n01".into()), (1, "n02".into()), (2, "n03".into())]
     );
     let cmds = lose(&mut rig, &["n02"]);
@@ -103,7 +81,7 @@ fn a_lost_nodes_task_starts_again_inside_the_leaf_keeping_its_rank() {
     );
     // Rank 1 on the spare of leaf-1; ranks 0 and 2 untouched, never killed.
     assert_eq!(
-        ranks(&rig, "train"),
+        rig.ranks("train"),
         [(0, "n01".into()), (1, "n04".into()), (2, "n03".into())]
     );
     assert!(!cmds.iter().any(|c| matches!(c, Command::Kill { .. })), "{cmds:?}");
@@ -142,18 +120,18 @@ fn a_lost_nodes_task_starts_again_inside_the_leaf_keeping_its_rank() {
         })
         .collect();
     assert_eq!(kills, [("n02".to_string(), KillReason::Orphan)]);
-    assert_eq!(ranks(&rig, "train")[1], (1, "n04".into()));
+    assert_eq!(rig.ranks("train")[1], (1, "n04".into()));
 }
 
 #[test]
 fn several_nodes_lost_at_once_are_replaced_together() {
     let mut rig = rig();
     // Both of its nodes at once: the two spares of leaf-1 take both ranks.
-    run(&mut rig, replacing("train", 2));
+    rig.run(replacing("train", 2));
     let cmds = lose(&mut rig, &["n01", "n02"]);
     let said = infos(&cmds).join("\n");
     assert!(said.contains("worker-0 on n03, worker-1 on n04 (restart 1)"), "{said}");
-    assert_eq!(ranks(&rig, "train"), [(0, "n03".into()), (1, "n04".into())]);
+    assert_eq!(rig.ranks("train"), [(0, "n03".into()), (1, "n04".into())]);
     assert_eq!(rig.p.job_restarts("train"), Some(1));
 }
 
@@ -163,9 +141,9 @@ fn no_spare_in_the_leaf_means_requeue_or_failure_saying_why() {
         let mut rig = rig();
         let mut spec = replacing("train", 3);
         spec.run.requeue = requeue;
-        run(&mut rig, spec);
+        rig.run(spec);
         // The leaf's last node is taken; leaf-2 is free but outside the tier limit.
-        run(&mut rig, JobBuilder::gang("other", 1, "cpu=8").build());
+        rig.run(JobBuilder::gang("other", 1, "cpu=8").build());
         assert_eq!(rig.job("other").tasks[0].node.as_deref(), Some("n04"));
         let cmds = lose(&mut rig, &["n02"]);
         let said = infos(&cmds).join("\n");

@@ -88,34 +88,10 @@ pub fn format_time_limit(secs: u64) -> String {
     out
 }
 
-/// Unix seconds as UTC, to the minute, for tables: `2026-11-27 15:04Z`.
-pub fn format_utc_minute(secs: u64) -> String {
-    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
-    let rem = secs % 86_400;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}Z", rem / 3600, rem % 3600 / 60)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-
-    #[test]
-    fn utc_minutes() {
-        assert_eq!(format_utc_minute(0), "1970-01-01 00:00Z");
-        assert_eq!(format_utc_minute(1_795_737_600), "2026-11-27 00:00Z");
-        assert_eq!(format_utc_minute(951_782_400 + 3_723), "2000-02-29 01:02Z");
-    }
 
     #[test]
     fn seconds_and_durations() {

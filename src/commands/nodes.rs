@@ -8,7 +8,7 @@ use hyperplan_shared::quantity::format_quantity;
 use hyperplan_shared::status::{NodeList, NodeState, NodeStatus, NodesChanged};
 
 use super::columns::{columns, ratio};
-use super::{Output, long_help, run_request};
+use super::{Clock, Output, long_help, run_request};
 use crate::client::ClientArgs;
 
 const EXAMPLES: &str = "  hyperplan nodes
@@ -99,7 +99,11 @@ enum Action {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let (action, nodes, output, client) = match args.action {
-        None => return run_request(&args.client, RequestCommand::Nodes, args.output, "node list", render),
+        None => {
+            let clock = Clock::local();
+            let table = |l: &NodeList| render(l, &clock);
+            return run_request(&args.client, RequestCommand::Nodes, args.output, "node list", table);
+        }
         Some(Action::Drain {
             nodes,
             reason,
@@ -125,7 +129,7 @@ pub fn render_changed(c: &NodesChanged) -> String {
 }
 
 /// The node table, then a count line.
-pub fn render(list: &NodeList) -> String {
+pub fn render(list: &NodeList, clock: &Clock) -> String {
     if list.nodes.is_empty() {
         return "no nodes: no agent has registered with the planner yet\n".into();
     }
@@ -171,7 +175,7 @@ pub fn render(list: &NodeList) -> String {
         .iter()
         .filter_map(|n| {
             let d = n.drain.as_ref()?;
-            let since = hyperplan_shared::timelimit::format_utc_minute(d.since);
+            let since = format!("{} ({})", clock.local_time(d.since), clock.relative(d.since));
             Some(match &d.reason {
                 Some(r) => format!("  {}: {} by {} since {since}: {r}\n", n.name, d.state.as_str(), d.by),
                 None => format!("  {}: {} by {} since {since}\n", n.name, d.state.as_str(), d.by),
@@ -299,12 +303,16 @@ mod tests {
                 drained_away,
             ],
         };
-        insta::assert_snapshot!(render(&list));
+        let clock = Clock {
+            now: 1_795_737_600 + 3_600,
+            utc_offset: |_| 0,
+        };
+        insta::assert_snapshot!(render(&list, &clock));
     }
 
     #[test]
     fn empty() {
-        insta::assert_snapshot!(render(&NodeList::default()), @"no nodes: no agent has registered with the planner yet");
+        insta::assert_snapshot!(render(&NodeList::default(), &Clock::local()), @"no nodes: no agent has registered with the planner yet");
     }
 
     #[test]

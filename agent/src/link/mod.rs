@@ -20,6 +20,11 @@
 //! - [`down`]: why the link went down.
 //! - [`session`]: one connection, from handshake to its end.
 //! - [`figures`]: the live figures a heartbeat carries.
+//!
+//! With `[metrics] listen` it serves its own `/metrics` ([`crate::metrics`]) and
+//! publishes there what it knows: the link's state, each probe's duration, its tasks and
+//! their use (sampled at each heartbeat, and every [`METRICS_SAMPLE_INTERVAL`] while the
+//! planner is away).
 
 pub mod backoff;
 mod down;
@@ -27,6 +32,7 @@ mod figures;
 pub mod planners;
 mod session;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -43,8 +49,9 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::{Interval, MissedTickBehavior};
 use tracing::Instrument;
 
+use crate::metrics::Metrics;
 use crate::probe::{self, ProbeError, ProbeOptions, Source};
-use crate::tasks::usage::Sampler;
+use crate::tasks::usage::{Sampler, Use};
 use crate::tasks::{TaskOptions, Tasks, TasksError};
 
 pub use backoff::Backoff;
@@ -85,12 +92,17 @@ pub struct LinkOptions {
     pub advertise_address: Option<String>,
     /// How tasks run here: state directory, pinning, root.
     pub tasks: TaskOptions,
+    /// Where to serve `/metrics` (`[metrics] listen`); `None`: nowhere.
+    pub metrics: Option<crate::metrics::Listen>,
 }
 
 /// How often task directories are looked at.
 const SCAN_INTERVAL: Duration = Duration::from_millis(100);
 /// How often unacknowledged task reports are sent again.
 const RESEND_INTERVAL: Duration = Duration::from_secs(3);
+/// How often tasks' use is sampled for `/metrics` while no planner is linked (with one,
+/// each heartbeat samples it).
+pub const METRICS_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Why `run` could not start. Messages carry their cause inline (no error source), so
 /// `{:#}` prints each cause once.
@@ -143,7 +155,14 @@ pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
             );
         }
     }
-    let topology = probe_now(&opts)
+    // Served before the first probe, whose duration it shows; a failure to bind is
+    // logged and the agent runs on without.
+    let metrics_server = match &opts.metrics {
+        Some(listen) => crate::metrics::serve(listen, Metrics::new()).await,
+        None => None,
+    };
+    let metrics = metrics_server.as_ref().map(|s| s.metrics().clone());
+    let topology = probe_now(&opts, metrics.clone())
         .await
         .map_err(LinkError::ProbeTask)?
         .map_err(LinkError::Probe)?;
@@ -170,24 +189,36 @@ pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
         tasks,
         scan_timer: ticker(SCAN_INTERVAL),
         sampler: Arc::new(Mutex::new(Sampler::default())),
+        usage: HashMap::new(),
+        metrics_sample: metrics.as_ref().map(|_| ticker(METRICS_SAMPLE_INTERVAL)),
+        metrics,
         log_reads: Arc::new(AtomicUsize::new(0)),
         pmi: crate::pmi::Hub::default(),
         current: Default::default(),
     };
     let span = tracing::info_span!("link", node = %link.opts.node);
+    link.publish_tasks();
     link.run().instrument(span).await;
+    drop(metrics_server);
     Ok(())
 }
 
 /// The probe off the async thread (hwloc reads many files). The node name stands in
-/// for the host name of a described machine (XML, synthetic): it is not this host.
+/// for the host name of a described machine (XML, synthetic): it is not this host. Its
+/// duration, failed or not, goes to `metrics`.
 fn probe_now(
     opts: &LinkOptions,
+    metrics: Option<Metrics>,
 ) -> impl Future<Output = Result<Result<NodeTopology, ProbeError>, tokio::task::JoinError>> {
     let probe_opts = opts.probe.clone();
     let node = opts.node.clone();
     tokio::task::spawn_blocking(move || {
-        let mut topology = probe::probe(&probe_opts)?;
+        let started = std::time::Instant::now();
+        let probed = probe::probe(&probe_opts);
+        if let Some(m) = &metrics {
+            m.set_probe_duration(started.elapsed());
+        }
+        let mut topology = probed?;
         if probe_opts.source != Source::Local {
             topology.hostname = node;
         }
@@ -255,6 +286,12 @@ struct Link {
     scan_timer: Interval,
     /// Task CPU and memory use between heartbeats (its own thread: it reads /proc).
     sampler: Arc<Mutex<Sampler>>,
+    /// The last sample, by shepherd pid.
+    usage: HashMap<u32, Use>,
+    /// `/metrics`, when served.
+    metrics: Option<Metrics>,
+    /// Samples for `/metrics` while no planner is linked (`None` without metrics).
+    metrics_sample: Option<Interval>,
     /// `ReadLog`s being read now.
     log_reads: Arc<AtomicUsize>,
     /// The PMI servers of this node's tasks; they outlive connections.
@@ -380,11 +417,44 @@ impl Link {
             tell_systemd("READY=1");
             self.ready_sent = true;
         }
-        self.session(connection, registered).await
+        self.set_link_up(true);
+        let outcome = self.session(connection, registered).await;
+        self.set_link_up(false);
+        outcome
     }
 
-    /// Drives `fut` while serving what must not wait on it: the watchdog, re-probes
-    /// (periodic and SIGHUP) and stop signals. `None`: stop requested (`fut` dropped).
+    fn set_link_up(&self, up: bool) {
+        if let Some(m) = &self.metrics {
+            m.set_link_up(up);
+        }
+    }
+
+    /// The tasks as they are now, with the last sample's use, to `/metrics` (when served).
+    fn publish_tasks(&self) {
+        if let Some(m) = &self.metrics {
+            m.set_tasks(self.tasks.metrics_now(&self.usage));
+        }
+    }
+
+    /// Samples the running tasks' use off the async thread (nothing to read: none).
+    async fn sample_usage(&mut self) {
+        let shepherds = self.tasks.shepherds();
+        self.usage = if shepherds.is_empty() {
+            HashMap::new()
+        } else {
+            let sampler = self.sampler.clone();
+            tokio::task::spawn_blocking(move || match sampler.lock() {
+                Ok(mut s) => s.sample(&shepherds),
+                Err(_) => Default::default(),
+            })
+            .await
+            .unwrap_or_default()
+        };
+    }
+
+    /// Drives `fut` while serving what must not wait on it: the watchdog, task scans,
+    /// `/metrics` samples, re-probes (periodic and SIGHUP) and stop signals. `None`: stop
+    /// requested (`fut` dropped).
     async fn guard<F: Future>(&mut self, fut: F) -> Option<F::Output> {
         let mut fut = std::pin::pin!(fut);
         loop {
@@ -392,7 +462,14 @@ impl Link {
                 out = &mut fut => return Some(out),
                 _ = maybe_tick(&mut self.watchdog) => tell_systemd("WATCHDOG=1"),
                 // Reports made while the planner is away go out at the next registration.
-                _ = self.scan_timer.tick() => drop(self.tasks.scan()),
+                _ = self.scan_timer.tick() => {
+                    drop(self.tasks.scan());
+                    self.publish_tasks();
+                }
+                _ = maybe_tick(&mut self.metrics_sample) => {
+                    self.sample_usage().await;
+                    self.publish_tasks();
+                }
                 _ = maybe_tick(&mut self.reprobe_timer) => self.reprobe("periodic").await,
                 _ = self.signals.hup.recv() => self.reprobe("SIGHUP").await,
                 _ = self.signals.term.recv() => return None,
@@ -404,7 +481,7 @@ impl Link {
     /// Probes again; keeps the new topology when its hash differs. A failed re-probe
     /// keeps the last good topology (the machine did not vanish).
     async fn reprobe(&mut self, why: &str) {
-        match probe_now(&self.opts).await {
+        match probe_now(&self.opts, self.metrics.clone()).await {
             Ok(Ok(topology)) => {
                 let hash = topology_hash(&topology);
                 if hash == self.hash {

@@ -251,7 +251,10 @@ impl Link {
                         let planner = self.planners.current().to_string();
                         break Outcome::Lost(fail(&connection, LinkDown::NotLeader { planner, leader }));
                     }
-                    Some(frame) => outgoing = self.on_frame(frame, &answers_tx),
+                    Some(frame) => {
+                        outgoing = self.on_frame(frame, &answers_tx);
+                        self.publish_tasks();
+                    }
                     None => {
                         let reason = (&mut reader).await.unwrap_or_else(LinkDown::ReaderTask);
                         break Outcome::Lost(fail(&connection, reason));
@@ -274,7 +277,10 @@ impl Link {
                 () = self.pmi.wake.notified() => {
                     outgoing.extend(self.pmi.take_outbox().into_iter().map(AgentMessage::Fence));
                 }
-                _ = self.scan_timer.tick() => outgoing = self.tasks.scan(),
+                _ = self.scan_timer.tick() => {
+                    outgoing = self.tasks.scan();
+                    self.publish_tasks();
+                }
                 _ = resend.tick() => outgoing = self.tasks.unacked(),
                 ended = &mut reader => {
                     let reason = ended.unwrap_or_else(LinkDown::ReaderTask);
@@ -420,20 +426,11 @@ impl Link {
         }
     }
 
-    /// The running tasks with their use, sampled off the async thread.
+    /// The running tasks with their use, sampled off the async thread (and published to
+    /// `/metrics`).
     async fn running_tasks(&mut self) -> Vec<hyperplan_net::messages::RunningTask> {
-        let shepherds = self.tasks.shepherds();
-        let usage = if shepherds.is_empty() {
-            Default::default()
-        } else {
-            let sampler = self.sampler.clone();
-            tokio::task::spawn_blocking(move || match sampler.lock() {
-                Ok(mut s) => s.sample(&shepherds),
-                Err(_) => Default::default(),
-            })
-            .await
-            .unwrap_or_default()
-        };
-        self.tasks.running(&usage)
+        self.sample_usage().await;
+        self.publish_tasks();
+        self.tasks.running(&self.usage)
     }
 }

@@ -578,6 +578,28 @@ impl Tasks {
             .collect()
     }
 
+    /// What `/metrics` shows of the tasks: each task [`Tasks::running`] lists, by job id
+    /// and index, with its use in `usage`; and the ends the planner has not acknowledged.
+    pub fn metrics_now(&self, usage: &std::collections::HashMap<u32, Use>) -> crate::metrics::TasksNow {
+        let mut now = crate::metrics::TasksNow::default();
+        for (task, e) in &self.tasks {
+            if e.record.is_some() {
+                now.unacknowledged_ends += 1;
+                continue;
+            }
+            let u = e.shepherd_pid.and_then(|p| usage.get(&p)).copied().unwrap_or_default();
+            now.running.push(crate::metrics::TaskUse {
+                job_id: task.job_id,
+                index: task.index,
+                // sysinfo's figure, to a thousandth of a core (f32 noise left out).
+                cpu_cores: (f64::from(u.cpu_cores) * 1000.0).round() / 1000.0,
+                memory_bytes: u.rss_bytes,
+            });
+        }
+        now.unacknowledged_ends += self.homeless.len() as u64;
+        now
+    }
+
     /// Where a task's output is named, for `ReadLog`: its spec, or the files kept after
     /// its acknowledged end.
     pub fn log_source(&self, task: &TaskRef) -> Option<Source> {
@@ -1255,6 +1277,18 @@ mod tests {
         assert_eq!(running.len(), 1);
         assert_eq!(running[0].pid, 0, "no pid it can vouch for");
         assert!(t.shepherds().is_empty(), "no pid to sample or signal");
+        // `/metrics` shows it running (by job id and index), using nothing sampled.
+        let now = t.metrics_now(&Default::default());
+        assert_eq!(now.unacknowledged_ends, 0);
+        assert_eq!(
+            now.running,
+            [crate::metrics::TaskUse {
+                job_id: 9,
+                index: running[0].task.index,
+                cpu_cores: 0.0,
+                memory_bytes: 0,
+            }]
+        );
         assert!(!dir.record().exists() && !dir.pid().exists());
         // Proven gone once the grace is over: failed, saying why.
         drop(t);
@@ -1264,5 +1298,8 @@ mod tests {
         let reason = ends[0].1.reason.as_deref().unwrap();
         assert!(reason.contains("pid file is gone"), "{reason}");
         assert_eq!(ends[0].1.outcome, hyperplan_shared::taskend::TaskOutcome::Failed);
+        let now = t.metrics_now(&Default::default());
+        assert!(now.running.is_empty());
+        assert_eq!(now.unacknowledged_ends, 1);
     }
 }

@@ -18,7 +18,7 @@ use crate::caller::Caller;
 use crate::config::PlannerConfig;
 use crate::model::components::{JobOwner, JobState, LiveChanged};
 use crate::model::events::Event;
-use crate::model::tick::Inbox;
+use crate::model::tick::{Inbox, QueuedSubmits};
 use crate::names::JobNames;
 
 /// The priority of a job whose file names none (`JobSpec::priority`'s default), and the
@@ -239,6 +239,9 @@ fn owner_in(world: &World, name: &str) -> Option<String> {
     {
         return world.get::<JobOwner>(e).map(|o| o.0.to_string());
     }
+    if world.resource::<QueuedSubmits>().0 == 0 {
+        return None;
+    }
     world.resource::<Inbox>().0.iter().rev().find_map(|e| match e {
         Event::Submit { spec, owner } if spec.name == name => Some(owner.clone()),
         _ => None,
@@ -277,13 +280,15 @@ impl Planner {
             return Err(SubmitError::NoIdsLeft { next, max: MAX_JOB_ID });
         }
         let mut live = self.world.resource::<LiveByOwner>().0.get(owner).copied().unwrap_or(0);
-        live += self
-            .world
-            .resource::<Inbox>()
-            .0
-            .iter()
-            .filter(|e| matches!(e, Event::Submit { owner: o, .. } if o == owner))
-            .count() as u64;
+        if self.world.resource::<QueuedSubmits>().0 > 0 {
+            live += self
+                .world
+                .resource::<Inbox>()
+                .0
+                .iter()
+                .filter(|e| matches!(e, Event::Submit { owner: o, .. } if o == owner))
+                .count() as u64;
+        }
         if live + more > limits.max_jobs_per_user {
             return Err(SubmitError::TooManyJobs {
                 owner: owner.to_string(),
@@ -303,13 +308,7 @@ impl Planner {
     /// The id the next submission gets ([`Planner::submit`] now, or an [`Event::Submit`]
     /// pushed now at the next tick).
     pub fn next_job_id(&self) -> u64 {
-        let queued = self
-            .world
-            .resource::<Inbox>()
-            .0
-            .iter()
-            .filter(|e| matches!(e, Event::Submit { .. }))
-            .count() as u64;
+        let queued = self.world.resource::<QueuedSubmits>().0;
         self.world.resource::<NextJobId>().0.saturating_add(queued)
     }
 

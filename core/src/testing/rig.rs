@@ -196,6 +196,36 @@ impl Rig {
         });
     }
 
+    /// Submits `spec` as alice, places it in the next step (or fails the test), starts
+    /// every task and steps once more: its id.
+    pub fn run(&mut self, spec: hyperplan_shared::JobSpec) -> u64 {
+        let name = spec.name.clone();
+        let id = self.submit_as(spec, "alice");
+        self.step();
+        let job = self.job(&name);
+        assert_eq!(
+            job.status,
+            hyperplan_shared::report::JobStatus::Placed,
+            "{:?}",
+            job.reason
+        );
+        self.start_all(&name, id);
+        self.step();
+        id
+    }
+
+    /// (rank, node) of each placed task of the job, by rank.
+    pub fn ranks(&self, job: &str) -> Vec<(u32, String)> {
+        let mut v: Vec<(u32, String)> = self
+            .job(job)
+            .tasks
+            .iter()
+            .filter_map(|t| Some((t.rank?, t.node.clone()?)))
+            .collect();
+        v.sort();
+        v
+    }
+
     /// Every placed task of the job started now (pids 100, 101, …).
     pub fn start_all(&mut self, job: &str, id: u64) {
         let tasks: Vec<String> = self

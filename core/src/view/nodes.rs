@@ -85,21 +85,7 @@ pub fn node_statuses(world: &World) -> Vec<NodeStatus> {
     let known: std::collections::HashSet<String> = out.iter().map(|n| n.name.clone()).collect();
     for (name, r) in &refusals.0 {
         if !known.contains(name) {
-            out.push(NodeStatus {
-                name: name.clone(),
-                state: NodeState::NotReady,
-                labels: Default::default(),
-                cpus: FreeTotal::default(),
-                gpus: FreeTotal::default(),
-                memory: FreeTotal::default(),
-                numa_nodes: 0,
-                ib_ports: FreeTotal::default(),
-                last_heartbeat_secs: None,
-                running_tasks: 0,
-                confinement: None,
-                reason: Some(format!("refused: {}", r.reason)),
-                drain: None,
-            });
+            out.push(absent(name, format!("refused: {}", r.reason)));
         }
     }
     // Drains: on the nodes present (draining while tasks run), and a row for a node
@@ -112,19 +98,8 @@ pub fn node_statuses(world: &World) -> Vec<NodeStatus> {
     for (name, d) in &drains.nodes {
         if !known.contains(name) {
             out.push(NodeStatus {
-                name: name.clone(),
-                state: NodeState::NotReady,
-                labels: Default::default(),
-                cpus: FreeTotal::default(),
-                gpus: FreeTotal::default(),
-                memory: FreeTotal::default(),
-                numa_nodes: 0,
-                ib_ports: FreeTotal::default(),
-                last_heartbeat_secs: None,
-                running_tasks: 0,
-                confinement: None,
-                reason: Some("drained while its agent is away".into()),
                 drain: Some(status_of(d, 0)),
+                ..absent(name, "drained while its agent is away".into())
             });
         }
     }
@@ -143,5 +118,24 @@ fn status_of(d: &Drain, running: u32) -> DrainStatus {
         reason: d.reason.clone(),
         by: d.by.clone(),
         since: d.since,
+    }
+}
+
+/// A row for a node the planner has no entity for: NotReady, nothing known but `reason`.
+fn absent(name: &str, reason: String) -> NodeStatus {
+    NodeStatus {
+        name: name.to_string(),
+        state: NodeState::NotReady,
+        labels: Default::default(),
+        cpus: FreeTotal::default(),
+        gpus: FreeTotal::default(),
+        memory: FreeTotal::default(),
+        numa_nodes: 0,
+        ib_ports: FreeTotal::default(),
+        last_heartbeat_secs: None,
+        running_tasks: 0,
+        confinement: None,
+        reason: Some(reason),
+        drain: None,
     }
 }
