@@ -199,6 +199,16 @@ fn planner_and_agent_metrics_parse_and_say_what_runs() {
         Some(1.0),
         "{text}"
     );
+    assert!(
+        sample(
+            &f,
+            "hyperplan_discovery_source_last_success_timestamp_seconds",
+            &[("source", "slurm")]
+        )
+        .unwrap()
+            > 1.7e9,
+        "{text}"
+    );
     // No job or task name is a label anywhere.
     assert!(!text.contains("busy"), "{text}");
 

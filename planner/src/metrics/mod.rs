@@ -223,9 +223,10 @@ impl Metrics {
             "1 when a discovery source's last read worked",
             m.source_up.clone(),
         );
-        r.register(
+        r.register_with_unit(
             "hyperplan_discovery_source_last_success_timestamp",
-            "Unix time of a discovery source's last good read (seconds)",
+            "Unix time of a discovery source's last good read",
+            s,
             m.source_last_success.clone(),
         );
         Self {
