@@ -94,3 +94,51 @@ async fn answer<B>(
     }
     http::full(StatusCode::OK, CONTENT_TYPE, metrics.encode())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(path: &str) -> Request<()> {
+        let mut r = Request::new(());
+        *r.uri_mut() = path.parse().unwrap_or_default();
+        r
+    }
+
+    async fn body(r: Response<Body>) -> String {
+        use http_body_util::BodyExt;
+        let bytes = r.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_standby_says_so_and_a_leader_asks_its_driver() {
+        let metrics = Metrics::new();
+        let lock = tokio::sync::Mutex::new(());
+        let (leading, rx) = watch::channel(None);
+        let text = body(answer(&get("/metrics"), &metrics, &rx, &lock).await).await;
+        assert!(text.contains("hyperplan_leader 0"), "{text}");
+        assert!(text.contains("hyperplan_agents_connected 0"), "{text}");
+        // Leading: the driver answers with 4 agents and 2 ready nodes.
+        let (tx, mut driver) = mpsc::unbounded_channel();
+        leading.send_replace(Some(tx));
+        let answering = tokio::spawn(async move {
+            if let Some(ToCore::Metrics(reply)) = driver.recv().await {
+                let mut gauges = Gauges::default();
+                gauges.nodes.insert("ready", 2);
+                let _ = reply.send(Snapshot {
+                    gauges,
+                    sources: Vec::new(),
+                    agents: 4,
+                });
+            }
+        });
+        let text = body(answer(&get("/metrics"), &metrics, &rx, &lock).await).await;
+        assert!(text.contains("hyperplan_leader 1"), "{text}");
+        assert!(text.contains("hyperplan_agents_connected 4"), "{text}");
+        assert!(text.contains("hyperplan_nodes{state=\"ready\"} 2"), "{text}");
+        let _ = answering.await;
+        let r = answer(&get("/other"), &metrics, &rx, &lock).await;
+        assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    }
+}
