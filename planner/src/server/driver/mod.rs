@@ -102,8 +102,9 @@ struct Driver {
     ticks: u64,
     metrics: crate::metrics::Metrics,
     /// When each placed task's `Launch` went out (job id, task index), until its start is
-    /// reported: `hyperplan_launch_latency_seconds`. Bounded by the tasks placed and not
-    /// started; a task that ends unstarted leaves with its job's ids (see `tick`).
+    /// reported: `hyperplan_launch_latency_seconds`. A task that never starts (its job
+    /// ended first) stays until the map holds [`MAX_LAUNCHES_TIMED`], then goes with every
+    /// entry older than 10 minutes.
     launched: HashMap<(u64, u32), Instant>,
 }
 
