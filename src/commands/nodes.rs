@@ -187,9 +187,14 @@ pub fn render(list: &NodeList, clock: &Clock) -> String {
         .filter_map(|n| Some(format!("  {}: {}\n", n.name, n.reason.as_deref()?)))
         .collect();
     out.push_str(&format!(
-        "\n{} nodes: {ready} ready, {} not ready, {drained} drained\n",
+        "\n{} nodes: {ready} ready, {} not ready{}\n",
         nodes.len(),
-        nodes.len() - ready
+        nodes.len() - ready,
+        if drained > 0 {
+            format!(", {drained} drained")
+        } else {
+            String::new()
+        }
     ));
     if !drains.is_empty() {
         out.push_str("\ndrained:\n");
