@@ -3,12 +3,14 @@
 //! Resources and quantities, the cluster file, job files, Volcano HyperNode and Job
 //! manifests, the placement report `hyperplan simulate` prints, and the generators
 //! and helpers (fat-tree clusters, hostlists, text columns) that users and tests share.
+//! `gpufabric` reads the NVLink fabric (GB200/GB300 NVL72 domains) GPUs report.
 
 pub mod cluster;
 pub mod columns;
 pub mod cpulist;
 pub mod error;
 pub mod fattree;
+pub mod gpufabric;
 pub mod hostlist;
 pub mod hypernode;
 pub mod job;
