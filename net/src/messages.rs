@@ -705,6 +705,22 @@ mod tests {
         assert_ne!(topology_hash(&t), topology_hash(&changed));
     }
 
+    /// A change of NVLink fabric state alone moves the hash, so the agent's re-probe sends
+    /// `TopologyChanged`.
+    #[test]
+    fn hash_sees_gpu_fabric_changes() {
+        use hyperplan_shared::gpufabric::{FabricState, GpuFabric};
+        let mut pending = topology();
+        let mut gpu = GpuFabric::not_supported();
+        gpu.state = FabricState::InProgress;
+        pending.gpu_fabric = vec![gpu.clone()];
+        assert_ne!(topology_hash(&topology()), topology_hash(&pending));
+        let mut done = pending.clone();
+        gpu.state = FabricState::Completed;
+        done.gpu_fabric = vec![gpu];
+        assert_ne!(topology_hash(&pending), topology_hash(&done));
+    }
+
     #[test]
     fn hash_is_deterministic_and_sees_label_changes() {
         assert_eq!(topology_hash(&topology()), topology_hash(&topology()));

@@ -41,6 +41,10 @@ pub struct NodeTopology {
     /// InfiniBand HCAs: PCI tree + `/sys/class/infiniband`.
     pub hcas: Vec<InfinibandHca>,
     pub labels: BTreeMap<String, String>,
+    /// NVLink fabric information, one entry per GPU (NVML or `nvidia-smi`); empty where the
+    /// node has no NVLink fabric information (no NVIDIA GPU, no driver, a description).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_fabric: Vec<crate::gpufabric::GpuFabric>,
     /// Load, free memory per NUMA node, up time: for probes of a live machine only (not
     /// part of the topology proper; heartbeats carry them).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -270,7 +270,7 @@ fn extract(topology: &Topology) -> NodeTopology {
 }
 
 /// `HWLOC_FSROOT` names a gathered tree, not this machine's `/`.
-fn fsroot_tree() -> bool {
+pub(crate) fn fsroot_tree() -> bool {
     std::env::var_os("HWLOC_FSROOT").is_some_and(|root| !root.is_empty() && root != "/")
 }
 

@@ -11,6 +11,7 @@ pub mod hwloc;
 pub mod infiniband;
 pub mod isolate;
 pub mod live;
+pub mod nvlink;
 mod size;
 mod sysfs;
 mod text;
@@ -23,6 +24,9 @@ use hyperplan_shared::topology::{Nic, NicKind, NodeTopology};
 pub use error::ProbeError;
 pub use size::MAX_PUS;
 pub use text::render_text;
+
+/// NVIDIA's PCI vendor id: GPUs that may have NVLink fabric information.
+const NVIDIA_VENDOR_ID: u16 = 0x10de;
 
 /// Where the hardware description comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,6 +79,18 @@ pub fn probe(opts: &ProbeOptions) -> Result<NodeTopology, ProbeError> {
         Source::HwlocXml(p) => isolate::load_xml(p)?,
         Source::Synthetic(s) => hwloc::probe_hwloc(hwloc::HwlocSource::Synthetic(s))?,
     };
+    // NVLink fabric: this machine's GPUs only (a description has none), and only when
+    // hwloc saw an NVIDIA GPU, so a CPU node never runs nvidia-smi.
+    if opts.source == Source::Local
+        && opts.sysfs_root.is_none()
+        && !hwloc::fsroot_tree()
+        && topo.gpus.iter().any(|g| g.vendor_id == NVIDIA_VENDOR_ID)
+    {
+        let (gpus, warnings) = nvlink::read_local();
+        nvlink::log_change(&gpus, &warnings);
+        topo.gpu_fabric = gpus;
+        topo.warnings.extend(warnings);
+    }
     let sysfs = match (&opts.sysfs_root, &opts.source) {
         (Some(root), _) => Some(sysfs_dir_of(root)),
         (None, Source::Local) => Some(PathBuf::from("/sys")),

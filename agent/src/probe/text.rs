@@ -127,6 +127,9 @@ pub fn render_text(t: &NodeTopology) -> String {
             l.load[0], l.load[1], l.load[2], l.uptime_seconds
         );
     }
+    if !t.gpu_fabric.is_empty() {
+        let _ = writeln!(o, "{}", super::nvlink::verdict(&t.gpu_fabric));
+    }
     if !t.labels.is_empty() {
         let labels: Vec<String> = t.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(o, "labels: {}", labels.join(", "));
@@ -135,4 +138,30 @@ pub fn render_text(t: &NodeTopology) -> String {
         let _ = writeln!(o, "warning: {w}");
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use hyperplan_shared::gpufabric::parse_smi_csv;
+
+    use super::*;
+
+    #[test]
+    fn nvlink_verdict_line_is_rendered() {
+        let csv = include_str!("../../../testdata/nvidia/gb200-nvl72-tray.csv");
+        let mut t = NodeTopology {
+            hostname: "tray01".into(),
+            ..Default::default()
+        };
+        assert!(!render_text(&t).contains("NVLink"));
+        t.gpu_fabric = parse_smi_csv(csv).unwrap();
+        let text = render_text(&t);
+        assert!(
+            text.lines()
+                .any(|l| l == "NVLink domain nvl-6b8d7c1e, partition c32766"),
+            "{text}"
+        );
+    }
 }

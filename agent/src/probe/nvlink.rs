@@ -1,0 +1,658 @@
+//! The GPUs' NVLink fabric information (cluster UUID, clique, registration state and
+//! health), read on the machine the agent runs on so the planner can make NVLink domains
+//! (GB200/GB300 NVL72 racks) into HyperNodes.
+//!
+//! Two sources, tried in order behind [`FabricReader`] (so everything above them is tested
+//! without a GPU): NVML, `libnvidia-ml.so.1` loaded at run time ([`Nvml`]: a node without
+//! the library simply has none, and the agent does not link against it), then
+//! `nvidia-smi --query-gpu=… --format=csv` ([`NvidiaSmi`]), run with a timeout and a cap on
+//! what is read. The conversion and the domain rule live in
+//! [`hyperplan_shared::gpufabric`].
+//!
+//! `unsafe` is allowed here only, for the NVML FFI and for killing a timed-out
+//! `nvidia-smi`'s process group; every block says why it holds.
+
+#![allow(unsafe_code)]
+
+use std::ffi::{c_uint, c_void};
+use std::io::{self, Read};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use hyperplan_shared::gpufabric::{
+    self, GpuFabric, MAX_GPUS, MAX_SMI_CSV, NodeDomain, NvmlFabricInfo, SMI_QUERY, domain_name,
+};
+
+/// How long `nvidia-smi` may run: it answers in well under a second on a healthy node,
+/// and hangs for minutes on a wedged driver.
+pub const SMI_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The NVML library's name, as the driver installs it.
+pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
+
+/// Most bytes of `nvidia-smi`'s standard error kept for a message.
+const MAX_STDERR: usize = 4096;
+
+/// Why a fabric source that is on the node did not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum NvlinkError {
+    #[error("could not run {binary}: {source}")]
+    Spawn { binary: String, source: io::Error },
+    #[error("{binary} did not finish within the timeout of {timeout:?}; killed")]
+    Timeout { binary: String, timeout: Duration },
+    #[error("{binary} printed more than {limit} bytes; killed")]
+    TooLong { binary: String, limit: usize },
+    #[error("{binary} failed ({status}): {output}")]
+    Exit {
+        binary: String,
+        status: String,
+        output: String,
+    },
+    #[error("{binary}: {source}")]
+    Io { binary: String, source: io::Error },
+    #[error("{binary} output: {source}")]
+    Parse {
+        binary: String,
+        source: gpufabric::FabricParseError,
+    },
+    #[error("{library}: {symbol} not found: {message}")]
+    Symbol {
+        library: String,
+        symbol: &'static str,
+        message: String,
+    },
+    #[error("{call}: {}", gpufabric::nvml_return_name(*.code))]
+    Nvml { call: String, code: u32 },
+}
+
+/// One source of fabric information.
+pub trait FabricReader {
+    /// `Ok(None)`: this source is not on the node (no library, no binary);
+    /// `Ok(Some(gpus))`: what it read, one entry per GPU; `Err`: it is there but failed.
+    fn read(&self) -> Result<Option<Vec<GpuFabric>>, NvlinkError>;
+    /// What to call it in messages.
+    fn name(&self) -> &'static str;
+}
+
+/// The first reader present wins; the others are not asked. Returns its GPUs (empty when
+/// none answered) and the warnings to log: one per reader that is there but failed.
+pub fn read_fabric(readers: &[&dyn FabricReader]) -> (Vec<GpuFabric>, Vec<String>) {
+    let mut warnings = Vec::new();
+    for reader in readers {
+        match reader.read() {
+            Ok(Some(gpus)) => return (gpus, warnings),
+            Ok(None) => tracing::debug!(source = reader.name(), "no NVLink fabric source"),
+            Err(e) => warnings.push(format!("NVLink fabric information from {}: {e}", reader.name())),
+        }
+    }
+    (Vec::new(), warnings)
+}
+
+/// The machine's readers, NVML first: what [`super::probe`] asks.
+pub fn read_local() -> (Vec<GpuFabric>, Vec<String>) {
+    let nvml = Nvml::default();
+    let smi = NvidiaSmi::default();
+    read_fabric(&[&nvml, &smi])
+}
+
+/// One line on the node's NVLink domain: `NVLink domain nvl-6b8d7c1e, partition c32766`,
+/// `no NVLink domain: …`, and so on.
+pub fn verdict(gpus: &[GpuFabric]) -> String {
+    match gpufabric::node_domain(gpus) {
+        NodeDomain::None { why } => format!("no NVLink domain: {why}"),
+        NodeDomain::Pending { why } => format!("NVLink domain pending: {why}"),
+        NodeDomain::Failed { why } => format!("NVLink fabric failed: {why}"),
+        NodeDomain::Domain {
+            cluster_uuid,
+            clique_id,
+            degraded,
+        } => format!(
+            "NVLink domain {}, partition c{clique_id}{}",
+            domain_name(&cluster_uuid),
+            if degraded { " (degraded)" } else { "" }
+        ),
+        NodeDomain::Disagree { gpus } => {
+            let each: Vec<String> = gpus
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    let who = g.index.map_or_else(|| format!("#{}", i + 1), |n| n.to_string());
+                    if g.cluster_uuid.is_empty() {
+                        format!("GPU {who} {}", g.state)
+                    } else {
+                        format!("GPU {who} {} c{}", domain_name(&g.cluster_uuid), g.clique_id)
+                    }
+                })
+                .collect();
+            format!("NVLink domain: the GPUs disagree: {}", each.join(", "))
+        }
+    }
+}
+
+/// The last verdict and warnings logged, so a re-probe logs only a change.
+static LAST_LOGGED: Mutex<Option<(String, Vec<String>)>> = Mutex::new(None);
+
+/// Logs the verdict at info and the warnings at warn, when either differs from the last.
+pub fn log_change(gpus: &[GpuFabric], warnings: &[String]) {
+    let now = (verdict(gpus), warnings.to_vec());
+    let Ok(mut last) = LAST_LOGGED.lock() else {
+        return;
+    };
+    if last.as_ref() == Some(&now) {
+        return;
+    }
+    for w in &now.1 {
+        tracing::warn!("{w}");
+    }
+    tracing::info!(gpus = gpus.len(), "{}", now.0);
+    *last = Some(now);
+}
+
+/// `nvidia-smi --query-gpu=<SMI_QUERY> --format=csv`.
+#[derive(Clone, Debug)]
+pub struct NvidiaSmi {
+    /// The binary; a bare name is looked up in `PATH`.
+    pub binary: PathBuf,
+    pub timeout: Duration,
+}
+
+impl Default for NvidiaSmi {
+    fn default() -> Self {
+        Self {
+            binary: PathBuf::from("nvidia-smi"),
+            timeout: SMI_TIMEOUT,
+        }
+    }
+}
+
+impl FabricReader for NvidiaSmi {
+    fn read(&self) -> Result<Option<Vec<GpuFabric>>, NvlinkError> {
+        let binary = self.binary.display().to_string();
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg(format!("--query-gpu={SMI_QUERY}"))
+            .arg("--format=csv")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // Its own process group, so a timeout kills whatever it started too.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let Some(out) = run_limited(cmd, &binary, self.timeout, MAX_SMI_CSV)? else {
+            return Ok(None);
+        };
+        let text = String::from_utf8_lossy(&out);
+        gpufabric::parse_smi_csv(&text)
+            .map(Some)
+            .map_err(|source| NvlinkError::Parse { binary, source })
+    }
+
+    fn name(&self) -> &'static str {
+        "nvidia-smi"
+    }
+}
+
+/// Runs `cmd` (spawned in its own process group) to its end, within `timeout`, reading at
+/// most `limit` bytes of its standard output. `Ok(None)` when the binary is not there.
+fn run_limited(
+    mut cmd: Command,
+    binary: &str,
+    timeout: Duration,
+    limit: usize,
+) -> Result<Option<Vec<u8>>, NvlinkError> {
+    let deadline = Instant::now() + timeout;
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(NvlinkError::Spawn {
+                binary: binary.into(),
+                source,
+            });
+        }
+    };
+    let out_rx = reader_thread(child.stdout.take(), limit + 1);
+    let err_rx = reader_thread(child.stderr.take(), MAX_STDERR);
+    let timed_out = || NvlinkError::Timeout {
+        binary: binary.into(),
+        timeout,
+    };
+    let out = match out_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        Ok(Ok(out)) => out,
+        Ok(Err(source)) => {
+            kill_and_reap(&mut child);
+            return Err(NvlinkError::Io {
+                binary: binary.into(),
+                source,
+            });
+        }
+        Err(_) => {
+            kill_and_reap(&mut child);
+            return Err(timed_out());
+        }
+    };
+    if out.len() > limit {
+        kill_and_reap(&mut child);
+        return Err(NvlinkError::TooLong {
+            binary: binary.into(),
+            limit,
+        });
+    }
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() >= deadline => {
+                kill_and_reap(&mut child);
+                return Err(timed_out());
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(source) => {
+                kill_and_reap(&mut child);
+                return Err(NvlinkError::Io {
+                    binary: binary.into(),
+                    source,
+                });
+            }
+        }
+    };
+    if !status.success() {
+        // nvidia-smi says why on standard output ("couldn't communicate with the driver").
+        let stderr = err_rx
+            .recv_timeout(Duration::from_millis(100))
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let mut output = String::from_utf8_lossy(&out).trim().to_string();
+        let stderr = String::from_utf8_lossy(&stderr);
+        if !stderr.trim().is_empty() {
+            output = format!("{output} {}", stderr.trim());
+        }
+        return Err(NvlinkError::Exit {
+            binary: binary.into(),
+            status: status.to_string(),
+            output: hyperplan_shared::names::shorten(&hyperplan_shared::names::escape(output.trim()), 200),
+        });
+    }
+    Ok(Some(out))
+}
+
+/// Reads at most `limit` bytes of `pipe` on a thread, then drains the rest (so the child
+/// never blocks on a full pipe); the bytes come back on the channel.
+fn reader_thread(pipe: Option<impl Read + Send + 'static>, limit: usize) -> mpsc::Receiver<io::Result<Vec<u8>>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let Some(mut pipe) = pipe else {
+            let _ = tx.send(Ok(Vec::new()));
+            return;
+        };
+        let mut buf = Vec::new();
+        let read = pipe.by_ref().take(limit as u64).read_to_end(&mut buf).map(|_| buf);
+        let _ = tx.send(read);
+        let _ = io::copy(&mut pipe, &mut io::sink());
+    });
+    rx
+}
+
+/// Kills the child's process group (it leads one: `process_group(0)`), then the child by
+/// pid, and reaps it: no zombie is left.
+fn kill_and_reap(child: &mut Child) {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill(2) takes plain integers and touches none of our memory. The child is
+        // not reaped yet, so its pid, which is also its process group id, cannot have been
+        // reused: the signal reaches only it and what it started.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// NVML, `libnvidia-ml.so.1` loaded at run time.
+#[derive(Clone, Debug)]
+pub struct Nvml {
+    /// The library to load (a bare name is looked up as the dynamic loader does).
+    pub library: PathBuf,
+}
+
+impl Default for Nvml {
+    fn default() -> Self {
+        Self {
+            library: PathBuf::from(NVML_LIBRARY),
+        }
+    }
+}
+
+/// `nvmlDevice_t`.
+type Device = *mut c_void;
+/// `nvmlReturn_t`, a C enum (an `int`; every value is non-negative).
+type Ret = u32;
+
+const NVML_SUCCESS: Ret = 0;
+const NVML_ERROR_NOT_SUPPORTED: Ret = 3;
+const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: Ret = 25;
+
+/// `nvmlGpuFabricInfo_v3_t` (= `nvmlGpuFabricInfoV_t`) from nvml.h (CUDA 12.4 and later):
+/// `unsigned int version; unsigned char clusterUuid[16]; nvmlReturn_t status;
+/// unsigned int cliqueId; nvmlGpuFabricState_t state` (an `unsigned char`)`;
+/// unsigned int healthMask; unsigned char healthSummary;` — 40 bytes with C padding, the
+/// size nvml.h's `nvmlGpuFabricInfo_v3` (`0x3000028`) encodes. The v2 struct is the same
+/// without `healthSummary` (36 bytes, `0x2000024`).
+#[repr(C)]
+#[derive(Default)]
+struct FabricInfoV3 {
+    version: c_uint,
+    cluster_uuid: [u8; 16],
+    status: Ret,
+    clique_id: c_uint,
+    state: u8,
+    health_mask: c_uint,
+    health_summary: u8,
+}
+
+/// `NVML_STRUCT_VERSION(GpuFabricInfo, 3)`: `sizeof | 3 << 24`.
+const FABRIC_INFO_V3: c_uint = size_of::<FabricInfoV3>() as c_uint | (3 << 24);
+/// `NVML_STRUCT_VERSION(GpuFabricInfo, 2)`, for drivers that know no v3 (same prefix).
+const FABRIC_INFO_V2: c_uint = 36 | (2 << 24);
+
+const _: () = assert!(size_of::<FabricInfoV3>() == 40);
+const _: () = assert!(FABRIC_INFO_V3 == 0x0300_0028);
+
+/// `nvmlPciInfo_t` (`nvmlDeviceGetPciInfo_v3`): `char busIdLegacy[16]; unsigned int
+/// domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32];` (68 bytes).
+#[repr(C)]
+struct PciInfo {
+    bus_id_legacy: [u8; 16],
+    domain: c_uint,
+    bus: c_uint,
+    device: c_uint,
+    pci_device_id: c_uint,
+    pci_sub_system_id: c_uint,
+    bus_id: [u8; 32],
+}
+
+type InitFn = unsafe extern "C" fn() -> Ret;
+type CountFn = unsafe extern "C" fn(*mut c_uint) -> Ret;
+type HandleFn = unsafe extern "C" fn(c_uint, *mut Device) -> Ret;
+type PciFn = unsafe extern "C" fn(Device, *mut PciInfo) -> Ret;
+type FabricFn = unsafe extern "C" fn(Device, *mut FabricInfoV3) -> Ret;
+
+/// Calls `nvmlShutdown` when dropped, after a successful `nvmlInit_v2`.
+struct Session<'lib> {
+    shutdown: libloading::Symbol<'lib, InitFn>,
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `nvmlShutdown` has the signature `nvmlReturn_t (void)` (nvml.h) and is
+        // called once for the one successful `nvmlInit_v2` this session stands for; the
+        // library stays loaded while the symbol borrows it.
+        unsafe {
+            (self.shutdown)();
+        }
+    }
+}
+
+impl Nvml {
+    fn symbol<'lib, T>(
+        &self,
+        lib: &'lib libloading::Library,
+        name: &'static str,
+    ) -> Result<libloading::Symbol<'lib, T>, NvlinkError> {
+        let mut cname = name.as_bytes().to_vec();
+        cname.push(0);
+        // SAFETY: every `T` used with this is the exact C signature nvml.h gives `name`
+        // (the `*Fn` types above), so calling through the symbol is sound.
+        unsafe { lib.get::<T>(&cname) }.map_err(|e| NvlinkError::Symbol {
+            library: self.library.display().to_string(),
+            symbol: name,
+            message: e.to_string(),
+        })
+    }
+}
+
+fn check(call: impl FnOnce() -> String, code: Ret) -> Result<(), NvlinkError> {
+    if code == NVML_SUCCESS {
+        Ok(())
+    } else {
+        Err(NvlinkError::Nvml { call: call(), code })
+    }
+}
+
+impl FabricReader for Nvml {
+    fn read(&self) -> Result<Option<Vec<GpuFabric>>, NvlinkError> {
+        // SAFETY: loading runs the library's initialisers. libnvidia-ml is the driver's
+        // management library, made to be loaded at run time by monitoring tools; its
+        // initialisers require nothing of the caller.
+        let lib = match unsafe { libloading::Library::new(&self.library) } {
+            Ok(lib) => lib,
+            Err(e) => {
+                tracing::debug!("NVML not loaded ({}): {e}", self.library.display());
+                return Ok(None);
+            }
+        };
+        let init: libloading::Symbol<InitFn> = self.symbol(&lib, "nvmlInit_v2")?;
+        let shutdown: libloading::Symbol<InitFn> = self.symbol(&lib, "nvmlShutdown")?;
+        let count_fn: libloading::Symbol<CountFn> = self.symbol(&lib, "nvmlDeviceGetCount_v2")?;
+        let handle_fn: libloading::Symbol<HandleFn> = self.symbol(&lib, "nvmlDeviceGetHandleByIndex_v2")?;
+        let pci_fn: libloading::Symbol<PciFn> = self.symbol(&lib, "nvmlDeviceGetPciInfo_v3")?;
+        let fabric_fn: libloading::Symbol<FabricFn> = self.symbol(&lib, "nvmlDeviceGetGpuFabricInfoV")?;
+        // SAFETY: `nvmlInit_v2` is `nvmlReturn_t (void)`; NVML counts initialisations, so
+        // this one is paired with the `nvmlShutdown` of `Session`.
+        check(|| "nvmlInit_v2".into(), unsafe { init() })?;
+        let _session = Session { shutdown };
+        let mut count: c_uint = 0;
+        // SAFETY: `count` is a valid, writable `unsigned int` for the call's duration.
+        check(|| "nvmlDeviceGetCount_v2".into(), unsafe { count_fn(&mut count) })?;
+        let count = count.min(MAX_GPUS as c_uint);
+        let mut gpus = Vec::with_capacity(count as usize);
+        for index in 0..count {
+            let mut device: Device = std::ptr::null_mut();
+            // SAFETY: `device` is a valid, writable `nvmlDevice_t`; `index` < the count NVML
+            // gave.
+            let code = unsafe { handle_fn(index, &mut device) };
+            check(|| format!("nvmlDeviceGetHandleByIndex_v2({index})"), code)?;
+            let mut pci = PciInfo {
+                bus_id_legacy: [0; 16],
+                domain: 0,
+                bus: 0,
+                device: 0,
+                pci_device_id: 0,
+                pci_sub_system_id: 0,
+                bus_id: [0; 32],
+            };
+            // SAFETY: `device` is the handle NVML just returned; `pci` is a writable
+            // `nvmlPciInfo_t` of the layout nvml.h declares.
+            let pci_code = unsafe { pci_fn(device, &mut pci) };
+            let bus_id = if pci_code == NVML_SUCCESS {
+                let end = pci.bus_id.iter().position(|&b| b == 0).unwrap_or(pci.bus_id.len());
+                std::str::from_utf8(&pci.bus_id[..end])
+                    .ok()
+                    .and_then(gpufabric::normalize_pci_bus_id)
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            };
+            let mut gpu = read_one(&fabric_fn, device, index)?;
+            gpu.index = Some(index);
+            gpu.pci_bus_id = bus_id;
+            gpus.push(gpu);
+        }
+        Ok(Some(gpus))
+    }
+
+    fn name(&self) -> &'static str {
+        "NVML"
+    }
+}
+
+/// One GPU's fabric information: the v3 struct, or v2 where the driver knows no v3.
+fn read_one(fabric_fn: &FabricFn, device: Device, index: c_uint) -> Result<GpuFabric, NvlinkError> {
+    let mut info = FabricInfoV3 {
+        version: FABRIC_INFO_V3,
+        ..FabricInfoV3::default()
+    };
+    // SAFETY: `device` is a handle NVML returned; `info` is a writable 40-byte
+    // `nvmlGpuFabricInfo_v3_t` whose version field says so, and NVML writes no more than
+    // the version's size.
+    let mut code = unsafe { fabric_fn(device, &mut info) };
+    let mut v3 = true;
+    if code == NVML_ERROR_ARGUMENT_VERSION_MISMATCH {
+        info = FabricInfoV3 {
+            version: FABRIC_INFO_V2,
+            ..FabricInfoV3::default()
+        };
+        v3 = false;
+        // SAFETY: as above; the v2 struct is the 36-byte prefix of `info`.
+        code = unsafe { fabric_fn(device, &mut info) };
+    }
+    if code == NVML_ERROR_NOT_SUPPORTED {
+        return Ok(GpuFabric::not_supported());
+    }
+    check(|| format!("nvmlDeviceGetGpuFabricInfoV(GPU {index})"), code)?;
+    Ok(gpufabric::from_nvml(NvmlFabricInfo {
+        cluster_uuid: info.cluster_uuid,
+        status: info.status,
+        clique_id: info.clique_id,
+        state: u32::from(info.state),
+        health_mask: Some(info.health_mask),
+        health_summary: v3.then_some(info.health_summary),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    use hyperplan_shared::gpufabric::FabricState;
+
+    use super::*;
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/nvidia")
+            .join(name)
+    }
+
+    fn script(dir: &Path, body: &str) -> PathBuf {
+        let path = dir.join("nvidia-smi");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    struct Fake(Result<Option<Vec<GpuFabric>>, &'static str>, &'static str);
+
+    impl FabricReader for Fake {
+        fn read(&self) -> Result<Option<Vec<GpuFabric>>, NvlinkError> {
+            match &self.0 {
+                Ok(v) => Ok(v.clone()),
+                Err(msg) => Err(NvlinkError::Nvml {
+                    call: (*msg).into(),
+                    code: 9,
+                }),
+            }
+        }
+        fn name(&self) -> &'static str {
+            self.1
+        }
+    }
+
+    #[test]
+    fn nvlink_first_present_reader_wins_and_failures_warn() {
+        let failing = Fake(Err("nvmlInit_v2"), "NVML");
+        let absent = Fake(Ok(None), "absent");
+        let present = Fake(Ok(Some(vec![GpuFabric::not_supported()])), "smi");
+        let never = Fake(Ok(Some(Vec::new())), "never");
+        let (gpus, warnings) = read_fabric(&[&failing, &absent, &present, &never]);
+        assert_eq!(gpus, vec![GpuFabric::not_supported()]);
+        assert_eq!(
+            warnings,
+            vec!["NVLink fabric information from NVML: nvmlInit_v2: NVML_ERROR_DRIVER_NOT_LOADED".to_string()]
+        );
+        let (gpus, warnings) = read_fabric(&[&absent]);
+        assert!(gpus.is_empty() && warnings.is_empty());
+    }
+
+    #[test]
+    fn nvlink_smi_script_output_is_parsed() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = fixture("gb200-nvl72-tray.csv");
+        let smi = NvidiaSmi {
+            binary: script(dir.path(), &format!("cat '{}'", csv.display())),
+            timeout: Duration::from_secs(10),
+        };
+        let gpus = smi.read().unwrap().unwrap();
+        assert_eq!(gpus.len(), 4);
+        assert!(
+            gpus.iter()
+                .all(|g| g.state == FabricState::Completed && g.clique_id == 32766)
+        );
+        assert_eq!(verdict(&gpus), "NVLink domain nvl-6b8d7c1e, partition c32766");
+    }
+
+    #[test]
+    fn nvlink_smi_failure_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let smi = NvidiaSmi {
+            binary: script(dir.path(), "echo 'NVIDIA-SMI has failed'; exit 9"),
+            timeout: Duration::from_secs(10),
+        };
+        let e = smi.read().unwrap_err().to_string();
+        assert!(e.contains("NVIDIA-SMI has failed") && e.contains("9"), "{e}");
+    }
+
+    #[test]
+    fn nvlink_smi_timeout_kills_the_child() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let smi = NvidiaSmi {
+            binary: script(dir.path(), &format!("echo $$ > '{}'\nexec sleep 30", pidfile.display())),
+            timeout: Duration::from_millis(300),
+        };
+        let started = Instant::now();
+        let e = smi.read().unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert!(matches!(e, NvlinkError::Timeout { .. }), "{e}");
+        assert!(e.to_string().contains("timeout"), "{e}");
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        // Killed and reaped: not even a zombie is left.
+        assert!(!Path::new("/proc").join(pid.trim()).exists(), "pid {pid} still there");
+    }
+
+    #[test]
+    fn nvlink_smi_missing_binary_is_absent() {
+        let smi = NvidiaSmi {
+            binary: PathBuf::from("/nonexistent/hyperplan/nvidia-smi"),
+            timeout: Duration::from_secs(1),
+        };
+        assert!(smi.read().unwrap().is_none());
+    }
+
+    #[test]
+    fn nvlink_nvml_missing_library_is_absent() {
+        let nvml = Nvml {
+            library: PathBuf::from("/nonexistent/hyperplan/libnvidia-ml.so.1"),
+        };
+        assert!(nvml.read().unwrap().is_none());
+    }
+
+    #[test]
+    fn nvlink_verdict_lines() {
+        let read = |name: &str| gpufabric::parse_smi_csv(&std::fs::read_to_string(fixture(name)).unwrap()).unwrap();
+        assert_eq!(
+            verdict(&read("gb200-nvl72-x36-partition.csv")),
+            "NVLink domain nvl-6b8d7c1e, partition c1"
+        );
+        assert!(verdict(&read("hgx-h100.csv")).starts_with("no NVLink domain: "));
+        assert!(verdict(&read("gb200-tray-in-progress.csv")).starts_with("NVLink domain pending: "));
+        let disagree = verdict(&read("gb200-tray-disagree.csv"));
+        assert!(
+            disagree.contains("disagree") && disagree.contains("c32765"),
+            "{disagree}"
+        );
+    }
+}
