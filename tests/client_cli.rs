@@ -46,6 +46,7 @@ fn node_list() -> NodeList {
                 confinement: None,
                 reason: None,
                 drain: None,
+                nvlink: None,
             },
             NodeStatus {
                 name: "n001".into(),
@@ -61,6 +62,7 @@ fn node_list() -> NodeList {
                 confinement: Some("cgroup".into()),
                 reason: None,
                 drain: None,
+                nvlink: None,
             },
         ],
     }

@@ -215,6 +215,12 @@ struct SourceArgs {
     /// overrides the `[labels]` of the agent configuration.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     labels: Vec<(String, String)>,
+    /// Take the GPUs' NVLink fabric information from FILE, a saved `nvidia-smi
+    /// --query-gpu=index,pci.bus_id,fabric.clusterUuid,fabric.cliqueId,fabric.state,fabric.status
+    /// --format=csv` or `nvidia-smi -q` report, instead of asking them (NVML, then
+    /// nvidia-smi): the fabric of the machine an `--hwloc-xml` export describes.
+    #[arg(long, value_name = "FILE")]
+    gpu_fabric: Option<PathBuf>,
     /// Agent configuration (TOML: `[labels]`, `sysfsRoot`, and for `run` `planner`,
     /// `certDir`, `nodeName`, `reprobeInterval`, `stateDir`, `pin`, `allowRoot`, `[exec]`,
     /// `[metrics]`). Default: /etc/hyperplan/agent.toml when it exists.
@@ -306,6 +312,7 @@ fn load_config(path: Option<&Path>) -> anyhow::Result<AgentConfig> {
 /// (see [`rerun_with_fsroot`]); an error means that failed.
 fn probe_options(source: SourceArgs, config: &AgentConfig) -> anyhow::Result<ProbeOptions> {
     let sysfs_root = source.sysfs_root.or_else(|| config.sysfs_root.clone());
+    let gpu_fabric = source.gpu_fabric;
     let mut all_labels = config.labels.clone();
     all_labels.extend(source.labels);
     let source = match (source.hwloc_xml, source.synthetic) {
@@ -324,6 +331,7 @@ fn probe_options(source: SourceArgs, config: &AgentConfig) -> anyhow::Result<Pro
         sysfs_root,
         procfs_root: None,
         labels: all_labels,
+        gpu_fabric,
     })
 }
 

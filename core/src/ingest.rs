@@ -48,6 +48,9 @@ pub(crate) fn ingest(world: &mut World) {
                 discovery::declare_label(world, &types);
                 world.resource_mut::<LabelTypes>().0 = types;
             }
+            Event::NvlinkDiscovery(on) => {
+                world.insert_resource(crate::model::tick::NvlinkDiscovery(on));
+            }
             Event::DeclareSource { source, kind, target } => discovery::declare(world, &source, kind, target),
             Event::Discovered {
                 source,
@@ -125,6 +128,10 @@ fn node_up(world: &mut World, spec: NodeSpec) {
         .as_ref()
         .map(|t| t.hcas.iter().flat_map(|h| h.guids()).collect())
         .unwrap_or_default();
+    let nvlink = spec
+        .hardware
+        .as_ref()
+        .and_then(|t| crate::model::components::NodeNvlink::from_gpus(&t.gpu_fabric));
     let known = world.resource::<NodeNames>().0.get(&spec.name).copied();
     // A node whose readiness its link decides keeps it across a new spec (an agent
     // that is away may still have its topology changed); any other node is Ready.
@@ -140,6 +147,7 @@ fn node_up(world: &mut World, spec: NodeSpec) {
         ready,
         ib_ports,
         ib_guids,
+        nvlink,
     };
     match known {
         Some(e) => {

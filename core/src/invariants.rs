@@ -142,9 +142,9 @@ fn check_tier(
         return;
     };
     let limit = match (&nt.highest_tier_allowed, &nt.highest_tier_name) {
-        (Some(t), _) => *t,
-        (None, Some(n)) => match index.tier_names.get(n) {
-            Some(t) => *t,
+        (Some(t), _) => crate::topology::TierCap::Tier(*t),
+        (None, Some(n)) => match index.tier_name(n) {
+            Some(cap) => cap,
             None => return,
         },
         (None, None) => return,
@@ -153,12 +153,17 @@ fn check_tier(
     let lowest = index.groups[index.node_group[first.ix()].ix()]
         .hyper_nodes
         .iter()
+        .copied()
         .filter(|h| nodes.iter().all(|n| index.hns[h.ix()].nodes.contains(n.ix())))
-        .map(|h| index.hns[h.ix()].tier)
-        .min();
+        .min_by_key(|h| index.hns[h.ix()].tier);
     match lowest {
-        Some(t) if t <= limit => {}
-        Some(t) => bad.push(format!("{who}: placed across tier {t}, hard limit {limit}")),
+        Some(h) if index.allows(limit, h) => {}
+        Some(h) => bad.push(format!(
+            "{who}: placed across tier {} ({}), hard limit {}",
+            index.hns[h.ix()].tier,
+            index.hns[h.ix()].name,
+            index.cap_label(limit)
+        )),
         None => bad.push(format!("{who}: placed on nodes no HyperNode holds together")),
     }
 }

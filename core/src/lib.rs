@@ -133,6 +133,7 @@ impl Planner {
         world.insert_resource(model::tick::Replacements::default());
         world.insert_resource(TopologyDirty(true));
         world.insert_resource(LabelTypes::default());
+        world.insert_resource(model::tick::NvlinkDiscovery::default());
         world.insert_resource(names::JobNames::default());
         world.insert_resource(jobs::ownership::NextJobId::default());
         world.insert_resource(jobs::ownership::LiveByOwner::default());

@@ -346,6 +346,11 @@ fn state(config: &DaemonConfig, cmd: &StateCmd) -> anyhow::Result<()> {
 
 /// `--check`: one line per discovery source; returns how many failed.
 async fn check_sources(config: &DaemonConfig) -> usize {
+    if config.discovery.nvlink_off {
+        println!("discovery nvlink: off");
+    } else {
+        println!("discovery nvlink: HyperNodes from the NVLink domains agents report");
+    }
     if !config.discovery.label.is_empty() {
         let types: Vec<&String> = config.discovery.label.keys().collect();
         println!("discovery label: from node labels, types {types:?}");

@@ -54,6 +54,55 @@ pub struct NodeStatus {
     /// An admin drained it (`hyperplan nodes drain`): it takes no new task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainStatus>,
+    /// What its GPUs say of their NVLink fabric; `None`: nothing (no NVIDIA GPU, or no
+    /// fabric information).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink: Option<NvlinkStatus>,
+}
+
+/// A node's NVLink domain as `hyperplan nodes` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NvlinkStatus {
+    pub state: NvlinkState,
+    /// The lowest NVLink HyperNode holding it (`nvl-6b8d7c1e`, or its partition
+    /// `nvl-6b8d7c1e-c2`); `None` when in none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hyper_node: Option<String>,
+    /// What is degraded, or why it is in no domain, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// Where a node stands with its NVLink domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NvlinkState {
+    /// In a domain, all GPUs healthy.
+    Ok,
+    /// In a domain, some GPU reports fabric trouble: it is placed on last.
+    Degraded,
+    /// NVLink inside the machine only (HGX/DGX), or no fabric: in no domain.
+    None,
+    /// Some GPU has not finished fabric registration.
+    Registering,
+    /// Fabric registration failed.
+    Failed,
+    /// Its GPUs report different domains or partitions.
+    Disagree,
+}
+
+impl NvlinkState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NvlinkState::Ok => "ok",
+            NvlinkState::Degraded => "degraded",
+            NvlinkState::None => "none",
+            NvlinkState::Registering => "registering",
+            NvlinkState::Failed => "failed",
+            NvlinkState::Disagree => "disagree",
+        }
+    }
 }
 
 /// A drained node's drain (`hyperplan nodes`).

@@ -5,7 +5,7 @@
 use hyperplan_net::messages::{NodeAction, RequestCommand};
 use hyperplan_shared::MEMORY;
 use hyperplan_shared::quantity::format_quantity;
-use hyperplan_shared::status::{NodeList, NodeState, NodeStatus, NodesChanged};
+use hyperplan_shared::status::{NodeList, NodeState, NodeStatus, NodesChanged, NvlinkState, NvlinkStatus};
 
 use super::columns::{columns, ratio};
 use super::{Clock, Output, long_help, run_request};
@@ -27,10 +27,14 @@ const EXAMPLES: &str = "  hyperplan nodes
 /// run, drained once it is idle), CPUS, GPUS and MEMORY as free/total, NUMA nodes, IB ports
 /// up/total, CONFINE (how its agent confines tasks: cgroup, each task in its own cgroup v2
 /// with its CPUs, NUMA nodes and memory limit; affinity, pinned to its CPUs and NUMA
-/// memory; none, not pinned; `-`: no agent connected, or one that does not say), and
-/// LABELS (k=v,...). Below the table, who drained each drained node, when and why, and
-/// why each NotReady node that will not come back by itself is so (its agent was
-/// refused: it has obeyed a newer planner than this one). With `--output json`:
+/// memory; none, not pinned; `-`: no agent connected, or one that does not say),
+/// NVLINK where some node reports NVLink fabric information (the NVLink domain's
+/// HyperNode holding the node, `(degraded)` when a GPU reports fabric trouble and the
+/// node is placed on last; `none`: NVLink inside the machine only; `registering`,
+/// `failed`, `disagree`: in no domain), and LABELS (k=v,...). Below the table, who
+/// drained each drained node, when and why; why each NotReady node that will not come
+/// back by itself is so (its agent was refused: it has obeyed a newer planner than this
+/// one); and what each NVLink problem is. With `--output json`:
 /// `{"nodes": [{"name", "state", "labels", "cpus": {"free", "total"}, ..., "drain":
 /// {"state", "reason", "by", "since"}}]}`.
 ///
@@ -135,7 +139,9 @@ pub fn render(list: &NodeList, clock: &Clock) -> String {
     }
     let mut nodes: Vec<&NodeStatus> = list.nodes.iter().collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut rows: Vec<[String; 9]> = vec![[
+    // NVLINK only where some node reports NVLink fabric information.
+    let with_nvlink = nodes.iter().any(|n| n.nvlink.is_some());
+    let mut rows: Vec<[String; 10]> = vec![[
         "NAME".into(),
         "STATE".into(),
         "CPUS".into(),
@@ -144,6 +150,7 @@ pub fn render(list: &NodeList, clock: &Clock) -> String {
         "NUMA".into(),
         "IB".into(),
         "CONFINE".into(),
+        "NVLINK".into(),
         "LABELS".into(),
     ]];
     for n in &nodes {
@@ -161,6 +168,7 @@ pub fn render(list: &NodeList, clock: &Clock) -> String {
             n.numa_nodes.to_string(),
             ratio(n.ib_ports.free, n.ib_ports.total),
             n.confinement.clone().unwrap_or_else(|| "-".into()),
+            n.nvlink.as_ref().map_or_else(|| "-".into(), nvlink_cell),
             if labels.is_empty() {
                 "-".into()
             } else {
@@ -170,7 +178,34 @@ pub fn render(list: &NodeList, clock: &Clock) -> String {
     }
     let ready = nodes.iter().filter(|n| n.state == NodeState::Ready).count();
     let drained = nodes.iter().filter(|n| n.drain.is_some()).count();
-    let mut out = columns(&rows);
+    let mut out = if with_nvlink {
+        columns(&rows)
+    } else {
+        let without: Vec<[String; 9]> = rows
+            .into_iter()
+            .map(|r| {
+                let [a, b, c, d, e, f, g, h, _, j] = r;
+                [a, b, c, d, e, f, g, h, j]
+            })
+            .collect();
+        columns(&without)
+    };
+    // What keeps a node out of its NVLink domain, or makes it placed on last.
+    let nvlink: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| {
+            let v = n
+                .nvlink
+                .as_ref()
+                .filter(|v| !matches!(v.state, NvlinkState::Ok | NvlinkState::None))?;
+            Some(format!(
+                "  {}: {}: {}\n",
+                n.name,
+                v.state.as_str(),
+                v.detail.as_deref().unwrap_or("-")
+            ))
+        })
+        .collect();
     let drains: Vec<String> = nodes
         .iter()
         .filter_map(|n| {
@@ -204,7 +239,22 @@ pub fn render(list: &NodeList, clock: &Clock) -> String {
         out.push_str("\nwhy not ready:\n");
         out.push_str(&why.concat());
     }
+    if !nvlink.is_empty() {
+        out.push_str("\nnvlink:\n");
+        out.push_str(&nvlink.concat());
+    }
     out
+}
+
+/// The NVLINK cell: the NVLink HyperNode holding the node (`nvl-6b8d7c1e`, with
+/// `(degraded)` when a GPU reports fabric trouble), else its state (`none`: NVLink
+/// inside the machine only; `registering`, `failed`, `disagree`).
+fn nvlink_cell(v: &NvlinkStatus) -> String {
+    match (v.state, &v.hyper_node) {
+        (NvlinkState::Ok, Some(h)) => h.clone(),
+        (NvlinkState::Degraded, Some(h)) => format!("{h}(degraded)"),
+        (state, _) => state.as_str().into(),
+    }
 }
 
 fn state(state: NodeState) -> &'static str {
@@ -263,6 +313,7 @@ mod tests {
             confinement: Some("cgroup".into()),
             reason: None,
             drain: None,
+            nvlink: None,
         }
     }
 
@@ -310,6 +361,42 @@ mod tests {
         };
         let clock = Clock {
             now: 1_795_737_600 + 3_600,
+            utc_offset: |_| 0,
+        };
+        insta::assert_snapshot!(render(&list, &clock));
+    }
+
+    #[test]
+    fn nvlink_column_and_problems() {
+        let status = |state, hn: Option<&str>, detail: Option<&str>| {
+            Some(NvlinkStatus {
+                state,
+                hyper_node: hn.map(Into::into),
+                detail: detail.map(Into::into),
+            })
+        };
+        let mut ok = node("r01t01", NodeState::Ready, &[]);
+        ok.nvlink = status(NvlinkState::Ok, Some("nvl-6b8d0001"), None);
+        let mut degraded = node("r01t02", NodeState::Ready, &[]);
+        degraded.nvlink = status(
+            NvlinkState::Degraded,
+            Some("nvl-6b8d0001"),
+            Some("GPU 0: bandwidth degraded"),
+        );
+        let mut registering = node("r01t03", NodeState::Ready, &[]);
+        registering.nvlink = status(
+            NvlinkState::Registering,
+            None,
+            Some("GPU 2 (0008:01:00.0): fabric registration In Progress"),
+        );
+        let mut h100 = node("h100-01", NodeState::Ready, &[]);
+        h100.nvlink = status(NvlinkState::None, None, Some("NVLink inside this machine only"));
+        let cpu = node("cpu-01", NodeState::Ready, &[]);
+        let list = NodeList {
+            nodes: vec![ok, degraded, registering, h100, cpu],
+        };
+        let clock = Clock {
+            now: 1_795_737_600,
             utc_offset: |_| 0,
         };
         insta::assert_snapshot!(render(&list, &clock));

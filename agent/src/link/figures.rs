@@ -75,6 +75,7 @@ mod tests {
             sysfs_root: None,
             procfs_root: None,
             labels: BTreeMap::new(),
+            gpu_fabric: None,
         };
         let figures = Figures::for_source(&opts);
         assert!(matches!(figures, Figures::Described));

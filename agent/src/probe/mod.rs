@@ -47,6 +47,9 @@ pub struct ProbeOptions {
     /// Root of procfs for live figures (`/proc`).
     pub procfs_root: Option<PathBuf>,
     pub labels: BTreeMap<String, String>,
+    /// A saved `nvidia-smi` fabric report (`--query-gpu` CSV or `-q`) to use instead of
+    /// asking the GPUs: the NVLink fabric of the machine an XML export describes.
+    pub gpu_fabric: Option<PathBuf>,
 }
 
 impl ProbeOptions {
@@ -56,6 +59,7 @@ impl ProbeOptions {
             sysfs_root: None,
             procfs_root: None,
             labels: BTreeMap::new(),
+            gpu_fabric: None,
         }
     }
 }
@@ -79,9 +83,12 @@ pub fn probe(opts: &ProbeOptions) -> Result<NodeTopology, ProbeError> {
         Source::HwlocXml(p) => isolate::load_xml(p)?,
         Source::Synthetic(s) => hwloc::probe_hwloc(hwloc::HwlocSource::Synthetic(s))?,
     };
-    // NVLink fabric: this machine's GPUs only (a description has none), and only when
-    // hwloc saw an NVIDIA GPU, so a CPU node never runs nvidia-smi.
-    if opts.source == Source::Local
+    // NVLink fabric: a saved report when given; else this machine's GPUs only (a
+    // description has none), and only when hwloc saw an NVIDIA GPU, so a CPU node never
+    // runs nvidia-smi.
+    if let Some(file) = &opts.gpu_fabric {
+        topo.gpu_fabric = nvlink::read_file(file)?;
+    } else if opts.source == Source::Local
         && opts.sysfs_root.is_none()
         && !hwloc::fsroot_tree()
         && topo.gpus.iter().any(|g| g.vendor_id == NVIDIA_VENDOR_ID)

@@ -90,6 +90,52 @@ pub fn read_fabric(readers: &[&dyn FabricReader]) -> (Vec<GpuFabric>, Vec<String
     (Vec::new(), warnings)
 }
 
+/// A saved fabric report, `nvidia-smi --query-gpu=… --format=csv` or `nvidia-smi -q`
+/// output (told apart by a comma in the first line), for `--gpu-fabric FILE`. Opened
+/// without blocking, so a FIFO in its place is refused rather than waited on; at most
+/// [`gpufabric::MAX_SMI_QUERY`] bytes.
+pub fn read_file(path: &std::path::Path) -> Result<Vec<GpuFabric>, super::ProbeError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let cannot = |source| super::ProbeError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(cannot)?;
+    if !file.metadata().map_err(cannot)?.is_file() {
+        return Err(super::ProbeError::Parse {
+            path: path.to_path_buf(),
+            message: "expected a regular file (a saved nvidia-smi report), got something else".into(),
+        });
+    }
+    let limit = gpufabric::MAX_SMI_QUERY;
+    let mut bytes = Vec::new();
+    file.take(limit as u64 + 1).read_to_end(&mut bytes).map_err(cannot)?;
+    if bytes.len() > limit {
+        return Err(super::ProbeError::TooLarge {
+            origin: path.display().to_string(),
+            message: format!("more than {limit} bytes; expected a saved nvidia-smi report"),
+        });
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let csv = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .is_some_and(|l| l.contains(','));
+    let parsed = if csv {
+        gpufabric::parse_smi_csv(&text)
+    } else {
+        gpufabric::parse_smi_query(&text)
+    };
+    parsed.map_err(|e| super::ProbeError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
 /// The machine's readers, NVML first: what [`super::probe`] asks.
 pub fn read_local() -> (Vec<GpuFabric>, Vec<String>) {
     let nvml = Nvml::default();

@@ -36,7 +36,7 @@ pub struct SubJobCtx {
     /// Partition number within its partition group (0 for the default sub-job).
     pub match_index: u32,
     /// Effective hard tier limit (soft converted, tier names resolved); `None` = not hard.
-    pub tier: Option<u32>,
+    pub tier: Option<crate::topology::TierCap>,
     /// Has a network topology at all: nodes are scored by LCA, not fading.
     pub with_topology: bool,
     /// Its recorded AllocatedHyperNode; `None` = none yet.
@@ -57,7 +57,7 @@ pub struct JobCtx {
     /// minPartitions per partition group.
     pub group_min: Vec<u32>,
     /// The job's effective hard tier limit, as for sub-jobs; `None` = not hard.
-    pub tier: Option<u32>,
+    pub tier: Option<crate::topology::TierCap>,
     /// Has a network topology at all: nodes are scored by LCA, not fading.
     pub with_topology: bool,
     /// The job's recorded AllocatedHyperNode; `None` = none yet.

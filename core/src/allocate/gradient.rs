@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use crate::model::ids::HnIdx;
-use crate::topology::TopologyIndex;
+use crate::topology::{TierCap, TopologyIndex};
 
 /// `start`: where the search may begin (the virtual root for a job, the job's HyperNode
 /// for a sub-job). `tier`: the hard limit (`None` = not hard: only `start` itself).
@@ -14,7 +14,7 @@ use crate::topology::TopologyIndex;
 pub fn gradients(
     index: &TopologyIndex,
     start: HnIdx,
-    tier: Option<u32>,
+    tier: Option<TierCap>,
     allocated: Option<HnIdx>,
     mut has_room: impl FnMut(HnIdx) -> bool,
 ) -> Vec<Vec<HnIdx>> {
@@ -24,13 +24,13 @@ pub fn gradients(
     let root = match allocated {
         None => start,
         Some(a) => {
-            if index.hns[a.ix()].tier > limit {
+            if !index.allows(limit, a) {
                 return Vec::new();
             }
             // Highest ancestor-or-self of A within the limit.
             let mut top = a;
             for h in index.ancestors(a).skip(1) {
-                if index.hns[h.ix()].tier > limit {
+                if !index.allows(limit, h) {
                     break;
                 }
                 top = h;
@@ -50,7 +50,7 @@ pub fn gradients(
     while let Some(h) = queue.pop_front() {
         let info = &index.hns[h.ix()];
         queue.extend(info.children.iter().copied());
-        if info.tier > limit || (allocated.is_none() && !has_room(h)) {
+        if !index.allows(limit, h) || (allocated.is_none() && !has_room(h)) {
             continue;
         }
         match by_tier.iter_mut().find(|(t, _)| *t == info.tier) {
@@ -76,25 +76,27 @@ mod tests {
     #[test]
     fn tiers_ascend_and_stop_at_the_limit() {
         let (index, _) = ClusterBuilder::fat_tree(&[2, 2, 2], 1).build_index();
-        let g = gradients(&index, index.root, Some(2), None, |_| true);
+        let g = gradients(&index, index.root, Some(TierCap::Tier(2)), None, |_| true);
         assert_eq!(
             names(&index, &g),
             vec![vec!["leaf-1", "leaf-2", "leaf-3", "leaf-4"], vec!["spine-1", "spine-2"],]
         );
-        let soft = gradients(&index, index.root, Some(index.root_tier()), None, |_| true);
+        let soft = gradients(&index, index.root, Some(TierCap::Tier(index.root_tier())), None, |_| {
+            true
+        });
         assert_eq!(soft.len(), 4);
         assert_eq!(soft[3].len(), 1, "the virtual root is the last gradient");
-        assert!(gradients(&index, index.root, Some(0), None, |_| true).is_empty());
+        assert!(gradients(&index, index.root, Some(TierCap::Tier(0)), None, |_| true).is_empty());
     }
 
     #[test]
     fn allocated_hypernode_bounds_the_search_without_prefilter() {
         let (index, _) = ClusterBuilder::fat_tree(&[2, 2, 2], 1).build_index();
         let leaf3 = index.hn("leaf-3").map(|h| h.0);
-        let g = gradients(&index, index.root, Some(2), leaf3, |_| false);
+        let g = gradients(&index, index.root, Some(TierCap::Tier(2)), leaf3, |_| false);
         assert_eq!(names(&index, &g), vec![vec!["leaf-3", "leaf-4"], vec!["spine-2"]]);
         // Already above the limit: no candidates at all.
         let spine = index.hn("spine-2").map(|h| h.0);
-        assert!(gradients(&index, index.root, Some(1), spine, |_| true).is_empty());
+        assert!(gradients(&index, index.root, Some(TierCap::Tier(1)), spine, |_| true).is_empty());
     }
 }

@@ -18,6 +18,14 @@ pub fn tier_score(index: &TopologyIndex, tier: u32) -> f64 {
     }
 }
 
+/// What a node whose GPUs report NVLink fabric trouble (a degraded health mask) loses
+/// from its score: half a tier step, so that a healthy node as close wins over it, and it
+/// still wins over a healthy node one tier further away.
+pub(super) fn degraded_penalty(index: &TopologyIndex) -> f64 {
+    let (min, max) = (index.min_tier(), index.root_tier());
+    if max > min { 0.5 / f64::from(max - min) } else { 0.5 }
+}
+
 /// LCA score of a node group given the (sub-)job's current allocated HyperNode.
 pub(super) fn lca_score(index: &TopologyIndex, group: GroupIdx, allocated: Option<HnIdx>) -> f64 {
     let (Some(a), Some(leaf)) = (allocated, index.groups[group.ix()].leaf) else {

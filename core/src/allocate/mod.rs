@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use bevy_ecs::prelude::*;
 use hyperplan_shared::NetworkTopology;
 
-use super::topology::TopologyIndex;
+use super::topology::{TierCap, TopologyIndex};
 use crate::cache::capacity::Capacity;
 use crate::cache::holdings::{Holdings, ShapeMemo, held_by};
 use crate::cache::numa::NumaState;
@@ -627,12 +627,12 @@ fn explain(
 /// [`tier::effective_tier`], warning once about a tier name no HyperNode has.
 fn effective_tier(
     nt: Option<&NetworkTopology>,
-    soft_tier: u32,
+    soft_tier: TierCap,
     index: &TopologyIndex,
     job: &str,
     out: &mut Outbox,
     warn: bool,
-) -> (Option<u32>, bool) {
+) -> (Option<TierCap>, bool) {
     let limit = tier::effective_tier(nt, soft_tier, index);
     if let Some(name) = limit.unknown_name.filter(|_| warn) {
         out.0.push(Command::Warn(format!(
@@ -696,7 +696,7 @@ pub fn build_ctx(
     parts: &dyn Parts,
     out: &mut Outbox,
 ) -> JobCtx {
-    let root_tier = index.root_tier();
+    let root_tier = TierCap::Tier(index.root_tier());
     // Warn about an unknown tier name once per job: on its first pass while pending.
     let warn = state.phase == JobPhase::Pending && state.checked_generation.is_none() && state.next_rank == 0;
     let (tier, with_topology) = effective_tier(

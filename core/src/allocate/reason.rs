@@ -4,7 +4,7 @@
 use crate::cache::capacity::Capacity;
 use crate::cache::numa::NumaState;
 use crate::model::ids::{HnIdx, NodeIdx};
-use crate::topology::TopologyIndex;
+use crate::topology::{TierCap, TopologyIndex};
 
 use super::gang::JobCtx;
 use super::search::{role_pending, room};
@@ -29,7 +29,7 @@ pub(super) fn impossible(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) ->
             ));
         }
     }
-    if let Some(t) = job.tier
+    if let Some(TierCap::Tier(t)) = job.tier
         && t < index.min_tier()
     {
         return Some(format!(
@@ -55,8 +55,8 @@ pub(super) fn pending(job: &JobCtx, index: &TopologyIndex, cap: &mut Capacity, n
         .collect();
     let cap = &*cap;
     let what = describe_tasks(job, cap, &pending);
-    let limit = job.tier.unwrap_or(index.root_tier());
-    if job.tier.is_none() || limit >= index.root_tier() {
+    let limit = job.tier.unwrap_or(TierCap::Tier(index.root_tier()));
+    if index.cap_is_whole(limit) {
         let have = room(&counts, &pending, index.root);
         if have < need {
             return format!("the cluster has free room for {have} of the {need} tasks needed ({what})");
@@ -66,7 +66,8 @@ pub(super) fn pending(job: &JobCtx, index: &TopologyIndex, cap: &mut Capacity, n
             && have < need
         {
             return format!(
-                "no HyperNode up to tier {limit} has free room for {need} tasks ({what}); best is {} with {have}",
+                "no HyperNode up to {} has free room for {need} tasks ({what}); best is {} with {have}",
+                index.cap_label(limit),
                 index.hns[i].name
             );
         }
@@ -84,8 +85,10 @@ pub(super) fn pending(job: &JobCtx, index: &TopologyIndex, cap: &mut Capacity, n
                 && have < need
             {
                 return format!(
-                    "partition {}: no HyperNode up to tier {t} has free room for {need} tasks; best is {} with {have}",
-                    s.id, index.hns[i].name
+                    "partition {}: no HyperNode up to {} has free room for {need} tasks; best is {} with {have}",
+                    s.id,
+                    index.cap_label(t),
+                    index.hns[i].name
                 );
             }
         }
@@ -98,12 +101,17 @@ pub(super) fn pending(job: &JobCtx, index: &TopologyIndex, cap: &mut Capacity, n
 
 /// The HyperNode up to tier `limit` with room for most of the pending tasks (ties by
 /// name) and how many it can take.
-fn best_hn(index: &TopologyIndex, counts: &[Option<Vec<u64>>], pending: &[u64], limit: u32) -> Option<(u64, usize)> {
+fn best_hn(
+    index: &TopologyIndex,
+    counts: &[Option<Vec<u64>>],
+    pending: &[u64],
+    limit: TierCap,
+) -> Option<(u64, usize)> {
     index
         .hns
         .iter()
         .enumerate()
-        .filter(|(_, h)| h.tier <= limit)
+        .filter(|(i, _)| index.allows(limit, HnIdx(*i as u32)))
         .map(|(i, h)| (room(counts, pending, HnIdx(i as u32)), std::cmp::Reverse(&h.name), i))
         .max()
         .map(|(have, _, i)| (have, i))

@@ -18,7 +18,7 @@ use super::binpack::{dim_weights, fill_ratio};
 use super::fading::fading_score;
 use super::gang::JobCtx;
 use super::gradient::gradients;
-use super::lca_score::lca_score;
+use super::lca_score::{degraded_penalty, lca_score};
 use super::span::{self, SpanKey};
 
 /// A node a task would get, with its NUMA assignment there.
@@ -477,6 +477,11 @@ impl<'a> Search<'a> {
                         fading_score(index, self.cap, self.cfg, &self.weights, g, &shape.req),
                         0.0,
                     )
+                };
+                let score = if index.groups[g.ix()].degraded {
+                    score - degraded_penalty(index)
+                } else {
+                    score
                 };
                 let span = cand[gi].as_ref().map_or(0, |c| c.1.numa.count());
                 found.push((gi, n, score, bonus, span));

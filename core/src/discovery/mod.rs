@@ -11,6 +11,7 @@
 pub mod fabric;
 pub mod known;
 mod label;
+pub mod nvlink;
 mod reconcile;
 pub mod sources;
 
@@ -22,7 +23,7 @@ use super::names::NodeNames;
 use crate::model::commands::Command;
 use crate::model::components::{Node, Source, SourceKind};
 pub use crate::model::discovered::{Found, SourceError};
-use crate::model::tick::{LabelTypes, NodeSetGeneration, Outbox, TopologyDirty};
+use crate::model::tick::{LabelTypes, NodeSetGeneration, Now, NvlinkDiscovery, Outbox, TopologyDirty};
 pub use sources::{Good, ReportedGuids, SourceState, Sources};
 
 /// Reconciles each source's HyperNodes when the topology is dirty: label discovery from the
@@ -47,7 +48,41 @@ pub fn discovery(world: &mut World) {
         .resource_mut::<Outbox>()
         .0
         .extend(warnings.into_iter().map(Command::Warn));
+    nvlink_source(world);
     polled(world);
+}
+
+/// The `nvlink` source: listed once a node reports NVLink fabric information, its
+/// HyperNodes made again whenever the topology is dirty (a node's report changed).
+fn nvlink_source(world: &mut World) {
+    let name = SourceKind::Nvlink.as_str();
+    let source = Source::of_kind(SourceKind::Nvlink);
+    if !world.resource::<NvlinkDiscovery>().0 {
+        reconcile::reconcile(world, &source, Vec::new());
+        world.resource_mut::<Sources>().0.remove(name);
+        return;
+    }
+    let _span = tracing::info_span!("source", name, kind = name).entered();
+    let mut q = world.query::<&Node>();
+    let reporting: Vec<(std::sync::Arc<str>, hyperplan_shared::gpufabric::NodeDomain)> = q
+        .iter(world)
+        .filter_map(|n| n.nvlink.as_ref().map(|v| (n.name.clone(), v.domain.clone())))
+        .collect();
+    let found = nvlink::discover(reporting.iter().map(|(n, d)| (&**n, d)));
+    let at = world.resource::<Now>().secs();
+    let listed = world.resource::<Sources>().0.contains_key(name);
+    if listed || !reporting.is_empty() {
+        let mut sources = world.resource_mut::<Sources>();
+        let state = sources
+            .0
+            .entry(name.to_string())
+            .or_insert_with(|| SourceState::new(SourceKind::Nvlink, "the NVLink domains agents report".to_string()));
+        state.last_attempt = Some(at);
+        state.last_success = Some(at);
+        state.summary = found.summary();
+        state.discovered = found.hyper_nodes.clone();
+    }
+    reconcile::reconcile(world, &source, found.hyper_nodes);
 }
 
 /// Tiers, filters and reconciles the polled sources whose input or node set changed.
@@ -58,9 +93,11 @@ fn polled(world: &mut World) {
         let Some(state) = world.resource::<Sources>().0.get(&name) else {
             continue;
         };
-        // Label discovery is listed with the sources but reconciled above. A fabric's
+        // Label and NVLink discovery are listed with the sources but reconciled above. A fabric's
         // host names depend on the node set too, so the generation covers re-tiering.
-        if state.kind == SourceKind::Label || (!state.changed && state.filtered_at == Some(generation)) {
+        if matches!(state.kind, SourceKind::Label | SourceKind::Nvlink)
+            || (!state.changed && state.filtered_at == Some(generation))
+        {
             continue;
         }
         let mut state = state.clone();

@@ -30,6 +30,52 @@ pub struct Node {
     /// Node and port GUIDs of its HCAs, from the probe: fabric discovery names a dump's
     /// CAs after the node that reports their GUIDs before it trusts anything else.
     pub ib_guids: Vec<u64>,
+    /// What its GPUs say of their NVLink fabric (`None`: no GPU reported any): the
+    /// `nvlink` source makes HyperNodes of the domains, `hyperplan nodes` shows the rest.
+    pub nvlink: Option<NodeNvlink>,
+}
+
+/// What a node's GPUs say of their NVLink fabric, as ingest read it from the probe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeNvlink {
+    /// The domain they agree on, or why there is none.
+    pub domain: hyperplan_shared::gpufabric::NodeDomain,
+    /// Per GPU reporting fabric trouble: `GPU 2: bandwidth degraded, route unhealthy`.
+    pub problems: Vec<String>,
+}
+
+impl NodeNvlink {
+    /// Reads the probe's per-GPU reports (`None`: none reported).
+    pub fn from_gpus(gpus: &[hyperplan_shared::gpufabric::GpuFabric]) -> Option<Self> {
+        if gpus.is_empty() {
+            return None;
+        }
+        let problems = gpus
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.health.degraded())
+            .map(|(k, g)| {
+                let who = match (g.index, g.pci_bus_id.is_empty()) {
+                    (Some(i), _) => format!("GPU {i}"),
+                    (None, false) => format!("GPU {}", g.pci_bus_id),
+                    (None, true) => format!("GPU #{}", k + 1),
+                };
+                format!("{who}: {}", g.health.problems().join(", "))
+            })
+            .collect();
+        Some(Self {
+            domain: hyperplan_shared::gpufabric::node_domain(gpus),
+            problems,
+        })
+    }
+
+    /// In a domain, with a GPU reporting fabric trouble: it scores lower.
+    pub fn degraded(&self) -> bool {
+        matches!(
+            self.domain,
+            hyperplan_shared::gpufabric::NodeDomain::Domain { degraded: true, .. }
+        )
+    }
 }
 
 /// Sets node `e` ready or not by inserting its [`Node`] again, so that
@@ -62,6 +108,9 @@ pub enum SourceKind {
     Ufm,
     /// A Slurm `topology.conf`.
     Slurm,
+    /// NVLink domains and partitions the agents report: the lowest tiers, grafted under
+    /// the lowest HyperNode of the other sources that holds each.
+    Nvlink,
 }
 
 impl SourceKind {
@@ -74,6 +123,7 @@ impl SourceKind {
             SourceKind::Ibnetdiscover => "ibnetdiscover",
             SourceKind::Ufm => "ufm",
             SourceKind::Slurm => "slurm",
+            SourceKind::Nvlink => "nvlink",
         }
     }
 

@@ -73,6 +73,9 @@ pub enum Event {
     StaticHyperNodes(Vec<HyperNodeSpec>),
     /// Label discovery configuration (Volcano `networkTopologyTypes`); replaces the previous.
     LabelDiscovery(BTreeMap<String, Vec<String>>),
+    /// Whether the `nvlink` source makes HyperNodes of the NVLink domains agents report
+    /// (on by default; planner.toml's `[[discovery]] source = "nvlink"`, `enabled`).
+    NvlinkDiscovery(bool),
     /// A polled discovery source exists (people see it before its first poll). `target`
     /// says what it reads (files, a command, a URL).
     DeclareSource {

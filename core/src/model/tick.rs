@@ -50,6 +50,17 @@ pub struct NodeSetGeneration(pub u64);
 #[derive(Debug, Default, Resource)]
 pub struct LabelTypes(pub std::collections::BTreeMap<String, Vec<String>>);
 
+/// Whether the `nvlink` source makes HyperNodes of the NVLink domains agents report (on
+/// unless planner.toml turns it off: nodes without a multi-node domain make none).
+#[derive(Resource, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvlinkDiscovery(pub bool);
+
+impl Default for NvlinkDiscovery {
+    fn default() -> Self {
+        Self(true)
+    }
+}
+
 /// Bumped whenever capacity may have grown (a task finished, a job was cancelled, a node
 /// or HyperNode changed). Within one epoch free capacity only shrinks, so a job that
 /// could not be placed need not be searched again until the epoch moves.

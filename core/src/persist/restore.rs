@@ -264,6 +264,7 @@ fn node_for(world: &mut World, name: &str, now_ms: u64) -> Entity {
                 ready: false,
                 ib_ports: (0, 0),
                 ib_guids: Vec::new(),
+                nvlink: None,
             },
             hardware,
             // Its agent's link: none yet, silent since the start.

@@ -305,7 +305,7 @@ impl<'a> Setting<'a> {
         let mut hns: Vec<HnIdx> = (0..index.hns.len())
             .map(|i| HnIdx(i as u32))
             .filter(|&h| match self.ctx.tier {
-                Some(t) => index.hns[h.ix()].tier <= t && h != index.root,
+                Some(t) => index.allows(t, h) && h != index.root,
                 None => true,
             })
             .filter(|&h| index.hns[h.ix()].node_count > 0)

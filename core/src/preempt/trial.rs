@@ -61,7 +61,7 @@ impl<'a> Trial<'a> {
         self.searches += 1;
         let mut trial = ctx.clone();
         if hn != index.root {
-            trial.tier = Some(index.hns[hn.ix()].tier);
+            trial.tier = Some(crate::topology::TierCap::Tier(index.hns[hn.ix()].tier));
             trial.allocated = Some(hn);
         }
         let placed = Search::new(index, self.cap, self.numa, self.config)

@@ -528,6 +528,7 @@ impl MachineBuilder {
     }
 }
 
+pub mod nvl;
 mod rig;
 mod span;
 

@@ -8,6 +8,7 @@ use bevy_ecs::prelude::{Entity, Resource};
 use fixedbitset::FixedBitSet;
 use hyperplan_shared::{MemberType, Selector};
 
+use super::tree::Tree;
 use crate::model::components::{HyperNode, Node};
 use crate::model::ids::{GroupIdx, HnIdx, NodeIdx};
 
@@ -23,6 +24,10 @@ pub struct HnInfo {
     pub tier: u32,
     /// Its `tierName`; `None` when not given.
     pub tier_name: Option<String>,
+    /// Its tree ([`TopologyIndex::trees`]); `None` only for the virtual root.
+    pub tree: Option<u32>,
+    /// The discovery source that made it (empty for the virtual root).
+    pub source: String,
     /// The HyperNode above it; `None` only for the virtual root.
     pub parent: Option<HnIdx>,
     /// Sorted by name: BFS order is deterministic.
@@ -41,8 +46,11 @@ pub struct HnInfo {
 /// scores a group once and takes its first node that fits.
 #[derive(Clone, Debug)]
 pub struct Group {
-    /// The lowest-tier HyperNode (tier = smallest tier present) holding these nodes.
+    /// The lowest-tier HyperNode holding these nodes (the first by name on a tie); `None`
+    /// for nodes in no HyperNode.
     pub leaf: Option<HnIdx>,
+    /// Its nodes' GPUs report NVLink fabric trouble: they score lower (`allocate`).
+    pub degraded: bool,
     /// Per position in `TopologyIndex::tiers`: the first (by name) HyperNode of that tier
     /// holding these nodes.
     pub per_tier: Vec<Option<HnIdx>>,
@@ -74,8 +82,11 @@ pub struct TopologyIndex {
     pub root: HnIdx,
     /// Sorted distinct tiers, the virtual root's included (gaps preserved).
     pub tiers: Vec<u32>,
-    /// Tier by `tierName`; a name given to two tiers keeps the first (by HyperNode name).
-    pub tier_names: BTreeMap<String, u32>,
+    /// Every `tierName` and its id, in name order; what tier a name means is the tree's
+    /// to say ([`Tree::tiers`]).
+    pub tier_names: BTreeMap<String, u16>,
+    /// The trees: one per top-level HyperNode, in name order.
+    pub trees: Vec<Tree>,
     /// Node groups by `GroupIdx`, in the order of their first node.
     pub groups: Vec<Group>,
     /// By group: its place in topology order, the order ranks follow. Groups are ordered
@@ -132,7 +143,26 @@ impl TopologyIndex {
     /// here so the result does not depend on entity order.
     /// `removed`: nodes an admin removed (`hyperplan nodes remove`): a member naming one
     /// is left out quietly instead of breaking its HyperNode.
+    /// The `nvlink` source's HyperNodes are grafted under the others first ([`super::graft`]).
     pub fn build(
+        nodes: &[(Entity, &Node)],
+        hyper_nodes: &[&HyperNode],
+        generation: u64,
+        removed: &std::collections::BTreeSet<String>,
+    ) -> Self {
+        match super::graft::graft(nodes, hyper_nodes, generation, removed) {
+            None => Self::build_tree(nodes, hyper_nodes, generation, removed),
+            Some((grafted, notes)) => {
+                let refs: Vec<&HyperNode> = grafted.iter().collect();
+                let mut index = Self::build_tree(nodes, &refs, generation, removed);
+                index.warnings.extend(notes);
+                index
+            }
+        }
+    }
+
+    /// [`Self::build`] without grafting: the HyperNodes as their sources gave them.
+    pub(super) fn build_tree(
         nodes: &[(Entity, &Node)],
         hyper_nodes: &[&HyperNode],
         generation: u64,
@@ -312,6 +342,8 @@ impl TopologyIndex {
                 name: specs[i].spec.name.clone(),
                 tier: specs[i].spec.tier,
                 tier_name: specs[i].spec.tier_name.clone(),
+                tree: None,
+                source: specs[i].source.name.clone(),
                 parent: Some(parent[i].and_then(|p| dense[p]).unwrap_or(root)),
                 children: Vec::new(),
                 depth: 0,
@@ -324,6 +356,8 @@ impl TopologyIndex {
             name: VIRTUAL_ROOT.to_string(),
             tier: max_tier.map_or(1, |t| t + 1),
             tier_name: None,
+            tree: None,
+            source: String::new(),
             parent: None,
             children: Vec::new(),
             depth: 0,
@@ -336,8 +370,10 @@ impl TopologyIndex {
                 hns[p.ix()].children.push(HnIdx(h as u32)); // h ascending = name order
             }
         }
-        // Depths top-down, node sets bottom-up (children before parents in post-order).
+        // Depths and trees top-down, node sets bottom-up (children before parents in
+        // post-order).
         let mut order = vec![root];
+        let mut tops = Vec::new();
         let mut k = 0;
         while k < order.len() {
             let h = order[k];
@@ -345,6 +381,12 @@ impl TopologyIndex {
             let children = hns[h.ix()].children.clone();
             for c in children {
                 hns[c.ix()].depth = d + 1;
+                hns[c.ix()].tree = if h == root {
+                    tops.push(c);
+                    Some(tops.len() as u32 - 1)
+                } else {
+                    hns[h.ix()].tree
+                };
                 order.push(c);
             }
             k += 1;
@@ -368,45 +410,37 @@ impl TopologyIndex {
         let mut tiers: Vec<u32> = hns.iter().map(|h| h.tier).collect();
         tiers.sort_unstable();
         tiers.dedup();
-        let mut tier_names = BTreeMap::new();
-        for h in &hns {
-            if let Some(tn) = h.tier_name.as_ref().filter(|t| !t.is_empty()) {
-                match tier_names.get(tn) {
-                    Some(&t) if t != h.tier => warnings.push(format!(
-                        "tierName {tn:?} names tiers {t} and {} ({}); tier {t} is used",
-                        h.tier, h.name
-                    )),
-                    Some(_) => {}
-                    None => {
-                        tier_names.insert(tn.clone(), h.tier);
-                    }
-                }
-            }
-        }
+        let (tier_names, trees) = tree_tiers(&hns, tops, &mut warnings);
 
         // 5. Node groups: nodes with the same set of HyperNodes.
-        let mut node_hns: Vec<Vec<HnIdx>> = vec![Vec::new(); n_nodes];
+        // Nodes whose GPUs report fabric trouble are a group of their own, scored lower.
+        let mut node_hns: Vec<(Vec<HnIdx>, bool)> = nodes.iter().map(|(_, n)| (Vec::new(), degraded(n))).collect();
         for (h, info) in hns.iter().enumerate() {
             for n in info.nodes.ones() {
-                node_hns[n].push(HnIdx(h as u32));
+                node_hns[n].0.push(HnIdx(h as u32));
             }
         }
-        let min_tier = tiers.first().copied().unwrap_or(1);
-        let mut by_signature: BTreeMap<Vec<HnIdx>, GroupIdx> = BTreeMap::new();
+        let mut by_signature: BTreeMap<(Vec<HnIdx>, bool), GroupIdx> = BTreeMap::new();
         let mut groups: Vec<Group> = Vec::new();
         let mut node_group = Vec::with_capacity(n_nodes);
-        for (n, sig) in node_hns.into_iter().enumerate() {
+        for (n, key) in node_hns.into_iter().enumerate() {
             let next = GroupIdx(groups.len() as u32);
-            let g = *by_signature.entry(sig.clone()).or_insert(next);
+            let g = *by_signature.entry(key.clone()).or_insert(next);
             if g == next {
+                let (sig, degraded) = key;
                 // sig is in HnIdx = name order, so the first hit per tier is the first by name.
                 let per_tier = tiers
                     .iter()
                     .map(|t| sig.iter().copied().find(|h| hns[h.ix()].tier == *t))
                     .collect::<Vec<_>>();
-                let leaf = sig.iter().copied().find(|h| hns[h.ix()].tier == min_tier);
+                let leaf = sig
+                    .iter()
+                    .copied()
+                    .filter(|&h| h != root)
+                    .min_by_key(|h| hns[h.ix()].tier);
                 groups.push(Group {
                     leaf,
+                    degraded,
                     per_tier,
                     hyper_nodes: sig,
                     nodes: Vec::new(),
@@ -438,11 +472,60 @@ impl TopologyIndex {
             root,
             tiers,
             tier_names,
+            trees,
             groups,
             group_order,
             warnings,
         }
     }
+}
+
+/// Whether a node's GPUs report NVLink fabric trouble.
+fn degraded(node: &Node) -> bool {
+    node.nvlink.as_ref().is_some_and(|v| v.degraded())
+}
+
+/// Tier names and what each means per tree: ids in name order, and per tree the tier of
+/// each name (a name given to two tiers of one tree keeps the first by HyperNode name).
+fn tree_tiers(hns: &[HnInfo], tops: Vec<HnIdx>, warnings: &mut Vec<String>) -> (BTreeMap<String, u16>, Vec<Tree>) {
+    let mut names: BTreeMap<String, u16> = BTreeMap::new();
+    for h in hns {
+        if let Some(tn) = h.tier_name.as_ref().filter(|t| !t.is_empty()) {
+            names.entry(tn.clone()).or_insert(0);
+        }
+    }
+    for (k, id) in names.values_mut().enumerate() {
+        // HyperNode specs are far fewer than 65,536 names in practice; beyond, ids wrap
+        // and a name may read another's tiers, which only loosens a limit.
+        *id = k as u16;
+    }
+    let mut trees: Vec<Tree> = tops
+        .into_iter()
+        .map(|top| Tree {
+            top,
+            tiers: vec![0; names.len()],
+        })
+        .collect();
+    for h in hns {
+        let (Some(tree), Some(tn)) = (h.tree, h.tier_name.as_ref().filter(|t| !t.is_empty())) else {
+            continue;
+        };
+        let tree = &mut trees[tree as usize];
+        let slot = &mut tree.tiers[usize::from(names[tn])];
+        if *slot == 0 {
+            *slot = h.tier;
+        } else if *slot != h.tier {
+            warnings.push(format!(
+                "tierName {tn:?} names tiers {} and {} ({}) in the tree under {}; tier {} is used",
+                slot,
+                h.tier,
+                h.name,
+                hns[tree.top.ix()].name,
+                slot
+            ));
+        }
+    }
+    (names, trees)
 }
 
 /// See `TopologyIndex::group_order`.

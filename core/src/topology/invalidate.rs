@@ -69,6 +69,7 @@ fn hardware_inserted(mut world: DeferredWorld, _: HookContext) {
 pub(crate) fn invalidate(
     mut changes: ResMut<NodeChanges>,
     labels: Res<LabelTypes>,
+    nvlink: Res<crate::model::tick::NvlinkDiscovery>,
     sources: Res<Sources>,
     mut generation: ResMut<NodeSetGeneration>,
     mut dirty: ResMut<TopologyDirty>,
@@ -78,7 +79,7 @@ pub(crate) fn invalidate(
     if set {
         generation.0 += 1;
     }
-    if any || labels.is_changed() || sources.0.values().any(|s| s.changed) {
+    if any || labels.is_changed() || nvlink.is_changed() || sources.0.values().any(|s| s.changed) {
         dirty.0 = true;
     }
 }

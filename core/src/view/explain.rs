@@ -17,7 +17,7 @@ use crate::allocate::tier::effective_tier;
 use crate::cache::capacity::Capacity;
 use crate::model::components::{Job, NodeSlot, TaskPhase, TaskState};
 use crate::model::ids::HnIdx;
-use crate::topology::TopologyIndex;
+use crate::topology::{TierCap, TopologyIndex};
 
 /// `None` when no job has that name.
 pub fn explain(world: &World, name: &str) -> Option<Explanation> {
@@ -53,10 +53,11 @@ pub fn explain(world: &World, name: &str) -> Option<Explanation> {
         .saturating_sub(placed)
         .max(u64::from(pending.iter().any(|p| *p > 0)));
     // The allocator's own tier limit (soft = the whole cluster, shown as no limit).
-    let root_tier = index.root_tier();
-    let tier_limit = effective_tier(job.spec.network_topology.as_ref(), root_tier, index)
+    let whole = TierCap::Tier(index.root_tier());
+    let limit = effective_tier(job.spec.network_topology.as_ref(), whole, index)
         .tier
-        .filter(|t| *t != root_tier);
+        .filter(|c| !index.cap_is_whole(*c));
+    let tier_limit = limit.map(|c| index.cap_tier(c));
     let rooms: Vec<Vec<u64>> = job
         .spec
         .tasks
@@ -71,7 +72,7 @@ pub fn explain(world: &World, name: &str) -> Option<Explanation> {
     // The HyperNodes the gradient search walks within the limit, lowest tier first (by
     // name within a tier), every one shown whether or not it has room.
     let mut order: Vec<HnIdx> = Vec::new();
-    for mut tier in gradients(index, index.root, Some(tier_limit.unwrap_or(root_tier)), None, |_| true) {
+    for mut tier in gradients(index, index.root, Some(limit.unwrap_or(whole)), None, |_| true) {
         tier.retain(|&h| h != index.root);
         tier.sort_by(|a, b| index.hns[a.ix()].name.cmp(&index.hns[b.ix()].name));
         order.extend(tier);

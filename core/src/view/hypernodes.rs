@@ -52,7 +52,7 @@ pub fn hyper_node_tree(world: &World) -> HyperNodeTree {
             name: info.name.clone(),
             tier: info.tier,
             tier_name: info.tier_name.clone(),
-            source: sources.get(&info.name).cloned().unwrap_or_else(|| "static".to_string()),
+            source: info.source.clone(),
             parent: info
                 .parent
                 .filter(|p| *p != index.root)

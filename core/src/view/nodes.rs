@@ -6,14 +6,18 @@
 use std::collections::HashMap;
 
 use bevy_ecs::prelude::*;
-use hyperplan_shared::status::{DrainState, DrainStatus, FreeTotal, NodeState, NodeStatus};
+use hyperplan_shared::gpufabric::NodeDomain;
+use hyperplan_shared::status::{DrainState, DrainStatus, FreeTotal, NodeState, NodeStatus, NvlinkState, NvlinkStatus};
 
 use crate::cache::capacity::Capacity;
-use crate::model::components::{Node, NodeSlot, TaskState};
+use crate::discovery::nvlink::{DOMAIN_TIER, PARTITION_TIER};
+use crate::model::components::{Node, NodeNvlink, NodeSlot, TaskState};
 use crate::model::drain::{Drain, Drains};
+use crate::model::ids::NodeIdx;
 use crate::nodes::health::heard_secs_ago;
 use crate::nodes::refusals::Refusals;
 use crate::numa::node::{NodeHardware, is_gpu_resource};
+use crate::topology::TopologyIndex;
 
 /// Every node, by name.
 pub fn node_statuses(world: &World) -> Vec<NodeStatus> {
@@ -29,6 +33,7 @@ pub fn node_statuses(world: &World) -> Vec<NodeStatus> {
         return Vec::new();
     };
     let cap = world.resource::<Capacity>();
+    let index = world.resource::<TopologyIndex>();
     let sum = |slot: Option<&NodeSlot>, pick: &dyn Fn(&str) -> bool| -> FreeTotal {
         let Some(slot) = slot else {
             return FreeTotal::default();
@@ -71,6 +76,7 @@ pub fn node_statuses(world: &World) -> Vec<NodeStatus> {
                 confinement: None, // the agent's word, filled by the planner's driver
                 reason: None,
                 drain: None,
+                nvlink: node.nvlink.as_ref().map(|v| nvlink_status(v, slot.map(|s| s.0), index)),
             }
         })
         .collect();
@@ -107,6 +113,50 @@ pub fn node_statuses(world: &World) -> Vec<NodeStatus> {
     out
 }
 
+/// A node's NVLink report as `hyperplan nodes` shows it, with the lowest NVLink
+/// HyperNode holding it (a partition, a domain, or a part of a split domain).
+fn nvlink_status(v: &NodeNvlink, slot: Option<NodeIdx>, index: &TopologyIndex) -> NvlinkStatus {
+    let hyper_node = slot.and_then(|n| {
+        index.groups[index.node_group[n.ix()].ix()]
+            .hyper_nodes
+            .iter()
+            .map(|h| &index.hns[h.ix()])
+            .filter(|h| matches!(h.tier_name.as_deref(), Some(PARTITION_TIER | DOMAIN_TIER)))
+            .min_by_key(|h| h.tier)
+            .map(|h| h.name.clone())
+    });
+    let (state, detail) = match &v.domain {
+        NodeDomain::Domain { degraded: true, .. } => (NvlinkState::Degraded, Some(v.problems.join("; "))),
+        NodeDomain::Domain { .. } => (NvlinkState::Ok, None),
+        NodeDomain::None { why } => (NvlinkState::None, Some(why.clone())),
+        NodeDomain::Pending { why } => (NvlinkState::Registering, Some(why.clone())),
+        NodeDomain::Failed { why } => (NvlinkState::Failed, Some(why.clone())),
+        NodeDomain::Disagree { gpus } => {
+            let mut seen: Vec<String> = gpus
+                .iter()
+                .map(|g| {
+                    if g.cluster_uuid.is_empty() {
+                        format!("no domain (state {})", g.state)
+                    } else {
+                        format!("{} clique {}", g.cluster_uuid, g.clique_id)
+                    }
+                })
+                .collect();
+            seen.sort();
+            seen.dedup();
+            (
+                NvlinkState::Disagree,
+                Some(format!("its GPUs report {}", seen.join(", "))),
+            )
+        }
+    };
+    NvlinkStatus {
+        state,
+        hyper_node,
+        detail: detail.filter(|d| !d.is_empty()),
+    }
+}
+
 /// A drain as `hyperplan nodes` shows it: draining while `running` tasks remain.
 fn status_of(d: &Drain, running: u32) -> DrainStatus {
     DrainStatus {
@@ -137,5 +187,6 @@ fn absent(name: &str, reason: String) -> NodeStatus {
         confinement: None,
         reason: Some(reason),
         drain: None,
+        nvlink: None,
     }
 }

@@ -22,6 +22,9 @@ pub struct DiscoveryConfig {
     /// `source = "label"`: Volcano's `networkTopologyTypes`, type name → node label keys,
     /// top tier first. Event driven: it follows the labels agents report.
     pub label: BTreeMap<String, Vec<String>>,
+    /// `source = "nvlink"`, `enabled = false`: no HyperNodes from the NVLink domains agents
+    /// report. On by default: nodes without a multi-node NVLink domain make none.
+    pub nvlink_off: bool,
     /// Every other source, read at start, every `interval` and on SIGHUP, in config order.
     pub sources: Vec<SourceConfig>,
 }
@@ -201,23 +204,30 @@ pub fn discovery_config(
                 "timeout",
             ],
             "slurm" => &["name", "interval", "file"],
+            "nvlink" => &[],
             other => {
                 return Err(at(
                     here,
                     format!(
-                        "discovery[{i}].source: expected \"label\", \"static\", \"ibnetdiscover\", \"ufm\" or \"slurm\", got {other:?}"
+                        "discovery[{i}].source: expected \"label\", \"static\", \"ibnetdiscover\", \"ufm\", \"slurm\" or \"nvlink\", got {other:?}"
                     ),
                 ));
             }
         };
         if let Some((key, offset)) = d.set_keys().into_iter().find(|(k, _)| !allowed.contains(k)) {
+            let takes = if allowed.is_empty() {
+                "it takes only `enabled`".to_string()
+            } else {
+                format!("it takes {}", allowed.join(", "))
+            };
             return Err(at(
                 offset,
-                format!(
-                    "discovery[{i}].{key}: source \"{kind}\" has no key `{key}`; it takes {}",
-                    allowed.join(", ")
-                ),
+                format!("discovery[{i}].{key}: source \"{kind}\" has no key `{key}`; {takes}"),
             ));
+        }
+        if kind == "nvlink" {
+            discovery.nvlink_off = !d.enabled;
+            continue;
         }
         if !d.enabled {
             continue;

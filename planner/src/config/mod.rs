@@ -205,8 +205,11 @@ weight = 2
             }
         }
         blocks.extend(current);
-        assert_eq!(blocks.len(), 5, "{blocks:#?}");
-        let kinds: Vec<SourceKind> = blocks
+        assert_eq!(blocks.len(), 6, "{blocks:#?}");
+        // The last turns NVLink discovery off: it is no polled source.
+        let nvlink = DaemonConfig::parse(&blocks[5], "planner.toml")?;
+        assert!(nvlink.discovery.nvlink_off && nvlink.discovery.sources.is_empty());
+        let kinds: Vec<SourceKind> = blocks[..5]
             .iter()
             .map(|b| DaemonConfig::parse(b, "planner.toml").map(|c| c.discovery.sources[0].spec.kind()))
             .collect::<Result<_, _>>()?;
@@ -349,6 +352,24 @@ enabled = false
             "p.toml",
         )?;
         assert_eq!(cfg.discovery.sources[0].interval, Duration::from_secs(3600));
+        assert!(!cfg.discovery.nvlink_off, "NVLink discovery is on unless turned off");
+        Ok(())
+    }
+
+    #[test]
+    fn nvlink_discovery_turns_off_and_takes_no_other_key() -> Result<(), ConfigError> {
+        let cfg = DaemonConfig::parse("[[discovery]]\nsource = \"nvlink\"\nenabled = false\n", "p.toml")?;
+        assert!(cfg.discovery.nvlink_off);
+        assert!(cfg.discovery.sources.is_empty());
+        let cfg = DaemonConfig::parse("[[discovery]]\nsource = \"nvlink\"\n", "p.toml")?;
+        assert!(!cfg.discovery.nvlink_off);
+        let e = DaemonConfig::parse("[[discovery]]\nsource = \"nvlink\"\nfile = \"x\"\n", "p.toml")
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("p.toml:3:8: discovery[0].file: source \"nvlink\" has no key `file`; it takes only `enabled`")
+        );
         Ok(())
     }
 

@@ -210,6 +210,7 @@ impl Driver {
         config.planner.health = config.server.health();
         let mut planner = Planner::new(config.planner.clone());
         planner.push(Event::LabelDiscovery(config.discovery.label.clone()));
+        planner.push(Event::NvlinkDiscovery(!config.discovery.nvlink_off));
         // The pollers (`crate::discovery`) send the sources' contents; declared here so
         // people see every source from the start.
         for s in &config.discovery.sources {
