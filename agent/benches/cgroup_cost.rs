@@ -35,6 +35,7 @@ fn main() {
         mems: &[],
         memory_max: Some(256 << 20),
         pids_max: Some(4096),
+        gpus: None,
     };
     let mut create = Vec::with_capacity(tasks);
     let mut release = Vec::with_capacity(tasks);

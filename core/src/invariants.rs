@@ -92,6 +92,9 @@ pub fn check(world: &mut World) -> Vec<String> {
         }
         let running = running_nodes(world, &job.tasks);
         check_tier(index, name, job.spec.network_topology.as_ref(), &running, &mut bad);
+        if !job.trees.is_empty() {
+            check_trees(index, name, &job.trees, &running, &mut bad);
+        }
         let mut whole = vec![0u32; job.partition_groups.len()];
         for &se in &job.sub_jobs {
             let Some(sj) = world.get::<SubJob>(se) else { continue };
@@ -105,6 +108,9 @@ pub fn check(world: &mut World) -> Vec<String> {
             }
             let sj_running = running_nodes(world, &sj.tasks);
             check_tier(index, &sj.id, sj.network_topology.as_ref(), &sj_running, &mut bad);
+            if sj.block.is_some() {
+                check_consecutive(world, sj, &mut bad);
+            }
         }
         for (g, &(_, min)) in job.partition_groups.iter().enumerate() {
             if whole[g] < min {
@@ -116,6 +122,47 @@ pub fn check(world: &mut World) -> Vec<String> {
         }
     }
     bad
+}
+
+/// A job of a queue with `trees` runs only on nodes of those trees.
+fn check_trees(index: &TopologyIndex, who: &str, trees: &[String], nodes: &[NodeIdx], bad: &mut Vec<String>) {
+    for n in nodes {
+        let tree = index.groups[index.node_group[n.ix()].ix()]
+            .hyper_nodes
+            .iter()
+            .find_map(|h| index.hns[h.ix()].tree);
+        let top = tree.map(|t| index.hns[index.trees[t as usize].top.ix()].name.as_str());
+        if !top.is_some_and(|top| trees.iter().any(|t| t == top)) {
+            bad.push(format!(
+                "{who}: runs on {} in tree {}, its queue's trees are {}",
+                index.node_names[n.ix()],
+                top.unwrap_or("(none)"),
+                trees.join(", ")
+            ));
+        }
+    }
+}
+
+/// An innermost segment's ranks, once all given, are consecutive.
+fn check_consecutive(world: &World, sj: &SubJob, bad: &mut Vec<String>) {
+    let ranks: Vec<u32> = sj
+        .tasks
+        .iter()
+        .filter_map(|t| world.get::<TaskState>(*t).and_then(|s| s.rank))
+        .collect();
+    if ranks.len() < sj.tasks.len() {
+        return;
+    }
+    let (lo, hi) = (ranks.iter().min(), ranks.iter().max());
+    if let (Some(&lo), Some(&hi)) = (lo, hi)
+        && (hi - lo) as usize + 1 != ranks.len()
+    {
+        bad.push(format!(
+            "segment {}: ranks {lo}-{hi} for {} tasks, not consecutive",
+            sj.id,
+            ranks.len()
+        ));
+    }
 }
 
 /// Nodes of the tasks among `tasks` that hold resources now.

@@ -68,7 +68,7 @@ fn single_numa_node_packs_numa_nodes_then_names_the_refusal() {
     assert_eq!(
         b.reason.as_deref(),
         Some(
-            "task worker: no node with room admits it under single-numa-node; \
+            "NumaNoFit: task worker: no node with room admits it under single-numa-node; \
              n01: single-numa-node: no NUMA node has 6 free PUs"
         )
     );

@@ -353,3 +353,44 @@ fn turned_off_the_source_takes_its_hypernodes_and_the_tiers_fall_back() {
     assert_eq!(hn_names(&p, "nvl-").len(), 2);
     assert!(p.violations().is_empty(), "{:?}", p.violations());
 }
+
+#[test]
+fn a_queue_with_trees_keeps_its_jobs_in_them() {
+    let mut b = ClusterBuilder::nvl72(2, 2, 0);
+    for i in 1..=4 {
+        b = b.add_node(&format!("h{i}"), "cpu=64,memory=512Gi,nvidia.com/gpu=8");
+    }
+    let cluster = b
+        .hyper_node(hn("h-leaf-1", 1, MemberType::Node, &["h1", "h2", "h3", "h4"]))
+        .hyper_node(hn("h-spine", 2, MemberType::HyperNode, &["h-leaf-1"]))
+        .build();
+    let config = PlannerConfig::parse(
+        "[[queue]]\nname = \"gb200\"\ntrees = [\"leaf-1\"]\n\n[[queue]]\nname = \"h100\"\ntrees = [\"h-spine\"]\n",
+        "planner.toml",
+    )
+    .unwrap();
+    let jobs = vec![
+        // Without the queue, a job with no topology goes first to h1 (first by name).
+        JobBuilder::gang("on-trays", 4, "cpu=1").queue("gb200").build(),
+        JobBuilder::gang("on-h100", 2, "cpu=1").queue("h100").build(),
+        // More than the H100 island holds: waits rather than spill onto the trays.
+        JobBuilder::gang("too-big", 5, "cpu=64").queue("h100").build(),
+        JobBuilder::gang("anywhere", 1, "cpu=1").build(),
+    ];
+    let r = run(&cluster, &jobs, config);
+    assert!(
+        nodes_of(&r, "on-trays").iter().all(|n| n.starts_with('r')),
+        "{:?}",
+        nodes_of(&r, "on-trays")
+    );
+    assert!(
+        nodes_of(&r, "on-h100").iter().all(|n| n.starts_with('h')),
+        "{:?}",
+        nodes_of(&r, "on-h100")
+    );
+    let (st, why) = status(&r, "too-big");
+    assert_ne!(st, JobStatus::Placed);
+    assert!(why.starts_with("TopoNoFit") || why.contains("TopoNoFit"), "{why}");
+    assert!(why.contains("best is h-"), "{why}");
+    assert_eq!(nodes_of(&r, "anywhere"), ["h1".to_string()].into());
+}

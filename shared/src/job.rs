@@ -31,6 +31,48 @@ pub struct NetworkTopology {
     pub highest_tier_name: Option<String>,
 }
 
+/// Most `segments` layers a job may give (rack, tray, … : a few in practice).
+pub const MAX_SEGMENT_LAYERS: usize = 8;
+
+/// One layer of `segments`: groups of `size` consecutive ranks (over every task, in
+/// the job's task order), each inside one HyperNode of the tier named (Slurm's
+/// `--segment`, Kueue's multi-layer slices, Volcano's partition policy generalised).
+/// Layers go outer first; each outer size is a multiple of the next one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Segment {
+    pub size: u32,
+    /// The tier each segment stays inside, by name (`nvlink`), resolved in each tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier_name: Option<String>,
+    /// Or by number, the same in every tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<u32>,
+    /// The last segment may be smaller when the ranks are not a multiple of `size`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_partial: bool,
+}
+
+impl Segment {
+    /// The hard topology each segment of this layer is held to.
+    pub fn network_topology(&self) -> NetworkTopology {
+        NetworkTopology {
+            mode: TopologyMode::Hard,
+            highest_tier_allowed: self.tier,
+            highest_tier_name: self.tier_name.clone(),
+        }
+    }
+
+    /// `tier nvlink` or `tier 2`, for messages.
+    pub fn tier_label(&self) -> String {
+        match (&self.tier_name, self.tier) {
+            (Some(n), _) => n.clone(),
+            (None, Some(t)) => format!("tier {t}"),
+            (None, None) => "any tier".into(),
+        }
+    }
+}
+
 /// `partitionPolicy`: the task's replicas split into `total_partitions` partitions of
 /// `partition_size`; the gang needs `min_partitions` whole partitions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -247,6 +289,10 @@ pub struct JobSpec {
     /// may preempt; `None`: the planner's default class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class: Option<String>,
+    /// `segments`, outer layer first; empty: none. Every rank is needed (the gang is the
+    /// whole job), and no task has a `partitionPolicy`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segments: Vec<Segment>,
 }
 
 impl JobSpec {
@@ -323,6 +369,16 @@ struct RawTopology {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawSegment {
+    size: Located<u32>,
+    tier_name: Option<Located<String>>,
+    tier: Option<Located<u32>>,
+    #[serde(default)]
+    allow_partial: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawPartition {
     total_partitions: Located<u32>,
     partition_size: Located<u32>,
@@ -342,6 +398,7 @@ struct RawJob {
     #[serde(default)]
     submit_time: u64,
     network_topology: Option<Located<RawTopology>>,
+    segments: Option<Located<Vec<Located<RawSegment>>>>,
     tasks: Located<Vec<RawTask>>,
     /// Read as text: `3600` or `1h30m`.
     time_limit: Option<Located<String>>,
@@ -821,6 +878,7 @@ struct JobParts {
     min_available: Option<Located<u32>>,
     submit_time: u64,
     network_topology: Option<Located<RawTopology>>,
+    segments: Option<Located<Vec<Located<RawSegment>>>>,
     tasks: Located<Vec<TaskParts>>,
     time_limit: Option<Located<String>>,
     master_port: Option<Located<String>>,
@@ -889,6 +947,8 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
             ));
         }
     }
+    let partitioned = tasks.iter().any(|t| t.partition_policy.is_some());
+    let segments = build_segments(j.segments, replicas as u32, partitioned, j.min_available.as_ref(), path)?;
     let spec = JobSpec {
         name: j.name.value.clone(),
         priority: j.priority,
@@ -902,8 +962,115 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
         user: j.user.map(|u| u.value),
         credential: None,
         priority_class: j.priority_class.map(|c| c.value),
+        segments,
     };
     Ok((spec, j.name))
+}
+
+/// `segments`, checked: sizes from 1, each layer's size dividing the one outside it,
+/// a tier name or number each, the job's ranks a multiple of the outer size (or the
+/// layer `allowPartial`, and so for each inner layer the tail does not fill), every rank
+/// needed, and no `partitionPolicy` beside them.
+fn build_segments(
+    raw: Option<Located<Vec<Located<RawSegment>>>>,
+    ranks: u32,
+    partitioned: bool,
+    min_available: Option<&Located<u32>>,
+    path: &Path,
+) -> Result<Vec<Segment>, FileError> {
+    let Some(raw) = raw else { return Ok(Vec::new()) };
+    if raw.value.is_empty() {
+        return Err(located_error(
+            path,
+            &raw,
+            "expected at least one layer, e.g. [{size: 16, tierName: nvlink}]",
+        ));
+    }
+    if raw.value.len() > MAX_SEGMENT_LAYERS {
+        return Err(located_error(
+            path,
+            &raw,
+            format!("expected at most {MAX_SEGMENT_LAYERS} layers, got {}", raw.value.len()),
+        ));
+    }
+    if partitioned {
+        return Err(located_error(
+            path,
+            &raw,
+            "expected segments or a task's partitionPolicy, not both (segments generalise partitions)",
+        ));
+    }
+    if let Some(m) = min_available.filter(|m| m.value != ranks) {
+        return Err(located_error(
+            path,
+            m,
+            format!(
+                "expected no minAvailable or all {ranks} ranks with segments (each segment is whole), got {}",
+                m.value
+            ),
+        ));
+    }
+    let mut out: Vec<Segment> = Vec::with_capacity(raw.value.len());
+    // The last segment's size in the layer above (the job's ranks above the outer layer).
+    let mut tail = ranks;
+    for (k, layer) in raw.value.into_iter().enumerate() {
+        let l = layer.value;
+        at_least_one(&l.size, path)?;
+        let size = l.size.value;
+        if let Some(outer) = out.last()
+            && outer.size % size != 0
+        {
+            return Err(located_error(
+                path,
+                &l.size,
+                format!(
+                    "expected a size that divides the outer layer's {}, got {size}",
+                    outer.size
+                ),
+            ));
+        }
+        let (tier_name, tier) = match (l.tier_name, l.tier) {
+            (Some(n), None) if !n.value.trim().is_empty() => (Some(n.value), None),
+            (None, Some(t)) => {
+                at_least_one(&t, path)?;
+                (None, Some(t.value))
+            }
+            (Some(n), Some(_)) => {
+                return Err(located_error(path, &n, "expected tierName or tier, not both"));
+            }
+            _ => {
+                return Err(file_error(
+                    path,
+                    layer.pos,
+                    &format!("{}.tierName", layer.field),
+                    "expected the tier each segment stays inside, e.g. tierName: nvlink",
+                ));
+            }
+        };
+        let rest = tail % size;
+        if rest != 0 && !l.allow_partial {
+            let what = if k == 0 {
+                format!("the job's {ranks} ranks")
+            } else {
+                format!("the last outer segment's {tail} ranks")
+            };
+            return Err(located_error(
+                path,
+                &l.size,
+                format!(
+                    "{what} are not a multiple of {size}; give allowPartial: true to let the last segment be smaller"
+                ),
+            ));
+        }
+        tail = if rest != 0 { rest } else { size };
+        out.push(Segment {
+            size,
+            tier_name,
+            tier,
+            allow_partial: l.allow_partial,
+        });
+    }
+    Ok(out)
 }
 
 impl RawJob {
@@ -947,6 +1114,7 @@ impl RawJob {
             min_available: self.min_available,
             submit_time: self.submit_time,
             network_topology: self.network_topology,
+            segments: self.segments,
             tasks: Located {
                 value: tasks.collect(),
                 pos: self.tasks.pos,
@@ -1011,6 +1179,7 @@ impl VolcanoJob {
             min_available: spec.min_available.filter(|m| m.value > 0),
             submit_time: 0,
             network_topology: spec.network_topology,
+            segments: None,
             tasks: Located {
                 value: tasks.collect(),
                 pos: spec.tasks.pos,

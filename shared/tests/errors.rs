@@ -432,3 +432,41 @@ fn priority_class_name_bad() {
 fn on_node_lost_unknown() {
     insta::assert_snapshot!(job_field("onNodeLost: retry"), @r#"jobs.yaml:2:13: onNodeLost: expected fail, requeue or replace (the lost tasks again on spare nodes of the job's HyperNode), got "retry""#);
 }
+
+/// `segments` (issue 27): a leader and 63 workers, two layers.
+const SEGMENT_JOB: &str = "name: train\nsegments:\n";
+const SEGMENT_TASKS: &str = "tasks:\n  - {name: leader, replicas: 1, resources: {cpu: 1}}\n  - {name: worker, replicas: 63, resources: {cpu: 1}}\n";
+
+#[test]
+fn segment_sizes_must_nest() {
+    insta::assert_snapshot!(job_error(&format!(
+        "{SEGMENT_JOB}  - {{size: 16, tierName: nvlink}}\n  - {{size: 6, tierName: tray}}\n{SEGMENT_TASKS}"
+    )), @"jobs.yaml:4:12: segments[1].size: expected a size that divides the outer layer's 16, got 6");
+}
+
+#[test]
+fn segment_ranks_not_a_multiple_say_allow_partial() {
+    insta::assert_snapshot!(job_error(&format!(
+        "{SEGMENT_JOB}  - {{size: 24, tierName: nvlink}}\n{SEGMENT_TASKS}"
+    )), @"jobs.yaml:3:12: segments[0].size: the job's 64 ranks are not a multiple of 24; give allowPartial: true to let the last segment be smaller");
+    // Allowed at the outer layer, the tail of 16 still splits into 4s; not into 6s.
+    insta::assert_snapshot!(job_error(&format!(
+        "{SEGMENT_JOB}  - {{size: 24, tierName: nvlink, allowPartial: true}}\n  - {{size: 12, tierName: tray}}\n{SEGMENT_TASKS}"
+    )), @"jobs.yaml:4:12: segments[1].size: the last outer segment's 16 ranks are not a multiple of 12; give allowPartial: true to let the last segment be smaller");
+}
+
+#[test]
+fn segments_need_a_tier_and_no_partitions_beside_them() {
+    insta::assert_snapshot!(job_error(&format!(
+        "{SEGMENT_JOB}  - {{size: 16}}\n{SEGMENT_TASKS}"
+    )), @"jobs.yaml:3:5: segments[0].tierName: expected the tier each segment stays inside, e.g. tierName: nvlink");
+    insta::assert_snapshot!(job_error(&format!(
+        "{SEGMENT_JOB}  - {{size: 16, tierName: nvlink, tier: 1}}\n{SEGMENT_TASKS}"
+    )), @"jobs.yaml:3:26: segments[0].tierName: expected tierName or tier, not both");
+    insta::assert_snapshot!(job_error(&format!(
+        "{SEGMENT_JOB}  - {{size: 4, tierName: nvlink}}\ntasks:\n  - name: w\n    replicas: 8\n    partitionPolicy: {{totalPartitions: 2, partitionSize: 4}}\n    resources: {{cpu: 1}}\n"
+    )), @"jobs.yaml:3:3: segments: expected segments or a task's partitionPolicy, not both (segments generalise partitions)");
+    insta::assert_snapshot!(job_error(&format!(
+        "name: train\nminAvailable: 32\nsegments:\n  - {{size: 16, tierName: nvlink}}\n{SEGMENT_TASKS}"
+    )), @"jobs.yaml:2:15: minAvailable: expected no minAvailable or all 64 ranks with segments (each segment is whole), got 32");
+}

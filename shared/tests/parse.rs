@@ -342,3 +342,26 @@ fn run_fields_default_when_absent() -> TestResult {
     }
     Ok(())
 }
+
+#[test]
+fn segments_two_layers_and_a_partial_tail() -> TestResult {
+    let text = "name: train\nsegments:\n  - {size: 16, tierName: nvlink, allowPartial: true}\n  - {size: 4, tier: 1, allowPartial: true}\ntasks:\n  - {name: leader, replicas: 1, resources: {cpu: 1}}\n  - {name: worker, replicas: 16, resources: {cpu: 1}}\n";
+    let jobs = parse_jobs(text, Path::new("jobs.yaml"))?;
+    let s = &jobs[0].segments;
+    assert_eq!(s.len(), 2);
+    assert_eq!(
+        (s[0].size, s[0].tier_name.as_deref(), s[0].allow_partial),
+        (16, Some("nvlink"), true)
+    );
+    assert_eq!((s[1].size, s[1].tier, s[1].tier_name.as_deref()), (4, Some(1), None));
+    // Kept through the store's JSON, and absent from a job without.
+    let json = serde_json::to_string(&jobs[0])?;
+    let back: hyperplan_shared::JobSpec = serde_json::from_str(&json)?;
+    assert_eq!(back.segments, *s);
+    let plain = parse_jobs(
+        "name: p\ntasks:\n  - {name: w, replicas: 1, resources: {cpu: 1}}\n",
+        Path::new("j.yaml"),
+    )?;
+    assert!(!serde_json::to_string(&plain[0])?.contains("segments"));
+    Ok(())
+}

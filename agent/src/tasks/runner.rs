@@ -19,6 +19,10 @@ use hyperplan_shared::job::{LaunchMode, MpiMode};
 
 use super::TaskOptions;
 use super::cgroup::Limits;
+use super::cgroup::devices::GpuFence;
+
+/// Where the NVIDIA driver says which GPU is which device minor.
+const PROC_ROOT: &str = "/proc";
 use crate::launch::{NodeContext, hostfile_path, prepare};
 use crate::shepherd::layout::{write_atomic, write_exclusive, write_owned, write_private, write_replace};
 use crate::shepherd::{ExitRecord, MemoryPolicy, Outcome, TaskDir, rlimits, user};
@@ -119,7 +123,10 @@ pub fn launch(
         } else {
             &[] // memoryPolicy none: memory goes where the kernel puts it
         };
+        // Where the driver says which GPU is which device minor: the others are fenced.
+        let fence = GpuFence::for_task(Path::new(PROC_ROOT), &task.gpus, gpus);
         let limits = Limits {
+            gpus: fence.as_ref(),
             cpus: &spec.cpus,
             mems,
             memory_max: task.memory_bytes.filter(|&b| b > 0),

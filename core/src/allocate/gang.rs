@@ -43,6 +43,11 @@ pub struct SubJobCtx {
     pub allocated: Option<HnIdx>,
     /// Indices into `JobCtx::tasks`.
     pub tasks: Vec<usize>,
+    /// The segment it sits in (index into `JobCtx::sub_jobs`): placed inside the
+    /// HyperNode that one picked. `None`: placed inside the job's.
+    pub parent: Option<usize>,
+    /// An innermost segment's number: ranks follow these in order.
+    pub block: Option<u32>,
 }
 
 /// One job's worksheet for an allocation attempt: its tasks, sub-jobs and limits.
@@ -58,6 +63,9 @@ pub struct JobCtx {
     pub group_min: Vec<u32>,
     /// The job's effective hard tier limit, as for sub-jobs; `None` = not hard.
     pub tier: Option<crate::topology::TierCap>,
+    /// Its queue's trees: per tree of the index, whether the job may go in it; `None`:
+    /// any (the whole cluster).
+    pub trees: Option<std::sync::Arc<Vec<bool>>>,
     /// Has a network topology at all: nodes are scored by LCA, not fading.
     pub with_topology: bool,
     /// The job's recorded AllocatedHyperNode; `None` = none yet.
@@ -78,6 +86,22 @@ impl JobCtx {
     /// Whether the job has partition groups (partition policies).
     pub fn has_partitions(&self) -> bool {
         !self.group_min.is_empty()
+    }
+
+    /// Whether HyperNode `h` is inside a tree the job may use (any HyperNode when its queue
+    /// names no trees; never the virtual root when it does).
+    pub fn in_trees(&self, index: &crate::topology::TopologyIndex, h: HnIdx) -> bool {
+        match &self.trees {
+            None => true,
+            Some(allowed) => index.hns[h.ix()]
+                .tree
+                .is_some_and(|t| allowed.get(t as usize).copied().unwrap_or(false)),
+        }
+    }
+
+    /// Whether segments sit inside sub-job `sj` (it is an outer segment).
+    pub fn has_children(&self, sj: usize) -> bool {
+        self.sub_jobs.iter().any(|s| s.parent == Some(sj))
     }
 
     /// Tasks placed (running, finished or placed in this attempt).

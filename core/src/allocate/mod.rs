@@ -46,6 +46,7 @@ use backfill::{Reservation, Reservations};
 pub use gang::{JobCtx, SubJobCtx, TaskSlot};
 pub use gradient::gradients;
 pub use lca_score::tier_score;
+pub use reason::code as reason_code;
 pub use search::Search;
 
 /// A job with tasks left over after a commit (minAvailable < replicas) is tried again
@@ -596,8 +597,8 @@ fn explain(
                 .is_some();
             if !fits {
                 // A failed attempt rolls back everything: `empty` is still empty.
-                let why = reason::pending(ctx, index, &mut empty, &empty_numa);
-                rejected = Some(format!("even on the empty cluster: {why}"));
+                let (code, why) = reason::pending(ctx, index, &mut empty, &empty_numa);
+                rejected = Some(format!("{code}: even on the empty cluster: {why}"));
             }
         }
     }
@@ -619,7 +620,8 @@ fn explain(
                     ctx.name
                 )));
             }
-            state.reason = Some(reason::pending(ctx, index, cap, numa));
+            let (code, why) = reason::pending(ctx, index, cap, numa);
+            state.reason = Some(format!("{code}: {why}"));
         }
     }
 }
@@ -707,6 +709,20 @@ pub fn build_ctx(
         out,
         warn,
     );
+    // A queue with trees keeps the job inside one of them: below the virtual root.
+    let trees = (!job.trees.is_empty()).then(|| {
+        std::sync::Arc::new(
+            index
+                .trees
+                .iter()
+                .map(|t| job.trees.iter().any(|n| *n == index.hns[t.top.ix()].name))
+                .collect::<Vec<bool>>(),
+        )
+    });
+    let tier = match (tier, &trees) {
+        (None, Some(_)) => Some(TierCap::Tier(index.root_tier().saturating_sub(1))),
+        (t, _) => t,
+    };
     let hn = |name: &Option<String>| name.as_ref().and_then(|n| index.hn_by_name.get(n).copied());
     // One sub-job holding every task, in order (a job without partitions): its task
     // indices are the job's, no map needed.
@@ -735,8 +751,14 @@ pub fn build_ctx(
         });
     }
     let mut sjs = Vec::with_capacity(job.sub_jobs.len());
+    // Segments name the one outside them by entity; parents come first.
+    let mut sj_index: Vec<(Entity, usize)> = Vec::new();
     for &se in &job.sub_jobs {
         let Some((sj, sst)) = parts.sub_job(se) else { continue };
+        sj_index.push((se, sjs.len()));
+        let parent = sj
+            .parent
+            .and_then(|p| sj_index.iter().find(|(e, _)| *e == p).map(|(_, i)| *i));
         let (t, with) = match sj.group {
             None => (tier, with_topology),
             Some(_) => effective_tier(
@@ -757,6 +779,8 @@ pub fn build_ctx(
             tier: t,
             with_topology: with,
             allocated: hn(&sst.allocated_hyper_node),
+            parent,
+            block: sj.block,
             tasks: if single && slots.len() == job.tasks.len() {
                 (0..slots.len()).collect()
             } else {
@@ -773,6 +797,7 @@ pub fn build_ctx(
         gang_min: job.gang_min,
         group_min: job.partition_groups.iter().map(|(_, m)| *m).collect(),
         tier,
+        trees,
         with_topology,
         allocated: hn(&state.allocated_hyper_node),
         shapes: job.spec.tasks.iter().map(|t| cap.shape(&t.resources)).collect(),

@@ -9,6 +9,26 @@ use crate::topology::{TierCap, TopologyIndex};
 use super::gang::JobCtx;
 use super::search::{role_pending, room};
 
+/// The codes a waiting job's reason starts with (`SegmentNoFit: segment …`), stable for
+/// scripts to match; a rejected job's reason starts with one too (`TopoNoFit: even on
+/// the empty cluster: …`).
+pub mod code {
+    /// The cluster has too little free room for the gang, in all.
+    pub const RESOURCE: &str = "ResourceNoFit";
+    /// No HyperNode within the job's tier limit has room for the gang.
+    pub const TOPO: &str = "TopoNoFit";
+    /// Nodes with room refuse a task under its NUMA policy.
+    pub const NUMA: &str = "NumaNoFit";
+    /// A partition has no HyperNode within its limit with room.
+    pub const PARTITION: &str = "PartitionNoFit";
+    /// A segment has no HyperNode of its tier with room.
+    pub const SEGMENT: &str = "SegmentNoFit";
+    /// Room enough everywhere it is looked for, but not for the whole gang at once.
+    pub const GANG: &str = "GangNoFit";
+    /// Every code, for documentation and tests.
+    pub const ALL: [&str; 6] = [RESOURCE, TOPO, NUMA, PARTITION, SEGMENT, GANG];
+}
+
 /// Reasons that do not depend on what is running: a task no node can ever hold.
 pub(super) fn impossible(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> Option<String> {
     let pending = role_pending(job, None);
@@ -44,7 +64,12 @@ pub(super) fn impossible(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) ->
 /// how many of the job's tasks it could take, or the NUMA policy that turns nodes away.
 /// The room per HyperNode comes from the cache's counted shapes (the search has just
 /// counted them): a pending job costs its HyperNodes, not every node, each time it fails.
-pub(super) fn pending(job: &JobCtx, index: &TopologyIndex, cap: &mut Capacity, numa: &NumaState) -> String {
+pub(super) fn pending(
+    job: &JobCtx,
+    index: &TopologyIndex,
+    cap: &mut Capacity,
+    numa: &NumaState,
+) -> (&'static str, String) {
     let need = job.gang_min.saturating_sub(job.placed()).max(1) as u64;
     let pending = role_pending(job, None);
     let counts: Vec<Option<Vec<u64>>> = job
@@ -59,49 +84,68 @@ pub(super) fn pending(job: &JobCtx, index: &TopologyIndex, cap: &mut Capacity, n
     if index.cap_is_whole(limit) {
         let have = room(&counts, &pending, index.root);
         if have < need {
-            return format!("the cluster has free room for {have} of the {need} tasks needed ({what})");
+            return (
+                code::RESOURCE,
+                format!("the cluster has free room for {have} of the {need} tasks needed ({what})"),
+            );
         }
     } else {
-        if let Some((have, i)) = best_hn(index, &counts, &pending, limit)
+        if let Some((have, i)) = best_hn(job, index, &counts, &pending, limit)
             && have < need
         {
-            return format!(
-                "no HyperNode up to {} has free room for {need} tasks ({what}); best is {} with {have}",
-                index.cap_label(limit),
-                index.hns[i].name
+            return (
+                code::TOPO,
+                format!(
+                    "no HyperNode up to {} has free room for {need} tasks ({what}); best is {} with {have}",
+                    index.cap_label(limit),
+                    index.hns[i].name
+                ),
             );
         }
     }
     if let Some(why) = numa_refusal(job, index, cap, numa, &pending) {
-        return why;
+        return (code::NUMA, why);
     }
-    // Enough room in total: the partitions or the gang shape do not fit together.
+    // Enough room in total: the partitions, the segments or the gang shape do not fit
+    // together.
     for sj in job.sub_job_order() {
         let s = &job.sub_jobs[sj];
         if let (Some(t), Some(_)) = (s.tier, s.group) {
             let p = role_pending(job, Some(sj));
             let need = s.min_available.saturating_sub(job.sj_placed(sj)).max(1) as u64;
-            if let Some((have, i)) = best_hn(index, &counts, &p, t)
+            if let Some((have, i)) = best_hn(job, index, &counts, &p, t)
                 && have < need
             {
-                return format!(
-                    "partition {}: no HyperNode up to {} has free room for {need} tasks; best is {} with {have}",
-                    s.id,
+                let room = format!(
+                    "no HyperNode up to {} has free room for {need} tasks; best is {} with {have}",
                     index.cap_label(t),
                     index.hns[i].name
                 );
+                if s.block.is_some() || job.has_children(sj) {
+                    let first = s.tasks.iter().min().copied().unwrap_or(0);
+                    let last = s.tasks.iter().max().copied().unwrap_or(0);
+                    return (
+                        code::SEGMENT,
+                        format!("segment {} (ranks {first}-{last}): {room}", s.id),
+                    );
+                }
+                return (code::PARTITION, format!("partition {}: {room}", s.id));
             }
         }
     }
-    format!(
-        "the gang of {} tasks ({what}) does not fit within one allowed HyperNode at once",
-        job.gang_min
+    (
+        code::GANG,
+        format!(
+            "the gang of {} tasks ({what}) does not fit within one allowed HyperNode at once",
+            job.gang_min
+        ),
     )
 }
 
 /// The HyperNode up to tier `limit` with room for most of the pending tasks (ties by
 /// name) and how many it can take.
 fn best_hn(
+    job: &JobCtx,
     index: &TopologyIndex,
     counts: &[Option<Vec<u64>>],
     pending: &[u64],
@@ -111,7 +155,7 @@ fn best_hn(
         .hns
         .iter()
         .enumerate()
-        .filter(|(i, _)| index.allows(limit, HnIdx(*i as u32)))
+        .filter(|(i, _)| index.allows(limit, HnIdx(*i as u32)) && job.in_trees(index, HnIdx(*i as u32)))
         .map(|(i, h)| (room(counts, pending, HnIdx(i as u32)), std::cmp::Reverse(&h.name), i))
         .max()
         .map(|(have, _, i)| (have, i))

@@ -117,7 +117,7 @@ impl<'a> Search<'a> {
         let counts = self.role_counts(job);
         let pending = role_pending(job, None);
         let grads = gradients(self.index, self.index.root, job.tier, job.allocated, |h| {
-            room(&counts, &pending, h) >= need
+            job.in_trees(self.index, h) && room(&counts, &pending, h) >= need
         });
         let single = job.sub_jobs.len() == 1
             && !job.has_partitions()
@@ -220,6 +220,10 @@ impl<'a> Search<'a> {
             if job.job_ready() {
                 break;
             }
+            // Inner segments are placed by the segment outside them.
+            if job.sub_jobs[sj].parent.is_some() {
+                continue;
+            }
             if let Some(s) = self.allocate_sub_job(job, sj, h) {
                 score += s;
             }
@@ -292,9 +296,14 @@ impl<'a> Search<'a> {
             let order: Vec<(f64, f64, HnIdx, usize)> = keyed.iter().map(|k| (k.1, k.2, k.3, k.4)).collect();
             for (ratio, bonus, h, i) in order {
                 let (mark, sj_mark) = (self.log.len(), self.sub_job_hn.len());
-                self.plan = plans[i].as_ref().map(|p| (h, p.group_ranks(self.index, h)));
-                let placed = self.place_tasks(job, sj, h);
-                self.plan = None;
+                let placed = if job.has_children(sj) {
+                    self.place_segments_in(job, sj, h)
+                } else {
+                    self.plan = plans[i].as_ref().map(|p| (h, p.group_ranks(self.index, h)));
+                    let placed = self.place_tasks(job, sj, h);
+                    self.plan = None;
+                    placed
+                };
                 if placed > 0 && job.sj_ready(sj) {
                     self.sub_job_hn.push((sj, h));
                     let tie = if Some(ratio) == max { bonus } else { 0.0 };
@@ -304,6 +313,21 @@ impl<'a> Search<'a> {
             }
         }
         None
+    }
+
+    /// An outer segment in `h`: each segment inside it in turn, inside `h`, until one does
+    /// not fit (every segment is needed). Returns the tasks placed.
+    fn place_segments_in(&mut self, job: &mut JobCtx, sj: usize, h: HnIdx) -> u32 {
+        let before = job.sj_placed(sj);
+        for inner in job.sub_job_order() {
+            if job.sub_jobs[inner].parent != Some(sj) {
+                continue;
+            }
+            if self.allocate_sub_job(job, inner, h).is_none() {
+                break;
+            }
+        }
+        job.sj_placed(sj) - before
     }
 
     /// Σ of the requests of every task of the sub-job (Volcano counts running ones too).

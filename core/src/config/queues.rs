@@ -60,6 +60,9 @@ pub struct QueueConfig {
     pub default_time_limit: Option<u64>,
     /// Seconds; a job asking for more is refused.
     pub max_time_limit: Option<u64>,
+    /// `trees`: the topology trees (top-level HyperNodes, by name) its jobs are placed in,
+    /// each job inside one of them; empty: anywhere.
+    pub trees: Vec<String>,
 }
 
 impl QueueConfig {
@@ -78,6 +81,7 @@ impl QueueConfig {
             preemptible: false,
             default_time_limit: None,
             max_time_limit: None,
+            trees: Vec::new(),
         }
     }
 
@@ -106,6 +110,8 @@ pub struct QueueSection {
     preemptible: bool,
     default_time_limit: Option<Spanned<toml::Value>>,
     max_time_limit: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    trees: Vec<Spanned<String>>,
 }
 
 /// Most queues a planner keeps (each is a row in every `hyperplan queues`).
@@ -209,6 +215,17 @@ pub fn queues_from_sections(
             preemptible: s.preemptible,
             default_time_limit: limit_of(&s.default_time_limit, "defaultTimeLimit")?,
             max_time_limit: limit_of(&s.max_time_limit, "maxTimeLimit")?,
+            trees: {
+                let mut out = Vec::new();
+                for t in &s.trees {
+                    check_name(NameKind::HyperNode, t.get_ref())
+                        .map_err(|e| at(t.span().start, format!("{}: {e}", key("trees"))))?;
+                    out.push(t.get_ref().clone());
+                }
+                out.sort();
+                out.dedup();
+                out
+            },
         };
         if let (Some(d), Some(m)) = (queue.default_time_limit, queue.max_time_limit)
             && d > m

@@ -8,6 +8,7 @@ use hyperplan_shared::JobSpec;
 use crate::caller::Caller;
 use crate::config::PlannerConfig;
 use crate::jobs::ownership::{is_live, task_count};
+use crate::jobs::segments;
 use crate::model::commands::Command;
 use crate::model::components::{
     Job, JobId, JobOwner, JobPhase, JobQueue, JobState, SubJob, SubJobState, Task, TaskState,
@@ -76,6 +77,7 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
             tasks: Vec::new(),
             partition_groups: Vec::new(),
             numa,
+            trees: Vec::new(),
         };
         let e = world
             .spawn((job, state, JobOwner(owner.into()), id, placed_in, Rank::default()))
@@ -98,6 +100,11 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
     let gang_min = spec.gang_minimum();
     // Sub-job entity → its tasks, filled as tasks are spawned.
     let mut members: Vec<(Entity, Vec<Entity>)> = Vec::new();
+    // `segments`: every segment a sub-job (parents first); per rank its innermost one's
+    // place in `members`, and per place the one outside it.
+    let (seg_slot, seg_parent) =
+        spawn_segments(world, job_e, &spec, &mut sub_jobs, &mut members, &mut partition_groups);
+    let mut rank = 0usize;
     for (role, t) in spec.tasks.iter().enumerate() {
         let mut partition_sjs = Vec::new();
         if let Some(p) = &t.partition_policy {
@@ -114,6 +121,8 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
                             match_index: part,
                             network_topology: p.network_topology.clone(),
                             tasks: Vec::new(),
+                            parent: None,
+                            block: None,
                         },
                         SubJobState::default(),
                     ))
@@ -129,6 +138,12 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
         // the replicas in one batch: a 512-task job is one table reservation, not 512.
         let mut slots: Vec<(u32, usize)> = Vec::with_capacity(t.replicas as usize);
         for i in 0..t.replicas {
+            let in_segment = seg_slot.get(rank).copied().flatten();
+            rank += 1;
+            if let Some(slot) = in_segment {
+                slots.push((i, slot));
+                continue;
+            }
             let slot = match &t.partition_policy {
                 // The loader checks replicas = partitions × size; clamp anyway so a bad
                 // event cannot index past the last partition.
@@ -152,6 +167,8 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
                                     match_index: 0,
                                     network_topology: spec.network_topology.clone(),
                                     tasks: Vec::new(),
+                                    parent: None,
+                                    block: None,
                                 },
                                 SubJobState::default(),
                             ))
@@ -189,6 +206,12 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
         let spawned: Vec<Entity> = spawned.collect();
         for (&(_, slot), te) in slots.iter().zip(spawned) {
             members[slot].1.push(te);
+            // An outer segment holds its inner ones' tasks too.
+            let mut up = seg_parent.get(slot).copied().flatten();
+            while let Some(p) = up {
+                members[p].1.push(te);
+                up = seg_parent.get(p).copied().flatten();
+            }
             tasks.push(te);
         }
     }
@@ -198,6 +221,12 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
         }
     }
     world.resource_mut::<JobNames>().0.insert(spec.name.clone(), job_e);
+    let trees = world
+        .resource::<QueueTable>()
+        .queues
+        .get(queue.ix())
+        .map(|q| q.trees.clone())
+        .unwrap_or_default();
     let default_policy = world.resource::<PlannerConfig>().numa.default_policy;
     let mut state = JobState::new();
     let mut numa = Vec::with_capacity(spec.tasks.len());
@@ -226,6 +255,7 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
             tasks,
             partition_groups,
             numa,
+            trees,
         },
         state,
         JobOwner(owner.into()),
@@ -233,6 +263,60 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
         placed_in,
         Rank::default(),
     ));
+}
+
+/// The sub-jobs of a job's `segments` (none without), pushed to `sub_jobs` and
+/// `members`, one partition group per layer needing all its segments. Returns per rank
+/// the place in `members` of its innermost segment, and per place in `members` the
+/// place of the segment outside it.
+fn spawn_segments(
+    world: &mut World,
+    job_e: Entity,
+    spec: &JobSpec,
+    sub_jobs: &mut Vec<Entity>,
+    members: &mut Vec<(Entity, Vec<Entity>)>,
+    groups: &mut Vec<(usize, u32)>,
+) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
+    if spec.segments.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let ranks = spec.replicas();
+    let plan = segments::plan(&spec.name, &spec.segments, ranks);
+    let first_group = groups.len();
+    for layer in 0..spec.segments.len() {
+        let count = plan.iter().filter(|s| s.layer == layer).count() as u32;
+        groups.push((0, count));
+    }
+    let deepest = spec.segments.len() - 1;
+    let base = members.len();
+    let mut parent_of = vec![None; base];
+    for s in &plan {
+        let parent = s.parent.map(|p| members[base + p].0);
+        let sj = world
+            .spawn((
+                SubJob {
+                    job: job_e,
+                    id: s.id.clone(),
+                    min_available: s.ranks.len() as u32,
+                    group: Some(first_group + s.layer),
+                    match_index: s.index,
+                    network_topology: Some(spec.segments[s.layer].network_topology()),
+                    tasks: Vec::new(),
+                    parent,
+                    block: (s.layer == deepest).then_some(s.index),
+                },
+                SubJobState::default(),
+            ))
+            .id();
+        sub_jobs.push(sj);
+        members.push((sj, Vec::new()));
+        parent_of.push(s.parent.map(|p| base + p));
+    }
+    let slot = segments::innermost(&plan, ranks)
+        .into_iter()
+        .map(|s| s.map(|i| base + i))
+        .collect();
+    (slot, parent_of)
 }
 
 /// What admission does with a job whose queue does not exist (or takes a limit it is

@@ -10,3 +10,4 @@ pub mod ownership;
 pub(crate) mod recover;
 pub mod replace;
 pub(crate) mod retire;
+pub mod segments;

@@ -186,6 +186,9 @@ pub struct Job {
     pub partition_groups: Vec<(usize, u32)>,
     /// Per role (task spec): what it asks of the NUMA allocator (`None` = nothing to pin).
     pub numa: Vec<Option<crate::numa::assign::TaskNuma>>,
+    /// Its queue's `trees` when it was admitted: it is placed inside one of these
+    /// top-level HyperNodes; empty: anywhere.
+    pub trees: Vec<String>,
 }
 
 /// A gang within a job (Volcano's sub-job): one partition of a role, or the job's tasks
@@ -208,6 +211,12 @@ pub struct SubJob {
     pub network_topology: Option<NetworkTopology>,
     /// Its tasks, in the job's task order.
     pub tasks: Vec<Entity>,
+    /// The segment it sits in (`segments` layers nest); `None` for the outermost layer,
+    /// partitions and the default sub-job.
+    pub parent: Option<Entity>,
+    /// An innermost segment's number across the job: ranks follow these in order, so
+    /// each segment holds consecutive ranks. `None` for other sub-jobs.
+    pub block: Option<u32>,
 }
 
 /// What the allocator decided for a sub-job.

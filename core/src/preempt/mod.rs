@@ -308,7 +308,7 @@ impl<'a> Setting<'a> {
                 Some(t) => index.allows(t, h) && h != index.root,
                 None => true,
             })
-            .filter(|&h| index.hns[h.ix()].node_count > 0)
+            .filter(|&h| index.hns[h.ix()].node_count > 0 && self.ctx.in_trees(index, h))
             .collect();
         hns.sort_by(|&a, &b| {
             let (x, y) = (&index.hns[a.ix()], &index.hns[b.ix()]);

@@ -238,6 +238,7 @@ impl JobBuilder {
                 user: None,
                 credential: None,
                 priority_class: None,
+                segments: Vec::new(),
             },
         }
     }
@@ -349,6 +350,26 @@ impl JobBuilder {
                     highest_tier_name: None,
                 }),
             });
+        }
+        self
+    }
+
+    /// One more `segments` layer (inside those given before): `size` consecutive ranks
+    /// inside one HyperNode of tier `tier_name`.
+    pub fn segment(mut self, size: u32, tier_name: &str) -> Self {
+        self.spec.segments.push(hyperplan_shared::job::Segment {
+            size,
+            tier_name: Some(tier_name.into()),
+            tier: None,
+            allow_partial: false,
+        });
+        self
+    }
+
+    /// The last `segments` layer's tail segment may be smaller (`allowPartial`).
+    pub fn allow_partial(mut self) -> Self {
+        if let Some(s) = self.spec.segments.last_mut() {
+            s.allow_partial = true;
         }
         self
     }

@@ -23,6 +23,7 @@
 //! is tested against plain directory trees as well as this machine's real hierarchies;
 //! cgroup files are untrusted and bounded, and every path is built from checked names.
 
+pub mod devices;
 pub mod kill;
 pub mod v1;
 pub mod v2;
@@ -79,6 +80,9 @@ pub struct Limits<'a> {
     pub memory_max: Option<u64>,
     /// Processes and threads; None: no limit of its own.
     pub pids_max: Option<u64>,
+    /// The node's GPUs it may not open; `None`: no NVIDIA GPU to fence (or no minor
+    /// readable for one of its own).
+    pub gpus: Option<&'a devices::GpuFence>,
 }
 
 /// Why cgroups cannot be used, or a task's cgroup cannot be made.

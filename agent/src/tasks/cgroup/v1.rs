@@ -6,7 +6,8 @@
 //! /sys/fs/cgroup/cpuset<own>/hyperplan/<job>.<jobId>.<task>/    cpuset.cpus, cpuset.mems
 //! /sys/fs/cgroup/memory<own>/hyperplan/<job>.<jobId>.<task>/    memory.limit_in_bytes (oom_kill in memory.oom_control)
 //! /sys/fs/cgroup/pids<own>/hyperplan/<job>.<jobId>.<task>/      pids.max
-//! /sys/fs/cgroup/unified<own>/hyperplan/<job>.<jobId>.<task>/   hybrid only: cgroup.kill
+//! /sys/fs/cgroup/devices<own>/hyperplan/<job>.<jobId>.<task>/   devices.deny: the node's other GPUs
+//! /sys/fs/cgroup/unified<own>/hyperplan/<job>.<jobId>.<task>/   hybrid only: cgroup.kill, GPU device program
 //! ```
 //!
 //! `<own>` is the agent's cgroup in that hierarchy (`/proc/self/cgroup`), so a unit's
@@ -25,7 +26,10 @@ pub enum Controller {
     Cpuset,
     Memory,
     Pids,
-    /// `/sys/fs/cgroup/unified`: no controllers, but `cgroup.kill` and exact membership.
+    /// `devices.deny` for the node's other GPUs.
+    Devices,
+    /// `/sys/fs/cgroup/unified`: no controllers, but `cgroup.kill` and exact membership
+    /// (and, with `CONFIG_CGROUP_BPF`, the GPU device program).
     Unified,
 }
 
@@ -37,16 +41,18 @@ impl Controller {
             Controller::Cpuset => "cpuset",
             Controller::Memory => "memory",
             Controller::Pids => "pids",
+            Controller::Devices => "devices",
             Controller::Unified => "unified",
         }
     }
 }
 
-const V1: [Controller; 4] = [
+const V1: [Controller; 5] = [
     Controller::Freezer,
     Controller::Cpuset,
     Controller::Memory,
     Controller::Pids,
+    Controller::Devices,
 ];
 
 /// The parent of the tasks' cgroups in each hierarchy used, freezer first.
@@ -189,14 +195,40 @@ fn set_limits(controller: Controller, base: &Path, path: &Path, limits: &Limits<
             write(&path.join("cpuset.mems"), &mems, "write")
         }
         Controller::Memory => match limits.memory_max {
-            Some(bytes) => write(&path.join("memory.limit_in_bytes"), &bytes.to_string(), "write"),
+            Some(bytes) => {
+                // Memory and swap together no more than memory (no swap of its own),
+                // where the kernel accounts swap. The kernel keeps memsw ≥ the limit, so
+                // a reused cgroup's memsw is lifted first.
+                let memsw = path.join("memory.memsw.limit_in_bytes");
+                let swap_accounted = memsw.is_file();
+                if swap_accounted {
+                    write(&memsw, "-1", "write")?;
+                }
+                write(&path.join("memory.limit_in_bytes"), &bytes.to_string(), "write")?;
+                if swap_accounted {
+                    write(&memsw, &bytes.to_string(), "write")?;
+                }
+                Ok(())
+            }
             None => Ok(()),
         },
+        Controller::Devices => {
+            for line in limits.gpus.map(super::devices::deny_lines).unwrap_or_default() {
+                write(&path.join("devices.deny"), &line, "write")?;
+            }
+            Ok(())
+        }
         Controller::Pids => {
             let max = limits.pids_max.map_or_else(|| "max".to_string(), |n| n.to_string());
             write(&path.join("pids.max"), &max, "write")
         }
-        Controller::Freezer | Controller::Unified => Ok(()),
+        Controller::Unified => {
+            if let Some(fence) = limits.gpus {
+                super::v2::fence_gpus(path, fence);
+            }
+            Ok(())
+        }
+        Controller::Freezer => Ok(()),
     }
 }
 
@@ -294,6 +326,7 @@ mod tests {
             mems: &[1],
             memory_max: Some(1 << 20),
             pids_max: Some(32),
+            gpus: None,
         };
         let paths = h.create("j.4.w-0", &limits).unwrap();
         assert_eq!(paths.len(), 4);
@@ -370,6 +403,7 @@ mod tests {
             mems: &[],
             memory_max: Some(64 << 20),
             pids_max: Some(16),
+            gpus: None,
         };
         let paths = h.create("j.1.w-0", &limits).unwrap();
         for p in &paths {

@@ -133,6 +133,16 @@ pub fn create(path: &Path, limits: &Limits<'_>, controllers: Controllers) -> Res
             && let Some(bytes) = limits.memory_max
         {
             write(&path.join("memory.max"), &bytes.to_string(), "write")?;
+            // No swap beyond it (Slurm's AllowedSwapSpace=0): a task over its request is
+            // OOM-killed rather than slowing the node. Kernels without swap accounting
+            // have no such file.
+            let swap = path.join("memory.swap.max");
+            if swap.is_file() {
+                write(&swap, "0", "write")?;
+            }
+        }
+        if let Some(fence) = limits.gpus {
+            fence_gpus(path, fence);
         }
         if controllers.pids
             && let Some(n) = limits.pids_max
@@ -146,6 +156,21 @@ pub fn create(path: &Path, limits: &Limits<'_>, controllers: Controllers) -> Res
         Err(e) => {
             remove(path);
             Err(e)
+        }
+    }
+}
+
+/// Attaches the device program keeping the task from the node's other GPUs. A kernel
+/// that refuses it (no `CONFIG_CGROUP_BPF`, a parent program attached without
+/// `BPF_F_ALLOW_MULTI`) leaves the task with `CUDA_VISIBLE_DEVICES` only: said, at most
+/// once a minute, not fatal.
+pub(super) fn fence_gpus(path: &Path, fence: &super::devices::GpuFence) {
+    if let Err(e) = super::devices::attach(path, &super::devices::program(&fence.allowed)) {
+        static SAID: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+        let mut said = SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if said.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60)) {
+            *said = Some(std::time::Instant::now());
+            tracing::warn!("tasks see every GPU of this node (CUDA_VISIBLE_DEVICES only): {e}");
         }
     }
 }
@@ -186,10 +211,41 @@ mod tests {
             mems: &[0],
             memory_max: Some(1 << 20),
             pids_max: Some(8),
+            gpus: None,
         }
     }
 
     /// A v2 root with the agent's unit cgroup holding only the agent.
+    #[test]
+    fn no_swap_beyond_memory_and_a_gpu_fence_the_kernel_refuses_is_not_fatal() {
+        let (root, own) = tree("cpuset memory pids\n");
+        let c = match Confinement::detect_with(root.path(), SELF, PID, NAME) {
+            Confinement::Cgroup(c) => c,
+            other => panic!("{other:?}"),
+        };
+        // The kernel makes memory.swap.max where it accounts swap: so does this tree.
+        let path = own.join("tasks/train.7.worker-5");
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::write(path.join("memory.swap.max"), "max\n").unwrap();
+        let fence = crate::tasks::cgroup::devices::GpuFence {
+            allowed: vec![0],
+            hidden: vec![1, 2, 3],
+        };
+        let limits = Limits {
+            memory_max: Some(1 << 30),
+            gpus: Some(&fence),
+            ..Limits::default()
+        };
+        // A plain directory is no cgroup: the device program cannot attach, said once.
+        let made = c.create("train", 7, "worker-5", &limits).unwrap();
+        assert_eq!(made, std::slice::from_ref(&path));
+        assert_eq!(read(&path.join("memory.swap.max")), "0");
+        assert_eq!(read(&path.join("memory.max")), "1073741824");
+        // Without swap accounting, no file is made.
+        let other = c.create("train", 7, "worker-6", &limits).unwrap().remove(0);
+        assert!(!other.join("memory.swap.max").exists());
+    }
+
     fn tree(controllers: &str) -> (tempfile::TempDir, PathBuf) {
         let root = tempfile::tempdir().unwrap();
         std::fs::write(root.path().join("cgroup.controllers"), "cpuset cpu io memory pids\n").unwrap();
@@ -316,6 +372,7 @@ mod tests {
             mems: &[0, 1],
             memory_max: Some(1 << 30),
             pids_max: Some(64),
+            gpus: None,
         };
         let paths = c.create("train", 7, "worker-3", &limits).unwrap();
         let path = own.join("tasks/train.7.worker-3");

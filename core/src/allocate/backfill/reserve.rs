@@ -154,7 +154,7 @@ impl Sweep<'_> {
     /// Whether some HyperNode the job may use, holding a node whose room just grew, now
     /// has room for the job's gang (a necessary condition, cheap: a few reads per node).
     fn room_grew_enough(&self, ctx: &JobCtx, pending: &[u64], need: u64, freed: &[NodeIdx]) -> bool {
-        let allowed = |h: HnIdx| ctx.tier.is_none_or(|t| self.index.allows(t, h));
+        let allowed = |h: HnIdx| ctx.tier.is_none_or(|t| self.index.allows(t, h)) && ctx.in_trees(self.index, h);
         let room = |h: HnIdx| -> u64 {
             ctx.shapes
                 .iter()
