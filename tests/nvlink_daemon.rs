@@ -3,7 +3,8 @@
 //! has no GPU) to the real `hyperplan-planner` on 127.0.0.1. The `nvlink` source makes the
 //! trays' domain a HyperNode; `hyperplan nodes` shows each node's NVLink state (a domain,
 //! degraded, an H100 with none, a tray still registering); a job held to `nvlink` runs
-//! inside the domain; `hyperplan-agent probe` says a node's verdict.
+//! inside the domain; a job whose segment can never fit is explained with `SegmentNoFit`;
+//! `hyperplan-agent probe` says a node's verdict.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -121,6 +122,26 @@ fn trays_report_their_domain_and_a_job_held_to_nvlink_runs_inside_it() {
         .collect();
     on.sort();
     assert_eq!(on, ["tray1", "tray2"], "{status:#}");
+
+    // Segments go over the wire: three ranks in one NVLink domain of two trays can never
+    // be, and `explain` says which segment and where the best one stands.
+    let seg = c.write(
+        "seg.yaml",
+        "name: seg\nsegments:\n  - {size: 3, tierName: nvlink}\n\
+         tasks:\n  - name: rank\n    replicas: 3\n    resources: {cpu: 2}\n",
+    );
+    c.cli_json("alice", &["submit", seg.to_str().unwrap()]);
+    let out = wait_for(LONG, "seg explained", || {
+        let out = c.cli("alice", &["explain", "seg"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("NoFit").then_some(text)
+    });
+    assert!(
+        out.contains("SegmentNoFit")
+            && out.contains("segment seg/segment-0 (ranks 0-2)")
+            && out.contains("best is nvl-6b8d7c1e with 2"),
+        "{out}"
+    );
 }
 
 /// `hyperplan-agent probe` of a small synthetic machine with the fabric report `report`.
