@@ -57,8 +57,18 @@ fn units_pass_systemd_analyze_verify() {
         );
         let exe = executable(binary);
         let copy = dir.path().join(unit);
-        std::fs::write(&copy, text.replace(&installed, &exe.to_string_lossy())).unwrap();
+        let mut text = text.replace(&installed, &exe.to_string_lossy());
+        std::fs::write(&copy, &text).unwrap();
         copies.push(copy);
+        // GPU nodes: the agent's unit with its drop-in, as systemd merges them.
+        if unit == "hyperplan-agent.service" {
+            let dropin = std::fs::read_to_string(source.join("hyperplan-agent-gpu.conf")).unwrap();
+            text.push('\n');
+            text.push_str(&dropin);
+            let merged = dir.path().join("hyperplan-agent-gpu.service");
+            std::fs::write(&merged, text).unwrap();
+            copies.push(merged);
+        }
     }
     let output = Command::new(&analyze).arg("verify").args(&copies).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -98,6 +98,20 @@ pub fn minor_of(proc_root: &Path, bus: &str) -> Option<u32> {
     })
 }
 
+/// Says, at most once a minute, that tasks are not fenced from the node's other GPUs and
+/// why, with what the agent needs (the shipped unit's drop-in for GPU nodes).
+pub fn unfenced(why: &str) {
+    static SAID: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+    let mut said = SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if said.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60)) {
+        *said = Some(std::time::Instant::now());
+        tracing::warn!(
+            "tasks see every GPU of this node (CUDA_VISIBLE_DEVICES only): {why}; the agent needs \
+             CAP_SYS_ADMIN and CAP_BPF (systemd/hyperplan-agent-gpu.conf as a drop-in)"
+        );
+    }
+}
+
 /// `devices.deny` lines (cgroup v1) for the hidden GPUs: `c 195:3 rwm`.
 pub fn deny_lines(fence: &GpuFence) -> Vec<String> {
     fence

@@ -213,8 +213,12 @@ fn set_limits(controller: Controller, base: &Path, path: &Path, limits: &Limits<
             None => Ok(()),
         },
         Controller::Devices => {
+            // Writing a rule takes CAP_SYS_ADMIN: without it the task runs unfenced.
             for line in limits.gpus.map(super::devices::deny_lines).unwrap_or_default() {
-                write(&path.join("devices.deny"), &line, "write")?;
+                if let Err(e) = write(&path.join("devices.deny"), &line, "write") {
+                    super::devices::unfenced(&e.to_string());
+                    break;
+                }
             }
             Ok(())
         }
@@ -274,7 +278,8 @@ mod tests {
     use super::super::Confinement;
     use super::*;
 
-    const SELF: &str = "9:name=systemd:/\n8:pids:/slurm\n6:freezer:/slurm\n4:memory:/box/1\n3:cpuset:/\n0::/\n";
+    const SELF: &str =
+        "9:name=systemd:/\n8:pids:/slurm\n6:freezer:/slurm\n5:devices:/\n4:memory:/box/1\n3:cpuset:/\n0::/\n";
 
     /// A fake v1 tree: each hierarchy a directory with `cgroup.procs`.
     fn tree(controllers: &[&str]) -> tempfile::TempDir {
@@ -297,6 +302,28 @@ mod tests {
 
     fn read(p: &Path) -> String {
         std::fs::read_to_string(p).unwrap()
+    }
+
+    #[test]
+    fn the_other_gpus_are_denied_and_a_refused_rule_is_not_fatal() {
+        let root = tree(&["freezer", "devices"]);
+        let h = Hierarchies::set_up(root.path(), SELF, "hyperplan").unwrap();
+        let fence = crate::tasks::cgroup::devices::GpuFence {
+            allowed: vec![1],
+            hidden: vec![3],
+        };
+        let limits = Limits {
+            gpus: Some(&fence),
+            ..Limits::default()
+        };
+        let made = h.create("train.7.worker-0", &limits).unwrap();
+        let devices = root.path().join("devices/hyperplan/train.7.worker-0");
+        assert!(made.contains(&devices), "{made:?}");
+        assert_eq!(read(&devices.join("devices.deny")), "c 195:3 rwm");
+        // An agent without CAP_SYS_ADMIN cannot write the rule: the task still starts.
+        let refused = root.path().join("devices/hyperplan/train.7.worker-1");
+        std::fs::create_dir_all(refused.join("devices.deny")).unwrap();
+        assert!(h.create("train.7.worker-1", &limits).is_ok());
     }
 
     #[test]

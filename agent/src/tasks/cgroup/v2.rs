@@ -162,16 +162,11 @@ pub fn create(path: &Path, limits: &Limits<'_>, controllers: Controllers) -> Res
 
 /// Attaches the device program keeping the task from the node's other GPUs. A kernel
 /// that refuses it (no `CONFIG_CGROUP_BPF`, a parent program attached without
-/// `BPF_F_ALLOW_MULTI`) leaves the task with `CUDA_VISIBLE_DEVICES` only: said, at most
-/// once a minute, not fatal.
+/// `BPF_F_ALLOW_MULTI`, an agent without `CAP_BPF`/`CAP_SYS_ADMIN`) leaves the task with
+/// `CUDA_VISIBLE_DEVICES` only: said, at most once a minute, not fatal.
 pub(super) fn fence_gpus(path: &Path, fence: &super::devices::GpuFence) {
     if let Err(e) = super::devices::attach(path, &super::devices::program(&fence.allowed)) {
-        static SAID: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
-        let mut said = SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if said.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60)) {
-            *said = Some(std::time::Instant::now());
-            tracing::warn!("tasks see every GPU of this node (CUDA_VISIBLE_DEVICES only): {e}");
-        }
+        super::devices::unfenced(&e.to_string());
     }
 }
 
