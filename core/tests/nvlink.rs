@@ -131,20 +131,18 @@ fn a_job_held_to_nvlink_stays_in_one_rack_and_a_wider_one_says_why() {
     assert_eq!(racks(&r, "leaf").len(), 2, "{:?}", racks(&r, "leaf"));
 }
 
-#[test]
-fn an_h100_island_beside_nvl_racks_reads_tier_names_in_its_own_tree() {
-    // One NVL leaf (tier 2 once grafted) with 2 racks; an island of 4 H100 nodes (8
-    // GPUs each) whose leaf stays tier 1 and whose spine is tier 2.
+/// One NVL leaf (tier 2 once grafted) with 2 racks; beside it an island of 4 H100 nodes
+/// (8 GPUs each) in two leaves (tier 1, `leaf`) under `h-spine` (tier 2, `spine`).
+fn nvl_beside_h100() -> hyperplan_shared::ClusterSpec {
     let mut b = ClusterBuilder::nvl72(2, 2, 0);
     for i in 1..=4 {
         b = b.add_node(&format!("h{i}"), "cpu=64,memory=512Gi,nvidia.com/gpu=8");
     }
-    let cluster = b
+    let mut cluster = b
         .hyper_node(hn("h-leaf-1", 1, MemberType::Node, &["h1", "h2"]))
         .hyper_node(hn("h-leaf-2", 1, MemberType::Node, &["h3", "h4"]))
         .hyper_node(hn("h-spine", 2, MemberType::HyperNode, &["h-leaf-1", "h-leaf-2"]))
         .build();
-    let mut cluster = cluster;
     for h in &mut cluster.hyper_nodes {
         if h.name.starts_with("h-leaf") {
             h.tier_name = Some("leaf".into());
@@ -152,6 +150,12 @@ fn an_h100_island_beside_nvl_racks_reads_tier_names_in_its_own_tree() {
             h.tier_name = Some("spine".into());
         }
     }
+    cluster
+}
+
+#[test]
+fn an_h100_island_beside_nvl_racks_reads_tier_names_in_its_own_tree() {
+    let cluster = nvl_beside_h100();
     let mut p = planner_for(&cluster, PlannerConfig::default());
     let cmds = p.tick(1);
     assert!(warnings(&cmds).is_empty(), "{:?}", warnings(&cmds));
@@ -356,14 +360,7 @@ fn turned_off_the_source_takes_its_hypernodes_and_the_tiers_fall_back() {
 
 #[test]
 fn a_queue_with_trees_keeps_its_jobs_in_them() {
-    let mut b = ClusterBuilder::nvl72(2, 2, 0);
-    for i in 1..=4 {
-        b = b.add_node(&format!("h{i}"), "cpu=64,memory=512Gi,nvidia.com/gpu=8");
-    }
-    let cluster = b
-        .hyper_node(hn("h-leaf-1", 1, MemberType::Node, &["h1", "h2", "h3", "h4"]))
-        .hyper_node(hn("h-spine", 2, MemberType::HyperNode, &["h-leaf-1"]))
-        .build();
+    let cluster = nvl_beside_h100();
     let config = PlannerConfig::parse(
         "[[queue]]\nname = \"gb200\"\ntrees = [\"leaf-1\"]\n\n[[queue]]\nname = \"h100\"\ntrees = [\"h-spine\"]\n",
         "planner.toml",

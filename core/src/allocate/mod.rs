@@ -46,7 +46,6 @@ use backfill::{Reservation, Reservations};
 pub use gang::{JobCtx, SubJobCtx, TaskSlot};
 pub use gradient::gradients;
 pub use lca_score::tier_score;
-pub use reason::code as reason_code;
 pub use search::Search;
 
 /// A job with tasks left over after a commit (minAvailable < replicas) is tried again

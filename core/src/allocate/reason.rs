@@ -12,21 +12,22 @@ use super::search::{role_pending, room};
 /// The codes a waiting job's reason starts with (`SegmentNoFit: segment …`), stable for
 /// scripts to match; a rejected job's reason starts with one too (`TopoNoFit: even on
 /// the empty cluster: …`).
-pub mod code {
+pub(super) mod code {
     /// The cluster has too little free room for the gang, in all.
-    pub const RESOURCE: &str = "ResourceNoFit";
+    pub(crate) const RESOURCE: &str = "ResourceNoFit";
     /// No HyperNode within the job's tier limit has room for the gang.
-    pub const TOPO: &str = "TopoNoFit";
+    pub(crate) const TOPO: &str = "TopoNoFit";
     /// Nodes with room refuse a task under its NUMA policy.
-    pub const NUMA: &str = "NumaNoFit";
+    pub(crate) const NUMA: &str = "NumaNoFit";
     /// A partition has no HyperNode within its limit with room.
-    pub const PARTITION: &str = "PartitionNoFit";
+    pub(crate) const PARTITION: &str = "PartitionNoFit";
     /// A segment has no HyperNode of its tier with room.
-    pub const SEGMENT: &str = "SegmentNoFit";
+    pub(crate) const SEGMENT: &str = "SegmentNoFit";
     /// Room enough everywhere it is looked for, but not for the whole gang at once.
-    pub const GANG: &str = "GangNoFit";
-    /// Every code, for documentation and tests.
-    pub const ALL: [&str; 6] = [RESOURCE, TOPO, NUMA, PARTITION, SEGMENT, GANG];
+    pub(crate) const GANG: &str = "GangNoFit";
+    /// Every code.
+    #[cfg(test)]
+    pub(crate) const ALL: [&str; 6] = [RESOURCE, TOPO, NUMA, PARTITION, SEGMENT, GANG];
 }
 
 /// Reasons that do not depend on what is running: a task no node can ever hold.
@@ -227,4 +228,19 @@ fn numa_refusal(
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn codes_are_distinct_single_words_scripts_can_split_off() {
+        let mut seen = std::collections::BTreeSet::new();
+        for c in super::code::ALL {
+            assert!(
+                c.ends_with("NoFit") && c.chars().all(|ch| ch.is_ascii_alphanumeric()),
+                "{c}"
+            );
+            assert!(seen.insert(c), "{c} twice");
+        }
+    }
 }

@@ -78,11 +78,4 @@ impl TopologyIndex {
     pub fn tier_name(&self, name: &str) -> Option<TierCap> {
         self.tier_names.get(name).map(|&k| TierCap::Named(k))
     }
-
-    /// The tier `name` has in the tree of `h` (`None` in a tree without it, or at the root).
-    pub fn tier_in_tree(&self, name: &str, h: HnIdx) -> Option<u32> {
-        let k = *self.tier_names.get(name)?;
-        let tree = self.hns[h.ix()].tree?;
-        Some(self.trees[tree as usize].tiers[usize::from(k)]).filter(|&t| t != 0)
-    }
 }
