@@ -49,13 +49,19 @@ fn trays_report_their_domain_and_a_job_held_to_nvlink_runs_inside_it() {
     ] {
         c.start_agent_with(node, MACHINE, &[], &["--gpu-fabric", &fixture(report)]);
     }
-    let tree = wait_for(LONG, "the NVLink domain with both trays", || {
+    // Every agent registered (agents start in any order): the still-registering tray too.
+    let want = "1 NVLink domain(s), 0 partition(s) from 2 node(s); 1 node(s) degraded; 1 node(s) still registering";
+    let tree = wait_for(LONG, "the NVLink domain with both trays, every agent counted", || {
         let t = c.cli_json("alice", &["hypernodes"]);
         let found = t["hyperNodes"]
             .as_array()?
             .iter()
             .any(|h| h["name"] == "nvl-6b8d7c1e" && h["nodes"] == 2);
-        found.then_some(t)
+        let counted = t["sources"]
+            .as_array()?
+            .iter()
+            .any(|s| s["name"] == "nvlink" && s["summary"].as_str().is_some_and(|x| x.contains(want)));
+        (found && counted).then_some(t)
     });
     let domain = tree["hyperNodes"]
         .as_array()
@@ -72,12 +78,7 @@ fn trays_report_their_domain_and_a_job_held_to_nvlink_runs_inside_it() {
         .find(|s| s["name"] == "nvlink")
         .unwrap();
     let summary = source["summary"].as_str().unwrap();
-    assert!(
-        summary.contains(
-            "1 NVLink domain(s), 0 partition(s) from 2 node(s); 1 node(s) degraded; 1 node(s) still registering"
-        ),
-        "{summary}"
-    );
+    assert!(summary.contains(want), "{summary}");
 
     // Each node's state, as JSON and in the table.
     let nodes = wait_for(LONG, "every node listed", || {
