@@ -17,6 +17,8 @@ const UNITS: [(&str, &str); 2] = [
     ("hyperplan-agent.service", "hyperplan-agent"),
     ("hyperplan-planner.service", "hyperplan-planner"),
 ];
+/// The agent's launcher: the same binary, no watchdog (it has no loop to ping from).
+const LAUNCHER: (&str, &str) = ("hyperplan-launcher.service", "hyperplan-agent");
 
 fn systemd_analyze() -> Option<PathBuf> {
     std::env::var_os("PATH")?
@@ -48,7 +50,7 @@ fn units_pass_systemd_analyze_verify() {
     let dir = tempfile::tempdir().unwrap();
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd");
     let mut copies = Vec::new();
-    for (unit, binary) in UNITS {
+    for (unit, binary) in UNITS.into_iter().chain([LAUNCHER]) {
         let text = std::fs::read_to_string(source.join(unit)).unwrap();
         let installed = format!("/usr/local/bin/{binary}");
         assert!(
@@ -135,6 +137,60 @@ fn units_have_the_required_settings() {
     }
 }
 
+/// The launcher restricts nothing tasks would inherit, and outlives nothing it should
+/// not; the agent starts after it and reads the same file for its socket.
+#[test]
+fn the_launcher_unit_leaves_tasks_unrestricted_and_pairs_with_the_agent() {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd");
+    let launcher = std::fs::read_to_string(source.join(LAUNCHER.0)).unwrap();
+    for setting in [
+        "Type=notify",
+        "NotifyAccess=main",
+        "KillMode=process",
+        "Restart=always",
+        "RuntimeDirectory=hyperplan-launcher",
+        "RuntimeDirectoryMode=0700",
+        "TasksMax=infinity",
+        "OOMScoreAdjust=-1000",
+        "LimitMEMLOCK=infinity",
+        "ExecStart=/usr/local/bin/hyperplan-agent launcher --config /etc/hyperplan/agent.toml",
+        "WantedBy=multi-user.target",
+    ] {
+        assert!(launcher.lines().any(|l| l == setting), "the launcher lacks {setting}");
+    }
+    for confining in [
+        "CapabilityBoundingSet=",
+        "AmbientCapabilities=",
+        "SystemCallFilter=",
+        "NoNewPrivileges=",
+        "Protect",
+        "Private",
+        "Restrict",
+        "ReadOnlyPaths=",
+        "InaccessiblePaths=",
+        "MemoryDenyWriteExecute=",
+        "LockPersonality=",
+        "User=",
+        "DevicePolicy=",
+        "IPAddressDeny=",
+    ] {
+        assert!(
+            !launcher.lines().any(|l| l.starts_with(confining)),
+            "the launcher's {confining} would confine every task"
+        );
+    }
+    let agent = std::fs::read_to_string(source.join("hyperplan-agent.service")).unwrap();
+    for setting in ["Wants=hyperplan-launcher.service", "After=hyperplan-launcher.service"] {
+        assert!(agent.lines().any(|l| l == setting), "the agent lacks {setting}");
+    }
+    let toml = std::fs::read_to_string(source.join("agent.toml")).unwrap();
+    assert!(
+        toml.lines()
+            .any(|l| l == "launcher = \"/run/hyperplan-launcher/launcher.sock\""),
+        "the shipped agent.toml names the launcher's socket"
+    );
+}
+
 /// The overall exposure `systemd-analyze security --offline=true` gives a unit file.
 fn exposure(analyze: &Path, unit: &Path) -> f64 {
     let output = Command::new(analyze)
@@ -174,7 +230,9 @@ fn units_are_rated_low_by_systemd_analyze_security() {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd");
     let planner = exposure(&analyze, &source.join("hyperplan-planner.service"));
     let agent = exposure(&analyze, &source.join("hyperplan-agent.service"));
-    eprintln!("exposure: planner {planner}, agent {agent}");
+    // Unrestricted on purpose (see the unit): said, not bounded.
+    let launcher = exposure(&analyze, &source.join(LAUNCHER.0));
+    eprintln!("exposure: planner {planner}, agent {agent}, launcher {launcher}");
     assert!(
         planner <= 2.0,
         "hyperplan-planner.service is rated {planner}, expected at most 2.0"

@@ -75,6 +75,10 @@ pub struct AgentConfig {
     /// holds the tasks' cgroups (default `hyperplan`).
     #[serde(default)]
     pub cgroup_name: Option<String>,
+    /// `run` and `launcher`: the launcher's socket; the agent starts shepherds through it
+    /// (default: none, the agent forks them itself).
+    #[serde(default)]
+    pub launcher: Option<PathBuf>,
     /// `run`: how tasks are started (`[exec]`).
     #[serde(default)]
     pub exec: ExecSection,
@@ -228,7 +232,16 @@ mod tests {
         let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../systemd/agent.toml"));
         let text = std::fs::read_to_string(path).unwrap_or_default();
         assert!(text.contains("reprobeInterval"), "{}", path.display());
-        assert_eq!(AgentConfig::parse(&text, path).ok(), Some(AgentConfig::default()));
+        // Everything commented out but the launcher, which the shipped units pair with.
+        let shipped = AgentConfig::parse(&text, path).ok();
+        let launcher = Some(PathBuf::from(crate::launcher::DEFAULT_SOCKET));
+        assert_eq!(
+            shipped,
+            Some(AgentConfig {
+                launcher,
+                ..AgentConfig::default()
+            })
+        );
         // Every `# key = value` line, uncommented, is a key the agent knows.
         let uncommented: String = text
             .lines()

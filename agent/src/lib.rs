@@ -1,12 +1,14 @@
 //! hyperplan-agent: the node agent. `probe` turns the machine it runs on (or a saved
 //! description of one) into the [`NodeTopology`](hyperplan_shared::topology::NodeTopology)
 //! the whole system shares; `link` streams it to the planner (`hyperplan-agent run`);
-//! `shepherd` runs one task as its parent (`hyperplan-agent shepherd`); `metrics` is
+//! `shepherd` runs one task as its parent (`hyperplan-agent shepherd`); `launcher`
+//! starts shepherds outside the agent's unit (`hyperplan-agent launcher`); `metrics` is
 //! its own Prometheus endpoint (`[metrics] listen`).
 
 pub mod config;
 pub mod exec;
 pub mod launch;
+pub mod launcher;
 pub mod link;
 pub mod metrics;
 pub mod oom;

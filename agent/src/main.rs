@@ -140,6 +140,49 @@ enum Command {
         /// The launch spec (JSON), normally STATE/tasks/JOB.JOBID/TASK/spec.json.
         #[arg(long, value_name = "FILE")]
         spec: PathBuf,
+        /// The task's PMI socket is this inherited descriptor, not the spec's pmiFd (the
+        /// launcher passes the socket on under another number).
+        #[arg(long, value_name = "FD")]
+        pmi_fd: Option<i32>,
+    },
+    /// Start tasks' shepherds for the agent, outside the agent's unit (run by
+    /// hyperplan-launcher.service, as root).
+    ///
+    /// The agent's unit drops capabilities, filters system calls and mounts /usr and /etc
+    /// read-only, and whatever the agent forks inherits that. With `launcher` set in
+    /// agent.toml (or `run --launcher SOCKET`), the agent writes each task's files and
+    /// cgroups as before and asks this small process to start the task's shepherd: tasks
+    /// then run with none of the agent's restrictions (a setuid starter such as
+    /// apptainer's, a filtered system call, a write to a path the agent may not).
+    ///
+    /// It listens on a Unix socket only its own user (root) may use: mode 0600 in a 0700
+    /// directory, and each peer's uid checked. It starts only `hyperplan-agent shepherd`
+    /// (this executable), only for a spec at STATE/tasks/JOB.JOBID/TASK/spec.json of the
+    /// state directory, reached without a symbolic link, owned by root and writable by no
+    /// one else, and only for a task that runs as root when allowRoot is set here too.
+    /// The shepherd's log and the task's PMI socket come from the agent with the request.
+    /// Stopping or restarting the launcher stops only it: shepherds run on in their own
+    /// sessions, and the agent follows them by pid as after its own restart. Stops on
+    /// SIGTERM or SIGINT; under systemd (Type=notify) it says READY=1 once it listens.
+    #[command(
+        after_help = "Examples:\n  hyperplan-launcher.service: hyperplan-agent launcher --config /etc/hyperplan/agent.toml\n  hyperplan-agent launcher --socket /run/hyperplan-launcher/launcher.sock --state-dir /var/lib/hyperplan-agent\n  hyperplan-agent run --launcher /run/hyperplan-launcher/launcher.sock ...\n  journalctl -u hyperplan-launcher   # \"started a shepherd\", refusals with their reason"
+    )]
+    Launcher {
+        /// The socket to listen on (`launcher`, the key the agent reads to find it).
+        /// Default: /run/hyperplan-launcher/launcher.sock.
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+        /// The agent's state directory (`stateDir`): the only place specs are taken
+        /// from. Default: /var/lib/hyperplan-agent.
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+        /// Start tasks whose spec lets them run as root (`allowRoot`). Default: refused.
+        #[arg(long)]
+        allow_root: bool,
+        /// Agent configuration (TOML; `launcher`, `stateDir` and `allowRoot` are read).
+        /// Default: /etc/hyperplan/agent.toml when it exists.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
 }
 
@@ -171,6 +214,13 @@ struct TaskArgs {
     /// the tasks' cgroups (`cgroupName`). Default: hyperplan.
     #[arg(long, value_name = "NAME")]
     cgroup_name: Option<String>,
+    /// Start tasks' shepherds through the launcher listening on SOCKET (`launcher`; see
+    /// `hyperplan-agent launcher --help`), so tasks inherit none of the agent unit's
+    /// restrictions; "" starts them as the agent's children, which is what happens
+    /// without it. A launcher that does not answer is tried again for 10 s before the
+    /// task fails.
+    #[arg(long, value_name = "SOCKET")]
+    launcher: Option<PathBuf>,
 }
 
 /// `--metrics-listen`: an address, or none ("").
@@ -240,8 +290,8 @@ fn main() -> ExitCode {
     probe::isolate::serve_or_enable();
     let cli = Cli::parse();
     // A shepherd lives as long as its task: it starts no logger and keeps small.
-    if let Command::Shepherd { spec } = &cli.command {
-        return match shepherd::run(spec) {
+    if let Command::Shepherd { spec, pmi_fd } = &cli.command {
+        return match shepherd::run(spec, *pmi_fd) {
             Ok(_) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("hyperplan-agent shepherd: {e}");
@@ -251,7 +301,7 @@ fn main() -> ExitCode {
     }
     // The daemon says what it does; the probe only what went wrong.
     let default_filter = match cli.command {
-        Command::Run { .. } => "info",
+        Command::Run { .. } | Command::Launcher { .. } => "info",
         Command::Probe { .. } | Command::Shepherd { .. } => "warn",
     };
     tracing_subscriber::fmt()
@@ -281,6 +331,12 @@ fn main() -> ExitCode {
             metrics_listen,
             tasks,
         ),
+        Command::Launcher {
+            socket,
+            state_dir,
+            allow_root,
+            config,
+        } => run_launcher(socket, state_dir, allow_root, config),
         Command::Shepherd { .. } => Ok(()), // handled above
     };
     match result {
@@ -453,6 +509,25 @@ fn run_agent(
         }),
         (None, None) => None,
     };
+    let launcher = match tasks.launcher.or_else(|| config.launcher.clone()) {
+        Some(p) if p.as_os_str().is_empty() => None,
+        Some(p) => {
+            anyhow::ensure!(
+                p.is_absolute(),
+                "--launcher (launcher): expected the launcher's socket as an absolute path, got {}",
+                p.display()
+            );
+            if !p.exists() {
+                tracing::warn!(
+                    socket = %p.display(),
+                    "no launcher listens yet; tasks wait for it (start hyperplan-launcher.service)"
+                );
+            }
+            tracing::info!(socket = %p.display(), "tasks start through the launcher, outside this agent's unit");
+            Some(p)
+        }
+        None => None,
+    };
     // The OOM killer takes a task that overran, not the agent (its shepherds inherit
     // this; each task goes back to 0 before exec).
     hyperplan_agent::oom::protect_self();
@@ -477,6 +552,7 @@ fn run_agent(
             shepherd: std::env::current_exe().context("finding this executable (it runs the shepherds)")?,
             default_mpi: config.exec.default_mpi().map_err(|e| anyhow::anyhow!("{e}"))?,
             cli: cli_path(),
+            launcher,
         },
     };
     // Every thread the agent will use exists before any task runs: a task that uses up
@@ -490,6 +566,40 @@ fn run_agent(
         .context("starting the async runtime")?;
     runtime.block_on(prestart_blocking_threads());
     runtime.block_on(link::run(opts))?;
+    Ok(())
+}
+
+/// `hyperplan-agent launcher`: flags over agent.toml over the defaults.
+fn run_launcher(
+    socket: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    allow_root: bool,
+    config: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let config = load_config(config.as_deref())?;
+    let socket = socket
+        .or_else(|| config.launcher.clone())
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from(hyperplan_agent::launcher::DEFAULT_SOCKET));
+    let state_dir = state_dir
+        .or_else(|| config.state_dir.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    anyhow::ensure!(
+        socket.is_absolute() && state_dir.is_absolute(),
+        "the socket and the state directory must be absolute paths, got {} and {}",
+        socket.display(),
+        state_dir.display()
+    );
+    // The OOM killer takes a task that overran, not the launcher (shepherds inherit this;
+    // each task goes back to 0 before exec).
+    hyperplan_agent::oom::protect_self();
+    let opts = hyperplan_agent::launcher::server::Options {
+        socket,
+        state_dir,
+        allow_root: allow_root || config.allow_root.unwrap_or(false),
+        shepherd: std::env::current_exe().context("finding this executable (it runs the shepherds)")?,
+    };
+    hyperplan_agent::launcher::server::run(&opts)?;
     Ok(())
 }
 

@@ -33,6 +33,9 @@ pub struct Live {
     /// node's name, as on real nodes (MPI names its files and segments by host name).
     /// Root only; elsewhere they share this machine's.
     pub own_hostnames: bool,
+    /// A command each agent is started through (`setpriv …`, `unshare …`): the
+    /// restrictions a unit would put on it.
+    pub agent_wrap: Vec<String>,
 }
 
 /// Live clusters started by this test process, for unique cgroup names.
@@ -68,6 +71,17 @@ impl Live {
         live
     }
 
+    /// A planner and the user's certificate, no agent yet: [`Live::start_agent`] starts
+    /// each (with `agent_args` and `agent_wrap` as they are then).
+    pub fn prepare(nodes: &[&str]) -> Live {
+        Self::bare(Cluster::start(nodes), &[], &[])
+    }
+
+    /// Where the agent of `node` keeps its tasks (made when it starts).
+    pub fn state_dir(&self, node: &str) -> PathBuf {
+        self.c.dir.path().join(format!("state-{node}"))
+    }
+
     fn bare(c: Cluster, agent_args: &[&str], agent_cgroups: &[PathBuf]) -> Live {
         let user = task_user();
         c.issue_user(&user);
@@ -87,6 +101,7 @@ impl Live {
             agent_cgroups: agent_cgroups.to_vec(),
             agent_rust_log: "info".into(),
             own_hostnames: false,
+            agent_wrap: Vec::new(),
         }
     }
 
@@ -127,6 +142,7 @@ impl Live {
         };
         let child = command
             .env("HP_NODE", node)
+            .args(&self.agent_wrap)
             .arg(bin("hyperplan-agent"))
             .env("HP_CGROUPS", cgroups.join(" "))
             .args(["run", "--planner", &self.c.addr, "--node", node, "--cert-dir"])

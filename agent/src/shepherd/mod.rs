@@ -1,5 +1,6 @@
 //! The shepherd: one small process per task, the task's parent, like Slurm's slurmstepd or
-//! podman's conmon. The agent starts it detached (`hyperplan-agent shepherd --spec FILE`);
+//! podman's conmon. The agent starts it detached (`hyperplan-agent shepherd --spec FILE`),
+//! or asks the launcher to ([`crate::launcher`]);
 //! it outlives the agent, so an agent restart (`KillMode=process`) leaves tasks running,
 //! and it writes how the task ended where a restarted agent finds it.
 //!
@@ -66,9 +67,22 @@ pub enum ShepherdError {
 }
 
 /// Runs the task `spec_path` describes to its end and writes its record; returns it.
-pub fn run(spec_path: &Path) -> Result<ExitRecord, ShepherdError> {
-    let spec = LaunchSpec::read(spec_path)?;
+/// `pmi_fd`: the task's PMI socket is this descriptor, not the one the spec names (a
+/// shepherd the launcher started: the socket crossed into another process).
+pub fn run(spec_path: &Path, pmi_fd: Option<i32>) -> Result<ExitRecord, ShepherdError> {
+    let mut spec = LaunchSpec::read(spec_path)?;
     spec.check_names(spec_path)?;
+    if let Some(fd) = pmi_fd {
+        if spec.pmi_fd.is_none() {
+            return Err(ShepherdError::Spec(SpecError::Field {
+                path: spec_path.to_path_buf(),
+                field: "pmiFd",
+                message: format!("--pmi-fd {fd} was given, and the spec names no PMI socket"),
+            }));
+        }
+        spec.pmi_fd = Some(fd);
+        spec.env.insert("PMI_FD".into(), fd.to_string());
+    }
     let dir = TaskDir::new(&spec.state_dir, &spec.job, spec.job_id, &spec.task);
     detach().map_err(ShepherdError::Detach)?;
     let signals = supervise::block_signals().map_err(ShepherdError::Signals)?;

@@ -129,6 +129,18 @@ impl Entry {
         }
     }
 
+    /// Follows a shepherd just started: this agent's child is reaped by it; the
+    /// launcher's is known by its pid and start time, as one found after a restart.
+    fn follow(&mut self, shepherd: runner::Shepherd) {
+        match shepherd {
+            runner::Shepherd::Child(child) => self.child = Some(child),
+            runner::Shepherd::Launched(pid) => {
+                self.shepherd_pid = Some(pid);
+                self.shepherd_start = runner::proc_stat(pid).map(|p| p.start_ticks);
+            }
+        }
+    }
+
     /// Reports not yet acknowledged, started before finished.
     fn reports(&self, task: &TaskRef, out: &mut Vec<AgentMessage>) {
         if let Some(started) = self.started.as_ref().filter(|_| !self.started_acked) {
@@ -327,12 +339,12 @@ impl Tasks {
             self.pmi.push(task);
         }
         match launched {
-            Launched::Spawned(child) => {
+            Launched::Spawned(shepherd) => {
                 tracing::info!(
                     job = %key.job, job_id = key.job_id, task = %key.task, rank = launch.rank, user = %launch.user,
-                    shepherd = child.id(), "started the task's shepherd"
+                    shepherd = shepherd.pid(), "started the task's shepherd"
                 );
-                entry.child = Some(child);
+                entry.follow(shepherd);
             }
             Launched::Retry(e) => {
                 tracing::warn!(
@@ -733,9 +745,9 @@ fn retry_spawn(opts: &TaskOptions, task: &TaskRef, entry: &mut Entry) -> Option<
     }
     let inherit = retry.pmi.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
     match runner::spawn_shepherd(opts, &entry.dir, inherit) {
-        Ok(child) => {
-            tracing::info!(job = %task.job, task = %task.task, tries = retry.tries + 1, shepherd = child.id(), "started the task's shepherd");
-            entry.child = Some(child);
+        Ok(shepherd) => {
+            tracing::info!(job = %task.job, task = %task.task, tries = retry.tries + 1, shepherd = shepherd.pid(), "started the task's shepherd");
+            entry.follow(shepherd);
             entry.since = Instant::now();
             entry.retry = None;
             None
@@ -813,7 +825,10 @@ fn vanished(
                 "the shepherd died without a record (its pid file names pid {pid}, another process, \
                  and no process runs the task's spec)"
             ),
-            _ => format!("the shepherd (pid {pid}) died without a record"),
+            _ => match runner::last_log_line(&entry.dir) {
+                Some(line) => format!("the shepherd (pid {pid}) died without a record: {line}"),
+                None => format!("the shepherd (pid {pid}) died without a record"),
+            },
         },
         Some(_) => "the agent could not start the task's shepherd".to_string(),
         None if entry.started.is_some() => {
@@ -961,6 +976,7 @@ mod tests {
                 rlimits: Default::default(),
                 shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
                 default_mpi: hyperplan_shared::job::MpiMode::None,
+                launcher: None,
                 cli: PathBuf::from("hyperplan"),
             },
             lost_grace,
@@ -1152,6 +1168,7 @@ mod tests {
             rlimits: Default::default(),
             shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
             default_mpi: hyperplan_shared::job::MpiMode::None,
+            launcher: None,
             cli: PathBuf::from("hyperplan"),
         })
         .unwrap();

@@ -54,6 +54,9 @@ pub struct TaskOptions {
     pub rlimits: crate::shepherd::rlimits::Rlimits,
     /// The program started as `PROGRAM shepherd --spec FILE` (this executable).
     pub shepherd: PathBuf,
+    /// The launcher's socket (`launcher`): shepherds start there, outside the agent's
+    /// unit, rather than as the agent's children.
+    pub launcher: Option<PathBuf>,
     /// PMI for tasks whose job does not say (`[exec] defaultMpi`).
     pub default_mpi: hyperplan_shared::job::MpiMode,
     /// The `hyperplan` CLI on this node: batch jobs' `mpirun` starts its daemons with

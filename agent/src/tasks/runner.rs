@@ -27,11 +27,30 @@ use crate::launch::{NodeContext, hostfile_path, prepare};
 use crate::shepherd::layout::{write_atomic, write_exclusive, write_owned, write_private, write_replace};
 use crate::shepherd::{ExitRecord, MemoryPolicy, Outcome, TaskDir, rlimits, user};
 
+/// A shepherd started for a task.
+#[derive(Debug)]
+pub enum Shepherd {
+    /// This agent's child, which it reaps.
+    Child(Child),
+    /// The launcher's (`launcher` in agent.toml): followed by its pid, as a shepherd an
+    /// earlier agent run started.
+    Launched(u32),
+}
+
+impl Shepherd {
+    pub fn pid(&self) -> u32 {
+        match self {
+            Shepherd::Child(c) => c.id(),
+            Shepherd::Launched(pid) => *pid,
+        }
+    }
+}
+
 /// What became of a `Launch`.
 #[derive(Debug)]
 pub enum Launched {
     /// The shepherd runs (it may still fail the task; its record will say).
-    Spawned(Child),
+    Spawned(Shepherd),
     /// Nothing runs; the record written says why.
     Failed(ExitRecord),
     /// Everything is written, but the shepherd could not be started for a reason that
@@ -45,9 +64,10 @@ pub enum Launched {
 pub const SPAWN_TRIES: u32 = 10;
 pub const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// A spawn error that may pass: the node is short of processes or memory for now.
+/// A spawn error that may pass: the node is short of processes or memory for now, or
+/// the launcher is not answering (being restarted).
 pub fn temporary(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM))
+    matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)) || e.kind() == std::io::ErrorKind::ConnectionRefused
 }
 
 /// Makes `dir` (and its parents) with `mode` on the last component.
@@ -209,7 +229,7 @@ pub fn launch(
         return fail(format!("cannot write {}: {e}", dir.spec().display()));
     }
     match spawn_shepherd(opts, dir, pmi.as_ref().map(|p| p.child.as_raw_fd())) {
-        Ok(child) => Launched::Spawned(child),
+        Ok(shepherd) => Launched::Spawned(shepherd),
         Err(e) if temporary(&e) => Launched::Retry(e),
         Err(e) => Launched::Failed(shepherd_failed(opts, dir, task, &e)),
     }
@@ -251,10 +271,15 @@ fn rlimits_for(opts: &TaskOptions, identity: &user::Identity) -> rlimits::Rlimit
     limits
 }
 
-/// Starts the shepherd of the task whose files are in `dir` (stderr to its log);
-/// `inherit`: a descriptor it keeps (the task's PMI socket, at the number its spec names).
-pub fn spawn_shepherd(opts: &TaskOptions, dir: &TaskDir, inherit: Option<RawFd>) -> std::io::Result<Child> {
+/// Starts the shepherd of the task whose files are in `dir` (stderr to its log), as this
+/// agent's child or, with a launcher, as the launcher's; `inherit`: a descriptor it keeps
+/// (the task's PMI socket, at the number its spec names; the launcher's shepherd is told
+/// its own number with `--pmi-fd`).
+pub fn spawn_shepherd(opts: &TaskOptions, dir: &TaskDir, inherit: Option<RawFd>) -> std::io::Result<Shepherd> {
     let log = std::fs::File::create(dir.shepherd_log())?;
+    if let Some(socket) = &opts.launcher {
+        return crate::launcher::client::start_shepherd(socket, &dir.spec(), &log, inherit).map(Shepherd::Launched);
+    }
     let mut command = Command::new(&opts.shepherd);
     command
         .arg("shepherd")
@@ -275,7 +300,7 @@ pub fn spawn_shepherd(opts: &TaskOptions, dir: &TaskDir, inherit: Option<RawFd>)
             });
         }
     }
-    command.spawn()
+    command.spawn().map(Shepherd::Child)
 }
 
 /// No shepherd will ever run the task: says so where a restarted agent looks (a pid
@@ -285,7 +310,13 @@ pub fn shepherd_failed(opts: &TaskOptions, dir: &TaskDir, task: &LaunchTask, e: 
     failed_record(
         dir,
         task,
-        format!("cannot start the shepherd {}: {e}", opts.shepherd.display()),
+        match &opts.launcher {
+            Some(socket) => format!(
+                "cannot start the shepherd through the launcher ({}): {e}",
+                socket.display()
+            ),
+            None => format!("cannot start the shepherd {}: {e}", opts.shepherd.display()),
+        },
     )
 }
 
