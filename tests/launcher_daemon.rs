@@ -124,6 +124,11 @@ const SEEN: &str = "s=/proc/self/status\n\
                     echo \"$HYPERPLAN_NODE $(grep CapBnd $s | cut -f2) $(grep NoNewPrivs $s | cut -f2) \
                     $(readlink /proc/self/ns/mnt) $(cut -d' ' -f4 /proc/$PPID/stat)\"\n";
 
+/// The same for a step of `hyperplan exec`, with its parent's pid.
+const STEP: &str = "s=/proc/self/status\n\
+                    echo \"$(grep CapBnd $s | cut -f2) $(grep NoNewPrivs $s | cut -f2) \
+                    $(readlink /proc/self/ns/mnt) $PPID\"\n";
+
 /// This process's own view: its capability bounding set, no-new-privileges flag and
 /// mount namespace.
 fn own_view() -> (u64, String, String) {
@@ -221,6 +226,46 @@ fn tasks_started_through_the_launcher_inherit_none_of_the_agent_s_restrictions()
         "{}",
         live.agent_log("n1")
     );
+
+    // `hyperplan exec` steps likewise: the launcher starts them on n1, the agent on n2.
+    std::fs::write(live.work.path().join("step.sh"), STEP).unwrap();
+    let held = live.job(
+        "held",
+        &format!(
+            "tasks:\n  - name: h\n    replicas: 2\n    resources: {{cpu: {cpus}}}\n    workingDir: WORKDIR\n    \
+             command: [sleep, '300']\n"
+        ),
+    );
+    let out = live.cli(&["submit", path_str(&held)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    live.wait_running("held");
+    let step = |node: &str| {
+        let out = live.cli(&["exec", "--node", node, "held", "--", "sh", "step.sh"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        let f: Vec<String> = text.split_whitespace().map(String::from).collect();
+        assert_eq!(f.len(), 4, "{text}");
+        (
+            u64::from_str_radix(&f[0], 16).unwrap(),
+            f[1].clone(),
+            f[2].clone(),
+            f[3].parse::<u32>().unwrap(),
+        )
+    };
+    let (b, nnp, m, parent) = step("n1");
+    assert_eq!(
+        (b, nnp.as_str(), m.as_str()),
+        (bounding, no_new_privs.as_str(), mount.as_str())
+    );
+    assert_eq!(parent, launcher.child.id(), "n1's step is the launcher's child");
+    let (b, nnp, m, _) = step("n2");
+    assert_eq!((b, nnp.as_str()), (bounding & !SYS_ADMIN, "1"));
+    assert_ne!(m, mount);
+    assert!(launcher.log().contains("started a step"), "{}", launcher.log());
+    let out = live.cli(&["cancel", "held"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    live.wait_status("held", "cancelled");
+
     assert!(launcher.stop().success());
     assert!(!launcher.socket.exists(), "the socket is removed on the way out");
 }
@@ -261,6 +306,29 @@ fn pmi_crosses_the_launcher_and_its_restart_loses_no_task() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let running = live.wait_running("sleeper");
     let pid = pids(&running)[0];
+    // A step through the launcher: its input in, its output and exit code out.
+    let mut exec = live
+        .c
+        .cli_command(
+            &live.user,
+            &["exec", "sleeper", "--", "sh", "-c", "wc -c; echo oops >&2; exit 7"],
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut exec.stdin.take().unwrap(), b"hello\n").unwrap();
+    let out = exec.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(
+        (out.status.code(), stdout.trim(), stderr.trim()),
+        (Some(7), "6", "oops"),
+        "{stderr}"
+    );
     assert!(launcher.stop().success());
     assert!(alive(pid));
 

@@ -145,8 +145,8 @@ enum Command {
         #[arg(long, value_name = "FD")]
         pmi_fd: Option<i32>,
     },
-    /// Start tasks' shepherds for the agent, outside the agent's unit (run by
-    /// hyperplan-launcher.service, as root).
+    /// Start tasks' shepherds (and `hyperplan exec` steps) for the agent, outside the
+    /// agent's unit (run by hyperplan-launcher.service, as root).
     ///
     /// The agent's unit drops capabilities, filters system calls and mounts /usr and /etc
     /// read-only, and whatever the agent forks inherits that. With `launcher` set in
@@ -160,7 +160,9 @@ enum Command {
     /// (this executable), only for a spec at STATE/tasks/JOB.JOBID/TASK/spec.json of the
     /// state directory, reached without a symbolic link, owned by root and writable by no
     /// one else, and only for a task that runs as root when allowRoot is set here too.
-    /// The shepherd's log and the task's PMI socket come from the agent with the request.
+    /// The shepherd's log and the task's PMI socket come from the agent with the request;
+    /// a step's standard input, output and error likewise, and its end goes back to the
+    /// agent on the same connection.
     /// Stopping or restarting the launcher stops only it: shepherds run on in their own
     /// sessions, and the agent follows them by pid as after its own restart. Stops on
     /// SIGTERM or SIGINT; under systemd (Type=notify) it says READY=1 once it listens.

@@ -103,8 +103,15 @@ impl Kept {
     }
 }
 
-/// Serves one stream the planner opened, to its end.
-pub async fn serve(mut send: quinn::SendStream, mut recv: quinn::RecvStream, state_dir: PathBuf, allow_root: bool) {
+/// Serves one stream the planner opened, to its end. With `launcher`, the command is
+/// started by the launcher (outside the agent's unit, as the tasks are); else forked here.
+pub async fn serve(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    state_dir: PathBuf,
+    allow_root: bool,
+    launcher: Option<PathBuf>,
+) {
     let start = match tokio::time::timeout(START_WITHIN, read_frame::<ExecStart, _>(&mut recv, DEFAULT_MAX_FRAME)).await
     {
         Ok(Ok(Some(s))) => s,
@@ -114,8 +121,19 @@ pub async fn serve(mut send: quinn::SendStream, mut recv: quinn::RecvStream, sta
         }
     };
     let task = &start.task;
-    let child = match prepare(&start, &state_dir, allow_root).and_then(|p| p.spawn_piped()) {
-        Ok(c) => c,
+    let process = match launcher {
+        None => prepare(&start, &state_dir, allow_root)
+            .and_then(|p| p.spawn_piped())
+            .map(Process::forked),
+        Some(socket) => {
+            let (start, state_dir) = (start.clone(), state_dir.clone());
+            tokio::task::spawn_blocking(move || through_launcher(&socket, &start, &state_dir))
+                .await
+                .unwrap_or_else(|e| Err(format!("starting the command: {e}")))
+        }
+    };
+    let process = match process {
+        Ok(p) => p,
         Err(message) => {
             tracing::info!(job = %task.job, task = %task.task, "exec refused: {message}");
             let _ = write_frame(
@@ -128,39 +146,121 @@ pub async fn serve(mut send: quinn::SendStream, mut recv: quinn::RecvStream, sta
             return;
         }
     };
-    tracing::info!(job = %task.job, task = %task.task, step = ?start.step, pid = child.id(), argv = ?start.argv, "exec started");
+    tracing::info!(job = %task.job, task = %task.task, step = ?start.step, pid = process.pid, argv = ?start.argv, "exec started");
     let kept = Kept {
         file: keep_output(&state_dir, &start),
         written: 0,
     };
-    relay(child, send, recv, kept).await;
+    relay(process, send, recv, kept).await;
+}
+
+/// A running command: its pid, the agent's ends of its standard input, output and
+/// error, and what waits for its end.
+struct Process {
+    pid: u32,
+    stdin: Option<OwnedFd>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    wait: Box<dyn FnOnce() -> std::io::Result<std::process::ExitStatus> + Send>,
+}
+
+impl Process {
+    /// The agent's own child.
+    fn forked(mut child: std::process::Child) -> Process {
+        Process {
+            pid: child.id(),
+            stdin: child.stdin.take().map(OwnedFd::from),
+            stdout: child.stdout.take().map(OwnedFd::from),
+            stderr: child.stderr.take().map(OwnedFd::from),
+            wait: Box::new(move || child.wait()),
+        }
+    }
+}
+
+/// Starts the command through the launcher: pipes made here, their far ends handed
+/// over; the launcher says when it ends.
+fn through_launcher(socket: &Path, start: &ExecStart, state_dir: &Path) -> Result<Process, String> {
+    let dir = task_dir(start, state_dir)?;
+    let pipes = || std::io::pipe().map_err(|e| format!("cannot start the command: creating a pipe failed: {e}"));
+    let ((in_read, in_write), (out_read, out_write), (err_read, err_write)) = (pipes()?, pipes()?, pipes()?);
+    let step = Command {
+        argv: start.argv.clone(),
+        shell: start.shell,
+        user: start.user.clone(),
+    };
+    let far = [
+        OwnedFd::from(in_read),
+        OwnedFd::from(out_write),
+        OwnedFd::from(err_write),
+    ];
+    let running = crate::launcher::client::start_step(socket, &dir.spec(), step, far).map_err(|e| e.to_string())?;
+    let pid = running.pid;
+    // A launcher that stops while the command runs takes its end with it: the command
+    // is killed rather than left running unheard.
+    let wait = move || {
+        running.wait().map_err(|e| {
+            crate::tasks::runner::signal_group(pid, libc::SIGKILL);
+            std::io::Error::other(format!(
+                "the launcher stopped while the command ran ({e}); the command was killed"
+            ))
+        })
+    };
+    Ok(Process {
+        pid,
+        stdin: Some(OwnedFd::from(in_write)),
+        stdout: Some(OwnedFd::from(out_read)),
+        stderr: Some(OwnedFd::from(err_read)),
+        wait: Box::new(wait),
+    })
+}
+
+/// The task directory `start` names, its names checked (they place the files read,
+/// whatever the planner sent).
+fn task_dir(start: &ExecStart, state_dir: &Path) -> Result<TaskDir, String> {
+    let t = &start.task;
+    use hyperplan_shared::names::{NameKind, check_name};
+    check_name(NameKind::Job, &t.job).map_err(|e| format!("job name: {e}"))?;
+    check_name(NameKind::Task, &t.task).map_err(|e| format!("task name: {e}"))?;
+    Ok(TaskDir::new(state_dir, &t.job, t.job_id, &t.task))
 }
 
 /// The command as the task's spec says to run it, with `start`'s argv.
 fn prepare(start: &ExecStart, state_dir: &Path, allow_root: bool) -> Result<Prepared, String> {
-    let t = &start.task;
-    // The names place the files read: checked, whatever the planner sent.
-    use hyperplan_shared::names::{NameKind, check_name};
-    check_name(NameKind::Job, &t.job).map_err(|e| format!("job name: {e}"))?;
-    check_name(NameKind::Task, &t.task).map_err(|e| format!("task name: {e}"))?;
-    let dir = TaskDir::new(state_dir, &t.job, t.job_id, &t.task);
+    let dir = task_dir(start, state_dir)?;
+    let command = Command {
+        argv: start.argv.clone(),
+        shell: start.shell,
+        user: start.user.clone(),
+    };
+    prepare_in(
+        &dir,
+        &format!("{}/{}", start.task.job, start.task.task),
+        &command,
+        allow_root,
+    )
+}
+
+/// A command to run as a task's step: the launcher's request carries it.
+pub type Command = super::super::launcher::Step;
+
+/// The command as the spec in `dir` says to run its task (`task`: JOB/TASK, for the
+/// errors), with `command`'s argv; the spec's user must be the one asking. The launcher
+/// calls this too.
+pub fn prepare_in(dir: &TaskDir, task: &str, command: &Command, allow_root: bool) -> Result<Prepared, String> {
     if dir.record().exists() {
-        return Err(format!("task {}/{} has ended on this node", t.job, t.task));
+        return Err(format!("task {task} has ended on this node"));
     }
-    let mut spec = LaunchSpec::read(&dir.spec()).map_err(|e| format!("task {}/{}: {e}", t.job, t.task))?;
-    if spec.user != start.user {
-        return Err(format!(
-            "task {}/{} runs as {}, not {}",
-            t.job, t.task, spec.user, start.user
-        ));
+    let mut spec = LaunchSpec::read(&dir.spec()).map_err(|e| format!("task {task}: {e}"))?;
+    if spec.user != command.user {
+        return Err(format!("task {task} runs as {}, not {}", spec.user, command.user));
     }
-    if start.argv.is_empty() || start.argv[0].is_empty() {
+    if command.argv.is_empty() || command.argv[0].is_empty() {
         return Err("no command to run".into());
     }
-    spec.argv = if start.shell {
-        vec!["/bin/sh".into(), "-c".into(), start.argv.join(" ")]
+    spec.argv = if command.shell {
+        vec!["/bin/sh".into(), "-c".into(), command.argv.join(" ")]
     } else {
-        start.argv.clone()
+        command.argv.clone()
     };
     // Not the task's PMI socket: that descriptor is the task's alone.
     spec.pmi_fd = None;
@@ -192,16 +292,14 @@ fn prepare(start: &ExecStart, state_dir: &Path, allow_root: bool) -> Result<Prep
 
 /// Carries the command's input and output until it ends, or kills it when the planner's
 /// side ends first.
-async fn relay(
-    mut child: std::process::Child,
-    mut send: quinn::SendStream,
-    mut recv: quinn::RecvStream,
-    mut kept: Kept,
-) {
-    let pid = child.id();
-    let stdin = child.stdin.take().map(OwnedFd::from);
-    let stdout = child.stdout.take().map(OwnedFd::from);
-    let stderr = child.stderr.take().map(OwnedFd::from);
+async fn relay(process: Process, mut send: quinn::SendStream, mut recv: quinn::RecvStream, mut kept: Kept) {
+    let Process {
+        pid,
+        stdin,
+        stdout,
+        stderr,
+        wait,
+    } = process;
     let (out_tx, mut out_rx) = mpsc::channel::<ExecFrame>(16);
     let readers = [(stdout, true), (stderr, false)].map(|(fd, is_out)| {
         let tx = out_tx.clone();
@@ -228,7 +326,7 @@ async fn relay(
         })
     });
     drop(out_tx);
-    let mut waiter = tokio::task::spawn_blocking(move || child.wait());
+    let mut waiter = tokio::task::spawn_blocking(wait);
     // The planner's frames, read off the loop (reads are not cancel-safe).
     let (in_tx, mut in_rx) = mpsc::channel::<Option<ExecFrame>>(16);
     tokio::spawn(async move {

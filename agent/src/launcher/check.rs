@@ -63,9 +63,9 @@ pub struct Rules {
     pub owner: u32,
 }
 
-/// The spec at `path`, read, when the launcher may start its shepherd; `pmi`: the
-/// request brings a PMI socket.
-pub fn check(rules: &Rules, path: &Path, pmi: bool) -> Result<LaunchSpec, Refusal> {
+/// The spec at `path`, read, when the launcher may start its shepherd or a step of its
+/// task.
+pub fn check(rules: &Rules, path: &Path) -> Result<LaunchSpec, Refusal> {
     if !path.is_absolute() {
         return Err(Refusal::Relative(path.to_path_buf()));
     }
@@ -108,6 +108,11 @@ pub fn check(rules: &Rules, path: &Path, pmi: bool) -> Result<LaunchSpec, Refusa
     if spec.allow_root && !rules.allow_root {
         return Err(Refusal::Root(path.to_path_buf()));
     }
+    Ok(spec)
+}
+
+/// The spec names a PMI descriptor exactly when the request brings a PMI socket.
+pub fn pmi_matches(spec: &LaunchSpec, path: &Path, pmi: bool) -> Result<(), Refusal> {
     match (spec.pmi_fd.is_some(), pmi) {
         (true, false) => Err(Refusal::PmiMissing {
             path: path.to_path_buf(),
@@ -115,7 +120,7 @@ pub fn check(rules: &Rules, path: &Path, pmi: bool) -> Result<LaunchSpec, Refusa
         (false, true) => Err(Refusal::PmiUnwanted {
             path: path.to_path_buf(),
         }),
-        _ => Ok(spec),
+        _ => Ok(()),
     }
 }
 
@@ -182,16 +187,18 @@ mod tests {
     #[test]
     fn a_spec_the_agent_wrote_is_accepted() {
         let (_tmp, rules, spec) = state_with_task(false, false);
-        let read = check(&rules, &spec, false).unwrap();
+        let read = check(&rules, &spec).unwrap();
         assert_eq!((read.job.as_str(), read.job_id), ("train", 7));
+        assert!(pmi_matches(&read, &spec, false).is_ok());
         let (_tmp, rules, spec) = state_with_task(false, true);
-        assert!(check(&rules, &spec, true).is_ok());
+        let read = check(&rules, &spec).unwrap();
+        assert!(pmi_matches(&read, &spec, true).is_ok());
     }
 
     #[test]
     fn specs_elsewhere_or_reached_through_links_are_refused() {
         let (tmp, rules, spec) = state_with_task(false, false);
-        let said = |path: &Path| check(&rules, path, false).unwrap_err().to_string();
+        let said = |path: &Path| check(&rules, path).unwrap_err().to_string();
         assert!(said(Path::new("tasks/x/spec.json")).contains("not absolute"));
         // `..` and a symbolic link to the task directory.
         let dotted = rules.state_dir.join("tasks/train.7/../train.7/worker-0/spec.json");
@@ -216,12 +223,12 @@ mod tests {
     fn a_spec_others_may_write_or_that_is_misplaced_is_refused() {
         let (_tmp, rules, spec) = state_with_task(false, false);
         std::fs::set_permissions(&spec, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let e = check(&rules, &spec, false).unwrap_err().to_string();
+        let e = check(&rules, &spec).unwrap_err().to_string();
         assert!(e.contains("mode 666") && e.contains("only its owner may write"), "{e}");
         std::fs::set_permissions(&spec, std::fs::Permissions::from_mode(0o600)).unwrap();
         let dir = spec.parent().unwrap();
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let e = check(&rules, &spec, false).unwrap_err().to_string();
+        let e = check(&rules, &spec).unwrap_err().to_string();
         assert!(e.contains("only its owner may enter"), "{e}");
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
         // Owned by someone else than the launcher's user.
@@ -229,42 +236,30 @@ mod tests {
             owner: euid() + 1,
             ..rules.clone()
         };
-        assert!(
-            check(&strict, &spec, false)
-                .unwrap_err()
-                .to_string()
-                .contains("owned by uid")
-        );
+        assert!(check(&strict, &spec).unwrap_err().to_string().contains("owned by uid"));
         // Its names place it in another task's directory.
         let mut text: serde_json::Value = serde_json::from_slice(&std::fs::read(&spec).unwrap()).unwrap();
         text["task"] = "worker-1".into();
         std::fs::write(&spec, serde_json::to_vec(&text).unwrap()).unwrap();
-        let e = check(&rules, &spec, false).unwrap_err().to_string();
+        let e = check(&rules, &spec).unwrap_err().to_string();
         assert!(e.contains("task worker-1, whose spec would be"), "{e}");
     }
 
     #[test]
     fn root_needs_the_launcher_s_own_allow_root_and_pmi_must_match() {
         let (_tmp, rules, spec) = state_with_task(true, false);
-        let e = check(&rules, &spec, false).unwrap_err().to_string();
+        let e = check(&rules, &spec).unwrap_err().to_string();
         assert!(e.contains("allowRoot"), "{e}");
         let lenient = Rules {
             allow_root: true,
             ..rules.clone()
         };
-        assert!(check(&lenient, &spec, false).is_ok());
-        assert!(
-            check(&lenient, &spec, true)
-                .unwrap_err()
-                .to_string()
-                .contains("names no PMI descriptor")
-        );
+        let read = check(&lenient, &spec).unwrap();
+        let e = pmi_matches(&read, &spec, true).unwrap_err().to_string();
+        assert!(e.contains("names no PMI descriptor"), "{e}");
         let (_tmp, rules, spec) = state_with_task(false, true);
-        assert!(
-            check(&rules, &spec, false)
-                .unwrap_err()
-                .to_string()
-                .contains("brought no PMI socket")
-        );
+        let read = check(&rules, &spec).unwrap();
+        let e = pmi_matches(&read, &spec, false).unwrap_err().to_string();
+        assert!(e.contains("brought no PMI socket"), "{e}");
     }
 }

@@ -8,8 +8,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
-/// The most descriptors one message carries (a log and a PMI socket).
-pub const MAX_FDS: usize = 2;
+/// The most descriptors one message carries (a step's standard input, output and error).
+pub const MAX_FDS: usize = 3;
 
 /// Control buffer for [`MAX_FDS`] descriptors, aligned for `cmsghdr` (u64 words).
 fn control_buffer() -> Vec<u64> {
@@ -163,7 +163,7 @@ mod tests {
         send_with_fds(&a, b"x", &[]).unwrap();
         let (n, fds) = recv_with_fds(&b, &mut buf).unwrap();
         assert_eq!((n, fds.len()), (1, 0));
-        assert!(send_with_fds(&a, b"x", &[0, 1, 2]).is_err());
+        assert!(send_with_fds(&a, b"x", &[0, 1, 2, 0]).is_err());
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! One request per connection on a Unix socket only root may use (mode 0600 in a 0700
 //! directory, and `SO_PEERCRED` checked): a JSON line naming the task's spec, with the
 //! shepherd's stderr log and, for a PMI task, its PMI socket attached (`SCM_RIGHTS`).
-//! The answer is a JSON line: the shepherd's pid, or why not.
+//! The answer is a JSON line: the shepherd's pid, or why not. A `hyperplan exec` step
+//! of a running task is asked for the same way (its standard input, output and error
+//! attached); its connection stays open until the launcher says its wait status.
 //!
 //! - [`fds`]: descriptors across the socket, and the peer's credentials.
 //! - [`check`]: what the launcher accepts: a spec in a task directory of its state
@@ -34,22 +36,51 @@ pub const DEFAULT_SOCKET: &str = "/run/hyperplan-launcher/launcher.sock";
 /// The most bytes of a request or an answer.
 pub const MAX_MESSAGE: usize = 16 * 1024;
 
-/// What the agent asks: start the shepherd of this spec. Descriptors attached: the
-/// shepherd's stderr (always), then the task's PMI socket when `pmi`.
+/// What the agent asks: start the shepherd of this spec (descriptors attached: the
+/// shepherd's stderr, then the task's PMI socket when `pmi`), or, with `step`, run a
+/// command as that task's step (`hyperplan exec`; attached: its standard input, output
+/// and error). A step's connection stays open until the command ends, with
+/// [`Reply::Exited`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Request {
     pub spec: PathBuf,
     #[serde(default)]
     pub pmi: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<Step>,
+}
+
+/// A command run as a task's step, set up as the task is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Step {
+    pub argv: Vec<String>,
+    /// Through `/bin/sh -c` (argv joined).
+    #[serde(default)]
+    pub shell: bool,
+    /// Who asks: the task's user.
+    pub user: String,
+}
+
+impl Request {
+    /// The descriptors that must come with it.
+    pub fn descriptors(&self) -> usize {
+        match self.step {
+            Some(_) => 3,
+            None => 1 + usize::from(self.pmi),
+        }
+    }
 }
 
 /// The launcher's answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub enum Reply {
-    /// The shepherd runs (exec done) as `pid`.
+    /// The shepherd (or the step) runs (exec done) as `pid`.
     Started { pid: u32 },
+    /// The step ended with this wait status (as `waitpid` gives it).
+    Exited { status: i32 },
     /// Nothing runs: why, and the error number when starting it failed (EAGAIN, ENOMEM:
     /// the agent tries again later).
     Refused {

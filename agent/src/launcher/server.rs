@@ -44,28 +44,26 @@ pub struct Options {
 pub enum LauncherError {
     #[error("the socket {path}: {why}")]
     Socket { path: PathBuf, why: String },
-    #[error("the state directory {path}: {source} (set --state-dir, or stateDir in agent.toml, to the agent's)")]
-    StateDir {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    /// The cause is in the message (not a `source`), so a chain printer says it once.
+    #[error("the state directory {path}: {why} (set --state-dir, or stateDir in agent.toml, to the agent's)")]
+    StateDir { path: PathBuf, why: String },
     #[error("cannot set up signals: {0}")]
-    Signals(#[source] io::Error),
+    Signals(io::Error),
     #[error("waiting for a request or a signal: {0}")]
-    Poll(#[source] io::Error),
+    Poll(io::Error),
 }
 
 /// Runs the launcher until SIGTERM or SIGINT; the socket is removed on the way out.
 pub fn run(opts: &Options) -> Result<(), LauncherError> {
-    crate::tasks::runner::make_state_dir(&opts.state_dir).map_err(|source| LauncherError::StateDir {
+    let state_err = |e: io::Error| LauncherError::StateDir {
         path: opts.state_dir.clone(),
-        source,
-    })?;
-    let state_dir = std::fs::canonicalize(&opts.state_dir).map_err(|source| LauncherError::StateDir {
-        path: opts.state_dir.clone(),
-        source,
-    })?;
+        why: match std::fs::metadata(&opts.state_dir) {
+            Ok(m) if !m.is_dir() => "it exists and is not a directory".to_string(),
+            _ => e.to_string(),
+        },
+    };
+    crate::tasks::runner::make_state_dir(&opts.state_dir).map_err(state_err)?;
+    let state_dir = std::fs::canonicalize(&opts.state_dir).map_err(state_err)?;
     let rules = Rules {
         state_dir,
         allow_root: opts.allow_root,
@@ -159,7 +157,7 @@ fn accept_all(listener: &UnixListener, rules: &Rules, shepherd: &Path, children:
     loop {
         match listener.accept() {
             Ok((conn, _)) => {
-                if let Some(child) = serve(&conn, rules, shepherd) {
+                if let Some(child) = serve(conn, rules, shepherd) {
                     children.push(child);
                 }
             }
@@ -174,34 +172,70 @@ fn accept_all(listener: &UnixListener, rules: &Rules, shepherd: &Path, children:
     }
 }
 
-/// One connection: the request read and answered; the shepherd started, if any.
-pub fn serve(conn: &UnixStream, rules: &Rules, shepherd: &Path) -> Option<Child> {
+/// What a request started.
+enum Started {
+    /// A shepherd, reaped by the main loop.
+    Shepherd(Child),
+    /// A step, waited for by a thread of its own, which says its end on the connection.
+    Step(Child),
+}
+
+/// One connection: the request read and answered; the shepherd started, if any (a
+/// step's connection goes to the thread that waits for it).
+pub fn serve(conn: UnixStream, rules: &Rules, shepherd: &Path) -> Option<Child> {
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(REQUEST_WITHIN));
     let _ = conn.set_write_timeout(Some(REQUEST_WITHIN));
-    let (reply, child) = match handle(conn, rules, shepherd) {
-        Ok(child) => (Reply::Started { pid: child.id() }, Some(child)),
+    match handle(&conn, rules, shepherd) {
+        Ok(Started::Shepherd(child)) => {
+            tracing::info!(shepherd = child.id(), "started a shepherd");
+            answer(&conn, &Reply::Started { pid: child.id() });
+            Some(child)
+        }
+        Ok(Started::Step(mut child)) => {
+            let pid = child.id();
+            tracing::info!(pid, "started a step");
+            answer(&conn, &Reply::Started { pid });
+            let waiter = std::thread::Builder::new().name("step".into()).spawn(move || {
+                use std::os::unix::process::ExitStatusExt;
+                match child.wait() {
+                    Ok(status) => answer(
+                        &conn,
+                        &Reply::Exited {
+                            status: status.into_raw(),
+                        },
+                    ),
+                    Err(e) => tracing::warn!(pid, "cannot wait for the step: {e}"),
+                }
+            });
+            if let Err(e) = waiter {
+                // The agent hears no end and kills the step's group when its caller goes.
+                tracing::warn!(pid, "cannot start a thread to wait for the step: {e}");
+            }
+            None
+        }
         Err((reason, errno)) => {
             tracing::warn!("refused a request: {reason}");
-            (Reply::Refused { reason, errno }, None)
+            answer(&conn, &Reply::Refused { reason, errno });
+            None
         }
-    };
-    if let Reply::Started { pid } = &reply {
-        tracing::info!(shepherd = pid, "started a shepherd");
     }
-    let mut line = serde_json::to_vec(&reply).unwrap_or_default();
+}
+
+/// Writes `reply` as a line. A shepherd runs all the same when the agent cannot hear
+/// it: the agent finds it by its pid file.
+fn answer(conn: &UnixStream, reply: &Reply) {
+    let mut line = serde_json::to_vec(reply).unwrap_or_default();
     line.push(b'\n');
     let mut writer = conn;
     if let Err(e) = writer.write_all(&line) {
-        // The shepherd runs all the same; the agent finds it by its pid file.
         tracing::warn!("cannot answer the agent: {e}");
     }
-    child
 }
 
-/// Checks the peer and the request and starts the shepherd; else why not (and the
-/// error number, when starting it failed).
-fn handle(conn: &UnixStream, rules: &Rules, shepherd: &Path) -> Result<Child, (String, Option<i32>)> {
+/// Checks the peer and the request and starts the shepherd or the step; else why not
+/// (and the error number, when starting it failed).
+fn handle(conn: &UnixStream, rules: &Rules, shepherd: &Path) -> Result<Started, (String, Option<i32>)> {
     let (uid, pid) = fds::peer(conn).map_err(|e| (format!("cannot tell who is asking: {e}"), None))?;
     if uid != rules.owner {
         return Err((
@@ -215,18 +249,36 @@ fn handle(conn: &UnixStream, rules: &Rules, shepherd: &Path) -> Result<Child, (S
     let (bytes, descriptors) = read_request(conn).map_err(|e| (format!("reading the request: {e}"), None))?;
     let request: Request =
         serde_json::from_slice(&bytes).map_err(|e| (format!("the request is not one: {e}"), None))?;
-    let expected = 1 + usize::from(request.pmi);
+    let expected = request.descriptors();
     if descriptors.len() != expected {
+        let which = match (&request.step, request.pmi) {
+            (Some(_), _) => "the step's standard input, output and error",
+            (None, true) => "the shepherd's log and the PMI socket",
+            (None, false) => "the shepherd's log",
+        };
         return Err((
             format!(
-                "the request brought {} descriptor(s), expected {expected} (the shepherd's log{})",
-                descriptors.len(),
-                if request.pmi { " and the PMI socket" } else { "" }
+                "the request brought {} descriptor(s), expected {expected} ({which})",
+                descriptors.len()
             ),
             None,
         ));
     }
-    check::check(rules, &request.spec, request.pmi).map_err(|e| (e.to_string(), None))?;
+    let spec = check::check(rules, &request.spec).map_err(|e| (e.to_string(), None))?;
+    if let Some(step) = &request.step {
+        let dir = crate::shepherd::TaskDir::new(&spec.state_dir, &spec.job, spec.job_id, &spec.task);
+        let task = format!("{}/{}", spec.job, spec.task);
+        let prepared =
+            crate::exec::step::prepare_in(&dir, &task, step, rules.allow_root).map_err(|reason| (reason, None))?;
+        let [stdin, stdout, stderr]: [OwnedFd; 3] = descriptors
+            .try_into()
+            .map_err(|_| ("three descriptors expected".to_string(), None))?;
+        let child = prepared
+            .spawn_with(stdin, stdout, stderr)
+            .map_err(|reason| (reason, None))?;
+        return Ok(Started::Step(child));
+    }
+    check::pmi_matches(&spec, &request.spec, request.pmi).map_err(|e| (e.to_string(), None))?;
     let mut descriptors = descriptors.into_iter();
     let (Some(log), pmi) = (descriptors.next(), descriptors.next()) else {
         return Err(("no log descriptor".into(), None));
@@ -261,7 +313,7 @@ fn handle(conn: &UnixStream, rules: &Rules, shepherd: &Path) -> Result<Child, (S
         )
     })?;
     drop(pmi); // the shepherd has its own copy
-    Ok(child)
+    Ok(Started::Shepherd(child))
 }
 
 /// The request line and the descriptors that came with it (at most [`fds::MAX_FDS`]
@@ -347,22 +399,11 @@ struct SignalFd {
 
 impl SignalFd {
     fn block() -> io::Result<SignalFd> {
-        // SAFETY: `set` is initialised by sigemptyset before any other use.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid set and valid signal numbers.
-        unsafe {
-            libc::sigemptyset(&mut set);
-            for s in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-                libc::sigaddset(&mut set, s);
-            }
-        }
-        // SAFETY: a valid set; the old mask is not wanted.
-        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-        if rc != 0 {
-            return Err(io::Error::from_raw_os_error(rc));
-        }
+        // The shepherd's set: SIGCHLD, SIGTERM, SIGINT and SIGHUP.
+        let signals = crate::shepherd::supervise::block_signals()?;
+        let set = signals.set();
         // SAFETY: -1 asks for a new descriptor for the valid `set`.
-        let fd: RawFd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+        let fd: RawFd = unsafe { libc::signalfd(-1, set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -433,8 +474,7 @@ mod tests {
             let (a, b) = UnixStream::pair().unwrap();
             fds::send_with_fds(&a, bytes, fds).unwrap();
             let _ = a.shutdown(std::net::Shutdown::Write);
-            assert!(serve(&b, &rules, Path::new("/bin/false")).is_none());
-            drop(b);
+            assert!(serve(b, &rules, Path::new("/bin/false")).is_none());
             let mut answer = String::new();
             io::Read::read_to_string(&mut &a, &mut answer).unwrap();
             answer

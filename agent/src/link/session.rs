@@ -266,7 +266,8 @@ impl Link {
                     Ok((send, recv)) => {
                         let state_dir = self.opts.tasks.state_dir.clone();
                         let allow_root = self.opts.tasks.allow_root;
-                        tokio::spawn(crate::exec::step::serve(send, recv, state_dir, allow_root));
+                        let launcher = self.opts.tasks.launcher.clone();
+                        tokio::spawn(crate::exec::step::serve(send, recv, state_dir, allow_root, launcher));
                     }
                     // The connection is gone: its reader says why.
                     Err(_) => {

@@ -178,29 +178,48 @@ impl Prepared {
         let mut setup = self.setup.clone();
         setup.stdout = None;
         setup.stderr = None;
-        match self.spawn(setup, Stdio::piped) {
+        self.spawn_step(setup, [Stdio::piped(), Stdio::piped(), Stdio::piped()])
+    }
+
+    /// As [`Prepared::spawn_piped`], with these descriptors as the command's standard
+    /// input, output and error (pipes the agent made and handed to the launcher).
+    pub fn spawn_with(
+        &self,
+        stdin: std::os::fd::OwnedFd,
+        stdout: std::os::fd::OwnedFd,
+        stderr: std::os::fd::OwnedFd,
+    ) -> Result<std::process::Child, String> {
+        let mut setup = self.setup.clone();
+        setup.stdout = None;
+        setup.stderr = None;
+        self.spawn_step(setup, [Stdio::from(stdin), Stdio::from(stdout), Stdio::from(stderr)])
+    }
+
+    fn spawn_step(&self, setup: Setup, stdio: [Stdio; 3]) -> Result<std::process::Child, String> {
+        match self.spawn(setup, stdio) {
             Ok((Ok(child), _)) => Ok(child),
             Ok((Err(e), said)) => Err(self.reason(&said, &e)),
             Err(e) => Err(format!("cannot start the command: creating a pipe failed: {e}")),
         }
     }
 
-    /// Forks and execs with `setup` in the child and `stdio()` as its standard input,
+    /// Forks and execs with `setup` in the child and `stdio` as its standard input,
     /// output and error; the spawn's result and what the child said on the error pipe.
     fn spawn(
         &self,
         setup: Setup,
-        stdio: fn() -> Stdio,
+        stdio: [Stdio; 3],
     ) -> std::io::Result<(std::io::Result<std::process::Child>, Vec<u8>)> {
         let (mut reader, writer) = std::io::pipe()?;
         let mut command = Command::new(&self.argv[0]);
+        let [stdin, stdout, stderr] = stdio;
         command
             .args(&self.argv[1..])
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(stdio())
-            .stdout(stdio())
-            .stderr(stdio())
+            .stdin(stdin)
+            .stdout(stdout)
+            .stderr(stderr)
             .process_group(0);
         let child = Child {
             pipe: writer.as_raw_fd(),
@@ -222,7 +241,7 @@ impl Prepared {
 
     /// Forks and execs the task.
     pub fn start(&self) -> Started {
-        let (spawned, said) = match self.spawn(self.setup.clone(), Stdio::null) {
+        let (spawned, said) = match self.spawn(self.setup.clone(), [Stdio::null(), Stdio::null(), Stdio::null()]) {
             Ok(r) => r,
             Err(e) => {
                 return Started::Failed {

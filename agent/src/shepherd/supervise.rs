@@ -48,6 +48,11 @@ pub fn block_signals() -> io::Result<Signals> {
 }
 
 impl Signals {
+    /// The signals blocked (the launcher reads them from a `signalfd` of this set).
+    pub(crate) fn set(&self) -> &libc::sigset_t {
+        &self.set
+    }
+
     /// A cancel (SIGTERM or SIGINT) within `timeout`, else None (other signals are
     /// taken and ignored: nothing runs yet).
     pub fn wait_for(&self, timeout: Duration) -> Option<i32> {
