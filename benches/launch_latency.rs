@@ -8,8 +8,9 @@
 //! `sched_setaffinity` per task). Each round runs `sleep 30` tasks, measures, cancels and
 //! waits until the tasks have ended.
 //!
-//! `cargo bench --bench launch_latency` (5 rounds; `ROUNDS=10` for more). Not a criterion
-//! bench: it measures a running system.
+//! `cargo bench --bench launch_latency` (5 rounds; `ROUNDS=10` for more; `LAUNCHER=1`:
+//! shepherds started through a launcher per agent, as the shipped units do). Not a
+//! criterion bench: it measures a running system.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -38,6 +39,8 @@ impl Drop for Procs {
 
 fn main() {
     let rounds: usize = std::env::var("ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
+    // LAUNCHER=1: shepherds start through `hyperplan-agent launcher`, as the shipped units do.
+    let through_launcher = std::env::var("LAUNCHER").is_ok_and(|v| v == "1");
     let planner_bin = daemon("hyperplan-planner", "hyperplan-planner");
     let agent_bin = daemon("hyperplan-agent", "hyperplan-agent");
     let cli_bin = PathBuf::from(env!("CARGO_BIN_EXE_hyperplan"));
@@ -84,6 +87,26 @@ fn main() {
             .stderr(std::fs::File::create(dir.path().join(format!("{node}.log"))).unwrap());
         if user == "root" {
             agent.arg("--allow-root");
+        }
+        if through_launcher {
+            // A launcher per agent (each node has its own), as hyperplan-launcher.service.
+            let socket = dir.path().join(format!("launcher-{node}.sock"));
+            let mut launcher = Command::new(&agent_bin);
+            launcher
+                .args(["launcher", "--config", "/dev/null", "--socket"])
+                .arg(&socket)
+                .arg("--state-dir")
+                .arg(dir.path().join(format!("state-{node}")))
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.path().join(format!("launcher-{node}.log"))).unwrap());
+            if user == "root" {
+                launcher.arg("--allow-root");
+            }
+            procs.0.push(launcher.spawn().unwrap());
+            wait(Duration::from_secs(30), "the launcher listening", || {
+                socket.exists().then_some(())
+            });
+            agent.arg("--launcher").arg(&socket);
         }
         procs.0.push(agent.spawn().unwrap());
     }
@@ -161,7 +184,8 @@ fn main() {
     }
     latencies.sort_unstable();
     println!(
-        "launch latency, {TASKS} tasks on {AGENTS} agents, {rounds} rounds: median {} ms, max {} ms (target 200 ms)",
+        "launch latency, {TASKS} tasks on {AGENTS} agents{}, {rounds} rounds: median {} ms, max {} ms (target 200 ms)",
+        if through_launcher { " through launchers" } else { "" },
         latencies[latencies.len() / 2],
         latencies.last().unwrap()
     );

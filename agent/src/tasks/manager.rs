@@ -89,6 +89,10 @@ struct Entry {
     shepherd_start: Option<u64>,
     /// The shepherd cannot be found: since when, and when to look again.
     lost: Option<Lost>,
+    /// The shepherd is the launcher's, started by this agent run: known for sure by its
+    /// pid and start time (`shepherd_start`), as a child is by its handle. Its command
+    /// line is not read: right after exec it may still be empty.
+    launched: bool,
 }
 
 /// A task whose shepherd is not where its pid file says.
@@ -126,6 +130,7 @@ impl Entry {
             since: Instant::now(),
             shepherd_start: None,
             lost: None,
+            launched: false,
         }
     }
 
@@ -137,7 +142,17 @@ impl Entry {
             runner::Shepherd::Launched(pid) => {
                 self.shepherd_pid = Some(pid);
                 self.shepherd_start = runner::proc_stat(pid).map(|p| p.start_ticks);
+                self.launched = self.shepherd_start.is_some();
             }
+        }
+    }
+
+    /// The launcher's shepherd still runs: its pid names a live process started when it
+    /// was (not a zombie, not a new process under a reused pid).
+    fn launched_alive(&self) -> bool {
+        match (self.shepherd_pid, self.shepherd_start) {
+            (Some(pid), Some(start)) => runner::proc_stat(pid).is_some_and(|p| !p.zombie && p.start_ticks == start),
+            _ => false,
         }
     }
 
@@ -639,7 +654,12 @@ fn apply(entry: &mut Entry, files: Files) {
 fn send_kill(entry: &mut Entry) {
     if let (Kill::Pending(grace, warn), Some(pid)) = (entry.kill, entry.shepherd_pid) {
         if pid > 0 {
-            if entry.lost.is_some() || !runner::shepherd_alive(pid, &entry.dir.spec()) {
+            let runs = if entry.launched {
+                entry.launched_alive()
+            } else {
+                runner::shepherd_alive(pid, &entry.dir.spec())
+            };
+            if entry.lost.is_some() || !runs {
                 return;
             }
             runner::cancel(&entry.dir, pid, grace, warn);
@@ -785,7 +805,22 @@ fn vanished(
     if entry.child.is_some() || entry.retry.is_some() {
         return None; // our own child, not reaped (it runs), or one still to start
     }
-    if let Some(pid) = entry.shepherd_pid.filter(|&p| p > 0)
+    // The launcher's shepherd: alive while its pid names a live process started when it
+    // was; once gone, its record (which it writes before it exits) is read again, and
+    // without one it died.
+    let launched_gone = if entry.launched {
+        if entry.launched_alive() {
+            return None;
+        }
+        if let Some(record) = scan::read_record(&entry.dir) {
+            return Some(record);
+        }
+        true
+    } else {
+        false
+    };
+    if !launched_gone
+        && let Some(pid) = entry.shepherd_pid.filter(|&p| p > 0)
         && runner::shepherd_alive(pid, &entry.dir.spec())
         && entry
             .shepherd_start
@@ -797,7 +832,7 @@ fn vanished(
         && entry.started.is_none()
         && entry.child_exit.is_none()
         && entry.since.elapsed() <= PID_GRACE;
-    if entry.shepherd_pid != Some(0) && !may_be_starting {
+    if entry.shepherd_pid != Some(0) && !may_be_starting && !launched_gone {
         if look_for_shepherd(task, entry) {
             return None;
         }
@@ -1280,6 +1315,45 @@ mod tests {
             other.kill().unwrap();
             other.wait().unwrap();
         }
+    }
+
+    #[test]
+    fn a_launched_shepherd_is_known_by_pid_and_start_not_by_its_command_line() {
+        let state = tempfile::tempdir().unwrap();
+        let t = tasks_with_grace(state.path(), Duration::from_secs(3600));
+        let task = TaskRef {
+            job: "l".into(),
+            job_id: 3,
+            task: "t".into(),
+            index: 0,
+        };
+        let dir = TaskDir::new(state.path(), "l", 3, "t");
+        std::fs::create_dir_all(&dir.dir).unwrap();
+        // A process whose command line does not name the spec (as one just exec'd may
+        // not yet): the launcher's shepherd all the same, by pid and start time.
+        let mut stand_in = std::process::Command::new("sleep").arg("600").spawn().unwrap();
+        let mut entry = Entry::new(dir.clone(), 0);
+        entry.follow(runner::Shepherd::Launched(stand_in.id()));
+        assert!(entry.launched);
+        let vanished = |entry: &mut Entry| vanished(&t.opts, &[], Duration::from_secs(3600), &task, entry);
+        assert!(vanished(&mut entry).is_none());
+        assert!(entry.lost.is_none(), "not looked for: it runs");
+        assert!(!dir.pid().exists(), "its pid file is the shepherd's to write");
+        // Gone: failed at once, no grace to wait.
+        stand_in.kill().unwrap();
+        let _ = stand_in.wait();
+        let record = vanished(&mut entry).expect("a failed record");
+        assert!(record.reason.unwrap().contains("died without a record"));
+        // A record it wrote just before it went is taken instead.
+        let mut other = std::process::Command::new("true").spawn().unwrap();
+        let mut entry = Entry::new(dir.clone(), 0);
+        entry.follow(runner::Shepherd::Launched(other.id()));
+        let _ = other.wait();
+        let ended = runner::synthesized("l", 3, "t", 0, other.id(), None, "its own words".into());
+        std::fs::remove_file(dir.record()).unwrap();
+        runner::write_record(&dir, &ended);
+        let record = vanished(&mut entry).expect("its record");
+        assert_eq!(record.reason.as_deref(), Some("its own words"));
     }
 
     #[test]
