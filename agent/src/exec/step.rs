@@ -9,8 +9,9 @@ use hyperplan_net::messages::{ExecFrame, ExecStart};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use crate::launcher::Step;
+use crate::shepherd::TaskDir;
 use crate::shepherd::exec::Prepared;
-use crate::shepherd::{LaunchSpec, TaskDir, current_euid, user};
 
 /// How long the planner has to send the `ExecStart`.
 const START_WITHIN: Duration = Duration::from_secs(10);
@@ -183,7 +184,7 @@ fn through_launcher(socket: &Path, start: &ExecStart, state_dir: &Path) -> Resul
     let dir = task_dir(start, state_dir)?;
     let pipes = || std::io::pipe().map_err(|e| format!("cannot start the command: creating a pipe failed: {e}"));
     let ((in_read, in_write), (out_read, out_write), (err_read, err_write)) = (pipes()?, pipes()?, pipes()?);
-    let step = Command {
+    let step = Step {
         argv: start.argv.clone(),
         shell: start.shell,
         user: start.user.clone(),
@@ -227,67 +228,8 @@ fn task_dir(start: &ExecStart, state_dir: &Path) -> Result<TaskDir, String> {
 /// The command as the task's spec says to run it, with `start`'s argv.
 fn prepare(start: &ExecStart, state_dir: &Path, allow_root: bool) -> Result<Prepared, String> {
     let dir = task_dir(start, state_dir)?;
-    let command = Command {
-        argv: start.argv.clone(),
-        shell: start.shell,
-        user: start.user.clone(),
-    };
-    prepare_in(
-        &dir,
-        &format!("{}/{}", start.task.job, start.task.task),
-        &command,
-        allow_root,
-    )
-}
-
-/// A command to run as a task's step: the launcher's request carries it.
-pub type Command = super::super::launcher::Step;
-
-/// The command as the spec in `dir` says to run its task (`task`: JOB/TASK, for the
-/// errors), with `command`'s argv; the spec's user must be the one asking. The launcher
-/// calls this too.
-pub fn prepare_in(dir: &TaskDir, task: &str, command: &Command, allow_root: bool) -> Result<Prepared, String> {
-    if dir.record().exists() {
-        return Err(format!("task {task} has ended on this node"));
-    }
-    let mut spec = LaunchSpec::read(&dir.spec()).map_err(|e| format!("task {task}: {e}"))?;
-    if spec.user != command.user {
-        return Err(format!("task {task} runs as {}, not {}", spec.user, command.user));
-    }
-    if command.argv.is_empty() || command.argv[0].is_empty() {
-        return Err("no command to run".into());
-    }
-    spec.argv = if command.shell {
-        vec!["/bin/sh".into(), "-c".into(), command.argv.join(" ")]
-    } else {
-        command.argv.clone()
-    };
-    // Not the task's PMI socket: that descriptor is the task's alone.
-    spec.pmi_fd = None;
-    for key in ["PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_SPAWNED"] {
-        spec.env.remove(key);
-    }
-    spec.time_limit_secs = None;
-    let checked = spec.check(&dir.spec()).map_err(|e| e.to_string())?;
-    let identity = user::lookup(&checked.spec.user).map_err(|e| e.to_string())?;
-    if identity.uid == 0 && !allow_root {
-        return Err(format!(
-            "user {} is root, and this node runs nothing as root (allowRoot)",
-            identity.name
-        ));
-    }
-    let euid = current_euid();
-    let switch = match euid {
-        0 => Some(&identity),
-        e if e == identity.uid => None,
-        e => {
-            return Err(format!(
-                "the agent runs as uid {e} and cannot run commands as {}",
-                identity.name
-            ));
-        }
-    };
-    Ok(Prepared::new(checked, switch))
+    let task = format!("{}/{}", start.task.job, start.task.task);
+    crate::shepherd::step::prepare(&dir, &task, &start.argv, start.shell, &start.user, allow_root)
 }
 
 /// Carries the command's input and output until it ends, or kills it when the planner's

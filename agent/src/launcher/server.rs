@@ -269,7 +269,8 @@ fn handle(conn: &UnixStream, rules: &Rules, shepherd: &Path) -> Result<Started, 
         let dir = crate::shepherd::TaskDir::new(&spec.state_dir, &spec.job, spec.job_id, &spec.task);
         let task = format!("{}/{}", spec.job, spec.task);
         let prepared =
-            crate::exec::step::prepare_in(&dir, &task, step, rules.allow_root).map_err(|reason| (reason, None))?;
+            crate::shepherd::step::prepare(&dir, &task, &step.argv, step.shell, &step.user, rules.allow_root)
+                .map_err(|reason| (reason, None))?;
         let [stdin, stdout, stderr]: [OwnedFd; 3] = descriptors
             .try_into()
             .map_err(|_| ("three descriptors expected".to_string(), None))?;

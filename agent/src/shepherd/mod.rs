@@ -27,6 +27,7 @@ pub mod layout;
 pub mod record;
 pub mod rlimits;
 pub mod spec;
+pub mod step;
 pub mod supervise;
 pub mod user;
 
