@@ -1272,7 +1272,11 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(10);
         // Until `setsid` has made its session, its command line names the spec too but
         // it is no shepherd yet: wait for the session, as a real shepherd's first act.
-        while !runner::is_shepherd(pid, spec) {
+        // And for its exec of `sh`: while the kernel swaps the program in, the command
+        // line reads empty for a moment, and a scan then would find nothing.
+        let exec_done =
+            || std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|&b| b == 0).next() == Some(b"sh"));
+        while !(exec_done() && runner::is_shepherd(pid, spec)) {
             assert!(Instant::now() < deadline, "the stand-in shepherd did not start");
             std::thread::sleep(Duration::from_millis(5));
         }
