@@ -124,7 +124,7 @@ fn main() -> ExitCode {
             ExitCode::from(e.downcast_ref::<commands::submit::JobsEnded>().map_or(1, |j| j.0))
         }
         Err(e) => {
-            eprintln!("hyperplan: {e:#}");
+            eprintln!("hyperplan: {}", hyperplan_shared::error::chain_line(e.chain()));
             ExitCode::FAILURE
         }
     }

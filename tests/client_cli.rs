@@ -251,3 +251,37 @@ fn queues_lists_the_default_queue_and_the_configured_ones() {
     assert!(table.contains("\ndefault ") && table.contains("\ngpu "), "{table}");
     assert!(table.contains("gpu: time limit default none, max 2d"), "{table}");
 }
+
+#[test]
+fn each_binary_says_a_cause_once() {
+    // A message that carries its cause inline and also names it as its source must not
+    // print it twice, nor the file twice.
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.toml");
+    let runs = [
+        (
+            common::bin("hyperplan-planner"),
+            vec!["--config".to_string(), missing.display().to_string()],
+        ),
+        (
+            common::bin("hyperplan-agent"),
+            vec![
+                "probe".to_string(),
+                "--gpu-fabric".to_string(),
+                missing.display().to_string(),
+            ],
+        ),
+    ];
+    for (bin, args) in runs {
+        let out = std::process::Command::new(&bin)
+            .args(&args)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{}: {err}", bin.display());
+        assert_eq!(err.matches("os error 2").count(), 1, "{}: {err}", bin.display());
+        assert_eq!(err.matches("missing.toml").count(), 1, "{}: {err}", bin.display());
+        assert!(err.contains("cannot read"), "{}: {err}", bin.display());
+    }
+}

@@ -5,6 +5,7 @@
 //! starts shepherds outside the agent's unit (`hyperplan-agent launcher`); `metrics` is
 //! its own Prometheus endpoint (`[metrics] listen`).
 
+pub mod bounded;
 pub mod config;
 pub mod exec;
 pub mod launch;

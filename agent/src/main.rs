@@ -344,7 +344,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("hyperplan-agent: {e:#}");
+            eprintln!("hyperplan-agent: {}", hyperplan_shared::error::chain_line(e.chain()));
             ExitCode::FAILURE
         }
     }

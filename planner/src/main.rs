@@ -153,7 +153,7 @@ fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("hyperplan-planner: {e:#}");
+            eprintln!("hyperplan-planner: {}", hyperplan_shared::error::chain_line(e.chain()));
             std::process::ExitCode::FAILURE
         }
     }
@@ -181,9 +181,9 @@ fn run() -> anyhow::Result<()> {
     }
     let args = Args::parse();
     let mut config = match &args.config {
-        Some(p) => DaemonConfig::load(p).with_context(|| format!("loading {}", p.display()))?,
+        Some(p) => DaemonConfig::load(p)?,
         None if std::path::Path::new(DEFAULT_CONFIG).exists() => {
-            DaemonConfig::load(std::path::Path::new(DEFAULT_CONFIG)).context("loading the default configuration")?
+            DaemonConfig::load(std::path::Path::new(DEFAULT_CONFIG))?
         }
         None => DaemonConfig::default(),
     };

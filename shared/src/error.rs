@@ -47,3 +47,47 @@ pub fn file_kind(m: &std::fs::Metadata) -> &'static str {
         "not a file"
     }
 }
+
+/// An error and its causes as one line, `outer: cause: …`, each said once: a cause whose
+/// text the line already holds (a message that carries its cause inline, as most of this
+/// project's do, while also naming it as its source) is left out. What the binaries print.
+pub fn chain_line<'a>(chain: impl IntoIterator<Item = &'a (dyn std::error::Error + 'static)>) -> String {
+    let mut line = String::new();
+    for error in chain {
+        let text = error.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod chain_tests {
+    use super::chain_line;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("/etc/x.toml: cannot read: {source}")]
+    struct Inline {
+        source: std::io::Error,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("starting")]
+    struct Outer(#[source] Inline);
+
+    #[test]
+    fn a_cause_said_inline_is_not_said_again() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = Outer(Inline { source: io });
+        let mut chain: Vec<&(dyn std::error::Error + 'static)> = vec![&e];
+        while let Some(next) = chain.last().and_then(|e| e.source()) {
+            chain.push(next);
+        }
+        assert_eq!(chain_line(chain), "starting: /etc/x.toml: cannot read: no such file");
+    }
+}

@@ -82,7 +82,7 @@ pub fn recv_with_fds(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, 
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
         while !cmsg.is_null() {
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let payload = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let payload = ((*cmsg).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
                 let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
                 for i in 0..payload / std::mem::size_of::<RawFd>() {
                     fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));

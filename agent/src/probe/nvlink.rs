@@ -95,31 +95,22 @@ pub fn read_fabric(readers: &[&dyn FabricReader]) -> (Vec<GpuFabric>, Vec<String
 /// without blocking, so a FIFO in its place is refused rather than waited on; at most
 /// [`gpufabric::MAX_SMI_QUERY`] bytes.
 pub fn read_file(path: &std::path::Path) -> Result<Vec<GpuFabric>, super::ProbeError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let cannot = |source| super::ProbeError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(cannot)?;
-    if !file.metadata().map_err(cannot)?.is_file() {
-        return Err(super::ProbeError::Parse {
+    use crate::bounded::{BoundedReadError, read_regular};
+    let limit = gpufabric::MAX_SMI_QUERY;
+    let bytes = read_regular(path, limit as u64).map_err(|e| match e {
+        BoundedReadError::Read(source) => super::ProbeError::Read {
+            path: path.to_path_buf(),
+            source,
+        },
+        BoundedReadError::NotAFile => super::ProbeError::Parse {
             path: path.to_path_buf(),
             message: "expected a regular file (a saved nvidia-smi report), got something else".into(),
-        });
-    }
-    let limit = gpufabric::MAX_SMI_QUERY;
-    let mut bytes = Vec::new();
-    file.take(limit as u64 + 1).read_to_end(&mut bytes).map_err(cannot)?;
-    if bytes.len() > limit {
-        return Err(super::ProbeError::TooLarge {
+        },
+        BoundedReadError::TooLarge(_) => super::ProbeError::TooLarge {
             origin: path.display().to_string(),
             message: format!("more than {limit} bytes; expected a saved nvidia-smi report"),
-        });
-    }
+        },
+    })?;
     let text = String::from_utf8_lossy(&bytes);
     let csv = text
         .lines()

@@ -41,12 +41,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+
+use crate::bounded::BoundedReadError;
 
 /// No limit: `RLIM_INFINITY` on 64-bit Linux (`!0`).
 pub const UNLIMITED: u64 = u64::MAX;
@@ -664,37 +664,19 @@ enum ReadConfError {
 }
 
 /// Reads a limits file of at most [`MAX_CONF_BYTES`]; `Ok(None)` when it does not exist.
-/// Opened non-blocking so that a FIFO in its place cannot hang the launch.
+/// A FIFO in its place cannot hang the launch (see [`crate::bounded`]).
 fn read_conf(path: &Path) -> Result<Option<String>, ReadConfError> {
-    let cannot_read = |source| ReadConfError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path);
-    let file = match file {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(cannot_read(e)),
-    };
-    let is_file = file.metadata().map(|m| m.is_file()).unwrap_or(false);
-    if !is_file {
-        return Err(ReadConfError::NotAFile {
-            path: path.to_path_buf(),
-        });
+    let path_buf = || path.to_path_buf();
+    match crate::bounded::read_regular(path, MAX_CONF_BYTES) {
+        Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+        Err(e) if e.is_missing() => Ok(None),
+        Err(BoundedReadError::Read(source)) => Err(ReadConfError::Read {
+            path: path_buf(),
+            source,
+        }),
+        Err(BoundedReadError::NotAFile) => Err(ReadConfError::NotAFile { path: path_buf() }),
+        Err(BoundedReadError::TooLarge(_)) => Err(ReadConfError::TooLarge { path: path_buf() }),
     }
-    let mut bytes = Vec::new();
-    file.take(MAX_CONF_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(cannot_read)?;
-    if bytes.len() as u64 > MAX_CONF_BYTES {
-        return Err(ReadConfError::TooLarge {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
 }
 
 /// The `*.conf` files of `dir` in the order pam_limits reads them: by the bytes of their
