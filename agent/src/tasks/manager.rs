@@ -1309,6 +1309,9 @@ mod tests {
             let task = running[0].task.clone();
             t.on_kill(&task, 1, None);
             let status = wait_gone(&mut shepherd);
+            // Its `sleep` outlives the `sh` it ran under: not to be left behind.
+            let procs = crate::tasks::sweep::all(std::path::Path::new("/proc"));
+            crate::tasks::sweep::kill_each(&crate::tasks::sweep::session(&procs, shepherd.id()));
             use std::os::unix::process::ExitStatusExt;
             assert_eq!(status.signal(), Some(libc::SIGTERM), "wrong={wrong}");
             assert_eq!(std::fs::read_to_string(dir.kill_grace()).unwrap(), "1\n");
