@@ -39,7 +39,6 @@ use tokio::sync::{mpsc, watch};
 use crate::config::DaemonConfig;
 use crate::store::{Loaded, Store};
 pub use driver::ToCore;
-pub(crate) use driver::unix_now;
 
 /// Application close codes (hyperplan-net's, shared by every daemon).
 pub use hyperplan_net::hello::close;
@@ -261,13 +260,9 @@ impl Server {
         };
         let (to_core, from_conns) = mpsc::unbounded_channel();
         let (failed_tx, mut failed) = watch::channel(None::<String>);
-        let (writer, writer_thread) = crate::store::writer::Writer::spawn(
-            self.store.clone(),
-            self.config.store.keep_finished,
-            failed_tx,
-            self.metrics.clone(),
-        )
-        .map_err(ServerError::Writer)?;
+        let (writer, writer_thread) =
+            crate::store::writer::Writer::spawn(self.store.clone(), failed_tx, self.metrics.clone())
+                .map_err(ServerError::Writer)?;
         let start = driver::Start {
             store: self.store.clone(),
             loaded,

@@ -33,11 +33,14 @@ pub enum After {
 pub struct Work {
     pub batch: Batch,
     pub after: Vec<After>,
+    /// Delete ended jobs that ended before this (Unix seconds), before the commit. The
+    /// driver decides it by its clock (the daemon's one clock): the writer has none.
+    pub purge_before: Option<u64>,
 }
 
 impl Work {
     pub fn is_empty(&self) -> bool {
-        self.batch.is_empty() && self.after.is_empty()
+        self.batch.is_empty() && self.after.is_empty() && self.purge_before.is_none()
     }
 }
 
@@ -48,20 +51,18 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Starts the thread. `keep_finished`: ended jobs older than this are deleted (at
-    /// start, then hourly). A commit that fails sends its error on `failed`. The thread
+    /// Starts the thread. A commit that fails sends its error on `failed`. The thread
     /// ends once every `Writer` is dropped and what was queued is written; join it so
     /// the store file is closed cleanly.
     pub fn spawn(
         store: Store,
-        keep_finished: Duration,
         failed: watch::Sender<Option<String>>,
         metrics: crate::metrics::Metrics,
     ) -> std::io::Result<(Self, std::thread::JoinHandle<()>)> {
         let (tx, rx) = mpsc::channel::<Work>();
         let thread = std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || run(&store, &rx, keep_finished, &failed, &metrics))?;
+            .spawn(move || run(&store, &rx, &failed, &metrics))?;
         Ok((Self { tx }, thread))
     }
 
@@ -75,29 +76,17 @@ impl Writer {
 }
 
 /// How often the writer logs what it did (and, idle, checks that its store file is
-/// still there); how often it deletes old ended jobs.
+/// still there).
 const REPORT_EVERY: Duration = Duration::from_secs(10);
-const PURGE_EVERY: Duration = Duration::from_secs(3600);
 
 fn run(
     store: &Store,
     rx: &mpsc::Receiver<Work>,
-    keep: Duration,
     failed: &watch::Sender<Option<String>>,
     metrics: &crate::metrics::Metrics,
 ) {
-    let mut last_purge: Option<Instant> = None;
     let (mut commits, mut records, mut since) = (0u64, 0u64, Instant::now());
     loop {
-        if last_purge.is_none_or(|t| t.elapsed() >= PURGE_EVERY) {
-            last_purge = Some(Instant::now());
-            let before = crate::server::unix_now().saturating_sub(keep.as_secs());
-            match store.purge(before) {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(deleted = n, "store: deleted ended jobs older than keepFinished"),
-                Err(e) => tracing::warn!("store: {e}"),
-            }
-        }
         let first = match rx.recv_timeout(REPORT_EVERY) {
             Ok(w) => w,
             Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -116,10 +105,19 @@ fn run(
         };
         let mut batch = first.batch;
         let mut after = first.after;
+        let mut purge_before = first.purge_before;
         // Everything queued meanwhile goes into the same transaction.
         while let Ok(w) = rx.try_recv() {
             batch.append(w.batch);
             after.extend(w.after);
+            purge_before = purge_before.max(w.purge_before);
+        }
+        if let Some(before) = purge_before {
+            match store.purge(before) {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(deleted = n, before, "store: deleted ended jobs older than keepFinished"),
+                Err(e) => tracing::warn!("store: {e}"),
+            }
         }
         if !batch.is_empty() {
             let _span = tracing::debug_span!("commit", jobs = batch.jobs.len()).entered();

@@ -106,7 +106,15 @@ struct Driver {
     /// ended first) stays until the map holds [`MAX_LAUNCHES_TIMED`], then goes with every
     /// entry older than 10 minutes.
     launched: HashMap<(u64, u32), Instant>,
+    /// `[store] keepFinished`: ended jobs older than this by the driver's clock are
+    /// deleted, at the first commit and then every [`PURGE_EVERY_MS`] of that clock.
+    keep_finished_ms: u64,
+    /// When (driver's clock, Unix ms) the next purge is due.
+    next_purge_ms: u64,
 }
+
+/// How often ended jobs older than `keepFinished` are deleted.
+const PURGE_EVERY_MS: u64 = 3_600_000;
 
 /// Launches timed at once at most (see `Driver::launched`).
 const MAX_LAUNCHES_TIMED: usize = 100_000;
@@ -197,11 +205,6 @@ pub async fn run(
 /// See `run`: the shortest time between two ticks that arrivals cause.
 const MIN_TICK_GAP: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Wall-clock Unix seconds, for the store writer's purge of old ended jobs.
-pub(crate) fn unix_now() -> u64 {
-    Clock::real().now_secs()
-}
-
 impl Driver {
     /// The driver of a planner configured by `config`, with the jobs `start` loaded back
     /// in the core and one tick run (counts and records settle before any request).
@@ -240,6 +243,8 @@ impl Driver {
             ticks: 0,
             metrics: start.metrics,
             launched: HashMap::new(),
+            keep_finished_ms: u64::try_from(config.store.keep_finished.as_millis()).unwrap_or(u64::MAX),
+            next_purge_ms: 0,
         };
         d.restore(start.loaded);
         d.tick();
@@ -297,6 +302,11 @@ impl Driver {
         if next != self.stored_next_id {
             self.work.batch.next_job_id = Some(next);
             self.stored_next_id = next;
+        }
+        let now = self.clock.now_ms();
+        if now >= self.next_purge_ms {
+            self.next_purge_ms = now.saturating_add(PURGE_EVERY_MS);
+            self.work.purge_before = Some(now.saturating_sub(self.keep_finished_ms) / 1000);
         }
         self.writer.send(std::mem::take(&mut self.work));
     }

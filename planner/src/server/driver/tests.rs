@@ -129,13 +129,8 @@ impl Rig {
         let Store::Embedded(s) = &store else { panic!("embedded") };
         let loaded = s.load().unwrap();
         let (failed, _) = watch::channel(None);
-        let (writer, thread) = crate::store::writer::Writer::spawn(
-            store.clone(),
-            config.store.keep_finished,
-            failed,
-            crate::metrics::Metrics::new(),
-        )
-        .unwrap();
+        let (writer, thread) =
+            crate::store::writer::Writer::spawn(store.clone(), failed, crate::metrics::Metrics::new()).unwrap();
         let start = Start {
             store,
             loaded,
@@ -724,6 +719,52 @@ async fn a_job_that_ended_before_a_restart_is_read_from_the_store_and_ids_go_on(
         .map(|j| j["id"].as_u64().unwrap())
         .collect();
     assert_eq!(ids, vec![1, 2], "stored and live, by id");
+}
+
+/// Ended jobs' ids in `status --all` for alice.
+async fn all_ids(rig: &mut Rig) -> Vec<u64> {
+    let command = RequestCommand::Status {
+        job: None,
+        all: true,
+        since_secs: None,
+    };
+    let all = rig.answer("alice", false, command).await.unwrap();
+    all["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn ended_jobs_are_deleted_keep_finished_after_they_ended_by_the_drivers_clock() {
+    // The one clock: the rig's virtual clock says 2026-11-27 whatever the date is, and
+    // the purge of ended jobs follows it, not the wall clock.
+    let mut rig = Rig::new("keepFinished = 3600");
+    let a = train_placed(&mut rig, 1).await;
+    rig.handle(started(&a, "train", 1, "w-0"));
+    rig.handle(finished(&a, "train", 1, "w-0"));
+    rig.step();
+    rig.clock.advance(Duration::from_secs(1800));
+    rig.step();
+    // Stopped and started: the writer has done all it was handed.
+    rig.stop();
+    rig.start();
+    assert_eq!(
+        all_ids(&mut rig).await,
+        vec![1],
+        "half an hour after it ended, it is kept"
+    );
+    rig.clock.advance(Duration::from_secs(3 * 3600));
+    rig.step();
+    rig.stop();
+    rig.start();
+    assert_eq!(
+        all_ids(&mut rig).await,
+        Vec::<u64>::new(),
+        "past keepFinished, it is gone"
+    );
 }
 
 /// The `default` queue's usage and alice's there, as `hyperplan queues` reports them.
