@@ -142,6 +142,56 @@ fn lca_tie_break_keeps_tasks_together_on_the_leaf_already_used() {
     assert_eq!(nodes(&r, "j"), ["n01", "n02"]);
 }
 
+/// Nodes attached directly to a tier-2 HyperNode beside a leaf (Volcano's "nodes outside
+/// tier-1 HyperNodes") have no leaf: each is a lowest-tier group of one node, so the job
+/// spans the fewest groups and the leaf with the most free room fills first.
+#[test]
+fn nodes_attached_directly_to_a_spine_are_each_a_group_of_one() {
+    // spine-1 holds leaf-1 and, directly, the `direct` nodes (named to sort first).
+    let spine = |direct: &[&str]| {
+        let mut s = hn("spine-1", 2, MemberType::HyperNode, &["leaf-1"]);
+        s.members.extend(hn("direct", 2, MemberType::Node, direct).members);
+        s
+    };
+    let gang = |n: u32, cpu: u32| vec![JobBuilder::gang("j", n, &format!("cpu={cpu}")).hard(2).build()];
+
+    // Leaf of 3 free nodes, 2 direct nodes, 4 whole-node tasks: the leaf's 3 and one
+    // direct node (2 groups), not 2 of the leaf and both direct nodes (3 groups).
+    let c = ClusterBuilder::flat(5)
+        .node_resources("cpu=8")
+        .hyper_node(hn("leaf-1", 1, MemberType::Node, &["n03", "n04", "n05"]))
+        .hyper_node(spine(&["n01", "n02"]))
+        .build();
+    let r = run(&c, &gang(4, 8), cfg());
+    assert_eq!(job(&r, "j").allocated_hyper_node.as_deref(), Some("spine-1"));
+    assert_eq!(nodes(&r, "j"), ["n01", "n03", "n04", "n05"]);
+    assert_eq!(leaves(&r, "j"), ["leaf-1", "spine-1"]);
+
+    // Leaf with 2 free nodes, 3 direct nodes, 3 tasks: 2 + 1 (2 groups) beat the three
+    // direct nodes (3 groups, however many nodes hang off the spine).
+    let c = ClusterBuilder::flat(6)
+        .node_resources("cpu=8")
+        .busy(5)
+        .hyper_node(hn("leaf-1", 1, MemberType::Node, &["n04", "n05", "n06"]))
+        .hyper_node(spine(&["n01", "n02", "n03"]))
+        .build();
+    let r = run(&c, &gang(3, 8), cfg());
+    assert_eq!(nodes(&r, "j"), ["n01", "n04", "n05"]);
+
+    // Half-node tasks: leaf room 3, direct n01 room 1, n02 room 2, n03 busy. 5 tasks: the
+    // leaf, then the direct node that completes the job alone (n02), not n01 then n02.
+    let c = ClusterBuilder::flat(5)
+        .node_resources("cpu=8")
+        .used(0, "cpu=4")
+        .used(4, "cpu=4")
+        .busy(2)
+        .hyper_node(hn("leaf-1", 1, MemberType::Node, &["n04", "n05"]))
+        .hyper_node(spine(&["n01", "n02", "n03"]))
+        .build();
+    let r = run(&c, &gang(5, 4), cfg());
+    assert_eq!(nodes(&r, "j"), ["n02", "n04", "n05"]);
+}
+
 /// Fading picks different nodes for a job without topology as the fading factor moves.
 /// leaf-1 (n1 half used) is fuller than leaf-3 (n5 quarter used) at tier 1, but spine-2 is
 /// much fuller than spine-1 (leaf-4 is full).

@@ -19,7 +19,7 @@ use super::fading::fading_score;
 use super::gang::JobCtx;
 use super::gradient::gradients;
 use super::lca_score::{degraded_penalty, lca_score};
-use super::span::{self, SpanKey};
+use super::span::{self, Slot, SpanKey};
 
 /// A node a task would get, with its NUMA assignment there.
 type Candidate = (NodeIdx, Arc<Assignment>);
@@ -52,9 +52,9 @@ pub struct Search<'a> {
     /// Undo log: task index placed in this attempt.
     log: Vec<usize>,
     sub_job_hn: Vec<(usize, HnIdx)>,
-    /// The leaf-minimal plan for the HyperNode being filled: per node group of it, the
-    /// rank its leaf fills in (`u32::MAX` = not planned, used only when the plan fails).
-    plan: Option<(HnIdx, Vec<u32>)>,
+    /// The leaf-minimal plan for the HyperNode being filled: where its tasks look for
+    /// nodes, planned units first in fill order ([`Slot`]).
+    plan: Option<(HnIdx, Vec<Slot>)>,
 }
 
 impl<'a> Search<'a> {
@@ -172,8 +172,8 @@ impl<'a> Search<'a> {
         None
     }
 
-    /// Distinct leaves (lowest-tier HyperNodes, or node groups without one) the job's
-    /// placed tasks occupy.
+    /// Distinct leaves (lowest-tier HyperNodes, or nodes without one: each is a group of
+    /// its own) the job's placed tasks occupy.
     fn leaves_spanned(&self, job: &JobCtx) -> u32 {
         let mut units: Vec<(u32, u32)> = job
             .tasks
@@ -183,7 +183,7 @@ impl<'a> Search<'a> {
                 let g = self.index.node_group[n.ix()];
                 match self.index.groups[g.ix()].leaf {
                     Some(l) => (0, l.0),
-                    None => (1, g.0),
+                    None => (1, n.0),
                 }
             })
             .collect();
@@ -299,7 +299,7 @@ impl<'a> Search<'a> {
                 let placed = if job.has_children(sj) {
                     self.place_segments_in(job, sj, h)
                 } else {
-                    self.plan = plans[i].as_ref().map(|p| (h, p.group_ranks(self.index, h)));
+                    self.plan = plans[i].as_ref().map(|p| (h, p.slots(self.index, h)));
                     let placed = self.place_tasks(job, sj, h);
                     self.plan = None;
                     placed
@@ -379,7 +379,15 @@ impl<'a> Search<'a> {
     fn place_tasks(&mut self, job: &mut JobCtx, sj: usize, h: HnIdx) -> u32 {
         let index = self.index;
         let groups = &index.hns[h.ix()].groups;
-        let ranks: Option<Vec<u32>> = self.plan.take().filter(|(p, _)| *p == h).map(|(_, r)| r);
+        // Where to look, in order: a plan's units by fill rank, then the rest; without a
+        // plan every group of `h`, in order. The best candidate has the lowest rank, so the
+        // scan stops after the first rank that has one; a task looks at a few planned
+        // slots, not every group of `h`.
+        let slots: Vec<Slot> = self
+            .plan
+            .take()
+            .filter(|(p, _)| *p == h)
+            .map_or_else(|| Slot::unplanned(index, h), |(_, s)| s);
         let with_topology = job.sub_jobs[sj].with_topology;
         let mut allocated = job.sub_jobs[sj].allocated;
         let total_tasks = job.sub_jobs[sj].tasks.len().max(1) as f64;
@@ -398,14 +406,14 @@ impl<'a> Search<'a> {
                 count_on(&mut on_leaf, leaf);
             }
         }
-        // Per group of `h`: its LCA score for the `allocated` it was worked out with
+        // Per slot: its group's LCA score for the `allocated` it was worked out with
         // (`allocated` changes only when a task lands outside it).
-        let mut lca_memo: Vec<Option<(Option<HnIdx>, f64)>> = vec![None; groups.len()];
-        // Per role, per group of `h`: position of the first node that may still fit, and
-        // for a role with a NUMA request the node and assignment it would get (the first
-        // fit, or a node a little further on where it spans fewer NUMA nodes). Capacity
-        // only shrinks while placing, so cursors only move forward; an assignment stays
-        // valid until something lands in its group.
+        let mut lca_memo: Vec<Option<(Option<HnIdx>, f64)>> = vec![None; slots.len()];
+        // Per role, per slot: position of the first node that may still fit, and for a
+        // role with a NUMA request the node and assignment it would get (the first fit,
+        // or a node a little further on where it spans fewer NUMA nodes). Capacity only
+        // shrinks while placing, so cursors only move forward; an assignment stays valid
+        // until something lands in its slot (slots share no node).
         let mut cursors: Vec<Option<Vec<u32>>> = vec![None; job.shapes.len()];
         let mut cands: Vec<Vec<Option<Candidate>>> = vec![Vec::new(); job.shapes.len()];
         // Per (role, hardware): NUMA nodes the task spans on the empty machine.
@@ -413,18 +421,10 @@ impl<'a> Search<'a> {
         let mut failed = vec![false; job.shapes.len()];
         let pending: Vec<usize> = job.sj_pending(sj).collect();
         let mut placed = 0;
-        // (group position, node, topology score, tie bonus, NUMA nodes spanned)
+        // (slot, node, topology score, tie bonus, NUMA nodes spanned)
         let mut found: Vec<(usize, NodeIdx, f64, f64, u32)> = Vec::new();
-        // The order groups are looked at: a plan's groups by fill rank, then the rest. The
-        // best candidate has the lowest rank, so the scan stops after the first rank that
-        // has one; a task looks at a few planned groups, not every group of `h`.
-        let rank_of = |gi: usize| ranks.as_ref().map_or(u32::MAX, |r| r[gi]);
-        let mut order: Vec<usize> = (0..groups.len()).collect();
-        if ranks.is_some() {
-            order.sort_by_key(|&gi| (rank_of(gi), gi));
-        }
-        // Per role: planned groups before this position in `order` have no node left
-        // that fits (cursors only move forward, so they never will again).
+        // Per role: planned slots before this one have no node left that fits (cursors
+        // only move forward, so they never will again).
         let mut skip = vec![0usize; job.shapes.len()];
         for t in pending {
             let role = job.tasks[t].role;
@@ -433,30 +433,30 @@ impl<'a> Search<'a> {
             }
             let shape = &job.shapes[role];
             let numa_req = job.numa[role];
-            let cursor = cursors[role].get_or_insert_with(|| vec![0; groups.len()]);
+            let cursor = cursors[role].get_or_insert_with(|| vec![0; slots.len()]);
             let cand = &mut cands[role];
-            if cand.len() != groups.len() {
-                *cand = vec![None; groups.len()];
+            if cand.len() != slots.len() {
+                *cand = vec![None; slots.len()];
             }
             found.clear();
-            for (k, &gi) in order.iter().enumerate().skip(skip[role]) {
+            for (si, slot) in slots.iter().enumerate().skip(skip[role]) {
                 if let Some(f) = found.first()
-                    && rank_of(gi) != rank_of(f.0)
+                    && slot.rank != slots[f.0].rank
                 {
                     break;
                 }
-                let g = groups[gi];
-                let nodes = &index.groups[g.ix()].nodes;
-                let mut pos = cursor[gi] as usize;
+                let g = groups[slot.gi];
+                let nodes: &[NodeIdx] = slot.nodes.as_deref().unwrap_or(&index.groups[g.ix()].nodes);
+                let mut pos = cursor[si] as usize;
                 loop {
                     while pos < nodes.len() && !self.cap.fits(nodes[pos], shape) {
                         pos += 1;
-                        cand[gi] = None;
+                        cand[si] = None;
                     }
                     let (Some(&n), Some(req)) = (nodes.get(pos), numa_req.as_ref()) else {
                         break;
                     };
-                    if cand[gi].is_some() {
+                    if cand[si].is_some() {
                         break;
                     }
                     match self.numa.assign_shared(n, req) {
@@ -467,31 +467,31 @@ impl<'a> Search<'a> {
                             } else {
                                 None
                             };
-                            cand[gi] = Some(better.unwrap_or((n, a)));
+                            cand[si] = Some(better.unwrap_or((n, a)));
                             break;
                         }
                         // Free state only shrinks while placing: it fails here for good.
                         Err(_) => pos += 1,
                     }
                 }
-                cursor[gi] = pos as u32;
+                cursor[si] = pos as u32;
                 let Some(&first) = nodes.get(pos) else {
-                    if k == skip[role] && rank_of(gi) != u32::MAX {
+                    if si == skip[role] && slot.rank != u32::MAX {
                         skip[role] += 1;
                     }
                     continue;
                 };
-                let n = cand[gi].as_ref().map_or(first, |c| c.0);
+                let n = cand[si].as_ref().map_or(first, |c| c.0);
                 let (score, bonus) = if with_topology {
                     let leaf = index.groups[g.ix()].leaf;
                     let bonus = leaf
                         .and_then(|l| on_leaf.get(l.ix()))
                         .map_or(0.0, |c| f64::from(*c) / total_tasks);
-                    let score = match lca_memo[gi] {
+                    let score = match lca_memo[si] {
                         Some((a, s)) if a == allocated => s,
                         _ => {
                             let s = lca_score(index, g, allocated);
-                            lca_memo[gi] = Some((allocated, s));
+                            lca_memo[si] = Some((allocated, s));
                             s
                         }
                     };
@@ -507,20 +507,20 @@ impl<'a> Search<'a> {
                 } else {
                     score
                 };
-                let span = cand[gi].as_ref().map_or(0, |c| c.1.numa.count());
-                found.push((gi, n, score, bonus, span));
+                let span = cand[si].as_ref().map_or(0, |c| c.1.numa.count());
+                found.push((si, n, score, bonus, span));
             }
             // The numa-aware score: 100 − ⌊100·spanned/max spanned⌋ over the candidates.
             // A leaf-minimal plan ranks first: its leaves in fill order, the rest after.
             let max_span = found.iter().map(|f| f.4).max().unwrap_or(0);
             let mut best: Option<(u32, f64, f64, NodeIdx, usize)> = None;
-            for &(gi, n, score, bonus, span) in &found {
+            for &(si, n, score, bonus, span) in &found {
                 let score = if numa_req.is_some() && max_span > 0 {
                     score + self.numa_weight * f64::from(100 - 100 * span / max_span)
                 } else {
                     score
                 };
-                let rank = ranks.as_ref().map_or(u32::MAX, |r| r[gi]);
+                let rank = slots[si].rank;
                 let better = match best {
                     None => true,
                     Some((rk, s, b, m, _)) => {
@@ -528,16 +528,16 @@ impl<'a> Search<'a> {
                     }
                 };
                 if better {
-                    best = Some((rank, score, bonus, n, gi));
+                    best = Some((rank, score, bonus, n, si));
                 }
             }
             match best {
-                Some((_, _, _, n, gi)) => {
-                    let assignment = cands[role].get_mut(gi).and_then(Option::take).map(|c| c.1);
+                Some((_, _, _, n, si)) => {
+                    let assignment = cands[role].get_mut(si).and_then(Option::take).map(|c| c.1);
                     self.place(job, t, n, assignment);
                     // Whatever other roles had picked on this node is stale now.
                     for c in cands.iter_mut() {
-                        if let Some(slot) = c.get_mut(gi) {
+                        if let Some(slot) = c.get_mut(si) {
                             *slot = None;
                         }
                     }

@@ -9,19 +9,49 @@
 //! spanned at each tier between, then slack (free room left in the leaves used), and the
 //! caller breaks further ties by bin-pack score and name.
 //!
-//! A "leaf" is a node group's lowest-tier HyperNode; nodes in no HyperNode of the lowest
-//! tier form one unit per node group. Room is counted in tasks of the job's shapes from
-//! the live per-HyperNode counts, so planning a candidate costs its leaves, not its nodes.
+//! A "leaf" is a node group's HyperNode of the lowest tier ([`Group::leaf`]). A node in
+//! none (attached directly to a spine, Volcano's "nodes outside tier-1 HyperNodes", or in
+//! no HyperNode) shares no leaf switch with any other node, so it is a unit of its own.
+//! Room is counted in tasks of the job's shapes from the live per-HyperNode counts, so
+//! planning a candidate costs its leaves and such nodes, not all its nodes.
+//!
+//! [`Group::leaf`]: crate::topology::Group::leaf
 
 use crate::cache::capacity::{Capacity, Shape};
-use crate::model::ids::{GroupIdx, HnIdx};
+use crate::model::ids::{HnIdx, NodeIdx};
 use crate::topology::TopologyIndex;
 
-/// Where tasks may go as one block: a leaf HyperNode, or a node group without one.
+/// Where tasks may go as one block: a leaf HyperNode, or a node without one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Unit {
     Leaf(HnIdx),
-    Group(GroupIdx),
+    Node(NodeIdx),
+}
+
+/// Where the tasks of a planned HyperNode look for nodes, in the order to look: a node
+/// group of it (by its position in `hns[h].groups`), the nodes of that group the slot
+/// holds, and the fill rank of its unit (`u32::MAX`: not planned, used only when the plan
+/// falls short). Slots partition the HyperNode's nodes.
+#[derive(Clone, Debug)]
+pub(super) struct Slot {
+    pub gi: usize,
+    /// `None`: every node of the group. A group without a leaf has one slot per planned
+    /// node, so that those fill in plan order, and one for the rest.
+    pub nodes: Option<Vec<NodeIdx>>,
+    pub rank: u32,
+}
+
+impl Slot {
+    /// One slot per group of `h`, none planned.
+    pub(super) fn unplanned(index: &TopologyIndex, h: HnIdx) -> Vec<Slot> {
+        (0..index.hns[h.ix()].groups.len())
+            .map(|gi| Slot {
+                gi,
+                nodes: None,
+                rank: u32::MAX,
+            })
+            .collect()
+    }
 }
 
 /// How good a candidate HyperNode is: smaller is better, compared field by field.
@@ -46,28 +76,64 @@ pub(super) struct SpanPlan {
 }
 
 impl SpanPlan {
-    /// Per node group of `h` (in `hns[h].groups` order): its unit's fill rank, or
-    /// `u32::MAX` for groups whose unit is not in the plan.
-    pub(super) fn group_ranks(&self, index: &TopologyIndex, h: HnIdx) -> Vec<u32> {
+    /// The slots of `h` (see [`Slot`]): planned units first, in fill order, then the
+    /// rest in group order.
+    pub(super) fn slots(&self, index: &TopologyIndex, h: HnIdx) -> Vec<Slot> {
         let mut by_unit: Vec<(Unit, u32)> = self.units.iter().enumerate().map(|(r, u)| (*u, r as u32)).collect();
         by_unit.sort_unstable();
-        index.hns[h.ix()]
-            .groups
-            .iter()
-            .map(|&g| {
-                let unit = unit_of(index, g);
-                by_unit
-                    .binary_search_by(|(u, _)| u.cmp(&unit))
-                    .map_or(u32::MAX, |i| by_unit[i].1)
-            })
-            .collect()
-    }
-}
-
-fn unit_of(index: &TopologyIndex, g: GroupIdx) -> Unit {
-    match index.groups[g.ix()].leaf {
-        Some(l) => Unit::Leaf(l),
-        None => Unit::Group(g),
+        let rank = |unit: Unit| {
+            by_unit
+                .binary_search_by(|(u, _)| u.cmp(&unit))
+                .map_or(u32::MAX, |i| by_unit[i].1)
+        };
+        let mut slots = Vec::with_capacity(index.hns[h.ix()].groups.len());
+        for (gi, &g) in index.hns[h.ix()].groups.iter().enumerate() {
+            let group = &index.groups[g.ix()];
+            if let Some(l) = group.leaf {
+                slots.push(Slot {
+                    gi,
+                    nodes: None,
+                    rank: rank(Unit::Leaf(l)),
+                });
+                continue;
+            }
+            let planned: Vec<(NodeIdx, u32)> = group
+                .nodes
+                .iter()
+                .map(|&n| (n, rank(Unit::Node(n))))
+                .filter(|(_, r)| *r != u32::MAX)
+                .collect();
+            if planned.is_empty() {
+                slots.push(Slot {
+                    gi,
+                    nodes: None,
+                    rank: u32::MAX,
+                });
+                continue;
+            }
+            let rest: Vec<NodeIdx> = group
+                .nodes
+                .iter()
+                .copied()
+                // Both in node order.
+                .filter(|n| planned.binary_search_by_key(n, |(p, _)| *p).is_err())
+                .collect();
+            slots.extend(planned.into_iter().map(|(n, rank)| Slot {
+                gi,
+                nodes: Some(vec![n]),
+                rank,
+            }));
+            if !rest.is_empty() {
+                slots.push(Slot {
+                    gi,
+                    nodes: Some(rest),
+                    rank: u32::MAX,
+                });
+            }
+        }
+        // Stable: the groups of one leaf, and the unplanned slots, keep group order.
+        slots.sort_by_key(|s| s.rank);
+        slots
     }
 }
 
@@ -106,7 +172,13 @@ pub(super) fn plan(
     }
     // Room per unit in tasks: Σ over roles of min(fit, pending) (optimistic for a mix of
     // roles that compete for one resource; the placement falls back when it is).
-    let mut distinct: Vec<Unit> = index.hns[h.ix()].groups.iter().map(|&g| unit_of(index, g)).collect();
+    let mut distinct: Vec<Unit> = Vec::new();
+    for &g in &index.hns[h.ix()].groups {
+        match index.groups[g.ix()].leaf {
+            Some(l) => distinct.push(Unit::Leaf(l)),
+            None => distinct.extend(index.groups[g.ix()].nodes.iter().map(|&n| Unit::Node(n))),
+        }
+    }
     distinct.sort_unstable();
     distinct.dedup();
     let mut units: Vec<(Unit, u64)> = Vec::with_capacity(distinct.len());
@@ -118,11 +190,7 @@ pub(super) fn plan(
             .map(|(r, &p)| {
                 let fit = match unit {
                     Unit::Leaf(l) => rooms[r].as_ref().map_or(0, |c| c[l.ix()]),
-                    Unit::Group(g) => index.groups[g.ix()]
-                        .nodes
-                        .iter()
-                        .map(|&n| cap.fit_count(n, &shapes[r]))
-                        .fold(0u64, u64::saturating_add),
+                    Unit::Node(n) => cap.fit_count(n, &shapes[r]),
                 };
                 fit.min(p)
             })
@@ -133,7 +201,7 @@ pub(super) fn plan(
     }
     let total: u64 = units.iter().map(|u| u.1).fold(0, u64::saturating_add);
     let target = want.min(total);
-    // Most room first; equal room by unit order (leaves by name).
+    // Most room first; equal room by unit order (leaves by name, then nodes by name).
     units.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     let mut count = 0;
     let mut sum = 0u64;
@@ -174,8 +242,8 @@ fn inner_spans(index: &TopologyIndex, h: HnIdx, chosen: &[(Unit, u64)]) -> Vec<u
     for (unit, _) in chosen {
         let start = match *unit {
             Unit::Leaf(l) => index.hns[l.ix()].parent,
-            // A group without a leaf: its lowest HyperNode below `h`, if any.
-            Unit::Group(g) => index.groups[g.ix()]
+            // A node without a leaf: its lowest HyperNode below `h`, if any.
+            Unit::Node(n) => index.groups[index.node_group[n.ix()].ix()]
                 .hyper_nodes
                 .iter()
                 .copied()
@@ -213,7 +281,7 @@ mod tests {
             .iter()
             .map(|u| match u {
                 Unit::Leaf(l) => index.hns[l.ix()].name.clone(),
-                Unit::Group(g) => format!("group {}", g.0),
+                Unit::Node(n) => index.node_names[n.ix()].clone(),
             })
             .collect()
     }
@@ -267,5 +335,35 @@ mod tests {
         let top = plan(&index, &cap, index.root, &[shape], &rooms, &[9]);
         assert_eq!(top.key.leaves, 3);
         assert_eq!(top.key.inner, [1, 2], "one pod, two spines below the top");
+    }
+
+    /// A spine holding leaf-1 (n03..n05) and, directly, n01 and n02: each direct node is
+    /// a unit of its own, so 4 whole-node tasks take the leaf, then one direct node.
+    #[test]
+    fn nodes_attached_to_a_spine_are_units_of_one() {
+        use crate::testing::hn;
+        use hyperplan_shared::MemberType;
+        let mut spine = hn("spine-1", 2, MemberType::HyperNode, &["leaf-1"]);
+        spine
+            .members
+            .extend(hn("direct", 2, MemberType::Node, &["n01", "n02"]).members);
+        let (index, mut cap) = ClusterBuilder::flat(5)
+            .node_resources("cpu=8")
+            .hyper_node(hn("leaf-1", 1, MemberType::Node, &["n03", "n04", "n05"]))
+            .hyper_node(spine)
+            .build_index();
+        assert_eq!(index.leaf_of(crate::model::ids::NodeIdx(0)), None);
+        let shape = cap.shape(&crate::testing::res("cpu=8"));
+        let rooms = vec![Some(cap.room_per_hn(&index, &shape))];
+        let h = index.hn("spine-1").map_or(index.root, |h| h.0);
+        let p = plan(&index, &cap, h, &[shape], &rooms, &[4]);
+        assert_eq!(leaf_names(&index, &p), ["leaf-1", "n01"]);
+        assert_eq!((p.key.leaves, p.key.slack), (2, 0));
+        let ranks: Vec<(Option<Vec<u32>>, u32)> = p
+            .slots(&index, h)
+            .into_iter()
+            .map(|s| (s.nodes.map(|ns| ns.iter().map(|n| n.0).collect()), s.rank))
+            .collect();
+        assert_eq!(ranks, [(None, 0), (Some(vec![0]), 1), (Some(vec![1]), u32::MAX)]);
     }
 }

@@ -60,7 +60,7 @@ pub(super) fn graft(
                 continue;
             };
             let group = &plain.groups[plain.node_group[n.ix()].ix()];
-            by_leaf.entry(group.leaf).or_default().insert(node.to_string());
+            by_leaf.entry(group.lowest).or_default().insert(node.to_string());
         }
         let split = by_leaf.len() > 1;
         if by_leaf.is_empty() {

@@ -46,9 +46,16 @@ pub struct HnInfo {
 /// scores a group once and takes its first node that fits.
 #[derive(Clone, Debug)]
 pub struct Group {
-    /// The lowest-tier HyperNode holding these nodes (the first by name on a tie); `None`
-    /// for nodes in no HyperNode.
+    /// Their HyperNode of the lowest tier present (Volcano's leafHyperNodeOf; the first by
+    /// name on a tie; the virtual root when there is no HyperNode at all). `None` for nodes
+    /// in none of that tier: attached directly to a higher HyperNode, or in no HyperNode.
+    /// Such nodes share no leaf with any other node: each is a lowest-tier group of its
+    /// own for the span, scores 0 by LCA and does not narrow an allocated HyperNode.
     pub leaf: Option<HnIdx>,
+    /// The lowest HyperNode holding these nodes, whatever its tier (the first by name on
+    /// a tie): for a node attached directly to a spine, the spine. `None` for nodes in no
+    /// HyperNode.
+    pub lowest: Option<HnIdx>,
     /// Its nodes' GPUs report NVLink fabric trouble: they score lower (`allocate`).
     pub degraded: bool,
     /// Per position in `TopologyIndex::tiers`: the first (by name) HyperNode of that tier
@@ -123,9 +130,15 @@ impl TopologyIndex {
         self.tiers.first().copied().unwrap_or(1)
     }
 
-    /// The lowest-tier HyperNode of a node (Volcano's leafHyperNodeOf).
+    /// The node's HyperNode of the lowest tier present (Volcano's leafHyperNodeOf); see
+    /// [`Group::leaf`].
     pub fn leaf_of(&self, node: NodeIdx) -> Option<HnIdx> {
         self.groups[self.node_group[node.ix()].ix()].leaf
+    }
+
+    /// The lowest HyperNode holding the node, whatever its tier; see [`Group::lowest`].
+    pub fn lowest_of(&self, node: NodeIdx) -> Option<HnIdx> {
+        self.groups[self.node_group[node.ix()].ix()].lowest
     }
 
     /// The node's HyperNodes from the lowest tier up, the virtual root left out.
@@ -420,6 +433,7 @@ impl TopologyIndex {
                 node_hns[n].0.push(HnIdx(h as u32));
             }
         }
+        let min_tier = tiers.first().copied().unwrap_or(1);
         let mut by_signature: BTreeMap<(Vec<HnIdx>, bool), GroupIdx> = BTreeMap::new();
         let mut groups: Vec<Group> = Vec::new();
         let mut node_group = Vec::with_capacity(n_nodes);
@@ -433,13 +447,17 @@ impl TopologyIndex {
                     .iter()
                     .map(|t| sig.iter().copied().find(|h| hns[h.ix()].tier == *t))
                     .collect::<Vec<_>>();
-                let leaf = sig
+                // Only the lowest tier present makes a leaf: a spine is no leaf for the
+                // nodes attached to it directly, even where no leaf holds them.
+                let leaf = sig.iter().copied().find(|h| hns[h.ix()].tier == min_tier);
+                let lowest = sig
                     .iter()
                     .copied()
                     .filter(|&h| h != root)
                     .min_by_key(|h| hns[h.ix()].tier);
                 groups.push(Group {
                     leaf,
+                    lowest,
                     degraded,
                     per_tier,
                     hyper_nodes: sig,

@@ -213,7 +213,7 @@ impl Sweep<'_> {
             if let Some(a) = &numa {
                 self.numa.give(node, a);
             }
-            let lowest = self.index.leaf_of(node).unwrap_or(self.index.root);
+            let lowest = self.index.lowest_of(node).unwrap_or(self.index.root);
             hyper_node = Some(self.index.lca_opt(hyper_node, Some(lowest)).unwrap_or(lowest));
             held.push(Held { node, shape, numa });
         }
