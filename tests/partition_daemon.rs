@@ -6,8 +6,11 @@
 //!   the link returns (same pids, nothing killed, nothing started again).
 //! - Cut off for longer, with `onNodeLost: replace`: its task starts again on the spare
 //!   node of the job's leaf (not in the other leaf), keeping its rank, with
-//!   `HYPERPLAN_RESTART=1`; the other rank runs on and its hostfile names the new node;
-//!   when the link returns the old task is killed, so no rank runs twice.
+//!   `HYPERPLAN_RESTART=1`; the other rank runs on and its hostfile names the new node.
+//!   The cut-off node stopped the old task itself first (the node-lost fence): no rank
+//!   runs twice, not even for a moment (each rank holds a lock on a file of its own).
+//! - An agent dead past `nodeLostAfter`: its shepherds fence its tasks before the
+//!   planner starts them elsewhere; the agent back reports them fenced.
 //!
 //! Root only (namespaces); elsewhere each test prints why it skips.
 
@@ -74,15 +77,23 @@ impl Rig {
     }
 
     /// Two whole-node tasks inside one leaf that write `RANK RESTART MASTER_ADDR` to
-    /// `seen-RANK-RESTART` and run until `go` exists.
+    /// `seen-RANK-RESTART`, hold a lock on `lock-RANK` (a copy that cannot take it, as
+    /// another copy of its rank runs, makes `twice-RANK`) and run until `go` exists.
     fn submit_train(&self, on_node_lost: &str) {
+        std::fs::write(
+            self.work.path().join("rank.sh"),
+            "echo \"$RANK $HYPERPLAN_RESTART $MASTER_ADDR\" > seen-$RANK-$HYPERPLAN_RESTART\n\
+             exec 9> lock-$RANK\n\
+             flock -n 9 || touch twice-$RANK\n\
+             until [ -e go ]; do sleep 0.1; done\n",
+        )
+        .unwrap();
         let file = self.c.write(
             "train.yaml",
             &format!(
                 "name: train\nonNodeLost: {on_node_lost}\nnetworkTopology: {{mode: hard, highestTierAllowed: 1}}\n\
                  tasks:\n  - name: w\n    replicas: 2\n    resources: {{cpu: 4}}\n    workingDir: {}\n    \
-                 output: /dev/null\n    command: [sh, -c, 'echo \"$RANK $HYPERPLAN_RESTART $MASTER_ADDR\" > \
-                 seen-$RANK-$HYPERPLAN_RESTART; until [ -e go ]; do sleep 0.1; done']\n",
+                 output: /dev/null\n    command: [sh, rank.sh]\n",
                 path_str(self.work.path())
             ),
         );
@@ -120,6 +131,19 @@ impl Rig {
             .collect();
         v.sort();
         v
+    }
+
+    /// Waits for rank 1's exit record on `node` to say it was fenced.
+    fn fenced_record(&self, node: &str, id: u64) {
+        let path = self
+            .c
+            .dir
+            .path()
+            .join(format!("state-{node}/tasks/train.{id}/w-1/record.json"));
+        let record: Value = wait_for(LONG, "the fenced task's exit record", || {
+            serde_json::from_slice(&std::fs::read(&path).ok()?).ok()
+        });
+        assert_eq!(record["outcome"], "fenced", "{record}");
     }
 
     fn hostfile(&self, node: &str, id: u64) -> String {
@@ -179,16 +203,21 @@ fn a_short_cut_keeps_the_tasks_a_long_one_replaces_them_inside_the_leaf() {
     wait_for(LONG, "n1's hostfile names n3", || {
         (rig.hostfile("n1", id) == "n1\nn3\n").then_some(())
     });
-    // The old rank 1 still runs, cut off; the link returns and it is killed: no rank
-    // runs twice.
-    assert!(alive(old), "the cut-off task runs on until its node hears the planner");
+    // The cut-off node stopped the old rank 1 before the planner started it on n3: no
+    // rank ran twice, not even for a moment.
+    assert!(!alive(old), "the cut-off task is fenced");
+    assert!(!rig.work.path().join("twice-1").exists(), "rank 1 ran twice");
+    rig.fenced_record("n2", id);
     rig.fabric.heal("n2");
-    wait_for(LONG, "the old rank 1 killed", || (!alive(old)).then_some(()));
+    wait_for(LONG, "n2 Ready again", || {
+        (rig.node_state("n2") == "Ready").then_some(())
+    });
     let j = rig.status();
     assert_eq!(Rig::ranks(&j), after, "{j}");
     std::fs::write(rig.work.path().join("go"), b"").unwrap();
     let j = rig.wait("train completed", |j| j["status"] == "completed");
     assert_eq!(j["exitCode"], 0, "{j}");
+    assert!(!rig.work.path().join("twice-1").exists(), "rank 1 ran twice");
     let log = rig.c.planner_log();
     assert!(log.contains("lost tasks started again: w-1 on n3 (restart 1)"), "{log}");
     // The figure benches/README.md reports: from the node declared lost to its task
@@ -202,4 +231,33 @@ fn a_short_cut_keeps_the_tasks_a_long_one_replaces_them_inside_the_leaf() {
             started.saturating_sub(lost)
         );
     }
+}
+
+#[test]
+fn an_agent_dead_past_node_lost_after_has_its_fenced_tasks_stopped_by_their_shepherds() {
+    let Some(mut rig) = Rig::start() else { return };
+    rig.submit_train("replace");
+    let j = rig.wait("train running", all_running);
+    let id = j["id"].as_u64().unwrap();
+    let before = Rig::ranks(&j);
+    let old = before[1].2;
+    assert_eq!(before[1].1, "n2", "{j}");
+    // SIGKILL: the agent is gone, its shepherds and tasks stay; nobody hears the planner.
+    rig.c.kill_agent("n2");
+    let j = rig.wait("rank 1 running again elsewhere", |j| {
+        all_running(j) && Rig::ranks(j).get(1).is_some_and(|(_, n, _)| n != "n2")
+    });
+    assert_eq!(Rig::ranks(&j)[1].1, "n3", "{j}");
+    assert!(!alive(old), "the dead agent's shepherd fenced its task");
+    assert!(!rig.work.path().join("twice-1").exists(), "rank 1 ran twice");
+    rig.fenced_record("n2", id);
+    // The agent back: the fenced end is its report; nothing changes for the job.
+    rig.c.start_agent("n2", MACHINE, &[]);
+    wait_for(LONG, "n2 Ready again", || {
+        (rig.node_state("n2") == "Ready").then_some(())
+    });
+    std::fs::write(rig.work.path().join("go"), b"").unwrap();
+    let j = rig.wait("train completed", |j| j["status"] == "completed");
+    assert_eq!(j["exitCode"], 0, "{j}");
+    assert!(!rig.work.path().join("twice-1").exists(), "rank 1 ran twice");
 }

@@ -245,6 +245,7 @@ pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> R
         kill_grace_secs: None,
         rlimits: Default::default(),
         pmi_fd: None,
+        fence: task.fence,
     };
     Ok(Prepared {
         spec,
@@ -296,6 +297,7 @@ mod tests {
             mpi: None,
             credential: None,
             run: 0,
+            fence: false,
         }
     }
 

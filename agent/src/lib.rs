@@ -7,6 +7,7 @@
 
 pub mod bounded;
 pub mod config;
+pub mod deadman;
 pub mod exec;
 pub mod launch;
 pub mod launcher;

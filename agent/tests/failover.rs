@@ -83,6 +83,7 @@ async fn serve(name: &'static str, role: Answers, connection: quinn::Connection,
                 node: hello.name,
                 heartbeat_interval_ms: 200,
                 epoch: 1,
+                fence_after_ms: None,
             };
             if write_frame(&mut send, &reply, DEFAULT_MAX_FRAME).await.is_err() {
                 return;

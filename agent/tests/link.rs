@@ -174,6 +174,7 @@ async fn serve(conn: usize, connection: quinn::Connection, tx: mpsc::UnboundedSe
                         node: name.clone(),
                         heartbeat_interval_ms: HEARTBEAT_MS,
                         epoch: 1,
+                        fence_after_ms: None,
                     };
                     if write_frame(&mut send, &reply, DEFAULT_MAX_FRAME).await.is_err() {
                         return;

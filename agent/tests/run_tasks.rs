@@ -130,6 +130,7 @@ async fn serve(
             node: hello.name.clone(),
             heartbeat_interval_ms: 200,
             epoch: 1,
+            fence_after_ms: None,
         })
         .unwrap();
     let mut registered = false;
@@ -354,6 +355,7 @@ fn launch_task(job: &str, job_id: u64, user: &str, script: &str, work: &Path) ->
         mpi: None,
         credential: None,
         run: 0,
+        fence: false,
     }
 }
 

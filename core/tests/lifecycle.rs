@@ -687,3 +687,41 @@ fn steps_are_numbered_per_job_and_kept_across_a_restart() {
         "numbering goes on"
     );
 }
+
+#[test]
+fn a_restartable_jobs_task_on_a_lost_node_is_lost_the_fence_margin_later() {
+    // One node running a job that fails on a lost node and one started again elsewhere
+    // (requeue): the second's task is fenced on its node, so the planner waits for it.
+    let mut rig = rig(1);
+    let fail = JobBuilder::gang("fail", 1, "cpu=4").build();
+    let mut again = JobBuilder::gang("again", 1, "cpu=4").build();
+    again.run.requeue = true;
+    let (f, a) = (rig.submit_as(fail, SIM_OWNER), rig.submit_as(again, SIM_OWNER));
+    rig.step();
+    rig.start_all("fail", f);
+    rig.start_all("again", a);
+    rig.step();
+    let node = rig.node_of("again", "worker-0");
+    assert_eq!(rig.node_of("fail", "worker-0"), node);
+    rig.silent.push(node.clone());
+    let silent_at = rig.now;
+    let lost_at = |rig: &mut Rig, job: &str| loop {
+        rig.step();
+        let r = rig.job(job);
+        if r.status != JobStatus::Running || r.tasks[0].state == Some(TaskStatus::Lost) {
+            break rig.now - silent_at;
+        }
+        assert!(rig.now - silent_at < 60_000, "{job} never lost");
+    };
+    // NotReady after 3 s of silence; lost 10 s later, fenced tasks 5 s after that.
+    let fail_lost = lost_at(&mut rig, "fail");
+    assert_eq!(rig.job("again").status, JobStatus::Running, "fenced: not lost yet");
+    let again_lost = lost_at(&mut rig, "again");
+    assert!((13_000..=15_000).contains(&fail_lost), "{fail_lost}");
+    let margin = hyperplan_core::config::FENCE_MARGIN.as_millis() as u64;
+    assert!(
+        (fail_lost + margin - 1_000..=fail_lost + margin + 1_000).contains(&again_lost),
+        "{fail_lost} {again_lost}"
+    );
+    assert_eq!(rig.job("again").status, JobStatus::Pending, "requeued");
+}

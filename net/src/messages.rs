@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 /// the bump the CLI says which versions differ instead). 8: PMI fences
 /// ([`AgentMessage::Fence`], [`PlannerToAgent::FenceDone`]). 9: a `Kill`'s warning signal
 /// (preemption), which an agent of 8 would ignore, sending SIGTERM instead.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// Who is speaking on a connection. The certificate says the same (its OU), and the
 /// planner checks that the two agree.
@@ -191,7 +191,17 @@ pub enum PlannerToAgent {
         /// refuses a planner (and its orders) older than the newest epoch it has seen.
         #[serde(default)]
         epoch: u64,
+        /// `nodeLostAfter` in ms: how long after the planner last heard this node it may
+        /// start the node's restartable tasks elsewhere. The node stops those tasks
+        /// itself once that long has passed since the planner last acknowledged a
+        /// heartbeat (its node-lost fence: `HeartbeatAck`, `LaunchTask::fence`).
+        /// `None`: a planner that never restarts tasks elsewhere on its own.
+        #[serde(default)]
+        fence_after_ms: Option<u64>,
     },
+    /// The planner heard heartbeat `seq`: the node was heard no earlier than when it sent
+    /// it (what its node-lost fence counts from).
+    HeartbeatAck { seq: u64 },
     /// A job's ranks and nodes, sent to each of its nodes before the `Launch` of its
     /// first task there (again, replacing it, when later tasks of the job are placed).
     Job(Box<JobWorld>),
@@ -334,6 +344,11 @@ pub struct LaunchTask {
     /// it); the same one again starts nothing.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub run: u32,
+    /// The planner starts this task again elsewhere (`onNodeLost: replace` or `requeue`)
+    /// once its node is lost: the node must stop it first, when the planner has not
+    /// acknowledged a heartbeat for `fence_after_ms` (see `Registered`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fence: bool,
 }
 
 /// `hyperplan cancel`'s default grace between SIGTERM and SIGKILL.
@@ -847,7 +862,9 @@ mod tests {
             node: "n001".into(),
             heartbeat_interval_ms: 1000,
             epoch: 3,
+            fence_after_ms: Some(300_000),
         });
+        roundtrip(&PlannerToAgent::HeartbeatAck { seq: 41 });
         roundtrip(&PlannerToAgent::Job(Box::new(JobWorld {
             job: "j".into(),
             job_id: 7,
@@ -883,6 +900,7 @@ mod tests {
             mpi: None,
             credential: None,
             run: 0,
+            fence: false,
         })));
         let task = TaskRef {
             job: "j".into(),

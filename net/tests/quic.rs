@@ -54,6 +54,7 @@ fn spawn_planner(endpoint: quinn::Endpoint) -> tokio::task::JoinHandle<Vec<Ident
                             node: hello.name.clone(),
                             heartbeat_interval_ms: seq,
                             epoch: 1,
+                            fence_after_ms: None,
                         };
                         write_frame(&mut send, &reply, DEFAULT_MAX_FRAME).await.unwrap();
                     }
@@ -90,6 +91,7 @@ async fn heartbeat_exchange(connection: &quinn::Connection, node: &str, seqs: st
                 node: node.into(),
                 heartbeat_interval_ms: seq,
                 epoch: 1,
+                fence_after_ms: None,
             }
         );
     }

@@ -166,6 +166,13 @@ pub enum OnNodeLost {
 }
 
 impl OnNodeLost {
+    /// The planner starts the lost tasks again elsewhere (the job's others, or all of them
+    /// on a requeue): two copies of a rank could run while the lost node is only cut off,
+    /// so such a task is fenced on its node (see `LaunchTask::fence`).
+    pub fn restarts(self) -> bool {
+        self != OnNodeLost::Fail
+    }
+
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "fail" => Some(Self::Fail),

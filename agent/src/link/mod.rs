@@ -175,6 +175,7 @@ pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
         hash = format_args!("{hash:016x}"),
         "probed; connecting to the planner"
     );
+    let opts_state_dir = opts.tasks.state_dir.clone();
     let mut link = Link {
         figures: Figures::for_source(&opts.probe),
         reprobe_timer: opts.reprobe_interval.map(ticker),
@@ -195,6 +196,7 @@ pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
         log_reads: Arc::new(AtomicUsize::new(0)),
         pmi: crate::pmi::Hub::default(),
         current: Default::default(),
+        deadman: crate::deadman::Deadman::new(&opts_state_dir),
     };
     let span = tracing::info_span!("link", node = %link.opts.node);
     link.publish_tasks();
@@ -298,6 +300,8 @@ struct Link {
     pmi: crate::pmi::Hub,
     /// The planner link now, for the tasks' `hyperplan exec` (`exec::local`).
     current: crate::exec::local::Current,
+    /// When the planner last heard the node: the deadline fenced tasks stop at.
+    deadman: crate::deadman::Deadman,
 }
 
 impl Link {

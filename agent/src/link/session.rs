@@ -52,6 +52,10 @@ pub(super) struct Registered {
     pub(super) heartbeat: Duration,
     /// The planner's epoch (see `tasks::epoch`).
     pub(super) epoch: u64,
+    /// When the registration the planner answered was sent (ms since boot), and its
+    /// node-lost fence (see [`crate::deadman`]).
+    pub(super) register_sent_ms: Option<u64>,
+    pub(super) fence_after_ms: Option<u64>,
 }
 
 /// The QUIC + TLS handshake, bounded by [`CONNECT_TIMEOUT`].
@@ -123,6 +127,7 @@ async fn handshake_inner(
     if theirs.version != PROTOCOL_VERSION {
         return Err(LinkDown::Version { theirs: theirs.version });
     }
+    let register_sent_ms = crate::deadman::uptime_ms();
     write_frame(&mut send, &register, DEFAULT_MAX_FRAME)
         .await
         .map_err(LinkDown::SendRegister)?;
@@ -130,12 +135,13 @@ async fn handshake_inner(
         .await
         .map_err(LinkDown::ReadRegistered)?
         .ok_or(LinkDown::NoRegistered)?;
-    let (registered_as, heartbeat_interval_ms, epoch) = match reply {
+    let (registered_as, heartbeat_interval_ms, epoch, fence_after_ms) = match reply {
         PlannerToAgent::Registered {
             node,
             heartbeat_interval_ms,
             epoch,
-        } => (node, heartbeat_interval_ms, epoch),
+            fence_after_ms,
+        } => (node, heartbeat_interval_ms, epoch, fence_after_ms),
         PlannerToAgent::NotLeader { leader } => return Err(LinkDown::NotLeader { planner, leader }),
         other => return Err(LinkDown::NotRegistered(kind(&other))),
     };
@@ -147,6 +153,8 @@ async fn handshake_inner(
         recv,
         heartbeat: Duration::from_millis(heartbeat_interval_ms).max(MIN_HEARTBEAT),
         epoch,
+        register_sent_ms,
+        fence_after_ms,
     })
 }
 
@@ -173,6 +181,7 @@ fn kind(message: &PlannerToAgent) -> &'static str {
         PlannerToAgent::Launch(_) => "Launch",
         PlannerToAgent::Kill { .. } => "Kill",
         PlannerToAgent::Ack { .. } => "Ack",
+        PlannerToAgent::HeartbeatAck { .. } => "HeartbeatAck",
         PlannerToAgent::NotLeader { .. } => "NotLeader",
         PlannerToAgent::ReadLog { .. } => "ReadLog",
         PlannerToAgent::FenceDone(_) => "FenceDone",
@@ -207,11 +216,15 @@ impl Link {
             recv,
             heartbeat,
             epoch,
+            register_sent_ms,
+            fence_after_ms,
         } = registered;
         let ours = self.tasks.highest_epoch();
         if !self.tasks.admit_epoch(epoch) {
             return Outcome::Lost(fail(&connection, LinkDown::StaleEpoch { theirs: epoch, ours }));
         }
+        // Heard by a planner we obey: the fence counts from the registration's sending.
+        self.deadman.registered(register_sent_ms, fence_after_ms);
         // Frames are not cancel-safe to read inside select!: the reader owns the stream.
         let (frames_tx, mut frames) = mpsc::channel(FRAME_QUEUE);
         let mut reader = tokio::spawn(read_planner(recv, frames_tx));
@@ -240,6 +253,7 @@ impl Link {
                     let (load, free_memory) = self.figures.now(&self.topology);
                     let running_tasks = self.running_tasks().await;
                     let message = AgentMessage::Heartbeat { seq, load, free_memory, running_tasks };
+                    self.deadman.sending(seq);
                     if let Err(e) = write_frame(&mut send, &message, DEFAULT_MAX_FRAME).await {
                         break Outcome::Lost(fail(&connection, LinkDown::SendHeartbeat { seq, error: e }));
                     }
@@ -372,6 +386,10 @@ impl Link {
                 ..
             } => {
                 self.tasks.on_kill(&task, grace_secs, signal);
+                Vec::new()
+            }
+            PlannerToAgent::HeartbeatAck { seq } => {
+                self.deadman.acknowledged(seq);
                 Vec::new()
             }
             PlannerToAgent::Ack { task, finished } => {

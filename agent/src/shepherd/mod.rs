@@ -138,6 +138,7 @@ pub fn run(spec_path: &Path, pmi_fd: Option<i32>) -> Result<ExitRecord, Shepherd
                 }
             }
             record.outcome = match (ended.timed_out, ended.cancelled, ended.status) {
+                _ if ended.fenced => Outcome::Fenced,
                 (true, _, _) => Outcome::Timeout,
                 (_, true, _) => Outcome::Cancelled,
                 (_, _, Status::Exited(_)) => Outcome::Exited,
@@ -199,6 +200,7 @@ fn launch(
     let grace = Duration::from_secs(s.kill_grace_secs.unwrap_or(spec::DEFAULT_KILL_GRACE_SECS));
     let start_time_ms = now_ms();
     let prepared_pmi_fd = s.pmi_fd;
+    let fence = s.fence.then(|| crate::deadman::path(&s.state_dir));
     let prepared = Prepared::new(checked, switch);
     let mut tries = 1;
     let pid = loop {
@@ -235,8 +237,14 @@ fn launch(
             dir.started().display()
         );
     }
-    let ended = supervise::supervise(pid, &cgroups, signals, time_limit, grace, Some(&dir.kill_grace()))
-        .map_err(|source| ShepherdError::Wait { pid, source })?;
+    let limits = supervise::Limits {
+        time_limit,
+        grace,
+        cancel_grace: Some(&dir.kill_grace()),
+        fence: fence.as_deref(),
+    };
+    let ended =
+        supervise::supervise(pid, &cgroups, signals, limits).map_err(|source| ShepherdError::Wait { pid, source })?;
     Ok((started, ended))
 }
 

@@ -12,7 +12,9 @@
 //!
 //! `outcome`: `exited` (by itself, `exitCode`), `signaled` (a signal the shepherd did not
 //! send, `signal`), `timeout` (the time limit; how it then ended is in `exitCode` or
-//! `signal`), `cancelled` (the shepherd got SIGTERM or SIGINT and passed it on), `failed`
+//! `signal`), `cancelled` (the shepherd got SIGTERM or SIGINT and passed it on), `fenced`
+//! (the node-lost fence stopped it: the planner had not heard the node for its
+//! `nodeLostAfter`, and starts the task again elsewhere), `failed`
 //! (it never ran: `reason` says why — unknown user, root refused, exec or chdir failed;
 //! `pid` then is the child that failed, or null). Times are Unix milliseconds; CPU time
 //! and peak memory come from the task's rusage (its reaped descendants included).
@@ -27,6 +29,7 @@ pub enum Outcome {
     Signaled,
     Timeout,
     Cancelled,
+    Fenced,
     Failed,
 }
 

@@ -105,6 +105,10 @@ pub struct LaunchSpec {
     /// from the agent, passed on to the task and closed in the shepherd once it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pmi_fd: Option<i32>,
+    /// The node-lost fence: stop the task once the agent's deadline
+    /// (`STATE/fence-deadline`, [`crate::deadman`]) has passed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fence: bool,
 }
 
 impl LaunchSpec {

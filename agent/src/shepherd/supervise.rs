@@ -13,6 +13,9 @@
 //!   when the agent wrote one (the planner's `Kill` carries its grace), else the spec's.
 //!   SIGHUP is ignored.
 //! - the time limit: SIGTERM to the task, SIGKILL after the grace period.
+//! - the node-lost fence (a task its planner would start again elsewhere): every half
+//!   second the agent's deadline is read ([`crate::deadman`]); once it has passed, SIGTERM,
+//!   then SIGKILL a second later, before the planner gives the task up.
 //! - the task's end: whatever is left of it is killed (SIGKILL; its cgroups frozen and
 //!   emptied), and the children the shepherd inherited as a subreaper are reaped.
 
@@ -118,6 +121,9 @@ pub struct Ended {
     pub timed_out: bool,
     /// The shepherd was told to stop the task (SIGTERM/SIGINT passed on).
     pub cancelled: bool,
+    /// The node-lost fence stopped it: the planner had not acknowledged the node for
+    /// its `nodeLostAfter`.
+    pub fenced: bool,
 }
 
 /// Reaps one child that has ended, any child; None when none has.
@@ -171,22 +177,33 @@ pub fn read_kill_grace(path: &Path) -> Option<(Duration, Option<i32>)> {
     Some((grace, warn))
 }
 
+/// What stops a task besides its own end: its time limit, a cancel's grace, the fence.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Limits<'a> {
+    pub time_limit: Option<Duration>,
+    /// SIGTERM to SIGKILL for a time limit or a cancel (unless the cancel's file says).
+    pub grace: Duration,
+    /// The file that may hold a cancel's grace ([`read_kill_grace`]).
+    pub cancel_grace: Option<&'a Path>,
+    /// The agent's node-lost deadline file, for a fenced task ([`crate::deadman`]).
+    pub fence: Option<&'a Path>,
+}
+
 /// Waits for the task `pid` (a child of this process, leader of its own group, in
-/// `cgroups`) to end. `cancel_grace`: the file that may hold a cancel's grace
-/// ([`read_kill_grace`]).
-pub fn supervise(
-    pid: u32,
-    cgroups: &[PathBuf],
-    signals: &Signals,
-    time_limit: Option<Duration>,
-    grace: Duration,
-    cancel_grace: Option<&Path>,
-) -> io::Result<Ended> {
+/// `cgroups`) to end.
+pub fn supervise(pid: u32, cgroups: &[PathBuf], signals: &Signals, limits: Limits<'_>) -> io::Result<Ended> {
+    let Limits {
+        time_limit,
+        grace,
+        cancel_grace,
+        fence,
+    } = limits;
     let start = Instant::now();
     // A limit beyond what an Instant can hold is no limit (the planner refuses such jobs).
     let term_at = time_limit.and_then(|limit| start.checked_add(limit));
     let mut kill_at: Option<Instant> = None;
-    let (mut timed_out, mut cancelled) = (false, false);
+    let (mut timed_out, mut cancelled, mut fenced) = (false, false, false);
+    let mut fence_check = fence.map(|_| start);
     loop {
         loop {
             match reap_any() {
@@ -198,6 +215,7 @@ pub fn supervise(
                         max_rss_bytes: u64::try_from(usage.ru_maxrss).unwrap_or(0).saturating_mul(1024),
                         timed_out,
                         cancelled,
+                        fenced,
                     });
                 }
                 Ok(Some(_orphan)) => continue,
@@ -216,13 +234,32 @@ pub fn supervise(
             timed_out = true;
             kill_at = now.checked_add(grace);
         }
+        if let (Some(at), Some(file)) = (fence_check, fence)
+            && now >= at
+        {
+            fence_check = now.checked_add(crate::deadman::CHECK_EVERY);
+            if let Some(late_ms) = crate::deadman::expired(file) {
+                eprintln!(
+                    "hyperplan-agent shepherd: fenced: the planner has not acknowledged this node for its \
+                     nodeLostAfter ({late_ms} ms past the deadline in {}); stopping the task, which the \
+                     planner starts again elsewhere",
+                    file.display()
+                );
+                signal_task(pid, cgroups, libc::SIGTERM);
+                fenced = true;
+                fence_check = None;
+                if let Some(at) = now.checked_add(crate::deadman::FENCE_GRACE) {
+                    kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
+                }
+            }
+        }
         if let Some(at) = kill_at
             && now >= at
         {
             signal_task(pid, cgroups, libc::SIGKILL);
             kill_at = None;
         }
-        let next = [term_at.filter(|_| !timed_out && !cancelled), kill_at]
+        let next = [term_at.filter(|_| !timed_out && !cancelled), kill_at, fence_check]
             .into_iter()
             .flatten()
             .min();

@@ -988,6 +988,7 @@ mod tests {
             mpi: None,
             credential: None,
             run: 0,
+            fence: false,
         }
     }
 

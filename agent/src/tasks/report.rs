@@ -15,6 +15,8 @@ pub fn task_end(record: &ExitRecord) -> TaskEnd {
             Outcome::Signaled => TaskOutcome::Signaled,
             Outcome::Timeout => TaskOutcome::Timeout,
             Outcome::Cancelled => TaskOutcome::Cancelled,
+            // The planner gives it up as lost (it has, or will have, by the time this arrives).
+            Outcome::Fenced => TaskOutcome::Lost,
             Outcome::Failed => TaskOutcome::Failed,
         },
         exit_code: record.exit_code,
@@ -30,9 +32,16 @@ pub fn task_end(record: &ExitRecord) -> TaskEnd {
         },
         max_rss_bytes: record.max_rss_bytes,
         oom_killed: record.oom_killed,
-        reason: record.reason.clone(),
+        reason: match record.outcome {
+            Outcome::Fenced => Some(FENCED.to_string()),
+            _ => record.reason.clone(),
+        },
     }
 }
+
+/// What a fenced task's end says.
+const FENCED: &str = "fenced: its node had not heard the planner for nodeLostAfter, so it stopped the task \
+     before the planner started it again elsewhere";
 
 pub fn started_message(task: &TaskRef, started: &Started) -> AgentMessage {
     AgentMessage::TaskStarted(TaskStarted {

@@ -135,10 +135,23 @@ pub struct HealthConfig {
     pub node_lost_after: Duration,
 }
 
+/// How much longer than `nodeLostAfter` the planner waits before it starts a lost node's
+/// fenced tasks (those of jobs it restarts: `onNodeLost: replace` or `requeue`)
+/// elsewhere. Their node stops them once the planner has not acknowledged a heartbeat for
+/// `nodeLostAfter` (counted from the heartbeat's sending, so no later than the planner
+/// last heard it); the margin covers the shepherd's check (every half second), the
+/// second between SIGTERM and SIGKILL, and the kernel's reaping.
+pub const FENCE_MARGIN: Duration = Duration::from_secs(5);
+
 impl HealthConfig {
     /// How long a node may be silent and stay Ready.
     pub fn silent_after(&self) -> Duration {
         self.heartbeat_interval * self.missed_heartbeats
+    }
+
+    /// NotReady for longer than this, a node's fenced tasks are lost (see [`FENCE_MARGIN`]).
+    pub fn fenced_lost_after(&self) -> Duration {
+        self.node_lost_after.saturating_add(FENCE_MARGIN)
     }
 }
 

@@ -22,9 +22,11 @@ impl Planner {
         let health = world.resource::<PlannerConfig>().health;
         let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let (silent_after, lost_after) = (ms(health.silent_after()), ms(health.node_lost_after));
+        let fenced_after = ms(health.fenced_lost_after());
         let mut first: Option<u64> = None;
         let mut at = |t: u64| first = Some(first.map_or(t, |f| f.min(t)));
         let mut linked = false;
+        let now_ms = world.resource::<crate::model::tick::Now>().ms;
         if let Some(mut q) = world.try_query::<(&Node, &Heartbeats)>() {
             for (n, h) in q.iter(world) {
                 // Silence counts when it is longer than the limit: one ms past it.
@@ -35,14 +37,18 @@ impl Planner {
             }
         }
         for &since in world.resource::<Away>().0.values() {
-            at(since.saturating_add(lost_after).saturating_add(1));
+            // Its tasks, then its fenced tasks (`lost`); a node past both has left `Away`.
+            for after in [lost_after, fenced_after] {
+                if since.saturating_add(after) >= now_ms {
+                    at(since.saturating_add(after).saturating_add(1));
+                }
+            }
         }
         if linked {
             let last = world.get_resource::<MissingSweep>().map_or(0, |s| s.0);
             at(last.saturating_add(MISSING_SWEEP_MS));
         }
         // A maintenance window that closes gives its nodes back.
-        let now_ms = world.resource::<crate::model::tick::Now>().ms;
         for w in &world.resource::<PlannerConfig>().maintenance {
             let end = w.end.saturating_mul(1000);
             if end > now_ms {

@@ -2,7 +2,12 @@
 //! [`HealthConfig::node_lost_after`]) has its running tasks declared lost. Their
 //! resources are free, and their jobs fail, or go back to pending when they ask
 //! `requeue` (see `lifecycle`). If the node comes back, its agent still lists those
-//! tasks and they are killed as orphans. Each tick looks at the NotReady nodes only.
+//! tasks and they are killed as orphans. Tasks of jobs that are started again elsewhere
+//! are fenced: their node stops them itself after `nodeLostAfter` without the planner's
+//! acknowledgement, so they are lost [`FENCE_MARGIN`] later, and no rank runs twice.
+//! Each tick looks at the NotReady nodes only.
+//!
+//! [`FENCE_MARGIN`]: crate::config::FENCE_MARGIN
 //!
 //! [`HealthConfig::node_lost_after`]: crate::config::HealthConfig::node_lost_after
 
@@ -27,51 +32,72 @@ pub fn lost(world: &mut World) {
 }
 
 /// Nodes NotReady past the limit lose their tasks, in node name order, each node's
-/// tasks in (job name, rank) order.
+/// tasks in (job name, rank) order. The tasks of jobs the planner starts again elsewhere
+/// (`onNodeLost: replace` or `requeue`) are fenced on their node: they are lost only
+/// past [`HealthConfig::fenced_lost_after`], once their node has stopped them; the node
+/// stays away until then.
+///
+/// [`HealthConfig::fenced_lost_after`]: crate::config::HealthConfig::fenced_lost_after
 fn lose_tasks(world: &mut World) {
     if world.resource::<Away>().0.is_empty() {
         return;
     }
     let now = world.resource::<Now>().ms;
-    let after = world.resource::<PlannerConfig>().health.node_lost_after;
-    let limit = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
-    let due: Vec<Entity> = world
+    let health = world.resource::<PlannerConfig>().health;
+    let (after, fenced_after) = (health.node_lost_after, health.fenced_lost_after());
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let (limit, fenced_limit) = (ms(after), ms(fenced_after));
+    let due: Vec<(Entity, u64)> = world
         .resource::<Away>()
         .0
         .iter()
         .filter(|&(_, &since)| now.saturating_sub(since) > limit)
-        .map(|(&e, _)| e)
+        .map(|(&e, &since)| (e, since))
         .collect();
     if due.is_empty() {
         return;
     }
-    let mut away = world.resource_mut::<Away>();
-    for e in &due {
-        away.0.remove(e);
-    }
-    let mut due: Vec<(Arc<str>, Entity)> = due
+    let mut due: Vec<(Arc<str>, Entity, u64)> = due
         .into_iter()
-        .filter_map(|e| Some((world.get::<Node>(e)?.name.clone(), e)))
+        .filter_map(|(e, since)| Some((world.get::<Node>(e)?.name.clone(), e, since)))
         .collect();
     due.sort();
     let mut tasks = world.query_filtered::<(Entity, &Task, &TaskState), Without<Retired>>();
-    for (name, node) in due {
-        // A node known from the store whose agent never came: nothing to wait for.
-        crate::model::awaiting::give_up(world, node);
-        // Rare (once per lost node): a scan of the live tasks finds the node's.
-        let mut lost: Vec<(String, u32, Entity, Entity)> = tasks
-            .iter(world)
-            .filter(|(_, _, ts)| ts.is_running() && ts.node == Some(node))
-            .filter_map(|(e, t, ts)| {
-                let job = world.get::<Job>(t.job)?;
-                Some((job.spec.name.clone(), ts.rank.unwrap_or(0), t.job, e))
-            })
-            .collect();
+    for (name, node, since) in due {
+        let fence_over = now.saturating_sub(since) > fenced_limit;
+        // Rare (once or twice per lost node): a scan of the live tasks finds the node's.
+        let mut lost: Vec<(String, u32, Entity, Entity)> = Vec::new();
+        let mut fenced_left = 0usize;
+        for (e, t, ts) in tasks.iter(world) {
+            if !ts.is_running() || ts.node != Some(node) {
+                continue;
+            }
+            let Some(job) = world.get::<Job>(t.job) else { continue };
+            if job.spec.run.node_lost().restarts() && !fence_over {
+                fenced_left += 1;
+                continue;
+            }
+            lost.push((job.spec.name.clone(), ts.rank.unwrap_or(0), t.job, e));
+        }
+        if fenced_left == 0 {
+            world.resource_mut::<Away>().0.remove(&node);
+            // A node known from the store whose agent never came: nothing to wait for
+            // (once its last task is lost: what it holds stays held until then).
+            crate::model::awaiting::give_up(world, node);
+        }
         if lost.is_empty() {
             continue;
         }
         lost.sort();
-        let reason = format!("node {name} was NotReady for more than {} s", after.as_secs());
+        let reason = if fence_over {
+            format!(
+                "node {name} was NotReady for more than {} s ({} s with the time its fenced tasks have to stop)",
+                after.as_secs(),
+                fenced_after.as_secs()
+            )
+        } else {
+            format!("node {name} was NotReady for more than {} s", after.as_secs())
+        };
         world
             .resource_mut::<Outbox>()
             .0

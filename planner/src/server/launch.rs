@@ -178,6 +178,7 @@ fn launch(p: &Placement, hyper_nodes: &[String]) -> LaunchTask {
         mpi: p.spec.run.mpi,
         credential: p.spec.credential.clone(),
         run: p.run,
+        fence: p.spec.run.node_lost().restarts(),
     }
 }
 

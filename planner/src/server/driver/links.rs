@@ -127,6 +127,8 @@ impl Driver {
                     return;
                 };
                 l.last_seq = seq;
+                // Heard: the agent's node-lost fence counts from this heartbeat's sending.
+                let _ = l.frames.send(PlannerToAgent::HeartbeatAck { seq });
                 // Every heartbeat, even an empty list: a task its agent stops listing
                 // is lost after nodeLostAfter (see `core::lost`).
                 let tasks = running
@@ -249,6 +251,7 @@ impl Driver {
             node: node.clone(),
             heartbeat_interval_ms: self.heartbeat_interval_ms,
             epoch: self.epoch,
+            fence_after_ms: Some(self.fence_after_ms),
         });
         self.links.insert(
             node,
