@@ -13,7 +13,17 @@
 //! the field and say what was expected.
 //!
 //! A plain HGX/DGX H100 or B200 (NVLink inside one machine only) reports `Completed`,
-//! `Success`, clique 0 and the all-zero cluster UUID: it is in no multi-node domain.
+//! `Success`, clique 0 and the all-zero cluster UUID: it is in no multi-node domain. So is
+//! a machine whose driver reports no cluster UUID at all (the 535 series prints only the
+//! fabric `State` and `Status`).
+//!
+//! What nvidia-smi prints, by driver (real captures: see `testdata/nvidia/README.md`):
+//! 535 prints a `-q` `Fabric` block with `State` and `Status` only; 550 and 560 add
+//! `CliqueId`, `ClusterUUID` and a `Health` block (`Bandwidth`, route and timeout flags);
+//! 580 and later add `Summary` and `Incorrect Configuration` to it (595: `Partition
+//! Assigned`, not read here), and `--query-gpu` gains the `fabric.health.*` fields
+//! ([`SMI_HEALTH_FIELDS`]), which older drivers refuse (`Field "…" is not a valid field
+//! to query.`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -23,14 +33,38 @@ use serde::{Deserialize, Serialize};
 use crate::limits::human;
 use crate::names::{escape, shorten};
 
-/// The `--query-gpu=` value the agent runs, as
+/// The `--query-gpu=` fields every driver with an NVLink fabric knows, as in
 /// `nvidia-smi --query-gpu=index,pci.bus_id,fabric.clusterUuid,fabric.cliqueId,fabric.state,fabric.status --format=csv`;
-/// [`parse_smi_csv`] reads its output. There is no fabric health field to query in CSV:
-/// health comes from NVML or from `nvidia-smi -q` ([`parse_smi_query`]).
+/// [`parse_smi_csv`] reads its output. They say nothing of health: the agent asks for
+/// [`SMI_QUERY_HEALTH`] first and falls back to this list on a driver that refuses the
+/// health fields.
 pub const SMI_QUERY: &str = "index,pci.bus_id,fabric.clusterUuid,fabric.cliqueId,fabric.state,fabric.status";
 
+/// The fabric health fields of `--query-gpu` (driver 580 and later; `nvidia-smi
+/// --help-query-gpu` lists them after `fabric.clusterUuid`), in the order of
+/// [`SMI_QUERY_HEALTH`]. Their values are those of `-q`'s `Health` block: `Healthy`,
+/// `Unhealthy`, `Limited Capacity`; `Full`, `Degraded`; `True`, `False`; `None` or what is
+/// wrong; `N/A` when the GPU does not report it. Older drivers refuse them with
+/// `Field "fabric.health.summary" is not a valid field to query.`
+/// (`fabric.health.partition_assigned`, 595 and later, is not asked for.)
+pub const SMI_HEALTH_FIELDS: [&str; 6] = [
+    "fabric.health.summary",
+    "fabric.health.bandwidth",
+    "fabric.health.route_recovery_in_progress",
+    "fabric.health.route_unhealthy",
+    "fabric.health.access_timeout_recovery",
+    "fabric.health.incorrect_configuration",
+];
+
+/// The `--query-gpu=` value the agent runs first: [`SMI_QUERY`] and then
+/// [`SMI_HEALTH_FIELDS`]. [`parse_smi_csv`] reads the health columns into
+/// [`GpuFabric::health`].
+pub const SMI_QUERY_HEALTH: &str = "index,pci.bus_id,fabric.clusterUuid,fabric.cliqueId,fabric.state,fabric.status,\
+fabric.health.summary,fabric.health.bandwidth,fabric.health.route_recovery_in_progress,fabric.health.route_unhealthy,\
+fabric.health.access_timeout_recovery,fabric.health.incorrect_configuration";
+
 /// Largest `nvidia-smi --query-gpu` output read, in bytes (1 MiB; [`MAX_GPUS`] lines of
-/// [`SMI_QUERY`] are about 100 KiB).
+/// [`SMI_QUERY_HEALTH`] are about 150 KiB).
 pub const MAX_SMI_CSV: usize = 1 << 20;
 
 /// Largest `nvidia-smi -q` output read, in bytes (8 MiB; `-q` prints some 8 KiB per GPU).
@@ -145,8 +179,10 @@ pub enum FabricHealthSummary {
 }
 
 /// The fabric health a GPU reports, decoded from NVML's health mask ([`FabricHealth::from_mask`])
-/// or read from `nvidia-smi -q`'s `Health` block. `None` is "not reported" (not supported,
-/// or a value this code cannot read); `Some(false)` is a reported all-clear.
+/// or read from nvidia-smi: `-q`'s `Health` block, or the `fabric.health.*` columns of
+/// `--query-gpu` ([`SMI_HEALTH_FIELDS`]). The three sources name a problem the same way.
+/// `None` is "not reported" (not supported, or a value this code cannot read);
+/// `Some(false)` is a reported all-clear.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FabricHealth {
@@ -456,6 +492,8 @@ enum Column {
     CliqueId,
     State,
     Status,
+    /// One of [`SMI_HEALTH_FIELDS`]: optional, older drivers have none.
+    Health(HealthField),
     Other,
 }
 
@@ -471,9 +509,108 @@ impl Column {
             "fabric.cliqueid" => Column::CliqueId,
             "fabric.state" => Column::State,
             "fabric.status" => Column::Status,
-            _ => Column::Other,
+            other => HealthField::ALL
+                .into_iter()
+                .find(|f| f.query_name() == other)
+                .map_or(Column::Other, Column::Health),
         }
     }
+}
+
+/// One fabric health value, as `-q`'s `Health` block and the `fabric.health.*` columns
+/// print it; both read it the same way ([`HealthField::apply`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HealthField {
+    Summary,
+    Bandwidth,
+    RouteRecovery,
+    RouteUnhealthy,
+    AccessTimeoutRecovery,
+    IncorrectConfiguration,
+}
+
+impl HealthField {
+    /// In the order of [`SMI_HEALTH_FIELDS`].
+    const ALL: [HealthField; 6] = [
+        HealthField::Summary,
+        HealthField::Bandwidth,
+        HealthField::RouteRecovery,
+        HealthField::RouteUnhealthy,
+        HealthField::AccessTimeoutRecovery,
+        HealthField::IncorrectConfiguration,
+    ];
+
+    /// The `--query-gpu` field (`fabric.health.summary`).
+    fn query_name(self) -> &'static str {
+        SMI_HEALTH_FIELDS[self as usize]
+    }
+
+    /// From a key of `-q`'s `Health` block (`Route Recovery in progress`); case, spaces
+    /// and `_` do not matter.
+    fn from_query_key(key: &str) -> Option<HealthField> {
+        Some(match squash(key).as_str() {
+            "summary" => HealthField::Summary,
+            "bandwidth" => HealthField::Bandwidth,
+            "routerecoveryinprogress" => HealthField::RouteRecovery,
+            "routeunhealthy" => HealthField::RouteUnhealthy,
+            "accesstimeoutrecovery" => HealthField::AccessTimeoutRecovery,
+            "incorrectconfiguration" => HealthField::IncorrectConfiguration,
+            _ => return None,
+        })
+    }
+
+    /// Sets this field of `health` from nvidia-smi's text. `N/A`, `[Not Supported]`, an
+    /// error token or a value this code does not know is "not reported" (`None`), never
+    /// an error: the domain does not hang on health.
+    fn apply(self, health: &mut FabricHealth, value: &str) {
+        let v = squash(value);
+        let flag = match v.as_str() {
+            "true" | "yes" => Some(true),
+            "false" | "no" => Some(false),
+            _ => None,
+        };
+        match self {
+            HealthField::Summary => {
+                health.summary = match v.as_str() {
+                    "healthy" => Some(FabricHealthSummary::Healthy),
+                    "unhealthy" => Some(FabricHealthSummary::Unhealthy),
+                    "limitedcapacity" => Some(FabricHealthSummary::LimitedCapacity),
+                    _ => None,
+                }
+            }
+            HealthField::Bandwidth => {
+                health.degraded_bandwidth = match v.as_str() {
+                    "degraded" | "true" => Some(true),
+                    "full" | "false" | "notdegraded" => Some(false),
+                    _ => None,
+                }
+            }
+            HealthField::RouteRecovery => health.route_recovery = flag,
+            HealthField::RouteUnhealthy => health.route_unhealthy = flag,
+            HealthField::AccessTimeoutRecovery => health.access_timeout_recovery = flag,
+            HealthField::IncorrectConfiguration => health.incorrect_configuration = incorrect_configuration(value),
+        }
+    }
+}
+
+/// What an `Incorrect Configuration` value says is wrong, in the words
+/// [`FabricHealth::from_mask`] uses for NVML's codes when the text names one of them
+/// (`Insufficient NVLinks`, `no_partition`), else as printed (escaped, cut short). `None`
+/// (correct), `N/A` and error tokens are `None`.
+fn incorrect_configuration(value: &str) -> Option<String> {
+    let code = match squash(value).as_str() {
+        "none" | "false" | "no" => return None,
+        _ if is_token(value.trim()) => return None,
+        "incorrectsysguid" | "sysguid" => 2,
+        "incorrectchassissn" | "incorrectchassisserialnumber" | "chassisserialnumber" | "chassissn" => 3,
+        "nopartition" => 4,
+        "insufficientnvlinks" => 5,
+        "incompatiblegpufw" | "incompatiblegpufirmware" => 6,
+        "invalidlocation" => 7,
+        "gpustateinvalid" | "invalidgpustate" => 8,
+        _ => return Some(keep(value)),
+    };
+    Some(incorrect_configuration_name(code))
 }
 
 /// The columns a CSV must have: without them there is no fabric to read.
@@ -485,10 +622,12 @@ const REQUIRED: [(Column, &str); 4] = [
 ];
 
 /// Reads `nvidia-smi --query-gpu=… --format=csv` output: a header line naming the columns
-/// (those of [`SMI_QUERY`]; `index` and `pci.bus_id` may be left out, other columns are
-/// skipped), then one line per GPU, values separated by `, `. `N/A`, `[N/A]`,
+/// (those of [`SMI_QUERY`], required, and of [`SMI_HEALTH_FIELDS`], read when present as
+/// driver 580 and later print them; `index` and `pci.bus_id` may be left out, other
+/// columns are skipped), then one line per GPU, values separated by `, `. `N/A`, `[N/A]`,
 /// `[Not Supported]` and nvidia-smi's other bracketed tokens are "not reported", except
-/// in `fabric.state`, where an unknown token is kept ([`FabricState::Unknown`]).
+/// in `fabric.state`, where an unknown token is kept ([`FabricState::Unknown`]). Health
+/// values this code cannot read are "not reported" too, never errors.
 pub fn parse_smi_csv(text: &str) -> Result<Vec<GpuFabric>, FabricParseError> {
     check_size(text, MAX_SMI_CSV, CSV_WHAT)?;
     let mut lines = numbered_lines(text);
@@ -601,6 +740,7 @@ fn read_row(line: usize, text: &str, columns: &[(Column, String)]) -> Result<Gpu
             }
             Column::State => gpu.state = FabricState::from_smi(value),
             Column::Status => gpu.status = FabricStatus::from_smi(value),
+            Column::Health(health) => health.apply(&mut gpu.health, value),
             _ => {}
         }
     }
@@ -613,10 +753,13 @@ const CLIQUE_EXPECTED: &str = "a clique id (a number from 0 to 4294967295), or N
 /// Reads `nvidia-smi -q` output: for each `GPU 00000008:01:00.0` section, its `Fabric`
 /// block (`State`, `Status`, `CliqueId`, `ClusterUUID`) and the `Health` block inside it
 /// (`Summary`, `Bandwidth`, `Route Recovery in progress`, `Route Unhealthy`,
-/// `Access Timeout Recovery`, `Incorrect Configuration`). A GPU without a `Fabric` block
-/// (a driver older than the block) has no fabric. Health values this code cannot read are
-/// "not reported" rather than errors: the domain does not hang on them. Indexes are not
-/// in `-q` output and stay `None`.
+/// `Access Timeout Recovery`, `Incorrect Configuration`; others such as `Partition
+/// Assigned` are skipped). A GPU without a `Fabric` block (a driver older than the block)
+/// has no fabric. A block with `State` and `Status` only (the 535 series) reports no
+/// cluster UUID (empty) and clique 0; `CliqueId` without `ClusterUUID`, or the other way
+/// round, is a block cut short. Health values this code cannot read are "not reported"
+/// rather than errors: the domain does not hang on them. Indexes are not in `-q` output
+/// and stay `None`.
 pub fn parse_smi_query(text: &str) -> Result<Vec<GpuFabric>, FabricParseError> {
     check_size(text, MAX_SMI_QUERY, QUERY_WHAT)?;
     let mut gpus = Vec::new();
@@ -661,7 +804,11 @@ pub fn parse_smi_query(text: &str) -> Result<Vec<GpuFabric>, FabricParseError> {
         };
         match sections.as_slice() {
             [(_, Section::Fabric)] => gpu.fabric_value(line, key.trim(), value.trim())?,
-            [(_, Section::Fabric), (_, Section::Health)] => gpu.health_value(key.trim(), value.trim()),
+            [(_, Section::Fabric), (_, Section::Health)] => {
+                if let Some(field) = HealthField::from_query_key(key) {
+                    field.apply(&mut gpu.fabric.health, value.trim());
+                }
+            }
             _ => {}
         }
     }
@@ -745,44 +892,6 @@ impl QueryGpu {
         Ok(())
     }
 
-    fn health_value(&mut self, key: &str, value: &str) {
-        let health = &mut self.fabric.health;
-        let v = squash(value);
-        let flag = match v.as_str() {
-            "true" | "yes" => Some(true),
-            "false" | "no" => Some(false),
-            _ => None,
-        };
-        match key {
-            "Bandwidth" => {
-                health.degraded_bandwidth = match v.as_str() {
-                    "degraded" | "true" => Some(true),
-                    "full" | "false" | "notdegraded" => Some(false),
-                    _ => None,
-                }
-            }
-            "Route Recovery in progress" => health.route_recovery = flag,
-            "Route Unhealthy" => health.route_unhealthy = flag,
-            "Access Timeout Recovery" => health.access_timeout_recovery = flag,
-            "Incorrect Configuration" => {
-                health.incorrect_configuration = match v.as_str() {
-                    "none" | "false" | "no" => None,
-                    _ if is_not_available(value) => None,
-                    _ => Some(keep(value)),
-                }
-            }
-            "Summary" => {
-                health.summary = match v.as_str() {
-                    "healthy" => Some(FabricHealthSummary::Healthy),
-                    "unhealthy" => Some(FabricHealthSummary::Unhealthy),
-                    "limitedcapacity" => Some(FabricHealthSummary::LimitedCapacity),
-                    _ => None,
-                }
-            }
-            _ => {}
-        }
-    }
-
     fn finish(self) -> Result<GpuFabric, FabricParseError> {
         let Some(fabric_line) = self.fabric_line else {
             return Ok(self.fabric);
@@ -801,16 +910,18 @@ impl QueryGpu {
                 ..GpuFabric::not_supported()
             });
         }
-        for (seen, key) in [
-            (self.seen_status, "Status"),
-            (self.seen_clique, "CliqueId"),
-            (self.seen_uuid, "ClusterUUID"),
-        ] {
-            if !seen {
-                return Err(self.field(fabric_line, key, &format!("a {key} line in the Fabric block"), "none"));
-            }
+        // 535-series drivers print `State` and `Status` only; later ones both `CliqueId`
+        // and `ClusterUUID`. One of the two alone is a block cut short.
+        let missing = match (self.seen_status, self.seen_clique, self.seen_uuid) {
+            (false, _, _) => Some("Status"),
+            (true, true, false) => Some("ClusterUUID"),
+            (true, false, true) => Some("CliqueId"),
+            _ => None,
+        };
+        match missing {
+            Some(key) => Err(self.field(fabric_line, key, &format!("a {key} line in the Fabric block"), "none")),
+            None => Ok(self.fabric),
         }
-        Ok(self.fabric)
     }
 }
 
@@ -941,12 +1052,13 @@ pub const ZERO_UUID: &str = "00000000-0000-0000-0000-000000000000";
 #[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum NodeDomain {
     /// In no multi-node domain: no GPU has a fabric, or every GPU completed registration
-    /// with the all-zero cluster UUID (HGX/DGX: NVLink inside the machine only).
+    /// with the all-zero cluster UUID (HGX/DGX: NVLink inside the machine only) or without
+    /// reporting one (535-series drivers print none).
     None { why: String },
     /// Some GPU has not finished registering (not started, in progress): not yet usable.
     Pending { why: String },
     /// Some GPU finished registering with an error, reports a state this code does not
-    /// know, or completed without a readable cluster UUID.
+    /// know, or completed with a cluster UUID that is not a UUID.
     Failed { why: String },
     /// Every GPU completed registration successfully in the same domain and partition.
     Domain {
@@ -968,7 +1080,8 @@ const LISTED: usize = 4;
 /// Checked in this order: no GPU, or none with a fabric ([`NodeDomain::None`]); some with
 /// a fabric and some without ([`NodeDomain::Disagree`]); errors ([`NodeDomain::Failed`]);
 /// registration under way ([`NodeDomain::Pending`]); different UUIDs or cliques
-/// ([`NodeDomain::Disagree`]); the all-zero UUID ([`NodeDomain::None`]).
+/// ([`NodeDomain::Disagree`]); the all-zero UUID, or none reported, which reads as the
+/// all-zero one ([`NodeDomain::None`]).
 pub fn node_domain(gpus: &[GpuFabric]) -> NodeDomain {
     if gpus.is_empty() {
         return NodeDomain::None {
@@ -1001,11 +1114,13 @@ pub fn node_domain(gpus: &[GpuFabric]) -> NodeDomain {
                 g.label(i),
                 keep(&g.status.to_string())
             )),
-            FabricState::Completed if !is_canonical_uuid(&g.cluster_uuid) => failed.push(format!(
-                "{}: fabric registration completed without a cluster UUID (got \"{}\")",
-                g.label(i),
-                shorten(&escape(&g.cluster_uuid), MAX_QUOTED)
-            )),
+            FabricState::Completed if !g.cluster_uuid.is_empty() && !is_canonical_uuid(&g.cluster_uuid) => {
+                failed.push(format!(
+                    "{}: fabric registration completed with a cluster UUID that is not one (got \"{}\")",
+                    g.label(i),
+                    shorten(&escape(&g.cluster_uuid), MAX_QUOTED)
+                ))
+            }
             _ => {}
         }
     }
@@ -1015,21 +1130,45 @@ pub fn node_domain(gpus: &[GpuFabric]) -> NodeDomain {
     if !pending.is_empty() {
         return NodeDomain::Pending { why: listing(pending) };
     }
+    // A cluster UUID not reported (a 535-series driver, nvidia-smi's `N/A`) is no domain,
+    // as the all-zero one is.
+    fn uuid(g: &GpuFabric) -> &str {
+        if g.cluster_uuid.is_empty() {
+            ZERO_UUID
+        } else {
+            &g.cluster_uuid
+        }
+    }
     let first = &gpus[0];
     if gpus
         .iter()
-        .any(|g| g.cluster_uuid != first.cluster_uuid || g.clique_id != first.clique_id)
+        .any(|g| uuid(g) != uuid(first) || g.clique_id != first.clique_id)
     {
         return NodeDomain::Disagree { gpus: gpus.to_vec() };
     }
-    if first.cluster_uuid == ZERO_UUID {
-        return NodeDomain::None {
-            why: format!(
+    if uuid(first) == ZERO_UUID {
+        let unreported = gpus.iter().filter(|g| g.cluster_uuid.is_empty()).count();
+        let why = if unreported == gpus.len() {
+            format!(
+                "every GPU completed NVLink fabric registration without reporting a cluster UUID \
+                 (535-series drivers report none; clique {}): no multi-node domain",
+                first.clique_id
+            )
+        } else if unreported > 0 {
+            format!(
+                "every GPU completed NVLink fabric registration with the all-zero cluster UUID or \
+                 none ({unreported} of {} GPUs report none; clique {}): no multi-node domain",
+                gpus.len(),
+                first.clique_id
+            )
+        } else {
+            format!(
                 "every GPU completed NVLink fabric registration with the all-zero cluster UUID \
                  (clique {}): NVLink inside this machine only, no multi-node domain",
                 first.clique_id
-            ),
+            )
         };
+        return NodeDomain::None { why };
     }
     NodeDomain::Domain {
         cluster_uuid: first.cluster_uuid.clone(),
@@ -1132,6 +1271,24 @@ mod tests {
     const DISAGREE_CSV: &str = include_str!("../../testdata/nvidia/gb200-tray-disagree.csv");
     const DEGRADED_Q: &str = include_str!("../../testdata/nvidia/gb200-tray-degraded.q.txt");
     const OLD_CSV: &str = include_str!("../../testdata/nvidia/older-gpu-not-supported.csv");
+    // Real captures (testdata/nvidia/README.md says where each comes from).
+    /// `nvidia-smi -q`, driver 535.161.08, 8x H100 (leptonai/gpud).
+    const H100_535_Q: &str = include_str!("../../testdata/nvidia/gpud/nvidia-smi-query.535.161.08.out.0.valid");
+    /// `--help-query-gpu`, `--query-gpu` CSV and `-q`, driver 590.48.01, 1x H100
+    /// (utkuozdemir/nvidia_gpu_exporter).
+    const H100_590_CAPTURE: &str =
+        include_str!("../../testdata/nvidia/nvidia_gpu_exporter/linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt");
+    /// `nvidia-smi -q -x`, driver 580.173.02, a GB300 tray (NVIDIA/k8s-test-infra).
+    const GB300_XML: &str = include_str!("../../testdata/nvidia/k8s-test-infra/qx-gb300.xml");
+    /// `nvidia-smi -q -x` by nvidia-smi 580.65.06 over NVIDIA's NVML mock, GPU 1 with a
+    /// route unhealthy (NVIDIA/k8s-test-infra).
+    const DEGRADED_XML: &str = include_str!("../../testdata/nvidia/k8s-test-infra/qx-gb200-fabric-degraded.xml");
+    // Hand-written from GB300_XML, in the text layout of H100_590_CAPTURE.
+    const GB300_Q: &str = include_str!("../../testdata/nvidia/gb300-580-tray.q.txt");
+    const GB300_CSV: &str = include_str!("../../testdata/nvidia/gb300-580-tray.csv");
+    const GB300_UNHEALTHY_CSV: &str = include_str!("../../testdata/nvidia/gb300-580-tray-unhealthy.csv");
+    /// The GB300 capture's cluster UUID (scrubbed upstream to this placeholder).
+    const GB300_RACK: &str = "00000001-0000-0000-0000-000000000001";
 
     const TRAY_BUSES: [&str; 4] = ["0008:01:00.0", "0009:01:00.0", "0018:01:00.0", "0019:01:00.0"];
 
@@ -1358,11 +1515,22 @@ mod tests {
              GPU 2 (0018:01:00.0): fabric registration completed with status Timeout; \
              GPU 3 (0019:01:00.0): fabric registration completed with status Timeout"
         );
+        // Completed without a cluster UUID is no domain (issue 37), not a failure; a
+        // cluster UUID that is not one (only JSON can carry it) still fails.
         let text = TRAY_CSV.replace(RACK, "[N/A]");
-        let NodeDomain::Failed { why } = node_domain(&parse_smi_csv(&text).unwrap()) else {
+        let NodeDomain::None { why } = node_domain(&parse_smi_csv(&text).unwrap()) else {
             panic!()
         };
-        assert!(why.contains("without a cluster UUID"), "{why}");
+        assert!(why.contains("without reporting a cluster UUID"), "{why}");
+        let mut gpus = parse_smi_csv(TRAY_CSV).unwrap();
+        gpus[1].cluster_uuid = "not-a-uuid".into();
+        let NodeDomain::Failed { why } = node_domain(&gpus) else {
+            panic!()
+        };
+        assert!(
+            why.contains("GPU 1 (0009:01:00.0): fabric registration completed with a cluster UUID that is not one"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -1726,5 +1894,463 @@ mod tests {
         );
         let s = serde_json::to_value(FabricStatus::Error("NVML_ERROR_TIMEOUT".into())).unwrap();
         assert_eq!(s, serde_json::json!({"error": "NVML_ERROR_TIMEOUT"}));
+    }
+
+    /// The body of one section of an nvidia_gpu_exporter capture: the lines after the
+    /// `####` rule that closes the header naming `title`, up to the next rule.
+    fn capture_section<'a>(capture: &'a str, title: &str) -> &'a str {
+        let header = capture.find(&format!("# {title}")).expect("section");
+        let rest = &capture[header..];
+        let rule = "################################################################################\n";
+        let start = rest.find(rule).expect("rule") + rule.len();
+        let body = &rest[start..];
+        &body[..body.find(rule).unwrap_or(body.len())]
+    }
+
+    /// Each `<gpu id="…">`'s id and the elements of its `<fabric>` block (those of
+    /// `<health>` included), from `nvidia-smi -q -x` output.
+    fn xml_fabric(xml: &str) -> Vec<(String, Vec<(String, String)>)> {
+        xml.split("<gpu id=\"")
+            .skip(1)
+            .map(|gpu| {
+                let (id, rest) = gpu.split_once('"').unwrap();
+                let fabric = rest
+                    .split("<fabric>")
+                    .nth(1)
+                    .unwrap()
+                    .split("</fabric>")
+                    .next()
+                    .unwrap();
+                let elements = fabric
+                    .split('<')
+                    .filter_map(|tag| {
+                        let (name, value) = tag.split_once('>')?;
+                        (!name.starts_with('/') && name != "health")
+                            .then(|| (name.to_string(), value.trim().to_string()))
+                    })
+                    .collect();
+                (id.to_string(), elements)
+            })
+            .collect()
+    }
+
+    /// The `-q` text nvidia-smi prints for the same values (keys as in H100_590_CAPTURE).
+    fn q_from_xml(xml: &str) -> String {
+        let key = |element: &str| match element {
+            "state" => "State",
+            "status" => "Status",
+            "cliqueId" => "CliqueId",
+            "clusterUuid" => "ClusterUUID",
+            "summary" => "Summary",
+            "bandwidth" => "Bandwidth",
+            "route_recovery_in_progress" => "Route Recovery in progress",
+            "route_unhealthy" => "Route Unhealthy",
+            "access_timeout_recovery" => "Access Timeout Recovery",
+            "incorrect_configuration" => "Incorrect Configuration",
+            "partition_assigned" => "Partition Assigned",
+            other => panic!("unexpected fabric element {other}"),
+        };
+        let mut q = String::new();
+        for (id, elements) in xml_fabric(xml) {
+            q += &format!("GPU {id}\n    Fabric\n");
+            for (i, (element, value)) in elements.iter().enumerate() {
+                if i == 4 {
+                    q += "        Health\n";
+                }
+                let indent = if i < 4 { 8 } else { 12 };
+                q += &format!("{:<55}: {value}\n", format!("{}{}", " ".repeat(indent), key(element)));
+            }
+        }
+        q
+    }
+
+    /// The `--query-gpu=pci.bus_id,<SMI_QUERY_HEALTH's fabric fields>` CSV for the same
+    /// values: each field's last part is the XML element's name.
+    fn csv_from_xml(xml: &str) -> String {
+        let fields: Vec<&str> = SMI_QUERY_HEALTH.split(',').skip(1).collect();
+        let mut csv = fields.join(", ") + "\n";
+        for (id, elements) in xml_fabric(xml) {
+            let values: Vec<&str> = fields[1..]
+                .iter()
+                .map(|f| {
+                    let element = f.rsplit('.').next().unwrap();
+                    elements
+                        .iter()
+                        .find(|(e, _)| e == element)
+                        .map_or("N/A", |(_, v)| v.as_str())
+                })
+                .collect();
+            csv += &format!("{id}, {}\n", values.join(", "));
+        }
+        csv
+    }
+
+    fn without_index(gpus: Vec<GpuFabric>) -> Vec<GpuFabric> {
+        gpus.into_iter().map(|g| GpuFabric { index: None, ..g }).collect()
+    }
+
+    const ALL_CLEAR: FabricHealth = FabricHealth {
+        degraded_bandwidth: Some(false),
+        route_recovery: Some(false),
+        route_unhealthy: Some(false),
+        access_timeout_recovery: Some(false),
+        incorrect_configuration: None,
+        summary: Some(FabricHealthSummary::Healthy),
+    };
+
+    #[test]
+    fn health_fields_are_the_ones_real_nvidia_smi_lists() {
+        assert_eq!(SMI_QUERY_HEALTH, format!("{SMI_QUERY},{}", SMI_HEALTH_FIELDS.join(",")));
+        let help = capture_section(H100_590_CAPTURE, "capabilities :: help-query-gpu");
+        for field in SMI_QUERY_HEALTH.split(',') {
+            assert!(
+                help.contains(&format!("\"{field}\"")),
+                "{field} is not in --help-query-gpu"
+            );
+        }
+        for f in HealthField::ALL {
+            assert_eq!(Column::from_name(f.query_name()), Column::Health(f));
+            assert_eq!(Column::from_name(&f.query_name().to_uppercase()), Column::Health(f));
+        }
+        // Listed by 595 but not asked for: 590 would refuse it.
+        assert!(!help.contains("\"fabric.health.partition_assigned\""));
+        assert_eq!(Column::from_name("fabric.health.partition_assigned"), Column::Other);
+    }
+
+    #[test]
+    fn real_590_h100_capture_reads_as_no_domain_both_ways() {
+        // 212 columns, health among them (all N/A on an H100), header cells as the names.
+        let csv = capture_section(H100_590_CAPTURE, "idle :: query-gpu (csv");
+        assert!(csv.contains("fabric.health.incorrect_configuration, platform.chassis_serial_number"));
+        let gpus = parse_smi_csv(csv).unwrap();
+        assert_eq!(gpus.len(), 1);
+        let g = &gpus[0];
+        assert_eq!((g.index, g.pci_bus_id.as_str()), (Some(0), "0000:00:09.0"));
+        assert_eq!((&g.state, &g.status), (&FabricState::Completed, &FabricStatus::Success));
+        assert_eq!((g.cluster_uuid.as_str(), g.clique_id), (ZERO_UUID, 0));
+        assert!(g.health.is_unreported(), "{:?}", g.health);
+        let q = parse_smi_query(capture_section(H100_590_CAPTURE, "idle :: query (-q)")).unwrap();
+        assert_eq!(q, without_index(gpus.clone()));
+        let NodeDomain::None { why } = node_domain(&gpus) else {
+            panic!("{:?}", node_domain(&gpus))
+        };
+        assert!(why.contains("all-zero cluster UUID"), "{why}");
+        // Under load, the same.
+        let load = parse_smi_csv(capture_section(H100_590_CAPTURE, "load :: query-gpu (csv")).unwrap();
+        assert_eq!(load, gpus);
+        assert_eq!(
+            parse_smi_query(capture_section(H100_590_CAPTURE, "load :: query (-q)")).unwrap(),
+            q
+        );
+    }
+
+    #[test]
+    fn driver_535_fabric_block_has_state_and_status_only() {
+        let gpus = parse_smi_query(H100_535_Q).unwrap();
+        assert_eq!(
+            buses(&gpus),
+            [
+                "0000:19:00.0",
+                "0000:3b:00.0",
+                "0000:4c:00.0",
+                "0000:5d:00.0",
+                "0000:9b:00.0",
+                "0000:bb:00.0",
+                "0000:cb:00.0",
+                "0000:db:00.0"
+            ]
+        );
+        for g in &gpus {
+            assert_eq!((&g.state, &g.status), (&FabricState::Completed, &FabricStatus::Success));
+            assert_eq!((g.cluster_uuid.as_str(), g.clique_id), ("", 0));
+            assert!(g.health.is_unreported());
+        }
+        // Completed without a cluster UUID: no NVLink domain, not a failure.
+        let NodeDomain::None { why } = node_domain(&gpus) else {
+            panic!("{:?}", node_domain(&gpus))
+        };
+        assert_eq!(
+            why,
+            "every GPU completed NVLink fabric registration without reporting a cluster UUID \
+             (535-series drivers report none; clique 0): no multi-node domain"
+        );
+        // Beside GPUs that report the all-zero UUID: still none. Beside a real one: disagree.
+        let mut mixed = gpus.clone();
+        mixed[0].cluster_uuid = ZERO_UUID.into();
+        let NodeDomain::None { why } = node_domain(&mixed) else {
+            panic!("{:?}", node_domain(&mixed))
+        };
+        assert!(why.contains("7 of 8 GPUs report none"), "{why}");
+        mixed[0].cluster_uuid = RACK.into();
+        assert!(matches!(node_domain(&mixed), NodeDomain::Disagree { .. }));
+        // The rule for errors and registration under way is unchanged.
+        let failed = H100_535_Q.replacen(
+            "Status                            : Success",
+            "Status                            : Timeout",
+            1,
+        );
+        let NodeDomain::Failed { why } = node_domain(&parse_smi_query(&failed).unwrap()) else {
+            panic!()
+        };
+        assert_eq!(
+            why,
+            "GPU 0000:19:00.0: fabric registration completed with status Timeout"
+        );
+        let pending = H100_535_Q.replacen(
+            "State                             : Completed",
+            "State                             : In Progress",
+            1,
+        );
+        assert!(matches!(
+            node_domain(&parse_smi_query(&pending).unwrap()),
+            NodeDomain::Pending { .. }
+        ));
+        // A 535 GPU without a fabric (an L20: `N/A`, `N/A`).
+        let q = "GPU 00000000:12:00.0\n    Fabric\n        State : N/A\n        Status : N/A\n    Processes : None\n";
+        let gpus = parse_smi_query(q).unwrap();
+        assert_eq!(gpus[0].state, FabricState::NotSupported);
+        assert!(matches!(node_domain(&gpus), NodeDomain::None { .. }));
+        // One of CliqueId and ClusterUUID without the other is a block cut short.
+        let q = "GPU 00000000:19:00.0\n    Fabric\n        State : Completed\n        Status : Success\n        \
+                 ClusterUUID : 00000000-0000-0000-0000-000000000000\n";
+        let e = parse_smi_query(q).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("line 2: GPU 00000000:19:00.0 Fabric.CliqueId: expected a CliqueId line"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn gb300_580_fixtures_match_the_real_capture() {
+        let q = parse_smi_query(GB300_Q).unwrap();
+        let csv = parse_smi_csv(GB300_CSV).unwrap();
+        assert_eq!(parse_smi_query(&q_from_xml(GB300_XML)).unwrap(), q);
+        assert_eq!(
+            parse_smi_csv(&csv_from_xml(GB300_XML)).unwrap(),
+            without_index(csv.clone())
+        );
+        assert_eq!(q, without_index(csv.clone()));
+        assert_eq!(
+            buses(&csv),
+            ["0008:06:00.0", "0009:06:00.0", "0018:06:00.0", "0019:06:00.0"]
+        );
+        for g in &csv {
+            assert_eq!(g.health, ALL_CLEAR);
+            assert!(!g.health.degraded());
+        }
+        assert_eq!(
+            node_domain(&csv),
+            NodeDomain::Domain {
+                cluster_uuid: GB300_RACK.into(),
+                clique_id: 32766,
+                degraded: false
+            }
+        );
+        // The same CSV as an older driver prints it (the fabric fields only) reads the same,
+        // less the health.
+        let old: String = GB300_CSV
+            .lines()
+            .map(|l| l.split(", ").take(6).collect::<Vec<_>>().join(", ") + "\n")
+            .collect();
+        let old = parse_smi_csv(&old).unwrap();
+        assert!(old.iter().all(|g| g.health.is_unreported()));
+        let cleared: Vec<GpuFabric> = csv
+            .iter()
+            .map(|g| GpuFabric {
+                health: FabricHealth::default(),
+                ..g.clone()
+            })
+            .collect();
+        assert_eq!(old, cleared);
+        // Headerless, with the query the agent runs.
+        let body: String = GB300_CSV.lines().skip(1).map(|l| format!("{l}\n")).collect();
+        assert_eq!(parse_smi_csv_noheader(&body, SMI_QUERY_HEALTH).unwrap(), csv);
+    }
+
+    #[test]
+    fn an_unhealthy_tray_in_csv_is_degraded_and_says_why() {
+        let gpus = parse_smi_csv(GB300_UNHEALTHY_CSV).unwrap();
+        let unhealthy = FabricHealth {
+            route_unhealthy: Some(true),
+            summary: Some(FabricHealthSummary::Unhealthy),
+            ..ALL_CLEAR
+        };
+        assert_eq!(gpus[2].health, unhealthy);
+        assert!(gpus[2].health.degraded());
+        assert_eq!(gpus[2].health.problems(), ["route unhealthy", "summary unhealthy"]);
+        assert_eq!(gpus[1].health, ALL_CLEAR);
+        assert_eq!(
+            node_domain(&gpus),
+            NodeDomain::Domain {
+                cluster_uuid: GB300_RACK.into(),
+                clique_id: 32766,
+                degraded: true
+            }
+        );
+        // What nvidia-smi printed for a GPU with a route unhealthy reads the same from -q
+        // and from CSV, and as NVML's mask and summary for that GPU decode.
+        let q = parse_smi_query(&q_from_xml(DEGRADED_XML)).unwrap();
+        assert_eq!((&q[0].health, &q[1].health), (&ALL_CLEAR, &unhealthy));
+        let csv = parse_smi_csv(&csv_from_xml(DEGRADED_XML)).unwrap();
+        assert_eq!(csv, q);
+        // Bandwidth, route recovery and timeout recovery false (2), route unhealthy true
+        // (1), configuration correct (1); summary unhealthy (2).
+        let mask = 2 | (2 << 2) | (1 << 4) | (2 << 6) | (1 << 8);
+        let nvml = from_nvml(NvmlFabricInfo {
+            state: 3,
+            health_mask: Some(mask),
+            health_summary: Some(2),
+            ..NvmlFabricInfo::default()
+        });
+        assert_eq!(nvml.health, unhealthy);
+        // A summary alone is enough: a tray that says Unhealthy is not taken as healthy.
+        let text = GB300_CSV.replacen("Success, Healthy", "Success, Unhealthy", 1);
+        let gpus = parse_smi_csv(&text).unwrap();
+        assert_eq!(gpus[0].health.problems(), ["summary unhealthy"]);
+        assert!(matches!(node_domain(&gpus), NodeDomain::Domain { degraded: true, .. }));
+        // Bandwidth degraded: limited capacity, as NVML's mask and summary say it.
+        let text = GB300_CSV.replacen("Healthy, Full", "Limited Capacity, Degraded", 1);
+        let gpus = parse_smi_csv(&text).unwrap();
+        assert_eq!(
+            gpus[0].health.problems(),
+            ["bandwidth degraded", "summary limited capacity"]
+        );
+        // Route recovery and access timeout recovery, in -q as in CSV.
+        let text = GB300_Q
+            .replacen(
+                "Route Recovery in progress                 : False",
+                "Route Recovery in progress                 : True",
+                1,
+            )
+            .replacen(
+                "Access Timeout Recovery                    : False",
+                "Access Timeout Recovery                    : True",
+                1,
+            );
+        let gpus = parse_smi_query(&text).unwrap();
+        assert_eq!(
+            gpus[0].health.problems(),
+            ["route recovery in progress", "access timeout recovery in progress"]
+        );
+        let text = GB300_CSV.replacen("Full, False, False, False", "Full, True, False, True", 1);
+        assert_eq!(parse_smi_csv(&text).unwrap()[0].health, gpus[0].health);
+    }
+
+    #[test]
+    fn incorrect_configuration_is_named_as_nvml_names_it() {
+        let read = |value: &str| {
+            let text = GB300_CSV.replacen("False, None", &format!("False, {value}"), 1);
+            parse_smi_csv(&text).unwrap()[0].health.incorrect_configuration.clone()
+        };
+        for (text, code) in [
+            ("Incorrect SysGUID", 2),
+            ("Incorrect Chassis Serial Number", 3),
+            ("incorrect_chassis_sn", 3),
+            ("No Partition", 4),
+            ("no_partition", 4),
+            ("Insufficient NVLinks", 5),
+            ("Incompatible GPU Firmware", 6),
+            ("incompatible_gpu_fw", 6),
+            ("Invalid Location", 7),
+            ("GPU State Invalid", 8),
+        ] {
+            assert_eq!(
+                read(text),
+                FabricHealth::from_mask(code << 8).incorrect_configuration,
+                "{text}"
+            );
+        }
+        assert_eq!(read("Cable \u{1b}[2J loose").as_deref(), Some("Cable \\u{1b}[2J loose"));
+        for none in ["None", "N/A", "[N/A]", "[Not Supported]", "[Unknown Error]", ""] {
+            assert_eq!(read(none), None, "{none:?}");
+        }
+        let text = GB300_CSV.replacen("False, None", "False, Insufficient NVLinks", 1);
+        let gpus = parse_smi_csv(&text).unwrap();
+        assert_eq!(
+            gpus[0].health.problems(),
+            ["incorrect configuration: insufficient NVLinks"]
+        );
+        assert!(matches!(node_domain(&gpus), NodeDomain::Domain { degraded: true, .. }));
+        // Values this code does not know are not reported, never errors.
+        let text = GB300_CSV.replacen(
+            "Healthy, Full, False, False, False",
+            "Sparkling, 7 GB/s, maybe, [GPU is lost], Unknown",
+            1,
+        );
+        let gpus = parse_smi_csv(&text).unwrap();
+        assert!(gpus[0].health.is_unreported(), "{:?}", gpus[0].health);
+    }
+
+    #[test]
+    fn fuzzed_real_captures_never_panic() {
+        let texts = [
+            H100_535_Q,
+            GB300_Q,
+            GB300_CSV,
+            GB300_UNHEALTHY_CSV,
+            capture_section(H100_590_CAPTURE, "idle :: query-gpu (csv"),
+            capture_section(H100_590_CAPTURE, "idle :: query (-q)"),
+        ];
+        // Every prefix (cut at a character boundary), at a prime stride.
+        for text in texts {
+            for (i, _) in text.char_indices().step_by(97) {
+                for gpus in [parse_smi_csv(&text[..i]), parse_smi_query(&text[..i])]
+                    .into_iter()
+                    .flatten()
+                {
+                    let _ = node_domain(&gpus);
+                }
+            }
+        }
+        // Random edits: characters that matter to the parsers put anywhere, lines dropped
+        // or repeated.
+        let mut rng = fastrand::Rng::with_seed(37);
+        let noise = [
+            ",",
+            ":",
+            " : ",
+            "[",
+            "]",
+            "\n",
+            "\n    ",
+            "\t",
+            "é",
+            "\u{0}",
+            "N/A",
+            "GPU ",
+            "    Fabric\n",
+        ];
+        for round in 0..600 {
+            let text = texts[round % texts.len()];
+            let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+            for _ in 0..rng.usize(1..8) {
+                let at = rng.usize(..lines.len().max(1));
+                match rng.u8(..4) {
+                    0 if !lines.is_empty() => {
+                        lines.remove(at);
+                    }
+                    1 if !lines.is_empty() => {
+                        let line = lines[at].clone();
+                        lines.insert(at, line);
+                    }
+                    _ if !lines.is_empty() => {
+                        let line = &mut lines[at];
+                        let cut = line
+                            .char_indices()
+                            .map(|(i, _)| i)
+                            .nth(rng.usize(..line.chars().count().max(1)))
+                            .unwrap_or(0);
+                        line.insert_str(cut, noise[rng.usize(..noise.len())]);
+                    }
+                    _ => {}
+                }
+            }
+            let edited = lines.join("\n");
+            for gpus in [parse_smi_csv(&edited), parse_smi_query(&edited)].into_iter().flatten() {
+                let _ = node_domain(&gpus);
+            }
+            let _ = parse_smi_csv_noheader(&edited, SMI_QUERY_HEALTH);
+        }
     }
 }

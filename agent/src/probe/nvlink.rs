@@ -6,7 +6,8 @@
 //! without a GPU): NVML, `libnvidia-ml.so.1` loaded at run time ([`Nvml`]: a node without
 //! the library simply has none, and the agent does not link against it), then
 //! `nvidia-smi --query-gpu=… --format=csv` ([`NvidiaSmi`]), run with a timeout and a cap on
-//! what is read. The conversion and the domain rule live in
+//! what is read; it asks for the fabric health fields too, and asks again without those a
+//! driver older than them refuses. The conversion and the domain rule live in
 //! [`hyperplan_shared::gpufabric`].
 //!
 //! `unsafe` is allowed here only, for the NVML FFI and for killing a timed-out
@@ -17,12 +18,13 @@
 use std::ffi::{c_uint, c_void};
 use std::io::{self, Read};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use hyperplan_shared::gpufabric::{
-    self, GpuFabric, MAX_GPUS, MAX_SMI_CSV, NodeDomain, NvmlFabricInfo, SMI_QUERY, domain_name,
+    self, GpuFabric, MAX_GPUS, MAX_SMI_CSV, NodeDomain, NvmlFabricInfo, SMI_HEALTH_FIELDS, SMI_QUERY_HEALTH,
+    domain_name,
 };
 
 /// How long `nvidia-smi` may run: it answers in well under a second on a healthy node,
@@ -187,11 +189,16 @@ pub fn log_change(gpus: &[GpuFabric], warnings: &[String]) {
     *last = Some(now);
 }
 
-/// `nvidia-smi --query-gpu=<SMI_QUERY> --format=csv`.
+/// `nvidia-smi --query-gpu=<SMI_QUERY_HEALTH> --format=csv`: the fabric fields and the
+/// fabric health ones (driver 580 and later). A driver that refuses a health field
+/// (`Field "fabric.health.summary" is not a valid field to query.`) is asked again
+/// without it, then without any health field, so a 535 or 570 driver still answers,
+/// without health: at most three runs, all within [`NvidiaSmi::timeout`].
 #[derive(Clone, Debug)]
 pub struct NvidiaSmi {
     /// The binary; a bare name is looked up in `PATH`.
     pub binary: PathBuf,
+    /// For all tries together.
     pub timeout: Duration,
 }
 
@@ -204,24 +211,60 @@ impl Default for NvidiaSmi {
     }
 }
 
-impl FabricReader for NvidiaSmi {
-    fn read(&self) -> Result<Option<Vec<GpuFabric>>, NvlinkError> {
-        let binary = self.binary.display().to_string();
+impl NvidiaSmi {
+    /// One run of `nvidia-smi --query-gpu=<query> --format=csv`, to `deadline`.
+    fn run(&self, binary: &str, query: &str, deadline: Instant) -> Result<Option<Finished>, NvlinkError> {
         let mut cmd = Command::new(&self.binary);
-        cmd.arg(format!("--query-gpu={SMI_QUERY}"))
+        cmd.arg(format!("--query-gpu={query}"))
             .arg("--format=csv")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         // Its own process group, so a timeout kills whatever it started too.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let Some(out) = run_limited(cmd, &binary, self.timeout, MAX_SMI_CSV)? else {
-            return Ok(None);
-        };
-        let text = String::from_utf8_lossy(&out);
-        gpufabric::parse_smi_csv(&text)
-            .map(Some)
-            .map_err(|source| NvlinkError::Parse { binary, source })
+        run_limited(cmd, binary, deadline, self.timeout, MAX_SMI_CSV)
+    }
+}
+
+impl FabricReader for NvidiaSmi {
+    fn read(&self) -> Result<Option<Vec<GpuFabric>>, NvlinkError> {
+        let binary = self.binary.display().to_string();
+        let deadline = Instant::now() + self.timeout;
+        let mut fields: Vec<&str> = SMI_QUERY_HEALTH.split(',').collect();
+        let mut tries = 0;
+        loop {
+            let Some(done) = self.run(&binary, &fields.join(","), deadline)? else {
+                return Ok(None);
+            };
+            tries += 1;
+            if let Some(refused) = refused_field(&done) {
+                // First the health field it named (a driver that lacks that one only),
+                // then all of them (a driver older than them all): at most three runs,
+                // since each may cost nvidia-smi's start-up on a node without persistence
+                // mode. A refused field that is not a health field is an error.
+                let before = fields.len();
+                if tries == 1 {
+                    fields.retain(|f| *f != refused || !SMI_HEALTH_FIELDS.contains(f));
+                }
+                if fields.len() == before {
+                    fields.retain(|f| !SMI_HEALTH_FIELDS.contains(f));
+                }
+                if fields.len() < before {
+                    tracing::debug!(
+                        field = %hyperplan_shared::names::shorten(&hyperplan_shared::names::escape(&refused), 80),
+                        "{binary} does not know a fabric health field; asking without it"
+                    );
+                    continue;
+                }
+            }
+            if !done.status.success() {
+                return Err(exit_error(&binary, &done));
+            }
+            let text = String::from_utf8_lossy(&done.stdout);
+            return gpufabric::parse_smi_csv(&text)
+                .map(Some)
+                .map_err(|source| NvlinkError::Parse { binary, source });
+        }
     }
 
     fn name(&self) -> &'static str {
@@ -229,15 +272,63 @@ impl FabricReader for NvidiaSmi {
     }
 }
 
-/// Runs `cmd` (spawned in its own process group) to its end, within `timeout`, reading at
-/// most `limit` bytes of its standard output. `Ok(None)` when the binary is not there.
+/// What a run printed, run to its end: its status, at most the limit of standard output
+/// and [`MAX_STDERR`] bytes of standard error.
+struct Finished {
+    status: ExitStatus,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+/// The `--query-gpu` field nvidia-smi refused, from its `Field "NAME" is not a valid field
+/// to query.` (on standard output; standard error is looked at too); an empty name when
+/// the line names none readably; `None` when it refused none.
+fn refused_field(done: &Finished) -> Option<String> {
+    const REFUSED: &str = "is not a valid field to query";
+    [&done.stdout, &done.stderr].into_iter().find_map(|bytes| {
+        let text = String::from_utf8_lossy(bytes);
+        let line = text.lines().find(|l| l.contains(REFUSED))?;
+        let name = line
+            .trim()
+            .strip_prefix("Field \"")
+            .and_then(|rest| rest.split_once('"'))
+            .map_or("", |(name, _)| name);
+        Some(name.to_string())
+    })
+}
+
+/// Why a run that exited with a failure failed: its status and what it printed.
+fn exit_error(binary: &str, done: &Finished) -> NvlinkError {
+    // nvidia-smi says why on standard output ("couldn't communicate with the driver").
+    let mut output = String::from_utf8_lossy(&done.stdout).trim().to_string();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    if !stderr.trim().is_empty() {
+        output = format!("{output} {}", stderr.trim());
+    }
+    NvlinkError::Exit {
+        binary: binary.into(),
+        status: done.status.to_string(),
+        output: hyperplan_shared::names::shorten(&hyperplan_shared::names::escape(output.trim()), 200),
+    }
+}
+
+/// Runs `cmd` (spawned in its own process group) to its end, by `deadline`, reading at
+/// most `limit` bytes of its standard output; `timeout` is what a timeout error names.
+/// `Ok(None)` when the binary is not there.
 fn run_limited(
     mut cmd: Command,
     binary: &str,
+    deadline: Instant,
     timeout: Duration,
     limit: usize,
-) -> Result<Option<Vec<u8>>, NvlinkError> {
-    let deadline = Instant::now() + timeout;
+) -> Result<Option<Finished>, NvlinkError> {
+    let timed_out = || NvlinkError::Timeout {
+        binary: binary.into(),
+        timeout,
+    };
+    if Instant::now() >= deadline {
+        return Err(timed_out());
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -250,10 +341,6 @@ fn run_limited(
     };
     let out_rx = reader_thread(child.stdout.take(), limit + 1);
     let err_rx = reader_thread(child.stderr.take(), MAX_STDERR);
-    let timed_out = || NvlinkError::Timeout {
-        binary: binary.into(),
-        timeout,
-    };
     let out = match out_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
         Ok(Ok(out)) => out,
         Ok(Err(source)) => {
@@ -292,25 +379,18 @@ fn run_limited(
             }
         }
     };
-    if !status.success() {
-        // nvidia-smi says why on standard output ("couldn't communicate with the driver").
-        let stderr = err_rx
-            .recv_timeout(Duration::from_millis(100))
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default();
-        let mut output = String::from_utf8_lossy(&out).trim().to_string();
-        let stderr = String::from_utf8_lossy(&stderr);
-        if !stderr.trim().is_empty() {
-            output = format!("{output} {}", stderr.trim());
-        }
-        return Err(NvlinkError::Exit {
-            binary: binary.into(),
-            status: status.to_string(),
-            output: hyperplan_shared::names::shorten(&hyperplan_shared::names::escape(output.trim()), 200),
-        });
-    }
-    Ok(Some(out))
+    // The child has exited, so its standard error is at its end (or held open by
+    // something it started: then it is left unread).
+    let stderr = err_rx
+        .recv_timeout(Duration::from_millis(100))
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    Ok(Some(Finished {
+        status,
+        stdout: out,
+        stderr,
+    }))
 }
 
 /// Reads at most `limit` bytes of `pipe` on a thread, then drains the rest (so the child
@@ -669,6 +749,188 @@ mod tests {
         assert!(smi.read().unwrap().is_none());
     }
 
+    /// A stand-in nvidia-smi that knows the `--query-gpu` fields in `known`: it appends
+    /// each query it is asked to `log`, refuses the first field it does not know as
+    /// nvidia-smi does (on standard output, exit status 2), and otherwise prints `answer`.
+    fn smi_knowing(dir: &Path, known: &[&str], log: &Path, answer: &Path) -> NvidiaSmi {
+        let body = format!(
+            "q=''\nfor a in \"$@\"; do case \"$a\" in --query-gpu=*) q=\"${{a#--query-gpu=}}\";; esac; done\n\
+             echo \"$q\" >> '{log}'\nknown=',{known},'\nIFS=,\nfor f in $q; do\n  case \"$known\" in\n    \
+             *\",$f,\"*) ;;\n    *) echo \"Field \\\"$f\\\" is not a valid field to query.\"; exit 2;;\n  esac\ndone\n\
+             cat '{answer}'",
+            log = log.display(),
+            known = known.join(","),
+            answer = answer.display(),
+        );
+        NvidiaSmi {
+            binary: script(dir, &body),
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    fn queries(log: &Path) -> Vec<String> {
+        std::fs::read_to_string(log)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    const BASE_FIELDS: [&str; 6] = [
+        "index",
+        "pci.bus_id",
+        "fabric.clusterUuid",
+        "fabric.cliqueId",
+        "fabric.state",
+        "fabric.status",
+    ];
+
+    #[test]
+    fn nvlink_smi_asks_for_health_and_an_unhealthy_tray_is_degraded() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("queries");
+        let known: Vec<&str> = BASE_FIELDS.iter().chain(&SMI_HEALTH_FIELDS).copied().collect();
+        let smi = smi_knowing(dir.path(), &known, &log, &fixture("gb300-580-tray-unhealthy.csv"));
+        let gpus = smi.read().unwrap().unwrap();
+        assert_eq!(queries(&log), [SMI_QUERY_HEALTH]);
+        assert_eq!(gpus[2].health.problems(), ["route unhealthy", "summary unhealthy"]);
+        assert_eq!(
+            verdict(&gpus),
+            "NVLink domain nvl-00000001, partition c32766 (degraded)"
+        );
+    }
+
+    #[test]
+    fn nvlink_smi_older_driver_is_asked_again_without_health() {
+        // 535 to 570: no fabric.health.* field at all. Three runs: all, all but the one
+        // it named, none of them.
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("queries");
+        let smi = smi_knowing(dir.path(), &BASE_FIELDS, &log, &fixture("gb200-nvl72-tray.csv"));
+        let gpus = smi.read().unwrap().unwrap();
+        let without_summary: Vec<&str> = SMI_QUERY_HEALTH
+            .split(',')
+            .filter(|f| *f != "fabric.health.summary")
+            .collect();
+        assert_eq!(
+            queries(&log),
+            [
+                SMI_QUERY_HEALTH.to_string(),
+                without_summary.join(","),
+                hyperplan_shared::gpufabric::SMI_QUERY.to_string()
+            ]
+        );
+        assert!(gpus.iter().all(|g| g.health.is_unreported()));
+        assert_eq!(verdict(&gpus), "NVLink domain nvl-6b8d7c1e, partition c32766");
+
+        // A driver without just one of them: asked again without that one, the rest read.
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("queries");
+        let answer = dir.path().join("answer.csv");
+        let csv = std::fs::read_to_string(fixture("gb300-580-tray.csv")).unwrap();
+        let cut: String = csv
+            .lines()
+            .map(|l| l.rsplit_once(", ").unwrap().0.to_string() + "\n")
+            .collect();
+        std::fs::write(&answer, cut).unwrap();
+        let known: Vec<&str> = BASE_FIELDS.iter().chain(&SMI_HEALTH_FIELDS[..5]).copied().collect();
+        let smi = smi_knowing(dir.path(), &known, &log, &answer);
+        let gpus = smi.read().unwrap().unwrap();
+        assert_eq!(queries(&log).len(), 2);
+        assert_eq!(queries(&log)[1], known.join(","));
+        assert_eq!(
+            gpus[0].health.summary,
+            Some(hyperplan_shared::gpufabric::FabricHealthSummary::Healthy)
+        );
+        assert_eq!(verdict(&gpus), "NVLink domain nvl-00000001, partition c32766");
+    }
+
+    #[test]
+    fn nvlink_smi_refusing_a_fabric_field_is_an_error_after_three_runs_at_most() {
+        // A driver older than the fabric fields themselves.
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("queries");
+        let smi = smi_knowing(dir.path(), &BASE_FIELDS[..2], &log, &fixture("gb200-nvl72-tray.csv"));
+        let e = smi.read().unwrap_err();
+        assert!(matches!(e, NvlinkError::Exit { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("Field \"fabric.clusterUuid\" is not a valid field to query."),
+            "{e}"
+        );
+        assert_eq!(queries(&log).len(), 2);
+        // A refusal that names no field: asked once more without health, then the error.
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("queries");
+        let smi = NvidiaSmi {
+            binary: script(
+                dir.path(),
+                &format!(
+                    "echo x >> '{}'\necho 'Some field is not a valid field to query.' >&2\nexit 2",
+                    log.display()
+                ),
+            ),
+            timeout: Duration::from_secs(10),
+        };
+        let e = smi.read().unwrap_err().to_string();
+        assert!(e.contains("is not a valid field to query"), "{e}");
+        assert_eq!(queries(&log).len(), 2);
+    }
+
+    #[test]
+    fn nvlink_smi_tries_share_one_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("queries");
+        let smi = NvidiaSmi {
+            binary: script(
+                dir.path(),
+                &format!(
+                    "echo x >> '{}'\nsleep 0.3\necho 'Field \"fabric.health.summary\" is not a valid field to query.'\nexit 2",
+                    log.display()
+                ),
+            ),
+            timeout: Duration::from_millis(500),
+        };
+        let started = Instant::now();
+        let e = smi.read().unwrap_err();
+        assert!(matches!(e, NvlinkError::Timeout { .. }), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(queries(&log).len() <= 2);
+    }
+
+    #[test]
+    fn nvlink_smi_output_cap_holds_on_every_try() {
+        let dir = tempfile::tempdir().unwrap();
+        let smi = NvidiaSmi {
+            binary: script(dir.path(), "head -c 2000000 /dev/zero | tr '\\0' 'x'"),
+            timeout: Duration::from_secs(10),
+        };
+        let e = smi.read().unwrap_err();
+        assert!(matches!(e, NvlinkError::TooLong { .. }), "{e}");
+    }
+
+    #[test]
+    fn nvlink_saved_reports_of_real_drivers() {
+        // Driver 535 (a real capture): State and Status only, so no cluster UUID.
+        let gpus = read_file(&fixture("gpud/nvidia-smi-query.535.161.08.out.0.valid")).unwrap();
+        assert_eq!(gpus.len(), 8);
+        let line = verdict(&gpus);
+        assert!(
+            line.starts_with(
+                "no NVLink domain: every GPU completed NVLink fabric registration without reporting a cluster UUID"
+            ),
+            "{line}"
+        );
+        // Driver 580, -q and CSV with health.
+        let gpus = read_file(&fixture("gb300-580-tray.q.txt")).unwrap();
+        assert_eq!(verdict(&gpus), "NVLink domain nvl-00000001, partition c32766");
+        let gpus = read_file(&fixture("gb300-580-tray-unhealthy.csv")).unwrap();
+        assert_eq!(
+            verdict(&gpus),
+            "NVLink domain nvl-00000001, partition c32766 (degraded)"
+        );
+    }
+
     #[test]
     fn nvlink_nvml_missing_library_is_absent() {
         let nvml = Nvml {
@@ -686,6 +948,10 @@ mod tests {
         );
         assert!(verdict(&read("hgx-h100.csv")).starts_with("no NVLink domain: "));
         assert!(verdict(&read("gb200-tray-in-progress.csv")).starts_with("NVLink domain pending: "));
+        assert_eq!(
+            verdict(&read("gb300-580-tray-unhealthy.csv")),
+            "NVLink domain nvl-00000001, partition c32766 (degraded)"
+        );
         let disagree = verdict(&read("gb200-tray-disagree.csv"));
         assert!(
             disagree.contains("disagree") && disagree.contains("c32765"),
