@@ -641,3 +641,95 @@ fn stop_all_stops_every_shepherd_of_a_state_dir() {
         0
     );
 }
+
+/// Milliseconds since boot, as the node-lost fence counts (`/proc/uptime`).
+fn uptime_ms() -> u64 {
+    let text = std::fs::read_to_string("/proc/uptime").unwrap();
+    let secs: f64 = text.split_whitespace().next().unwrap().parse().unwrap();
+    (secs * 1000.0) as u64
+}
+
+#[test]
+fn a_fenced_task_is_stopped_once_the_agents_deadline_has_passed() {
+    let mut task = Task::new(&["sleep", "600"]).set("fence", json!(true));
+    let state = task.dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    // The planner last acknowledged this node a while ago: 1.5 s of its grace are left.
+    std::fs::write(state.join("fence-deadline"), format!("{}\n", uptime_ms() + 1500)).unwrap();
+    let began = Instant::now();
+    task.start();
+    let pid = task.task_pid();
+    let record = task.finish();
+    assert_eq!(record["outcome"], "fenced", "{record:#}");
+    assert!(!alive(pid));
+    assert!(began.elapsed() >= Duration::from_millis(1400), "{:?}", began.elapsed());
+    assert!(began.elapsed() < Duration::from_secs(10), "{:?}", began.elapsed());
+}
+
+#[test]
+fn an_unfenced_task_or_an_unreadable_deadline_is_left_running() {
+    for (fence, deadline) in [(false, "1\n".to_string()), (true, "garbage\n".to_string())] {
+        let mut task = Task::new(&["sleep", "600"]).set("fence", json!(fence));
+        let state = task.dir.path().join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::write(state.join("fence-deadline"), &deadline).unwrap();
+        task.start();
+        let pid = task.task_pid();
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(alive(pid), "fence={fence} deadline={deadline:?}: stopped");
+        kill(task.shepherd_pid(), "TERM");
+        assert_eq!(task.finish()["outcome"], "cancelled");
+    }
+}
+
+#[test]
+fn a_task_that_ends_on_a_full_state_directory_is_recorded_once_there_is_room() {
+    if !is_root() {
+        println!("skipped: mounting a small tmpfs for the state directory needs root");
+        return;
+    }
+    let mut task = Task::new(&["sh", "-c", "until [ -e go ]; do sleep 0.05; done; exit 0"]);
+    let state = task.dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "hyperplan-test", path_str(&state)])
+        .status()
+        .unwrap();
+    if !mounted.success() {
+        println!("skipped: cannot mount a tmpfs here");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(state.clone());
+    // The task runs, and writes its output, beside the state directory.
+    task.start();
+    task.task_pid();
+    // Fill the file system, then let the task end.
+    let fill = state.join("fill");
+    let mut f = std::fs::File::create(&fill).unwrap();
+    let block = vec![0u8; 64 * 1024];
+    while std::io::Write::write_all(&mut f, &block).is_ok() {}
+    drop(f);
+    std::fs::write(task.dir.path().join("go"), b"").unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let record = task.task_dir().join("record.json");
+    assert!(!record.exists(), "no room, no record");
+    let shepherd = task.shepherd_pid();
+    assert!(
+        alive(shepherd),
+        "the shepherd waits for room rather than lose the task's end"
+    );
+    std::fs::remove_file(&fill).unwrap();
+    let record = task.finish();
+    assert_eq!(record["outcome"], "exited", "{record:#}");
+    assert_eq!(record["exitCode"], 0);
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}

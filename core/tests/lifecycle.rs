@@ -725,3 +725,24 @@ fn a_restartable_jobs_task_on_a_lost_node_is_lost_the_fence_margin_later() {
     );
     assert_eq!(rig.job("again").status, JobStatus::Pending, "requeued");
 }
+
+#[test]
+fn a_task_that_ran_and_left_no_exit_status_is_not_said_to_have_never_run() {
+    let why = "the shepherd (pid 4100) died without a record";
+    for (started, says) in [
+        (Some(1_000), "ran, then ended without an exit status: "),
+        (None, "never ran: "),
+    ] {
+        let (mut rig, id) = two_jobs(OnTaskFailure::KillJob);
+        let end = TaskEnd {
+            outcome: TaskOutcome::Failed,
+            start_time_ms: started,
+            reason: Some(why.into()),
+            ..TaskEnd::default()
+        };
+        rig.ended("a", id, "worker-1", end);
+        rig.step();
+        let reason = rig.job("a").reason.unwrap_or_default();
+        assert!(reason.contains(&format!("{says}{why}")), "{reason}");
+    }
+}

@@ -151,8 +151,49 @@ pub fn run(spec_path: &Path, pmi_fd: Option<i32>) -> Result<ExitRecord, Shepherd
     }
     record.end_time_ms = now_ms();
     let text = serde_json::to_vec_pretty(&record).unwrap_or_default();
-    layout::write_atomic(&dir.record(), &text).map_err(file_err("cannot write the exit record", &dir.record()))?;
+    write_record(&dir.record(), &text).map_err(file_err("cannot write the exit record", &dir.record()))?;
     Ok(record)
+}
+
+/// How long a shepherd keeps trying to write its record on a full file system, and how
+/// often it says so.
+const RECORD_FULL_TRIES: u32 = 600;
+const RECORD_FULL_RETRY: Duration = Duration::from_secs(1);
+
+/// Writes the exit record. The record is the only account of how the task ended: on a
+/// full state directory (ENOSPC, EDQUOT) the shepherd stays and tries again every second
+/// for ten minutes (the agent sees it alive and waits), saying so once a minute, rather
+/// than leave the agent to report a finished task as failed.
+fn write_record(path: &Path, text: &[u8]) -> std::io::Result<()> {
+    let mut tries = 0;
+    loop {
+        match layout::write_atomic(path, text) {
+            Ok(()) => {
+                if tries > 0 {
+                    eprintln!("hyperplan-agent shepherd: wrote the exit record after {tries} s of a full file system");
+                }
+                return Ok(());
+            }
+            Err(e) if is_full(&e) && tries < RECORD_FULL_TRIES => {
+                if tries % 60 == 0 {
+                    eprintln!(
+                        "hyperplan-agent shepherd: cannot write the exit record {}: {e}; the task has ended, \
+                         trying again every second for {} min: free space on that file system",
+                        path.display(),
+                        RECORD_FULL_TRIES / 60
+                    );
+                }
+                tries += 1;
+                std::thread::sleep(RECORD_FULL_RETRY);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The file system (or the user's quota on it) is full.
+pub(crate) fn is_full(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
 enum Failure {

@@ -893,6 +893,12 @@ fn vanished(
     if let Some(record) = scan::read_record(&entry.dir) {
         return Some(record);
     }
+    let reason = match full(&entry.dir.dir) {
+        Some(e) => format!(
+            "{reason}; the agent's state directory is full ({e}): the shepherd could not write how the task ended"
+        ),
+        None => reason,
+    };
     tracing::warn!(job = %task.job, task = %task.task, "{reason}");
     kill_task_processes(opts, task, entry, shepherds);
     if entry.rank == 0
@@ -911,6 +917,15 @@ fn vanished(
     );
     runner::write_record(&entry.dir, &record);
     Some(record)
+}
+
+/// The error a small write in `dir` gets when its file system (or quota) is full: why a
+/// shepherd may have left no record.
+fn full(dir: &std::path::Path) -> Option<std::io::Error> {
+    let probe = dir.join(".space-check");
+    let result = std::fs::write(&probe, b"x");
+    let _ = std::fs::remove_file(&probe);
+    result.err().filter(crate::shepherd::is_full)
 }
 
 /// Looks for the shepherd of a task whose pid file is missing or wrong (at most every

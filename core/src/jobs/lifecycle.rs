@@ -407,6 +407,9 @@ fn describe(end: &TaskEnd) -> String {
         },
         TaskOutcome::Timeout => "reached the job's time limit".into(),
         TaskOutcome::Cancelled => "was killed".into(),
+        // It had a pid: it ran, and what ended it is not known (its shepherd was killed,
+        // or could not write its record).
+        TaskOutcome::Failed if end.start_time_ms.is_some() => format!("ran, then ended without an exit status{why}"),
         TaskOutcome::Failed => format!("never ran{why}"),
         TaskOutcome::Lost => format!("was lost{why}"),
     }
