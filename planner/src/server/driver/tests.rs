@@ -338,8 +338,8 @@ fn finished(agent: &Agent, job: &str, job_id: u64, task: &str) -> ToCore {
 }
 
 #[tokio::test]
-async fn a_registered_agent_hears_its_interval_and_epoch_and_its_node_is_ready() {
-    let mut rig = Rig::new("[server]\nheartbeatInterval = 2\n");
+async fn a_registered_agent_hears_its_interval_epoch_and_fence_and_its_node_is_ready() {
+    let mut rig = Rig::new("[server]\nheartbeatInterval = 2\nnodeLostAfter = 30\n");
     let epoch = rig.epoch();
     assert!(epoch >= 1, "a start raises the epoch");
     let mut a = rig.connect("n1", 0);
@@ -348,9 +348,21 @@ async fn a_registered_agent_hears_its_interval_and_epoch_and_its_node_is_ready()
             node,
             heartbeat_interval_ms,
             epoch: e,
-        } => assert_eq!((node.as_str(), heartbeat_interval_ms, e), ("n1", 2000, epoch)),
+            fence_after_ms,
+        } => assert_eq!(
+            (node.as_str(), heartbeat_interval_ms, e, fence_after_ms),
+            ("n1", 2000, epoch, Some(30_000))
+        ),
         other => panic!("expected Registered, got {other:?}"),
     }
+    // Each heartbeat is acknowledged: the agent's node-lost fence counts from it.
+    rig.handle(ToCore::Agent(FromAgent::Heartbeat {
+        node: "n1".into(),
+        link_id: a.link_id,
+        seq: 7,
+        running: Vec::new(),
+    }));
+    assert_eq!(a.next().await, PlannerToAgent::HeartbeatAck { seq: 7 });
     rig.step();
     let nodes = rig.nodes().await;
     assert_eq!(node(&nodes, "n1")["state"], "Ready", "{nodes}");
