@@ -1,7 +1,10 @@
 //! End-to-end (issue 26): Prometheus metrics of the real `hyperplan-planner` and
-//! `hyperplan-agent` on 127.0.0.1, scraped over HTTP and parsed by an independent
-//! OpenMetrics parser (Python's `prometheus_client`, Debian's python3-prometheus-client,
-//! which `make deps` installs; the test skips with a printed reason without it). A job
+//! `hyperplan-agent` on 127.0.0.1, scraped over HTTP with Prometheus' `Accept` header and
+//! parsed by an independent OpenMetrics parser (Python's `prometheus_client`, Debian's
+//! python3-prometheus-client, which `make deps` installs; the test skips with a printed
+//! reason without it). Scraped without asking for OpenMetrics (issue 37), the planner
+//! answers in the classic text format, which Python's classic parser reads alike and
+//! `promtool check metrics` finds clean (Debian's `prometheus`; skipped without it). A job
 //! runs and a node is drained: the planner's gauges say so (jobs by queue and status,
 //! nodes by state, per HyperNode allocation from a Slurm topology file), its counters and
 //! histograms moved (placements, launches, launch latency, tick time per system, store
@@ -28,11 +31,15 @@ source = "slurm"
 file = "topology.conf"
 "#;
 
-/// The parser, as a script: OpenMetrics text on stdin, `[[name, type, [[sample name,
-/// labels, value], …]], …]` as JSON on stdout; a parse error exits non-zero.
+/// The parser, as a script: OpenMetrics text (the classic format with the argument
+/// `classic`) on stdin, `[[name, type, [[sample name, labels, value], …]], …]` as JSON on
+/// stdout; a parse error exits non-zero.
 const PARSE: &str = r#"
 import json, sys
-from prometheus_client.openmetrics.parser import text_string_to_metric_families
+if sys.argv[1:] == ["classic"]:
+    from prometheus_client.parser import text_string_to_metric_families
+else:
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
 out = []
 for f in text_string_to_metric_families(sys.stdin.read()):
     out.append([f.name, f.type, [[s.name, s.labels, s.value] for s in f.samples]])
@@ -58,11 +65,27 @@ fn metrics_addr(log: &str) -> Option<String> {
     Some(rest[..rest.find("/metrics")?].to_string())
 }
 
-/// GET /metrics: (status line, content type, body).
+/// What Prometheus 3 sends by default (its `scrape_protocols`, best first).
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,\
+                                 application/openmetrics-text;version=0.0.1;q=0.5,\
+                                 text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,\
+                                 text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+
+/// GET /metrics as Prometheus asks: (status line, content type, body).
 fn scrape(addr: &str) -> (String, String, String) {
+    scrape_accepting(addr, Some(PROMETHEUS_ACCEPT))
+}
+
+/// GET /metrics with `accept` as its `Accept` header (none: none).
+fn scrape_accepting(addr: &str, accept: Option<&str>) -> (String, String, String) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(LONG)).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut raw = String::new();
     s.read_to_string(&mut raw).unwrap();
     let (head, body) = raw.split_once("\r\n\r\n").unwrap();
@@ -75,7 +98,8 @@ fn scrape(addr: &str) -> (String, String, String) {
                 .map(str::to_string)
         })
         .unwrap_or_default();
-    // Chunked or not: the exposition is the text from the first `#` to `# EOF`.
+    // Chunked or not: the exposition is the text from the first `#` to `# EOF` (the
+    // classic format has no `# EOF`: the whole body).
     let body = match (body.find('#'), body.find("# EOF")) {
         (Some(a), Some(b)) => body[a..b + "# EOF".len()].to_string() + "\n",
         _ => body.to_string(),
@@ -85,8 +109,13 @@ fn scrape(addr: &str) -> (String, String, String) {
 
 /// The families, parsed by the independent parser.
 fn parse(py: &str, text: &str) -> Vec<Value> {
+    parse_as(py, "openmetrics", text)
+}
+
+/// The families of `text` in `format` (`openmetrics` or `classic`).
+fn parse_as(py: &str, format: &str, text: &str) -> Vec<Value> {
     let mut child = Command::new(py)
-        .args(["-c", PARSE])
+        .args(["-c", PARSE, format])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -96,7 +125,7 @@ fn parse(py: &str, text: &str) -> Vec<Value> {
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "the OpenMetrics parser refused the exposition: {}\n{text}",
+        "the {format} parser refused the exposition: {}\n{text}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap()
@@ -113,6 +142,29 @@ fn sample(families: &[Value], name: &str, labels: &[(&str, &str)]) -> Option<f64
 
 fn family_type<'a>(families: &'a [Value], name: &str) -> Option<&'a str> {
     families.iter().find(|f| f[0] == name).and_then(|f| f[1].as_str())
+}
+
+/// `promtool check metrics` on `text`: its exit code and what it said; `None` when
+/// promtool is not on PATH.
+fn promtool_check(text: &str) -> Option<(i32, String)> {
+    Command::new("promtool")
+        .arg("--version")
+        .output()
+        .ok()?
+        .status
+        .success()
+        .then_some(())?;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .ok()?;
+    child.stdin.take()?.write_all(text.as_bytes()).ok()?;
+    let out = child.wait_with_output().ok()?;
+    let said = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    Some((out.status.code().unwrap_or(-1), said))
 }
 
 #[test]
@@ -211,6 +263,36 @@ fn planner_and_agent_metrics_parse_and_say_what_runs() {
     );
     // No job or task name is a label anywhere.
     assert!(!text.contains("busy"), "{text}");
+
+    // Asked for nothing in particular (curl, promtool's users): the classic text format.
+    let (status, ctype, classic) = scrape_accepting(&planner, None);
+    assert_eq!(status, "HTTP/1.1 200 OK", "{classic}");
+    assert_eq!(ctype, "text/plain; version=0.0.4; charset=utf-8");
+    assert!(!classic.contains("# EOF") && !classic.contains("# UNIT"), "{classic}");
+    assert!(
+        classic.contains("# HELP hyperplan_placements_total Tasks placed on nodes.\n"),
+        "{classic}"
+    );
+    let fc = parse_as(py, "classic", &classic);
+    assert_eq!(sample(&fc, "hyperplan_placements_total", &[]), Some(1.0), "{classic}");
+    assert_eq!(
+        sample(&fc, "hyperplan_nodes", &[("state", "drained")]),
+        Some(1.0),
+        "{classic}"
+    );
+    assert_eq!(family_type(&fc, "hyperplan_launch_latency_seconds"), Some("histogram"));
+    assert_eq!(
+        fc.len(),
+        f.len(),
+        "the same families in both formats:\n{classic}\n{text}"
+    );
+    match promtool_check(&classic) {
+        None => println!("promtool check metrics skipped: promtool (apt prometheus) is not on PATH"),
+        Some((code, said)) => {
+            println!("promtool check metrics: exit {code}, said {said:?}");
+            assert_eq!((code, said.trim()), (0, ""), "promtool check metrics on\n{classic}");
+        }
+    }
 
     // The agent of the node that runs it.
     let addr = wait_for(LONG, "the agent's metrics address", || metrics_addr(&agent_log(&on)));

@@ -4,7 +4,10 @@
 //! cluster's gauges (jobs, nodes, HyperNodes, discovery sources) are read from the core
 //! when Prometheus scrapes ([`serve`]), not every tick. Label values come from bounded
 //! sets: systems, queues, statuses, reason kinds, node states, HyperNodes, sources.
+//! `/metrics` answers in OpenMetrics when asked for it (Prometheus asks), else in the
+//! classic text format ([`classic`]), as the official clients do.
 
+pub mod classic;
 pub mod serve;
 pub mod spans;
 
@@ -296,10 +299,62 @@ impl Metrics {
         }
         out
     }
+
+    /// The exposition in the classic Prometheus text format (0.0.4), which `promtool check
+    /// metrics` and other tools of that format read.
+    pub fn encode_classic(&self) -> String {
+        classic::from_openmetrics(&self.encode())
+    }
 }
 
 fn gauge(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Metrics with a sample in every family the planner exports (tests of the formats).
+#[cfg(test)]
+pub(crate) fn every_family() -> Metrics {
+    use hyperplan_core::view::gauges::HyperNodeUse;
+    let m = Metrics::new();
+    m.placements.inc();
+    m.launches.inc_by(2);
+    m.launch_latency.observe(0.01);
+    m.preemptions.inc();
+    m.victims.inc_by(3);
+    m.commit_duration.observe(0.000_5);
+    m.commit_batch.observe(4.0);
+    for system in ["allocate", "tick"] {
+        m.tick.get_or_create(&vec![("system", system.into())]).observe(0.001);
+    }
+    m.job_wait
+        .get_or_create(&vec![("queue", "default".into())])
+        .observe(30.0);
+    m.agents.set(3);
+    m.leader.set(1);
+    refused("tls");
+    let mut g = Gauges::default();
+    g.jobs.insert(("default".into(), "running"), 2);
+    g.jobs.insert(("gpu".into(), "pending"), 1);
+    g.pending.insert("resources", 1);
+    g.nodes.insert("ready", 3);
+    g.nodes.insert("drained", 1);
+    g.reservations = 1;
+    g.hyper_nodes.push(HyperNodeUse {
+        name: "leaf-1".into(),
+        tier: 1,
+        cpus: (4.0, 8.0),
+        gpus: (1.0, 2.0),
+        memory: (1e9, 2e9),
+    });
+    let source = |name: &str, ok: bool| SourceStatus {
+        name: name.into(),
+        kind: "slurm".into(),
+        last_success: ok.then_some(1_700_000_000),
+        error: (!ok).then(|| "cannot read topology.conf".into()),
+        ..SourceStatus::default()
+    };
+    m.set_cluster(&g, &[source("slurm", true), source("broken", false)]);
+    m
 }
 
 #[cfg(test)]
