@@ -4,6 +4,10 @@
 //! record is an error naming the job at `--check`, `state export` and start; `state
 //! import` refuses ids at the top of the range and jobs a start would not load; a store
 //! cut short, or on a read-only mount, is said to be so (never "damaged, move it aside").
+//! Issue 37: a store belongs to the cluster of the CA of the planner that first wrote it,
+//! and a planner of another CA refuses it (`--check` says so); `state import` refuses
+//! another cluster's export unless `--force`; every offer of `--init` says that it
+//! forgets every job.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -119,7 +123,7 @@ fn an_empty_store_stops_the_start_naming_the_file_and_init() {
     let out = planner(&c.store(), &["--check"]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}");
-    assert!(stdout.contains("ok: format 2, epoch 2,"), "{stdout}");
+    assert!(stdout.contains("ok: format 3, epoch 2,"), "{stdout}");
 }
 
 #[test]
@@ -287,4 +291,114 @@ fn a_store_cut_short_or_on_a_read_only_mount_is_said_so() {
     // And nothing was moved aside: the store is as it was.
     let out = planner(&c.store(), &["--check"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// The cluster (CA fingerprint) of the certificates in `dir`.
+fn fingerprint(dir: &Path) -> String {
+    hyperplan_planner::store::Cluster::from_ca_file(&dir.join("ca.pem"))
+        .unwrap()
+        .fingerprint
+}
+
+#[test]
+fn a_planner_of_another_cluster_refuses_the_store_naming_both_cas_and_touches_nothing() {
+    let mut c = store_with_job("ours");
+    c.stop_planner();
+    let other = common::foreign_user_certs();
+    let (ours, theirs) = (fingerprint(&c.certs()), fingerprint(other.path()));
+
+    let out = planner(
+        &c.store(),
+        &["--listen", "127.0.0.1:0", "--cert-dir", path_str(other.path())],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}: the store belongs to another cluster",
+            path_str(&c.store())
+        )),
+        "{err}"
+    );
+    assert!(err.contains(&ours) && err.contains(&theirs), "{err}");
+    assert!(
+        err.contains("of its own") && err.contains("with the CA of the cluster that owns the store"),
+        "{err}"
+    );
+    assert!(!err.contains("listening"), "{err}");
+
+    // --check says it with the same certificates, and is fine with the right ones: the
+    // refused start changed nothing (the epoch of the one start, the job).
+    let out = planner(&c.store(), &["--check", "--cert-dir", path_str(other.path())]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("FAILING: the store belongs to another cluster"),
+        "{stdout}"
+    );
+    let out = planner(&c.store(), &["--check", "--cert-dir", path_str(&c.certs())]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(&format!("cluster: CA SHA-256 {ours} (this planner's ca.pem: the same)")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("ok: format 3, epoch 1, 1 live job(s)"), "{stdout}");
+
+    // The cluster's own planner starts on it with its job.
+    c.start_planner("127.0.0.1:0");
+    assert_eq!(c.jobs("alice", &["--all"]).len(), 1);
+}
+
+#[test]
+fn import_refuses_another_clusters_export_unless_forced() {
+    let mut c = store_with_job("theirs");
+    c.stop_planner();
+    let export = c.dir.path().join("backup.jsonl");
+    let out = planner(&c.store(), &["state", "export", path_str(&export)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let header = std::fs::read_to_string(&export).unwrap();
+    let (exported, other) = (fingerprint(&c.certs()), common::foreign_user_certs());
+    let ours = fingerprint(other.path());
+    assert!(
+        header
+            .lines()
+            .next()
+            .unwrap()
+            .contains(&format!("\"caSha256\":\"{exported}\"")),
+        "{header}"
+    );
+
+    let copy = c.dir.path().join("copy.redb");
+    let import = |extra: &[&str]| {
+        let mut args = vec!["--cert-dir", path_str(other.path()), "state", "import"];
+        args.extend_from_slice(extra);
+        args.push(path_str(&export));
+        planner(&copy, &args)
+    };
+    let out = import(&[]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("backup.jsonl:1: the export is of another cluster"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&exported) && err.contains(&ours) && err.contains("--force"),
+        "{err}"
+    );
+    let out = planner(&copy, &["--check"]);
+    assert!(text(&out.stdout).contains("0 live job(s)"), "{}", text(&out.stdout));
+
+    let out = import(&["--force"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("imported 1 job(s)"), "{}", text(&out.stderr));
+    // The store is the importing cluster's now.
+    let out = planner(&copy, &["--check", "--cert-dir", path_str(other.path())]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+
+    // --help says it.
+    let out = planner(&copy, &["state", "import", "--help"]);
+    let help = text(&out.stdout);
+    assert!(help.contains("--force") && help.contains("another cluster"), "{help}");
 }

@@ -67,8 +67,10 @@ struct Args {
     #[arg(long, value_name = "IP:PORT")]
     listen: Option<SocketAddr>,
     /// Directory with ca.pem, planner.pem, planner.key and, when certificates were
-    /// revoked, revoked.txt [server.certDir; default /etc/hyperplan/certs].
-    #[arg(long, value_name = "DIR")]
+    /// revoked, revoked.txt [server.certDir; default /etc/hyperplan/certs]. ca.pem also
+    /// says which cluster the store belongs to: a store (or etcd prefix) another
+    /// cluster's planner wrote first is refused.
+    #[arg(long, value_name = "DIR", global = true)]
     cert_dir: Option<PathBuf>,
     /// Seconds between ticks when nothing arrives, 0.01 to 60 [server.tickInterval;
     /// default 1].
@@ -111,8 +113,10 @@ struct Args {
     store: Option<PathBuf>,
     /// Begin an empty store where the store file is missing although FILE.created says
     /// one existed, is empty (0 bytes) or cannot be read (moved aside as
-    /// FILE.damaged-TIME); without it such a start stops. Epochs go on above the lost
-    /// store's. A good store is opened as it is.
+    /// FILE.damaged-TIME); without it such a start stops. The new store is empty: every
+    /// job, its history and the job ids are forgotten (restore a backup with `state
+    /// import` instead where there is one). Epochs go on above the lost store's. A good
+    /// store is opened as it is.
     #[arg(long)]
     init: bool,
     /// Validate the configuration, print it resolved, read every discovery source once
@@ -141,9 +145,16 @@ enum StateCmd {
     },
     /// Read FILE (`-` for stdin), written by `state export`, into an empty store (move
     /// the old store file aside first). Nothing is written unless every line is good.
+    /// An export of another cluster (its caSha256, the fingerprint of its CA, is not the
+    /// one the store records, or else not ca.pem's in --cert-dir) is refused unless
+    /// --force.
     Import {
         #[arg(value_name = "FILE")]
         file: PathBuf,
+        /// Import an export of another cluster all the same (its CA's fingerprint differs
+        /// from this store's or this planner's): the jobs then belong to this cluster.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -272,9 +283,9 @@ fn run() -> anyhow::Result<()> {
 }
 
 /// `--check`: what the store holds (every record is read, its checksum checked, and
-/// every live job checked as a start would load it), or why it cannot be read. A store
-/// file that never existed is fine: the planner creates it; one whose marker says it
-/// existed is not.
+/// every live job checked as a start would load it) and whose cluster it is, or why it
+/// cannot be read. A store file that never existed is fine: the planner creates it; one
+/// whose marker says it existed is not.
 fn check_store(config: &DaemonConfig) -> anyhow::Result<()> {
     use hyperplan_planner::store::{Store, config::Backend, embedded::marker_path};
     let store = &config.store;
@@ -283,16 +294,66 @@ fn check_store(config: &DaemonConfig) -> anyhow::Result<()> {
         println!("store {at}: none yet (created at start)");
         return Ok(());
     }
-    let read = Store::open_read_only(store).and_then(|s| Ok((s.summary()?, s.all()?.0)));
+    let read = Store::open_read_only(store).and_then(|s| Ok((s.summary()?, s.all()?.0, s.cluster())));
     match read {
-        Ok((s, live)) => {
-            let bad = hyperplan_planner::store::unloadable(&config.planner, live, s.next_job_id);
-            if bad.is_empty() {
+        Ok((s, live, cluster)) => {
+            let ours = our_cluster(config);
+            let bad = hyperplan_planner::store::unloadable(&config.planner, live, s.next_id());
+            let mut failing = bad.len() + s.damaged.len();
+            for d in &s.damaged {
+                println!("store {at}: FAILING: {d}");
+            }
+            match (cluster, &ours) {
+                (Ok(Some(fp)), Ok(c)) if fp == c.fingerprint => {
+                    println!("store {at}: cluster: CA SHA-256 {fp} (this planner's ca.pem: the same)");
+                }
+                (Ok(Some(fp)), Ok(c)) => {
+                    failing += 1;
+                    println!(
+                        "store {at}: FAILING: the store belongs to another cluster: its CA SHA-256 {fp}, this planner's ca.pem ({}) {}; a start refuses it",
+                        c.ca_file.display(),
+                        c.fingerprint
+                    );
+                }
+                (Ok(Some(fp)), Err(why)) => {
+                    println!("store {at}: cluster: CA SHA-256 {fp} (this planner's ca.pem cannot be read: {why})");
+                }
+                (Ok(None), Ok(c)) => println!(
+                    "store {at}: cluster: none recorded yet (the next start records this planner's CA, SHA-256 {})",
+                    c.fingerprint
+                ),
+                (Ok(None), Err(why)) => {
+                    println!("store {at}: cluster: none recorded yet (this planner's ca.pem cannot be read: {why})");
+                }
+                // Said with the damaged meta values.
+                (Err(hyperplan_planner::store::StoreError::MetaDamaged { .. }), _) => {}
+                (Err(e), _) => {
+                    failing += 1;
+                    println!("store {at}: FAILING: {e}");
+                }
+            }
+            // (Where `nextJobId` is damaged, its line above says so.)
+            if s.next_job_id < s.floor && s.damaged.is_empty() {
+                println!(
+                    "store {at}: next job id {} is not above the highest job id in the store ({}): a start goes on from {}",
+                    s.next_job_id,
+                    s.floor - 1,
+                    s.floor
+                );
+            }
+            if failing == 0 {
                 println!(
                     "store {at}: ok: format {}, epoch {}, {} live job(s), {} ended job(s), next job id {}",
-                    s.format, s.epoch, s.live, s.finished, s.next_job_id
+                    s.format,
+                    s.epoch,
+                    s.live,
+                    s.finished,
+                    s.next_id()
                 );
                 return Ok(());
+            }
+            if bad.is_empty() {
+                return Err(anyhow::anyhow!("a planner would not start on this store (see above)"));
             }
             println!("store {at}: FAILING: {} live job(s) a start would not load:", bad.len());
             for b in &bad {
@@ -309,6 +370,12 @@ fn check_store(config: &DaemonConfig) -> anyhow::Result<()> {
     }
 }
 
+/// The cluster of this planner's ca.pem ([server] certDir, --cert-dir), or why not.
+fn our_cluster(config: &DaemonConfig) -> Result<hyperplan_planner::store::Cluster, String> {
+    let ca = hyperplan_net::certs::CertPaths::planner(&config.server.cert_dir).ca;
+    hyperplan_planner::store::Cluster::from_ca_file(&ca).map_err(|e| e.to_string())
+}
+
 /// `state export` / `state import`.
 fn state(config: &DaemonConfig, cmd: &StateCmd) -> anyhow::Result<()> {
     use hyperplan_planner::store::{Store, export};
@@ -316,27 +383,38 @@ fn state(config: &DaemonConfig, cmd: &StateCmd) -> anyhow::Result<()> {
     match cmd {
         StateCmd::Export { file } => {
             let store = Store::open_read_only(&config.store)?;
+            let ours = our_cluster(config).ok();
             let (live, ended) = if file.as_os_str() == "-" {
-                export::export(&store, &mut std::io::stdout().lock())?
+                export::export(&store, &mut std::io::stdout().lock(), ours.as_ref())?
             } else {
                 let mut out = std::io::BufWriter::new(
                     std::fs::File::create(file).with_context(|| format!("creating {}", file.display()))?,
                 );
-                export::export(&store, &mut out)?
+                export::export(&store, &mut out, ours.as_ref())?
             };
             eprintln!(
                 "exported {live} live and {ended} ended job(s) from {at} to {}",
                 file.display()
             );
         }
-        StateCmd::Import { file } => {
+        StateCmd::Import { file, force } => {
             let store = Store::open_for_import(&config.store)?;
             let name = file.display().to_string();
+            let importing = export::Importing {
+                ours: our_cluster(config),
+                force: *force,
+            };
             let jobs = if file.as_os_str() == "-" {
-                export::import(&store, &mut std::io::stdin().lock(), &name, &config.planner)?
+                export::import(&store, &mut std::io::stdin().lock(), &name, &config.planner, &importing)?
             } else {
                 let f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
-                export::import(&store, &mut std::io::BufReader::new(f), &name, &config.planner)?
+                export::import(
+                    &store,
+                    &mut std::io::BufReader::new(f),
+                    &name,
+                    &config.planner,
+                    &importing,
+                )?
             };
             eprintln!("imported {jobs} job(s) from {name} into {at}");
         }

@@ -6,7 +6,10 @@
 //! With three members: a leader that goes on committing while the member it uses is
 //! killed and started again; a store given a dead endpoint beside a good one. Large
 //! states (more than etcd-client's default 4 MiB message): read in pages. Fair share's
-//! usage: committed behind the leader's fence, loaded by the next leader.
+//! usage: committed behind the leader's fence, loaded by the next leader. Issue 37: a
+//! prefix belongs to one cluster (its CA's fingerprint recorded there), and a planner of
+//! another CA refuses it before it campaigns; a damaged meta value stops a take-over,
+//! naming it; a take-over never gives an old job's id again.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -21,7 +24,7 @@ use std::time::{Duration, Instant};
 use hyperplan_core::model::components::JobPhase;
 use hyperplan_core::model::record::{JobRecord, Persist};
 use hyperplan_planner::store::config::{EtcdConfig, EtcdTls};
-use hyperplan_planner::store::{Batch, Etcd, Loaded, StoreError};
+use hyperplan_planner::store::{Batch, Cluster, Etcd, Loaded, STORE_FORMAT, StoreError};
 
 fn config(e: &etcd::Etcd, prefix: &str) -> EtcdConfig {
     EtcdConfig {
@@ -280,7 +283,7 @@ async fn a_format_1_prefix_is_rewritten_with_checksums_at_takeover_and_then_chec
     // Every record written again with its checksum, then the format.
     let a2 = a.clone();
     let summary = blocking(move || a2.summary()).await.unwrap();
-    assert_eq!((summary.format, summary.live, summary.finished), (2, 1, 1));
+    assert_eq!((summary.format, summary.live, summary.finished), (STORE_FORMAT, 1, 1));
     for prefix in ["/t9/live/", "/t9/finished/"] {
         let got = raw
             .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
@@ -673,4 +676,265 @@ async fn a_standby_pages_through_more_live_records_than_one_message_holds() {
         loaded.as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
+}
+
+/// A cluster CA and the planner's certificate, in a directory of their own.
+fn cluster_certs() -> (tempfile::TempDir, Cluster) {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let ca = hyperplan_net::certs::init_ca(&certs, false).unwrap();
+    hyperplan_net::certs::issue_planner(&certs, &[]).unwrap();
+    let cluster = Cluster::from_ca_file(&ca.cert).unwrap();
+    (dir, cluster)
+}
+
+/// A planner daemon's configuration on `cfg` with the certificates in `dir`/certs.
+fn daemon(cfg: &EtcdConfig, dir: &Path) -> hyperplan_planner::DaemonConfig {
+    let mut d = hyperplan_planner::DaemonConfig::default();
+    d.server.listen = "127.0.0.1:0".parse().unwrap();
+    d.server.cert_dir = dir.join("certs");
+    d.store.backend = hyperplan_planner::store::config::Backend::Etcd(cfg.clone());
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planner_of_another_cluster_refuses_the_prefix_before_it_campaigns() {
+    let Some(server) = etcd::Etcd::start() else { return };
+    let cfg = config(&server, "/shared/");
+    let (dir_a, a) = cluster_certs();
+    let (dir_b, b) = cluster_certs();
+    assert_ne!(a.fingerprint, b.fingerprint);
+
+    // Cluster A's planner: the prefix is A's from its start on; it leads and has jobs.
+    let bound = {
+        let config = daemon(&cfg, dir_a.path());
+        blocking(move || hyperplan_planner::server::Server::bind(config).map(drop)).await
+    };
+    assert!(bound.is_ok(), "{bound:?}");
+    let leader = blocking({
+        let (cfg, a) = (cfg.clone(), a.clone());
+        move || Etcd::connect_as(&cfg, Some(&a)).unwrap()
+    })
+    .await;
+    leader.start_watch();
+    let first = leader.campaign("head-a:7400".into(), TTL).await.unwrap();
+    let l2 = leader.clone();
+    blocking(move || {
+        l2.commit(&Batch {
+            jobs: (1..=3).map(|id| record(id, false)).collect(),
+            next_job_id: Some(4),
+            usage: None,
+            drains: None,
+        })
+    })
+    .await
+    .unwrap();
+    let mut raw = etcd_client::Client::connect([server.endpoint.as_str()], None)
+        .await
+        .unwrap();
+    let recorded = raw.get("/shared/meta/caSha256", None).await.unwrap();
+    let recorded = recorded.kvs()[0].value_str().unwrap().to_string();
+    assert!(
+        recorded.starts_with(&format!("{} crc32c:", a.fingerprint)),
+        "{recorded}"
+    );
+
+    // Cluster B's planner, on the same prefix by mistake, while A leads and after A's
+    // leader is gone (the issue's case): refused, saying why, and it never campaigns.
+    for a_leads in [true, false] {
+        if !a_leads {
+            let l2 = leader.clone();
+            blocking(move || l2.resign()).await;
+        }
+        let config = daemon(&cfg, dir_b.path());
+        let e = blocking(move || hyperplan_planner::server::Server::bind(config).map(drop))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                hyperplan_planner::server::ServerError::Store(StoreError::OtherCluster { .. })
+            ),
+            "{e}"
+        );
+        let e = e.to_string();
+        let at = format!("etcd {} /shared/", server.endpoint);
+        assert!(
+            e.starts_with(&format!("{at}: the store belongs to another cluster")),
+            "{e}"
+        );
+        assert!(e.contains(&a.fingerprint) && e.contains(&b.fingerprint), "{e}");
+        assert!(e.contains(&b.ca_file.display().to_string()), "{e}");
+        assert!(e.contains("a [store] prefix of its own"), "{e}");
+        // Nothing touched: A's record, jobs and epoch; no leader key unless A's.
+        let got = raw.get("/shared/meta/caSha256", None).await.unwrap();
+        assert_eq!(got.kvs()[0].value_str().unwrap(), recorded);
+        assert_eq!(live_keys(&server.endpoint, "/shared/").await, 3);
+        let leader_key = raw.get("/shared/leader", None).await.unwrap();
+        match leader_key.kvs().first() {
+            Some(kv) => assert_eq!(kv.value_str().unwrap(), "head-a:7400"),
+            None => assert!(!a_leads),
+        }
+        let tool = blocking({
+            let cfg = cfg.clone();
+            move || Etcd::connect(&cfg).unwrap().summary().unwrap()
+        })
+        .await;
+        assert_eq!((tool.epoch, tool.live), (first.epoch, 3));
+    }
+
+    // The store level says the same to a standby of B; A's planners still start.
+    let e = blocking({
+        let (cfg, b) = (cfg.clone(), b.clone());
+        move || Etcd::connect_as(&cfg, Some(&b)).map(drop).unwrap_err()
+    })
+    .await;
+    assert!(matches!(e, StoreError::OtherCluster { .. }), "{e}");
+    let again = blocking({
+        let (cfg, a) = (cfg.clone(), a.clone());
+        move || Etcd::connect_as(&cfg, Some(&a)).unwrap()
+    })
+    .await;
+    again.start_watch();
+    let taken = again.campaign("head-a2:7400".into(), TTL).await.unwrap();
+    assert_eq!((taken.epoch, taken.live.len()), (first.epoch + 1, 3));
+    blocking(move || again.resign()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_without_a_cluster_gets_the_first_planners_and_a_take_over_checks_it_again() {
+    let Some(server) = etcd::Etcd::start() else { return };
+    let mut raw = etcd_client::Client::connect([server.endpoint.as_str()], None)
+        .await
+        .unwrap();
+    // As a build before cluster records left it: format 2, bare numbers.
+    raw.put("/c2/meta/format", "2", None).await.unwrap();
+    raw.put("/c2/meta/epoch", "4", None).await.unwrap();
+    raw.put("/c2/meta/nextJobId", "2", None).await.unwrap();
+    raw.put(format!("/c2/live/{:020}", 1), record(1, false).bytes.to_vec(), None)
+        .await
+        .unwrap();
+    let cfg = config(&server, "/c2/");
+    let (_dir_a, a) = cluster_certs();
+    let (_dir_b, b) = cluster_certs();
+    // A's first planner records A; B's is refused from then on.
+    let a_store = blocking({
+        let (cfg, a) = (cfg.clone(), a.clone());
+        move || Etcd::connect_as(&cfg, Some(&a)).unwrap()
+    })
+    .await;
+    let a2 = a_store.clone();
+    assert_eq!(
+        blocking(move || a2.cluster()).await.unwrap().as_deref(),
+        Some(a.fingerprint.as_str())
+    );
+    let b_store = blocking({
+        let (cfg, b) = (cfg.clone(), b.clone());
+        move || Etcd::connect_as(&cfg, Some(&b)).map(drop).unwrap_err()
+    })
+    .await;
+    assert!(matches!(b_store, StoreError::OtherCluster { .. }), "{b_store}");
+
+    // A's take-over writes the old prefix's meta values again with their checksums.
+    a_store.start_watch();
+    let taken = a_store.campaign("head-a:7400".into(), TTL).await.unwrap();
+    assert_eq!((taken.epoch, taken.next_job_id, taken.live.len()), (5, 2, 1));
+    for key in ["epoch", "nextJobId"] {
+        let got = raw.get(format!("/c2/meta/{key}"), None).await.unwrap();
+        let v = got.kvs()[0].value_str().unwrap();
+        assert!(v.contains(" crc32c:"), "{key}: {v}");
+    }
+    let got = raw.get("/c2/meta/format", None).await.unwrap();
+    assert_eq!(got.kvs()[0].value_str().unwrap(), STORE_FORMAT.to_string());
+    let a2 = a_store.clone();
+    blocking(move || a2.resign()).await;
+
+    // A prefix whose record changes under a standby (here B's, replaced by A's): its
+    // take-over checks again, refuses and gives the lead back.
+    let cfg3 = config(&server, "/c3/");
+    let b_standby = blocking({
+        let (cfg3, b) = (cfg3.clone(), b.clone());
+        move || Etcd::connect_as(&cfg3, Some(&b)).unwrap()
+    })
+    .await;
+    let a_record = raw.get("/c2/meta/caSha256", None).await.unwrap();
+    raw.put("/c3/meta/caSha256", a_record.kvs()[0].value().to_vec(), None)
+        .await
+        .unwrap();
+    b_standby.start_watch();
+    let e = b_standby.campaign("head-b:7400".into(), TTL).await.unwrap_err();
+    assert!(matches!(e, StoreError::OtherCluster { .. }), "{e}");
+    assert!(
+        raw.get("/c3/leader", None).await.unwrap().kvs().is_empty(),
+        "it resigned"
+    );
+    assert!(
+        raw.get("/c3/meta/epoch", None).await.unwrap().kvs().is_empty(),
+        "no epoch written"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_meta_value_stops_the_take_over_and_ids_never_go_back() {
+    let Some(server) = etcd::Etcd::start() else { return };
+    let mut raw = etcd_client::Client::connect([server.endpoint.as_str()], None)
+        .await
+        .unwrap();
+    let cfg = config(&server, "/m1/");
+    let a = watching(&cfg).await;
+    a.campaign("head-a:7400".into(), TTL).await.unwrap();
+    let a2 = a.clone();
+    blocking(move || {
+        a2.commit(&Batch {
+            jobs: vec![record(40, false), record(41, true)],
+            next_job_id: Some(42),
+            usage: None,
+            drains: None,
+        })
+    })
+    .await
+    .unwrap();
+    let a2 = a.clone();
+    blocking(move || a2.resign()).await;
+    let stored = raw.get("/m1/meta/nextJobId", None).await.unwrap();
+    let stored = stored.kvs()[0].value_str().unwrap().to_string();
+    assert!(stored.starts_with("42 crc32c:"), "{stored}");
+
+    // One bit: 42 → 10, its checksum as it was.
+    raw.put("/m1/meta/nextJobId", stored.replacen("42", "10", 1), None)
+        .await
+        .unwrap();
+    let b = watching(&cfg).await;
+    let e = b.campaign("head-b:7400".into(), TTL).await.unwrap_err();
+    assert!(
+        matches!(&e, StoreError::MetaDamaged { key, .. } if key == "nextJobId"),
+        "{e}"
+    );
+    let e = e.to_string();
+    assert!(e.contains("meta key nextJobId is damaged: checksum mismatch"), "{e}");
+    assert!(
+        e.contains("state export") && e.contains("etcdctl del --prefix /m1/"),
+        "{e}"
+    );
+    assert!(
+        raw.get("/m1/leader", None).await.unwrap().kvs().is_empty(),
+        "it resigned"
+    );
+    // --check and export read it all the same: the damage named, the next id above the jobs'.
+    let b2 = b.clone();
+    let summary = blocking(move || b2.summary()).await.unwrap();
+    assert_eq!(summary.damaged.len(), 1, "{summary:?}");
+    assert_eq!(summary.next_id(), 42);
+
+    // Bare (a prefix of format 2 damaged before it had checksums): no checksum to
+    // find it, but the take-over's floor does not give job 41's id again.
+    raw.put("/m1/meta/format", "2", None).await.unwrap();
+    raw.put("/m1/meta/epoch", "3", None).await.unwrap();
+    raw.put("/m1/meta/nextJobId", "10", None).await.unwrap();
+    let c = watching(&cfg).await;
+    let taken = c.campaign("head-c:7400".into(), TTL).await.unwrap();
+    assert_eq!(taken.next_job_id, 42, "above ended job 41");
+    let got = raw.get("/m1/meta/nextJobId", None).await.unwrap();
+    assert!(got.kvs()[0].value_str().unwrap().starts_with("42 crc32c:"));
+    blocking(move || c.resign()).await;
 }

@@ -115,8 +115,14 @@ impl Server {
         )?;
         let revoked_path = RevocationList::path(&config.server.cert_dir);
         let revoked = watch::Sender::new(Arc::new(revoked::load(&revoked_path)?));
-        // The state before the port: a store that cannot be read stops the start.
-        let store = Store::open(&config.store)?;
+        // The state before the port: a store that cannot be read, or that belongs to
+        // another cluster (another CA), stops the start before anything in it changes.
+        let ca_file = CertPaths::planner(&config.server.cert_dir).ca;
+        let cluster = match material.ca.first() {
+            Some(ca) => Some(crate::store::Cluster::of_ca(ca.as_ref(), &ca_file)?),
+            None => None,
+        };
+        let store = Store::open_as(&config.store, cluster.as_ref())?;
         let loaded = match &store {
             Store::Embedded(s) => Some(s.load()?),
             Store::Etcd(e) => {

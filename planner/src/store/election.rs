@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use etcd_client::{Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, TxnOpResponse, WatchOptions};
 
 use super::etcd::{Etcd, HaView, Role, Warm, try_another};
-use super::{Loaded, StoreError};
+use super::{Loaded, StoreError, meta};
 
 /// How long to wait before reading and watching again after the watch failed.
 const RETRY: Duration = Duration::from_millis(500);
@@ -78,7 +78,7 @@ impl Etcd {
             end
         };
         let (live, rev) = self
-            .pages(live_from.into_bytes(), live_to)
+            .pages(live_from.into_bytes(), live_to, false)
             .await
             .map_err(HaError::LiveJobs)?;
         let at = |key: String, prefix: bool| {
@@ -164,16 +164,19 @@ impl Etcd {
                 None => warm.live.remove(&id),
             };
         } else if let Some(name) = rest.strip_prefix("meta/") {
-            let n = value.and_then(|v| self.number(name, v).ok()).unwrap_or(0);
+            // As written: checked at the take-over, against the format then known.
+            let bytes = value.map(<[u8]>::to_vec);
             match name {
-                "format" => warm.format = n,
+                "format" => warm.format = value.and_then(|v| self.number(name, v).ok()).unwrap_or(0),
                 "epoch" => {
-                    warm.epoch = n;
+                    let n = value.and_then(meta::number_part).unwrap_or(0);
+                    warm.epoch = bytes;
                     self.inner()
                         .view
                         .send_if_modified(|v| std::mem::replace(&mut v.epoch, n) != n);
                 }
-                "nextJobId" => warm.next_job_id = n,
+                "nextJobId" => warm.next_job_id = bytes,
+                meta::CLUSTER_KEY => warm.cluster = bytes,
                 _ => {}
             }
         }

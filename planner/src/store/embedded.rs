@@ -1,7 +1,8 @@
 //! The embedded store: one redb file (checksummed pages, copy-on-write; a commit is two
 //! `fdatasync` calls, its pages then its header), the default. Tables:
 //!
-//! - `meta`: `format`, `epoch`, `nextJobId`;
+//! - `meta`: `format`, `epoch`, `nextJobId`, each with its checksum under `KEY.crc32c`
+//!   (store format 3, see [`super::meta`]);
 //! - `live`: job id → record (MessagePack), the jobs that have not ended: all a start reads;
 //! - `finished`: (end time, job id) → record: ranges for `--since`, and the purge after
 //!   `keepFinished` deletes from the front;
@@ -11,21 +12,30 @@
 //!   a build before it never opens it (it reads its own tables by name), and this one
 //!   reads its absence as "none yet".
 //! - `nodes`: `drains` → the admins' drains of nodes (a `DrainsRecord`), the same way.
+//! - `cluster`: `caSha256` → the fingerprint of the CA of the cluster the store belongs
+//!   to, with its checksum (`AB:CD:… crc32c:…`): written by the first planner that opens
+//!   the store; a planner of another CA refuses the store before it changes anything.
 //!
 //! A file that is not a store, a torn or damaged one (redb finds a bad checksum and falls
 //! back to the last good commit; what cannot be recovered is an error), or one written by
 //! a newer format is refused with the file named: the planner does not start on guesses.
 //! Every record carries its own CRC-32C (store format 2, see `hyperplan_core::persist`):
 //! a byte changed inside a record is an error naming the job at start, `--check` and
-//! `state export`. A format-1 file (records without checksums) is read as it is, and
-//! rewritten as format 2 in one transaction when it is opened for writing.
+//! `state export`; so does every meta value (format 3): a damaged one stops a start,
+//! naming the key. A file of an older format is read as it is, and rewritten as format 3
+//! in one transaction when it is opened for writing.
+//!
+//! Job ids: a start goes on from the stored `nextJobId`, but never from below one more
+//! than the highest id of any record, live or ended (it reads the ended jobs' keys for
+//! it): a wrong `nextJobId` never gives an old job's id again.
 //!
 //! The marker: beside the store, `<file>.created` (`state.redb.created`) says that a
 //! planner kept its state in `<file>`, and the last epoch it started with. A start
 //! creates the store only when neither exists (the very first start); a store that is
 //! missing while its marker exists, or a 0-byte store, stops the start unless it is
-//! told `--init` (then a new store begins, its epochs above the marker's, and a
-//! damaged file is moved aside as `<file>.damaged-<unix time>`). A running planner
+//! told `--init` (then a new, empty store begins — every job, its history and the job
+//! ids are forgotten —, its epochs above the marker's, and a damaged file is moved
+//! aside as `<file>.damaged-<unix time>`). A running planner
 //! checks after every commit, and every few seconds, that its path still names the
 //! file it opened: a store removed or replaced under it stops it before it
 //! acknowledges anything more.
@@ -39,9 +49,12 @@ use redb::{
     Builder, ConcurrencyMode, Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
 };
 
+use super::meta::{self, CLUSTER_KEY, CRC_SUFFIX, Cluster, MetaValue};
 use super::{Batch, Loaded, STORE_FORMAT, StoreError, Summary};
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// The cluster the store belongs to (see the module's documentation).
+const CLUSTER: TableDefinition<&str, &str> = TableDefinition::new("cluster");
 const LIVE: TableDefinition<u64, &[u8]> = TableDefinition::new("live");
 const FINISHED: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("finished");
 const USAGE: TableDefinition<&str, &[u8]> = TableDefinition::new("usage");
@@ -60,6 +73,11 @@ pub struct Embedded {
     path: PathBuf,
     /// Every record must carry its checksum (a store of format 2 or later).
     checked: bool,
+    /// Every meta value must carry its checksum (a store of format 3 or later).
+    meta_checked: bool,
+    /// A reader's store whose `format` is damaged (read as this build's format): said
+    /// by [`Embedded::summary`].
+    format_damaged: Option<String>,
     /// A writer's file, (device, inode): its path must go on naming it.
     identity: Option<(u64, u64)>,
 }
@@ -128,6 +146,12 @@ impl Embedded {
     /// Opens the store at `path` for this planner alone; `create` says what a missing,
     /// empty or unreadable file becomes.
     pub fn open_with(path: &Path, create: Create) -> Result<Self, StoreError> {
+        Self::open_as(path, create, None)
+    }
+
+    /// [`Embedded::open_with`] for a planner of `cluster`: a store of another cluster is
+    /// refused before anything in it changes; one without a cluster gets this one.
+    pub fn open_as(path: &Path, create: Create, cluster: Option<&Cluster>) -> Result<Self, StoreError> {
         let io = |doing: String, e: std::io::Error| StoreError::Io {
             path: path.to_path_buf(),
             doing,
@@ -153,7 +177,7 @@ impl Embedded {
                 tracing::warn!(
                     store = %path.display(),
                     aside = %aside.display(),
-                    "--init: the store cannot be read ({why}); moved it aside, beginning an empty store"
+                    "--init: the store cannot be read ({why}); moved it aside, beginning an empty store (every job, its history and the job ids are forgotten)"
                 );
                 guarded(path, |b| b.create(path)).map_err(|r| r.error(path))?
             }
@@ -167,7 +191,20 @@ impl Embedded {
             writer: Some(db),
             path: path.to_path_buf(),
             checked: true,
+            meta_checked: false,
+            format_damaged: None,
             identity: Some((meta.dev(), meta.ino())),
+        };
+        // Another cluster's store: refused before the format, the epoch or a record changes.
+        let recorded = match cluster {
+            Some(ours) => meta::check_cluster(
+                path,
+                store.cluster_value()?,
+                ours,
+                "a store file ([store] path, --store)",
+                &store.recover(),
+            )?,
+            None => None,
         };
         store.check_format()?;
         let marker = marker_path(path);
@@ -179,7 +216,30 @@ impl Embedded {
             }
         }
         store.write_marker(store.meta("epoch")?.unwrap_or(0))?;
+        if let Some(ours) = cluster
+            && recorded.is_none()
+        {
+            store.set_cluster(&ours.fingerprint)?;
+            if fresh {
+                tracing::info!(store = %path.display(), ca = %ours.fingerprint, "a new store: it belongs to the cluster of this CA");
+            } else {
+                tracing::info!(
+                    store = %path.display(),
+                    ca = %ours.fingerprint,
+                    "the store had no cluster recorded (written before cluster records): recorded this planner's CA; from now on a planner of another CA refuses it"
+                );
+            }
+        }
         Ok(store)
+    }
+
+    /// How to get a store with a damaged meta value back, keeping every job.
+    fn recover(&self) -> String {
+        let p = self.path.display();
+        format!(
+            "its jobs are intact: `hyperplan-planner --store {p} state export FILE` writes them out (the next job id taken from their ids where it is damaged), then move {p} aside and `hyperplan-planner --store {p} state import FILE` makes a new store of them (epochs going on above {}'s); or restore a backup with `state import`",
+            marker_path(&self.path).display()
+        )
     }
 
     /// Opens an existing store to read it, beside a planner that may be writing it.
@@ -206,9 +266,21 @@ impl Embedded {
             writer: None,
             path: path.to_path_buf(),
             checked: true,
+            meta_checked: false,
+            format_damaged: None,
             identity: None,
         };
-        let format = store.meta("format")?;
+        // A damaged format (its checksum says a build of format 3 or later wrote it): read
+        // as this build's, so that `state export` can still save the jobs.
+        let format = match store.meta_value("format")? {
+            MetaValue::Absent => None,
+            MetaValue::Good(f) | MetaValue::Damaged { raw: Some(f), .. } if f > u64::from(STORE_FORMAT) => Some(f),
+            MetaValue::Good(f) => Some(f),
+            MetaValue::Damaged { why, .. } => {
+                store.format_damaged = Some(meta::damaged(path, "format", &why, &store.recover()).to_string());
+                Some(u64::from(STORE_FORMAT))
+            }
+        };
         if let Some(f) = format
             && f > u64::from(STORE_FORMAT)
         {
@@ -218,8 +290,10 @@ impl Embedded {
                 supported: STORE_FORMAT,
             });
         }
-        // Format 1 (not yet opened by this build's planner): records without checksums.
+        // Format 1 (not yet opened by this build's planner): records without checksums;
+        // before format 3, meta values without theirs.
         store.checked = format.is_none_or(|f| f >= 2);
+        store.meta_checked = format.is_none_or(|f| f >= 3);
         Ok(store)
     }
 
@@ -248,7 +322,8 @@ impl Embedded {
         let text = format!(
             "# hyperplan-planner: a planner keeps its state in {name} beside this file. While this file\n\
              # exists, a planner refuses to start without {name} (it was lost); `hyperplan-planner --init`\n\
-             # begins an empty store, its epochs above this one.\n\
+             # starts an empty store (every job, its history and the job ids are forgotten), its epochs\n\
+             # above this one.\n\
              epoch {epoch}\n"
         );
         let tmp = marker.with_extension("created.tmp");
@@ -273,13 +348,14 @@ impl Embedded {
         Ok(())
     }
 
+    /// Writes meta values, each with its checksum, in one transaction.
     fn write_meta(&self, values: &[(&str, u64)], doing: &str) -> Result<(), StoreError> {
         let e = self.err(doing);
         let txn = self.rw()?.begin_write().map_err(|x| e(x.into()))?;
         {
             let mut meta = txn.open_table(META).map_err(|x| e(x.into()))?;
             for &(k, v) in values {
-                meta.insert(k, v).map_err(|x| e(x.into()))?;
+                put_meta(&mut meta, k, v).map_err(|x| e(x.into()))?;
             }
         }
         txn.commit().map_err(|x| e(x.into()))?;
@@ -311,16 +387,24 @@ impl Embedded {
     }
 
     /// A new file gets the format; an old one must not be newer than this build, and one
-    /// of format 1 is rewritten as format 2 (every record with its checksum).
+    /// of an older format is rewritten as this one (every record and meta value with its
+    /// checksum).
     fn check_format(&mut self) -> Result<(), StoreError> {
-        let found = self.meta("format")?;
+        let found = match self.meta_value("format")? {
+            // A newer build may keep its format as it likes: said as newer, not damaged.
+            MetaValue::Damaged { raw: Some(f), .. } if f > u64::from(STORE_FORMAT) => Some(f),
+            other => other.strict("format", &self.path, &self.recover())?,
+        };
         match found {
             Some(f) if f > u64::from(STORE_FORMAT) => Err(StoreError::Newer {
                 path: self.path.clone(),
                 found: u32::try_from(f).unwrap_or(u32::MAX),
                 supported: STORE_FORMAT,
             }),
-            Some(f) if f == u64::from(STORE_FORMAT) => Ok(()),
+            Some(f) if f == u64::from(STORE_FORMAT) => {
+                self.meta_checked = true;
+                Ok(())
+            }
             Some(f) => self.migrate(f),
             None => {
                 let txn = self
@@ -331,26 +415,30 @@ impl Embedded {
                     let mut meta = txn
                         .open_table(META)
                         .map_err(|e| self.err("writing its format")(e.into()))?;
-                    meta.insert("format", u64::from(STORE_FORMAT))
+                    put_meta(&mut meta, "format", u64::from(STORE_FORMAT))
                         .map_err(|e| self.err("writing its format")(e.into()))?;
                     txn.open_table(LIVE)
                         .map_err(|e| self.err("writing its format")(e.into()))?;
                     txn.open_table(FINISHED)
                         .map_err(|e| self.err("writing its format")(e.into()))?;
                 }
-                txn.commit().map_err(|e| self.err("writing its format")(e.into()))
+                txn.commit().map_err(|e| self.err("writing its format")(e.into()))?;
+                self.meta_checked = true;
+                Ok(())
             }
         }
     }
 
-    /// Format 1 → 2: every record read as written (no checksum) and written again with
-    /// its checksum, and the format, in one transaction.
+    /// Format 1 or 2 → 3, in one transaction: from format 1, every record read as
+    /// written (no checksum) and written again with its checksum; every meta value
+    /// written again with its checksum (as it is: the start's floor on job ids covers a
+    /// `nextJobId` damaged before it had one); then the format.
     fn migrate(&mut self, from: u64) -> Result<(), StoreError> {
         let doing = format!("rewriting it from store format {from} to {STORE_FORMAT}");
         let e = self.err(&doing);
         let txn = self.rw()?.begin_write().map_err(|x| e(x.into()))?;
         let mut n = 0usize;
-        {
+        if from < 2 {
             let mut live = txn.open_table(LIVE).map_err(|x| e(x.into()))?;
             let mut rows = Vec::new();
             for row in live.iter().map_err(|x| e(x.into()))? {
@@ -372,12 +460,21 @@ impl Embedded {
                 finished.insert(*k, v.as_slice()).map_err(|x| e(x.into()))?;
             }
             n += rows.len();
+        }
+        {
             let mut meta = txn.open_table(META).map_err(|x| e(x.into()))?;
-            meta.insert("format", u64::from(STORE_FORMAT))
-                .map_err(|x| e(x.into()))?;
+            for key in ["epoch", "nextJobId"] {
+                let value = meta.get(key).map_err(|x| e(x.into()))?.map(|v| v.value());
+                if let Some(v) = value {
+                    put_meta(&mut meta, key, v).map_err(|x| e(x.into()))?;
+                }
+            }
+            put_meta(&mut meta, "format", u64::from(STORE_FORMAT)).map_err(|x| e(x.into()))?;
         }
         txn.commit().map_err(|x| e(x.into()))?;
-        tracing::info!(store = %self.path.display(), records = n, "store: rewrote format {from} as {STORE_FORMAT} (every record checksummed)");
+        drop(e);
+        self.meta_checked = true;
+        tracing::info!(store = %self.path.display(), records = n, "store: rewrote format {from} as {STORE_FORMAT} (every record and meta value checksummed)");
         Ok(())
     }
 
@@ -394,39 +491,114 @@ impl Embedded {
         })
     }
 
+    /// A meta value a start may use: a damaged one is an error naming its key.
     fn meta(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        self.meta_value(key)?.strict(key, &self.path, &self.recover())
+    }
+
+    /// A meta value and its checksum (`KEY.crc32c`), checked: required from format 3
+    /// on (`format` itself: wherever it has one, for builds before it read it bare).
+    fn meta_value(&self, key: &str) -> Result<MetaValue<u64>, StoreError> {
         let e = self.err("reading its meta table");
         let txn = self.reader.begin_read().map_err(|x| e(x.into()))?;
         let meta = match txn.open_table(META) {
             Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(MetaValue::Absent),
             Err(x) => return Err(e(x.into())),
         };
-        Ok(meta.get(key).map_err(|x| e(x.into()))?.map(|v| v.value()))
+        let value = meta.get(key).map_err(|x| e(x.into()))?.map(|v| v.value());
+        let sum = meta
+            .get(format!("{key}{CRC_SUFFIX}").as_str())
+            .map_err(|x| e(x.into()))?
+            .map(|v| v.value());
+        Ok(meta::check_number(
+            key,
+            value,
+            sum,
+            self.meta_checked && key != "format",
+        ))
+    }
+
+    /// The cluster record (see the module's documentation), checked.
+    fn cluster_value(&self) -> Result<MetaValue<String>, StoreError> {
+        let e = self.err("reading its cluster");
+        let txn = self.reader.begin_read().map_err(|x| e(x.into()))?;
+        let table = match txn.open_table(CLUSTER) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(MetaValue::Absent),
+            Err(x) => return Err(e(x.into())),
+        };
+        let got = table.get(CLUSTER_KEY).map_err(|x| e(x.into()))?;
+        Ok(got.map_or(MetaValue::Absent, |v| {
+            meta::check_text(CLUSTER_KEY, v.value().as_bytes(), true)
+        }))
+    }
+
+    /// The fingerprint of the CA of the cluster the store belongs to (`None`: none yet).
+    pub fn cluster(&self) -> Result<Option<String>, StoreError> {
+        self.cluster_value()?.strict(CLUSTER_KEY, &self.path, &self.recover())
+    }
+
+    /// Records the store's cluster (with its checksum), replacing what was there.
+    pub fn set_cluster(&self, fingerprint: &str) -> Result<(), StoreError> {
+        let e = self.err("recording its cluster");
+        let txn = self.rw()?.begin_write().map_err(|x| e(x.into()))?;
+        {
+            let mut table = txn.open_table(CLUSTER).map_err(|x| e(x.into()))?;
+            table
+                .insert(CLUSTER_KEY, meta::seal(CLUSTER_KEY, fingerprint).as_str())
+                .map_err(|x| e(x.into()))?;
+        }
+        txn.commit().map_err(|x| e(x.into()))?;
+        self.check_file()
     }
 
     /// Loads the live jobs and fair share's usage, and raises the epoch (committed
-    /// before this returns: two starts never share an epoch).
+    /// before this returns: two starts never share an epoch). The next job id is the
+    /// stored one, or one more than the highest id of any record where that is larger;
+    /// a damaged `epoch` or `nextJobId` is an error naming it.
     pub fn load(&self) -> Result<Loaded, StoreError> {
         let e = self.err("reading its live jobs");
-        let (live, usage, drains) = {
+        let (live, usage, drains, floor) = {
             let txn = self.reader.begin_read().map_err(|x| e(x.into()))?;
             let table = txn.open_table(LIVE).map_err(|x| e(x.into()))?;
             let mut live = Vec::with_capacity(table.len().unwrap_or(0) as usize);
+            let mut floor = 1u64;
             for row in table.iter().map_err(|x| e(x.into()))? {
                 let (k, v) = row.map_err(|x| e(x.into()))?;
+                floor = floor.max(k.value().saturating_add(1));
                 live.push(self.decode(&format!("live job {}", k.value()), v.value())?);
+            }
+            // The ended jobs' keys only (their records are not decoded).
+            let ended = txn.open_table(FINISHED).map_err(|x| e(x.into()))?;
+            for row in ended.iter().map_err(|x| e(x.into()))? {
+                let (k, _) = row.map_err(|x| e(x.into()))?;
+                floor = floor.max(k.value().1.saturating_add(1));
             }
             let usage = self.blob_in(&txn, USAGE, USAGE_KEY, "reading its fair-share usage")?;
             (
                 live,
                 usage,
                 self.blob_in(&txn, NODES, DRAINS_KEY, "reading its nodes' drains")?,
+                floor,
             )
         };
         let epoch = self.meta("epoch")?.unwrap_or(0).saturating_add(1);
-        let next_job_id = self.meta("nextJobId")?.unwrap_or(1);
-        self.write_meta(&[("epoch", epoch)], "writing its epoch")?;
+        let stored = self.meta("nextJobId")?.unwrap_or(1);
+        let next_job_id = stored.max(floor);
+        if next_job_id > stored {
+            tracing::warn!(
+                store = %self.path.display(),
+                "nextJobId {stored} is not above the highest job id in the store ({}): new jobs get ids from {next_job_id} on, never an old job's",
+                floor - 1
+            );
+            self.write_meta(
+                &[("epoch", epoch), ("nextJobId", next_job_id)],
+                "writing its epoch and next job id",
+            )?;
+        } else {
+            self.write_meta(&[("epoch", epoch)], "writing its epoch")?;
+        }
         self.write_marker(epoch)?;
         Ok(Loaded {
             epoch,
@@ -505,7 +677,7 @@ impl Embedded {
             }
             if let Some(next) = batch.next_job_id {
                 let mut meta = txn.open_table(META).map_err(|x| e(x.into()))?;
-                meta.insert("nextJobId", next).map_err(|x| e(x.into()))?;
+                put_meta(&mut meta, "nextJobId", next).map_err(|x| e(x.into()))?;
             }
             // In the same transaction as the jobs: a commit is all or nothing.
             if let Some(usage) = &batch.usage {
@@ -553,26 +725,63 @@ impl Embedded {
         Ok(n)
     }
 
-    /// Numbers for `--check`; every record is read (and so checked) on the way.
+    /// Numbers for `--check` and `state export`; every record is read (and so checked)
+    /// on the way. A damaged meta value is not an error here: it is said in
+    /// [`Summary::damaged`] (a start refuses it), and the export goes on without it.
     pub fn summary(&self) -> Result<Summary, StoreError> {
         let e = self.err("reading it");
         let txn = self.reader.begin_read().map_err(|x| e(x.into()))?;
+        let mut floor = 1u64;
         let live = txn.open_table(LIVE).map_err(|x| e(x.into()))?;
         for row in live.iter().map_err(|x| e(x.into()))? {
             let (k, v) = row.map_err(|x| e(x.into()))?;
+            floor = floor.max(k.value().saturating_add(1));
             self.decode(&format!("live job {}", k.value()), v.value())?;
         }
         let finished = txn.open_table(FINISHED).map_err(|x| e(x.into()))?;
         for row in finished.iter().map_err(|x| e(x.into()))? {
             let (k, v) = row.map_err(|x| e(x.into()))?;
+            floor = floor.max(k.value().1.saturating_add(1));
             self.decode(&format!("ended job {}", k.value().1), v.value())?;
         }
+        let mut damaged: Vec<String> = self.format_damaged.iter().cloned().collect();
+        let mut say =
+            |key: &str, why: &str| damaged.push(meta::damaged(&self.path, key, why, &self.recover()).to_string());
+        let epoch = match self.meta_value("epoch")? {
+            MetaValue::Absent => 0,
+            MetaValue::Good(v) => v,
+            MetaValue::Damaged { why, raw } => {
+                say("epoch", &why);
+                // Epochs must not go back: the larger of the marker's and what it says.
+                raw.unwrap_or(0)
+                    .max(marker_epoch(&marker_path(&self.path)).unwrap_or(0))
+            }
+        };
+        let next_job_id = match self.meta_value("nextJobId")? {
+            MetaValue::Absent => 1,
+            MetaValue::Good(v) => v,
+            MetaValue::Damaged { why, .. } => {
+                say("nextJobId", &why);
+                1
+            }
+        };
+        if let MetaValue::Damaged { why, .. } = self.cluster_value()? {
+            say(CLUSTER_KEY, &why);
+        }
+        // A damaged format is said already (`format_damaged`; a writer's open refuses it).
+        let format = match self.meta_value("format")? {
+            MetaValue::Absent => 0,
+            MetaValue::Good(f) => f,
+            MetaValue::Damaged { .. } => u64::from(STORE_FORMAT),
+        };
         Ok(Summary {
-            format: u32::try_from(self.meta("format")?.unwrap_or(0)).unwrap_or(u32::MAX),
-            epoch: self.meta("epoch")?.unwrap_or(0),
-            next_job_id: self.meta("nextJobId")?.unwrap_or(1),
+            format: u32::try_from(format).unwrap_or(u32::MAX),
+            epoch,
+            next_job_id,
             live: live.len().map_err(|x| e(x.into()))?,
             finished: finished.len().map_err(|x| e(x.into()))?,
+            floor,
+            damaged,
         })
     }
 
@@ -621,7 +830,8 @@ fn io_why(io: &std::io::Error) -> String {
         )
     } else if io.kind() == std::io::ErrorKind::UnexpectedEof {
         format!(
-            "{io}: the file ends before its data does, it was cut short (a partial copy, a disk that filled): restore a backup with `hyperplan-planner state import`, or start with --init to move it aside and begin an empty store"
+            "{io}: the file ends before its data does, it was cut short (a partial copy, a disk that filled): restore a backup with `hyperplan-planner state import`; or, as a last resort, {} (the file is kept aside as FILE.damaged-<unix time>)",
+            super::INIT_FORGETS
         )
     } else {
         io.to_string()
@@ -694,6 +904,13 @@ fn aside_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".damaged-{secs}"));
     path.with_file_name(name)
+}
+
+/// Writes `value` under `key` in the meta table, with its checksum under `KEY.crc32c`.
+fn put_meta(table: &mut redb::Table<&str, u64>, key: &str, value: u64) -> Result<(), redb::StorageError> {
+    table.insert(key, value)?;
+    table.insert(format!("{key}{CRC_SUFFIX}").as_str(), meta::number_crc(key, value))?;
+    Ok(())
 }
 
 /// A database no planner has written to yet (no meta table).
@@ -770,7 +987,7 @@ fn open_error(path: &Path, e: redb::DatabaseError) -> StoreError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
@@ -835,7 +1052,9 @@ mod tests {
                 epoch: 2,
                 next_job_id: 3,
                 live: 1,
-                finished: 0
+                finished: 0,
+                floor: 3,
+                damaged: vec![],
             }
         );
     }
@@ -894,7 +1113,7 @@ mod tests {
             let e = e.to_string();
             assert!(e.starts_with(&path.display().to_string()), "{e}");
             assert!(
-                e.contains("newer hyperplan (store format 99; this build reads format 2"),
+                e.contains("newer hyperplan (store format 99; this build reads format 3"),
                 "{e}"
             );
         }
@@ -961,7 +1180,12 @@ mod tests {
         let s = Embedded::open(path).unwrap();
         let txn = s.rw().unwrap().begin_write().unwrap();
         {
-            txn.open_table(META).unwrap().insert("format", 1).unwrap();
+            let mut meta = txn.open_table(META).unwrap();
+            meta.insert("format", 1).unwrap();
+            for key in ["format", "epoch", "nextJobId"] {
+                meta.remove(format!("{key}{CRC_SUFFIX}").as_str()).unwrap();
+            }
+            drop(meta);
             let old = live.encode_format1().unwrap();
             txn.open_table(LIVE).unwrap().insert(live.id, old.as_slice()).unwrap();
             let old = ended.encode_format1().unwrap();
@@ -1024,7 +1248,7 @@ mod tests {
                 e.starts_with(&format!("{}: the store is empty (0 bytes)", path.display())),
                 "{e}"
             );
-            assert!(e.contains("--init"), "{e}");
+            assert!(e.contains(super::super::INIT_FORGETS), "{e}");
         }
         std::fs::remove_file(&path).unwrap();
         for e in [
@@ -1037,7 +1261,7 @@ mod tests {
                 "{e}"
             );
             assert!(e.contains("state.redb.created"), "{e}");
-            assert!(e.contains("--init"), "{e}");
+            assert!(e.contains(super::super::INIT_FORGETS), "{e}");
         }
         // --init begins again, its epochs above the lost store's.
         {
@@ -1047,7 +1271,11 @@ mod tests {
         // An unreadable file: refused; --init moves it aside.
         std::fs::write(&path, b"this is not a store").unwrap();
         let e = Embedded::open(&path).unwrap_err().to_string();
-        assert!(e.contains("--init"), "{e}");
+        assert!(e.contains(super::super::INIT_FORGETS), "{e}");
+        assert!(
+            e.contains(&format!("kept aside as {}.damaged-<unix time>", path.display())),
+            "{e}"
+        );
         let e = Embedded::open_with(&path, Create::Import).unwrap_err().to_string();
         assert!(e.contains("cannot open"), "{e}");
         {
@@ -1204,5 +1432,218 @@ mod tests {
         let _first = Embedded::open(&path).unwrap();
         let e = Embedded::open(&path).unwrap_err().to_string();
         assert!(e.contains("in use by another process"), "{e}");
+    }
+
+    /// What a flipped bit in a meta value looks like to the store: `key` holds `value`,
+    /// its checksum is the one written for what it held before.
+    pub(crate) fn flip_meta(path: &Path, key: &str, value: u64) {
+        let db = Database::create(path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(META).unwrap().insert(key, value).unwrap();
+        txn.commit().unwrap();
+    }
+
+    /// A store as a build of format 2 left it: meta values without checksums.
+    fn as_format_2(path: &Path) {
+        let db = Database::create(path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn.open_table(META).unwrap();
+            meta.insert("format", 2).unwrap();
+            for key in ["format", "epoch", "nextJobId"] {
+                meta.remove(format!("{key}{CRC_SUFFIX}").as_str()).unwrap();
+            }
+        }
+        txn.delete_table(CLUSTER).unwrap();
+        txn.commit().unwrap();
+    }
+
+    fn cluster(name: &str) -> Cluster {
+        Cluster {
+            fingerprint: meta::fingerprint(name.as_bytes()).unwrap(),
+            ca_file: PathBuf::from(format!("/etc/{name}/ca.pem")),
+        }
+    }
+
+    #[test]
+    fn a_store_of_another_cluster_is_refused_before_anything_in_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let (a, b) = (cluster("cluster-a"), cluster("cluster-b"));
+        {
+            let s = Embedded::open_as(&path, Create::Start, Some(&a)).unwrap();
+            assert_eq!(s.cluster().unwrap().as_deref(), Some(a.fingerprint.as_str()));
+            s.load().unwrap();
+            s.commit(&Batch {
+                jobs: vec![persist(&record(1, "a"), true, 0)],
+                next_job_id: Some(2),
+                usage: None,
+                drains: None,
+            })
+            .unwrap();
+        }
+        // Cluster A's planner again: fine.
+        drop(Embedded::open_as(&path, Create::Start, Some(&a)).unwrap());
+        // Cluster B's planner (and with --init too): refused, saying why and what to do.
+        for create in [Create::Start, Create::Init] {
+            let e = Embedded::open_as(&path, create, Some(&b)).unwrap_err();
+            assert!(matches!(e, StoreError::OtherCluster { .. }), "{e}");
+            let e = e.to_string();
+            assert!(
+                e.starts_with(&format!("{}: the store belongs to another cluster", path.display())),
+                "{e}"
+            );
+            assert!(e.contains(&a.fingerprint) && e.contains(&b.fingerprint), "{e}");
+            assert!(e.contains("/etc/cluster-b/ca.pem"), "{e}");
+            assert!(e.contains("a store file ([store] path, --store) of its own"), "{e}");
+        }
+        // Nothing changed: the epoch, the job, the cluster.
+        let ro = Embedded::open_read_only(&path).unwrap();
+        let s = ro.summary().unwrap();
+        assert_eq!((s.epoch, s.live, s.next_job_id), (1, 1, 2));
+        assert_eq!(ro.cluster().unwrap().as_deref(), Some(a.fingerprint.as_str()));
+    }
+
+    #[test]
+    fn a_store_from_before_cluster_records_gets_the_first_planners_cluster() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        drop(Embedded::open(&path).unwrap());
+        as_format_2(&path);
+        let (a, b) = (cluster("cluster-a"), cluster("cluster-b"));
+        assert_eq!(Embedded::open_read_only(&path).unwrap().cluster().unwrap(), None);
+        drop(Embedded::open_as(&path, Create::Start, Some(&a)).unwrap());
+        assert_eq!(
+            Embedded::open_read_only(&path).unwrap().cluster().unwrap().as_deref(),
+            Some(a.fingerprint.as_str())
+        );
+        assert!(matches!(
+            Embedded::open_as(&path, Create::Start, Some(&b)),
+            Err(StoreError::OtherCluster { .. })
+        ));
+    }
+
+    #[test]
+    fn a_flipped_meta_value_stops_the_start_naming_the_key_and_how_to_recover() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        {
+            let s = Embedded::open(&path).unwrap();
+            s.load().unwrap();
+            s.commit(&Batch {
+                jobs: vec![persist(&record(41, "a"), true, 0)],
+                next_job_id: Some(42),
+                usage: None,
+                drains: None,
+            })
+            .unwrap();
+        }
+        // The issue's flip: 41 → 9 (here the next id, 42 → 10).
+        flip_meta(&path, "nextJobId", 42 ^ 32);
+        let e = Embedded::open(&path).unwrap().load().unwrap_err();
+        assert!(
+            matches!(&e, StoreError::MetaDamaged { key, .. } if key == "nextJobId"),
+            "{e}"
+        );
+        let e = e.to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}: meta key nextJobId is damaged: checksum mismatch",
+                path.display()
+            )),
+            "{e}"
+        );
+        assert!(
+            e.contains("state export FILE") && e.contains("state import FILE"),
+            "{e}"
+        );
+        assert!(!e.contains("--init"), "export and import keep every job: {e}");
+        // --check (the summary) says the same, and does not fail to read the jobs.
+        let s = Embedded::open_read_only(&path).unwrap().summary().unwrap();
+        assert_eq!(s.damaged.len(), 1, "{s:?}");
+        assert!(s.damaged[0].contains("meta key nextJobId is damaged"), "{s:?}");
+        assert_eq!((s.floor, s.next_id()), (42, 42));
+        // The epoch's too (1 → 0: an export takes the marker's, never a lower one).
+        flip_meta(&path, "epoch", 0);
+        let e = Embedded::open(&path).and_then(|s| s.load()).unwrap_err().to_string();
+        assert!(e.contains("meta key epoch is damaged"), "{e}");
+        // A damaged format stops a writer's open, not an export.
+        flip_meta(&path, "format", 3 ^ 1);
+        let e = Embedded::open(&path).unwrap_err().to_string();
+        assert!(e.contains("meta key format is damaged"), "{e}");
+        let s = Embedded::open_read_only(&path).unwrap().summary().unwrap();
+        assert_eq!(s.damaged.len(), 3, "{s:?}");
+        assert_eq!(s.epoch, 1, "the marker's, never below it: {s:?}");
+    }
+
+    #[test]
+    fn the_next_job_id_never_goes_below_the_highest_id_of_any_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let ended = record(41, "old");
+        {
+            let s = Embedded::open(&path).unwrap();
+            s.load().unwrap();
+            s.commit(&Batch {
+                jobs: vec![persist(&record(5, "a"), true, 0), persist(&ended, false, 100)],
+                next_job_id: Some(42),
+                usage: None,
+                drains: None,
+            })
+            .unwrap();
+        }
+        // Damaged before it had a checksum (a format-2 store): 42 → 10, below an ended
+        // job's id. The upgrade keeps the value; the start's floor does not take it.
+        as_format_2(&path);
+        flip_meta(&path, "nextJobId", 10);
+        let s = Embedded::open(&path).unwrap();
+        assert_eq!(s.summary().unwrap().format, STORE_FORMAT);
+        let loaded = s.load().unwrap();
+        assert_eq!(loaded.next_job_id, 42, "above ended job 41");
+        assert_eq!(s.summary().unwrap().next_job_id, 42, "written back with the epoch");
+        drop(s);
+        // From now on it has its checksum: the next flip is damage, named.
+        flip_meta(&path, "nextJobId", 3);
+        let e = Embedded::open(&path).unwrap().load().unwrap_err().to_string();
+        assert!(e.contains("meta key nextJobId is damaged"), "a checksum now: {e}");
+    }
+
+    #[test]
+    fn a_format_2_store_is_read_as_it_is_and_gets_meta_checksums_when_opened_to_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        {
+            let s = Embedded::open(&path).unwrap();
+            assert_eq!(s.load().unwrap().epoch, 1);
+            s.commit(&Batch {
+                jobs: vec![persist(&record(1, "a"), true, 0)],
+                next_job_id: Some(2),
+                usage: None,
+                drains: None,
+            })
+            .unwrap();
+        }
+        as_format_2(&path);
+        {
+            let ro = Embedded::open_read_only(&path).unwrap();
+            let s = ro.summary().unwrap();
+            assert_eq!((s.format, s.epoch, s.next_job_id), (2, 1, 2));
+            assert!(s.damaged.is_empty(), "no checksums yet is not damage: {s:?}");
+        }
+        let s = Embedded::open(&path).unwrap();
+        let loaded = s.load().unwrap();
+        assert_eq!((loaded.epoch, loaded.next_job_id), (2, 2));
+        assert_eq!(s.summary().unwrap().format, STORE_FORMAT);
+        let txn = s.reader.begin_read().unwrap();
+        let meta = txn.open_table(META).unwrap();
+        for (key, value) in [("format", u64::from(STORE_FORMAT)), ("epoch", 2), ("nextJobId", 2)] {
+            assert_eq!(
+                meta.get(format!("{key}{CRC_SUFFIX}").as_str())
+                    .unwrap()
+                    .map(|v| v.value()),
+                Some(meta::number_crc(key, value)),
+                "{key}"
+            );
+        }
     }
 }

@@ -1,7 +1,13 @@
 //! The etcd store, for planners that share their state: the same records as the
 //! embedded store, as keys under `[store] prefix` (default `/hyperplan/`):
 //!
-//! - `meta/format`, `meta/epoch`, `meta/nextJobId`: decimal numbers;
+//! - `meta/format`: a decimal number (bare, for every build to read);
+//! - `meta/epoch`, `meta/nextJobId`: decimal numbers with their checksum, `41
+//!   crc32c:1a2b3c4d` (store format 3, see [`super::meta`]; bare before it);
+//! - `meta/caSha256`: the fingerprint of the CA of the cluster the prefix belongs to,
+//!   with its checksum; created by the first planner that connects (a create-only
+//!   transaction: it never replaces a value, so it needs no leader's fence), checked by
+//!   every planner before it campaigns and again at its take-over;
 //! - `live/<id, 20 digits>`: the record (MessagePack) of a job that has not ended;
 //! - `finished/<end, 20 digits>/<id, 20 digits>`: an ended job's record;
 //! - `usage`: fair share's usage (a `UsageRecord`, framed and checksummed like a job
@@ -9,6 +15,10 @@
 //!   takeover (a prefix written before fair share has none);
 //! - `drains`: the admins' drains of nodes (a `DrainsRecord`), the same way;
 //! - `leader`: the leader's advertised address, held by its lease ([`super::election`]).
+//!
+//! A start never gives an old job's id again: the next job id is the stored one, or one
+//! more than the highest id of any record (live, and the keys of the ended ones) where
+//! that is larger.
 //!
 //! Every write is a transaction guarded by the leader key: it commits only while the
 //! `leader` key is the one this planner created (same create revision). A leader whose
@@ -47,6 +57,7 @@ use hyperplan_core::model::record::JobRecord;
 use tokio::sync::watch;
 
 use super::config::{EtcdConfig, EtcdTls};
+use super::meta::{self, CLUSTER_KEY, Cluster, MetaValue};
 use super::{Batch, Loaded, STORE_FORMAT, StoreError, Summary};
 
 /// A key and its value.
@@ -58,6 +69,9 @@ const OPS_PER_TXN: usize = 120;
 /// … and requests over 1.5 MiB (`--max-request-bytes`): a transaction carries at most
 /// this many bytes of records (one larger record goes alone).
 const BYTES_PER_TXN: usize = 1024 * 1024;
+
+/// What a cluster should give itself instead of another's prefix.
+const PREFIX_OWN: &str = "a [store] prefix";
 
 /// The key (under the prefix) of fair share's usage.
 const USAGE_KEY: &str = "usage";
@@ -205,12 +219,15 @@ pub struct HaView {
 }
 
 /// The state under the prefix as the watch last saw it: what a standby takes over with.
+/// The meta values are kept as written, checked at the take-over (with the format).
 #[derive(Debug, Default)]
 pub(super) struct Warm {
     pub live: BTreeMap<u64, Vec<u8>>,
     pub format: u64,
-    pub epoch: u64,
-    pub next_job_id: u64,
+    pub epoch: Option<Vec<u8>>,
+    pub next_job_id: Option<Vec<u8>>,
+    /// `meta/caSha256`.
+    pub cluster: Option<Vec<u8>>,
     /// etcd's revision this copy is complete up to.
     pub revision: i64,
 }
@@ -242,6 +259,9 @@ pub(super) struct Inner {
     pub(super) prefix: String,
     /// `etcd ENDPOINTS PREFIX`, where errors say the state is.
     at: PathBuf,
+    /// The cluster of the planner that connected (`None`: a tool, or a test): the prefix
+    /// must belong to it, at the start and at the take-over.
+    cluster: Option<Cluster>,
     /// What this connection may write (see [`Role`]).
     pub(super) role: Mutex<Role>,
     pub(super) view: watch::Sender<HaView>,
@@ -321,6 +341,13 @@ impl Etcd {
     /// Connects to the endpoints and checks the store format there. Blocks (up to a few
     /// seconds when etcd is not there).
     pub fn connect(config: &EtcdConfig) -> Result<Self, StoreError> {
+        Self::connect_as(config, None)
+    }
+
+    /// [`Etcd::connect`] for a planner of `cluster`: a prefix another cluster's planner
+    /// wrote first is refused (nothing there changes); one without a cluster gets this
+    /// one, recorded before this returns.
+    pub fn connect_as(config: &EtcdConfig, cluster: Option<&Cluster>) -> Result<Self, StoreError> {
         let at = PathBuf::from(format!("etcd {} {}", config.endpoints.join(","), config.prefix));
         let io = |doing: &str, why: String| StoreError::Io {
             path: at.clone(),
@@ -360,6 +387,7 @@ impl Etcd {
                 members,
                 prefix: config.prefix.clone(),
                 at,
+                cluster: cluster.cloned(),
                 role: Mutex::new(Role::Tool),
                 view: watch::Sender::new(HaView::default()),
                 warm: Mutex::new(Warm::default()),
@@ -368,7 +396,7 @@ impl Etcd {
         };
         // The clients connect lazily: the first call is where a refused handshake shows
         // (and where a member that is down is passed over for the next one).
-        let format = etcd.meta_value("format").map_err(|e| match e {
+        let format = etcd.format().map_err(|e| match e {
             StoreError::Io { path, why, .. } => StoreError::Io {
                 path,
                 doing: doing.to_string(),
@@ -383,7 +411,83 @@ impl Etcd {
                 supported: STORE_FORMAT,
             });
         }
+        if let Some(ours) = cluster {
+            etcd.claim(ours, format == 0)?;
+        }
         Ok(etcd)
+    }
+
+    /// The prefix for `ours`: its cluster record created where there is none (one
+    /// transaction, create-only), or checked against ours.
+    fn claim(&self, ours: &Cluster, new_prefix: bool) -> Result<(), StoreError> {
+        let key = self.key(&format!("meta/{CLUSTER_KEY}"));
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                meta::seal(CLUSTER_KEY, &ours.fingerprint),
+                None,
+            )])
+            .or_else([TxnOp::get(key, None)]);
+        let me = self.clone();
+        let done = self
+            .call(async move {
+                me.any(Duration::ZERO, |mut c| {
+                    let txn = txn.clone();
+                    async move { c.kv.txn(txn).await }
+                })
+                .await
+            })
+            .map_err(self.io("reading its cluster"))?;
+        if done.succeeded() {
+            if new_prefix {
+                tracing::info!(at = %self.inner.at.display(), ca = %ours.fingerprint, "a new prefix: it belongs to the cluster of this CA");
+            } else {
+                tracing::info!(
+                    at = %self.inner.at.display(),
+                    ca = %ours.fingerprint,
+                    "the prefix had no cluster recorded (written before cluster records): recorded this planner's CA; from now on a planner of another CA refuses it"
+                );
+            }
+            return Ok(());
+        }
+        let found = done.op_responses().into_iter().find_map(|r| match r {
+            etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+            _ => None,
+        });
+        let stored = found.map_or(MetaValue::Absent, |v| meta::check_text(CLUSTER_KEY, &v, true));
+        meta::check_cluster(&self.inner.at, stored, ours, PREFIX_OWN, &self.recover()).map(drop)
+    }
+
+    /// How to get a prefix with a damaged meta value back, keeping every job.
+    fn recover(&self) -> String {
+        format!(
+            "its jobs are intact: stop every planner of this prefix, `hyperplan-planner --config planner.toml state export FILE` writes them out (the next job id taken from their ids where it is damaged), delete the prefix's keys (`etcdctl del --prefix {}`), then `hyperplan-planner --config planner.toml state import FILE`; or restore a backup with `state import`",
+            self.inner.prefix
+        )
+    }
+
+    /// The cluster record's value, checked (`Absent`: none yet).
+    fn cluster_value(&self) -> Result<MetaValue<String>, StoreError> {
+        let got = self.blob_within(&format!("meta/{CLUSTER_KEY}"), "reading its cluster", Duration::ZERO)?;
+        Ok(got.map_or(MetaValue::Absent, |v| meta::check_text(CLUSTER_KEY, &v, true)))
+    }
+
+    /// The fingerprint of the CA of the cluster the prefix belongs to (`None`: none yet).
+    pub fn cluster(&self) -> Result<Option<String>, StoreError> {
+        self.cluster_value()?
+            .strict(CLUSTER_KEY, &self.inner.at, &self.recover())
+    }
+
+    /// Records the prefix's cluster, replacing what was there (`state import`: only
+    /// while no planner leads).
+    pub fn set_cluster(&self, fingerprint: &str) -> Result<(), StoreError> {
+        let op = TxnOp::put(
+            self.key(&format!("meta/{CLUSTER_KEY}")),
+            meta::seal(CLUSTER_KEY, fingerprint),
+            None,
+        );
+        self.write("recording its cluster", vec![(vec![op], 0)], None)
     }
 
     pub fn at(&self) -> &Path {
@@ -479,7 +583,19 @@ impl Etcd {
         !matches!(self.role(), Role::Deposed)
     }
 
-    fn meta_value(&self, name: &str) -> Result<u64, StoreError> {
+    /// `meta/format` (0: none yet).
+    fn format(&self) -> Result<u64, StoreError> {
+        self.meta_bare("format")
+    }
+
+    /// A meta value and its checksum, checked (required from format 3 on).
+    fn meta_read(&self, name: &str, format: u64) -> Result<MetaValue<u64>, StoreError> {
+        let got = self.blob_within(&format!("meta/{name}"), "reading meta", Duration::ZERO)?;
+        Ok(got.map_or(MetaValue::Absent, |v| meta::check_number_text(name, &v, format >= 3)))
+    }
+
+    /// A bare number under `meta/` (0: none).
+    fn meta_bare(&self, name: &str) -> Result<u64, StoreError> {
         let key = self.key(&format!("meta/{name}"));
         let me = self.clone();
         let got = self
@@ -661,9 +777,13 @@ impl Etcd {
                 drains.len(),
             ));
         }
-        let next = batch
-            .next_job_id
-            .map(|n| TxnOp::put(self.key("meta/nextJobId"), n.to_string(), None));
+        let next = batch.next_job_id.map(|n| {
+            TxnOp::put(
+                self.key("meta/nextJobId"),
+                meta::seal("nextJobId", &n.to_string()),
+                None,
+            )
+        });
         self.write("committing", groups, next)
     }
 
@@ -699,7 +819,7 @@ impl Etcd {
     fn range(&self, doing: &str, from: String, to: String) -> Result<Vec<KeyValue>, StoreError> {
         let me = self.clone();
         let (kvs, _) = self
-            .call(async move { me.pages(from.into_bytes(), to.into_bytes()).await })
+            .call(async move { me.pages(from.into_bytes(), to.into_bytes(), false).await })
             .map_err(self.io(doing))?;
         Ok(kvs)
     }
@@ -707,14 +827,22 @@ impl Etcd {
     /// Every key and value from `from` up to (not including) `to`, and the revision they
     /// are all of: pages of at most [`PAGE_KEYS`] keys and about [`PAGE_BYTES`] bytes,
     /// each read at the first page's revision (started again at a newer one where etcd
-    /// compacted that away meanwhile).
-    pub(super) async fn pages(&self, from: Vec<u8>, to: Vec<u8>) -> Result<(Vec<KeyValue>, i64), etcd_client::Error> {
+    /// compacted that away meanwhile). `keys_only`: the values are left out.
+    pub(super) async fn pages(
+        &self,
+        from: Vec<u8>,
+        to: Vec<u8>,
+        keys_only: bool,
+    ) -> Result<(Vec<KeyValue>, i64), etcd_client::Error> {
         let mut restarts = 0;
         'again: loop {
             let mut out: Vec<KeyValue> = Vec::new();
             let (mut start, mut rev, mut limit, mut bytes) = (from.clone(), 0, PAGE_KEYS, 0usize);
             loop {
                 let mut options = GetOptions::new().with_range(to.clone()).with_limit(limit as i64);
+                if keys_only {
+                    options = options.with_keys_only();
+                }
                 if rev > 0 {
                     options = options.with_revision(rev);
                 }
@@ -763,7 +891,7 @@ impl Etcd {
 
     /// Ended jobs that ended at or after `since` (Unix seconds), oldest first.
     pub fn finished(&self, since: u64) -> Result<Vec<JobRecord>, StoreError> {
-        let format = self.meta_value("format")?;
+        let format = self.format()?;
         let from = self.key(&format!("finished/{since:020}/"));
         let to = Self::end_of(&self.key("finished/"));
         self.range("reading its ended jobs", from, to)?
@@ -801,7 +929,7 @@ impl Etcd {
     }
 
     fn live(&self) -> Result<Vec<JobRecord>, StoreError> {
-        let format = self.meta_value("format")?;
+        let format = self.format()?;
         let from = self.key("live/");
         let to = Self::end_of(&from);
         self.range("reading its live jobs", from, to)?
@@ -810,16 +938,63 @@ impl Etcd {
             .collect()
     }
 
-    /// Numbers for `--check`; every record is read (and so checked) on the way.
+    /// Numbers for `--check` and `state export`; every record is read (and so checked)
+    /// on the way. A damaged meta value is said in [`Summary::damaged`], not an error.
     pub fn summary(&self) -> Result<Summary, StoreError> {
         let (live, finished) = self.all()?;
+        let format = self.format()?;
+        let floor = live
+            .iter()
+            .chain(&finished)
+            .map(|r| r.id.saturating_add(1))
+            .fold(1, u64::max);
+        let mut damaged = Vec::new();
+        let mut say = |key: &str, why: &str| {
+            damaged.push(meta::damaged(&self.inner.at, key, why, &self.recover()).to_string());
+        };
+        let epoch = match self.meta_read("epoch", format)? {
+            MetaValue::Absent => 0,
+            MetaValue::Good(v) => v,
+            MetaValue::Damaged { why, raw } => {
+                say("epoch", &why);
+                raw.unwrap_or(0)
+            }
+        };
+        let next_job_id = match self.meta_read("nextJobId", format)? {
+            MetaValue::Absent => 1,
+            MetaValue::Good(v) => v.max(1),
+            MetaValue::Damaged { why, .. } => {
+                say("nextJobId", &why);
+                1
+            }
+        };
+        if let MetaValue::Damaged { why, .. } = self.cluster_value()? {
+            say(CLUSTER_KEY, &why);
+        }
         Ok(Summary {
-            format: u32::try_from(self.meta_value("format")?).unwrap_or(u32::MAX),
-            epoch: self.meta_value("epoch")?,
-            next_job_id: self.meta_value("nextJobId")?.max(1),
+            format: u32::try_from(format).unwrap_or(u32::MAX),
+            epoch,
+            next_job_id,
             live: live.len() as u64,
             finished: finished.len() as u64,
+            floor,
+            damaged,
         })
+    }
+
+    /// One more than the highest id of the ended jobs (1: none), from their keys alone.
+    fn finished_floor(&self) -> Result<u64, StoreError> {
+        let from = self.key("finished/");
+        let to = Self::end_of(&from);
+        let me = self.clone();
+        let (keys, _) = self
+            .call(async move { me.pages(from.into_bytes(), to.into_bytes(), true).await })
+            .map_err(self.io("reading its ended jobs' keys"))?;
+        Ok(keys
+            .iter()
+            .filter_map(|(k, _)| std::str::from_utf8(k).ok()?.rsplit('/').next()?.parse::<u64>().ok())
+            .map(|id| id.saturating_add(1))
+            .fold(1, u64::max))
     }
 
     /// Every record, live then ended (for `state export`).
@@ -830,8 +1005,12 @@ impl Etcd {
     /// Sets the numbers `state import` brings (only while no planner leads).
     pub fn set_meta(&self, epoch: u64, next_job_id: u64) -> Result<(), StoreError> {
         let ops = vec![
-            TxnOp::put(self.key("meta/epoch"), epoch.to_string(), None),
-            TxnOp::put(self.key("meta/nextJobId"), next_job_id.to_string(), None),
+            TxnOp::put(self.key("meta/epoch"), meta::seal("epoch", &epoch.to_string()), None),
+            TxnOp::put(
+                self.key("meta/nextJobId"),
+                meta::seal("nextJobId", &next_job_id.to_string()),
+                None,
+            ),
             TxnOp::put(self.key("meta/format"), STORE_FORMAT.to_string(), None),
         ];
         self.write("writing its meta keys", vec![(ops, 0)], None)
@@ -844,9 +1023,12 @@ impl Etcd {
     }
 
     /// The warm copy as a start's state: the live records decoded, the epoch raised
-    /// (and written behind the fence), the format written when it is new.
+    /// (and written behind the fence with the next job id, never below the records' ids,
+    /// and the format: an older prefix's meta values get their checksums here), the
+    /// cluster checked (and recorded where none is). A damaged meta value, or another
+    /// cluster's record, is an error (the campaign resigns).
     pub(super) fn take_over(&self) -> Result<Loaded, StoreError> {
-        let (records, epoch, next_job_id, format) = {
+        let (records, epoch, next_raw, cluster_raw, format) = {
             let warm = self
                 .inner
                 .warm
@@ -862,10 +1044,25 @@ impl Etcd {
             let records: Vec<(u64, Vec<u8>)> = warm.live.iter().map(|(k, v)| (*k, v.clone())).collect();
             (
                 records,
-                warm.epoch.saturating_add(1),
-                warm.next_job_id.max(1),
+                warm.epoch.clone(),
+                warm.next_job_id.clone(),
+                warm.cluster.clone(),
                 warm.format,
             )
+        };
+        let (at, recover) = (&self.inner.at, self.recover());
+        let number = |key: &str, raw: Option<Vec<u8>>| {
+            raw.map_or(MetaValue::Absent, |v| meta::check_number_text(key, &v, format >= 3))
+                .strict(key, at, &recover)
+        };
+        let epoch = number("epoch", epoch)?.unwrap_or(0).saturating_add(1);
+        let stored_next = number("nextJobId", next_raw)?.unwrap_or(1).max(1);
+        let unrecorded = match &self.inner.cluster {
+            Some(ours) => {
+                let stored = cluster_raw.map_or(MetaValue::Absent, |v| meta::check_text(CLUSTER_KEY, &v, true));
+                meta::check_cluster(at, stored, ours, PREFIX_OWN, &recover)?.is_none()
+            }
+            None => false,
         };
         let live = records
             .iter()
@@ -874,10 +1071,34 @@ impl Etcd {
         if format == 1 {
             self.migrate(&live)?;
         }
-        let ops = vec![
-            TxnOp::put(self.key("meta/epoch"), epoch.to_string(), None),
+        let floor = live
+            .iter()
+            .map(|r| r.id.saturating_add(1))
+            .fold(self.finished_floor()?, u64::max);
+        let next_job_id = stored_next.max(floor);
+        if next_job_id > stored_next {
+            tracing::warn!(
+                at = %at.display(),
+                "nextJobId {stored_next} is not above the highest job id under the prefix ({}): new jobs get ids from {next_job_id} on, never an old job's",
+                floor - 1
+            );
+        }
+        let mut ops = vec![
+            TxnOp::put(self.key("meta/epoch"), meta::seal("epoch", &epoch.to_string()), None),
+            TxnOp::put(
+                self.key("meta/nextJobId"),
+                meta::seal("nextJobId", &next_job_id.to_string()),
+                None,
+            ),
             TxnOp::put(self.key("meta/format"), STORE_FORMAT.to_string(), None),
         ];
+        if let Some(ours) = self.inner.cluster.as_ref().filter(|_| unrecorded) {
+            ops.push(TxnOp::put(
+                self.key(&format!("meta/{CLUSTER_KEY}")),
+                meta::seal(CLUSTER_KEY, &ours.fingerprint),
+                None,
+            ));
+        }
         self.write("writing its epoch", vec![(ops, 0)], None)?;
         // Read from etcd, not from the warm copy (which keeps jobs and numbers only): our
         // fence is up, so the old leader's last usage is the one there.

@@ -4,7 +4,7 @@
 //! other line is one job:
 //!
 //! ```text
-//! {"hyperplan":"state","format":2,"epoch":7,"nextJobId":353,"usage":{"at":1795737600,"rows":[{"queue":"default","user":"alice","usage":120.0}]}}
+//! {"hyperplan":"state","format":3,"epoch":7,"nextJobId":353,"caSha256":"AB:CD:…","usage":{"at":1795737600,"rows":[{"queue":"default","user":"alice","usage":120.0}]}}
 //! {"live":true,"job":{"id":352,"owner":"alice","spec":{…},"state":{…},"tasks":[…],…}}
 //! ```
 //!
@@ -14,6 +14,16 @@
 //! `usage` is optional: an export without it (older, or of a store without usage)
 //! imports with no usage. A stored usage record that cannot be read is left out of the
 //! export with a warning (a start would begin without it too).
+//!
+//! `caSha256` is the fingerprint of the CA of the cluster the jobs belong to (the store's
+//! record, or the exporting planner's `ca.pem` where the store has none): an import into
+//! a store of another cluster is refused, naming both, unless it is forced (`state
+//! import --force`); the store then belongs to the importing cluster. An export without
+//! it (older) is imported without the check.
+//!
+//! A meta value whose checksum does not match does not stop an export (it is how such a
+//! store is saved): it is said in the log, the next job id is taken from the jobs' ids,
+//! and a damaged epoch is the larger of what it says and the marker's.
 //!
 //! An import goes into an empty store only (move the old file aside first), checks every
 //! line before it writes anything, and names the line of what it refuses: ids must be
@@ -30,7 +40,7 @@ use hyperplan_core::model::record::JobRecord;
 use hyperplan_core::model::usage::UsageRecord;
 use serde::{Deserialize, Serialize};
 
-use super::{Batch, STORE_FORMAT, Store, StoreError};
+use super::{Batch, Cluster, STORE_FORMAT, Store, StoreError};
 
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -39,6 +49,10 @@ struct Header {
     format: u32,
     epoch: u64,
     next_job_id: u64,
+    /// The fingerprint of the CA of the cluster the jobs belong to (absent: an export
+    /// from before cluster records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ca_sha256: Option<String>,
     /// Fair share's usage, decoded (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     usage: Option<UsageRecord>,
@@ -54,9 +68,19 @@ struct Line {
     job: JobRecord,
 }
 
-/// Writes every job of `store` to `out`; returns (live, ended) counts.
-pub fn export(store: &Store, out: &mut dyn Write) -> Result<(u64, u64), StoreError> {
+/// Writes every job of `store` to `out`; returns (live, ended) counts. `ours`: the
+/// exporting planner's cluster, named in the export where the store records none.
+pub fn export(store: &Store, out: &mut dyn Write, ours: Option<&Cluster>) -> Result<(u64, u64), StoreError> {
     let s = store.summary()?;
+    for d in &s.damaged {
+        tracing::warn!("{d}; exporting all the same, the next job id taken from the jobs' ids");
+    }
+    let ca_sha256 = match store.cluster() {
+        Ok(c) => c.or_else(|| ours.map(|c| c.fingerprint.clone())),
+        // Said above, with the other damage.
+        Err(StoreError::MetaDamaged { .. }) => None,
+        Err(e) => return Err(e),
+    };
     let (live, finished) = store.all()?;
     let usage = match store.usage()? {
         None => None,
@@ -89,7 +113,8 @@ pub fn export(store: &Store, out: &mut dyn Write) -> Result<(u64, u64), StoreErr
         hyperplan: "state".into(),
         format: STORE_FORMAT,
         epoch: s.epoch,
-        next_job_id: s.next_job_id,
+        next_job_id: s.next_id(),
+        ca_sha256,
         usage,
         drains,
     };
@@ -110,9 +135,25 @@ pub fn export(store: &Store, out: &mut dyn Write) -> Result<(u64, u64), StoreErr
 /// The largest line an import reads (a job of 100,000 tasks is some tens of MB).
 const MAX_LINE: u64 = 256 << 20;
 
+/// Whose jobs an import takes (see [`import`]).
+#[derive(Clone, Debug)]
+pub struct Importing {
+    /// The importing planner's cluster (its `ca.pem`), or why it cannot be read.
+    pub ours: Result<Cluster, String>,
+    /// `--force`: take an export of another cluster.
+    pub force: bool,
+}
+
 /// Reads `input` (named `name` in errors) into the empty `store`, checking its live jobs
-/// as a start with `planner`'s limits would load them; returns the number of jobs.
-pub fn import(store: &Store, input: &mut dyn BufRead, name: &str, planner: &PlannerConfig) -> Result<u64, StoreError> {
+/// as a start with `planner`'s limits would load them, and that the export is of the
+/// store's cluster (see the module's documentation); returns the number of jobs.
+pub fn import(
+    store: &Store,
+    input: &mut dyn BufRead,
+    name: &str,
+    planner: &PlannerConfig,
+    importing: &Importing,
+) -> Result<u64, StoreError> {
     if !store.is_empty()? {
         return Err(StoreError::Import(format!(
             "{}: the store already holds jobs; import into an empty one ({})",
@@ -168,6 +209,8 @@ pub fn import(store: &Store, input: &mut dyn BufRead, name: &str, planner: &Plan
             header.format
         )));
     }
+    let recorded = store.cluster()?;
+    let record = check_cluster(store, name, header.ca_sha256.as_deref(), recorded.as_deref(), importing)?;
     if header.next_job_id > MAX_JOB_ID + 1 {
         return Err(StoreError::Import(format!(
             "{name}:1: nextJobId {} is above {}, one more than the largest job id",
@@ -255,7 +298,54 @@ pub fn import(store: &Store, input: &mut dyn BufRead, name: &str, planner: &Plan
     let jobs = batch.jobs.len() as u64;
     store.commit(&batch)?;
     store.set_meta(header.epoch, next)?;
+    if let Some(fingerprint) = record {
+        store.set_cluster(&fingerprint)?;
+        if let Err(why) = &importing.ours {
+            tracing::warn!(
+                "{name}: this planner's CA cannot be read ({why}): the store takes the export's cluster (CA SHA-256 {fingerprint}); a planner of another CA refuses it"
+            );
+        }
+    }
     Ok(jobs)
+}
+
+/// An export of another cluster than the store's (its record, or else the importing
+/// planner's CA) is refused unless forced, naming both. Returns the cluster to record in
+/// a store that has none: the importing planner's, or where its CA cannot be read the
+/// export's (a planner of another CA then refuses the store at its start, naming both).
+fn check_cluster(
+    store: &Store,
+    name: &str,
+    theirs: Option<&str>,
+    recorded: Option<&str>,
+    importing: &Importing,
+) -> Result<Option<String>, StoreError> {
+    let (ours, whose) = match (recorded, &importing.ours) {
+        (Some(fp), _) => (
+            fp.to_string(),
+            format!("the cluster recorded in {}", store.at().display()),
+        ),
+        (None, Ok(c)) => (
+            c.fingerprint.clone(),
+            format!("this planner's CA ({})", c.ca_file.display()),
+        ),
+        (None, Err(_)) => return Ok(theirs.map(str::to_string)),
+    };
+    let record = recorded.is_none().then(|| ours.clone());
+    match theirs {
+        // An export from before cluster records: nothing to compare.
+        None => Ok(record),
+        Some(theirs) if theirs == ours => Ok(record),
+        Some(theirs) if importing.force => {
+            tracing::warn!(
+                "{name}: --force: importing the export of another cluster (CA SHA-256 {theirs}) into the store of {whose} ({ours})"
+            );
+            Ok(record)
+        }
+        Some(theirs) => Err(StoreError::Import(format!(
+            "{name}:1: the export is of another cluster: its caSha256 is {theirs}, and {whose} has the SHA-256 fingerprint {ours}; nothing imported (another cluster's jobs would run on this cluster's nodes). Import this cluster's export (or check --cert-dir), or pass --force to import it anyway: the jobs then belong to this cluster"
+        ))),
+    }
 }
 
 /// One JSON line.
@@ -281,6 +371,21 @@ mod tests {
         JobRecord::submitted(id, "alice", spec)
     }
 
+    /// An importing planner whose CA cannot be read: exports without a cluster only.
+    fn any() -> Importing {
+        Importing {
+            ours: Err("no ca.pem in this test".into()),
+            force: false,
+        }
+    }
+
+    fn cluster(name: &str) -> Cluster {
+        Cluster {
+            fingerprint: crate::store::meta::fingerprint(name.as_bytes()).unwrap(),
+            ca_file: std::path::PathBuf::from(format!("/etc/{name}/ca.pem")),
+        }
+    }
+
     fn file(jobs: &[JobRecord]) -> String {
         let mut text = String::from("{\"hyperplan\":\"state\",\"format\":2,\"epoch\":3,\"nextJobId\":1}\n");
         for j in jobs {
@@ -299,7 +404,13 @@ mod tests {
     fn import_into(dir: &std::path::Path, jobs: &[JobRecord]) -> (Store, Result<u64, StoreError>) {
         let store = Store::Embedded(Embedded::open(&dir.join("state.redb")).unwrap());
         let text = file(jobs);
-        let r = import(&store, &mut text.as_bytes(), "in.jsonl", &PlannerConfig::default());
+        let r = import(
+            &store,
+            &mut text.as_bytes(),
+            "in.jsonl",
+            &PlannerConfig::default(),
+            &any(),
+        );
         (store, r)
     }
 
@@ -343,14 +454,14 @@ mod tests {
         })
         .unwrap();
         let mut out = Vec::new();
-        assert_eq!(export(&from, &mut out).unwrap(), (1, 0));
+        assert_eq!(export(&from, &mut out, None).unwrap(), (1, 0));
         let text = String::from_utf8(out).unwrap();
         let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
         assert_eq!(header["usage"]["rows"][0]["user"], "alice", "{header}");
         assert_eq!(header["usage"]["rows"][0]["usage"], 120.5, "{header}");
 
         let to = Store::Embedded(Embedded::open(&dir.path().join("to.redb")).unwrap());
-        let n = import(&to, &mut text.as_bytes(), "in.jsonl", &PlannerConfig::default()).unwrap();
+        let n = import(&to, &mut text.as_bytes(), "in.jsonl", &PlannerConfig::default(), &any()).unwrap();
         assert_eq!(n, 1);
         let bytes = to.usage().unwrap().expect("usage imported");
         assert_eq!(UsageRecord::decode(&bytes).unwrap(), usage_record());
@@ -358,7 +469,7 @@ mod tests {
         assert_eq!(DrainsRecord::decode(&bytes).unwrap(), drains_record());
         // And out again, the same.
         let mut again = Vec::new();
-        export(&to, &mut again).unwrap();
+        export(&to, &mut again, None).unwrap();
         assert_eq!(String::from_utf8(again).unwrap().lines().next(), text.lines().next());
     }
 
@@ -370,16 +481,22 @@ mod tests {
         assert_eq!(r.unwrap(), 1);
         assert_eq!(store.usage().unwrap(), None);
         let mut out = Vec::new();
-        export(&store, &mut out).unwrap();
+        export(&store, &mut out, None).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(!text.lines().next().unwrap().contains("usage"), "{text}");
 
         let dir = tempfile::tempdir().unwrap();
         let store = Store::Embedded(Embedded::open(&dir.path().join("state.redb")).unwrap());
         let text = "{\"hyperplan\":\"state\",\"format\":2,\"epoch\":3,\"nextJobId\":1,\"usage\":{\"at\":5,\"rows\":[{\"queue\":\"default\",\"user\":\"eve\",\"usage\":-1.0}]}}\n";
-        let e = import(&store, &mut text.as_bytes(), "in.jsonl", &PlannerConfig::default())
-            .unwrap_err()
-            .to_string();
+        let e = import(
+            &store,
+            &mut text.as_bytes(),
+            "in.jsonl",
+            &PlannerConfig::default(),
+            &any(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("in.jsonl:1: usage of user \"eve\" in queue \"default\" is -1"),
             "{e}"
@@ -440,5 +557,137 @@ mod tests {
             "{e}"
         );
         assert!(store.is_empty().unwrap());
+    }
+
+    #[test]
+    fn an_export_names_its_cluster_and_another_clusters_store_refuses_it_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (cluster("cluster-a"), cluster("cluster-b"));
+        let from = Store::Embedded(
+            Embedded::open_as(
+                &dir.path().join("a.redb"),
+                crate::store::embedded::Create::Start,
+                Some(&a),
+            )
+            .unwrap(),
+        );
+        from.commit(&Batch {
+            jobs: vec![record(1, "a", 1).persist().unwrap()],
+            next_job_id: Some(2),
+            usage: None,
+            drains: None,
+        })
+        .unwrap();
+        let mut out = Vec::new();
+        export(&from, &mut out, Some(&b)).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(
+            header["caSha256"],
+            a.fingerprint.as_str(),
+            "the store's, not the exporter's"
+        );
+
+        // Into a store of cluster B (B's planner imports): refused, both named.
+        let to = Store::Embedded(Embedded::open(&dir.path().join("b.redb")).unwrap());
+        let by_b = Importing {
+            ours: Ok(b.clone()),
+            force: false,
+        };
+        let e = import(&to, &mut text.as_bytes(), "a.jsonl", &PlannerConfig::default(), &by_b)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("a.jsonl:1: the export is of another cluster"), "{e}");
+        assert!(e.contains(&a.fingerprint) && e.contains(&b.fingerprint), "{e}");
+        assert!(e.contains("/etc/cluster-b/ca.pem") && e.contains("--force"), "{e}");
+        assert!(to.is_empty().unwrap(), "nothing imported");
+        // A store that records B refuses it even where the importer's CA is unknown.
+        to.set_cluster(&b.fingerprint).unwrap();
+        let e = import(&to, &mut text.as_bytes(), "a.jsonl", &PlannerConfig::default(), &any())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("the cluster recorded in {}", to.at().display())),
+            "{e}"
+        );
+        // Where the importer's CA is unknown, the new store takes the export's cluster
+        // (B's planner then refuses it at its start).
+        let unknown = Store::Embedded(Embedded::open(&dir.path().join("c.redb")).unwrap());
+        import(
+            &unknown,
+            &mut text.as_bytes(),
+            "a.jsonl",
+            &PlannerConfig::default(),
+            &any(),
+        )
+        .unwrap();
+        assert_eq!(unknown.cluster().unwrap().as_deref(), Some(a.fingerprint.as_str()));
+
+        // Forced: imported, and the store stays B's.
+        let forced = Importing { force: true, ..by_b };
+        assert_eq!(
+            import(&to, &mut text.as_bytes(), "a.jsonl", &PlannerConfig::default(), &forced).unwrap(),
+            1
+        );
+        assert_eq!(to.cluster().unwrap().as_deref(), Some(b.fingerprint.as_str()));
+        // The same cluster's export needs no force, and the new store is that cluster's.
+        let same = Store::Embedded(Embedded::open(&dir.path().join("a2.redb")).unwrap());
+        let by_a = Importing {
+            ours: Ok(a.clone()),
+            force: false,
+        };
+        assert_eq!(
+            import(&same, &mut text.as_bytes(), "a.jsonl", &PlannerConfig::default(), &by_a).unwrap(),
+            1
+        );
+        assert_eq!(same.cluster().unwrap().as_deref(), Some(a.fingerprint.as_str()));
+    }
+
+    #[test]
+    fn a_store_with_a_damaged_next_job_id_exports_with_the_next_id_above_its_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        {
+            let s = Embedded::open(&path).unwrap();
+            s.load().unwrap();
+            s.commit(&Batch {
+                jobs: vec![
+                    record(40, "a", 1).persist().unwrap(),
+                    record(41, "b", 1).persist().unwrap(),
+                ],
+                next_job_id: Some(42),
+                usage: None,
+                drains: None,
+            })
+            .unwrap();
+        }
+        crate::store::embedded::tests::flip_meta(&path, "nextJobId", 42 ^ 32);
+        let store = Store::open_read_only(&crate::store::StoreConfig {
+            path: path.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+        let s = store.summary().unwrap();
+        assert_eq!(s.damaged.len(), 1, "{s:?}");
+        assert!(s.damaged[0].contains("meta key nextJobId is damaged"), "{s:?}");
+        let mut out = Vec::new();
+        export(&store, &mut out, None).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(header["nextJobId"], 42, "{header}");
+        drop(store);
+        // Moved aside and imported: a store a planner starts on, ids going on from 42.
+        std::fs::rename(&path, dir.path().join("state.redb.old")).unwrap();
+        let fresh = Store::Embedded(Embedded::open_with(&path, crate::store::embedded::Create::Import).unwrap());
+        import(
+            &fresh,
+            &mut text.as_bytes(),
+            "in.jsonl",
+            &PlannerConfig::default(),
+            &any(),
+        )
+        .unwrap();
+        let Store::Embedded(e) = fresh else { unreachable!() };
+        assert_eq!(e.load().unwrap().next_job_id, 42);
     }
 }

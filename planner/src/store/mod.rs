@@ -15,6 +15,7 @@ mod election;
 pub mod embedded;
 pub mod etcd;
 pub mod export;
+pub mod meta;
 pub mod writer;
 
 use std::path::PathBuf;
@@ -24,6 +25,7 @@ use hyperplan_core::model::record::{JobRecord, Persist};
 pub use config::StoreConfig;
 pub use embedded::Embedded;
 pub use etcd::{Etcd, HaView};
+pub use meta::Cluster;
 
 /// The planner's store: a redb file, or etcd shared with standby planners.
 #[derive(Clone, Debug)]
@@ -38,14 +40,21 @@ impl Store {
     /// The embedded file is created only at the very first start, or with `config.init`
     /// (`--init`; see [`embedded::Create`]).
     pub fn open(config: &StoreConfig) -> Result<Self, StoreError> {
+        Self::open_as(config, None)
+    }
+
+    /// [`Store::open`] for a planner of `cluster`: a store another cluster's planner
+    /// wrote first is refused before anything in it changes, and one without a cluster
+    /// gets `cluster`'s (see [`meta`]).
+    pub fn open_as(config: &StoreConfig, cluster: Option<&Cluster>) -> Result<Self, StoreError> {
         let create = if config.init {
             embedded::Create::Init
         } else {
             embedded::Create::Start
         };
         match &config.backend {
-            config::Backend::Embedded => Embedded::open_with(&config.path, create).map(Self::Embedded),
-            config::Backend::Etcd(e) => Etcd::connect(e).map(Self::Etcd),
+            config::Backend::Embedded => Embedded::open_as(&config.path, create, cluster).map(Self::Embedded),
+            config::Backend::Etcd(e) => Etcd::connect_as(e, cluster).map(Self::Etcd),
         }
     }
 
@@ -136,6 +145,24 @@ impl Store {
         }
     }
 
+    /// The fingerprint of the CA of the cluster the store belongs to (`None`: none
+    /// recorded yet); a damaged record is an error naming it.
+    pub fn cluster(&self) -> Result<Option<String>, StoreError> {
+        match self {
+            Self::Embedded(s) => s.cluster(),
+            Self::Etcd(s) => s.cluster(),
+        }
+    }
+
+    /// Records `fingerprint` as the store's cluster, replacing what was there (`state
+    /// import`; a start only ever records where there is none).
+    pub fn set_cluster(&self, fingerprint: &str) -> Result<(), StoreError> {
+        match self {
+            Self::Embedded(s) => s.set_cluster(fingerprint),
+            Self::Etcd(s) => s.set_cluster(fingerprint),
+        }
+    }
+
     pub fn set_meta(&self, epoch: u64, next_job_id: u64) -> Result<(), StoreError> {
         match self {
             Self::Embedded(s) => s.set_meta(epoch, next_job_id),
@@ -201,33 +228,74 @@ impl Batch {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Summary {
     pub format: u32,
+    /// The epoch; where it is damaged, the best guess that does not go back (the
+    /// marker's, or what the damaged value says, whichever is larger).
     pub epoch: u64,
+    /// The next job id as stored (1 where none is, or where it is damaged).
     pub next_job_id: u64,
     pub live: u64,
     pub finished: u64,
+    /// One more than the highest job id of any record, live or ended: no id below it is
+    /// ever given again, whatever `nextJobId` says.
+    pub floor: u64,
+    /// The meta values a start refuses (a checksum that does not match), each as the
+    /// start's error says it.
+    pub damaged: Vec<String>,
 }
+
+impl Summary {
+    /// The id the next job gets: the stored one, never below [`Summary::floor`].
+    pub fn next_id(&self) -> u64 {
+        self.next_job_id.max(self.floor)
+    }
+}
+
+/// What `--init` does, said wherever it is offered: it loses every job.
+pub const INIT_FORGETS: &str = "--init starts an empty store: every job, its history and the job ids are forgotten";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error(
-        "{path}: cannot open the planner's store: {why} (a damaged file: restore a backup with `hyperplan-planner state import`, or start with --init to move it aside and begin an empty store)"
+        "{path}: cannot open the planner's store: {why} (a damaged file: restore a backup with `hyperplan-planner state import`; or, as a last resort, {INIT_FORGETS} (the damaged file is kept aside as {path}.damaged-<unix time>))"
     )]
     Open { path: PathBuf, why: String },
     /// A 0-byte store file: not a store a planner ever committed to.
     #[error(
-        "{path}: the store is empty (0 bytes): truncated, or replaced by an empty file; a start does not begin again from nothing on its own: restore a backup with `hyperplan-planner state import`, or start with --init to begin an empty store"
+        "{path}: the store is empty (0 bytes): truncated, or replaced by an empty file; a start does not begin again from nothing on its own: restore a backup with `hyperplan-planner state import`; or, if no backup is left, {INIT_FORGETS} (the empty file holds nothing to keep; epochs go on above the last one)"
     )]
     Empty { path: PathBuf },
     /// No store file, but its marker says a planner kept its state there.
     #[error(
-        "{path}: the store is missing, but {marker} says a planner kept its state there (it was deleted or moved): put it back, restore a backup with `hyperplan-planner state import`, or start with --init to begin an empty store"
+        "{path}: the store is missing, but {marker} says a planner kept its state there (it was deleted or moved): put it back, or restore a backup with `hyperplan-planner state import`; or, if it is gone for good, {INIT_FORGETS} (epochs go on above the marker's)"
     )]
     Missing { path: PathBuf, marker: PathBuf },
     /// The file a running planner commits to is no longer the one at its path.
     #[error(
-        "{path}: the store file was {how} under the running planner: what it commits would be lost; stopping, nothing more is acknowledged (put the file back, or start with --init)"
+        "{path}: the store file was {how} under the running planner: what it commits would be lost; stopping, nothing more is acknowledged (put the file back and start again; if it is gone for good, {INIT_FORGETS})"
     )]
     Replaced { path: PathBuf, how: String },
+    /// A meta value (`epoch`, `nextJobId`, `caSha256`) whose checksum does not match.
+    #[error("{path}: meta key {key} is damaged: {why}; a planner does not start on a guessed {key}: {recover}")]
+    MetaDamaged {
+        path: PathBuf,
+        key: String,
+        why: String,
+        /// How to get the store back (export and import, which keep every job).
+        recover: String,
+    },
+    /// The store belongs to another cluster (its CA's fingerprint is recorded there).
+    #[error(
+        "{path}: the store belongs to another cluster: the planner that first wrote it has a cluster CA with SHA-256 fingerprint {stored}, this planner's CA ({}) has {ours}; not starting, nothing there was changed (two clusters on one store would take each other's jobs and run their tasks). Give this cluster {own} of its own, or start this planner with the CA of the cluster that owns the store; if this cluster's CA was replaced on purpose, move the jobs with `hyperplan-planner state export` and `state import --force` into a new store",
+        .ca_file.display()
+    )]
+    OtherCluster {
+        path: PathBuf,
+        stored: String,
+        ours: String,
+        ca_file: PathBuf,
+        /// "a [store] prefix", or "a store file ([store] path, --store)".
+        own: &'static str,
+    },
     #[error("{path}: the store is in use by another process (is a planner running with it?): {why}")]
     InUse { path: PathBuf, why: String },
     #[error(
@@ -244,9 +312,12 @@ pub enum StoreError {
 
 /// The store format this build writes: the layout of the tables and
 /// [`hyperplan_core::model::record::RECORD_FORMAT`] of the records. 1: records without a
-/// checksum; 2: every record with its CRC-32C (a format-1 file is rewritten as format 2
-/// when a planner, or an import, opens it for writing; read-only it is read as it is).
-pub const STORE_FORMAT: u32 = 2;
+/// checksum; 2: every record with its CRC-32C; 3: every meta value with its CRC-32C too
+/// ([`meta`]). An older store is rewritten as format 3 when a planner, or an import,
+/// opens it for writing (etcd: when a planner takes the lead); read-only it is read as
+/// it is. A build of format 2 refuses a store of format 3 (it would write meta values
+/// without their checksums).
+pub const STORE_FORMAT: u32 = 3;
 
 /// Checks `live` records as a start would load them (`Planner::restore` on a scratch
 /// planner with `planner`'s limits): what it would skip, one entry per record.
