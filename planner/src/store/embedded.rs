@@ -559,7 +559,7 @@ impl Embedded {
     /// a damaged `epoch` or `nextJobId` is an error naming it.
     pub fn load(&self) -> Result<Loaded, StoreError> {
         let e = self.err("reading its live jobs");
-        let (live, usage, drains, floor) = {
+        let (live, usage, drains, floor, newest_end_secs) = {
             let txn = self.reader.begin_read().map_err(|x| e(x.into()))?;
             let table = txn.open_table(LIVE).map_err(|x| e(x.into()))?;
             let mut live = Vec::with_capacity(table.len().unwrap_or(0) as usize);
@@ -569,11 +569,14 @@ impl Embedded {
                 floor = floor.max(k.value().saturating_add(1));
                 live.push(self.decode(&format!("live job {}", k.value()), v.value())?);
             }
-            // The ended jobs' keys only (their records are not decoded).
+            // The ended jobs' keys only (their records are not decoded), in end order.
             let ended = txn.open_table(FINISHED).map_err(|x| e(x.into()))?;
+            let mut newest_end_secs = None;
             for row in ended.iter().map_err(|x| e(x.into()))? {
                 let (k, _) = row.map_err(|x| e(x.into()))?;
-                floor = floor.max(k.value().1.saturating_add(1));
+                let (end, id) = k.value();
+                floor = floor.max(id.saturating_add(1));
+                newest_end_secs = newest_end_secs.max(Some(end));
             }
             let usage = self.blob_in(&txn, USAGE, USAGE_KEY, "reading its fair-share usage")?;
             (
@@ -581,6 +584,7 @@ impl Embedded {
                 usage,
                 self.blob_in(&txn, NODES, DRAINS_KEY, "reading its nodes' drains")?,
                 floor,
+                newest_end_secs,
             )
         };
         let epoch = self.meta("epoch")?.unwrap_or(0).saturating_add(1);
@@ -606,6 +610,7 @@ impl Embedded {
             live,
             usage,
             drains,
+            newest_end_secs,
         })
     }
 

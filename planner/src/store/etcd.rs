@@ -982,19 +982,27 @@ impl Etcd {
         })
     }
 
-    /// One more than the highest id of the ended jobs (1: none), from their keys alone.
-    fn finished_floor(&self) -> Result<u64, StoreError> {
+    /// One more than the highest id of the ended jobs (1: none), and when the newest of
+    /// them ended (`finished/<end secs>/<id>`), from their keys alone.
+    fn finished_floor(&self) -> Result<(u64, Option<u64>), StoreError> {
         let from = self.key("finished/");
         let to = Self::end_of(&from);
         let me = self.clone();
         let (keys, _) = self
             .call(async move { me.pages(from.into_bytes(), to.into_bytes(), true).await })
             .map_err(self.io("reading its ended jobs' keys"))?;
-        Ok(keys
-            .iter()
-            .filter_map(|(k, _)| std::str::from_utf8(k).ok()?.rsplit('/').next()?.parse::<u64>().ok())
-            .map(|id| id.saturating_add(1))
-            .fold(1, u64::max))
+        let (mut floor, mut newest) = (1, None);
+        for (k, _) in &keys {
+            let Some(key) = std::str::from_utf8(k).ok() else {
+                continue;
+            };
+            let mut parts = key.rsplit('/');
+            if let Some(id) = parts.next().and_then(|id| id.parse::<u64>().ok()) {
+                floor = floor.max(id.saturating_add(1));
+            }
+            newest = newest.max(parts.next().and_then(|end| end.parse::<u64>().ok()));
+        }
+        Ok((floor, newest))
     }
 
     /// Every record, live then ended (for `state export`).
@@ -1071,10 +1079,8 @@ impl Etcd {
         if format == 1 {
             self.migrate(&live)?;
         }
-        let floor = live
-            .iter()
-            .map(|r| r.id.saturating_add(1))
-            .fold(self.finished_floor()?, u64::max);
+        let (ended_floor, newest_end_secs) = self.finished_floor()?;
+        let floor = live.iter().map(|r| r.id.saturating_add(1)).fold(ended_floor, u64::max);
         let next_job_id = stored_next.max(floor);
         if next_job_id > stored_next {
             tracing::warn!(
@@ -1110,6 +1116,7 @@ impl Etcd {
             live,
             usage,
             drains,
+            newest_end_secs,
         })
     }
 }

@@ -191,6 +191,10 @@ pub struct Loaded {
     /// The nodes' drains as last committed (a `DrainsRecord`, encoded; `None`: none
     /// yet), for `Planner::restore_drains`.
     pub drains: Option<Vec<u8>>,
+    /// When the newest ended job in the store ended (Unix seconds; `None`: none): the
+    /// store's own idea of the time, which the purge of ended jobs does not run ahead of
+    /// (a planner started with its clock days ahead deletes nothing for it).
+    pub newest_end_secs: Option<u64>,
 }
 
 /// One commit's worth of changes.

@@ -114,6 +114,10 @@ struct Driver {
     keep_finished_ms: u64,
     /// When (driver's clock, Unix ms) the next purge is due.
     next_purge_ms: u64,
+    /// The store's own time at the start (the newest ended job's end, or live job's
+    /// submit, Unix ms) and the driver's clock then: purges count from it, so that a
+    /// clock set ahead deletes no history (see `purge_now_ms`).
+    store_time: Option<(u64, u64)>,
 }
 
 /// How often ended jobs older than `keepFinished` are deleted.
@@ -249,10 +253,41 @@ impl Driver {
             launched: HashMap::new(),
             keep_finished_ms: u64::try_from(config.store.keep_finished.as_millis()).unwrap_or(u64::MAX),
             next_purge_ms: 0,
+            store_time: None,
         };
+        d.store_time = d.store_time_at_start(&start.loaded);
         d.restore(start.loaded);
         d.tick();
         d
+    }
+
+    /// The newest time the store holds, with the clock now, said in the log when the
+    /// clock reads more than `keepFinished` past it.
+    fn store_time_at_start(&self, loaded: &Loaded) -> Option<(u64, u64)> {
+        let submits = loaded.live.iter().map(|j| j.spec.submit_time);
+        let newest_secs = loaded.newest_end_secs.into_iter().chain(submits).max()?;
+        let (newest, now) = (newest_secs.saturating_mul(1000), self.clock.now_ms());
+        let ahead = now.saturating_sub(newest);
+        if ahead > self.keep_finished_ms {
+            tracing::warn!(
+                at = %self.store.at().display(),
+                days_ahead = format_args!("{:.1}", ahead as f64 / 86_400_000.0),
+                "the clock reads more than keepFinished past the newest job in the store: ended jobs are \
+                 deleted keepFinished after their end by the store's time (its newest job plus the time this \
+                 planner has run), not by the clock, so a clock set ahead deletes no history; if the cluster \
+                 was only idle, their deletion waits for the next restart"
+            );
+        }
+        Some((newest, now))
+    }
+
+    /// The time purges count from: the clock, but never further past the store's newest
+    /// job than the time this planner has run since its start.
+    fn purge_now_ms(&self, now: u64) -> u64 {
+        match self.store_time {
+            Some((newest, at_start)) => now.min(newest.saturating_add(now.saturating_sub(at_start))),
+            None => now,
+        }
     }
 
     /// Fair share's usage and the jobs that had not ended, back in the core (before the
@@ -310,7 +345,7 @@ impl Driver {
         let now = self.clock.now_ms();
         if now >= self.next_purge_ms {
             self.next_purge_ms = now.saturating_add(PURGE_EVERY_MS);
-            self.work.purge_before = Some(now.saturating_sub(self.keep_finished_ms) / 1000);
+            self.work.purge_before = Some(self.purge_now_ms(now).saturating_sub(self.keep_finished_ms) / 1000);
         }
         self.writer.send(std::mem::take(&mut self.work));
     }

@@ -779,6 +779,33 @@ async fn ended_jobs_are_deleted_keep_finished_after_they_ended_by_the_drivers_cl
     );
 }
 
+#[tokio::test]
+async fn a_planner_started_with_its_clock_days_ahead_deletes_no_history() {
+    let mut rig = Rig::new("keepFinished = 86400");
+    let a = train_placed(&mut rig, 1).await;
+    rig.handle(started(&a, "train", 1, "w-0"));
+    rig.handle(finished(&a, "train", 1, "w-0"));
+    rig.step();
+    rig.stop();
+    // Started again with a clock 8 days ahead: the job ended "8 days ago" by it.
+    rig.clock.advance(Duration::from_secs(8 * 86_400));
+    rig.start();
+    rig.step();
+    rig.stop();
+    rig.start();
+    assert_eq!(all_ids(&mut rig).await, vec![1], "kept: the store's time has not moved");
+    // A day and more of running: now it is old by the store's time too.
+    rig.clock.advance(Duration::from_secs(86_400 + 2 * 3600));
+    rig.step();
+    rig.stop();
+    rig.start();
+    assert_eq!(
+        all_ids(&mut rig).await,
+        Vec::<u64>::new(),
+        "past keepFinished of running"
+    );
+}
+
 /// The `default` queue's usage and alice's there, as `hyperplan queues` reports them.
 fn default_usage(rig: &mut Rig) -> (f64, f64) {
     let report = rig.d().planner.queues();
