@@ -76,6 +76,16 @@ fn the_leader_cut_off_from_etcd_stops_leading_before_a_standby_leads_and_its_ord
         "the cut-off leader gave the lead up {} ms before the standby took it",
         led - lost
     );
+    // On time: two thirds of the 3 s TTL after the sending of the last renewal etcd
+    // answered, whatever call hung meanwhile (a leader once said 8.2 s with a 10 s TTL,
+    // waiting out two hung calls), and in any case before the lease can run out.
+    let said: f64 = old_log
+        .split("could not be renewed for ")
+        .nth(1)
+        .and_then(|rest| rest.split(" s").next())
+        .and_then(|secs| secs.parse().ok())
+        .unwrap_or_else(|| panic!("{old_log}"));
+    assert!(said < 2.9, "gave the lead up after {said} s of no renewal, not 2 s");
 
     // The job sent to the deposed leader was never acknowledged, is not known, never ran.
     let answer = asked.wait_with_output().unwrap();

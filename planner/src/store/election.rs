@@ -330,8 +330,12 @@ impl Etcd {
         let members = &self.inner().members;
         let period = ttl / 3;
         let give_up = ttl * 2 / 3;
+        // When the last renewal etcd answered was *sent*: etcd renewed the lease no
+        // earlier, so it runs at least a TTL from there. Every wait below ends by
+        // `last_ok + give_up`, so the lead is given up on time even while a call hangs.
         let mut last_ok = Instant::now();
         let mut stream = None;
+        let left = |last_ok: Instant| give_up.saturating_sub(last_ok.elapsed());
         let why = loop {
             // A campaign that failed dropped its end: this lease is nobody's now.
             if alive.is_closed() && !self.inner().role.lock().is_ok_and(|r| matches!(*r, Role::Leading(_))) {
@@ -339,9 +343,9 @@ impl Etcd {
                 let _ = tokio::time::timeout(period, revoke).await;
                 return;
             }
-            if stream.is_none() {
+            if stream.is_none() && !left(last_ok).is_zero() {
                 let open = self.any_at(Duration::ZERO, |mut c| async move { c.lease.keep_alive(lease).await });
-                match tokio::time::timeout(period, open).await {
+                match tokio::time::timeout(period.min(left(last_ok)), open).await {
                     Ok(Ok((i, (keeper, answers)))) => stream = Some((i, keeper, answers)),
                     Ok(Err(e)) if try_another(&e) => {} // each member said why (`any_at`)
                     Ok(Err(e)) => tracing::warn!("etcd lease {lease}: {e}"),
@@ -349,15 +353,18 @@ impl Etcd {
                 }
             }
             let mut renewed = false;
-            if let Some((i, keeper, answers)) = stream.as_mut() {
-                let answer = tokio::time::timeout(period, async {
+            if let Some((i, keeper, answers)) = stream.as_mut()
+                && !left(last_ok).is_zero()
+            {
+                let sent = Instant::now();
+                let answer = tokio::time::timeout(period.min(left(last_ok)), async {
                     keeper.keep_alive().await?;
                     answers.message().await
                 })
                 .await;
                 let trouble = match answer {
                     Ok(Ok(Some(r))) if r.ttl() > 0 => {
-                        last_ok = Instant::now();
+                        last_ok = sent;
                         renewed = true;
                         None
                     }
@@ -371,7 +378,7 @@ impl Etcd {
                     stream = None;
                 }
             }
-            if last_ok.elapsed() >= give_up {
+            if left(last_ok).is_zero() {
                 break format!(
                     "its lease could not be renewed for {:.1} s (etcd unreachable?)",
                     last_ok.elapsed().as_secs_f64()
@@ -379,7 +386,7 @@ impl Etcd {
             }
             // Renewed: again in a third of the TTL; not: again at once, on the next member.
             let pause = if renewed { period } else { RENEW_AGAIN };
-            tokio::time::sleep(pause.min(give_up.saturating_sub(last_ok.elapsed()))).await;
+            tokio::time::sleep(pause.min(left(last_ok))).await;
         };
         tracing::error!(lease, "the lead is lost: {why}");
         self.lose(&format!("lost the lead: {why}"));

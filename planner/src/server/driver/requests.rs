@@ -156,7 +156,9 @@ impl Driver {
                     }
                     return Err(e.to_string().into());
                 }
-                tracing::info!(user, job, "cancelled");
+                // Not yet done: its record is committed, then it is answered and its kills
+                // go out (a planner that cannot commit stops first, and nothing is killed).
+                tracing::info!(user, job, "cancel accepted");
                 self.tick();
                 to_value(&Cancelled { cancelled: job })
             }
