@@ -86,8 +86,9 @@ impl Rig {
     }
 }
 
-/// A pending job's reason while nodes that ran tasks before a restart have not registered.
-const AWAITING_AGENTS: &str = "waiting for the agents of the nodes";
+/// How a pending job's reason starts while it waits for agents to register after a
+/// restart (agents known from the store, or others that may still come).
+const AWAITING_AGENTS: &str = "waiting for ";
 
 /// The script of a task that says it started (one line per start in `started-<task>`)
 /// and runs until the file `go` exists.
@@ -224,6 +225,67 @@ fn a_planner_killed_while_jobs_are_submitted_loses_no_acknowledged_job_and_keeps
             .then_some(())
     });
     assert!(!rig.c.planner_log().contains("panicked"));
+}
+
+#[test]
+fn submit_wait_waits_through_a_restart_for_a_job_whose_agents_are_not_back_yet() {
+    let mut rig = Rig::start(&["n1", "n2"]);
+    let addr = rig.c.addr.clone();
+    // `long` holds one whole node; `wide` needs both, and waits for it.
+    let long = rig.job("long", 1, 4, UNTIL_GO);
+    assert!(rig.submit(&long).status.success());
+    let busy = rig.wait_running("long")["tasks"][0]["node"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let idle = if busy == "n1" { "n2" } else { "n1" };
+    let wide = rig.job("wide", 2, 4, "true");
+    let mut waiter = rig
+        .c
+        .cli_command(&rig.user, &["submit", "--wait", path_str(&wide)])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(LONG, "wide submitted, pending", || {
+        rig.jobs(&["--all"])
+            .into_iter()
+            .find(|j| j["name"] == "wide" && j["status"] == "pending")
+    });
+    // The planner dies; meanwhile the idle node's agent goes too. The new planner knows
+    // `long`'s node from the store, not the idle one.
+    rig.c.signal_planner("KILL");
+    let _ = rig.c.planner.take().unwrap().wait();
+    rig.c.kill_agent(idle);
+    rig.c.start_planner(&addr);
+    rig.c.wait_state(&busy, "Ready", LONG);
+    // With only `long`'s node back, `wide` could never run yet: it waits, saying why,
+    // and so does its `submit --wait`.
+    let j = wait_for(LONG, "wide waiting for the agents", || {
+        let j = rig.job_status("wide");
+        j["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("waiting for agents to register after the planner restarted"))
+            .then_some(j)
+    });
+    assert_eq!(j["status"], "pending", "{j}");
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(rig.job_status("wide")["status"], "pending");
+        assert!(waiter.try_wait().unwrap().is_none(), "submit --wait ended");
+    }
+    // The agent comes back, `long` ends: `wide` runs, and `submit --wait` ends with it.
+    rig.c.start_agent(idle, MACHINE, &[]);
+    rig.c.wait_state(idle, "Ready", LONG);
+    std::fs::write(rig.work.path().join("go"), "").unwrap();
+    rig.wait_status("long", "completed");
+    let out = wait_for(LONG, "submit --wait to end", || waiter.try_wait().unwrap());
+    let mut said = String::new();
+    use std::io::Read;
+    waiter.stderr.take().unwrap().read_to_string(&mut said).unwrap();
+    assert!(out.success(), "{out:?}: {said}");
+    assert!(said.contains("job wide (id 2): completed"), "{said}");
+    assert!(!rig.c.planner_log().contains("rejected"), "{}", rig.c.planner_log());
 }
 
 #[test]

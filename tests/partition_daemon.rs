@@ -12,6 +12,10 @@
 //! - An agent dead past `nodeLostAfter`: its shepherds fence its tasks before the
 //!   planner starts them elsewhere; the agent back reports them fenced.
 //!
+//! - After a planner restart (SIGKILL, started again on the same store), the same: the
+//!   job's HyperNode is its leaf again once the agents and the source are back, and a
+//!   dead agent's rank starts again on the leaf's spare.
+//!
 //! Root only (namespaces); elsewhere each test prints why it skips.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -260,4 +264,33 @@ fn an_agent_dead_past_node_lost_after_has_its_fenced_tasks_stopped_by_their_shep
     let j = rig.wait("train completed", |j| j["status"] == "completed");
     assert_eq!(j["exitCode"], 0, "{j}");
     assert!(!rig.work.path().join("twice-1").exists(), "rank 1 ran twice");
+}
+
+#[test]
+fn after_a_planner_restart_a_dead_agents_rank_starts_again_inside_the_leaf() {
+    let Some(mut rig) = Rig::start() else { return };
+    rig.submit_train("replace");
+    let j = rig.wait("train running", all_running);
+    let before = Rig::ranks(&j);
+    assert_eq!(before[1].1, "n2", "{j}");
+    assert_eq!(j["allocatedHyperNode"], "leaf1", "{j}");
+    let addr = rig.c.addr.clone();
+    rig.c.signal_planner("KILL");
+    let _ = rig.c.planner.take().unwrap().wait();
+    rig.c.start_planner(&addr);
+    for n in NODES {
+        rig.c.wait_state(n, "Ready", LONG);
+    }
+    let j = rig.wait("train's HyperNode its leaf again", |j| {
+        all_running(j) && j["allocatedHyperNode"] == "leaf1"
+    });
+    assert_eq!(Rig::ranks(&j), before, "{j}");
+    rig.c.kill_agent("n2");
+    let j = rig.wait("rank 1 running again elsewhere", |j| {
+        all_running(j) && Rig::ranks(j).get(1).is_some_and(|(_, n, _)| n != "n2")
+    });
+    assert_eq!(Rig::ranks(&j)[1].1, "n3", "{j}");
+    assert_eq!(Rig::ranks(&j)[0], before[0], "rank 0 runs on untouched: {j}");
+    let log = rig.c.planner_log();
+    assert!(log.contains("lost tasks started again: w-1 on n3 (restart 1)"), "{log}");
 }

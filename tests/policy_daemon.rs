@@ -341,10 +341,7 @@ fn scenario(stop: Stop) {
     // Once the planner has walked again with every agent back: still pending, reserved
     // on the same nodes, no later; the long job still waits.
     let wide = rig.wait_status(&bob, "wide", "reserved again with every agent back", |j| {
-        j["reason"]
-            .as_str()
-            .is_some_and(|r| !r.starts_with("waiting for the agents"))
-            && reservation(j).is_some()
+        j["reason"].as_str().is_some_and(|r| !r.starts_with("waiting for ")) && reservation(j).is_some()
     });
     let long = rig.status(&alice, "long");
     let log = format!("{log_before}--- restarted ---\n{}", rig.c.planner_log());

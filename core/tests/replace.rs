@@ -1,8 +1,9 @@
 //! Scenario tests for `onNodeLost: replace` (issue 25): the tasks of a lost node start
 //! again on spare nodes inside the job's HyperNode, keeping their ranks, while the other
 //! ranks run on; several lost at once together; no spare means a requeue or a failure
-//! that says why; a node that comes back has its old tasks killed. Agents' nodes, the
-//! invariants checked after every tick.
+//! that says why; a node that comes back has its old tasks killed; all of it still after
+//! a restart or a failover, once discovery and the agents are back (issue 37). Agents'
+//! nodes, the invariants checked after every tick.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,23 +12,28 @@ use std::time::Duration;
 use hyperplan_core::config::HealthConfig;
 use hyperplan_core::model::commands::KillReason;
 use hyperplan_core::model::events::TaskOnNode;
+use hyperplan_core::model::record::JobRecord;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
 use hyperplan_core::{Command, Event, PlannerConfig};
 use hyperplan_shared::JobSpec;
 use hyperplan_shared::job::OnNodeLost;
 use hyperplan_shared::report::JobStatus;
 
-/// 2 leaves of 4 nodes (cpu=8), agents registered, nodes lost after 10 s silent.
-fn rig() -> Rig {
-    let cluster = ClusterBuilder::fat_tree(&[4, 2], 1).node_resources("cpu=8").build();
-    let config = PlannerConfig {
+/// Nodes lost after 10 s silent.
+fn config() -> PlannerConfig {
+    PlannerConfig {
         health: HealthConfig {
             node_lost_after: Duration::from_secs(10),
             ..HealthConfig::default()
         },
         ..PlannerConfig::default()
-    };
-    let mut rig = Rig::new(config, cluster.nodes);
+    }
+}
+
+/// 2 leaves of 4 nodes (cpu=8), agents registered, nodes lost after 10 s silent.
+fn rig() -> Rig {
+    let cluster = ClusterBuilder::fat_tree(&[4, 2], 1).node_resources("cpu=8").build();
+    let mut rig = Rig::new(config(), cluster.nodes);
     rig.p.push(Event::StaticHyperNodes(cluster.hyper_nodes));
     rig.register_all();
     rig.tick();
@@ -158,5 +164,143 @@ fn no_spare_in_the_leaf_means_requeue_or_failure_saying_why() {
         let want = if requeue { JobStatus::Pending } else { JobStatus::Failed };
         assert_eq!(job.status, want, "requeue {requeue}: {:?}", job.reason);
         assert!(job.reason.unwrap().contains("no spare node in leaf-1"));
+    }
+}
+
+/// How a restarted planner learns its HyperNodes again, as the daemon does: from a
+/// polled source (a Slurm `topology.conf`, here), or from the labels agents bring.
+#[derive(Clone, Copy, Debug)]
+enum Discovery {
+    Polled,
+    Labels,
+}
+
+/// `rig()`'s cluster (2 leaves of 4 nodes, cpu=8), its nodes labelled `spine` and `leaf`.
+fn labelled() -> hyperplan_shared::ClusterSpec {
+    let mut b = ClusterBuilder::fat_tree(&[4, 2], 1).node_resources("cpu=8");
+    for i in 0..8 {
+        b = b
+            .label(i, "spine", "s1")
+            .label(i, "leaf", if i < 4 { "l1" } else { "l2" });
+    }
+    b.label_discovery("fabric", &["spine", "leaf"]).build()
+}
+
+/// The daemon's planner (records written) for `labelled()`, nodes lost after 10 s
+/// silent, no agent registered and no HyperNode known yet.
+fn daemon(discovery: Discovery) -> Rig {
+    let cluster = labelled();
+    let mut rig = Rig::new(config(), cluster.nodes).persisting();
+    if let Discovery::Labels = discovery {
+        rig.p.push(Event::LabelDiscovery(cluster.label_discovery));
+    }
+    rig
+}
+
+/// A standby or restarted planner on `old`'s records: ticks once before anything else
+/// (the daemon's start), then its source's HyperNodes arrive (labels come with the
+/// agents) and every agent registers again.
+fn taken_over(old: &Rig, discovery: Discovery) -> Rig {
+    let (mut rig, warnings) = started_on(old, discovery);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    rig.tick();
+    discover(&mut rig, discovery);
+    rig.register_all();
+    for _ in 0..3 {
+        rig.step();
+    }
+    rig
+}
+
+/// A planner started from `old`'s stored live records 5 s later, configured as `old`.
+fn started_on(old: &Rig, discovery: Discovery) -> (Rig, Vec<String>) {
+    let (mut rig, warnings) = old.restarted(config(), 5_000);
+    if let Discovery::Labels = discovery {
+        rig.p.push(Event::LabelDiscovery(labelled().label_discovery));
+    }
+    (rig, warnings)
+}
+
+/// The polled source's HyperNodes, as its poller sends them (labels need nothing).
+fn discover(rig: &mut Rig, discovery: Discovery) {
+    use hyperplan_core::discovery::Found;
+    use hyperplan_core::model::components::SourceKind;
+    if let Discovery::Polled = discovery {
+        rig.p.push(Event::Discovered {
+            source: "slurm".into(),
+            kind: SourceKind::Slurm,
+            at: rig.now / 1000,
+            result: Ok(Found::HyperNodes {
+                specs: labelled().hyper_nodes,
+                warnings: Vec::new(),
+                summary: "2 leaves, 1 spine".into(),
+            }),
+        });
+    }
+}
+
+/// `train` (3 ranks, hard tier 1, `replace`) running on n01..n03 of leaf 1; n04 idle.
+fn running_train(discovery: Discovery) -> Rig {
+    let mut rig = daemon(discovery);
+    discover(&mut rig, discovery);
+    rig.register_all();
+    rig.tick();
+    rig.run(replacing("train", 3));
+    assert_eq!(
+        rig.ranks("train"),
+        [(0, "n01".into()), (1, "n02".into()), (2, "n03".into())]
+    );
+    rig
+}
+
+/// n02 is lost: its rank starts again on n04, the idle node of its leaf, the others
+/// untouched; the job runs on.
+fn lost_rank_starts_again_in_the_leaf(rig: &mut Rig, leaf: &str) {
+    let job = rig.job("train");
+    assert_eq!(job.allocated_hyper_node.as_deref(), Some(leaf), "{job:?}");
+    let cmds = lose(rig, &["n02"]);
+    let said = infos(&cmds).join("\n");
+    assert!(
+        said.contains("lost tasks started again: worker-1 on n04 (restart 1)"),
+        "{said}"
+    );
+    assert_eq!(
+        rig.ranks("train"),
+        [(0, "n01".into()), (1, "n04".into()), (2, "n03".into())]
+    );
+    let job = rig.job("train");
+    assert_eq!(job.status, JobStatus::Running, "{:?}", job.reason);
+}
+
+#[test]
+fn after_a_restart_a_lost_task_starts_again_inside_its_leaf() {
+    for discovery in [Discovery::Polled, Discovery::Labels] {
+        let old = running_train(discovery);
+        let leaf = old.job("train").allocated_hyper_node.unwrap();
+        assert!(!leaf.starts_with('<'), "{discovery:?}: {leaf}");
+        let mut rig = taken_over(&old, discovery);
+        lost_rank_starts_again_in_the_leaf(&mut rig, &leaf);
+    }
+}
+
+#[test]
+fn after_a_failover_a_lost_task_starts_again_inside_its_leaf() {
+    for discovery in [Discovery::Polled, Discovery::Labels] {
+        let old = running_train(discovery);
+        let leaf = old.job("train").allocated_hyper_node.unwrap();
+        // The planner that took over first ran a tick with no HyperNode known (the
+        // nodes of the job's tasks stand-ins in none): the record it wrote names the
+        // virtual root. Its standby takes over from that record.
+        let (mut first, _) = started_on(&old, discovery);
+        first.tick();
+        let id = first.p.job("train").unwrap().id;
+        let stored = JobRecord::decode(&first.store[&id].1).unwrap();
+        assert_eq!(
+            stored.state.allocated_hyper_node.as_deref(),
+            Some("<cluster-top-hypernode>"),
+            "{discovery:?}"
+        );
+        let mut rig = taken_over(&first, discovery);
+        lost_rank_starts_again_in_the_leaf(&mut rig, &leaf);
     }
 }

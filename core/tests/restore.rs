@@ -292,3 +292,118 @@ fn a_job_stored_at_submit_comes_back_pending_and_is_placed() {
     let r = rig.job("early");
     assert_eq!((r.id, r.owner.as_deref()), (41, Some("alice")));
 }
+
+/// A planner that ran `run` (one whole node, started) and finished `done`, restarted
+/// with no agent back yet: `run`'s node awaits its agent, the other node (idle when
+/// the planner stopped) is named by no record.
+fn restarted_with_one_node_busy() -> (Rig, u64, String) {
+    let mut old = new_rig();
+    old.register("n01");
+    old.register("n02");
+    old.tick();
+    let run = old.submit_as(JobBuilder::gang("run", 1, "cpu=8").build(), "alice");
+    old.step();
+    old.start_all("run", run);
+    old.step();
+    let busy = old.job("run").tasks[0].node.clone().unwrap();
+    let (rig, warnings) = restarted(&old);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    (rig, run, busy)
+}
+
+fn pending_reason(rig: &Rig, job: &str) -> String {
+    let j = rig.job(job);
+    assert_eq!(j.status, JobStatus::Pending, "{j:?}");
+    j.reason.unwrap_or_default()
+}
+
+#[test]
+fn a_job_waiting_for_agents_after_a_restart_stays_pending_saying_so_and_runs_once_they_are_back() {
+    let (mut rig, run, busy) = restarted_with_one_node_busy();
+    let idle = if busy == "n01" { "n02" } else { "n01" };
+    // Two whole nodes: one runs `run`, the other's agent is not back yet.
+    rig.submit_as(JobBuilder::gang("wide", 2, "cpu=8").build(), "alice");
+    rig.tick();
+    assert_eq!(
+        pending_reason(&rig, "wide"),
+        "waiting for 1 agent(s) known from the store to register"
+    );
+    // The agent the store knew is back; the idle node's is not: the nodes so far could
+    // never hold `wide`, yet it is not rejected.
+    rig.register(&busy);
+    rig.step();
+    let reason = pending_reason(&rig, "wide");
+    assert!(
+        reason.starts_with(
+            "waiting for agents to register after the planner restarted: the nodes registered so far could not hold it"
+        ),
+        "{reason}"
+    );
+    let cmds = rig.step();
+    assert!(!cmds.iter().any(|c| matches!(c, Command::Reject { .. })), "{cmds:?}");
+    // The idle node's agent comes: `wide` waits for `run`'s node, then runs.
+    rig.register(idle);
+    rig.step();
+    assert!(pending_reason(&rig, "wide").starts_with("ResourceNoFit:"));
+    end(&mut rig, "run", run, "worker-0", TaskOutcome::Exited, Some(0));
+    let cmds = rig.step();
+    assert_eq!(placed(&cmds).len(), 2, "{:?}", placed(&cmds));
+    assert_eq!(rig.job("wide").status, JobStatus::Placed);
+}
+
+#[test]
+fn after_a_restart_with_nothing_running_a_job_waits_for_the_agents_then_runs() {
+    // Every job had ended: the store names no node at all.
+    let mut old = new_rig();
+    old.register_all();
+    old.tick();
+    let done = old.submit_as(JobBuilder::gang("done", 1, "cpu=1").build(), "alice");
+    old.step();
+    old.start_all("done", done);
+    old.step();
+    end(&mut old, "done", done, "worker-0", TaskOutcome::Exited, Some(0));
+    old.step();
+    let (mut rig, _) = restarted(&old);
+    rig.submit_as(JobBuilder::gang("early", 2, "cpu=4").build(), "alice");
+    rig.tick();
+    let reason = pending_reason(&rig, "early");
+    assert!(reason.contains("bigger than every node"), "{reason}");
+    assert!(
+        reason.starts_with("waiting for agents to register after the planner restarted"),
+        "{reason}"
+    );
+    rig.step();
+    rig.register_all();
+    let cmds = rig.step();
+    assert_eq!(placed(&cmds).len(), 2, "{:?}", placed(&cmds));
+}
+
+#[test]
+fn a_job_that_can_never_fit_is_still_rejected_once_the_agents_had_their_time() {
+    let (mut rig, _, _) = restarted_with_one_node_busy();
+    rig.register_all();
+    rig.tick();
+    rig.submit_as(JobBuilder::gang("huge", 1, "cpu=64").build(), "alice");
+    let restarted_at = rig.now;
+    rig.step();
+    assert!(pending_reason(&rig, "huge").contains("bigger than every node"));
+    // Rejected once `nodeLostAfter` (10 s) has passed since the start, with nothing else
+    // changed meanwhile.
+    let cmds = rig.drive_until(20, |r| r.job("huge").status == JobStatus::Rejected);
+    let waited = rig.now - restarted_at;
+    assert!((10_000..=12_000).contains(&waited), "{waited}");
+    assert!(
+        cmds.iter()
+            .any(|c| matches!(c, Command::Reject { job, .. } if job == "huge")),
+        "{cmds:?}"
+    );
+    let reason = rig.job("huge").reason.unwrap();
+    assert!(reason.contains("bigger than every node"), "{reason}");
+    // A planner that never restarted rejects at once, as before.
+    let mut fresh = new_rig();
+    fresh.register_all();
+    fresh.tick();
+    fresh.submit_as(JobBuilder::gang("huge", 1, "cpu=64").build(), "alice");
+    fresh.step();
+    assert_eq!(fresh.job("huge").status, JobStatus::Rejected);
+}

@@ -137,8 +137,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// An error that a restart explains: the planner unreachable or gone mid-request (no
-/// answer at all), or its answer that a node is away for now.
-fn for_now(e: &anyhow::Error) -> bool {
+/// answer at all), or its answer that a node is away for now (`submit --wait` too).
+pub(super) fn for_now(e: &anyhow::Error) -> bool {
     match e.downcast_ref::<ResponseError>() {
         Some(answer) => answer.is_for_now() || answer.not_leader_hint().is_some(),
         None => true,

@@ -35,7 +35,8 @@ pub struct Args {
     /// Stay until the submitted jobs have ended; exit with the job's exit code (the first
     /// non-zero one of several jobs): 0 when all completed, the task's exit code for a
     /// failed job (128 + N for a signal), 124 for a time limit, 130 when cancelled, 143 when preempted, 1 when
-    /// rejected.
+    /// rejected. A planner restart or failover meanwhile is waited out (up to 5 minutes
+    /// without an answer); jobs that wait for agents to come back after it stay pending.
     #[arg(long)]
     wait: bool,
     #[arg(long, value_enum, default_value_t)]
@@ -59,6 +60,9 @@ impl std::error::Error for JobsEnded {}
 
 /// How often `--wait` asks how the jobs are.
 const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(300);
+/// `--wait` through a planner restart or failover (the jobs go on meanwhile): asks
+/// again every [`WAIT_POLL`], and gives up after this long without an answer.
+const WAIT_GIVE_UP: std::time::Duration = std::time::Duration::from_secs(300);
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let files = read_files(&args.files)?;
@@ -109,7 +113,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Polls the planner until every submitted job has ended; says how each ended (on
-/// standard error) and returns the exit code for the process.
+/// standard error) and returns the exit code for the process. A planner that does not
+/// answer for now (restarting, or a standby taking over) is waited for.
 fn wait_for(config: &ClientConfig, submitted: &Submitted) -> anyhow::Result<u8> {
     let mut waiting: Vec<(String, u64)> = submitted
         .submitted
@@ -118,15 +123,40 @@ fn wait_for(config: &ClientConfig, submitted: &Submitted) -> anyhow::Result<u8> 
         .zip(submitted.ids.iter().copied())
         .collect();
     let mut code = 0u8;
+    // Since when the planner has not answered.
+    let mut unanswered: Option<std::time::Instant> = None;
     while !waiting.is_empty() {
         let mut still = Vec::new();
-        for (name, id) in waiting {
+        let mut jobs = waiting.into_iter();
+        while let Some((name, id)) = jobs.next() {
             let command = RequestCommand::Status {
                 job: Some(name.clone()),
                 all: true,
                 since_secs: None,
             };
-            let list: hyperplan_shared::status::JobList = decode(client::request(config, command)?, "job list")?;
+            let reply = match client::request(config, command) {
+                Ok(reply) => {
+                    if unanswered.take().is_some() {
+                        eprintln!("hyperplan: the planner answers again");
+                    }
+                    reply
+                }
+                Err(e) if super::logs::for_now(&e) => {
+                    let since = *unanswered.get_or_insert_with(|| {
+                        eprintln!("hyperplan: still waiting for the jobs; the planner does not answer: {e:#}");
+                        std::time::Instant::now()
+                    });
+                    if since.elapsed() >= WAIT_GIVE_UP {
+                        return Err(e.context(format!("no answer for {} s", WAIT_GIVE_UP.as_secs())));
+                    }
+                    // This job and the rest are asked about again after the pause.
+                    still.push((name, id));
+                    still.extend(jobs);
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            let list: hyperplan_shared::status::JobList = decode(reply, "job list")?;
             let Some(job) = list.jobs.iter().find(|j| j.id == id) else {
                 bail!("job {name} (id {id}) is no longer known to the planner");
             };

@@ -26,6 +26,7 @@ use crate::cache::capacity::Capacity;
 use crate::cache::holdings::{Holdings, ShapeMemo, held_by};
 use crate::cache::numa::NumaState;
 use crate::config::PlannerConfig;
+use crate::model::awaiting::{Awaiting, Incomplete, Rejoining};
 use crate::model::commands::Command;
 use crate::model::components::Requeued;
 use crate::model::components::{
@@ -71,10 +72,10 @@ pub fn allocate(
     nodes: Query<&'static NodeSlot>,
     (submitted, requeued): (Arrived<Added<Job>>, Arrived<Changed<Requeued>>),
     mut unsettled: Local<Unsettled>,
-    awaiting: Option<Res<crate::model::awaiting::Awaiting>>,
+    (awaiting, rejoining): (Option<Res<Awaiting>>, Option<Res<Rejoining>>),
     mut reservations: ResMut<Reservations>,
     (policy, mut nominated, replacements): (Policy, ResMut<Nominated>, Res<Replacements>),
-    mut last_held: Local<Vec<Entity>>,
+    (mut last_held, mut last_incomplete): (Local<Vec<Entity>>, Local<Option<Incomplete>>),
 ) {
     let Policy {
         queue_table,
@@ -84,10 +85,26 @@ pub fn allocate(
         meta,
     } = policy;
     // While nodes known from the store have not registered, the cluster is not whole:
-    // "never fits" is not decided on it.
-    let whole = awaiting.is_none_or(|a| a.0 == 0);
+    // "never fits" is not decided on it, nor while agents of nodes the store does not
+    // name may still come back after a restart (see `awaiting`).
+    let whole = awaiting.as_deref().is_none_or(|a| a.0 == 0);
+    let incomplete = Incomplete::at(awaiting.as_deref(), rejoining.as_deref(), now.ms);
     let _span = tracing::info_span!("allocate").entered();
     let now_s = now.secs();
+    // What the cluster lacks changed (an agent came, or the time the others had to come
+    // back is over) without a new topology: the jobs that waited for it are looked at
+    // again, their reasons worked out anew (a job that can never run is rejected now).
+    if *last_incomplete != incomplete {
+        if last_incomplete.is_some() {
+            unsettled.generation = None;
+            for (_, _, mut st) in &mut jobs {
+                if st.phase == JobPhase::Pending && st.failed_epoch.is_some() {
+                    st.failed_epoch = None;
+                }
+            }
+        }
+        *last_incomplete = incomplete;
+    }
     // A job rejected because it could not run on the emptied cluster is looked at again
     // when the topology changed since (in the daemon nodes register and discovery sources
     // load after people submit): every job is looked over then. One rejected at submit (a
@@ -327,10 +344,11 @@ pub fn allocate(
             };
             let Some(decision) = decision else {
                 state.failed_epoch = Some(room_epoch);
-                if pass == 0 && state.phase == JobPhase::Pending && !whole {
-                    state.reason = Some(
-                        "waiting for the agents of the nodes that ran its tasks before the planner restarted".into(),
-                    );
+                if pass == 0
+                    && state.phase == JobPhase::Pending
+                    && let Some(known @ Incomplete::Known(_)) = incomplete
+                {
+                    state.reason = Some(known.reason(None));
                 } else if pass == 0 && state.phase == JobPhase::Pending {
                     explain(
                         &mut ctx,
@@ -341,6 +359,7 @@ pub fn allocate(
                         &config,
                         &mut out,
                         was_rejected.as_deref(),
+                        incomplete,
                     );
                     if can_reserve
                         && state.phase == JobPhase::Pending
@@ -571,7 +590,9 @@ pub struct Unsettled {
 /// Sets the pending reason, or rejects the job when it could not run even on the empty
 /// cluster (checked once per topology generation: it costs a whole search).
 /// `was_rejected`: the reason it was rejected with before this look; the same rejection
-/// is not announced twice, and a job that can run now says so.
+/// is not announced twice, and a job that can run now says so. `incomplete`: agents may
+/// still register after a restart; a job the nodes so far could never hold waits for
+/// them, and is checked again once they had their time.
 #[allow(clippy::too_many_arguments)]
 fn explain(
     ctx: &mut JobCtx,
@@ -582,10 +603,13 @@ fn explain(
     config: &PlannerConfig,
     out: &mut Outbox,
     was_rejected: Option<&str>,
+    incomplete: Option<Incomplete>,
 ) {
     let mut rejected = None;
     if state.checked_generation != Some(index.generation) {
-        state.checked_generation = Some(index.generation);
+        if incomplete.is_none() {
+            state.checked_generation = Some(index.generation);
+        }
         rejected = reason::impossible(ctx, index, cap);
         if rejected.is_none() {
             let mut empty = cap.emptied();
@@ -601,8 +625,9 @@ fn explain(
             }
         }
     }
-    match rejected {
-        Some(why) => {
+    match (rejected, incomplete) {
+        (Some(why), Some(lacks)) => state.reason = Some(lacks.reason(Some(&why))),
+        (Some(why), None) => {
             state.phase = JobPhase::Rejected;
             if was_rejected != Some(why.as_str()) {
                 out.0.push(Command::Reject {
@@ -612,7 +637,7 @@ fn explain(
             }
             state.reason = Some(why);
         }
-        None => {
+        (None, _) => {
             if let Some(before) = was_rejected {
                 out.0.push(Command::Info(format!(
                     "job {}: the topology changed and it can run now; pending again (it was rejected: {before})",

@@ -5,6 +5,14 @@
 //! What it decides for a job depends only on the job's state, its sub-jobs' states, its
 //! tasks and the topology index, so it looks again only at jobs where one of those
 //! changed since its last run, and at every job when the index was rebuilt.
+//!
+//! The virtual root is no HyperNode of its own: its name stays while its tier and its
+//! children follow the topology. A value naming it was true of the index it was worked
+//! out on only, so a rebuilt index recovers it again from where the tasks run. Right
+//! after a restart the index has no HyperNode yet (discovery has not delivered, the
+//! nodes of running tasks are stand-ins in none): recovery gives the root there, and a
+//! root kept once the leaves are known would sit above a hard job's tier limit, where no
+//! lost task of it could be placed again.
 
 use bevy_ecs::prelude::*;
 
@@ -47,7 +55,8 @@ pub(crate) fn recover(
     slots: Query<&NodeSlot>,
 ) {
     let _span = tracing::info_span!("recover").entered();
-    let todo: Vec<Entity> = if *seen_generation != Some(index.generation) {
+    let rebuilt = *seen_generation != Some(index.generation);
+    let todo: Vec<Entity> = if rebuilt {
         *seen_generation = Some(index.generation);
         all_jobs.iter().collect()
     } else {
@@ -88,7 +97,7 @@ pub(crate) fn recover(
         };
         let job_nodes = running_nodes(&job.tasks);
         if let Some(a) = &state.allocated_hyper_node
-            && (!index.hn_by_name.contains_key(a) || job_nodes.is_empty())
+            && (stale(&index, a, rebuilt && with_topology) || job_nodes.is_empty())
         {
             state.allocated_hyper_node = None;
         }
@@ -99,13 +108,13 @@ pub(crate) fn recover(
                 continue;
             };
             let nodes = running_nodes(&sj.tasks);
+            let has_topology = sj.network_topology.is_some();
             if let Some(a) = &sst.allocated_hyper_node
-                && (!index.hn_by_name.contains_key(a) || nodes.is_empty())
+                && (stale(&index, a, rebuilt && with_topology && has_topology) || nodes.is_empty())
             {
                 sst.allocated_hyper_node = None;
                 changed = true;
             }
-            let has_topology = sj.network_topology.is_some();
             if with_topology
                 && has_topology
                 && sst.allocated_hyper_node.is_none()
@@ -128,6 +137,16 @@ pub(crate) fn recover(
                 .flatten();
             state.allocated_hyper_node = lca.map(|h| index.hns[h.ix()].name.clone());
         }
+    }
+}
+
+/// An AllocatedHyperNode to clear: its HyperNode is gone, or it is the virtual root and
+/// `recover_root` (the index was rebuilt, and the value is one recovery fills again; see
+/// the module).
+fn stale(index: &TopologyIndex, name: &str, recover_root: bool) -> bool {
+    match index.hn_by_name.get(name) {
+        None => true,
+        Some(&h) => recover_root && h == index.root,
     }
 }
 

@@ -2,7 +2,10 @@
 //! started: the restored tasks each holds ([`AwaitingAgent`]) and how many such nodes
 //! there are ([`Awaiting`]). `restore` makes them; a node's registration (`restore`'s
 //! adoption, once the node is no [`StandIn`]) or its loss (`lost`) ends the wait with
-//! `give_up`.
+//! `give_up`. The agents of nodes the store does not name (idle when the planner
+//! stopped) may still come for a while after a restart ([`Rejoining`]). Until both
+//! waits are over the cluster is not whole ([`Incomplete`]): a job that does not fit
+//! waits for the agents rather than be rejected as one that could never run.
 
 use bevy_ecs::prelude::*;
 
@@ -32,4 +35,90 @@ pub(crate) fn give_up(world: &mut World, node: Entity) -> Option<AwaitingAgent> 
         a.0 = a.0.saturating_sub(1);
     }
     Some(waiting)
+}
+
+/// After a restart on a store the planner had written: until when (the driver's clock,
+/// ms) agents of nodes the store does not name may still register. That is
+/// `nodeLostAfter` after the start, the time a silent agent known from the store gets
+/// before its node is lost; the store keeps no list of idle nodes to wait for instead.
+#[derive(Resource, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rejoining {
+    /// Unix milliseconds.
+    pub until_ms: u64,
+}
+
+/// What the cluster may still lack after a restart; see the module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Incomplete {
+    /// Agents known from the store (nodes of restored running tasks) have not
+    /// registered: this many.
+    Known(u32),
+    /// Every agent the store names is back; others may register until
+    /// [`Rejoining::until_ms`].
+    Rejoining,
+}
+
+/// The start of [`Incomplete::Rejoining`]'s reason.
+const REJOINING: &str = "waiting for agents to register after the planner restarted";
+
+/// The end of [`Incomplete::Known`]'s reason (after "waiting for N").
+const KNOWN: &str = "agent(s) known from the store to register";
+
+impl Incomplete {
+    /// What the cluster lacks at `now_ms`; `None` once it is whole.
+    pub fn at(awaiting: Option<&Awaiting>, rejoining: Option<&Rejoining>, now_ms: u64) -> Option<Self> {
+        match (awaiting.map_or(0, |a| a.0), rejoining) {
+            (0, Some(r)) if now_ms < r.until_ms => Some(Self::Rejoining),
+            (0, _) => None,
+            (n, _) => Some(Self::Known(n)),
+        }
+    }
+
+    /// A waiting job's reason. `cannot`: why the nodes registered so far could never
+    /// hold it (what would reject it on a whole cluster), if that is known.
+    pub fn reason(self, cannot: Option<&str>) -> String {
+        match (self, cannot) {
+            (Self::Known(n), _) => format!("waiting for {n} {KNOWN}"),
+            (Self::Rejoining, None) => REJOINING.to_string(),
+            (Self::Rejoining, Some(why)) => {
+                format!("{REJOINING}: the nodes registered so far could not hold it ({why})")
+            }
+        }
+    }
+}
+
+/// Whether a pending job's reason is one [`Incomplete::reason`] made.
+pub fn is_awaiting_reason(reason: &str) -> bool {
+    reason.starts_with(REJOINING) || (reason.starts_with("waiting for ") && reason.ends_with(KNOWN))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_is_whole_once_known_agents_are_back_and_the_others_had_their_time() {
+        let (two, none) = (Awaiting(2), Awaiting(0));
+        let window = Rejoining { until_ms: 10_000 };
+        assert_eq!(
+            Incomplete::at(Some(&two), Some(&window), 20_000),
+            Some(Incomplete::Known(2))
+        );
+        assert_eq!(
+            Incomplete::at(Some(&none), Some(&window), 9_999),
+            Some(Incomplete::Rejoining)
+        );
+        assert_eq!(Incomplete::at(Some(&none), Some(&window), 10_000), None);
+        assert_eq!(Incomplete::at(None, None, 0), None, "a planner that never restarted");
+        let reasons = [
+            Incomplete::Known(2).reason(None),
+            Incomplete::Rejoining.reason(None),
+            Incomplete::Rejoining.reason(Some("task t (cpu=4) is bigger than every node")),
+        ];
+        assert_eq!(reasons[0], "waiting for 2 agent(s) known from the store to register");
+        assert!(reasons.iter().all(|r| is_awaiting_reason(r)), "{reasons:?}");
+        assert!(!is_awaiting_reason(
+            "ResourceNoFit: the cluster has free room for 1 of the 2 tasks"
+        ));
+    }
 }

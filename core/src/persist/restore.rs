@@ -7,13 +7,15 @@
 //! comes, `nodeLostAfter` declares its tasks lost, as for any silent node (see `lost`).
 //! What its agent lists from then on is adopted, what it does not know is killed
 //! (`lifecycle::tasks_on_node`), and a task it stops listing is lost after
-//! `nodeLostAfter` (`lost::lose_missing`).
+//! `nodeLostAfter` (`lost::lose_missing`). The agents of nodes no record names (idle
+//! when the planner stopped) get `nodeLostAfter` to come back too ([`Rejoining`]):
+//! until then no job is rejected as one the cluster could never hold.
 
 use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
 
-use crate::model::awaiting::{Awaiting, AwaitingAgent, StandIn, give_up};
+use crate::model::awaiting::{Awaiting, AwaitingAgent, Rejoining, StandIn, give_up};
 use hyperplan_shared::Resources;
 
 use crate::Planner;
@@ -59,6 +61,15 @@ impl Planner {
     /// `state import` and `--check` run on a scratch planner, so that they refuse exactly
     /// what a start would skip.
     pub fn restore_each(&mut self, records: Vec<JobRecord>, next_job_id: u64, now_ms: u64) -> Vec<NotRestored> {
+        // A store that had jobs is a restart: agents of nodes it does not name may still
+        // come back (see `Rejoining`). A first start has no one to wait for.
+        if !records.is_empty() || next_job_id > 1 {
+            let after = self.world.resource::<crate::PlannerConfig>().health.node_lost_after;
+            let after_ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+            self.world.insert_resource(Rejoining {
+                until_ms: now_ms.saturating_add(after_ms),
+            });
+        }
         let mut refused = Vec::new();
         let mut next = next_job_id.clamp(1, MAX_JOB_ID + 1);
         for rec in records {

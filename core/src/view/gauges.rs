@@ -55,7 +55,7 @@ pub struct HyperNodeUse {
 pub fn reason_kind(reason: &str) -> &'static str {
     if reason.starts_with("queue ") || reason.starts_with("user ") {
         "queue_limit"
-    } else if reason.starts_with("waiting for the agents") {
+    } else if crate::model::awaiting::is_awaiting_reason(reason) {
         "awaiting_agents"
     } else if reason.contains("preempt") {
         "preemption"
@@ -162,7 +162,11 @@ mod tests {
             "queue_limit"
         );
         assert_eq!(
-            reason_kind("waiting for the agents of the nodes that ran its tasks before the planner restarted"),
+            reason_kind("waiting for 2 agent(s) known from the store to register"),
+            "awaiting_agents"
+        );
+        assert_eq!(
+            reason_kind("waiting for agents to register after the planner restarted"),
             "awaiting_agents"
         );
         assert_eq!(
