@@ -2,8 +2,9 @@
 //! start again elsewhere, before the planner does so, so that no rank runs twice.
 //!
 //! The planner gives a node's restartable tasks (`onNodeLost: replace` or `requeue`,
-//! `LaunchTask::fence`) up `nodeLostAfter` (`Registered::fence_after_ms`) plus a margin
-//! after it last heard the node, counted from when it leads. The agent counts from the
+//! `LaunchTask::fence`) up no sooner than the silence that makes a node NotReady plus
+//! `nodeLostAfter` (`Registered::fence_after_ms`), and a margin, after it last heard the
+//! node, counted from when it leads. The agent counts from the
 //! *sending* of the last heartbeat the planner acknowledged (`HeartbeatAck`), or of the
 //! registration it answered: never later than the planner last heard it, whichever way
 //! the link broke. It writes the deadline — that time plus `fence_after_ms` — to

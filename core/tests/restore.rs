@@ -241,8 +241,9 @@ fn a_node_that_never_comes_back_loses_its_tasks_and_a_requeued_job_runs_again() 
     rig.register(other);
     rig.tick();
     let mut placed_again = Vec::new();
-    // Lost after nodeLostAfter (10 s) and the fence margin (5 s): its node stops it first.
-    for _ in 0..19 {
+    // Lost once its node has stopped it (3 s of silence and nodeLostAfter, 10 s, from the
+    // start), and the fence margin (5 s) later.
+    for _ in 0..22 {
         placed_again.extend(placed(&rig.step()));
     }
     assert_eq!(placed_again, vec![format!("again/worker-0@{other}")]);

@@ -191,10 +191,11 @@ pub enum PlannerToAgent {
         /// refuses a planner (and its orders) older than the newest epoch it has seen.
         #[serde(default)]
         epoch: u64,
-        /// `nodeLostAfter` in ms: how long after the planner last heard this node it may
-        /// start the node's restartable tasks elsewhere. The node stops those tasks
-        /// itself once that long has passed since the planner last acknowledged a
-        /// heartbeat (its node-lost fence: `HeartbeatAck`, `LaunchTask::fence`).
+        /// The silence that makes a node NotReady plus `nodeLostAfter`, in ms: the
+        /// planner starts none of the node's restartable tasks elsewhere before that long
+        /// (and a margin) after it last heard the node. The node stops those tasks itself
+        /// once that long has passed since the planner last acknowledged a heartbeat (its
+        /// node-lost fence: `HeartbeatAck`, `LaunchTask::fence`).
         /// `None`: a planner that never restarts tasks elsewhere on its own.
         #[serde(default)]
         fence_after_ms: Option<u64>,

@@ -121,8 +121,8 @@ pub struct Ended {
     pub timed_out: bool,
     /// The shepherd was told to stop the task (SIGTERM/SIGINT passed on).
     pub cancelled: bool,
-    /// The node-lost fence stopped it: the planner had not acknowledged the node for
-    /// its `nodeLostAfter`.
+    /// The node-lost fence stopped it: the planner had not acknowledged the node for as
+    /// long as it takes to declare the node lost.
     pub fenced: bool,
 }
 
@@ -240,9 +240,9 @@ pub fn supervise(pid: u32, cgroups: &[PathBuf], signals: &Signals, limits: Limit
             fence_check = now.checked_add(crate::deadman::CHECK_EVERY);
             if let Some(late_ms) = crate::deadman::expired(file) {
                 eprintln!(
-                    "hyperplan-agent shepherd: fenced: the planner has not acknowledged this node for its \
-                     nodeLostAfter ({late_ms} ms past the deadline in {}); stopping the task, which the \
-                     planner starts again elsewhere",
+                    "hyperplan-agent shepherd: fenced: the planner has not acknowledged this node for as \
+                     long as it takes to declare it lost ({late_ms} ms past the deadline in {}); stopping \
+                     the task, which the planner starts again elsewhere",
                     file.display()
                 );
                 signal_task(pid, cgroups, libc::SIGTERM);

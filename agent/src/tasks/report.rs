@@ -40,8 +40,8 @@ pub fn task_end(record: &ExitRecord) -> TaskEnd {
 }
 
 /// What a fenced task's end says.
-const FENCED: &str = "fenced: its node had not heard the planner for nodeLostAfter, so it stopped the task \
-     before the planner started it again elsewhere";
+const FENCED: &str = "fenced: its node had not heard the planner for as long as it takes to declare a node \
+     lost, so it stopped the task before the planner started it again elsewhere";
 
 pub fn started_message(task: &TaskRef, started: &Started) -> AgentMessage {
     AgentMessage::TaskStarted(TaskStarted {

@@ -135,12 +135,12 @@ pub struct HealthConfig {
     pub node_lost_after: Duration,
 }
 
-/// How much longer than `nodeLostAfter` the planner waits before it starts a lost node's
+/// How much longer the planner waits than its node does before it starts a lost node's
 /// fenced tasks (those of jobs it restarts: `onNodeLost: replace` or `requeue`)
-/// elsewhere. Their node stops them once the planner has not acknowledged a heartbeat for
-/// `nodeLostAfter` (counted from the heartbeat's sending, so no later than the planner
-/// last heard it); the margin covers the shepherd's check (every half second), the
-/// second between SIGTERM and SIGKILL, and the kernel's reaping.
+/// elsewhere: the node stops them once the planner has not acknowledged a heartbeat for
+/// [`HealthConfig::fence_after`] (counted from the heartbeat's sending, so from no later
+/// than the planner last heard it); the margin covers the shepherd's check (every half
+/// second), the second between SIGTERM and SIGKILL, and the kernel's reaping.
 pub const FENCE_MARGIN: Duration = Duration::from_secs(5);
 
 impl HealthConfig {
@@ -149,9 +149,25 @@ impl HealthConfig {
         self.heartbeat_interval * self.missed_heartbeats
     }
 
-    /// NotReady for longer than this, a node's fenced tasks are lost (see [`FENCE_MARGIN`]).
-    pub fn fenced_lost_after(&self) -> Duration {
-        self.node_lost_after.saturating_add(FENCE_MARGIN)
+    /// How long after the planner last heard it a node stops its fenced tasks: the
+    /// silence that makes it NotReady, then `nodeLostAfter` (what agents are told).
+    pub fn fence_after(&self) -> Duration {
+        self.silent_after().saturating_add(self.node_lost_after)
+    }
+
+    /// When (ms) a node NotReady since `since` and last heard at `heard` (its
+    /// registration, last heartbeat or its link's close; `None`: never since this
+    /// planner leads, a node known from the store) loses its fenced tasks: its other
+    /// tasks' time (`since` + `nodeLostAfter`), but never before its node has stopped
+    /// them ([`HealthConfig::fence_after`] past `heard`, or past `since` for a node
+    /// never heard), and then [`FENCE_MARGIN`] later.
+    pub fn fenced_lost_at(&self, since: u64, heard: Option<u64>) -> u64 {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let fenced = heard.unwrap_or(since).saturating_add(ms(self.fence_after()));
+        since
+            .saturating_add(ms(self.node_lost_after))
+            .max(fenced)
+            .saturating_add(ms(FENCE_MARGIN))
     }
 }
 

@@ -22,7 +22,6 @@ impl Planner {
         let health = world.resource::<PlannerConfig>().health;
         let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let (silent_after, lost_after) = (ms(health.silent_after()), ms(health.node_lost_after));
-        let fenced_after = ms(health.fenced_lost_after());
         let mut first: Option<u64> = None;
         let mut at = |t: u64| first = Some(first.map_or(t, |f| f.min(t)));
         let mut linked = false;
@@ -36,11 +35,12 @@ impl Planner {
                 linked |= h.listed_ms.is_some();
             }
         }
-        for &since in world.resource::<Away>().0.values() {
+        for (&node, &since) in &world.resource::<Away>().0 {
             // Its tasks, then its fenced tasks (`lost`); a node past both has left `Away`.
-            for after in [lost_after, fenced_after] {
-                if since.saturating_add(after) >= now_ms {
-                    at(since.saturating_add(after).saturating_add(1));
+            let heard = world.get::<Heartbeats>(node).map(|h| h.last_ms);
+            for due in [since.saturating_add(lost_after), health.fenced_lost_at(since, heard)] {
+                if due >= now_ms {
+                    at(due.saturating_add(1));
                 }
             }
         }

@@ -34,19 +34,18 @@ pub fn lost(world: &mut World) {
 /// Nodes NotReady past the limit lose their tasks, in node name order, each node's
 /// tasks in (job name, rank) order. The tasks of jobs the planner starts again elsewhere
 /// (`onNodeLost: replace` or `requeue`) are fenced on their node: they are lost only
-/// past [`HealthConfig::fenced_lost_after`], once their node has stopped them; the node
-/// stays away until then.
+/// at [`HealthConfig::fenced_lost_at`], once their node has stopped them; the node stays
+/// away until then.
 ///
-/// [`HealthConfig::fenced_lost_after`]: crate::config::HealthConfig::fenced_lost_after
+/// [`HealthConfig::fenced_lost_at`]: crate::config::HealthConfig::fenced_lost_at
 fn lose_tasks(world: &mut World) {
     if world.resource::<Away>().0.is_empty() {
         return;
     }
     let now = world.resource::<Now>().ms;
     let health = world.resource::<PlannerConfig>().health;
-    let (after, fenced_after) = (health.node_lost_after, health.fenced_lost_after());
-    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    let (limit, fenced_limit) = (ms(after), ms(fenced_after));
+    let after = health.node_lost_after;
+    let limit = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
     let due: Vec<(Entity, u64)> = world
         .resource::<Away>()
         .0
@@ -64,7 +63,9 @@ fn lose_tasks(world: &mut World) {
     due.sort();
     let mut tasks = world.query_filtered::<(Entity, &Task, &TaskState), Without<Retired>>();
     for (name, node, since) in due {
-        let fence_over = now.saturating_sub(since) > fenced_limit;
+        let heard = world.get::<Heartbeats>(node).map(|h| h.last_ms);
+        let fenced_at = health.fenced_lost_at(since, heard);
+        let fence_over = now > fenced_at;
         // Rare (once or twice per lost node): a scan of the live tasks finds the node's.
         let mut lost: Vec<(String, u32, Entity, Entity)> = Vec::new();
         let mut fenced_left = 0usize;
@@ -91,9 +92,9 @@ fn lose_tasks(world: &mut World) {
         lost.sort();
         let reason = if fence_over {
             format!(
-                "node {name} was NotReady for more than {} s ({} s with the time its fenced tasks have to stop)",
+                "node {name} was NotReady for more than {} s (and {} s for its fenced tasks to be stopped on it)",
                 after.as_secs(),
-                fenced_after.as_secs()
+                fenced_at.saturating_sub(since) / 1000
             )
         } else {
             format!("node {name} was NotReady for more than {} s", after.as_secs())

@@ -75,8 +75,8 @@ struct Driver {
     clock: Clock,
     /// What agents are told to heartbeat at (`[server] heartbeatInterval`).
     heartbeat_interval_ms: u64,
-    /// `[server] nodeLostAfter`: what agents are told to fence restartable tasks after
-    /// (see `PlannerToAgent::Registered`).
+    /// The silence that makes a node NotReady plus `[server] nodeLostAfter`: what agents
+    /// are told to fence restartable tasks after (see `PlannerToAgent::Registered`).
     fence_after_ms: u64,
     dirty: bool,
     /// `hyperplan logs` requests waiting for their agents.
@@ -235,7 +235,7 @@ impl Driver {
             links: HashMap::new(),
             clock,
             heartbeat_interval_ms: u64::try_from(config.server.heartbeat_interval.as_millis()).unwrap_or(u64::MAX),
-            fence_after_ms: u64::try_from(config.server.node_lost_after.as_millis()).unwrap_or(u64::MAX),
+            fence_after_ms: u64::try_from(config.planner.health.fence_after().as_millis()).unwrap_or(u64::MAX),
             dirty: true,
             logs: super::logs::LogRelay::default(),
             fences: super::fence::FenceRelay::default(),

@@ -351,7 +351,8 @@ async fn a_registered_agent_hears_its_interval_epoch_and_fence_and_its_node_is_r
             fence_after_ms,
         } => assert_eq!(
             (node.as_str(), heartbeat_interval_ms, e, fence_after_ms),
-            ("n1", 2000, epoch, Some(30_000))
+            // Silent for 3 heartbeats of 2 s, then nodeLostAfter.
+            ("n1", 2000, epoch, Some(36_000))
         ),
         other => panic!("expected Registered, got {other:?}"),
     }
