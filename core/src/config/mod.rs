@@ -156,8 +156,8 @@ impl HealthConfig {
     }
 
     /// When (ms) a node NotReady since `since` and last heard at `heard` (its
-    /// registration, last heartbeat or its link's close; `None`: never since this
-    /// planner leads, a node known from the store) loses its fenced tasks: its other
+    /// registration or last heartbeat; the start for a node known from the store;
+    /// `None`: not known) loses its fenced tasks: its other
     /// tasks' time (`since` + `nodeLostAfter`), but never before its node has stopped
     /// them ([`HealthConfig::fence_after`] past `heard`, or past `since` for a node
     /// never heard), and then [`FENCE_MARGIN`] later.

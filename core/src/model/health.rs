@@ -10,6 +10,10 @@ pub struct Heartbeats {
     /// When the node was last heard from: its registration, a heartbeat, or its link
     /// closing (`hyperplan nodes` shows the age).
     pub last_ms: u64,
+    /// When its agent last spoke: its registration or a heartbeat, not a link's close
+    /// (QUIC notices a dead peer only after its idle timeout); for a node known from the
+    /// store, the planner's start. What the node-lost fence counts from.
+    pub heard_ms: u64,
     /// Its agent's link is open: only then does silence count, and heartbeats.
     pub linked: bool,
     /// The link (the driver's connection id) that holds the node (see `core::claim`).

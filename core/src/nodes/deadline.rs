@@ -37,7 +37,7 @@ impl Planner {
         }
         for (&node, &since) in &world.resource::<Away>().0 {
             // Its tasks, then its fenced tasks (`lost`); a node past both has left `Away`.
-            let heard = world.get::<Heartbeats>(node).map(|h| h.last_ms);
+            let heard = world.get::<Heartbeats>(node).map(|h| h.heard_ms);
             for due in [since.saturating_add(lost_after), health.fenced_lost_at(since, heard)] {
                 if due >= now_ms {
                     at(due.saturating_add(1));

@@ -27,6 +27,7 @@ pub(crate) fn link_up(world: &mut World, node: &str, link: u64, at_ms: u64) {
     let Some(e) = entity(world, node) else { return };
     world.entity_mut(e).insert(Heartbeats {
         last_ms: at_ms,
+        heard_ms: at_ms,
         linked: true,
         link,
         listed_ms: None,
@@ -42,6 +43,7 @@ pub(crate) fn heartbeat(world: &mut World, node: &str, at_ms: u64) {
         return;
     };
     h.last_ms = h.last_ms.max(at_ms);
+    h.heard_ms = h.heard_ms.max(at_ms);
     if set_ready(world, e, true, at_ms) {
         say(world, node, true, HealthChange::HeartbeatAgain);
     }

@@ -63,7 +63,7 @@ fn lose_tasks(world: &mut World) {
     due.sort();
     let mut tasks = world.query_filtered::<(Entity, &Task, &TaskState), Without<Retired>>();
     for (name, node, since) in due {
-        let heard = world.get::<Heartbeats>(node).map(|h| h.last_ms);
+        let heard = world.get::<Heartbeats>(node).map(|h| h.heard_ms);
         let fenced_at = health.fenced_lost_at(since, heard);
         let fence_over = now > fenced_at;
         // Rare (once or twice per lost node): a scan of the live tasks finds the node's.

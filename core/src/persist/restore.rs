@@ -281,6 +281,7 @@ fn node_for(world: &mut World, name: &str, now_ms: u64) -> Entity {
             // Its agent's link: none yet, silent since the start.
             Heartbeats {
                 last_ms: now_ms,
+                heard_ms: now_ms,
                 linked: false,
                 link: 0,
                 listed_ms: None,

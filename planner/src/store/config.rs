@@ -147,6 +147,8 @@ pub fn store_config(
         .min()
         .unwrap_or(0)
     });
+    /// Below this, an etcd leader election can cost the planner its lead.
+    const MIN_SAFE_LEASE_TTL: f64 = 5.0;
     if let Some(h) = ha {
         if let Some(t) = h.lease_ttl {
             let v = *t.get_ref();
@@ -159,6 +161,13 @@ pub fn store_config(
                 ));
             }
             store.ha.lease_ttl = Duration::from_secs(v as u64);
+            if v < MIN_SAFE_LEASE_TTL {
+                tracing::warn!(
+                    "ha.leaseTtl = {v}: a change of etcd's own leader (its election timeout, 1 s by default, \
+                     and a round or two) can outlast two thirds of it, and the leader then gives its lead up; \
+                     {MIN_SAFE_LEASE_TTL} s or more rides it out"
+                );
+            }
         }
         if let Some(a) = h.advertise {
             if !is_host_port(a.get_ref()) {

@@ -390,6 +390,12 @@ impl Etcd {
         };
         tracing::error!(lease, "the lead is lost: {why}");
         self.lose(&format!("lost the lead: {why}"));
+        // No longer leading: if etcd answers again (a change of its own leader, a member
+        // back), the lease given up goes at once, and a standby need not wait it out.
+        let revoke = self.any(Duration::ZERO, |mut c| async move { c.lease.revoke(lease).await });
+        if let Ok(Ok(_)) = tokio::time::timeout(period, revoke).await {
+            tracing::info!(lease, "revoked the lease given up: a standby may lead at once");
+        }
         let _ = alive.send(false);
     }
 

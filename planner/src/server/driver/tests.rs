@@ -695,10 +695,7 @@ async fn under_private_data_another_users_job_reads_as_missing() {
 #[tokio::test]
 async fn a_job_that_ended_before_a_restart_is_read_from_the_store_and_ids_go_on() {
     let mut rig = Rig::new("");
-    let a = train_placed(&mut rig, 1).await;
-    rig.handle(started(&a, "train", 1, "w-0"));
-    rig.handle(finished(&a, "train", 1, "w-0"));
-    rig.step();
+    train_ended(&mut rig).await;
     let before = rig.epoch();
     rig.stop();
     rig.clock.advance(Duration::from_secs(60));
@@ -734,6 +731,20 @@ async fn a_job_that_ended_before_a_restart_is_read_from_the_store_and_ids_go_on(
     assert_eq!(ids, vec![1, 2], "stored and live, by id");
 }
 
+/// Job 1, `train`, placed, started and ended (and committed).
+async fn train_ended(rig: &mut Rig) {
+    let a = train_placed(rig, 1).await;
+    rig.handle(started(&a, "train", 1, "w-0"));
+    rig.handle(finished(&a, "train", 1, "w-0"));
+    rig.step();
+}
+
+/// Restarts the rig: the writer has done all it was handed, and a purge due is done.
+fn restart(rig: &mut Rig) {
+    rig.stop();
+    rig.start();
+}
+
 /// Ended jobs' ids in `status --all` for alice.
 async fn all_ids(rig: &mut Rig) -> Vec<u64> {
     let command = RequestCommand::Status {
@@ -755,15 +766,10 @@ async fn ended_jobs_are_deleted_keep_finished_after_they_ended_by_the_drivers_cl
     // The one clock: the rig's virtual clock says 2026-11-27 whatever the date is, and
     // the purge of ended jobs follows it, not the wall clock.
     let mut rig = Rig::new("keepFinished = 3600");
-    let a = train_placed(&mut rig, 1).await;
-    rig.handle(started(&a, "train", 1, "w-0"));
-    rig.handle(finished(&a, "train", 1, "w-0"));
-    rig.step();
+    train_ended(&mut rig).await;
     rig.clock.advance(Duration::from_secs(1800));
     rig.step();
-    // Stopped and started: the writer has done all it was handed.
-    rig.stop();
-    rig.start();
+    restart(&mut rig);
     assert_eq!(
         all_ids(&mut rig).await,
         vec![1],
@@ -771,8 +777,7 @@ async fn ended_jobs_are_deleted_keep_finished_after_they_ended_by_the_drivers_cl
     );
     rig.clock.advance(Duration::from_secs(3 * 3600));
     rig.step();
-    rig.stop();
-    rig.start();
+    restart(&mut rig);
     assert_eq!(
         all_ids(&mut rig).await,
         Vec::<u64>::new(),
@@ -783,23 +788,18 @@ async fn ended_jobs_are_deleted_keep_finished_after_they_ended_by_the_drivers_cl
 #[tokio::test]
 async fn a_planner_started_with_its_clock_days_ahead_deletes_no_history() {
     let mut rig = Rig::new("keepFinished = 86400");
-    let a = train_placed(&mut rig, 1).await;
-    rig.handle(started(&a, "train", 1, "w-0"));
-    rig.handle(finished(&a, "train", 1, "w-0"));
-    rig.step();
+    train_ended(&mut rig).await;
     rig.stop();
     // Started again with a clock 8 days ahead: the job ended "8 days ago" by it.
     rig.clock.advance(Duration::from_secs(8 * 86_400));
     rig.start();
     rig.step();
-    rig.stop();
-    rig.start();
+    restart(&mut rig);
     assert_eq!(all_ids(&mut rig).await, vec![1], "kept: the store's time has not moved");
     // A day and more of running: now it is old by the store's time too.
     rig.clock.advance(Duration::from_secs(86_400 + 2 * 3600));
     rig.step();
-    rig.stop();
-    rig.start();
+    restart(&mut rig);
     assert_eq!(
         all_ids(&mut rig).await,
         Vec::<u64>::new(),
