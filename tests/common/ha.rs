@@ -61,7 +61,8 @@ impl<S> Planners<S> {
         Self::start_on("127.0.0.1", store, store_tomls, ttl, more, nodes, &[], &[])
     }
 
-    /// As [`Planners::start_each`], the planners on `host` (a bridge's address, for
+    /// As [`Planners::start_each`], the planners on `host` (a bridge's address, or one
+    /// per planner separated by commas, for
     /// agents in network namespaces: `namespaces` is (node, namespace)), each also given
     /// `args` (`--node-lost-after 5`, …).
     #[allow(clippy::too_many_arguments)]
@@ -81,7 +82,11 @@ impl<S> Planners<S> {
         c.planner_args = args.iter().map(|a| a.to_string()).collect();
         let user = task_user();
         c.issue_user(&user);
-        let addrs: Vec<String> = (0..n).map(|_| format!("{host}:{}", free_udp_port())).collect();
+        // `host` may list one per planner (`a,b`), taken in turn.
+        let hosts: Vec<&str> = host.split(',').collect();
+        let addrs: Vec<String> = (0..n)
+            .map(|i| format!("{}:{}", hosts[i % hosts.len()], free_udp_port()))
+            .collect();
         for (i, a) in addrs.iter().enumerate() {
             c.write(
                 &format!("planner-{i}.toml"),

@@ -97,6 +97,29 @@ impl Fabric {
         format!("10.213.{}.1", self.k)
     }
 
+    /// A second address on the bridge for a second planner (`10.213.K.2`), added now.
+    #[allow(dead_code)]
+    pub fn second_planner_addr(&self) -> String {
+        let addr = format!("10.213.{}.2", self.k);
+        ip(&["addr", "add", &format!("{addr}/24"), "dev", &self.bridge]).unwrap();
+        addr
+    }
+
+    /// What `node` sends to `addr` goes nowhere (a blackhole route in its namespace);
+    /// everything else still flows.
+    #[allow(dead_code)]
+    pub fn blackhole(&self, node: &str, addr: &str) {
+        ip(&[
+            "-n",
+            &self.node(node).1,
+            "route",
+            "add",
+            "blackhole",
+            &format!("{addr}/32"),
+        ])
+        .unwrap();
+    }
+
     fn node(&self, node: &str) -> &(String, String, String, String) {
         self.nodes
             .iter()

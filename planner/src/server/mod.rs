@@ -18,6 +18,7 @@ mod exec;
 mod fence;
 mod groups;
 mod handshake;
+mod isolation;
 mod launch;
 mod link;
 mod logs;
@@ -61,6 +62,10 @@ pub enum ServerError {
     /// The leader lost its lease (etcd): it stops acting; started again, it stands by.
     #[error("{0}; stopping (started again, this planner stands by)")]
     LostLead(String),
+    /// No agent reaches this leader while a standby hears them: it resigned its lease
+    /// (see `isolation`); started again, it stands by.
+    #[error("{0}; resigned, stopping (started again, this planner stands by)")]
+    HandedOver(String),
 }
 
 /// A bound planner: the endpoint is listening, nothing is served yet.
@@ -188,6 +193,7 @@ impl Server {
             etcd.view(),
             self.config.store.describe(),
             self.advertise.clone(),
+            etcd.clone(),
         ));
         tracing::info!(advertise = %self.advertise, at = %etcd.at().display(), "standing by");
         sd_notify("STATUS=standing by");
@@ -305,6 +311,15 @@ impl Server {
                 Store::Embedded(_) => std::future::pending().await,
             }
         };
+        let isolated = async {
+            match &self.store {
+                Store::Etcd(e) => {
+                    let after = isolation::after(self.config.server.health().silent_after());
+                    isolation::watch(to_core.clone(), e.view(), self.advertise.clone(), after).await
+                }
+                Store::Embedded(_) => std::future::pending().await,
+            }
+        };
         let store_failed = async {
             loop {
                 if let Some(why) = failed.borrow_and_update().clone() {
@@ -322,6 +337,10 @@ impl Server {
             () = &mut shutdown => {}
             why = store_failed => outcome = Err(ServerError::StoreFailed(why)),
             why = lost_lead => outcome = Err(ServerError::LostLead(why)),
+            why = isolated => {
+                tracing::error!("{why}");
+                outcome = Err(ServerError::HandedOver(why));
+            }
         }
         tracing::info!("planner stopping");
         sd_notify("STOPPING=1");
@@ -337,8 +356,9 @@ impl Server {
         // closes the file (a clean close spares the next start a recovery).
         let _ = driver.await;
         let _ = tokio::task::spawn_blocking(move || writer_thread.join()).await;
-        // A clean stop hands the lead over at once instead of after the lease.
-        if let (Store::Etcd(e), Ok(())) = (&self.store, &outcome) {
+        // A clean stop, or a leader no agent reaches, hands the lead over at once instead
+        // of after the lease.
+        if let (Store::Etcd(e), Ok(()) | Err(ServerError::HandedOver(_))) = (&self.store, &outcome) {
             let e = e.clone();
             let _ = tokio::task::spawn_blocking(move || e.resign()).await;
         }

@@ -2,9 +2,13 @@
 //! the same port with the same handshake, but answers an agent's `Register` with
 //! `NotLeader` and the leader's address, every request with "not the leader; the leader
 //! is …", and `hyperplan planners` with its role and the epoch it knows. It keeps no
-//! agent and decides nothing; its state stays warm through the etcd watch.
+//! agent and decides nothing; its state stays warm through the etcd watch. Every
+//! [`REPORT_EVERY`] it says in etcd which nodes' agents came to it lately: agents come to
+//! a standby when they cannot reach the leader, and a leader no agent reaches hands the
+//! lead over on it (`server::isolation`).
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use hyperplan_net::messages::{PlannerToAgent, RequestCommand, ResponseError};
 use hyperplan_shared::status::PlannerInfo;
@@ -16,14 +20,40 @@ use crate::store::HaView;
 /// How long a standby keeps an agent's connection open after `NotLeader`, for the frame
 /// to arrive (the agent closes it as soon as it reads it).
 const LINGER: Duration = Duration::from_secs(5);
+/// How often a standby says which agents came to it, and how long one counts.
+pub const REPORT_EVERY: Duration = Duration::from_secs(2);
+const HEARD_FOR: Duration = Duration::from_secs(10);
+/// Nodes remembered at most (a flood of names is not kept).
+const MAX_HEARD: usize = 100_000;
 
 pub async fn respond(
     mut rx: mpsc::UnboundedReceiver<ToCore>,
     view: watch::Receiver<HaView>,
     store: String,
     advertise: String,
+    etcd: crate::store::Etcd,
 ) {
-    while let Some(msg) = rx.recv().await {
+    let mut heard: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut reported = false;
+    let mut report = tokio::time::interval(REPORT_EVERY);
+    report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let msg = tokio::select! {
+            msg = rx.recv() => match msg {
+                Some(msg) => msg,
+                None => break,
+            },
+            _ = report.tick() => {
+                heard.retain(|_, at| at.elapsed() < HEARD_FOR);
+                // While agents come, and once more when they stopped coming.
+                if !heard.is_empty() || reported {
+                    let nodes: Vec<String> = heard.keys().cloned().collect();
+                    etcd.report_heard(&advertise, &nodes);
+                    reported = !nodes.is_empty();
+                }
+                continue;
+            }
+        };
         let mut v = view.borrow().clone();
         // Won, still loading: not "the leader is me" (the asker would come back here and
         // give up); no leader yet, so agents and the CLI ask again in a moment.
@@ -32,6 +62,9 @@ pub async fn respond(
         }
         match msg {
             ToCore::Agent(FromAgent::Register { node, link, .. }) => {
+                if heard.len() < MAX_HEARD || heard.contains_key(&node) {
+                    heard.insert(node.clone(), Instant::now());
+                }
                 tracing::info!(
                     node,
                     leader = v.leader.as_deref().unwrap_or("none yet"),

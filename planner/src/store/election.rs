@@ -27,6 +27,9 @@ use etcd_client::{Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, TxnOpRe
 use super::etcd::{Etcd, HaView, Role, Warm, try_another};
 use super::{Loaded, StoreError, meta};
 
+/// At most this much of a standby's report is read (node names, a line each).
+const MAX_HEARD_BYTES: usize = 64 * 1024;
+
 /// How long to wait before reading and watching again after the watch failed.
 const RETRY: Duration = Duration::from_millis(500);
 
@@ -179,7 +182,42 @@ impl Etcd {
                 meta::CLUSTER_KEY => warm.cluster = bytes,
                 _ => {}
             }
+        } else if let Some(standby) = rest.strip_prefix("standby/") {
+            let heard = value.map(|v| {
+                String::from_utf8_lossy(&v[..v.len().min(MAX_HEARD_BYTES)])
+                    .lines()
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            });
+            self.inner().view.send_modify(|v| match heard {
+                Some(nodes) => {
+                    v.standbys_hear.insert(standby.to_string(), (Instant::now(), nodes));
+                }
+                None => {
+                    v.standbys_hear.remove(standby);
+                }
+            });
         }
+    }
+
+    /// A standby says which nodes' agents came to it in the last while, sent on to the
+    /// leader (`standby/<advertise>`, one node name a line; empty: none). In the
+    /// background, once: a report lost is followed by the next.
+    pub fn report_heard(&self, advertise: &str, nodes: &[String]) {
+        let key = self.key(&format!("standby/{advertise}"));
+        let mut value = nodes.join("\n");
+        value.truncate(MAX_HEARD_BYTES);
+        let me = self.clone();
+        self.inner().handle.spawn(async move {
+            let put = me.any(PATIENCE, |mut c| {
+                let (key, value) = (key.clone(), value.clone());
+                async move { c.kv.put(key, value, None).await }
+            });
+            if let Err(e) = put.await {
+                tracing::debug!("etcd: cannot say which agents came to this standby: {e}");
+            }
+        });
     }
 
     /// The leader's address as the `leader` key says (`None`: deleted).

@@ -216,6 +216,10 @@ pub struct HaView {
     /// Why this planner stopped leading (its lease could not be renewed, or a write
     /// found another leader's key): it must stop acting.
     pub lost: Option<String>,
+    /// What each standby (by the address it advertises) last said of the agents it
+    /// sends to the leader (`standby/<address>`), and when this planner read it: agents
+    /// that cannot reach the leader come to the standbys (see `server::isolation`).
+    pub standbys_hear: BTreeMap<String, (std::time::Instant, Vec<String>)>,
 }
 
 /// The state under the prefix as the watch last saw it: what a standby takes over with.
