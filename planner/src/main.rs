@@ -371,9 +371,11 @@ fn check_store(config: &DaemonConfig) -> anyhow::Result<()> {
 }
 
 /// The cluster of this planner's ca.pem ([server] certDir, --cert-dir), or why not.
-fn our_cluster(config: &DaemonConfig) -> Result<hyperplan_planner::store::Cluster, String> {
+fn our_cluster(
+    config: &DaemonConfig,
+) -> Result<hyperplan_planner::store::Cluster, hyperplan_planner::store::StoreError> {
     let ca = hyperplan_net::certs::CertPaths::planner(&config.server.cert_dir).ca;
-    hyperplan_planner::store::Cluster::from_ca_file(&ca).map_err(|e| e.to_string())
+    hyperplan_planner::store::Cluster::from_ca_file(&ca)
 }
 
 /// `state export` / `state import`.

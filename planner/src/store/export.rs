@@ -136,10 +136,10 @@ pub fn export(store: &Store, out: &mut dyn Write, ours: Option<&Cluster>) -> Res
 const MAX_LINE: u64 = 256 << 20;
 
 /// Whose jobs an import takes (see [`import`]).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Importing {
     /// The importing planner's cluster (its `ca.pem`), or why it cannot be read.
-    pub ours: Result<Cluster, String>,
+    pub ours: Result<Cluster, StoreError>,
     /// `--force`: take an export of another cluster.
     pub force: bool,
 }
@@ -374,7 +374,11 @@ mod tests {
     /// An importing planner whose CA cannot be read: exports without a cluster only.
     fn any() -> Importing {
         Importing {
-            ours: Err("no ca.pem in this test".into()),
+            ours: Err(StoreError::Io {
+                path: "ca.pem".into(),
+                doing: "reading the cluster CA certificate".into(),
+                why: "none in this test".into(),
+            }),
             force: false,
         }
     }
