@@ -99,6 +99,9 @@ impl Deadman {
     pub fn registered(&mut self, register_sent_ms: Option<u64>, fence_after_ms: Option<u64>) {
         self.sent.clear();
         self.fence_after_ms = fence_after_ms;
+        // Written anew even when earlier: a planner started with a shorter nodeLostAfter
+        // gives the node's tasks up sooner, and the fence must hold to its time.
+        self.written = None;
         match (fence_after_ms, register_sent_ms) {
             (Some(_), Some(at)) => self.heard(at),
             // A planner that restarts nothing elsewhere: nothing to fence.
@@ -192,6 +195,9 @@ mod tests {
         d.acknowledged(99);
         assert_eq!(read(&file), Some(sent_2 + 30_000));
         assert_eq!(expired(&file), None, "not yet");
+        // A planner with a shorter fence: the earlier deadline is written.
+        d.registered(Some(sent_2 + 1), Some(1_000));
+        assert_eq!(read(&file), Some(sent_2 + 1_001));
         // A planner without a fence: no file, nothing fenced.
         d.registered(Some(5), None);
         assert_eq!(read(&file), None);
