@@ -167,8 +167,60 @@ fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
     let (code, err) = live.submit_wait(&spy);
     assert_eq!(code, 0, "{err}");
     let said = live.output("spy", "s-0");
-    assert_eq!(said.matches("the credential is not job").count(), 2, "{said}");
+    // Held has no task on the spy's node: its agent relays nothing for it; the spy's own
+    // job with a made-up credential goes on to the planner, which refuses it.
+    assert_eq!(
+        said.matches("refused: job held has no task on this node").count(),
+        1,
+        "{said}"
+    );
+    assert_eq!(said.matches("the credential is not job").count(), 1, "{said}");
     assert_eq!(said.matches("rc=1").count(), 2, "{said}");
+
+    // The credential alone is worth nothing (issue 38): taken from a task of held (as
+    // any reader of a leaked `env` output would), it admits neither another user nor the
+    // job's own user from outside the job.
+    if common::euid_is_root() {
+        let held = live.status("held");
+        let pid = held["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["rank"] == 0)
+            .and_then(|t| t["pid"].as_u64())
+            .unwrap();
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let vars: Vec<(String, String)> = environ
+            .split(|&b| b == 0)
+            .filter_map(|kv| {
+                String::from_utf8_lossy(kv)
+                    .split_once('=')
+                    .map(|(k, v)| (k.into(), v.into()))
+            })
+            .filter(|(k, _)| k == "HYPERPLAN_CREDENTIAL" || k == "HYPERPLAN_EXEC_SOCKET" || k == "HYPERPLAN_JOB")
+            .collect();
+        assert_eq!(vars.len(), 3, "{vars:?}");
+        common::ensure_user("hp-intruder");
+        for (who, says) in [
+            ("hp-intruder", "not as job held's user"),
+            (live.user.as_str(), "is not a process of job held"),
+        ] {
+            let out = Command::new("setpriv")
+                .args(["--reuid", who, "--regid", who, "--init-groups"])
+                .arg(&hyperplan)
+                .args(["exec", "--", "sh", "-c", "touch /tmp/hp-intruder-was-here"])
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .envs(vars.iter().cloned())
+                .current_dir("/")
+                .output()
+                .unwrap();
+            let (code, _, err) = text(&out);
+            assert_eq!(code, 1, "{who}: {err}");
+            assert!(err.contains(says), "{who}: {err}");
+            assert!(!std::path::Path::new("/tmp/hp-intruder-was-here").exists());
+        }
+    }
 
     // Nothing a step started outlives its job: a command still running when the job is
     // cancelled goes with the job's tasks (it is in their cgroup).

@@ -1,8 +1,9 @@
 //! The tasks' exec socket (see [`super`]): a task's `hyperplan exec` connects, sends its
 //! `ExecRequest` (with its job's credential) and then the frames of the command; the
 //! agent opens a stream to the planner on its current link, sends the request on, and
-//! carries bytes both ways. The socket is open to every local user: the credential,
-//! checked by the planner, is what admits a request. A task's side closing before the
+//! carries bytes both ways. The socket is open to every local user, but only a process
+//! of the named job, running as its user, is relayed ([`super::peer`]); the planner then
+//! checks the credential. A task's side closing before the
 //! planner's means the task's `hyperplan exec` is gone: the stream is reset, and the
 //! command is killed wherever it runs.
 
@@ -26,8 +27,10 @@ const MAX_RELAYS: usize = 1024;
 /// Reset code: the task's side went away.
 const GONE: u32 = 1;
 
-/// Listens on `path` (replacing a stale socket) and relays until the runtime ends.
-pub fn listen(path: &Path, current: Current) -> std::io::Result<()> {
+/// Listens on `path` (replacing a stale socket) and relays until the runtime ends; the
+/// jobs' task directories are under `state_dir`.
+pub fn listen(path: &Path, state_dir: &Path, current: Current) -> std::io::Result<()> {
+    let state_dir = state_dir.to_path_buf();
     match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -45,10 +48,10 @@ pub fn listen(path: &Path, current: Current) -> std::io::Result<()> {
                 drop(stream);
                 continue;
             }
-            let (current, busy) = (current.clone(), busy.clone());
+            let (current, busy, state_dir) = (current.clone(), busy.clone(), state_dir.clone());
             busy.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             tokio::spawn(async move {
-                relay(stream, current).await;
+                relay(stream, current, &state_dir).await;
                 busy.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
             });
         }
@@ -56,7 +59,7 @@ pub fn listen(path: &Path, current: Current) -> std::io::Result<()> {
     Ok(())
 }
 
-async fn relay(mut task: UnixStream, current: Current) {
+async fn relay(mut task: UnixStream, current: Current, state_dir: &Path) {
     let request = match tokio::time::timeout(
         REQUEST_WITHIN,
         read_frame::<ExecRequest, _>(&mut task, DEFAULT_MAX_FRAME),
@@ -67,6 +70,27 @@ async fn relay(mut task: UnixStream, current: Current) {
         _ => return,
     };
     let refuse = |message: String| ExecFrame::Error { node: None, message };
+    // Who calls, as the kernel says; then whether it is a process of the job it names.
+    let admitted = match task.peer_cred() {
+        Ok(cred) => match cred.pid().and_then(|p| u32::try_from(p).ok()) {
+            Some(pid) => {
+                let (dir, job, uid) = (state_dir.to_path_buf(), request.job.clone(), cred.uid());
+                tokio::task::spawn_blocking(move || super::peer::admit(&dir, &job, uid, pid))
+                    .await
+                    .unwrap_or_else(|e| Err(e.to_string()))
+            }
+            None => Err("the kernel does not say which process calls".to_string()),
+        },
+        Err(e) => Err(format!("cannot tell who calls: {e}")),
+    };
+    if let Err(why) = admitted {
+        tracing::warn!(job = %request.job, "refused a hyperplan exec from the exec socket: {why}");
+        let frame = refuse(format!(
+            "refused: {why} (hyperplan exec inside a job only runs from its own tasks)"
+        ));
+        let _ = write_frame(&mut task, &frame, DEFAULT_MAX_FRAME).await;
+        return;
+    }
     let conn = current.lock().ok().and_then(|c| c.clone());
     let Some(conn) = conn else {
         let frame = refuse("this node's agent is not connected to the planner now; try again".into());

@@ -10,8 +10,11 @@
 //!   Unix socket) and `HYPERPLAN_CREDENTIAL` (its job's); `hyperplan exec` inside a job
 //!   sends its request there, and the agent carries it to the planner over its
 //!   mutual-TLS link, where the credential is checked. A task needs no certificate.
+//! - [`peer`]: only for a process of the job itself (the kernel says who calls): the
+//!   credential alone admits nobody.
 
 pub mod local;
+pub mod peer;
 pub mod step;
 
 /// The socket tasks reach this agent's exec relay on, in its state directory.

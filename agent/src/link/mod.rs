@@ -308,7 +308,7 @@ impl Link {
     /// Attempts, backoffs and sessions until a stop signal.
     async fn run(&mut self) {
         let socket = crate::exec::socket_path(&self.opts.tasks.state_dir);
-        if let Err(e) = crate::exec::local::listen(&socket, self.current.clone()) {
+        if let Err(e) = crate::exec::local::listen(&socket, &self.opts.tasks.state_dir, self.current.clone()) {
             tracing::warn!(socket = %socket.display(), "tasks cannot use `hyperplan exec` on this node: {e}");
         }
         let mut backoff = Backoff::default();
