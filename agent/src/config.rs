@@ -18,6 +18,7 @@
 //! # limitsConf = true                   # the user's /etc/security/limits.conf for tasks
 //! # rlimits = { memlock = "unlimited", nofile = 65536, core = { soft = 0, hard = "unlimited" } }
 //! # defaultMpi = "none"                # or "pmi": a PMI server for every task whose job says nothing
+//! # outputMode = "0600"                # tasks' output files: the user's alone (or "0640", "0644")
 //! [metrics]
 //! # listen = "127.0.0.1:9401"          # the agent's own Prometheus /metrics; default off
 //! [labels]
@@ -137,9 +138,30 @@ pub struct ExecSection {
     /// server on `PMI_FD` (MPICH, Intel MPI, MVAPICH wire up through it).
     #[serde(default)]
     pub default_mpi: Option<String>,
+    /// The mode tasks' output files are created with (octal text, `"0600"` by default:
+    /// output often holds the job's environment and secrets; `"0640"` or `"0644"` to
+    /// share it), less the task's umask.
+    #[serde(default)]
+    pub output_mode: Option<String>,
 }
 
+/// `[exec] outputMode` when agent.toml says nothing: the task's user alone.
+pub const DEFAULT_OUTPUT_MODE: u32 = 0o600;
+
 impl ExecSection {
+    /// `outputMode`, checked: octal permission bits, owner-writable, no set-id or sticky bit.
+    pub fn output_mode(&self) -> Result<u32, String> {
+        let Some(text) = self.output_mode.as_deref() else {
+            return Ok(DEFAULT_OUTPUT_MODE);
+        };
+        u32::from_str_radix(text.trim_start_matches("0o"), 8)
+            .ok()
+            .filter(|m| *m <= 0o777 && m & 0o200 != 0)
+            .ok_or_else(|| {
+                format!("[exec] outputMode: expected octal permissions the owner may write, like \"0600\" or \"0640\", got {text:?}")
+            })
+    }
+
     /// `defaultMpi`, checked.
     pub fn default_mpi(&self) -> Result<hyperplan_shared::job::MpiMode, String> {
         match self.default_mpi.as_deref() {
@@ -226,6 +248,25 @@ impl AgentConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_mode_is_the_users_alone_unless_said_and_refuses_nonsense() {
+        let with = |m: Option<&str>| ExecSection {
+            output_mode: m.map(str::to_string),
+            ..ExecSection::default()
+        };
+        assert_eq!(with(None).output_mode(), Ok(0o600));
+        assert_eq!(with(Some("0640")).output_mode(), Ok(0o640));
+        assert_eq!(with(Some("644")).output_mode(), Ok(0o644));
+        for bad in ["4755", "0400", "rw-r--r--", "", "0o1000"] {
+            let said = with(Some(bad)).output_mode();
+            assert!(
+                said.as_ref()
+                    .is_err_and(|e| e.starts_with("[exec] outputMode: expected octal")),
+                "{bad}: {said:?}"
+            );
+        }
+    }
 
     #[test]
     fn the_shipped_example_parses_commented_and_uncommented() {

@@ -245,6 +245,7 @@ pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> R
         kill_grace_secs: None,
         rlimits: Default::default(),
         pmi_fd: None,
+        output_mode: None,
         fence: task.fence,
     };
     Ok(Prepared {

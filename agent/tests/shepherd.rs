@@ -733,3 +733,18 @@ fn a_task_that_ends_on_a_full_state_directory_is_recorded_once_there_is_room() {
 fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+#[test]
+fn output_is_the_users_alone_unless_the_site_says_otherwise() {
+    use std::os::unix::fs::PermissionsExt;
+    for (mode, expected) in [(None, 0o600), (Some(0o640), 0o640)] {
+        let mut task = Task::new(&["sh", "-c", "env"]);
+        if let Some(m) = mode {
+            task = task.set("outputMode", json!(m));
+        }
+        let (task, record) = task.run();
+        assert_eq!(record["outcome"], "exited", "{record:#}");
+        let meta = std::fs::metadata(task.dir.path().join("out.txt")).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, expected, "outputMode {mode:?}");
+    }
+}

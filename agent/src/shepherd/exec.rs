@@ -144,6 +144,7 @@ impl Prepared {
                 node_mask,
                 ids: identity.map(|i| (i.groups.clone(), i.gid, i.uid)),
                 stdout: Some(cstring(&s.stdout)),
+                output_mode: s.output_mode.unwrap_or(0o600) as libc::mode_t,
                 stderr: (s.stderr != s.stdout).then(|| cstring(&s.stderr)),
                 working_dir: cstring(&s.working_dir),
                 memlock_hard,
@@ -362,6 +363,8 @@ struct Setup {
     rlimits: Vec<(super::rlimits::RawResource, libc::rlimit)>,
     /// The PMI socket the task keeps open across exec.
     pmi_fd: Option<libc::c_int>,
+    /// The mode output files are created with (less the umask).
+    output_mode: libc::mode_t,
 }
 
 /// What the `pre_exec` closure owns.
@@ -565,7 +568,7 @@ impl Child {
         let flags =
             libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
         // SAFETY: a NUL-terminated path; the mode is an integer.
-        let fd = unsafe { libc::open(path.as_ptr(), flags, 0o644 as libc::c_uint) };
+        let fd = unsafe { libc::open(path.as_ptr(), flags, self.setup.output_mode as libc::c_uint) };
         self.check(fd.into(), step)?;
         // SAFETY: `fd` is open and `st` a live buffer.
         if unsafe { libc::fstat(fd, &mut st) } != 0 || !writable_kind(&st) {

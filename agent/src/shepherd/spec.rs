@@ -72,7 +72,7 @@ pub struct LaunchSpec {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     pub working_dir: PathBuf,
-    /// Created (or truncated) by the user, mode 0644 less the umask.
+    /// Created (or truncated) by the user, mode `output_mode` (0600) less the umask.
     pub stdout: PathBuf,
     /// May equal `stdout`: both go to one file, opened once.
     pub stderr: PathBuf,
@@ -105,6 +105,10 @@ pub struct LaunchSpec {
     /// from the agent, passed on to the task and closed in the shepherd once it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pmi_fd: Option<i32>,
+    /// The mode its output files are created with, less the umask (`[exec] outputMode`);
+    /// `None`: 0600, the task's user alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_mode: Option<u32>,
     /// The node-lost fence: stop the task once the agent's deadline
     /// (`STATE/fence-deadline`, [`crate::deadman`]) has passed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -1027,6 +1027,7 @@ mod tests {
                 rlimits: Default::default(),
                 shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
                 default_mpi: hyperplan_shared::job::MpiMode::None,
+                output_mode: crate::config::DEFAULT_OUTPUT_MODE,
                 launcher: None,
                 cli: PathBuf::from("hyperplan"),
             },
@@ -1219,6 +1220,7 @@ mod tests {
             rlimits: Default::default(),
             shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
             default_mpi: hyperplan_shared::job::MpiMode::None,
+            output_mode: crate::config::DEFAULT_OUTPUT_MODE,
             launcher: None,
             cli: PathBuf::from("hyperplan"),
         })

@@ -59,6 +59,8 @@ pub struct TaskOptions {
     pub launcher: Option<PathBuf>,
     /// PMI for tasks whose job does not say (`[exec] defaultMpi`).
     pub default_mpi: hyperplan_shared::job::MpiMode,
+    /// The mode tasks' output files are created with (`[exec] outputMode`).
+    pub output_mode: u32,
     /// The `hyperplan` CLI on this node: batch jobs' `mpirun` starts its daemons with
     /// `hyperplan exec --node` (see `launch::batch_files`).
     pub cli: PathBuf,

@@ -163,6 +163,7 @@ pub fn launch(
     }
     if let Some(identity) = &identity {
         prepared.spec.rlimits = rlimits_for(opts, identity);
+        prepared.spec.output_mode = Some(opts.output_mode);
     }
     // `hyperplan exec` from inside the job: through this agent, with the job's credential.
     if let Some(credential) = &task.credential {
