@@ -851,6 +851,16 @@ fn build_task(t: TaskParts, path: &Path) -> Result<TaskSpec, FileError> {
         ));
     }
     let exec = build_exec(t.exec, path)?;
+    // A NUL ends a C string: such an argument could only fail on the node, at exec.
+    if let Some(i) = t.command.iter().position(|a| a.contains('\0')) {
+        let prefix = task_prefix(&t.name);
+        return Err(crate::yaml::file_error(
+            path,
+            t.name.pos,
+            &format!("{prefix}.command"),
+            format!("expected arguments without NUL bytes, argument {i} has one"),
+        ));
+    }
     // Checked here, not when a node gets the task: its launch spec is bounded (4 MiB, with
     // what hyperplan adds, such as a large job's node list).
     let exec_bytes: usize = t.command.iter().map(|a| a.len() + 1).sum::<usize>()

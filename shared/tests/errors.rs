@@ -470,3 +470,14 @@ fn segments_need_a_tier_and_no_partitions_beside_them() {
         "name: train\nminAvailable: 32\nsegments:\n  - {{size: 16, tierName: nvlink}}\n{SEGMENT_TASKS}"
     )), @"jobs.yaml:2:15: minAvailable: expected no minAvailable or all 64 ranks with segments (each segment is whole), got 32");
 }
+
+#[test]
+fn a_nul_byte_in_a_command_is_refused_at_submit() {
+    let said = job_error(
+        "name: j\ntasks:\n  - name: w\n    replicas: 1\n    resources: {cpu: 1}\n    command: [sh, \"-c\\0x\"]\n",
+    );
+    assert!(
+        said.contains("command: expected arguments without NUL bytes, argument 1 has one"),
+        "{said}"
+    );
+}
