@@ -398,7 +398,7 @@ async fn runs_a_task_reports_its_end_and_forgets_it_when_acknowledged() {
     let _agent = s.agent();
     s.planner.wait_registered(1).await;
 
-    let script = "echo rank $RANK home $HOME; grep Cpus_allowed_list /proc/self/status; exit 3";
+    let script = "echo rank $RANK home $HOME; echo umask $(umask); grep Cpus_allowed_list /proc/self/status; exit 3";
     let task = s.launch("exit3", 11, script);
     let pid = s.planner.started(&task).await;
     assert!(pid > 1);
@@ -412,7 +412,11 @@ async fn runs_a_task_reports_its_end_and_forgets_it_when_acknowledged() {
     assert!(out.contains("Cpus_allowed_list:"), "{out}");
     let out_file = s.work().join("exit3-w-0.out");
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&out_file).unwrap().permissions());
-    assert_eq!(mode & 0o777, 0o644, "the task's umask is 0022, not the agent's");
+    assert!(
+        out.contains("umask 0022"),
+        "the task's umask is 0022, not the agent's: {out}"
+    );
+    assert_eq!(mode & 0o777, 0o600, "output is the user's alone ([exec] outputMode)");
     let dir = s.task_dir(&task);
     assert!(dir.join("record.json").is_file());
 
