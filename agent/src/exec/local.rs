@@ -75,9 +75,10 @@ async fn relay(mut task: UnixStream, current: Current, state_dir: &Path) {
         Ok(cred) => match cred.pid().and_then(|p| u32::try_from(p).ok()) {
             Some(pid) => {
                 let (dir, job, uid) = (state_dir.to_path_buf(), request.job.clone(), cred.uid());
-                tokio::task::spawn_blocking(move || super::peer::admit(&dir, &job, uid, pid))
-                    .await
-                    .unwrap_or_else(|e| Err(e.to_string()))
+                match tokio::task::spawn_blocking(move || super::peer::admit(&dir, &job, uid, pid)).await {
+                    Ok(admitted) => admitted.map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
             }
             None => Err("the kernel does not say which process calls".to_string()),
         },

@@ -15,11 +15,22 @@ const MAX_TASKS: usize = 4096;
 /// Parents followed from the caller up, at most.
 const MAX_DEPTH: usize = 4096;
 
-/// Whether process `pid` of user `uid` may ask on behalf of `job`; `Err` says why not.
-pub fn admit(state_dir: &Path, job: &str, uid: u32, pid: u32) -> Result<(), String> {
+/// Why a caller is not relayed.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("job {job} has no task on this node")]
+    NoTask { job: String },
+    #[error("pid {pid} runs as uid {uid}, not as job {job}'s user")]
+    OtherUser { pid: u32, uid: u32, job: String },
+    #[error("pid {pid} is not a process of job {job} on this node (none of its tasks' processes)")]
+    NotInJob { pid: u32, job: String },
+}
+
+/// Whether process `pid` of user `uid` may ask on behalf of `job`.
+pub fn admit(state_dir: &Path, job: &str, uid: u32, pid: u32) -> Result<(), Refused> {
     let tasks = job_tasks(state_dir, job);
     if tasks.is_empty() {
-        return Err(format!("job {job} has no task on this node"));
+        return Err(Refused::NoTask { job: job.to_string() });
     }
     let ancestors = ancestors(pid);
     let groups = cgroups_of(pid);
@@ -46,10 +57,11 @@ pub fn admit(state_dir: &Path, job: &str, uid: u32, pid: u32) -> Result<(), Stri
     }
     users.sort_unstable();
     users.dedup();
+    let job = job.to_string();
     Err(if users.contains(&uid) {
-        format!("pid {pid} is not a process of job {job} on this node (none of its tasks' processes)")
+        Refused::NotInJob { pid, job }
     } else {
-        format!("pid {pid} runs as uid {uid}, not as job {job}'s user")
+        Refused::OtherUser { pid, uid, job }
     })
 }
 
@@ -122,7 +134,9 @@ mod tests {
     fn a_process_outside_the_job_or_of_another_user_is_refused() {
         let state = tempfile::tempdir().unwrap();
         // No task of the job here.
-        let e = admit(state.path(), "train", 0, std::process::id()).unwrap_err();
+        let e = admit(state.path(), "train", 0, std::process::id())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no task on this node"), "{e}");
         // A task of the job whose shepherd is not this process' ancestor.
         let dir = TaskDir::new(state.path(), "train", 7, "w-0");
@@ -137,9 +151,13 @@ mod tests {
         });
         std::fs::write(dir.spec(), spec.to_string()).unwrap();
         std::fs::write(dir.pid(), "1\n").unwrap();
-        let e = admit(state.path(), "train", me, std::process::id()).unwrap_err();
+        let e = admit(state.path(), "train", me, std::process::id())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is not a process of job train"), "{e}");
-        let e = admit(state.path(), "train", me + 1, std::process::id()).unwrap_err();
+        let e = admit(state.path(), "train", me + 1, std::process::id())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not as job train's user"), "{e}");
         // Its shepherd is our parent: admitted.
         let parent = crate::tasks::runner::proc_stat(std::process::id()).unwrap().ppid;
