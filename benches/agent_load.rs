@@ -398,6 +398,8 @@ mod worker {
                                     load: 0.5,
                                     free_memory: vec![(0, 1 << 30), (1, 1 << 30)],
                                     running_tasks: vec![],
+                                    ports_in_use: vec![],
+                                    strained: None,
                                 };
                                 if write_frame(&mut send, &hb, 1 << 24).await.is_err() {
                                     break;

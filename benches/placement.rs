@@ -419,6 +419,7 @@ fn one_job(c: &mut Criterion) {
                         planner.push(Event::Cancel {
                             job: name,
                             grace_secs: 0,
+                            by_admin: false,
                         });
                         now += 1;
                         black_box(planner.tick(now));

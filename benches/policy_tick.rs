@@ -448,6 +448,7 @@ fn submit_one(b: &mut Bench, reps: usize, make: impl Fn(&str, u64) -> JobSpec, p
         b.planner.push(Event::Cancel {
             job: name,
             grace_secs: 0,
+            by_admin: false,
         });
         b.step();
         b.step();

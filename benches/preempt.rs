@@ -186,6 +186,7 @@ impl Bench {
                 self.rig.p.push(Event::Cancel {
                     job: name,
                     grace_secs: 0,
+                    by_admin: false,
                 });
             }
         }
@@ -322,6 +323,7 @@ impl Bench {
         self.rig.p.push(Event::Cancel {
             job: name.into(),
             grace_secs: 0,
+            by_admin: false,
         });
         self.rig.step();
         let tasks: Vec<String> = self

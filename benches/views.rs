@@ -68,7 +68,8 @@ fn main() {
     });
     let mut bytes = 0;
     let (s50, smax) = time(21, || {
-        bytes = hyperplan_planner::web::state::state_json(&p, "head:7400", 3).len();
+        let snapshot = hyperplan_planner::web::state::snapshot(&p, "head:7400", 3, false);
+        bytes = snapshot.json_for(&hyperplan_planner::web::state::Viewer::Token).len();
     });
     println!("views: 10,000 nodes, 2,000 jobs submitted, {placed} placed (in {placing:.1} s)");
     println!("views: gauges for /metrics: median {g50:.1} ms, max {gmax:.1} ms");

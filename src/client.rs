@@ -822,6 +822,7 @@ mod tests {
                 job: None,
                 all: false,
                 since_secs: None,
+                page: None,
             },
         )
         .unwrap();

@@ -225,6 +225,8 @@ fn refusals_close_only_the_offending_connection() {
             load: 0.0,
             free_memory: vec![],
             running_tasks: vec![],
+            ports_in_use: vec![],
+            strained: None,
         };
         write_frame(&mut send, &hb, 1 << 20).await.unwrap();
         let reason = closed_reason(&conn).await;

@@ -170,7 +170,8 @@ fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
     // Held has no task on the spy's node: its agent relays nothing for it; the spy's own
     // job with a made-up credential goes on to the planner, which refuses it.
     assert_eq!(
-        said.matches("refused: job held has no task on this node").count(),
+        said.matches("refused: no task of job held runs on this node as your user")
+            .count(),
         1,
         "{said}"
     );
@@ -202,7 +203,7 @@ fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
         assert_eq!(vars.len(), 3, "{vars:?}");
         common::ensure_user("hp-intruder");
         for (who, says) in [
-            ("hp-intruder", "not as job held's user"),
+            ("hp-intruder", "no task of job held runs on this node as your user"),
             (live.user.as_str(), "is not a process of job held"),
         ] {
             let out = Command::new("setpriv")

@@ -1,6 +1,6 @@
 //! End-to-end, issue 12 ("Hardening"), the daemon's items: a second agent with a taken
 //! node name is refused (13), submissions over `[limits]` are refused and a reply larger
-//! than a frame says so (4), job ids and names free again once a job ended (16), a
+//! than a frame says so (4; `status` comes in pages that fit, issue 38), job ids and names free again once a job ended (16), a
 //! discovery file that would block is refused and SIGHUP recovers it (6). Revoked
 //! certificates (18) are in `revocation_daemon.rs`.
 
@@ -125,15 +125,30 @@ fn the_default_task_limit_refuses_a_million_replicas() {
     );
 }
 
+/// A reply larger than a frame is an error that says so, never a silent close; `status`,
+/// however long, comes in pages that each fit (issue 38).
 #[test]
 fn a_reply_larger_than_a_frame_is_an_error_that_says_so() {
-    let c = Cluster::start_with(&[], Some("[server]\nmaxFrameBytes = 1024\n"));
+    // Frames of 1 KiB; a default queue of 1 CPU keeps every job waiting, its tasks kept.
+    let c = Cluster::start_with(
+        &[],
+        Some("[server]\nmaxFrameBytes = 1024\n\n[[queue]]\nname = \"default\"\nlimit = { cpu = 1 }\n"),
+    );
     for i in 0..6 {
         let f = c.write(&format!("j{i}.yaml"), &job(&format!("job-with-a-longish-name-{i}"), 4));
         let out = c.cli("alice", &["submit", path_str(&f)]);
         assert!(out.status.success(), "{}", stderr(&out));
     }
-    let out = c.cli("alice", &["status"]);
+    let f = c.write("wide.yaml", &job("wide", 40));
+    assert!(c.cli("alice", &["submit", path_str(&f)]).status.success());
+    // The job list, some 5 KB, comes whole in pages.
+    let jobs = c.jobs("alice", &[]);
+    assert_eq!(jobs.len(), 7);
+    assert!(jobs.iter().all(|j| j["status"] == "pending"), "{jobs:?}");
+    let tasks: Vec<usize> = jobs.iter().map(|j| j["tasks"].as_array().map_or(0, Vec::len)).collect();
+    assert_eq!(tasks.iter().sum::<usize>(), 6 * 4 + 40, "{tasks:?}");
+    // One job's explanation (its report with every task) is one reply, too large.
+    let out = c.cli("alice", &["explain", "wide"]);
     let err = stderr(&out);
     assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(!err.contains("closed the connection"), "{err}");

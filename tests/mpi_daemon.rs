@@ -3,6 +3,10 @@
 //! agent's PMI server (`PMI_FD`), the fences crossing the planner, and exchange data
 //! (an `MPI_Allreduce` of the ranks, a program compiled with `mpicc.mpich` here).
 //!
+//! A rank's PMI puts are bounded per user and per node, and an ended job's key space
+//! gives its memory back (issue 38): seen at the agent's `/metrics` and in its resident
+//! memory.
+//!
 //! Skips, saying why, where MPICH's compiler is not installed (`make test` installs it).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -325,4 +329,149 @@ fn mpich_mpiexec_in_a_batch_job_launches_through_hyperplan_exec() {
             "no exec on {node}:\n{log}"
         );
     }
+}
+
+/// A PMI rank that puts 900-byte values under distinct keys until one is refused, says how
+/// many went in and the refusal, writes `NAME.full` and waits for `NAME.go` (two minutes at
+/// most), then fences and puts once more.
+const PMI_HOG_PY: &str = r#"
+import os, socket, sys, time
+name = sys.argv[1]
+s = socket.socket(fileno=int(os.environ['PMI_FD']))
+lines = s.makefile('rb')
+def ask(line):
+    s.sendall(line.encode() + b'\n')
+    return lines.readline().decode().strip()
+assert ask('cmd=init pmi_version=1 pmi_subversion=1').endswith('rc=0')
+kvs = ask('cmd=get_my_kvsname').split('kvsname=')[1]
+value = 'v' * 900
+put = 0
+while put < 100000:
+    answer = ask(f'cmd=put kvsname={kvs} key=k{put} value={value}')
+    if answer != 'cmd=put_result rc=0':
+        break
+    put += 1
+print(put, answer, flush=True)
+open(f'{name}.full', 'w').close()
+for _ in range(1200):
+    if os.path.exists(f'{name}.go'):
+        break
+    time.sleep(0.1)
+print(ask('cmd=barrier_in'), ask(f'cmd=put kvsname={kvs} key=after value=1'), flush=True)
+"#;
+
+/// `hyperplan_agent_pmi_bytes` at the metrics endpoint `addr`.
+fn pmi_bytes(addr: &str) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    raw.lines()
+        .find_map(|l| l.strip_prefix("hyperplan_agent_pmi_bytes "))
+        .unwrap_or_else(|| panic!("no hyperplan_agent_pmi_bytes in {raw}"))
+        .parse()
+        .unwrap()
+}
+
+/// Resident memory of process `pid`, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches(" kB");
+    kb.parse::<u64>().unwrap() * 1024
+}
+
+#[test]
+fn a_user_s_pmi_key_spaces_are_bounded_on_the_node_and_given_back_when_the_jobs_end() {
+    let live = Live::start_with(&["n1"], &["--metrics-listen", "127.0.0.1:0"]);
+    let addr = common::wait_for(common::live::LONG, "the agent's metrics address", || {
+        let log = live.agent_log("n1");
+        let at = log.find("serving metrics on http://")? + "serving metrics on http://".len();
+        Some(log[at..].split("/metrics").next()?.to_string())
+    });
+    let agent = live.c.agents[0].1.id();
+    std::fs::write(live.work.path().join("hog.py"), PMI_HOG_PY).unwrap();
+    assert_eq!(pmi_bytes(&addr), 0);
+    let before = rss(agent);
+    let hog = |name: &str| {
+        live.job(
+            name,
+            &format!(
+                "mpi: pmi\ntimeLimit: 180\ntasks:\n  - name: r\n    replicas: 1\n    resources: {{cpu: 1}}\n    \
+                 workingDir: WORKDIR\n    command: [python3, hog.py, {name}]\n"
+            ),
+        )
+    };
+    // One job fills the user's 16 MiB (each pair counted with what keeping it costs, twice
+    // until a fence), far below its own bound of 64 MiB; nothing past it is kept.
+    let out = live.cli(&["submit", path_str(&hog("first"))]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let full = live.work.path().join("first.full");
+    common::wait_for(common::live::LONG, "the first job's puts refused", || {
+        full.exists().then_some(())
+    });
+    let said = live.output("first", "r-0");
+    let (puts, answer) = said.trim().split_once(' ').unwrap();
+    let puts: u64 = puts.parse().unwrap();
+    assert_eq!(
+        answer,
+        "cmd=put_result rc=-1 msg=the_PMI_key-value_spaces_of_the_job's_user_on_this_node_are_full_(16777216_bytes)",
+        "{said}"
+    );
+    assert!((7_000..9_000).contains(&puts), "{said}");
+    let held = common::wait_for(common::live::LONG, "the PMI bytes shown", || {
+        Some(pmi_bytes(&addr)).filter(|&b| b > 15 << 20)
+    });
+    assert!(held <= 16 << 20, "{held}");
+    let during = rss(agent);
+    // The same user's second job gets no more room (it goes on at once).
+    std::fs::write(live.work.path().join("second.go"), "").unwrap();
+    let (code, err) = live.submit_wait(&hog("second"));
+    let second = live.output("second", "r-0");
+    assert_eq!(code, 0, "{err}\n{second}");
+    assert!(
+        second.starts_with("0 cmd=put_result rc=-1 msg=the_PMI_key-value_spaces_of_the_job's_user"),
+        "{second}"
+    );
+    assert!(
+        live.agent_log("n1").contains("PMI put refused"),
+        "{}",
+        live.agent_log("n1")
+    );
+    // Another user (as root: a second ordinary user) has its own 16 MiB meanwhile.
+    if common::euid_is_root() {
+        let other = "hyperplan-e2e2";
+        common::ensure_user(other);
+        live.c.issue_user(other);
+        std::fs::write(live.work.path().join("third.go"), "").unwrap();
+        let out = live.c.cli(other, &["submit", "--wait", path_str(&hog("third"))]);
+        let third = live.output("third", "r-0");
+        assert!(
+            out.status.success(),
+            "{}\n{third}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (puts, answer) = third.lines().next().unwrap().split_once(' ').unwrap();
+        assert!((7_000..9_000).contains(&puts.parse::<u64>().unwrap()), "{third}");
+        assert!(answer.contains("job's_user_on_this_node_are_full"), "{third}");
+    }
+    // A fence lets this node's part go: room again. Then the job ends, and its space and
+    // the memory it took go with it.
+    std::fs::write(live.work.path().join("first.go"), "").unwrap();
+    live.wait_status("first", "completed");
+    let said = live.output("first", "r-0");
+    assert!(said.ends_with("cmd=barrier_out cmd=put_result rc=0\n"), "{said}");
+    common::wait_for(common::live::LONG, "no PMI bytes held", || {
+        (pmi_bytes(&addr) == 0).then_some(())
+    });
+    let after = common::wait_for(common::live::LONG, "the agent's memory given back", || {
+        let now = rss(agent);
+        (now < during - (8 << 20)).then_some(now)
+    });
+    eprintln!("agent RSS: {before} before, {during} with 16 MiB of PMI, {after} after");
 }

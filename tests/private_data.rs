@@ -4,6 +4,11 @@
 //! `explain`, `logs`, `cancel`) answers exactly as a job that does not exist — while an
 //! admin sees every job. A plain user may lower a job's priority but not raise it above
 //! the default; an admin may set any. No agents: the jobs stay in the planner.
+//!
+//! Issue 38, with agents and two Unix users: the web view (its JSON and its event
+//! stream) shows a plain user only their own jobs, an admin every one, the token none;
+//! `queues` shows a plain user only their own share; a preemption names no other user's
+//! job to them (the reason, `Preempted by:`, `explain`), while an admin reads every name.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -12,7 +17,9 @@ mod common;
 use std::process::Output;
 use std::time::Duration;
 
-use common::{Cluster, path_str, wait_for};
+use common::ha::MACHINE;
+use common::{Cluster, all_running, ensure_user, euid_is_root, path_str, task_user, wait_for};
+use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -106,7 +113,8 @@ fn private_data_hides_other_users_jobs_and_users_cannot_raise_priority() {
     assert_eq!(names(&c, "root", &[]), ["old", "sweep", "train", "urgent"]);
     let sweep = c.jobs("bob", &["sweep"]);
     assert_eq!(sweep[0]["owner"], "bob");
-    assert_eq!(sweep[0]["tasks"][0]["workingDir"].as_str(), Some(c.dir_str().as_str()));
+    // No nodes: it is rejected, and a rejected job keeps no task (issue 38).
+    assert_eq!(sweep[0]["tasks"].as_array().map(Vec::len), Some(0), "{}", sweep[0]);
     let listing = String::from_utf8_lossy(&c.cli("bob", &["status", "--all"]).stdout).into_owned();
     assert!(!listing.contains("alice") && !listing.contains("train"), "{listing}");
 
@@ -167,4 +175,253 @@ fn without_private_data_users_see_each_others_jobs() {
         "{}",
         stderr(&out)
     );
+}
+
+/// The other task user (tasks of two users need two Unix users as root).
+const OTHER_USER: &str = "hyperplan-e2e2";
+
+const WEB_TOKEN: &str = "s3cret-token-for-the-proxy-0123";
+
+const PREEMPTING_TOML: &str = r#"
+[server]
+privateData = true
+
+[web]
+tokenFile = "web.token"
+
+[[queue]]
+name = "lo"
+preemptible = true
+
+[[priorityClass]]
+name = "urgent"
+value = 100
+preemptible = false
+"#;
+
+/// `curl` of the web view's `path` as `who` (a certificate's user, or `None`: the token):
+/// the body, which must come with 200.
+fn web(c: &Cluster, base: &str, path: &str, who: Option<&str>, extra: &[&str]) -> String {
+    let certs = c.certs();
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-sk", "-w", "\n%{http_code}"]).args(extra);
+    match who {
+        Some(user) => {
+            cmd.arg("--cert")
+                .arg(certs.join(format!("users/{user}.pem")))
+                .arg("--key")
+                .arg(certs.join(format!("users/{user}.key")));
+        }
+        None => {
+            cmd.args(["-H", &format!("Authorization: Bearer {WEB_TOKEN}")]);
+        }
+    }
+    let out = cmd.arg(format!("{base}{path}")).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    assert!(
+        code == "200" || path == "api/events",
+        "{path} as {who:?}: {code} {body}"
+    );
+    body.to_string()
+}
+
+/// The web view's state as `who` reads it: (the job names, the whole JSON text).
+fn web_jobs(c: &Cluster, base: &str, who: Option<&str>) -> (Vec<String>, String) {
+    let text = web(c, base, "api/state", who, &[]);
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let mut names: Vec<String> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    (names, text)
+}
+
+/// Whether `text` names `name` as a whole word (a job name holds letters, digits, `.`,
+/// `_`, `-`: "victims" does not name "victim").
+fn mentions(text: &str, name: &str) -> bool {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        .any(|w| w == name)
+}
+
+#[test]
+fn under_private_data_the_web_view_queues_and_preemptions_show_only_ones_own_jobs() {
+    let nodes = ["n1", "n2"];
+    let long = Duration::from_secs(40);
+    let mut c = Cluster::prepare(&nodes, Some(PREEMPTING_TOML));
+    let token = c.write("web.token", &format!("{WEB_TOKEN}\n"));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    c.planner_args = ["--web-listen", "127.0.0.1:0", "--metrics-listen", ""]
+        .map(String::from)
+        .to_vec();
+    c.start_planner("127.0.0.1:0");
+    // a: the victim's owner; b: the preemptor's (who also owns a victim).
+    let a = task_user();
+    c.issue_user(&a);
+    let b = if euid_is_root() {
+        ensure_user(OTHER_USER);
+        c.issue_user(OTHER_USER);
+        OTHER_USER.to_string()
+    } else {
+        "bob".to_string()
+    };
+    for n in nodes {
+        c.start_agent(n, MACHINE, &[]);
+    }
+    for n in nodes {
+        c.wait_state(n, "Ready", long);
+    }
+    let base = wait_for(long, "the web view's address", || {
+        let log = c.planner_log();
+        let at = log.find("serving the web view on https://")? + "serving the web view on https://".len();
+        Some(format!("https://{}/", &log[at..at + log[at..].find('/')?]))
+    });
+    let work = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let job = |name: &str, extra: &str, replicas: u32, script: &str| {
+        let file = c.write(
+            &format!("{name}.yaml"),
+            &format!(
+                "name: {name}\n{extra}tasks:\n  - name: t\n    replicas: {replicas}\n    \
+                 resources: {{cpu: 4}}\n    workingDir: {}\n    output: /dev/null\n    \
+                 command: [sh, -c, '{script}']\n",
+                path_str(work.path())
+            ),
+        );
+        path_str(&file).to_string()
+    };
+    let submit = |user: &str, file: &str| {
+        let out = c.cli(user, &["submit", file]);
+        assert!(out.status.success(), "{}\n{}", stderr(&out), c.planner_log());
+    };
+    let status = |user: &str, name: &str| c.jobs(user, &[name]).remove(0);
+    let wait_status = |user: &str, name: &str, what: &str, ok: &dyn Fn(&Value) -> bool| {
+        wait_for(long, &format!("{name} {what}"), || {
+            let j = status(user, name);
+            ok(&j).then_some(j)
+        })
+    };
+
+    // a's `victim` (it asks requeue, and ends only when killed after its 10 s grace) and
+    // b's `mine` hold a node each; b's `rush` needs both.
+    submit(
+        &a,
+        &job(
+            "victim",
+            "queue: lo\nrequeue: true\npreemptGrace: 10s\n",
+            1,
+            "trap \"\" TERM; while :; do sleep 0.1; done",
+        ),
+    );
+    wait_status(&a, "victim", "running", &all_running);
+    submit(&b, &job("mine", "queue: lo\n", 1, "sleep 600"));
+    wait_status(&b, "mine", "running", &all_running);
+    submit(&b, &job("rush", "priorityClassName: urgent\n", 2, "sleep 600"));
+
+    // While a's victim takes its grace: b's rush is preempting it and names only his own.
+    let rush = wait_status(&b, "rush", "preempting", &|j| j["preempting"].is_object());
+    let mut victims: Vec<&str> = rush["preempting"]["victims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    victims.sort();
+    assert_eq!(victims, ["another user's job", "mine"], "{rush}");
+    assert!(!mentions(&rush.to_string(), "victim"), "{rush}");
+    let text = String::from_utf8_lossy(&c.cli(&b, &["status", "rush"]).stdout).into_owned();
+    assert!(
+        text.contains("another user's job") && !mentions(&text, "victim"),
+        "{text}"
+    );
+    let explain = String::from_utf8_lossy(&c.cli(&b, &["explain", "rush"]).stdout).into_owned();
+    assert!(!mentions(&explain, "victim"), "{explain}");
+    let seen = status("root", "rush");
+    assert!(
+        mentions(&seen.to_string(), "victim"),
+        "the admin reads every name: {seen}"
+    );
+
+    // The web view: each user their own jobs, the admin all, the token none.
+    let (names, text) = web_jobs(&c, &base, Some(&b));
+    assert_eq!(names, ["mine", "rush"], "{text}");
+    assert!(
+        !mentions(&text, "victim") && !text.contains(&format!("\"{a}\"")),
+        "{text}"
+    );
+    let (names, text) = web_jobs(&c, &base, Some(&a));
+    assert_eq!(names, ["victim"], "{text}");
+    assert!(!mentions(&text, "rush") && !text.contains(&b), "{text}");
+    let (names, _) = web_jobs(&c, &base, Some("root"));
+    assert_eq!(names, ["mine", "rush", "victim"]);
+    let (names, _) = web_jobs(&c, &base, Some("alice"));
+    assert!(names.is_empty(), "{names:?}");
+    let (names, text) = web_jobs(&c, &base, None);
+    assert!(names.is_empty(), "the token names no one: {text}");
+    assert!(
+        text.contains("\"n1\"") && text.contains("\"lo\""),
+        "nodes and queues stay: {text}"
+    );
+    // Its event stream too.
+    let events = web(&c, &base, "api/events", Some(&a), &["--max-time", "3"]);
+    assert!(events.starts_with("event: state\ndata: {"), "{events}");
+    assert!(
+        mentions(&events, "victim") && !mentions(&events, "rush") && !mentions(&events, "mine"),
+        "{events}"
+    );
+
+    // Past the grace: a's victim waits again; it and its `Preempted by:` do not name rush.
+    wait_status(&b, "rush", "running", &all_running);
+    let victim = wait_status(&a, "victim", "pending again", &|j| j["status"] == "pending");
+    assert_eq!(victim["preemptedBy"], "another user's job", "{victim}");
+    // (Its reason says why it waits now: whatever it says, it names no other user's job.)
+    assert!(!mentions(&victim.to_string(), "rush"), "{victim}");
+    let text = String::from_utf8_lossy(&c.cli(&a, &["status", "victim"]).stdout).into_owned();
+    assert!(text.contains("Preempted by:    another user's job"), "{text}");
+    assert!(!mentions(&text, "rush"), "{text}");
+    let explain = String::from_utf8_lossy(&c.cli(&a, &["explain", "victim"]).stdout).into_owned();
+    assert!(!mentions(&explain, "rush"), "{explain}");
+    let (_, text) = web_jobs(&c, &base, Some(&a));
+    assert!(!mentions(&text, "rush"), "{text}");
+    // b's own victim names his own job; the admin reads every name.
+    let mine = status(&b, "mine");
+    assert_eq!(mine["preemptedBy"], "rush", "{mine}");
+    let seen = status("root", "victim");
+    assert_eq!(seen["preemptedBy"], "rush", "{seen}");
+
+    // queues: a's own share only, the queues' totals whole; the admin's every user's.
+    let users = |v: &Value| -> Vec<String> {
+        let mut u: Vec<String> = v["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|q| q["users"].as_array().unwrap().iter())
+            .map(|u| u["user"].as_str().unwrap().to_string())
+            .collect();
+        u.sort();
+        u.dedup();
+        u
+    };
+    let all = c.cli_json("root", &["queues"]);
+    let mut both = vec![a.clone(), b.clone()];
+    both.sort();
+    assert_eq!(users(&all), both, "{all}");
+    let theirs = c.cli_json(&a, &["queues"]);
+    assert_eq!(users(&theirs), std::slice::from_ref(&a), "{theirs}");
+    assert!(!theirs.to_string().contains(&b), "{theirs}");
+    let running = |v: &Value| -> Vec<u64> {
+        v["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| q["runningJobs"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(running(&theirs), running(&all), "the totals stay");
+    let text = String::from_utf8_lossy(&c.cli(&a, &["queues"]).stdout).into_owned();
+    assert!(!text.contains(&b), "{text}");
 }

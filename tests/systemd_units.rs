@@ -117,6 +117,19 @@ fn units_have_the_required_settings() {
     for setting in ["KillMode=process", "StateDirectory=hyperplan-agent"] {
         assert!(agent.lines().any(|l| l == setting), "the agent lacks {setting}");
     }
+    // Room for the files the agent holds (the exec socket's relays, PMI sockets, steps'
+    // pipes): systemd's default of 1,024 let one user's connections fail task starts.
+    let launcher = std::fs::read_to_string(source.join(LAUNCHER.0)).unwrap();
+    for (name, text) in [("agent", &agent), ("launcher", &launcher)] {
+        let nofile = text
+            .lines()
+            .find_map(|l| l.strip_prefix("LimitNOFILE="))
+            .unwrap_or_else(|| panic!("the {name} sets no LimitNOFILE="));
+        assert!(
+            nofile == "infinity" || nofile.parse::<u64>().is_ok_and(|n| n >= 65536),
+            "the {name}'s LimitNOFILE={nofile} leaves too few files"
+        );
+    }
     // Tasks get cgroups of their own only in a subtree delegated to the agent.
     assert!(
         agent.lines().any(|l| l == "Delegate=yes"),

@@ -5,6 +5,10 @@
 //! job's nodes light up in the page and a drained node is marked (read from the page's
 //! `#summary` element after it rendered); a screenshot is saved under the test target
 //! directory (`web-view.png`).
+//!
+//! Issue 38: one certificate holds at most 8 live streams (`/api/events`); one more is
+//! refused with 429 and says why, while another certificate's stream is served, and a
+//! stream that ended frees its slot.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -201,4 +205,98 @@ fn the_page_lights_a_jobs_nodes_and_marks_a_drained_one_in_chromium() {
     let events = String::from_utf8_lossy(&out.stdout);
     assert!(events.starts_with("event: state\ndata: {"), "{events}");
     assert!(c.cli(&user, &["cancel", "train"]).status.success());
+}
+
+/// The web view's address once the planner logged it.
+fn web_base(c: &Cluster) -> String {
+    wait_for(LONG, "the web view's address", || {
+        let log = c.planner_log();
+        let at = log.find("serving the web view on https://")? + "serving the web view on https://".len();
+        Some(format!("https://{}/", &log[at..at + log[at..].find('/')?]))
+    })
+}
+
+/// `curl` arguments for `user`'s certificate.
+fn cert_args(c: &Cluster, user: &str) -> Vec<String> {
+    let certs = c.certs();
+    vec![
+        "--cert".into(),
+        path_str(&certs.join(format!("users/{user}.pem"))).into(),
+        "--key".into(),
+        path_str(&certs.join(format!("users/{user}.key"))).into(),
+    ]
+}
+
+/// A live stream of `/api/events` as `user`, once its first event came.
+struct Stream(std::process::Child);
+
+impl Stream {
+    fn open(c: &Cluster, base: &str, user: &str) -> Stream {
+        use std::io::BufRead;
+        let mut child = Command::new("curl")
+            .args(["-skN"])
+            .args(cert_args(c, user))
+            .arg(format!("{base}api/events"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert_eq!(first, "event: state\n", "{user}'s stream");
+        Stream(child)
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn one_certificate_cannot_take_every_live_stream() {
+    let mut c = Cluster::prepare(&[], None);
+    c.planner_args = ["--web-listen", "127.0.0.1:0", "--metrics-listen", ""]
+        .map(String::from)
+        .to_vec();
+    c.start_planner("127.0.0.1:0");
+    let base = web_base(&c);
+    // alice's 8 streams (a few tabs): all served.
+    let mut alices: Vec<Stream> = (0..8).map(|_| Stream::open(&c, &base, "alice")).collect();
+    // Her ninth is refused, and says why.
+    let out = Command::new("curl")
+        .args(["-sk", "--max-time", "20", "-w", "\n%{http_code}"])
+        .args(cert_args(&c, "alice"))
+        .arg(format!("{base}api/events"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    assert_eq!(code, "429", "{text}");
+    assert_eq!(
+        body.trim_end(),
+        "the certificate of alice holds 8 live views (api/events) already, the most one certificate may: \
+         close one (another tab or window of this view); the page reads api/state every few seconds meanwhile"
+    );
+    assert!(c.planner_log().contains("web: refused a live view"));
+    // The state itself is still hers to read, and bob's stream is served.
+    let alice = cert_args(&c, "alice");
+    let alice: Vec<&str> = alice.iter().map(String::as_str).collect();
+    assert_eq!(status(&format!("{base}api/state"), &alice), 200);
+    let _bob = Stream::open(&c, &base, "bob");
+    // One of hers ends: another is served again (once the planner saw it end).
+    alices.pop();
+    wait_for(LONG, "alice's slot back", || {
+        let out = Command::new("curl")
+            .args(["-sk", "--max-time", "2", "-o", "/dev/null", "-w", "%{http_code}"])
+            .args(&alice)
+            .arg(format!("{base}api/events"))
+            .output()
+            .unwrap();
+        (String::from_utf8_lossy(&out.stdout).trim() == "200").then_some(())
+    });
 }

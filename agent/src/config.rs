@@ -19,6 +19,8 @@
 //! # rlimits = { memlock = "unlimited", nofile = 65536, core = { soft = 0, hard = "unlimited" } }
 //! # defaultMpi = "none"                # or "pmi": a PMI server for every task whose job says nothing
 //! # outputMode = "0600"                # tasks' output files: the user's alone (or "0640", "0644")
+//! # privateTmp = true                  # each job its own /tmp and /dev/shm (default: where it works)
+//! # privateTmpDir = "/var/lib/hyperplan-agent/jobtmp"   # where jobs' /tmp directories go
 //! [metrics]
 //! # listen = "127.0.0.1:9401"          # the agent's own Prometheus /metrics; default off
 //! [labels]
@@ -143,6 +145,15 @@ pub struct ExecSection {
     /// share it), less the task's umask.
     #[serde(default)]
     pub output_mode: Option<String>,
+    /// Each job its own `/tmp` and `/dev/shm` on the node, in a mount namespace of each
+    /// task's, removed when the job's last task here ends (Slurm's `job_container/tmpfs`):
+    /// what tasks leave there no longer outlives the job nor holds memory. Unsaid: on where
+    /// the agent runs as root and a namespace can be made (`tasks::jobtmp::decide`).
+    #[serde(default)]
+    pub private_tmp: Option<bool>,
+    /// Where jobs' `/tmp` directories go, on the node's disk (default `STATE/jobtmp`).
+    #[serde(default)]
+    pub private_tmp_dir: Option<PathBuf>,
 }
 
 /// `[exec] outputMode` when agent.toml says nothing: the task's user alone.
@@ -304,6 +315,8 @@ mod tests {
                 && c.cgroup_name.is_some()
                 && c.exec.limits_conf == Some(true)
                 && c.exec.rlimits.is_some()
+                && c.exec.private_tmp == Some(true)
+                && c.exec.private_tmp_dir.is_some()
                 && c.metrics.listen.is_some()
                 && c.exec
                     .default_mpi()

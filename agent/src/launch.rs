@@ -247,6 +247,7 @@ pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> R
         pmi_fd: None,
         output_mode: None,
         fence: task.fence,
+        private_tmp: None,
     };
     Ok(Prepared {
         spec,

@@ -15,6 +15,7 @@ pub mod link;
 pub mod metrics;
 pub mod oom;
 pub mod pmi;
+pub mod ports;
 pub mod probe;
 pub mod shepherd;
 pub mod tasks;

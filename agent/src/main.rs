@@ -221,8 +221,23 @@ struct TaskArgs {
     /// restrictions; "" starts them as the agent's children, which is what happens
     /// without it. A launcher that does not answer is tried again for 10 s before the
     /// task fails.
-    #[arg(long, value_name = "SOCKET")]
+    // (Any OS string, "" included: clap's own path parser refuses an empty value.)
+    #[arg(long, value_name = "SOCKET", value_parser = clap::builder::TypedValueParser::map(clap::builder::OsStringValueParser::new(), PathBuf::from))]
     launcher: Option<PathBuf>,
+    /// Each job its own /tmp and /dev/shm on this node, removed when its last task here
+    /// ends (`[exec] privateTmp`): auto gives them where the agent runs as root and can make
+    /// a mount namespace (or starts tasks through a launcher); on: a task that cannot have
+    /// them fails; off: tasks see the node's. Default: auto.
+    #[arg(long, value_enum, value_name = "WHEN")]
+    private_tmp: Option<PrivateTmpArg>,
+}
+
+/// `--private-tmp`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum PrivateTmpArg {
+    Auto,
+    On,
+    Off,
 }
 
 /// `--metrics-listen`: an address, or none ("").
@@ -530,6 +545,20 @@ fn run_agent(
         }
         None => None,
     };
+    let private_tmp = match tasks.private_tmp {
+        Some(PrivateTmpArg::Auto) => None,
+        Some(PrivateTmpArg::On) => Some(true),
+        Some(PrivateTmpArg::Off) => Some(false),
+        None => config.exec.private_tmp,
+    };
+    // Before the runtime's threads: it may fork a child to try a mount namespace.
+    let private_tmp = hyperplan_agent::tasks::jobtmp::decide(
+        private_tmp,
+        config.exec.private_tmp_dir.clone(),
+        launcher.is_some(),
+        &state_dir,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     // The OOM killer takes a task that overran, not the agent (its shepherds inherit
     // this; each task goes back to 0 before exec).
     hyperplan_agent::oom::protect_self();
@@ -554,6 +583,7 @@ fn run_agent(
             shepherd: std::env::current_exe().context("finding this executable (it runs the shepherds)")?,
             default_mpi: config.exec.default_mpi().map_err(|e| anyhow::anyhow!("{e}"))?,
             output_mode: config.exec.output_mode().map_err(|e| anyhow::anyhow!("{e}"))?,
+            private_tmp,
             cli: cli_path(),
             launcher,
         },
@@ -653,4 +683,22 @@ fn cli_path() -> PathBuf {
         .map(|exe| exe.with_file_name("hyperplan"))
         .filter(|cli| cli.is_file())
         .unwrap_or_else(|| PathBuf::from("hyperplan"))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// `--launcher ''` is what the README gives for forking shepherds this once.
+    #[test]
+    fn an_empty_launcher_is_taken_as_none() {
+        for (given, want) in [("", ""), ("/run/l.sock", "/run/l.sock")] {
+            let cli = Cli::try_parse_from(["hyperplan-agent", "run", "--launcher", given]).unwrap();
+            let Command::Run { tasks, .. } = cli.command else {
+                panic!("not run");
+            };
+            assert_eq!(tasks.launcher, Some(PathBuf::from(want)));
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //! watched where it runs, whether or not its planner is there: is it linked to a planner,
 //! how many tasks run and what each uses, how long its topology probes take, how many task
 //! ends the planner has not acknowledged yet (a planner that stopped taking them shows
-//! here first).
+//! here first), how much memory the jobs' PMI key-value spaces hold.
 //!
 //! The link owns these facts and publishes them as they change: the link state and the
 //! probe time into atomics, the tasks as one snapshot swapped in after each scan (every
@@ -63,6 +63,7 @@ pub struct Metrics {
     registry: Arc<Registry>,
     link_up: Gauge,
     probe_seconds: Gauge<f64, AtomicU64>,
+    pmi_bytes: Gauge,
     tasks: Arc<TasksCollector>,
 }
 
@@ -77,6 +78,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix(PREFIX);
         let link_up = Gauge::default();
         let probe_seconds = Gauge::<f64, AtomicU64>::default();
+        let pmi_bytes = Gauge::default();
         let tasks = Arc::new(TasksCollector::default());
         registry.register(
             "link_up",
@@ -89,11 +91,18 @@ impl Metrics {
             Unit::Seconds,
             probe_seconds.clone(),
         );
+        registry.register_with_unit(
+            "pmi",
+            "What the PMI key-value spaces of this node's jobs hold (keys, values and their overhead)",
+            Unit::Bytes,
+            pmi_bytes.clone(),
+        );
         registry.register_collector(Box::new(tasks.clone()));
         Self {
             registry: Arc::new(registry),
             link_up,
             probe_seconds,
+            pmi_bytes,
             tasks,
         }
     }
@@ -104,6 +113,10 @@ impl Metrics {
 
     pub fn set_probe_duration(&self, took: Duration) {
         self.probe_seconds.set(took.as_secs_f64());
+    }
+
+    pub fn set_pmi_bytes(&self, bytes: usize) {
+        self.pmi_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// Replaces the tasks shown. Two running tasks of the same job id and index (only a
@@ -307,6 +320,7 @@ mod tests {
         let m = Metrics::new();
         m.set_link_up(true);
         m.set_probe_duration(Duration::from_millis(250));
+        m.set_pmi_bytes(1 << 20);
         m.set_tasks(TasksNow {
             running: vec![
                 TaskUse {
@@ -330,6 +344,7 @@ mod tests {
         let want: Vec<(String, String)> = [
             "info",
             "link_up",
+            "pmi_bytes",
             "probe_duration_seconds",
             "task_cpu_cores",
             "task_memory_bytes",
@@ -344,6 +359,7 @@ mod tests {
         for line in [
             "hyperplan_agent_link_up 1",
             "hyperplan_agent_probe_duration_seconds 0.25",
+            "hyperplan_agent_pmi_bytes 1048576",
             "hyperplan_agent_tasks_running 2",
             "hyperplan_agent_task_cpu_cores{job_id=\"7\",index=\"0\"} 0.0",
             "hyperplan_agent_task_cpu_cores{job_id=\"12\",index=\"3\"} 1.5",

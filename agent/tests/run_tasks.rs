@@ -239,6 +239,8 @@ fn agent_command(certs: &Path, planner: SocketAddr, state: &Path) -> Command {
         .args(["--planner", &planner.to_string(), "--node", NODE])
         .args(["--synthetic", "pack:1 numa:1 core:2 pu:1", "--reprobe-interval", "0"])
         .args(["--config", "/dev/null"])
+        // Tasks write into the test's temp directory under the node's /tmp.
+        .args(["--private-tmp", "off"])
         .arg("--cert-dir")
         .arg(certs)
         .arg("--state-dir")

@@ -416,6 +416,66 @@ fn a_cancel_uses_the_grace_the_agent_wrote() {
     assert!(!alive(pid));
 }
 
+/// A cancel with a day's grace does not outlive the time limit: SIGKILL comes the spec's
+/// grace after the limit (issue 38: a task trapping SIGTERM outlived its time limit).
+#[test]
+fn the_time_limit_wins_over_a_long_cancel_grace() {
+    let mut task = Task::new(&["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"])
+        .set("timeLimitSecs", json!(3))
+        .set("killGraceSecs", json!(1));
+    task.start();
+    let pid = task.task_pid();
+    wait_until("the trap set", Duration::from_secs(10), || {
+        task.output().contains("ready")
+    });
+    std::fs::write(task.task_dir().join("kill_grace"), "86400\n").unwrap();
+    let began = Instant::now();
+    kill(task.shepherd_pid(), "TERM");
+    let record = task.finish();
+    assert_eq!(record["outcome"], "cancelled", "{record:#}");
+    assert_eq!(record["signal"], 9);
+    assert!(began.elapsed() < Duration::from_secs(20), "{:?}", began.elapsed());
+    assert!(!alive(pid));
+}
+
+/// A second cancel with a shorter grace shortens the first one's; a longer one does not
+/// lengthen it.
+#[test]
+fn a_later_cancel_shortens_the_grace() {
+    let mut task = Task::new(&[
+        "sh",
+        "-c",
+        "trap 'echo term' TERM; echo ready; while :; do sleep 1; done",
+    ])
+    .set("killGraceSecs", json!(600));
+    task.start();
+    let pid = task.task_pid();
+    wait_until("the trap set", Duration::from_secs(10), || {
+        task.output().contains("ready")
+    });
+    let grace = task.task_dir().join("kill_grace");
+    std::fs::write(&grace, "86400\n").unwrap();
+    kill(task.shepherd_pid(), "TERM");
+    // The first cancel was taken: the task got its SIGTERM, and lives on.
+    wait_until("the first cancel's SIGTERM", Duration::from_secs(10), || {
+        task.output().contains("term")
+    });
+    std::fs::write(&grace, "7200\n").unwrap();
+    kill(task.shepherd_pid(), "TERM");
+    wait_until("the second cancel's SIGTERM", Duration::from_secs(10), || {
+        task.output().matches("term").count() >= 2
+    });
+    assert!(alive(pid));
+    std::fs::write(&grace, "1\n").unwrap();
+    let began = Instant::now();
+    kill(task.shepherd_pid(), "TERM");
+    let record = task.finish();
+    assert_eq!(record["outcome"], "cancelled", "{record:#}");
+    assert_eq!(record["signal"], 9);
+    assert!(began.elapsed() < Duration::from_secs(20), "{:?}", began.elapsed());
+    assert!(!alive(pid));
+}
+
 #[test]
 fn affinity_pins_the_task_to_its_pus() {
     let ours = status_field(Path::new("/proc/self/status"), "Cpus_allowed_list").unwrap();
@@ -544,10 +604,15 @@ struct TempUser {
 
 impl TempUser {
     fn create() -> Self {
+        Self::create_as("hpshep")
+    }
+
+    /// A user `<prefix><pid>` (a prefix of each test's own: tests run at once).
+    fn create_as(prefix: &str) -> Self {
         let n = std::process::id();
         let user = TempUser {
-            user: format!("hpshep{n}"),
-            group: format!("hpshepg{n}"),
+            user: format!("{prefix}{n}"),
+            group: format!("{prefix}g{n}"),
         };
         let ok = |args: &[&str], cmd: &str| {
             let out = Command::new(cmd).args(args).output().unwrap();
@@ -747,4 +812,152 @@ fn output_is_the_users_alone_unless_the_site_says_otherwise() {
         let meta = std::fs::metadata(task.dir.path().join("out.txt")).unwrap();
         assert_eq!(meta.permissions().mode() & 0o777, expected, "outputMode {mode:?}");
     }
+}
+
+/// `task` as `user`, its output and working directory in a directory the user may write.
+fn as_user(task: Task, user: &TempUser) -> Task {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(task.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let outdir = task.dir.path().join("out");
+    std::fs::create_dir(&outdir).unwrap();
+    std::fs::set_permissions(&outdir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = outdir.join("o.txt");
+    task.set("user", json!(user.user))
+        .set("allowRoot", json!(false))
+        .set("stdout", json!(out))
+        .set("stderr", json!(out))
+        .set("workingDir", json!(outdir))
+}
+
+fn user_output(task: &Task) -> String {
+    std::fs::read_to_string(task.dir.path().join("out/o.txt")).unwrap_or_default()
+}
+
+/// Bases for a job's own /tmp (a directory of root's on disk) and /dev/shm (on its tmpfs),
+/// removed with everything below when dropped.
+fn job_tmp_bases() -> (tempfile::TempDir, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().unwrap();
+    let shm = tempfile::Builder::new()
+        .prefix("hp-test-shm-")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    (tmp, shm)
+}
+
+/// Issue 38 (d): what a task writes to /tmp and /dev/shm lands in its job's own directories
+/// (mounted there in a mount namespace of its own), never in the node's, and every task of
+/// the job on the node sees the same ones: two ranks, started at once, each read what the
+/// other wrote.
+#[test]
+fn tasks_of_a_job_share_its_own_tmp_and_dev_shm_and_the_node_s_see_nothing() {
+    use std::os::unix::fs::MetadataExt;
+    if !is_root() {
+        eprintln!(
+            "skipped: a mount namespace and the job's directories need root (this test runs as {})",
+            me()
+        );
+        return;
+    }
+    let user = TempUser::create_as("hpjt");
+    let uid: u32 = user.id("-u").parse().unwrap();
+    let (tmp_base, shm_base) = job_tmp_bases();
+    let dirs = json!({
+        "tmp": tmp_base.path().join("j1.5/tmp"),
+        "shm": shm_base.path().join("j1.5/shm"),
+        "required": true,
+    });
+    let tag = format!("hp-jobtmp-{}", std::process::id());
+    let script = |me: &str, other: &str| {
+        format!(
+            "echo {me} > /tmp/{tag}.{me}; echo {me} > /dev/shm/{tag}.{me}; \
+             until [ -e /tmp/{tag}.{other} ] && [ -e /dev/shm/{tag}.{other} ]; do sleep 0.05; done; \
+             cat /tmp/{tag}.{other} /dev/shm/{tag}.{other}; stat -c '%U %a' /tmp /dev/shm; pwd"
+        )
+    };
+    let mut a = as_user(Task::new(&["sh", "-c", &script("a", "b")]), &user)
+        .set("privateTmp", dirs.clone())
+        .set("timeLimitSecs", json!(20));
+    let mut b = as_user(Task::new(&["sh", "-c", &script("b", "a")]), &user)
+        .set("task", json!("worker-0"))
+        .set("privateTmp", dirs)
+        .set("timeLimitSecs", json!(20));
+    a.start();
+    b.start();
+    let (ra, rb) = (a.finish(), b.finish());
+    assert_eq!(ra["outcome"], "exited", "{ra:#}");
+    assert_eq!(rb["outcome"], "exited", "{rb:#}");
+    for (task, other) in [(&a, "b"), (&b, "a")] {
+        let workdir = task.dir.path().join("out");
+        assert_eq!(
+            user_output(task),
+            format!(
+                "{other}\n{other}\n{u} 700\n{u} 700\n{}\n",
+                workdir.display(),
+                u = user.user
+            ),
+            "each read the other's files in the job's /tmp and /dev/shm, the user's own, \
+             and ran in its working directory (the node's)"
+        );
+    }
+    for name in [format!("{tag}.a"), format!("{tag}.b")] {
+        assert!(!Path::new("/tmp").join(&name).exists(), "/tmp/{name} on the node");
+        assert!(
+            !Path::new("/dev/shm").join(&name).exists(),
+            "/dev/shm/{name} on the node"
+        );
+        let tmp = tmp_base.path().join("j1.5/tmp").join(&name);
+        let shm = shm_base.path().join("j1.5/shm").join(&name);
+        assert_eq!(std::fs::metadata(&tmp).unwrap().uid(), uid, "{}", tmp.display());
+        assert_eq!(std::fs::metadata(&shm).unwrap().uid(), uid, "{}", shm.display());
+    }
+    // The job's directory is root's alone; the leaves are the user's.
+    let outer = std::fs::metadata(tmp_base.path().join("j1.5")).unwrap();
+    assert_eq!((outer.uid(), outer.mode() & 0o777), (0, 0o700));
+    let leaf = std::fs::metadata(shm_base.path().join("j1.5/shm")).unwrap();
+    assert_eq!((leaf.uid(), leaf.mode() & 0o777), (uid, 0o700));
+}
+
+/// A link the user (or anyone) put where the job's directory goes is never followed: a
+/// task that requires its own /tmp fails, naming it; one that does not runs with the
+/// node's /tmp.
+#[test]
+fn a_link_in_place_of_the_job_s_directory_is_refused() {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if !is_root() {
+        eprintln!(
+            "skipped: a mount namespace and the job's directories need root (this test runs as {})",
+            me()
+        );
+        return;
+    }
+    let user = TempUser::create_as("hpjl");
+    let (tmp_base, shm_base) = job_tmp_bases();
+    let victim = tempfile::tempdir().unwrap();
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(tmp_base.path().join("j1.5"))
+        .unwrap();
+    std::os::unix::fs::symlink(victim.path(), tmp_base.path().join("j1.5/tmp")).unwrap();
+    for required in [true, false] {
+        let dirs = json!({
+            "tmp": tmp_base.path().join("j1.5/tmp"),
+            "shm": shm_base.path().join("j1.5/shm"),
+            "required": required,
+        });
+        let task = as_user(Task::new(&["sh", "-c", "stat -c %U /tmp"]), &user).set("privateTmp", dirs);
+        let (task, record) = task.run();
+        if required {
+            assert_eq!(record["outcome"], "failed", "{record:#}");
+            let reason = record["reason"].as_str().unwrap();
+            assert!(
+                reason.contains("j1.5/tmp") && reason.contains("symbolic link"),
+                "{reason}"
+            );
+        } else {
+            assert_eq!(record["outcome"], "exited", "{record:#}");
+            assert_eq!(user_output(&task), "root\n", "the node's /tmp");
+        }
+    }
+    assert_eq!(std::fs::read_dir(victim.path()).unwrap().count(), 0);
+    assert_eq!(std::fs::metadata(victim.path()).unwrap().uid(), 0, "never given away");
 }

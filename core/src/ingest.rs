@@ -82,7 +82,11 @@ pub(crate) fn ingest(world: &mut World) {
             Event::Drain { nodes, drain, now } => crate::nodes::drain::drain(world, nodes, drain, now),
             Event::Resume { nodes } => crate::nodes::drain::resume(world, nodes),
             Event::Remove { nodes } => crate::nodes::drain::remove(world, nodes),
-            Event::Cancel { job, grace_secs } => lifecycle::cancel(world, &job, grace_secs),
+            Event::Cancel {
+                job,
+                grace_secs,
+                by_admin,
+            } => lifecycle::cancel(world, &job, grace_secs, by_admin),
             Event::TaskFinished { job, task, index } => lifecycle::task_finished(world, &job, index, &task),
             Event::TaskStarted {
                 node,
@@ -102,6 +106,8 @@ pub(crate) fn ingest(world: &mut World) {
                 end,
             } => lifecycle::task_ended(world, &node, (&job, job_id), (index, &task), end),
             Event::TasksOnNode { node, tasks } => lifecycle::tasks_on_node(world, &node, tasks),
+            Event::PortsInUse { node, ports } => crate::nodes::ports::ports_in_use(world, &node, ports),
+            Event::NodeStrained { node, reason } => crate::nodes::strained::node_strained(world, &node, reason),
         }
     }
 }

@@ -9,7 +9,7 @@
 //!
 //! | room | what it holds |
 //! |---|---|
-//! | `numa`, `checksum`, `names`, `caller`, `ratelimit` | plain libraries, no ECS system |
+//! | `numa`, `checksum`, `names`, `caller`, `preempt_reason`, `ratelimit` | plain libraries, no ECS system |
 //! | `model/` | the vocabulary: ids, components, a job's state and its stored record, events, commands, the tick's inbox, outbox, time and invalidation flags, what node health keeps, nodes awaiting their agents; imports no system |
 //! | `config/` | what planner.toml's `[scoring]`, `[numa]`, `[limits]`, health keys, `[scheduler]`, `[[queue]]`, `[fairshare]`, `[priority]` and `[[reservation]]` say |
 //! | `topology/` | the HyperNode index, its rebuild (`reindex`) and what decides it (`invalidate`) |
@@ -44,15 +44,18 @@
 //! | 10 | `jobs::recover::recover` | AllocatedHyperNodes cleared or recovered |
 //! | 11 | `queues::account::account` | each queue's and user's use follows tasks that stopped or started outside the walk |
 //! | 12 | `order::rank` | the multifactor rank of new jobs, and of every waiting job each `recalcInterval` |
+//! | 13a | `jobs::shed::revive` | rejected jobs looked at again on a new topology get their sub-jobs and tasks back |
 //! | 13 | `allocate::allocate` | in rank order: queue limits, gradient search, scoring, NUMA assignment, reservations and backfill; each placement recorded in the ledger and charged to its queue |
 //! | 14 | `preempt::preempt` | waiting jobs the walk could not place free ONE HyperNode: the fewest victims (then least work lost, fewest queues) are preempted, the nodes held for the job |
 //! | 15 | `jobs::replace::settle` | tasks lost with their node (`onNodeLost: replace`) started again inside the job's HyperNode, or the job requeued or failed, saying why |
+//! | 15a | `jobs::shed::shed` | a job rejected in this tick lets go of its sub-jobs and tasks (an entity per replica) |
 //! | 16 | `fairshare::accrue::accrue` | fair-share usage brought up to now where use changed; written to the store each `recalcInterval` |
 //! | 17 | `dispatch::dispatch` | a `Place` per new placement |
 //! | 18 | `dispatch::relaunch` | a `Relaunch` per node registered again with unstarted tasks |
 //! | 19 | `jobs::ownership::count_live` | each owner's live jobs, for `maxJobsPerUser` (the changed jobs only) |
 //! | 20 | `jobs::retire::retire` | jobs that ended leave the per-tick scans |
 //! | 21 | `persist::persist` | a `Persist` per changed job record (the daemon only) |
+//! | 22 | `jobs::forget::forget` | ended jobs past `[limits]`' bounds leave memory, oldest first (the daemon only: the store keeps them) |
 //!
 //! Between topology changes every system after the index works on what changed (see
 //! `cache::holdings`) and on live jobs (see `jobs::retire`), not on the whole cluster or
@@ -82,6 +85,7 @@ pub mod numa;
 pub mod order;
 pub mod persist;
 pub mod preempt;
+pub mod preempt_reason;
 pub mod queues;
 pub mod ratelimit;
 pub mod requests;
@@ -137,6 +141,7 @@ impl Planner {
         world.insert_resource(names::JobNames::default());
         world.insert_resource(jobs::ownership::NextJobId::default());
         world.insert_resource(jobs::ownership::LiveByOwner::default());
+        world.insert_resource(jobs::forget::Kept::default());
         world.insert_resource(names::NodeNames::default());
         world.insert_resource(model::health::Away::default());
         world.insert_resource(nodes::refusals::Refusals::default());
@@ -167,16 +172,21 @@ impl Planner {
                 jobs::recover::recover,
                 queues::account::account,
                 order::rank,
-                allocate::allocate,
-                // After the walk, what it could not place (a tuple of its own: the chain
-                // has as many members as a tuple may).
-                (preempt::preempt, jobs::replace::settle).chain(),
+                // The walk, the rejected jobs it looks at again given their tasks first,
+                // then what it could not place (tuples of their own: the chain has as many
+                // members as a tuple may).
+                (jobs::shed::revive, allocate::allocate).chain(),
+                (preempt::preempt, jobs::replace::settle, jobs::shed::shed).chain(),
                 fairshare::accrue::accrue,
                 dispatch::dispatch,
                 dispatch::relaunch,
                 jobs::ownership::count_live,
                 jobs::retire::retire,
-                persist::persist.run_if(resource_exists::<persist::Persisting>),
+                (
+                    persist::persist.run_if(resource_exists::<persist::Persisting>),
+                    jobs::forget::forget.run_if(resource_exists::<persist::Persisting>),
+                )
+                    .chain(),
             )
                 .chain(),
         );
@@ -242,6 +252,9 @@ fn register_components(world: &mut World) {
     world.register_component::<c::Node>();
     world.register_component::<c::NodeSlot>();
     world.register_component::<model::drain::Drained>();
+    world.register_component::<model::strays::Strays>();
+    world.register_component::<model::strained::Strained>();
+    world.register_component::<model::ports::PortsInUse>();
     world.register_component::<c::HyperNode>();
     world.register_component::<c::Job>();
     world.register_component::<c::JobState>();
@@ -255,6 +268,7 @@ fn register_components(world: &mut World) {
     world.register_component::<c::Task>();
     world.register_component::<c::TaskState>();
     world.register_component::<c::Retired>();
+    world.register_component::<jobs::shed::Shed>();
     world.register_component::<model::taskrun::TaskRun>();
     world.register_component::<model::health::Heartbeats>();
     world.register_component::<model::awaiting::AwaitingAgent>();

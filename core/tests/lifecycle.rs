@@ -208,6 +208,7 @@ fn cancel_kills_with_its_grace_and_frees_only_on_the_ends() {
     rig.p.push(Event::Cancel {
         job: "a".into(),
         grace_secs: 30,
+        by_admin: false,
     });
     let (n0, n1) = (rig.node_of("a", "worker-0"), rig.node_of("a", "worker-1"));
     let cmds = rig.step();
@@ -252,6 +253,7 @@ fn a_cancelled_job_never_places_its_remaining_tasks() {
     rig.p.push(Event::Cancel {
         job: "a".into(),
         grace_secs: 5,
+        by_admin: false,
     });
     rig.step();
     let placed: Vec<String> = rig
@@ -386,6 +388,7 @@ fn an_ending_jobs_task_its_node_still_lists_is_killed_again() {
     rig.p.push(Event::Cancel {
         job: "a".into(),
         grace_secs: 20,
+        by_admin: false,
     });
     assert_eq!(kills(&rig.step()).len(), 2);
     let node = rig.node_of("a", "worker-1");
@@ -395,6 +398,115 @@ fn an_ending_jobs_task_its_node_still_lists_is_killed_again() {
     });
     let cmds = rig.step();
     assert_eq!(kills(&cmds), [(node, "worker-1".into(), KillReason::Cancel, 20)]);
+}
+
+/// Issue 38: a task that traps SIGTERM must not outlive every later kill. A second cancel
+/// shortens the first's grace (never lengthens it), and an admin's ends it now.
+#[test]
+fn a_later_cancel_shortens_the_grace_and_an_admins_kills_at_once() {
+    let (mut rig, _) = two_jobs(OnTaskFailure::KillJob);
+    let graces = |cmds: &[Command]| kills(cmds).into_iter().map(|k| k.3).collect::<Vec<_>>();
+    for (grace, by_admin, want) in [(300, false, 300), (20, false, 20), (60, false, 20), (60, true, 0)] {
+        rig.p.push(Event::Cancel {
+            job: "a".into(),
+            grace_secs: grace,
+            by_admin,
+        });
+        assert_eq!(graces(&rig.step()), [want, want], "cancel {grace} s, admin {by_admin}");
+    }
+    // An admin's first cancel of a running job gives the grace asked.
+    let (mut rig, _) = two_jobs(OnTaskFailure::KillJob);
+    rig.p.push(Event::Cancel {
+        job: "a".into(),
+        grace_secs: 30,
+        by_admin: true,
+    });
+    assert_eq!(graces(&rig.step()), [30, 30]);
+}
+
+/// Issue 38: a node whose agent still runs a task the planner no longer counts (an
+/// orphan: lost, drained `--now`, or unknown) offers nothing until the agent lists it no
+/// more, so no other job is placed beside its live processes.
+#[test]
+fn a_node_running_an_orphan_takes_no_new_task_until_it_ended() {
+    let mut rig = rig(1);
+    let node = "n01".to_string();
+    rig.p.push(Event::TasksOnNode {
+        node: node.clone(),
+        tasks: vec![on_node("gone", 77, "worker-0")],
+    });
+    let cmds = rig.step();
+    assert_eq!(
+        kills(&cmds),
+        [(node.clone(), "worker-0".into(), KillReason::Orphan, 10)]
+    );
+    assert!(
+        cmds.iter()
+            .any(|c| matches!(c, Command::Warn(w) if w.contains("gone.77/worker-0"))),
+        "{cmds:?}"
+    );
+    let n = rig.p.nodes().into_iter().find(|n| n.name == node).unwrap();
+    assert_eq!(n.cpus.free, 0, "{n:?}");
+    assert!(n.reason.unwrap().contains("takes no new task until 1 task"));
+    rig.submit_as(JobBuilder::gang("c", 1, "cpu=8").build(), SIM_OWNER);
+    assert!(placed_jobs(&rig.step()).is_empty(), "placed beside a live orphan");
+    // Still listed: still closed (and killed again).
+    rig.p.push(Event::TasksOnNode {
+        node: node.clone(),
+        tasks: vec![on_node("gone", 77, "worker-0")],
+    });
+    let cmds = rig.step();
+    assert!(placed_jobs(&cmds).is_empty());
+    assert_eq!(kills(&cmds).len(), 1);
+    rig.p.push(Event::TasksOnNode {
+        node: node.clone(),
+        tasks: vec![],
+    });
+    assert_eq!(placed_jobs(&rig.step()), ["c"]);
+    assert!(rig.p.nodes()[0].reason.is_none());
+}
+
+/// Issue 38: a job's `MASTER_PORT` is chosen free on rank 0's node (another user bound
+/// its default first), kept for the job (a rank replaced later gets the same), and chosen
+/// again after a requeue; a job's own `masterPort` is kept as given.
+#[test]
+fn the_master_port_is_chosen_free_on_rank_0s_node_and_kept() {
+    use hyperplan_shared::taskenv::default_master_port;
+    let mut rig = rig(1);
+    let id = rig.p.next_job_id();
+    let taken = default_master_port(id);
+    rig.p.push(Event::PortsInUse {
+        node: "n01".into(),
+        ports: vec![taken + 1, 8080, taken],
+    });
+    let cmds = rig.step();
+    assert!(
+        cmds.iter().any(|c| matches!(c, Command::Info(l) if l == &format!("node n01: MASTER_PORT range ports bound now: {taken},{}", taken + 1))),
+        "{cmds:?}"
+    );
+    rig.submit_as(JobBuilder::gang("a", 2, "cpu=1").build(), SIM_OWNER);
+    let ports = |cmds: &[Command]| -> Vec<u16> {
+        cmds.iter()
+            .filter_map(|c| match c {
+                Command::Place(p) => Some(p.master_port),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(ports(&rig.step()), [taken + 2, taken + 2]);
+    // Now bound by the job itself: its port stays its own.
+    rig.p.push(Event::PortsInUse {
+        node: "n01".into(),
+        ports: vec![taken, taken + 1, taken + 2],
+    });
+    rig.step();
+    let relaunched = rig.p.unstarted_on("n01");
+    assert!(relaunched.iter().all(|p| p.master_port == taken + 2), "{relaunched:?}");
+    // A job that names its port gets it.
+    let mut b = JobBuilder::gang("b", 1, "cpu=1").build();
+    b.run.master_port = Some(taken);
+    rig.submit_as(b, SIM_OWNER);
+    assert_eq!(ports(&rig.step()), [taken]);
 }
 
 #[test]
@@ -510,6 +622,7 @@ fn nodes_without_an_agent_free_at_once_and_say_nothing_new() {
     p.push(Event::Cancel {
         job: "a".into(),
         grace_secs: 0,
+        by_admin: false,
     });
     let cmds = p.tick(1);
     assert!(kills(&cmds).is_empty());
@@ -556,6 +669,7 @@ fn the_unstarted_tasks_of_a_node_are_there_to_launch_again() {
     rig.p.push(Event::Cancel {
         job: "a".into(),
         grace_secs: 10,
+        by_admin: false,
     });
     rig.step();
     assert!(rig.p.unstarted_on(&n1).is_empty());

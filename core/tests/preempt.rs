@@ -192,6 +192,7 @@ fn ties_go_to_the_least_work_lost_and_victims_requeue_keeping_their_age() {
         rig.p.push(Event::Cancel {
             job: name.clone(),
             grace_secs: 0,
+            by_admin: false,
         });
         rig.step();
         ended_by_signal(&mut rig, &name, ids[i - 1]);
@@ -307,6 +308,7 @@ fn the_freed_nodes_wait_for_their_job_and_a_cancel_gives_them_back() {
     rig.p.push(Event::Cancel {
         job: "big".into(),
         grace_secs: 0,
+        by_admin: false,
     });
     let cmds = rig.step();
     assert!(preempted(&cmds).is_empty(), "small fits now: no preemption");
@@ -521,4 +523,104 @@ fn a_queue_under_its_quota_reclaims_what_another_borrowed() {
     for _ in 0..3 {
         assert!(preempted(&rig.step()).is_empty());
     }
+}
+
+/// Issue 38: under `[server] privateData` a preemption names no other user's job to a
+/// plain user — not the preemptor to its victim's owner (its reason, `preemptedBy`), not
+/// the victims to the preemptor's owner (its reason, `preempting`, `explain`) — while an
+/// admin reads every name; `queues` shows a plain user their own share only.
+#[test]
+fn under_private_data_a_preemption_names_no_other_users_job() {
+    use hyperplan_core::caller::Caller;
+    use hyperplan_core::requests::status::StatusQuery;
+
+    let mut rig = rig();
+    for i in 1..=12 {
+        run(
+            &mut rig,
+            JobBuilder::gang(&format!("f{i:02}"), 1, "cpu=8").queue("lo").build(),
+        );
+    }
+    // leaf-4: alice's w1 (it asks requeue), bob's own w2.
+    run(
+        &mut rig,
+        JobBuilder::gang("w1", 2, "cpu=8").queue("lo").hard(1).requeue().build(),
+    );
+    let w2 = rig.submit_as(JobBuilder::gang("w2", 2, "cpu=8").queue("lo").hard(1).build(), "bob");
+    rig.step();
+    rig.start_all("w2", w2);
+    rig.step();
+    rig.submit_as(
+        JobBuilder::gang("big", 4, "cpu=8").hard(1).class("urgent").build(),
+        "bob",
+    );
+    rig.step();
+
+    let alice = Caller::user("alice").private(true);
+    let bob = Caller::user("bob").private(true);
+    let root = Caller::admin("root").private(true);
+    let status = |rig: &Rig, job: &str, caller: Caller<'_>| {
+        let query = StatusQuery {
+            job: Some(job.to_string()),
+            ..StatusQuery::default()
+        };
+        let none = |_| Ok::<_, std::io::Error>(Vec::new());
+        rig.p.status(query, caller, rig.now, none).unwrap().jobs.remove(0)
+    };
+
+    // bob's preemptor: his own victim by name, alice's not.
+    let big = status(&rig, "big", bob);
+    insta::assert_snapshot!(big.reason.unwrap(), @"preempting 2 jobs in leaf-4 (another user's job, w2); it starts when they have ended");
+    assert_eq!(big.preempting.unwrap().victims, ["another user's job", "w2"]);
+    let explained = rig.p.explain_for("big", bob).unwrap();
+    insta::assert_snapshot!(explained.preemption.unwrap(), @"under way: preempting another user's job, w2 in leaf-4; nodes n13,n14,n15,n16 held for it until they have ended");
+    assert!(!explained.job.reason.unwrap().contains("w1"));
+    // The admin reads every name.
+    let big = status(&rig, "big", root);
+    assert!(big.reason.unwrap().contains("(w1, w2)"));
+    assert!(
+        rig.p
+            .explain_for("big", root)
+            .unwrap()
+            .preemption
+            .unwrap()
+            .contains("w1, w2")
+    );
+
+    // alice's victim: preempted by another user's job; bob's own victim by his job.
+    let w1 = status(&rig, "w1", alice);
+    insta::assert_snapshot!(w1.reason.clone().unwrap(), @"requeued: preempted by another user's job: its priority (queue lo (priority 0), no class (0)) is below that of the job (queue default (priority 0), class urgent (100))");
+    assert_eq!(w1.preempted_by.as_deref(), Some("another user's job"));
+    assert!(
+        !rig.p
+            .explain_for("w1", alice)
+            .unwrap()
+            .job
+            .reason
+            .unwrap()
+            .contains("big")
+    );
+    let w2 = status(&rig, "w2", bob);
+    assert_eq!(w2.preempted_by.as_deref(), Some("big"));
+    assert!(w2.reason.unwrap().starts_with("preempted by job big: "));
+    let w1 = status(&rig, "w1", root);
+    assert_eq!(w1.preempted_by.as_deref(), Some("big"));
+    assert!(w1.reason.unwrap().starts_with("requeued: preempted by job big: "));
+    // Without privateData everyone reads every name, as before.
+    let w1 = status(&rig, "w1", Caller::user("bob"));
+    assert_eq!(w1.preempted_by.as_deref(), Some("big"));
+
+    // queues: alice's own share only; the admin's every user's; the totals for both.
+    let users = |caller: Caller<'_>| -> Vec<String> {
+        let q = rig.p.queues_for(caller);
+        let lo = q.queues.iter().find(|q| q.name == "lo").unwrap();
+        lo.users.iter().map(|u| u.user.clone()).collect()
+    };
+    assert_eq!(users(alice), ["alice"]);
+    let mut all = users(root);
+    all.sort();
+    assert_eq!(all, ["alice", "bob"]);
+    let (mine, whole) = (rig.p.queues_for(alice), rig.p.queues_for(root));
+    assert_eq!(mine.queues[1].running_jobs, whole.queues[1].running_jobs);
+    assert_eq!(mine.queues[1].used, whole.queues[1].used);
 }

@@ -128,6 +128,7 @@ fn build(c: &Case) -> Rig {
             rig.p.push(Event::Cancel {
                 job: name,
                 grace_secs: 0,
+                by_admin: false,
             });
             rig.step();
         }

@@ -291,6 +291,7 @@ fn push_step(
         Step::Cancel(j) => planner.push(Event::Cancel {
             job: format!("job-{j:02}"),
             grace_secs: 0,
+            by_admin: false,
         }),
         Step::Finish(j, t) => planner.push(Event::TaskFinished {
             job: format!("job-{j:02}"),

@@ -17,8 +17,10 @@ use serde::{Deserialize, Serialize};
 /// (a planner of 6 cannot decode it and would close the connection as a bad frame; with
 /// the bump the CLI says which versions differ instead). 8: PMI fences
 /// ([`AgentMessage::Fence`], [`PlannerToAgent::FenceDone`]). 9: a `Kill`'s warning signal
-/// (preemption), which an agent of 8 would ignore, sending SIGTERM instead.
-pub const PROTOCOL_VERSION: u32 = 10;
+/// (preemption), which an agent of 8 would ignore, sending SIGTERM instead. 11: status
+/// answers in pages (`RequestCommand::Status::page`, `JobList::next`), of which a CLI of 10
+/// would show the first alone.
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// Who is speaking on a connection. The certificate says the same (its OU), and the
 /// planner checks that the two agree.
@@ -82,6 +84,15 @@ pub enum AgentMessage {
         /// The tasks whose shepherds run on the node, with their use now: the planner
         /// kills those it does not know (orphans) and shows the figures.
         running_tasks: Vec<RunningTask>,
+        /// The TCP ports of the `MASTER_PORT` range bound on the node now (sorted): the
+        /// planner chooses a job's `MASTER_PORT` among the others.
+        #[serde(default)]
+        ports_in_use: Vec<u16>,
+        /// Why the node cannot start tasks now (a shepherd's fork failed: out of
+        /// processes or memory), until a start works again; `None`: it can. The planner
+        /// places nothing new there meanwhile. (Missing from an agent that does not say.)
+        #[serde(default)]
+        strained: Option<String>,
     },
     /// The probe saw a real change (the hash moved), e.g. an IB port went down.
     TopologyChanged { topology: NodeTopology, topology_hash: u64 },
@@ -384,7 +395,8 @@ pub enum RequestCommand {
         grace_secs: u64,
     },
     /// One job (the newest of that name), or the newest job of every name; with `all`,
-    /// every job of the name(s), ended ones included.
+    /// every job of the name(s), ended ones included. Answered a page at a time (see
+    /// `hyperplan_shared::status::JobList`).
     Status {
         job: Option<String>,
         #[serde(default)]
@@ -393,6 +405,9 @@ pub enum RequestCommand {
         /// seconds (the stored ones included), each of them.
         #[serde(default)]
         since_secs: Option<u64>,
+        /// Where the page starts: the `next` of the page before; `None` for the first.
+        #[serde(default)]
+        page: Option<hyperplan_shared::status::StatusCursor>,
     },
     Nodes,
     /// `hyperplan nodes drain|resume|remove`: admins only; answered with a
@@ -816,6 +831,8 @@ mod tests {
                 cpu_cores: 1.5,
                 rss_bytes: 1 << 30,
             }],
+            ports_in_use: vec![29500, 30499],
+            strained: Some("cannot start a shepherd: Resource temporarily unavailable".into()),
         });
         let task = TaskRef {
             job: "j".into(),
@@ -951,11 +968,17 @@ mod tests {
                 job: None,
                 all: true,
                 since_secs: Some(7200),
+                page: Some(hyperplan_shared::status::StatusCursor {
+                    index: 3,
+                    id: 41,
+                    task: 1000,
+                }),
             },
             RequestCommand::Status {
                 job: Some("j".into()),
                 all: false,
                 since_secs: None,
+                page: None,
             },
             RequestCommand::Nodes,
             RequestCommand::NodeAdmin {

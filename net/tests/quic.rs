@@ -82,6 +82,8 @@ async fn heartbeat_exchange(connection: &quinn::Connection, node: &str, seqs: st
             load: 0.5,
             free_memory: vec![(0, 1 << 30)],
             running_tasks: vec![],
+            ports_in_use: vec![],
+            strained: None,
         };
         write_frame(&mut send, &beat, DEFAULT_MAX_FRAME).await.unwrap();
         let reply: PlannerToAgent = read_frame(&mut recv, DEFAULT_MAX_FRAME).await.unwrap().unwrap();

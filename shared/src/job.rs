@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::FileError;
 use crate::hypernode::check_kind;
 use crate::names::{NameKind, check_name};
-use crate::outpattern::{DEFAULT_OUTPUT, check_pattern};
+use crate::outpattern::{DEFAULT_OUTPUT, check_output_place, check_pattern};
 use crate::resources::Resources;
 use crate::taskenv::is_env_name;
 use crate::timelimit::parse_time_limit;
@@ -626,6 +626,19 @@ fn build_exec(raw: RawExec, path: &Path) -> Result<TaskExec, FileError> {
     }
     for pattern in [&raw.output, &raw.error].into_iter().flatten() {
         check_pattern(&pattern.value).map_err(|e| located_error(path, pattern, e.to_string()))?;
+    }
+    // Where the files land, the working directory taken in (`workingDir: /proc/self/fd`
+    // with `output: "1"`): blamed on the pattern when written, else on the directory.
+    if let Some(dir) = &raw.working_dir {
+        for pattern in [&raw.output, &raw.error] {
+            let value = pattern.as_ref().map_or(DEFAULT_OUTPUT, |p| p.value.as_str());
+            if let Err(e) = check_output_place(Some(&dir.value), value) {
+                return Err(match pattern {
+                    Some(p) => located_error(path, p, e.to_string()),
+                    None => located_error(path, dir, e.to_string()),
+                });
+            }
+        }
     }
     if let Some(max) = &raw.max_processes
         && max.value == 0

@@ -3,9 +3,12 @@
 //!
 //! A pattern is relative to the task's working directory (an absolute pattern is used as
 //! it is). It may leave that directory (`../logs/%j.out` is fine: the file is opened as the
-//! user, who can only write where they may); only a NUL byte is refused.
+//! user, who can only write where they may). A NUL byte is refused, and so is a file in
+//! the kernel's own trees, `/proc`, `/sys` and `/dev` (`/dev/null` aside): no task's output
+//! belongs there, and the agent, which reads outputs for `hyperplan logs`, would read its
+//! own (`/proc/self/fd/2` is the agent's log when the agent opens it).
 
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 /// The pattern a task's output goes to when the job does not say (its errors go to the
 /// same file unless `error` is set).
@@ -22,6 +25,50 @@ pub enum PatternError {
     Empty,
     #[error("expected a path without NUL bytes")]
     Nul,
+    /// The file would be in `/proc`, `/sys` or `/dev` ([`in_kernel_tree`]).
+    #[error(
+        "expected a file outside /proc, /sys and /dev (/dev/null aside), got {}: the kernel's files are no task's output", .0.display()
+    )]
+    KernelFile(PathBuf),
+}
+
+/// Whether `path`, an absolute path, names something in `/proc`, `/sys` or `/dev` other
+/// than `/dev/null`, with `.` and `..` taken as written (links are the reader's to
+/// refuse: the agent opens outputs without following `/proc`'s).
+pub fn in_kernel_tree(path: &Path) -> bool {
+    if !path.is_absolute() {
+        return false;
+    }
+    let mut parts = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(p) => parts.push(p),
+            Component::ParentDir => {
+                parts.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    match parts.first().and_then(|p| p.to_str()) {
+        Some("proc" | "sys") => true,
+        Some("dev") => parts.len() != 2 || parts[1] != "null",
+        _ => false,
+    }
+}
+
+/// Checks where a task's output or error file would be, its pattern joined onto its
+/// `workingDir` (when that is absolute, as the job file gives it): not in the kernel's
+/// trees.
+pub fn check_output_place(working_dir: Option<&str>, pattern: &str) -> Result<(), PatternError> {
+    let expanded = expand_pattern(pattern, &ANY)?;
+    let path = match working_dir {
+        Some(dir) if Path::new(dir).is_absolute() => Path::new(dir).join(&expanded),
+        _ => PathBuf::from(&expanded),
+    };
+    if in_kernel_tree(&path) {
+        return Err(PatternError::KernelFile(path));
+    }
+    Ok(())
 }
 
 /// What the placeholders stand for.
@@ -36,15 +83,17 @@ pub struct PatternValues<'a> {
 
 /// Checks a pattern as the job file gives it, before any values are known.
 pub fn check_pattern(pattern: &str) -> Result<(), PatternError> {
-    let any = PatternValues {
-        job: "j",
-        task: "t",
-        rank: 0,
-        node: "n",
-        user: "u",
-    };
-    expand_pattern(pattern, &any).map(drop)
+    check_output_place(None, pattern)
 }
+
+/// Values for checking a pattern before the real ones are known.
+const ANY: PatternValues<'static> = PatternValues {
+    job: "j",
+    task: "t",
+    rank: 0,
+    node: "n",
+    user: "u",
+};
 
 /// Expands the placeholders of `pattern`.
 pub fn expand_pattern(pattern: &str, values: &PatternValues<'_>) -> Result<String, PatternError> {
@@ -80,7 +129,11 @@ pub fn output_path(working_dir: &Path, pattern: &str, values: &PatternValues<'_>
     if working_dir.as_os_str().as_encoded_bytes().contains(&0) {
         return Err(PatternError::Nul);
     }
-    Ok(working_dir.join(expand_pattern(pattern, values)?))
+    let path = working_dir.join(expand_pattern(pattern, values)?);
+    if in_kernel_tree(&path) {
+        return Err(PatternError::KernelFile(path));
+    }
+    Ok(path)
 }
 
 #[cfg(test)]
@@ -137,5 +190,42 @@ mod tests {
             PathBuf::from("/scratch/worker-3")
         );
         assert_eq!(output_path(Path::new("/a\0"), "x", &V), Err(PatternError::Nul));
+        assert_eq!(
+            output_path(Path::new("/proc/self/fd"), "1", &V),
+            Err(PatternError::KernelFile("/proc/self/fd/1".into()))
+        );
+        assert!(output_path(wd, "/dev/null", &V).is_ok());
+    }
+
+    /// `/proc/self/fd/1` named by the job is the agent's own stdout when the agent reads it.
+    #[test]
+    fn the_kernels_trees_are_refused_but_dev_null() {
+        for refused in [
+            "/proc/self/fd/1",
+            "/sys/kernel/x",
+            "/dev/stdout",
+            "/dev",
+            "/tmp/../proc/1/environ",
+            "//proc/x",
+            "/dev/null/../shm/x",
+        ] {
+            assert!(in_kernel_tree(Path::new(refused)), "{refused}");
+            let e = check_pattern(refused).unwrap_err().to_string();
+            assert!(e.starts_with("expected a file outside /proc, /sys and /dev"), "{e}");
+        }
+        for fine in ["/dev/null", "/tmp/proc/x", "proc/self/fd/1", "/devices/x", "/tmp/%j"] {
+            assert!(!in_kernel_tree(Path::new(fine)), "{fine}");
+        }
+        assert_eq!(check_pattern("/dev/null"), Ok(()));
+        assert_eq!(
+            check_output_place(Some("/home/a"), "../../proc/self/fd/2").unwrap_err(),
+            PatternError::KernelFile("/home/a/../../proc/self/fd/2".into())
+        );
+        assert_eq!(
+            check_output_place(Some("/proc/self/fd"), "1"),
+            Err(PatternError::KernelFile("/proc/self/fd/1".into()))
+        );
+        assert_eq!(check_output_place(Some("relative"), "1"), Ok(()));
+        assert_eq!(check_output_place(Some("/home/a"), "%j.out"), Ok(()));
     }
 }

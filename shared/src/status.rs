@@ -232,9 +232,28 @@ pub struct SourceStatus {
 }
 
 /// `hyperplan status --output json`: the same job objects `simulate` prints.
+///
+/// The planner answers a status request a page at a time, each within its largest frame
+/// (`[server] maxFrameBytes`): a page ends between two jobs, or inside a job's task list
+/// (the next page then starts with the same job, by id, and the rest of its tasks), and
+/// says where the next starts. The CLI asks for every page and joins them, so what it
+/// prints has every job whole and no `next`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobList {
     pub jobs: Vec<JobReport>,
+    /// Where the next page starts; `None` on the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<StatusCursor>,
+}
+
+/// Where a page of a status answer starts: the job at `index` in the answer's order,
+/// which should be job `id` (looked for by id when jobs came or went meanwhile), from
+/// its task `task` (0: the whole job).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusCursor {
+    pub index: u64,
+    pub id: u64,
+    pub task: u64,
 }
 
 /// `hyperplan submit --output json`.

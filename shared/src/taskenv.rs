@@ -20,8 +20,10 @@
 //!   `OMP_NUM_THREADS` (its PU count) when it has PUs;
 //! - then the job's own `env`, which wins over all of the above.
 //!
-//! `MASTER_PORT` is the job's `masterPort`, or [`default_master_port`]: 29500 + (job id mod
-//! 1000), so concurrent jobs on one node rarely collide.
+//! `MASTER_PORT` is the job's `masterPort`, or one the planner chose free on rank 0's node
+//! when the job was placed ([`choose_master_port`]: from 29500 + (job id mod 1000) on, the
+//! first its agent did not report bound), kept for the job; so neither another job nor
+//! another user who bound the job's default port first makes it fail.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -95,6 +97,22 @@ pub const MASTER_PORT_SPAN: u16 = 1000;
 /// The `MASTER_PORT` of a job without `masterPort`: `29500 + job_id % 1000`.
 pub fn default_master_port(job_id: u64) -> u16 {
     MASTER_PORT_BASE + (job_id % u64::from(MASTER_PORT_SPAN)) as u16
+}
+
+/// The `MASTER_PORT` for job `job_id` on a node where the ports `busy` (sorted) of the
+/// range are bound: the first free one from [`default_master_port`] on, round the range;
+/// the default when every one is taken (the job then fails to bind, as it would have).
+pub fn choose_master_port(job_id: u64, busy: &[u16]) -> u16 {
+    let first = default_master_port(job_id);
+    (0..MASTER_PORT_SPAN)
+        .map(|k| MASTER_PORT_BASE + (first - MASTER_PORT_BASE + k) % MASTER_PORT_SPAN)
+        .find(|p| busy.binary_search(p).is_err())
+        .unwrap_or(first)
+}
+
+/// Whether `port` is in the range [`choose_master_port`] chooses from.
+pub fn in_master_range(port: u16) -> bool {
+    (MASTER_PORT_BASE..MASTER_PORT_BASE + MASTER_PORT_SPAN).contains(&port)
 }
 
 /// Whether `name` can be an environment variable name: `[A-Za-z_][A-Za-z0-9_]*`.
@@ -306,6 +324,17 @@ mod tests {
         assert_eq!(default_master_port(999), 30499);
         assert_eq!(default_master_port(1000), 29500);
         assert_eq!(default_master_port(u64::MAX), 29500 + (u64::MAX % 1000) as u16);
+    }
+
+    #[test]
+    fn a_master_port_is_chosen_free_round_the_range() {
+        assert_eq!(choose_master_port(7, &[]), 29507);
+        assert_eq!(choose_master_port(7, &[29507, 29508, 29600]), 29509);
+        assert_eq!(choose_master_port(999, &[30499]), 29500);
+        let all: Vec<u16> = (29500..30500).collect();
+        assert_eq!(choose_master_port(7, &all), 29507);
+        assert!(in_master_range(29500) && in_master_range(30499));
+        assert!(!in_master_range(30500) && !in_master_range(29499));
     }
 
     #[test]

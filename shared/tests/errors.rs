@@ -481,3 +481,17 @@ fn a_nul_byte_in_a_command_is_refused_at_submit() {
         "{said}"
     );
 }
+
+/// The agent reads a task's output for `hyperplan logs`: `/proc/self/fd/1` would be its own.
+#[test]
+fn an_output_in_the_kernels_trees_is_refused_at_submit() {
+    let job = |exec: &str| {
+        job_error(&format!(
+            "name: j\ntasks:\n  - name: w\n    replicas: 1\n    resources: {{cpu: 1}}\n    command: [true]\n{exec}"
+        ))
+    };
+    insta::assert_snapshot!(job("    output: /proc/self/fd/1\n"), @"jobs.yaml:7:13: tasks[0].output: expected a file outside /proc, /sys and /dev (/dev/null aside), got /proc/self/fd/1: the kernel's files are no task's output");
+    insta::assert_snapshot!(job("    workingDir: /tmp\n    error: ../sys/x\n"), @"jobs.yaml:8:12: tasks[0].error: expected a file outside /proc, /sys and /dev (/dev/null aside), got /tmp/../sys/x: the kernel's files are no task's output");
+    insta::assert_snapshot!(job("    workingDir: /proc/self/fd\n"), @"jobs.yaml:7:17: tasks[0].workingDir: expected a file outside /proc, /sys and /dev (/dev/null aside), got /proc/self/fd/hyperplan-j-t.out: the kernel's files are no task's output");
+    assert!(job("    output: /dev/null\n").starts_with("unexpectedly parsed"));
+}

@@ -12,7 +12,7 @@ use hyperplan_net::messages::{ExecNodes, ExecRequest, RequestCommand};
 use hyperplan_shared::report::JobStatus;
 
 use super::long_help;
-use super::run::{JobArgs, job_text, report, submit, watch_interrupts};
+use super::run::{JobArgs, job_text, report, submit_named, watch_interrupts};
 use crate::client::{self, ClientArgs, ClientConfig};
 
 const EXAMPLES: &str = "  hyperplan alloc --replicas 4 --cpu 8
@@ -44,9 +44,10 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let config = ClientConfig::from_process(&args.client)?;
-    let name = args.job.name_or("alloc");
     let hold = ["sleep".to_string(), "infinity".to_string()];
-    let (job, id) = submit(&config, job_text(&args.job, &name, &hold, None, true))?;
+    let (job, id) = submit_named(&config, &args.job, "alloc", |name| {
+        job_text(&args.job, name, &hold, None, true)
+    })?;
     eprintln!("hyperplan alloc: job {job} (id {id}) submitted; waiting for its nodes");
     let interrupts = Arc::new(AtomicU32::new(0));
     watch_interrupts(interrupts.clone());

@@ -24,7 +24,10 @@ pub struct Args {
     /// The job's name (see `hyperplan status`).
     #[arg(value_name = "JOB")]
     job: String,
-    /// Time between SIGTERM and SIGKILL for the job's tasks: seconds, or `30s`, `2m`.
+    /// Time between SIGTERM and SIGKILL for the job's tasks: seconds, or `30s`, `2m`; at
+    /// most the planner's `[limits] maxCancelGrace` (10m by default). Cancelling a job
+    /// already being stopped shortens its grace to this one if shorter (an admin's
+    /// cancel then kills it at once).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_grace)]
     grace: u64,
     #[arg(long, value_enum, default_value_t)]

@@ -38,7 +38,8 @@ const CHUNK: u32 = 256 << 10;
 /// after 5 minutes without an answer. `JOB.STEP` reads a step's output instead: every
 /// `hyperplan exec` into a job is a step, numbered from 0 (`hyperplan exec` does not
 /// say; the first is 0), whose output (standard output and error together, the first 64
-/// MiB) its nodes' agents keep for the newest 256 jobs; `--node` picks the node (default:
+/// MiB of a step, 256 MiB of a job's steps, 1 GiB on a node; a last line says where it was
+/// cut) its nodes' agents keep for the newest 256 jobs; `--node` picks the node (default:
 /// the first it ran on). `--output json` prints the
 /// pieces as they come, one JSON object per line (`job`, `task`, `node`, `offset`,
 /// `data`, `nextOffset`, `size`, `ended`).

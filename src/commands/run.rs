@@ -71,7 +71,7 @@ pub struct JobArgs {
     /// GPUs per task (`nvidia.com/gpu`).
     #[arg(long, value_name = "N")]
     pub gpus: Option<u32>,
-    /// The job's name (default `run-<pid>`, `alloc-<pid>`).
+    /// The job's name (default `run-<user>-<random>`, `alloc-<user>-<random>`).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
     /// `timeLimit`: `3600`, `90m`, `2h`.
@@ -85,12 +85,73 @@ pub struct JobArgs {
     pub topology_policy: Option<String>,
 }
 
-impl JobArgs {
-    /// `--name`, or `<prefix>-<pid>`.
-    pub fn name_or(&self, prefix: &str) -> String {
-        self.name
-            .clone()
-            .unwrap_or_else(|| format!("{prefix}-{}", std::process::id()))
+/// Default names tried before giving up: another job may hold one (a clash of 64 random
+/// bits is not expected, but one never blocks anyone).
+const NAME_TRIES: u32 = 3;
+
+/// `<prefix>-<user>-<16 hex digits>`: a default job name no one can take first, since
+/// no one can guess it (a pid could be: another user submitting `run-12345` first made
+/// that `hyperplan run` fail). The user part keeps name characters only and is cut so
+/// that the whole stays a job name.
+pub fn default_name(prefix: &str, user: &str, random: u64) -> String {
+    let room = hyperplan_shared::names::MAX_JOB_NAME - prefix.len() - 18;
+    let user: String = user
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(room)
+        .collect();
+    if user.is_empty() {
+        format!("{prefix}-{random:016x}")
+    } else {
+        format!("{prefix}-{user}-{random:016x}")
+    }
+}
+
+/// 64 bits from the kernel's random source; the time and pid where it cannot be read
+/// (still unlike any other, though guessable).
+fn random_u64() -> u64 {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    match read {
+        Ok(()) => u64::from_le_bytes(bytes),
+        Err(_) => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            nanos ^ (u64::from(std::process::id()) << 32)
+        }
+    }
+}
+
+/// Submits the job `text` makes for a name: `--name`, once; or default names
+/// ([`default_name`]), another one while the planner's refusal names the one tried (the
+/// name taken), up to [`NAME_TRIES`]. The job's name and id.
+pub fn submit_named(
+    config: &ClientConfig,
+    args: &JobArgs,
+    prefix: &str,
+    text: impl Fn(&str) -> String,
+) -> anyhow::Result<(String, u64)> {
+    if let Some(name) = &args.name {
+        return submit(config, text(name));
+    }
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let name = default_name(prefix, &config.user.value, random_u64());
+        match submit(config, text(&name)) {
+            Err(e) if tries < NAME_TRIES && e.to_string().contains(&name) => {
+                eprintln!("hyperplan {prefix}: {e:#}; trying another name");
+            }
+            done => return done,
+        }
     }
 }
 
@@ -148,12 +209,10 @@ pub fn submit(config: &ClientConfig, text: String) -> anyhow::Result<(String, u6
 
 /// The job `id` as the planner has it now.
 pub fn report(config: &ClientConfig, job: &str, id: u64) -> anyhow::Result<JobReport> {
-    let command = RequestCommand::Status {
-        job: Some(job.to_string()),
-        all: true,
-        since_secs: None,
-    };
-    let list: JobList = decode(client::request(config, command)?, "job list")?;
+    let list: JobList = decode(
+        super::status::fetch(config, Some(job.to_string()), true, None)?,
+        "job list",
+    )?;
     list.jobs
         .into_iter()
         .find(|j| j.id == id)
@@ -162,9 +221,9 @@ pub fn report(config: &ClientConfig, job: &str, id: u64) -> anyhow::Result<JobRe
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let config = ClientConfig::from_process(&args.client)?;
-    let name = args.job.name_or("run");
-    let text = job_text(&args.job, &name, &args.command, args.mpi.as_deref(), args.batch);
-    let (job, id) = submit(&config, text)?;
+    let (job, id) = submit_named(&config, &args.job, "run", |name| {
+        job_text(&args.job, name, &args.command, args.mpi.as_deref(), args.batch)
+    })?;
     let job = &job;
     eprintln!("hyperplan run: job {job} (id {id}) submitted");
     let interrupts = Arc::new(AtomicU32::new(0));
@@ -309,5 +368,26 @@ impl Follow {
             }
         }
         let _ = out.flush();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use hyperplan_shared::names::{MAX_JOB_NAME, NameKind, check_name};
+
+    #[test]
+    fn default_names_hold_the_user_and_an_unguessable_part() {
+        assert_eq!(default_name("run", "alice", 0xab), "run-alice-00000000000000ab");
+        assert_eq!(default_name("alloc", "a b@c", 1), "alloc-a-b-c-0000000000000001");
+        assert_eq!(default_name("run", "", 1), "run-0000000000000001");
+        let long = default_name("alloc", &"u".repeat(200), u64::MAX);
+        assert_eq!(long.len(), MAX_JOB_NAME);
+        for name in [long, default_name("run", "é.x_y", 7)] {
+            check_name(NameKind::Job, &name).unwrap();
+        }
+        // Two runs at once (and one run's tries) get different names.
+        assert_ne!(random_u64(), random_u64());
     }
 }

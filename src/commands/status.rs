@@ -2,15 +2,19 @@
 //! objects `hyperplan simulate` prints) with each job's queue and start, and for one job its
 //! priority and reservation.
 
+use std::collections::HashSet;
+
+use anyhow::{Context, bail};
 use hyperplan_core::sim::render_task_table;
 use hyperplan_net::messages::RequestCommand;
 use hyperplan_shared::quantity::format_quantity;
 use hyperplan_shared::report::{JobReport, JobStatus, PriorityReport, Report, ReservationReport};
-use hyperplan_shared::status::JobList;
+use hyperplan_shared::status::{JobList, StatusCursor};
 use hyperplan_shared::{MEMORY, hostlist};
+use serde_json::Value;
 
-use super::{Clock, Output, long_help, run_request};
-use crate::client::ClientArgs;
+use super::{Clock, Output, long_help, print_reply};
+use crate::client::{self, ClientArgs, ClientConfig};
 
 const EXAMPLES: &str = "  hyperplan status
   hyperplan status train-64
@@ -40,6 +44,10 @@ const EXAMPLES: &str = "  hyperplan status
 /// be used again, and `--all` shows every job of the name(s), each with its id, the ended
 /// ones the planner keeps on disk included ([store] keepFinished, 7 days by default);
 /// `--since 2h` shows the jobs that have not ended and those that ended in the last 2 hours.
+/// The planner keeps the newest ended jobs of each user in memory (`[limits]
+/// maxEndedJobsPerUser`); older ones are shown by `--all` and `--since`, from its store.
+/// However many jobs and tasks there are, the planner answers in pages that each fit in
+/// a frame, and this command asks for all of them: what it prints is whole.
 /// `hyperplan explain JOB` says why a job is where it is; `hyperplan queues` shows the queues.
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = long_help(EXAMPLES))]
@@ -63,12 +71,9 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let all = args.all || args.since.is_some();
     let one = args.job.is_some() && !all;
-    let command = RequestCommand::Status {
-        job: args.job,
-        all: args.all,
-        since_secs: args.since,
-    };
-    run_request(&args.client, command, args.output, "job list", |list: &JobList| {
+    let config = ClientConfig::from_process(&args.client)?;
+    let value = fetch(&config, args.job, args.all, args.since)?;
+    print_reply(args.output, value, "job list", |list: &JobList| {
         let clock = Clock::local();
         if all {
             render(&with_ids(list), one, &clock)
@@ -76,6 +81,71 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             render(list, one, &clock)
         }
     })
+}
+
+/// The planner's answer to a status request, every page of it joined (see
+/// [`JobList`]): `{"jobs": [...]}` with each job whole, as one reply would have it.
+pub fn fetch(config: &ClientConfig, job: Option<String>, all: bool, since_secs: Option<u64>) -> anyhow::Result<Value> {
+    let mut jobs: Vec<Value> = Vec::new();
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut page: Option<StatusCursor> = None;
+    loop {
+        let command = RequestCommand::Status {
+            job: job.clone(),
+            all,
+            since_secs,
+            page,
+        };
+        let mut reply = client::request(config, command)?;
+        let next = match reply.get_mut("next").map(Value::take) {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                serde_json::from_value::<StatusCursor>(v)
+                    .context("the planner's reply is not the job list this hyperplan expects (its `next`)")?,
+            ),
+        };
+        let Some(Value::Array(part)) = reply.get_mut("jobs").map(Value::take) else {
+            bail!("the planner's reply is not the job list this hyperplan expects (no `jobs`)");
+        };
+        // The job the page starts inside of, if it does (its first job continues it).
+        let continuing = page.filter(|p| p.task > 0).map(|p| p.id);
+        join(&mut jobs, &mut seen, part, continuing);
+        match next {
+            None => break,
+            Some(n) if page == Some(n) => bail!("the planner sent the page at {n:?} twice; not asking again"),
+            Some(n) => page = Some(n),
+        }
+    }
+    Ok(serde_json::json!({ "jobs": jobs }))
+}
+
+/// Adds a page's jobs to `jobs`: a page asked for inside job `continuing` (the last
+/// page ended inside its task list) starts with the rest of its tasks; a job already had
+/// (the planner starts over when the jobs moved between two pages) is left out.
+fn join(jobs: &mut Vec<Value>, seen: &mut HashSet<u64>, part: Vec<Value>, continuing: Option<u64>) {
+    let id_of = |j: &Value| j.get("id").and_then(Value::as_u64);
+    for (i, mut job) in part.into_iter().enumerate() {
+        let id = id_of(&job);
+        if let Some(last) = jobs.last_mut()
+            && i == 0
+            && id.is_some()
+            && id == continuing
+            && id_of(last) == id
+        {
+            if let (Some(Value::Array(have)), Some(Value::Array(more))) =
+                (last.get_mut("tasks"), job.get_mut("tasks").map(Value::take))
+            {
+                have.extend(more);
+            }
+            continue;
+        }
+        if let Some(id) = id
+            && !seen.insert(id)
+        {
+            continue;
+        }
+        jobs.push(job);
+    }
 }
 
 /// `--since`: `90m`, `2h`, `1h30m`, `7d`, or seconds.
@@ -427,6 +497,7 @@ mod tests {
                     preempting: None,
                 },
             ],
+            next: None,
         }
     }
 
@@ -529,6 +600,38 @@ mod tests {
         let (start, reserved) = reservation(&r, &clock());
         assert_eq!(start, "1970-01-01 00:15:00 +0000 (now)");
         assert_eq!(reserved, "1 node under several top HyperNodes: n1");
+    }
+
+    /// Pages join into whole jobs: a job cut between two pages is one job with every task,
+    /// in order; a job a page repeats (the planner started over) is kept once.
+    #[test]
+    fn pages_join_into_whole_jobs() {
+        let job = |id: u64, tasks: &[&str]| serde_json::json!({"id": id, "name": format!("j{id}"), "tasks": tasks});
+        let mut jobs = Vec::new();
+        let mut seen = HashSet::new();
+        join(
+            &mut jobs,
+            &mut seen,
+            vec![job(1, &["a"]), job(2, &["t-0", "t-1"])],
+            None,
+        );
+        join(&mut jobs, &mut seen, vec![job(2, &["t-2"])], Some(2));
+        join(&mut jobs, &mut seen, vec![job(2, &["t-3"]), job(3, &[])], Some(2));
+        // Started over: every job again, each kept once, none added to.
+        join(
+            &mut jobs,
+            &mut seen,
+            vec![job(1, &["a"]), job(2, &["t-0"]), job(3, &[])],
+            None,
+        );
+        assert_eq!(
+            serde_json::Value::Array(jobs),
+            serde_json::json!([
+                {"id": 1, "name": "j1", "tasks": ["a"]},
+                {"id": 2, "name": "j2", "tasks": ["t-0", "t-1", "t-2", "t-3"]},
+                {"id": 3, "name": "j3", "tasks": []},
+            ])
+        );
     }
 
     #[test]

@@ -129,12 +129,7 @@ fn wait_for(config: &ClientConfig, submitted: &Submitted) -> anyhow::Result<u8> 
         let mut still = Vec::new();
         let mut jobs = waiting.into_iter();
         while let Some((name, id)) = jobs.next() {
-            let command = RequestCommand::Status {
-                job: Some(name.clone()),
-                all: true,
-                since_secs: None,
-            };
-            let reply = match client::request(config, command) {
+            let reply = match super::status::fetch(config, Some(name.clone()), true, None) {
                 Ok(reply) => {
                     if unanswered.take().is_some() {
                         eprintln!("hyperplan: the planner answers again");

@@ -162,6 +162,12 @@ impl Live {
             } else {
                 &["--config", "/dev/null"][..]
             })
+            // Tasks see the node's /tmp, where the tests' files are, unless the test says.
+            .args(if self.agent_args.iter().any(|a| a == "--private-tmp") {
+                &[][..]
+            } else {
+                &["--private-tmp", "off"][..]
+            })
             .args(&self.agent_args)
             .stdout(Stdio::null())
             .stderr(log)

@@ -345,6 +345,10 @@ impl Cluster {
         for (k, v) in labels {
             cmd.args(["--label", &format!("{k}={v}")]);
         }
+        // Tasks see the node's /tmp, where the tests' files are, unless the test says.
+        if !extra.contains(&"--private-tmp") {
+            cmd.args(["--private-tmp", "off"]);
+        }
         cmd.args(extra);
         let child = cmd.spawn().unwrap();
         self.agents.push((node.to_string(), child));

@@ -12,9 +12,16 @@
 //!   mutual-TLS link, where the credential is checked. A task needs no certificate.
 //! - [`peer`]: only for a process of the job itself (the kernel says who calls): the
 //!   credential alone admits nobody.
+//! - [`gate`]: the socket's connections counted per local user, so that none can take
+//!   the others'; [`said`]: what such a user can make the agent warn about, said at a
+//!   bounded rate.
+//! - [`kept`]: what the node keeps of steps' output, bounded per step, job and node.
 
+pub mod gate;
+pub mod kept;
 pub mod local;
 pub mod peer;
+pub mod said;
 pub mod step;
 
 /// The socket tasks reach this agent's exec relay on, in its state directory.

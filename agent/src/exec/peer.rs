@@ -5,6 +5,11 @@
 //! as the job's user *and* belongs to one of the job's tasks here: a descendant of its
 //! shepherd (a subreaper, so neither a double fork nor `setsid` leaves it) or a member of
 //! its cgroups (the job's `hyperplan exec` steps). The credential alone is worth nothing.
+//!
+//! The refusal tells a caller nothing it could not know: a job with no task here and
+//! another user's job get the same words ([`Refused::NotYours`]), so the socket, open to
+//! everyone and asking no certificate, does not say which job names exist on the node.
+//! Only the job's own user hears that its job is here ([`Refused::NotInJob`]).
 
 use std::path::Path;
 
@@ -18,10 +23,11 @@ const MAX_DEPTH: usize = 4096;
 /// Why a caller is not relayed.
 #[derive(Debug, thiserror::Error)]
 pub enum Refused {
-    #[error("job {job} has no task on this node")]
-    NoTask { job: String },
-    #[error("pid {pid} runs as uid {uid}, not as job {job}'s user")]
-    OtherUser { pid: u32, uid: u32, job: String },
+    /// No task of the job here runs as the caller's user: none at all, or another
+    /// user's. One text for both, so that it does not tell whether the job exists.
+    #[error("no task of job {job} runs on this node as your user (uid {uid})")]
+    NotYours { uid: u32, job: String },
+    /// The job's user, from a process outside the job's tasks.
     #[error("pid {pid} is not a process of job {job} on this node (none of its tasks' processes)")]
     NotInJob { pid: u32, job: String },
 }
@@ -29,20 +35,17 @@ pub enum Refused {
 /// Whether process `pid` of user `uid` may ask on behalf of `job`.
 pub fn admit(state_dir: &Path, job: &str, uid: u32, pid: u32) -> Result<(), Refused> {
     let tasks = job_tasks(state_dir, job);
-    if tasks.is_empty() {
-        return Err(Refused::NoTask { job: job.to_string() });
-    }
     let ancestors = ancestors(pid);
     let groups = cgroups_of(pid);
-    let mut users = Vec::new();
+    let mut ours = false;
     for (dir, spec) in &tasks {
         let Ok(identity) = crate::shepherd::user::lookup(&spec.user) else {
             continue;
         };
-        users.push(identity.uid);
         if identity.uid != uid {
             continue;
         }
+        ours = true;
         let shepherd = crate::tasks::scan::read_pid(dir).filter(|&p| p > 1);
         if shepherd.is_some_and(|s| ancestors.contains(&s)) {
             return Ok(());
@@ -55,13 +58,11 @@ pub fn admit(state_dir: &Path, job: &str, uid: u32, pid: u32) -> Result<(), Refu
             return Ok(());
         }
     }
-    users.sort_unstable();
-    users.dedup();
     let job = job.to_string();
-    Err(if users.contains(&uid) {
+    Err(if ours {
         Refused::NotInJob { pid, job }
     } else {
-        Refused::OtherUser { pid, uid, job }
+        Refused::NotYours { uid, job }
     })
 }
 
@@ -134,10 +135,13 @@ mod tests {
     fn a_process_outside_the_job_or_of_another_user_is_refused() {
         let state = tempfile::tempdir().unwrap();
         // No task of the job here.
-        let e = admit(state.path(), "train", 0, std::process::id())
+        let nothing = admit(state.path(), "train", 1234, std::process::id())
             .unwrap_err()
             .to_string();
-        assert!(e.contains("no task on this node"), "{e}");
+        assert_eq!(
+            nothing,
+            "no task of job train runs on this node as your user (uid 1234)"
+        );
         // A task of the job whose shepherd is not this process' ancestor.
         let dir = TaskDir::new(state.path(), "train", 7, "w-0");
         std::fs::create_dir_all(&dir.dir).unwrap();
@@ -155,10 +159,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("is not a process of job train"), "{e}");
-        let e = admit(state.path(), "train", me + 1, std::process::id())
+        // Another user hears what it would of a job that is not here: no more.
+        let other = if me == 1234 { 1235 } else { 1234 };
+        let e = admit(state.path(), "train", other, std::process::id())
             .unwrap_err()
             .to_string();
-        assert!(e.contains("not as job train's user"), "{e}");
+        let nothing = nothing.replace("1234", &other.to_string());
+        assert_eq!(e, nothing);
         // Its shepherd is our parent: admitted.
         let parent = crate::tasks::runner::proc_stat(std::process::id()).unwrap().ppid;
         std::fs::write(dir.pid(), format!("{parent}\n")).unwrap();

@@ -9,6 +9,7 @@ use hyperplan_net::messages::{ExecFrame, ExecStart};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use super::kept::Kept;
 use crate::launcher::Step;
 use crate::shepherd::TaskDir;
 use crate::shepherd::exec::Prepared;
@@ -22,11 +23,6 @@ const DRAIN: Duration = Duration::from_secs(2);
 const KILL_GRACE: Duration = Duration::from_secs(2);
 /// Output read at once.
 const CHUNK: usize = 32 * 1024;
-/// The most of a step's output kept on the node (`hyperplan logs JOB.STEP`); the rest
-/// still goes to the caller.
-const MAX_KEPT: u64 = 64 << 20;
-/// Jobs whose steps' output is kept on the node (the newest).
-const KEEP_JOBS: usize = 256;
 
 /// Where step `step` of job `job` (id `job_id`) keeps its output on this node: the
 /// agent's own directory, written and read by the agent alone.
@@ -36,72 +32,6 @@ pub fn output_path(state_dir: &Path, job: &str, job_id: u64, step: u32) -> PathB
         Err(_) => "invalid".into(), // never made: nothing to read
     };
     state_dir.join("steps").join(dir).join(format!("{step}.out"))
-}
-
-/// The step's output file, made (the directories 0700) and the oldest jobs' pruned;
-/// `None` (said in the log) when it cannot be.
-fn keep_output(state_dir: &Path, start: &ExecStart) -> Option<std::fs::File> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let step = start.step?;
-    let path = output_path(state_dir, &start.task.job, start.task.job_id, step);
-    let dir = path.parent()?;
-    let made = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir);
-    if let Err(e) = made {
-        tracing::warn!(dir = %dir.display(), "cannot keep the step's output: {e}");
-        return None;
-    }
-    prune(dir.parent()?, dir);
-    match std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-    {
-        Ok(f) => Some(f),
-        Err(e) => {
-            tracing::warn!(path = %path.display(), "cannot keep the step's output: {e}");
-            None
-        }
-    }
-}
-
-/// Removes the step directories of all but the newest [`KEEP_JOBS`] jobs (by change
-/// time), never `keep`.
-fn prune(steps: &Path, keep: &Path) {
-    let Ok(entries) = std::fs::read_dir(steps) else { return };
-    let mut dirs: Vec<(std::time::SystemTime, PathBuf)> = entries
-        .flatten()
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-        .collect();
-    if dirs.len() <= KEEP_JOBS {
-        return;
-    }
-    dirs.sort();
-    let excess = dirs.len() - KEEP_JOBS;
-    for (_, dir) in dirs.into_iter().take(excess).filter(|(_, d)| d != keep) {
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}
-
-/// Appends to the kept output up to [`MAX_KEPT`].
-struct Kept {
-    file: Option<std::fs::File>,
-    written: u64,
-}
-
-impl Kept {
-    fn write(&mut self, data: &[u8]) {
-        use std::io::Write;
-        let Some(file) = &mut self.file else { return };
-        let room = MAX_KEPT.saturating_sub(self.written);
-        let take = data.len().min(usize::try_from(room).unwrap_or(usize::MAX));
-        if take == 0 || file.write_all(&data[..take]).is_err() {
-            self.file = None;
-            return;
-        }
-        self.written += take as u64;
-    }
 }
 
 /// Serves one stream the planner opened, to its end. With `launcher`, the command is
@@ -148,10 +78,10 @@ pub async fn serve(
         }
     };
     tracing::info!(job = %task.job, task = %task.task, step = ?start.step, pid = process.pid, argv = ?start.argv, "exec started");
-    let kept = Kept {
-        file: keep_output(&state_dir, &start),
-        written: 0,
-    };
+    // Kept within the bounds of `super::kept`; the caller gets all of it.
+    let kept = start
+        .step
+        .and_then(|step| Kept::open(&output_path(&state_dir, &task.job, task.job_id, step)));
     relay(process, send, recv, kept).await;
 }
 
@@ -234,7 +164,7 @@ fn prepare(start: &ExecStart, state_dir: &Path, allow_root: bool) -> Result<Prep
 
 /// Carries the command's input and output until it ends, or kills it when the planner's
 /// side ends first.
-async fn relay(process: Process, mut send: quinn::SendStream, mut recv: quinn::RecvStream, mut kept: Kept) {
+async fn relay(process: Process, mut send: quinn::SendStream, mut recv: quinn::RecvStream, mut kept: Option<Kept>) {
     let Process {
         pid,
         stdin,
@@ -357,8 +287,8 @@ async fn relay(process: Process, mut send: quinn::SendStream, mut recv: quinn::R
 }
 
 /// Output frames into the kept output.
-fn keep(kept: &mut Kept, frame: &ExecFrame) {
-    if let ExecFrame::Stdout { data, .. } | ExecFrame::Stderr { data, .. } = frame {
+fn keep(kept: &mut Option<Kept>, frame: &ExecFrame) {
+    if let (Some(kept), ExecFrame::Stdout { data, .. } | ExecFrame::Stderr { data, .. }) = (kept, frame) {
         kept.write(data);
     }
 }

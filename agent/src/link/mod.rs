@@ -437,6 +437,7 @@ impl Link {
     fn publish_tasks(&self) {
         if let Some(m) = &self.metrics {
             m.set_tasks(self.tasks.metrics_now(&self.usage));
+            m.set_pmi_bytes(self.pmi.bytes());
         }
     }
 

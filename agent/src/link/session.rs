@@ -252,7 +252,9 @@ impl Link {
                     seq += 1;
                     let (load, free_memory) = self.figures.now(&self.topology);
                     let running_tasks = self.running_tasks().await;
-                    let message = AgentMessage::Heartbeat { seq, load, free_memory, running_tasks };
+                    let ports_in_use = crate::ports::in_use(std::path::Path::new("/proc/net"));
+                    let strained = self.tasks.strained();
+                    let message = AgentMessage::Heartbeat { seq, load, free_memory, running_tasks, ports_in_use, strained };
                     self.deadman.sending(seq);
                     if let Err(e) = write_frame(&mut send, &message, DEFAULT_MAX_FRAME).await {
                         break Outcome::Lost(fail(&connection, LinkDown::SendHeartbeat { seq, error: e }));

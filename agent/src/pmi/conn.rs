@@ -190,6 +190,7 @@ mod tests {
             hub.attach(PmiTask {
                 shape: shape(),
                 rank,
+                uid: 1000,
                 stream,
             });
         }

@@ -3,6 +3,13 @@
 //! goes again on the next link) and is shared by the ranks' connections ([`super::conn`])
 //! and the link's session, which sends what [`Hub::take_outbox`] gives and hands in the
 //! planner's `FenceDone` and `FenceFailed`.
+//!
+//! Bounded per node and per user as well as per job: what each space holds
+//! ([`Space::bytes`]) counts to the node's total and to its job's user's (the tasks'
+//! uid), and a put, or a fence's answer, past [`Bounds`] is refused as one past the job's
+//! own bound is: one user's jobs cannot take the node's memory. A job's space goes with
+//! its last rank's socket, and then its memory goes back to the system: glibc keeps what
+//! is freed in its arenas, and the agent kept six ended jobs' 350 MB.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -10,16 +17,46 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use hyperplan_net::messages::PmiFence;
 use tokio::sync::{Notify, oneshot};
 
-use super::space::{Barrier, JobShape, PutError, Space};
+use super::space::{Barrier, JobShape, PutError, Refusal, Room, Space};
 
 /// How a rank's wait in a barrier ends: `Ok` out, `Err` with why.
 pub type Released = Result<(), String>;
+
+/// The most all jobs' spaces hold on a node (as [`Space::bytes`] counts): what PMI may
+/// cost the agent at most, whoever runs there. A job's own bound
+/// ([`super::space::MAX_SPACE_BYTES`]) stays; with these defaults its user's is nearer.
+pub const NODE_BYTES: usize = 64 << 20;
+/// The most one user's jobs' spaces hold on a node: a quarter of [`NODE_BYTES`], so
+/// that no user's jobs leave others without; room for the business cards of a job of
+/// ~50,000 ranks (MPICH's, ~200 bytes each, with [`super::space::PAIR_OVERHEAD`]).
+pub const USER_BYTES: usize = 16 << 20;
+/// An ended job's space at least this large gives its memory back to the system
+/// (`malloc_trim`, a few ms for tens of MiB); smaller ones are left to the allocator.
+const TRIM_AFTER: usize = 1 << 20;
+
+/// What the spaces on this node may hold together, and per user.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    pub node: usize,
+    pub user: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds {
+            node: NODE_BYTES,
+            user: USER_BYTES,
+        }
+    }
+}
 
 /// One rank's PMI socket, as the task manager hands it over at launch.
 #[derive(Debug)]
 pub struct PmiTask {
     pub shape: JobShape,
     pub rank: u32,
+    /// The task's user, whose bound its job's space counts to.
+    pub uid: u32,
     /// The agent's end of the socket pair whose other end is the task's `PMI_FD`.
     pub stream: std::os::unix::net::UnixStream,
 }
@@ -29,18 +66,74 @@ struct JobEntry {
     waiters: BTreeMap<u32, oneshot::Sender<Released>>,
     /// Ranks' sockets still open.
     open: u32,
+    /// The job's user (of its first task here).
+    uid: u32,
+    /// A put was refused by the node's or the user's bound (logged once per job).
+    refused: bool,
 }
 
 #[derive(Default)]
 struct State {
     jobs: HashMap<u64, JobEntry>,
     outbox: Vec<PmiFence>,
+    /// What all spaces hold: the sum of their [`Space::bytes`].
+    bytes: usize,
+    /// The same by user; a user holding nothing has no entry.
+    by_user: HashMap<u32, usize>,
+}
+
+impl State {
+    /// The room the bounds leave a space of `uid`'s, and the bound nearer to full.
+    fn room(&self, bounds: Bounds, uid: u32) -> Room {
+        let node = bounds.node.saturating_sub(self.bytes);
+        let user = bounds.user.saturating_sub(self.by_user.get(&uid).copied().unwrap_or(0));
+        if user <= node {
+            Room {
+                bytes: user,
+                refusal: Refusal::User { limit: bounds.user },
+            }
+        } else {
+            Room {
+                bytes: node,
+                refusal: Refusal::Node { limit: bounds.node },
+            }
+        }
+    }
+
+    /// Runs `change` on job `job_id`'s entry (with its room and the outbox) and counts
+    /// what its space holds after; `None` when the job has no space here.
+    fn change<R>(
+        &mut self,
+        bounds: Bounds,
+        job_id: u64,
+        change: impl FnOnce(&mut JobEntry, Room, &mut Vec<PmiFence>) -> R,
+    ) -> Option<R> {
+        let uid = self.jobs.get(&job_id)?.uid;
+        let room = self.room(bounds, uid);
+        let entry = self.jobs.get_mut(&job_id)?;
+        let before = entry.space.bytes();
+        let out = change(entry, room, &mut self.outbox);
+        let after = entry.space.bytes();
+        self.count(uid, before, after);
+        Some(out)
+    }
+
+    /// A space of `uid`'s went from `before` bytes to `after`.
+    fn count(&mut self, uid: u32, before: usize, after: usize) {
+        self.bytes = self.bytes.saturating_sub(before).saturating_add(after);
+        let user = self.by_user.entry(uid).or_default();
+        *user = user.saturating_sub(before).saturating_add(after);
+        if *user == 0 {
+            self.by_user.remove(&uid);
+        }
+    }
 }
 
 /// Shared by the link and every rank's connection.
 #[derive(Clone, Default)]
 pub struct Hub {
     state: Arc<Mutex<State>>,
+    bounds: Bounds,
     /// Woken when the outbox has something.
     pub wake: Arc<Notify>,
 }
@@ -49,6 +142,14 @@ pub struct Hub {
 pub type Waiting = oneshot::Receiver<Released>;
 
 impl Hub {
+    /// A hub whose spaces are bounded by `bounds` (a default hub: [`Bounds::default`]).
+    pub fn new(bounds: Bounds) -> Hub {
+        Hub {
+            bounds,
+            ..Hub::default()
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A connection that panicked holding the lock leaves consistent data (every
         // change is a single step): go on with it.
@@ -75,29 +176,67 @@ impl Hub {
                 space: Space::new(task.shape),
                 waiters: BTreeMap::new(),
                 open: 0,
+                uid: task.uid,
+                refused: false,
             });
             entry.open += 1;
         }
         tokio::spawn(super::conn::serve(self.clone(), shape, task.rank, stream));
     }
 
-    /// A rank's socket closed: the job's space goes with its last one.
+    /// A rank's socket closed: the job's space goes with its last one, and with a large
+    /// one the memory it held.
     pub fn detach(&self, job_id: u64, rank: u32) {
-        let mut state = self.lock();
-        if let Some(entry) = state.jobs.get_mut(&job_id) {
+        let gone = {
+            let mut state = self.lock();
+            let Some(entry) = state.jobs.get_mut(&job_id) else {
+                return;
+            };
             entry.open = entry.open.saturating_sub(1);
             entry.waiters.remove(&rank);
-            if entry.open == 0 {
-                state.jobs.remove(&job_id);
+            if entry.open > 0 {
+                return;
+            }
+            let gone = state.jobs.remove(&job_id);
+            if let Some(entry) = &gone {
+                state.count(entry.uid, entry.space.bytes(), 0);
+            }
+            // Its fence waiting for a link: nobody is left to answer.
+            state.outbox.retain(|f| f.job_id != job_id);
+            // A burst of jobs leaves no large empty table behind.
+            if state.jobs.capacity() > 4 * state.jobs.len().max(16) {
+                state.jobs.shrink_to_fit();
+            }
+            if state.by_user.capacity() > 4 * state.by_user.len().max(16) {
+                state.by_user.shrink_to_fit();
+            }
+            gone
+        };
+        // Freed outside the lock: the other jobs' ranks go on meanwhile.
+        let Some(entry) = gone else { return };
+        let held = entry.space.bytes();
+        drop(entry);
+        if held >= TRIM_AFTER {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn_blocking(give_back)),
+                Err(_) => give_back(),
             }
         }
     }
 
     pub fn put(&self, job_id: u64, key: &str, value: &str) -> Result<(), PutError> {
-        match self.lock().jobs.get_mut(&job_id) {
-            Some(e) => e.space.put(key, value),
-            None => Err(PutError::Gone),
-        }
+        let put = self.lock().change(self.bounds, job_id, |entry, room, _| {
+            let put = entry.space.put(key, value, room);
+            if let Err(e @ (PutError::UserFull { .. } | PutError::NodeFull { .. })) = &put
+                && !entry.refused
+            {
+                entry.refused = true;
+                let job = &entry.space.shape.job;
+                tracing::warn!(job = %job, job_id, uid = entry.uid, "PMI put refused (said once per job): {e}");
+            }
+            put
+        });
+        put.unwrap_or(Err(PutError::Gone))
     }
 
     pub fn get(&self, job_id: u64, key: &str) -> Option<String> {
@@ -107,20 +246,23 @@ impl Hub {
     /// `rank` enters its job's barrier; the receiver says when it leaves.
     pub fn barrier_in(&self, job_id: u64, rank: u32) -> Waiting {
         let (tx, rx) = oneshot::channel();
-        let mut state = self.lock();
-        let State { jobs, outbox } = &mut *state;
-        let Some(entry) = jobs.get_mut(&job_id) else {
-            let _ = tx.send(Err("the job's PMI space is gone".into()));
-            return rx;
-        };
-        entry.waiters.insert(rank, tx);
-        match entry.space.barrier_in(rank) {
-            Barrier::Wait => {}
-            Barrier::Send(fence) => {
-                outbox.push(fence);
-                self.wake.notify_one();
+        let mut tx = Some(tx);
+        let wake = &self.wake;
+        self.lock().change(self.bounds, job_id, |entry, _, outbox| {
+            if let Some(tx) = tx.take() {
+                entry.waiters.insert(rank, tx);
             }
-            Barrier::Release(ranks) => release(entry, &ranks, Ok(())),
+            match entry.space.barrier_in(rank) {
+                Barrier::Wait => {}
+                Barrier::Send(fence) => {
+                    outbox.push(fence);
+                    wake.notify_one();
+                }
+                Barrier::Release(ranks) => release(entry, &ranks, Ok(())),
+            }
+        });
+        if let Some(tx) = tx {
+            let _ = tx.send(Err("the job's PMI space is gone".into()));
         }
         rx
     }
@@ -143,46 +285,235 @@ impl Hub {
         out
     }
 
-    /// The planner's `FenceDone`.
+    /// The planner's `FenceDone`; past a bound the fence fails here.
     pub fn done(&self, fence: PmiFence) {
-        let mut state = self.lock();
-        let Some(entry) = state.jobs.get_mut(&fence.job_id) else {
-            return;
-        };
-        let seq = fence.seq;
-        match entry.space.done(fence) {
-            Ok(Some(ranks)) => release(entry, &ranks, Ok(())),
-            Ok(None) => {}
-            Err(e) => {
-                if let Some(ranks) = entry.space.failed(seq) {
-                    release(entry, &ranks, Err(e.to_string()));
+        let job_id = fence.job_id;
+        self.lock().change(self.bounds, job_id, |entry, room, _| {
+            let seq = fence.seq;
+            match entry.space.done(fence, room) {
+                Ok(Some(ranks)) => release(entry, &ranks, Ok(())),
+                Ok(None) => {}
+                Err(e) => {
+                    if let Some(ranks) = entry.space.failed(seq) {
+                        tracing::warn!(job = %entry.space.shape.job, job_id, seq, uid = entry.uid, "a PMI fence failed here: {e}");
+                        release(entry, &ranks, Err(e.to_string()));
+                    }
                 }
             }
-        }
+        });
     }
 
     /// The planner's `FenceFailed`.
     pub fn failed(&self, job_id: u64, seq: u64, reason: &str) {
-        let mut state = self.lock();
-        let Some(entry) = state.jobs.get_mut(&job_id) else {
-            return;
-        };
-        if let Some(ranks) = entry.space.failed(seq) {
-            tracing::warn!(job = %entry.space.shape.job, job_id, seq, "a PMI fence failed: {reason}");
-            release(entry, &ranks, Err(reason.to_string()));
-        }
+        self.lock().change(self.bounds, job_id, |entry, _, _| {
+            if let Some(ranks) = entry.space.failed(seq) {
+                tracing::warn!(job = %entry.space.shape.job, job_id, seq, "a PMI fence failed: {reason}");
+                release(entry, &ranks, Err(reason.to_string()));
+            }
+        });
     }
 
     /// Jobs with an open PMI socket here.
     pub fn jobs(&self) -> usize {
         self.lock().jobs.len()
     }
+
+    /// What all jobs' spaces hold here ([`Space::bytes`]): `/metrics`'
+    /// `hyperplan_agent_pmi_bytes`.
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    /// What the spaces of `uid`'s jobs hold here.
+    pub fn user_bytes(&self, uid: u32) -> usize {
+        self.lock().by_user.get(&uid).copied().unwrap_or(0)
+    }
 }
+
+/// Gives the memory freed by an ended job's space back to the system: glibc keeps freed
+/// memory in its arenas (each thread's) and returns only what lies at a heap's top.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn give_back() {
+    // SAFETY: malloc_trim takes no pointer; it walks glibc's own arenas, each under its
+    // lock, and releases whole free pages only.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Other allocators return what they free on their own terms.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn give_back() {}
 
 fn release(entry: &mut JobEntry, ranks: &[u32], how: Released) {
     for rank in ranks {
         if let Some(tx) = entry.waiters.remove(rank) {
             let _ = tx.send(how.clone());
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::os::unix::net::UnixStream;
+
+    use super::super::space::{MAX_SPACE_BYTES, charge};
+    use super::*;
+
+    fn shape(job_id: u64, local: &[u32], nodes: u32) -> JobShape {
+        JobShape {
+            job: format!("j{job_id}"),
+            job_id,
+            size: 4,
+            local: local.iter().copied().collect(),
+            nodes,
+            mapping: String::new(),
+        }
+    }
+
+    /// Attaches rank `rank` of `shape` for `uid`; the task's end, to close.
+    fn attach(hub: &Hub, shape: JobShape, rank: u32, uid: u32) -> UnixStream {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        hub.attach(PmiTask {
+            shape,
+            rank,
+            uid,
+            stream: ours,
+        });
+        theirs
+    }
+
+    /// Puts distinct 100-byte values into `job_id` until refused: the refusal.
+    fn fill(hub: &Hub, job_id: u64) -> PutError {
+        let value = "v".repeat(100);
+        for i in 0..1_000_000 {
+            if let Err(e) = hub.put(job_id, &format!("k{i}"), &value) {
+                return e;
+            }
+        }
+        panic!("never refused");
+    }
+
+    /// Lets the connections run until `done` (see `conn`'s tests).
+    async fn until(mut done: impl FnMut() -> bool) {
+        for _ in 0..1_000_000 {
+            if done() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the connections never got there");
+    }
+
+    #[tokio::test]
+    async fn a_user_s_jobs_share_the_user_s_bound_and_all_users_the_node_s() {
+        let bounds = Bounds {
+            node: 100_000,
+            user: 40_000,
+        };
+        let hub = Hub::new(bounds);
+        let _a = attach(&hub, shape(1, &[0], 1), 0, 1000);
+        let _b = attach(&hub, shape(2, &[0], 1), 0, 1000);
+        let _c = attach(&hub, shape(3, &[0], 1), 0, 1001);
+        let _d = attach(&hub, shape(4, &[0], 1), 0, 1002);
+        assert_eq!(fill(&hub, 1), PutError::UserFull { limit: 40_000 });
+        let held = hub.user_bytes(1000);
+        assert!(
+            held <= 40_000 && held + 2 * charge("k0", &"v".repeat(100)) > 40_000,
+            "{held}"
+        );
+        // The user's other job has no room left; nothing was kept.
+        assert_eq!(
+            hub.put(2, "x", &"v".repeat(100)),
+            Err(PutError::UserFull { limit: 40_000 })
+        );
+        assert_eq!(hub.user_bytes(1000), held);
+        assert_eq!(hub.get(2, "x"), None);
+        // Another user has its own, until the node is full.
+        assert_eq!(fill(&hub, 3), PutError::UserFull { limit: 40_000 });
+        assert_eq!(fill(&hub, 4), PutError::NodeFull { limit: 100_000 });
+        assert!(hub.bytes() <= 100_000);
+        assert_eq!(
+            hub.bytes(),
+            hub.user_bytes(1000) + hub.user_bytes(1001) + hub.user_bytes(1002)
+        );
+        // A fence lets the part go: the same user puts again. Its job's own bound is
+        // still there under roomy node and user bounds.
+        hub.barrier_in(1, 0).await.unwrap().unwrap();
+        assert!(hub.user_bytes(1000) < held);
+        let roomy = Hub::new(Bounds {
+            node: usize::MAX,
+            user: usize::MAX,
+        });
+        let _e = attach(&roomy, shape(5, &[0], 1), 0, 1000);
+        let mut i = 0u32;
+        let refused = loop {
+            if let Err(e) = roomy.put(5, &format!("k{i}"), &"v".repeat(1000)) {
+                break e;
+            }
+            i += 1;
+            if i.is_multiple_of(1000) {
+                roomy.barrier_in(5, 0).await.unwrap().unwrap();
+            }
+        };
+        assert_eq!(refused, PutError::Full);
+        assert!(roomy.bytes() <= MAX_SPACE_BYTES);
+    }
+
+    #[tokio::test]
+    async fn a_job_s_space_and_what_it_held_go_with_its_last_rank() {
+        let hub = Hub::new(Bounds {
+            node: 8 << 20,
+            user: 4 << 20,
+        });
+        let a = attach(&hub, shape(1, &[0, 1], 1), 0, 1000);
+        let b = attach(&hub, shape(1, &[0, 1], 1), 1, 1000);
+        let other = attach(&hub, shape(2, &[0], 1), 0, 1001);
+        // Past TRIM_AFTER: its end gives the memory back too.
+        assert_eq!(fill(&hub, 1), PutError::UserFull { limit: 4 << 20 });
+        hub.put(2, "k", "v").unwrap();
+        let theirs = hub.user_bytes(1001);
+        assert!(hub.user_bytes(1000) > TRIM_AFTER);
+        drop(a);
+        until(|| hub.lock().jobs.get(&1).is_some_and(|e| e.open == 1)).await;
+        assert_eq!(hub.get(1, "k0"), Some("v".repeat(100)), "a rank is left");
+        drop(b);
+        until(|| hub.jobs() == 1).await;
+        assert_eq!(hub.user_bytes(1000), 0);
+        assert_eq!(hub.bytes(), theirs, "only the other job's");
+        assert_eq!(hub.put(1, "k", "v"), Err(PutError::Gone));
+        // The user's next job has the whole bound again.
+        let _c = attach(&hub, shape(3, &[0], 1), 0, 1000);
+        assert_eq!(fill(&hub, 3), PutError::UserFull { limit: 4 << 20 });
+        drop(other);
+        until(|| hub.jobs() == 1).await;
+        assert_eq!(hub.bytes(), hub.user_bytes(1000));
+    }
+
+    #[tokio::test]
+    async fn an_answer_past_the_user_s_bound_fails_the_fence_here() {
+        let hub = Hub::new(Bounds {
+            node: 1 << 20,
+            user: 10_000,
+        });
+        let _a = attach(&hub, shape(1, &[0], 2), 0, 1000);
+        hub.put(1, "bc-0", "here").unwrap();
+        let waiting = hub.barrier_in(1, 0);
+        let [fence] = <[PmiFence; 1]>::try_from(hub.take_outbox()).unwrap();
+        let held = hub.bytes();
+        assert_eq!(held, 2 * charge("bc-0", "here"), "the value and the part out");
+        let mut all = fence.clone();
+        for i in 1..100 {
+            all.pairs.push((format!("bc-{i}"), "v".repeat(200)));
+        }
+        hub.done(all);
+        let why = waiting.await.unwrap().unwrap_err();
+        assert!(why.contains("user") && why.contains("10000"), "{why}");
+        // Nothing of the answer is kept; the part out is let go.
+        assert_eq!(hub.get(1, "bc-1"), None);
+        assert_eq!(hub.bytes(), charge("bc-0", "here"));
+        assert_eq!(hub.unanswered(), []);
     }
 }

@@ -12,7 +12,8 @@
 //! - [`wire`]: the protocol's lines, parsed and answered (no I/O).
 //! - [`mapping`]: `PMI_process_mapping` from the job's ranks and nodes.
 //! - [`space`]: one job's keys and barrier on this node (no I/O).
-//! - [`hub`]: every job's space, shared by the ranks' connections and the link.
+//! - [`hub`]: every job's space, shared by the ranks' connections and the link; bounded
+//!   per node and per user, and given back when a job's last rank here ends.
 //! - [`conn`]: one rank's connection.
 //!
 //! An agent restart closes the agent's ends: ranks still wiring up then fail (MPI has

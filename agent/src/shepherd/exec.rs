@@ -13,6 +13,16 @@
 //! socket or device named as output is refused, never waited on), and changes to the
 //! working directory as that user.
 //!
+//! A task with `privateTmp` in its spec (its job's own `/tmp` and `/dev/shm`, see
+//! [`super::jobtmp`]) opens its output and enters its working directory as the user with
+//! only the effective ids switched (`setegid`, `seteuid`: the node's paths, as without),
+//! takes root back, enters a mount namespace of its own (`unshare(CLONE_NEWNS)`), makes
+//! every mount in it a slave (`MS_REC | MS_SLAVE`: the host's mounts still reach it, none
+//! of its own reach the host), bind-mounts the job's directories (made and checked before
+//! the fork; what is mounted must be the directory checked) on `/dev/shm` and `/tmp`, and
+//! only then switches to the user for good. A working directory that is `/tmp` or `/dev/shm`
+//! itself is entered again after the mounts: the job's.
+//!
 //! Between fork and exec only async-signal-safe calls happen: every string, group list
 //! and CPU/node mask is built before the fork. A failed step writes its number and errno
 //! into a close-on-exec pipe and fails the spawn; the parent reads the pipe and turns it
@@ -25,10 +35,12 @@ use std::ffi::CString;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use super::jobtmp::{self, JobTmpError};
 use super::record::describe_errno;
 use super::spec::{Checked, MemoryPolicy};
 use super::user::Identity;
@@ -50,6 +62,15 @@ enum Step {
     StdoutKind = 11,
     StderrKind = 12,
     Pmi = 13,
+    Namespace = 14,
+    Propagation = 15,
+    MountTmp = 16,
+    MountShm = 17,
+    /// Not a failure: the namespace could not be made and is not required (the task runs
+    /// with the node's `/tmp` and `/dev/shm`).
+    NoNamespace = 18,
+    Regain = 19,
+    Replaced = 20,
     /// Every step done; what fails after it is exec itself.
     Ready = 255,
 }
@@ -69,6 +90,13 @@ impl Step {
             11 => Step::StdoutKind,
             12 => Step::StderrKind,
             13 => Step::Pmi,
+            14 => Step::Namespace,
+            15 => Step::Propagation,
+            16 => Step::MountTmp,
+            17 => Step::MountShm,
+            18 => Step::NoNamespace,
+            19 => Step::Regain,
+            20 => Step::Replaced,
             255 => Step::Ready,
             _ => return None,
         })
@@ -85,6 +113,8 @@ pub struct Prepared {
     cpus_text: String,
     nodes_text: String,
     spec: Checked,
+    /// Who the task's files belong to (uid, gid).
+    owner: (u32, u32),
 }
 
 /// How the start went.
@@ -164,12 +194,61 @@ impl Prepared {
                     })
                     .collect(),
                 pmi_fd: s.pmi_fd,
+                private: None,
             },
             user: s.user.clone(),
             cpus_text: format_cpu_list(&spec.cpus),
             nodes_text: s.numa_nodes.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
             spec,
+            owner: identity.map_or_else(current_ids, |i| (i.uid, i.gid)),
         }
+    }
+
+    /// Makes and opens the job's `/tmp` and `/dev/shm` when the spec has `privateTmp`, for
+    /// the child to mount. `Err`: they are required and cannot be had; `Ok(Some)`: they
+    /// cannot be had and are not required, so the command runs with the node's (why).
+    pub fn open_job_dirs(&mut self) -> Result<Option<JobTmpError>, JobTmpError> {
+        let s = &self.spec.spec;
+        let Some(dirs) = &s.private_tmp else {
+            return Ok(None);
+        };
+        let job_dir = jobtmp::job_dir_name(&s.job, s.job_id);
+        let opened = match jobtmp::open(dirs, &job_dir, self.owner.0, self.owner.1) {
+            Ok(opened) => opened,
+            Err(e) if dirs.required => return Err(e),
+            Err(e) => return Ok(Some(e)),
+        };
+        let id = |fd: &std::os::fd::OwnedFd| {
+            let meta = std::fs::File::from(fd.try_clone()?).metadata()?;
+            Ok((meta.dev(), meta.ino()))
+        };
+        let ids = id(&opened.tmp).and_then(|t| Ok((t, id(&opened.shm)?)));
+        let (tmp_id, shm_id) = match ids {
+            Ok(ids) => ids,
+            Err(source) if dirs.required => {
+                return Err(JobTmpError::Io {
+                    path: dirs.tmp.clone(),
+                    source,
+                });
+            }
+            Err(source) => {
+                return Ok(Some(JobTmpError::Io {
+                    path: dirs.tmp.clone(),
+                    source,
+                }));
+            }
+        };
+        let working_dir = s.working_dir.as_path();
+        self.setup.private = Some(PrivateMounts {
+            tmp: (cstring(&dirs.tmp), tmp_id),
+            shm: (cstring(&dirs.shm), shm_id),
+            required: dirs.required,
+            again: [TMP, SHM]
+                .into_iter()
+                .find(|m| working_dir == Path::new(m))
+                .map(|m| cstring(Path::new(m))),
+        });
+        Ok(None)
     }
 
     /// Forks and execs the command with its standard input, output and error as pipes
@@ -252,12 +331,30 @@ impl Prepared {
             }
         };
         match spawned {
-            Ok(child) => Started::Running { pid: child.id() },
+            Ok(child) => {
+                if let Some(chunk) = said.chunks_exact(5).find(|c| c[0] == Step::NoNamespace as u8) {
+                    let why = describe_errno(i32::from_le_bytes([chunk[1], chunk[2], chunk[3], chunk[4]]));
+                    eprintln!(
+                        "hyperplan-agent shepherd: the task runs with the node's /tmp and /dev/shm, not its job's: \
+                         unshare(CLONE_NEWNS) failed: {why}"
+                    );
+                }
+                Started::Running { pid: child.id() }
+            }
             Err(e) => Started::Failed {
                 reason: self.reason(&said, &e),
                 // Nothing said on the pipe: no child ran, the fork failed.
                 temporary: said.is_empty() && matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)),
             },
+        }
+    }
+
+    /// The job's `/tmp` (`tmp`) or `/dev/shm` directory, for messages.
+    fn job_dir(&self, tmp: bool) -> String {
+        match &self.spec.spec.private_tmp {
+            Some(d) if tmp => d.tmp.display().to_string(),
+            Some(d) => d.shm.display().to_string(),
+            None => String::new(),
         }
     }
 
@@ -330,6 +427,21 @@ impl Prepared {
             Some(Step::StdoutKind) => not_a_file(&s.stdout),
             Some(Step::StderrKind) => not_a_file(&s.stderr),
             Some(Step::Pmi) => format!("cannot pass the PMI socket on to the task: {why}"),
+            Some(Step::Namespace | Step::NoNamespace) => format!(
+                "cannot give the task its job's own /tmp and /dev/shm: unshare(CLONE_NEWNS) failed: {why} \
+                 (agent.toml [exec] privateTmp = false runs tasks with the node's)"
+            ),
+            Some(Step::Propagation) => {
+                format!("cannot keep the task's mounts from the node's (mount --make-rslave /): {why}")
+            }
+            Some(Step::MountTmp) => format!("cannot mount the job's {} on /tmp: {why}", self.job_dir(true)),
+            Some(Step::MountShm) => format!("cannot mount the job's {} on /dev/shm: {why}", self.job_dir(false)),
+            Some(Step::Regain) => format!("cannot take root back to mount the job's /tmp and /dev/shm: {why}"),
+            Some(Step::Replaced) => format!(
+                "the job's {} or {} was replaced between its check and its mount: not used",
+                self.job_dir(true),
+                self.job_dir(false)
+            ),
             Some(Step::Chdir) => format!(
                 "cannot chdir to the working directory {} as user {user}: {why}",
                 s.working_dir.display()
@@ -365,6 +477,22 @@ struct Setup {
     pmi_fd: Option<libc::c_int>,
     /// The mode output files are created with (less the umask).
     output_mode: libc::mode_t,
+    /// The job's own `/tmp` and `/dev/shm`, when the spec asks and they could be opened.
+    private: Option<PrivateMounts>,
+}
+
+/// What the child mounts for `privateTmp`.
+#[derive(Clone)]
+struct PrivateMounts {
+    /// The job's directories, with the (device, inode) each had when checked before the
+    /// fork: the path is looked up again in the new namespace (a descriptor opened in the
+    /// old one cannot be bind-mounted there), and what it mounted must be what was checked.
+    tmp: (CString, (u64, u64)),
+    shm: (CString, (u64, u64)),
+    /// Without a mount namespace the task fails (else it runs with the node's).
+    required: bool,
+    /// The working directory is `/tmp` or `/dev/shm` itself: entered again once mounted.
+    again: Option<CString>,
 }
 
 /// What the `pre_exec` closure owns.
@@ -382,6 +510,12 @@ const RLIMIT_STEPS: u8 = 128;
 const MAX_CGROUPS: usize = 16;
 /// `/proc/self/oom_score_adj` with its NUL, for the child.
 const OOM_SCORE_ADJ: &[u8] = b"/proc/self/oom_score_adj\0";
+/// Where the job's directories are mounted, with and without their NUL.
+const TMP: &str = "/tmp";
+const SHM: &str = "/dev/shm";
+const TMP_C: &[u8] = b"/tmp\0";
+const SHM_C: &[u8] = b"/dev/shm\0";
+const ROOT_C: &[u8] = b"/\0";
 const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
 
 impl Child {
@@ -441,14 +575,20 @@ impl Child {
         if !self.setup.rlimits.iter().any(|(r, _)| *r == libc::RLIMIT_MEMLOCK) {
             self.lift_memlock()?;
         }
+        let private = self.setup.private.as_ref();
         if let Some((groups, gid, uid)) = &self.setup.ids {
             // SAFETY: `groups` is a live slice of `len` gids.
             let rc = unsafe { libc::setgroups(groups.len(), groups.as_ptr()) };
             self.check(rc.into(), Step::Groups)?;
-            // SAFETY: plain syscalls on integers.
-            self.check(unsafe { libc::setgid(*gid) }.into(), Step::Gid)?;
-            // SAFETY: as above; after this the process is the user, for good.
-            self.check(unsafe { libc::setuid(*uid) }.into(), Step::Uid)?;
+            if private.is_some() {
+                // The user's files are opened as the user; the mounts below still need root.
+                // SAFETY: plain syscalls on integers; the saved uid stays 0.
+                self.check(unsafe { libc::setegid(*gid) }.into(), Step::Gid)?;
+                // SAFETY: as above.
+                self.check(unsafe { libc::seteuid(*uid) }.into(), Step::Uid)?;
+            } else {
+                self.become_user(*gid, *uid)?;
+            }
         }
         // The task's files get the usual modes, whatever umask the agent runs with (its
         // unit's UMask=0077 keeps the agent's own files private).
@@ -468,8 +608,86 @@ impl Child {
         // SAFETY: a NUL-terminated path that lives as long as `self`.
         let rc = unsafe { libc::chdir(self.setup.working_dir.as_ptr()) };
         self.check(rc.into(), Step::Chdir)?;
+        if let Some(private) = private {
+            if self.setup.ids.is_some() {
+                // SAFETY: a plain syscall; the real and saved uids are still 0.
+                self.check(unsafe { libc::seteuid(0) }.into(), Step::Regain)?;
+            }
+            let mounted = self.mount_job_dirs(private)?;
+            if let Some((_, gid, uid)) = &self.setup.ids {
+                self.become_user(*gid, *uid)?;
+            }
+            if let (true, Some(dir)) = (mounted, &private.again) {
+                // SAFETY: a NUL-terminated path that lives as long as `self`.
+                let rc = unsafe { libc::chdir(dir.as_ptr()) };
+                self.check(rc.into(), Step::Chdir)?;
+            }
+        }
         self.tell(Step::Ready, 0);
         Ok(())
+    }
+
+    /// `setgid`, `setuid`: after this the process is the user, for good.
+    fn become_user(&self, gid: libc::gid_t, uid: libc::uid_t) -> std::io::Result<()> {
+        // SAFETY: plain syscalls on integers.
+        self.check(unsafe { libc::setgid(gid) }.into(), Step::Gid)?;
+        // SAFETY: as above.
+        self.check(unsafe { libc::setuid(uid) }.into(), Step::Uid)
+    }
+
+    /// A mount namespace of the process's own, slave to the host's, with the job's
+    /// directories on `/dev/shm` and `/tmp`. `Ok(false)`: no namespace could be made and
+    /// none is required (said on the pipe; the task sees the node's).
+    fn mount_job_dirs(&self, private: &PrivateMounts) -> std::io::Result<bool> {
+        // SAFETY: unshare takes flags only.
+        if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+            if !private.required && matches!(errno, libc::EPERM | libc::EINVAL | libc::ENOSYS) {
+                self.tell(Step::NoNamespace, errno);
+                return Ok(false);
+            }
+            self.tell(Step::Namespace, errno);
+            return Err(std::io::Error::from_raw_os_error(errno));
+        }
+        let none = std::ptr::null::<libc::c_char>();
+        // SAFETY: NUL-terminated constant paths, null type and data (a propagation change).
+        let rc = unsafe {
+            libc::mount(
+                none,
+                ROOT_C.as_ptr().cast(),
+                none,
+                libc::MS_REC | libc::MS_SLAVE,
+                std::ptr::null(),
+            )
+        };
+        self.check(rc.into(), Step::Propagation)?;
+        for ((source, id), target, step) in [
+            (&private.shm, SHM_C, Step::MountShm),
+            (&private.tmp, TMP_C, Step::MountTmp),
+        ] {
+            // SAFETY: NUL-terminated paths that live as long as `self`; a bind mount takes
+            // no type nor data.
+            let rc = unsafe {
+                libc::mount(
+                    source.as_ptr(),
+                    target.as_ptr().cast(),
+                    none,
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                )
+            };
+            self.check(rc.into(), step)?;
+            // SAFETY: `st` is written by stat before it is read; a constant path.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            let rc = unsafe { libc::stat(target.as_ptr().cast(), &mut st) };
+            self.check(rc.into(), step)?;
+            if (st.st_dev, st.st_ino) != *id {
+                self.tell(Step::Replaced, 0);
+                return Err(std::io::Error::from_raw_os_error(libc::ESTALE));
+            }
+        }
+        Ok(true)
     }
 
     /// Writes this process's pid to `cgroup.procs` (formatted by hand: no allocation).
@@ -627,6 +845,12 @@ impl Child {
         // SAFETY: a live 5-byte buffer; a failed write only loses the detail.
         unsafe { libc::write(self.pipe, message.as_ptr().cast(), message.len()) };
     }
+}
+
+/// This process's effective (uid, gid).
+fn current_ids() -> (u32, u32) {
+    // SAFETY: geteuid and getegid cannot fail.
+    unsafe { (libc::geteuid(), libc::getegid()) }
 }
 
 /// This process's (soft, hard) limit of `resource`; unlimited when unreadable.

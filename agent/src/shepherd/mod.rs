@@ -13,7 +13,8 @@
 //! 3. writes its pid to `pid`, exclusively: a task directory runs at most one shepherd,
 //!    ever, so a repeated launch starts nothing twice;
 //! 4. checks the rest of the spec, looks the user up ([`user`]), refuses uid 0 unless
-//!    `allowRoot`; prepares and starts the task ([`exec`]) and writes `started.json`;
+//!    `allowRoot`; makes the job's own `/tmp` and `/dev/shm` when the spec asks
+//!    ([`jobtmp`]); prepares and starts the task ([`exec`]) and writes `started.json`;
 //! 5. waits ([`supervise`]): time limit, cancel by SIGTERM/SIGINT, rusage;
 //! 6. writes `record.json` ([`record`]) atomically and exits 0. Every failure from step 4
 //!    on is a record with `outcome: failed` and a `reason`; only a spec that cannot be
@@ -23,6 +24,7 @@
 //! A shepherd not running as root can only run tasks as its own user.
 
 pub mod exec;
+pub mod jobtmp;
 pub mod layout;
 pub mod record;
 pub mod rlimits;
@@ -242,7 +244,14 @@ fn launch(
     let start_time_ms = now_ms();
     let prepared_pmi_fd = s.pmi_fd;
     let fence = s.fence.then(|| crate::deadman::path(&s.state_dir));
-    let prepared = Prepared::new(checked, switch);
+    let mut prepared = Prepared::new(checked, switch);
+    match prepared.open_job_dirs() {
+        Ok(None) => {}
+        Ok(Some(why)) => {
+            eprintln!("hyperplan-agent shepherd: {why}; the task runs with the node's /tmp and /dev/shm")
+        }
+        Err(e) => return Err(Failure::Reason(e.to_string())),
+    }
     let mut tries = 1;
     let pid = loop {
         match prepared.start() {

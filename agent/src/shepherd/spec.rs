@@ -21,7 +21,9 @@
 //! `tasks::cgroup`); the task joins each before exec, and every process in them is the
 //! task's (`cgroup`, one v2 directory, is what earlier agents wrote and is still read). `timeLimitSecs`
 //! (optional): SIGTERM to the task's process group at the limit, SIGKILL `killGraceSecs`
-//! (default 10) later. The file is untrusted input: every field is checked and a bad one is
+//! (default 10) later. `privateTmp` (optional): `{"tmp": DIR, "shm": DIR, "required": BOOL}`,
+//! the job's own directories mounted on the task's `/tmp` and `/dev/shm` (each
+//! `BASE/<job>.<jobId>/NAME`, see `shepherd::jobtmp`). The file is untrusted input: every field is checked and a bad one is
 //! an error naming the file and the field, never a panic.
 
 use std::collections::BTreeMap;
@@ -113,6 +115,10 @@ pub struct LaunchSpec {
     /// (`STATE/fence-deadline`, [`crate::deadman`]) has passed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fence: bool,
+    /// The job's own `/tmp` and `/dev/shm` on this node (`[exec] privateTmp`), mounted in a
+    /// mount namespace of the task's; absent: the node's ([`super::jobtmp`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_tmp: Option<super::jobtmp::JobDirs>,
 }
 
 impl LaunchSpec {
@@ -242,6 +248,18 @@ impl LaunchSpec {
         if self.time_limit_secs == Some(0) {
             return Err(field("timeLimitSecs", "expected at least 1 second".into()));
         }
+        if let Some(dirs) = &self.private_tmp {
+            let job_dir = super::jobtmp::job_dir_name(&self.job, self.job_id);
+            for (name, path) in [("privateTmp.tmp", &dirs.tmp), ("privateTmp.shm", &dirs.shm)] {
+                absolute(path).map_err(|e| field(name, e.to_string()))?;
+                if path.parent().and_then(Path::file_name) != Some(std::ffi::OsStr::new(&job_dir)) {
+                    return Err(field(
+                        name,
+                        format!("expected BASE/{job_dir}/NAME, got {}", path.display()),
+                    ));
+                }
+            }
+        }
         if let Some(fd) = self.pmi_fd {
             if fd < 3 {
                 return Err(field("pmiFd", format!("expected a descriptor above 2, got {fd}")));
@@ -356,6 +374,13 @@ mod tests {
         assert!(field_error(|v| v["memoryPolicy"] = "bind".into()).contains("numaNodes"));
         assert!(field_error(|v| v["numaNodes"] = serde_json::json!([5000])).contains("numaNodes"));
         assert!(field_error(|v| v["user"] = "".into()).contains("`user`"));
+        let e = field_error(|v| v["privateTmp"] = serde_json::json!({"tmp": "/s/j1.0/tmp", "shm": "/s/j2.0/shm"}));
+        assert!(e.contains("`privateTmp.shm`") && e.contains("BASE/j1.0/NAME"), "{e}");
+        let e = field_error(|v| v["privateTmp"] = serde_json::json!({"tmp": "/s/../j1.0/tmp", "shm": "/s/j1.0/shm"}));
+        assert!(e.contains("`privateTmp.tmp`"), "{e}");
+        let mut v = good();
+        v["privateTmp"] = serde_json::json!({"tmp": "/s/j1.0/tmp", "shm": "/dev/shm/h/a/j1.0/shm", "required": true});
+        assert!(check(v).unwrap().spec.private_tmp.unwrap().required);
     }
 
     #[test]

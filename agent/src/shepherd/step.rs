@@ -1,6 +1,6 @@
 //! A step of a running task (`hyperplan exec`): another command run as the task is (its
-//! cgroups, CPUs, memory policy, limits, user, environment and working directory: its
-//! spec), but not its PMI socket nor its time limit. The agent prepares one to fork it,
+//! cgroups, CPUs, memory policy, limits, user, environment, working directory and its job's
+//! own `/tmp` and `/dev/shm`: its spec), but not its PMI socket nor its time limit. The agent prepares one to fork it,
 //! the launcher to start it outside the agent's unit.
 
 use super::exec::Prepared;
@@ -57,5 +57,9 @@ pub fn prepare(
             ));
         }
     };
-    Ok(Prepared::new(checked, switch))
+    let mut prepared = Prepared::new(checked, switch);
+    // The job's own /tmp and /dev/shm, as its tasks have them (when not required and not
+    // to be had, the task's shepherd said why in its log).
+    prepared.open_job_dirs().map_err(|e| format!("task {task}: {e}"))?;
+    Ok(prepared)
 }

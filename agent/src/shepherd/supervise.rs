@@ -11,8 +11,10 @@
 //!   file names one, that signal instead: a preempted job's checkpoint hook); SIGKILL
 //!   follows after the grace period if the task is still there: the seconds in that file
 //!   when the agent wrote one (the planner's `Kill` carries its grace), else the spec's.
-//!   SIGHUP is ignored.
-//! - the time limit: SIGTERM to the task, SIGKILL after the grace period.
+//!   SIGHUP is ignored. A later cancel may shorten the grace (the agent writes the file
+//!   again and signals once more), never lengthen it.
+//! - the time limit: SIGTERM to the task, SIGKILL after the grace period; also for a task
+//!   already cancelled with a longer grace: the time limit always wins.
 //! - the node-lost fence (a task its planner would start again elsewhere): every half
 //!   second the agent's deadline is read ([`crate::deadman`]); once it has passed, SIGTERM,
 //!   then SIGKILL a second later, before the planner gives the task up.
@@ -203,6 +205,8 @@ pub fn supervise(pid: u32, cgroups: &[PathBuf], signals: &Signals, limits: Limit
     let term_at = time_limit.and_then(|limit| start.checked_add(limit));
     let mut kill_at: Option<Instant> = None;
     let (mut timed_out, mut cancelled, mut fenced) = (false, false, false);
+    // The time limit was reached (it counts once, cancelled or not).
+    let mut term_passed = false;
     let mut fence_check = fence.map(|_| start);
     loop {
         loop {
@@ -225,14 +229,18 @@ pub fn supervise(pid: u32, cgroups: &[PathBuf], signals: &Signals, limits: Limit
             }
         }
         let now = Instant::now();
+        // The time limit wins over a cancel's longer grace: SIGKILL comes at most `grace`
+        // after the limit, whenever the cancel came (the outcome stays the cancel's).
         if let Some(at) = term_at
             && now >= at
-            && !timed_out
-            && !cancelled
+            && !term_passed
         {
             signal_task(pid, cgroups, libc::SIGTERM);
-            timed_out = true;
-            kill_at = now.checked_add(grace);
+            timed_out = !cancelled;
+            term_passed = true;
+            if let Some(at) = now.checked_add(grace) {
+                kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
+            }
         }
         if let (Some(at), Some(file)) = (fence_check, fence)
             && now >= at
@@ -259,7 +267,7 @@ pub fn supervise(pid: u32, cgroups: &[PathBuf], signals: &Signals, limits: Limit
             signal_task(pid, cgroups, libc::SIGKILL);
             kill_at = None;
         }
-        let next = [term_at.filter(|_| !timed_out && !cancelled), kill_at, fence_check]
+        let next = [term_at.filter(|_| !term_passed), kill_at, fence_check]
             .into_iter()
             .flatten()
             .min();

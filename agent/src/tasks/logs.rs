@@ -18,6 +18,12 @@
 //!   released, no device driver's `open` runs); only a regular file is then opened for
 //!   reading, through `/proc/self/fd/N` (which checks the user's read permission), and
 //!   checked to be the same file.
+//! - Nothing is found through `/proc`'s magic links (`openat2` with
+//!   `RESOLVE_NO_MAGICLINKS`; a lexical check where the kernel predates it), nor in `/proc`,
+//!   `/sys` or `/dev` at all: `/proc/self/fd/2` opened by the agent is the agent's own log,
+//!   whoever names it, and `self` is always ptrace-able by the one who opens it.
+//! - A task's output is its user's own file: one of another user's (the agent's log, a
+//!   world-readable file the task linked to) is not read, even where the user could read it.
 //! - The errors are the user's own (`Permission denied`, `No such file or directory`, `not
 //!   a regular file` for what the user can reach): nothing about a file the user could
 //!   not see for themselves.
@@ -118,7 +124,10 @@ pub fn read_chunk(request: u64, source: &Source, stderr: bool, offset: u64, max_
     } else {
         None
     };
-    match read_as(user.as_ref(), path, offset, max_bytes.min(MAX_LOG_CHUNK)) {
+    // The file must be the task user's: the one looked up as root, the agent's own
+    // otherwise (it runs the tasks as itself).
+    let owner = user.as_ref().map_or_else(current_euid, |u| u.uid);
+    match read_as(user.as_ref(), owner, path, offset, max_bytes.min(MAX_LOG_CHUNK)) {
         Ok((data, size)) => {
             chunk.data = data;
             chunk.size = size;
@@ -130,10 +139,23 @@ pub fn read_chunk(request: u64, source: &Source, stderr: bool, offset: u64, max_
 
 /// [`read_file`] with `user`'s filesystem identity on this thread, when given; the
 /// thread's own is back when this returns.
-fn read_as(user: Option<&Identity>, path: &Path, offset: u64, max: u32) -> io::Result<(Vec<u8>, u64)> {
+fn read_as(user: Option<&Identity>, owner: u32, path: &Path, offset: u64, max: u32) -> io::Result<(Vec<u8>, u64)> {
+    if hyperplan_shared::outpattern::in_kernel_tree(path) {
+        return Err(io::Error::other(KERNEL_FILE));
+    }
     let _as_user = user.map(UserFs::enter).transpose()?;
-    read_file(path, offset, max)
+    let (file, size) = open_regular(path)?;
+    // Checked once it was found readable: its owner is no secret then.
+    if file.metadata()?.uid() != owner {
+        return Err(io::Error::other(
+            "a file of another user (a task's output is its user's own file)",
+        ));
+    }
+    read_from(file, size, offset, max)
 }
+
+/// Why a path in `/proc`, `/sys` or `/dev`, or through `/proc`'s links, is not read.
+const KERNEL_FILE: &str = "not a task's output: in /proc, /sys or /dev, or through /proc's links";
 
 /// `(bytes from offset, the file's length)`, with the thread's rights. Only a regular
 /// file is opened: the path is resolved with `O_PATH` first (links followed, nothing
@@ -141,16 +163,62 @@ fn read_as(user: Option<&Identity>, path: &Path, offset: u64, max: u32) -> io::R
 /// regular file is then opened for reading through `/proc/self/fd` (read permission
 /// checked) and checked to be the same file.
 fn read_file(path: &Path, offset: u64, max: u32) -> io::Result<(Vec<u8>, u64)> {
-    // std adds O_CLOEXEC; with O_PATH, O_RDONLY (0) is ignored.
-    let handle = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH)
-        .open(path)?;
+    let (file, size) = open_regular(path)?;
+    read_from(file, size, offset, max)
+}
+
+/// `path` resolved with `O_PATH` and no magic link followed (`/proc/self/fd/N`,
+/// `/proc/PID/root`, ...: `openat2`'s `RESOLVE_NO_MAGICLINKS`); a plain `O_PATH` open on a
+/// kernel without `openat2` (before 5.6), where only the path as written was checked.
+fn open_path(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: an all-zero `open_how` is valid (no flags, no mode, no resolve flags).
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: `c_path` is a NUL-terminated string and `how` a live `open_how` of the
+    // size passed; the kernel reads both and returns a new descriptor or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd >= 0 {
+        let fd = libc::c_int::try_from(fd).map_err(|_| io::Error::other("openat2 returned no descriptor"))?;
+        // SAFETY: `fd` was just opened by this thread and nothing else owns it.
+        return Ok(unsafe { std::fs::File::from_raw_fd(fd) });
+    }
+    let e = io::Error::last_os_error();
+    // std adds O_CLOEXEC; with O_PATH, O_RDONLY (0) is ignored. Opens nothing either.
+    let plain = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH)
+            .open(path)
+    };
+    match e.raw_os_error() {
+        // Through a magic link, unless a plain open fails too (a loop of links).
+        Some(libc::ELOOP) => plain().and(Err(io::Error::other(KERNEL_FILE))),
+        // No openat2 here (before 5.6, or a filter refusing it): the owner check stands.
+        Some(libc::ENOSYS | libc::EPERM | libc::E2BIG) => plain(),
+        _ => Err(e),
+    }
+}
+
+/// The regular file at `path`, opened for reading, and its length.
+fn open_regular(path: &Path) -> io::Result<(std::fs::File, u64)> {
+    let handle = open_path(path)?;
     let meta = handle.metadata()?;
     if !meta.is_file() {
         return Err(io::Error::other("not a regular file"));
     }
-    let mut file = std::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))
@@ -164,6 +232,11 @@ fn read_file(path: &Path, offset: u64, max: u32) -> io::Result<(Vec<u8>, u64)> {
         return Err(io::Error::other("the file changed while it was opened"));
     }
     let size = opened.len();
+    Ok((file, size))
+}
+
+/// Up to `max` bytes of `file` (of length `size`) from `offset`, and `size`.
+fn read_from(mut file: std::fs::File, size: u64, offset: u64, max: u32) -> io::Result<(Vec<u8>, u64)> {
     let mut data = Vec::new();
     if offset < size {
         file.seek(SeekFrom::Start(offset))?;
@@ -445,9 +518,27 @@ mod tests {
 
         let (data, error) = read_through_link(b, &user, &mine);
         assert_eq!((data.as_slice(), error), (&b"mine\n"[..], None));
-        // World-readable: the user could read it anyway.
+        // World-readable, but root's: not the task's output, though the user could read it.
         let (data, error) = read_through_link(b, &user, &public);
-        assert_eq!((data.as_slice(), error), (&b"public\n"[..], None));
+        assert!(data.is_empty());
+        assert_eq!(
+            error.as_deref(),
+            Some("a file of another user (a task's output is its user's own file)")
+        );
+        // The user's own file, held open by the agent: not through /proc/self/fd (the
+        // agent's descriptors, its log among them, are no task's).
+        let held = std::fs::File::open(&mine).unwrap();
+        let through = PathBuf::from(format!("/proc/self/fd/{}", held.as_raw_fd()));
+        let (data, error) = read_through_link(b, &user, &through);
+        assert!(data.is_empty());
+        assert_eq!(error.as_deref(), Some(KERNEL_FILE));
+        let kept = Source::Files(Outputs {
+            stdout: through.clone(),
+            stderr: through,
+            user: user.name.clone(),
+        });
+        let c = read_chunk(1, &kept, false, 0, 100);
+        assert!(c.data.is_empty() && c.error.unwrap().ends_with(KERNEL_FILE));
 
         let denied = read_through_link(b, &user, &secret);
         assert!(denied.0.is_empty());
@@ -471,10 +562,12 @@ mod tests {
         assert!(data.is_empty());
         assert_eq!(error.as_deref(), Some("not a regular file"));
 
-        // Root's own task reads as root.
+        // Root's own task reads as root, its own files only.
         let root = crate::shepherd::user::lookup("root").unwrap();
+        let (data, error) = read_through_link(b, &root, &secret);
+        assert_eq!((data.as_slice(), error), (&b"secret\n"[..], None));
         let (data, error) = read_through_link(b, &root, &theirs);
-        assert_eq!((data.as_slice(), error), (&b"private/theirs\n"[..], None));
+        assert!(data.is_empty() && error.is_some());
     }
 
     /// Whether process `pid` sleeps in `openat` (a FIFO's writer waiting for a reader).

@@ -9,7 +9,8 @@
 //!   `started.json` and `record.json` files, turns a shepherd that died without a record
 //!   into a failed record, and sends a `Kill` that waited for a shepherd's pid.
 //! - `Ack`: `finished: false` stops the `TaskStarted`; `finished: true` deletes the
-//!   task's directory (and the job's, with its hostfile, after its last task), keeping
+//!   task's directory (and the job's, with its hostfile and its own `/tmp` and `/dev/shm`,
+//!   after its last task), keeping
 //!   only the names of its output files, so `hyperplan logs` still reads an ended job
 //!   (the last [`MAX_DONE`], until the agent restarts).
 
@@ -25,6 +26,7 @@ use super::logs::{self, Source};
 use super::report::{finished_message, started_message, task_end};
 use super::runner::{self, Launched};
 use super::scan::{self, Files};
+use super::strain::Strain;
 use super::usage::Use;
 use super::{TaskOptions, TasksError};
 use crate::shepherd::layout::{job_dir, write_exclusive};
@@ -44,6 +46,9 @@ const PID_GRACE: Duration = Duration::from_secs(30);
 /// agent kills the task's processes itself (cgroups or sweep), and after twice this the
 /// shepherd too. A shepherd stuck before exec (a hung file system) cannot hold CPUs.
 const KILL_BACKSTOP: Duration = Duration::from_secs(10);
+/// How much sooner a second Kill's SIGKILL must come than the first's to be sent on: a
+/// repeat of the same Kill (the planner sends one per heartbeat while a job ends) is not.
+const SHORTER_BY: Duration = Duration::from_secs(1);
 /// How long the agent waits for a task's cgroups to empty when it kills them itself.
 const AGENT_KILL_WAIT: Duration = Duration::from_secs(1);
 /// A task whose shepherd the agent cannot find (its pid file deleted, or naming another
@@ -190,6 +195,10 @@ pub struct Tasks {
     lost_grace: Duration,
     /// The agent's ends of new tasks' PMI sockets, for the PMI hub ([`Tasks::take_pmi`]).
     pmi: Vec<crate::pmi::PmiTask>,
+    /// Removes jobs' own /tmp and /dev/shm once they have no task here.
+    jobtmp: super::jobtmp::Cleaner,
+    /// Whether shepherds cannot start now for want of processes or memory.
+    strain: Strain,
 }
 
 impl Tasks {
@@ -207,6 +216,8 @@ impl Tasks {
             },
         })?;
         let epoch = super::epoch::Epoch::load(&opts.state_dir);
+        let jobtmp = super::jobtmp::Cleaner::new(&opts.private_tmp, &opts.state_dir);
+        let strain = Strain::new(opts.shepherd.clone());
         let mut tasks = Tasks {
             opts,
             worlds: BTreeMap::new(),
@@ -220,6 +231,8 @@ impl Tasks {
             epoch,
             lost_grace,
             pmi: Vec::new(),
+            jobtmp,
+            strain,
         };
         for (task, dir) in scan::list(&tasks.opts.state_dir) {
             let files = scan::read_files(&dir);
@@ -360,8 +373,10 @@ impl Tasks {
                     shepherd = shepherd.pid(), "started the task's shepherd"
                 );
                 entry.follow(shepherd);
+                self.strain.started();
             }
             Launched::Retry(e) => {
+                self.strain.failed(&e);
                 tracing::warn!(
                     job = %key.job, job_id = key.job_id, task = %key.task,
                     "cannot start the task's shepherd now ({e}); trying again every {} s, {} times",
@@ -387,25 +402,59 @@ impl Tasks {
         out
     }
 
+    /// Why this node cannot start tasks now (its shepherds' forks fail), for the
+    /// heartbeat; probes whether it can again when that is due ([`super::strain`]).
+    pub fn strained(&mut self) -> Option<String> {
+        let (why, probe) = self.strain.check();
+        self.exiting.extend(probe);
+        why
+    }
+
     /// The agent's ends of the PMI sockets of tasks launched since the last call.
     pub fn take_pmi(&mut self) -> Vec<crate::pmi::PmiTask> {
         std::mem::take(&mut self.pmi)
     }
 
     /// Cancels the task (SIGTERM to its shepherd, which passes it on and SIGKILLs after
-    /// `grace_secs`). Unknown, ended, or already being killed: nothing happens.
+    /// `grace_secs`). Unknown or ended: nothing happens. Already being killed: a Kill
+    /// whose SIGKILL would come sooner than the one under way shortens it (a cancel after
+    /// a preemption's long grace, an admin's at once); a later or equal one changes
+    /// nothing (the planner repeats its Kills while a job ends).
     pub fn on_kill(&mut self, task: &TaskRef, grace_secs: u64, signal: Option<i32>) {
         let Some(entry) = self.tasks.get_mut(task) else {
             tracing::debug!(job = %task.job, task = %task.task, "Kill of a task not on this node; ignored");
             return;
         };
-        if entry.record.is_some() || entry.kill != Kill::None {
+        if entry.record.is_some() {
             return;
         }
-        tracing::info!(job = %task.job, job_id = task.job_id, task = %task.task, grace_secs, "cancelling the task");
         // Only a signal a task can catch warns it; anything else is SIGTERM.
         let signal = signal.filter(|s| (1..=31).contains(s) && ![libc::SIGKILL, libc::SIGSTOP].contains(s));
-        entry.kill = Kill::Pending(grace_secs, signal);
+        match entry.kill {
+            Kill::None => {
+                tracing::info!(job = %task.job, job_id = task.job_id, task = %task.task, grace_secs, "cancelling the task");
+                entry.kill = Kill::Pending(grace_secs, signal);
+            }
+            Kill::Pending(grace, warn) => entry.kill = Kill::Pending(grace.min(grace_secs), signal.or(warn)),
+            Kill::Sent => {
+                let Some((sent, grace, done)) = entry.kill_sent else {
+                    return;
+                };
+                let sooner = Duration::from_secs(grace_secs) + SHORTER_BY;
+                if sent.elapsed() + sooner > grace {
+                    return;
+                }
+                tracing::info!(
+                    job = %task.job, job_id = task.job_id, task = %task.task, grace_secs,
+                    "cancelling the task again, with a shorter grace"
+                );
+                if let Some(pid) = entry.shepherd_pid.filter(|&p| p > 0) {
+                    runner::cancel(&entry.dir, pid, grace_secs, signal);
+                }
+                entry.kill_sent = Some((Instant::now(), Duration::from_secs(grace_secs), done));
+                return;
+            }
+        }
         if entry.shepherd_pid.is_none() {
             entry.shepherd_pid = scan::read_pid(&entry.dir);
         }
@@ -474,6 +523,8 @@ impl Tasks {
             let key = (task.job.clone(), task.job_id);
             self.worlds.remove(&key);
             self.world_order.retain(|k| k != &key);
+            // Its own /tmp and /dev/shm: what it left there gives its memory back now.
+            self.jobtmp.retire(&task.job, task.job_id);
         }
     }
 
@@ -509,10 +560,14 @@ impl Tasks {
     /// Looks at every task that may have moved on; returns the reports that are new.
     pub fn scan(&mut self) -> Vec<AgentMessage> {
         self.exiting.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
+        let tasks = &self.tasks;
+        self.jobtmp.work(tasks.is_empty(), |job, job_id| {
+            tasks.keys().any(|t| t.job == job && t.job_id == job_id)
+        });
         let shepherds = self.shepherds();
         let mut out = Vec::new();
         for (task, entry) in &mut self.tasks {
-            if let Some(record) = retry_spawn(&self.opts, task, entry) {
+            if let Some(record) = retry_spawn(&self.opts, &mut self.strain, task, entry) {
                 out.push(finished_message(task, task_end(&record)));
                 entry.record = Some(record);
                 continue;
@@ -758,7 +813,7 @@ fn kill_task_processes(opts: &TaskOptions, task: &TaskRef, entry: &Entry, shephe
 
 /// Starts a waiting shepherd again when its time has come; the failed record once the
 /// tries are used up.
-fn retry_spawn(opts: &TaskOptions, task: &TaskRef, entry: &mut Entry) -> Option<ExitRecord> {
+fn retry_spawn(opts: &TaskOptions, strain: &mut Strain, task: &TaskRef, entry: &mut Entry) -> Option<ExitRecord> {
     let retry = entry.retry.as_mut()?;
     if Instant::now() < retry.next {
         return None;
@@ -770,14 +825,17 @@ fn retry_spawn(opts: &TaskOptions, task: &TaskRef, entry: &mut Entry) -> Option<
             entry.follow(shepherd);
             entry.since = Instant::now();
             entry.retry = None;
+            strain.started();
             None
         }
         Err(e) if runner::temporary(&e) && retry.tries + 1 < runner::SPAWN_TRIES => {
+            strain.failed(&e);
             retry.tries += 1;
             retry.next = Instant::now() + runner::RETRY_EVERY;
             None
         }
         Err(e) => {
+            strain.failed(&e);
             let record = runner::shepherd_failed(opts, &entry.dir, &retry.launch, &e);
             tracing::warn!(job = %task.job, task = %task.task, tries = retry.tries + 1, "cannot start the task's shepherd: {e}");
             entry.retry = None;
@@ -1028,6 +1086,7 @@ mod tests {
                 shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
                 default_mpi: hyperplan_shared::job::MpiMode::None,
                 output_mode: crate::config::DEFAULT_OUTPUT_MODE,
+                private_tmp: Default::default(),
                 launcher: None,
                 cli: PathBuf::from("hyperplan"),
             },
@@ -1221,6 +1280,7 @@ mod tests {
             shepherd: PathBuf::from("/nonexistent/hyperplan-agent"),
             default_mpi: hyperplan_shared::job::MpiMode::None,
             output_mode: crate::config::DEFAULT_OUTPUT_MODE,
+            private_tmp: Default::default(),
             launcher: None,
             cli: PathBuf::from("hyperplan"),
         })

@@ -16,15 +16,21 @@
 //! - [`cgroup`]: how the node confines tasks: cgroups of each task's own (v2 where the
 //!   agent has one delegated, else v1), found and emptied by [`cgroup::kill`].
 //! - [`sweep`]: a task's processes without cgroups, by ancestry, session, user and start.
+//! - [`strain`]: a node whose shepherds' forks fail (out of processes or memory) says so
+//!   in its heartbeats, so the planner places nothing new there until it recovers.
+//! - [`jobtmp`]: whether tasks get their job's own `/tmp` and `/dev/shm`, and removing them
+//!   once the job has no task left here.
 
 pub mod cgroup;
 pub mod epoch;
+pub mod jobtmp;
 pub mod logs;
 pub mod manager;
 pub mod report;
 pub mod runner;
 pub mod scan;
 pub mod stop;
+pub mod strain;
 pub mod sweep;
 pub mod usage;
 
@@ -61,6 +67,9 @@ pub struct TaskOptions {
     pub default_mpi: hyperplan_shared::job::MpiMode,
     /// The mode tasks' output files are created with (`[exec] outputMode`).
     pub output_mode: u32,
+    /// Whether tasks get their job's own `/tmp` and `/dev/shm`, and where (`[exec]
+    /// privateTmp`, `privateTmpDir`; [`jobtmp::decide`]).
+    pub private_tmp: crate::shepherd::jobtmp::Setting,
     /// The `hyperplan` CLI on this node: batch jobs' `mpirun` starts its daemons with
     /// `hyperplan exec --node` (see `launch::batch_files`).
     pub cli: PathBuf,

@@ -165,6 +165,11 @@ pub fn launch(
         prepared.spec.rlimits = rlimits_for(opts, identity);
         prepared.spec.output_mode = Some(opts.output_mode);
     }
+    // The job's own /tmp and /dev/shm, which its shepherd makes (when missing) and mounts.
+    prepared.spec.private_tmp = opts.private_tmp.job_dirs(&opts.state_dir, &task.job, task.job_id);
+    if prepared.spec.private_tmp.is_some() {
+        super::jobtmp::claim_shm_root();
+    }
     // `hyperplan exec` from inside the job: through this agent, with the job's credential.
     if let Some(credential) = &task.credential {
         let env = &mut prepared.spec.env;
@@ -192,6 +197,8 @@ pub fn launch(
             task: crate::pmi::PmiTask {
                 shape,
                 rank: task.rank,
+                // A user the node does not know fails at the shepherd and never puts.
+                uid: identity.as_ref().map_or(u32::MAX, |i| i.uid),
                 stream: ours,
             },
         });

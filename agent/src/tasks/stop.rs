@@ -1,8 +1,8 @@
 //! Stopping every task of a state directory, by the pids its shepherds wrote: what `hyperplan
 //! demo` and the end-to-end tests do when they end, since shepherds leave their starter's
 //! session on purpose (they outlive agent restarts) and nothing else would stop them.
-//! The tasks' cgroups are emptied and removed too, and their parents when empty: nothing
-//! is left behind.
+//! The tasks' cgroups are emptied and removed too, and their parents when empty, and the
+//! jobs' own `/tmp` and `/dev/shm` directories ([`super::jobtmp`]): nothing is left behind.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -51,5 +51,6 @@ pub fn stop_all(state_dir: &Path, grace: Duration) -> usize {
             }
         }
     }
+    super::jobtmp::remove_all(state_dir);
     shepherds.len()
 }

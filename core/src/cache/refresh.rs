@@ -11,9 +11,15 @@ use crate::cache::holdings::{Holdings, NumaChange, ShapeMemo, held_by, running_o
 use crate::cache::numa::NumaState;
 use crate::model::components::{LiveChanged, Node, NodeSlot, Task, TaskState};
 use crate::model::drain::Drained;
+use crate::model::strained::Strained;
+use crate::model::strays::Strays;
 use crate::model::tick::CapacityEpoch;
 use crate::numa::node::NodeHardware;
 use crate::topology::TopologyIndex;
+
+/// A node, and whether it is drained, runs tasks the planner no longer counts, or cannot
+/// start tasks now: each closes it to new tasks.
+type NodeClosed = (&'static Node, Has<Drained>, Has<Strays>, Has<Strained>);
 
 /// The resource-cache system. The cache lives across ticks: it is built afresh (nodes,
 /// then every running task) only when the topology index was rebuilt, which every node
@@ -27,7 +33,7 @@ pub fn refresh_capacity(
     index: Res<TopologyIndex>,
     mut cap: ResMut<Capacity>,
     mut holdings: ResMut<Holdings>,
-    nodes: Query<(&Node, Has<Drained>)>,
+    nodes: Query<NodeClosed>,
     tasks: Query<(Entity, &Task, &TaskState)>,
     changed: Query<(Entity, &Task, &TaskState), LiveChanged<TaskState>>,
     mut removed: RemovedComponents<TaskState>,
@@ -37,7 +43,7 @@ pub fn refresh_capacity(
     let _span = tracing::info_span!("resource_cache").entered();
     if holdings.generation != Some(index.generation) {
         removed.clear();
-        let per_node = node_inputs(&index, |e| nodes.get(e).ok());
+        let per_node = node_inputs(&index, |e| nodes.get(e).ok().map(|(n, d, s, st)| (n, d || s || st)));
         *cap = Capacity::build(&index, &per_node);
         holdings.reset(index.generation);
         let mut memo = ShapeMemo::default();
@@ -82,7 +88,8 @@ pub fn refresh_capacity(
 }
 
 /// Per node of the index: (allocatable, in use outside hyperplan's tasks). A node that
-/// is not ready, or is drained, offers nothing: all of it counts as used.
+/// is not ready, is drained, runs tasks the planner no longer counts ([`Strays`]) or
+/// cannot start tasks now ([`Strained`]) offers nothing: all of it counts as used.
 fn node_inputs<'a>(
     index: &TopologyIndex,
     node: impl Fn(bevy_ecs::entity::Entity) -> Option<(&'a Node, bool)>,
@@ -91,7 +98,7 @@ fn node_inputs<'a>(
         .node_entities
         .iter()
         .map(|&e| match node(e) {
-            Some((n, drained)) if !n.ready || drained => (&n.allocatable, &n.allocatable),
+            Some((n, closed)) if !n.ready || closed => (&n.allocatable, &n.allocatable),
             Some((n, _)) => (&n.allocatable, &n.external_used),
             None => (&EMPTY, &EMPTY),
         })
@@ -105,7 +112,12 @@ pub fn fresh_capacity(world: &mut World) -> Capacity {
     let world = &*world;
     let index = world.resource::<TopologyIndex>();
     let per_node = node_inputs(index, |e| {
-        world.get::<Node>(e).map(|n| (n, world.get::<Drained>(e).is_some()))
+        world.get::<Node>(e).map(|n| {
+            let closed = world.get::<Drained>(e).is_some()
+                || world.get::<Strays>(e).is_some()
+                || world.get::<Strained>(e).is_some();
+            (n, closed)
+        })
     });
     let mut cap = Capacity::build(index, &per_node);
     for (task, ts) in tq.iter(world) {

@@ -4,6 +4,7 @@
 //! [preemption]
 //! enabled = true        # pending jobs may preempt (victims only in preemptible queues)
 //! grace = "30s"         # SIGTERM (or the job's preemptSignal) to SIGKILL, for jobs that give no preemptGrace
+//! maxGrace = "10m"      # the longest preemptGrace a job may ask for (and `grace` may be)
 //! maxPerTick = 4        # waiting jobs, first in order, that look for victims each tick
 //!
 //! [[priorityClass]]
@@ -47,6 +48,9 @@ pub struct PreemptionConfig {
     pub enabled: bool,
     /// Seconds from the warning signal to SIGKILL, for a job that gives no `preemptGrace`.
     pub grace: u64,
+    /// The longest `preemptGrace` a job may ask for: a task that traps its warning may
+    /// hold its nodes from the job it was preempted for this long, no longer.
+    pub max_grace: u64,
     /// Waiting jobs, first in order, that look for victims in one tick.
     pub max_per_tick: u32,
     /// `[[priorityClass]]`, by name.
@@ -56,6 +60,8 @@ pub struct PreemptionConfig {
 impl PreemptionConfig {
     /// `grace` when `[preemption]` does not set it.
     pub const DEFAULT_GRACE: u64 = 30;
+    /// `maxGrace` when not set: ten minutes, time for a large checkpoint.
+    pub const DEFAULT_MAX_GRACE: u64 = 600;
     /// `maxPerTick` when not set.
     pub const DEFAULT_MAX_PER_TICK: u32 = 4;
     /// Most classes a planner keeps.
@@ -106,6 +112,7 @@ impl Default for PreemptionConfig {
         Self {
             enabled: true,
             grace: Self::DEFAULT_GRACE,
+            max_grace: Self::DEFAULT_MAX_GRACE,
             max_per_tick: Self::DEFAULT_MAX_PER_TICK,
             classes: Vec::new(),
         }
@@ -118,6 +125,7 @@ impl Default for PreemptionConfig {
 pub struct PreemptionSection {
     enabled: Option<bool>,
     grace: Option<Spanned<toml::Value>>,
+    max_grace: Option<Spanned<toml::Value>>,
     max_per_tick: Option<Spanned<i64>>,
 }
 
@@ -150,9 +158,22 @@ impl PreemptionConfig {
             if let Some(e) = s.enabled {
                 config.enabled = e;
             }
+            if let Some(g) = &s.max_grace {
+                config.max_grace = super::fairshare::duration_or_zero(g, "preemption.maxGrace", at)?;
+            }
             if let Some(g) = &s.grace {
                 config.grace = super::fairshare::duration_or_zero(g, "preemption.grace", at)?;
+                if config.grace > config.max_grace {
+                    return Err(at(
+                        g.span().start,
+                        format!(
+                            "preemption.grace: {} s is longer than preemption.maxGrace ({} s); raise maxGrace or shorten grace",
+                            config.grace, config.max_grace
+                        ),
+                    ));
+                }
             }
+            config.grace = config.grace.min(config.max_grace);
             if let Some(m) = &s.max_per_tick {
                 config.max_per_tick = u32::try_from(*m.get_ref())
                     .ok()
@@ -246,6 +267,9 @@ mod tests {
         assert!(p.refusal("urgent", "cpu").unwrap().contains("queue gpu only"));
         assert!(p.refusal("nope", "cpu").unwrap().contains("known: low, urgent"));
         assert_eq!(PlannerConfig::default().preemption.grace, 30);
+        assert_eq!(PlannerConfig::default().preemption.max_grace, 600);
+        let short = PlannerConfig::parse("[preemption]\nmaxGrace = \"20s\"\n", "planner.toml").unwrap();
+        assert_eq!((short.preemption.grace, short.preemption.max_grace), (20, 20));
     }
 
     #[test]
@@ -264,6 +288,10 @@ mod tests {
                 "planner.toml:2:14: preemption.maxPerTick: expected a whole number from 1 to 1024, got 0",
             ),
             ("[preemption]\ngrace = \"soon\"\n", "planner.toml:2:9: preemption.grace"),
+            (
+                "[preemption]\nmaxGrace = \"1m\"\ngrace = \"2m\"\n",
+                "planner.toml:3:9: preemption.grace: 120 s is longer than preemption.maxGrace (60 s)",
+            ),
             ("[[priorityClass]]\nname = \"a\"\n", "missing field `value`"),
         ];
         for (text, want) in bad {

@@ -8,20 +8,23 @@ mod relaunch;
 pub(crate) use relaunch::{relaunch, unstarted_on};
 
 use bevy_ecs::prelude::*;
+use hyperplan_shared::taskenv::{choose_master_port, default_master_port};
 
 use super::numa::hints::Policy;
 use super::numa::node::NodeHardware;
 use crate::model::commands::{Command, Pinning, Placement};
 use crate::model::components::{Job, JobState, LiveChanged, Node, Task, TaskPhase, TaskState};
 use crate::model::components::{JobId, JobOwner};
+use crate::model::ports::PortsInUse;
 use crate::model::tick::Outbox;
 
 pub(crate) fn dispatch(
     mut out: ResMut<Outbox>,
     mut tasks: Query<(Entity, &Task, &mut TaskState), LiveChanged<TaskState>>,
-    jobs: Query<(&Job, &JobOwner, Option<&JobId>, &JobState)>,
+    mut jobs: Query<(&Job, &JobOwner, Option<&JobId>, &mut JobState)>,
     nodes: Query<&Node>,
     hardware: Query<&NodeHardware>,
+    ports: Query<&PortsInUse>,
 ) {
     let _span = tracing::info_span!("dispatch").entered();
     // First the order (job name, then rank) on small keys: by (job entity, rank), then
@@ -37,6 +40,18 @@ pub(crate) fn dispatch(
         by_job.push((task.job.to_bits(), ts.rank.unwrap_or(0), e));
     }
     by_job.sort_unstable();
+    // A job placed anew gets its MASTER_PORT now: free on its lowest rank's node (rank 0's).
+    for k in by_job.iter().filter(|k| k.1 == 0) {
+        let node = tasks.get(k.2).ok().and_then(|(_, _, ts)| ts.node);
+        let Ok((job, _, id, mut st)) = jobs.get_mut(Entity::from_bits(k.0)) else {
+            continue;
+        };
+        if st.master_port.is_none() {
+            let busy = node.and_then(|n| ports.get(n).ok()).map_or(&[][..], |p| &p.0[..]);
+            let id = id.map_or(0, |i| i.0);
+            st.master_port = Some(job.spec.run.master_port.unwrap_or_else(|| choose_master_port(id, busy)));
+        }
+    }
     let mut runs: Vec<(&str, usize, usize)> = Vec::new();
     let mut start = 0;
     while start < by_job.len() {
@@ -57,7 +72,7 @@ pub(crate) fn dispatch(
         };
         let hw = ts.node.and_then(|n| hardware.get(n).ok());
         out.0
-            .push(Command::Place(placement(job, owner, id, task, ts, node, hw, st.run())));
+            .push(Command::Place(placement(job, owner, id, task, ts, node, hw, st)));
     }
 }
 
@@ -71,11 +86,12 @@ pub(crate) fn placement(
     ts: &TaskState,
     node: &Node,
     hardware: Option<&NodeHardware>,
-    run: u32,
+    st: &JobState,
 ) -> Placement {
+    let job_id = id.map_or(0, |i| i.0);
     Placement {
         spec: job.spec.clone(),
-        job_id: id.map_or(0, |i| i.0),
+        job_id,
         owner: owner.0.clone(),
         role: task.role,
         task: task.name.clone(),
@@ -92,6 +108,10 @@ pub(crate) fn placement(
                 .flatten()
                 .map_or(Policy::None, |n| n.policy),
         }),
-        run,
+        run: st.run(),
+        master_port: st
+            .master_port
+            .or(job.spec.run.master_port)
+            .unwrap_or_else(|| default_master_port(job_id)),
     }
 }

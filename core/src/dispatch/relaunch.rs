@@ -38,9 +38,8 @@ pub(crate) fn unstarted_on(world: &World, node: &str) -> Vec<Placement> {
             let job = world.get::<Job>(task.job)?;
             let st = world.get::<JobState>(task.job)?;
             let owner = world.get::<JobOwner>(task.job)?;
-            let run = st.run();
             (st.phase == JobPhase::Running)
-                .then(|| placement(job, owner, world.get::<JobId>(task.job), task, ts, n, hw, run))
+                .then(|| placement(job, owner, world.get::<JobId>(task.job), task, ts, n, hw, st))
         })
         .collect();
     out.sort_by(|a, b| a.job().cmp(b.job()).then(a.rank.cmp(&b.rank)));

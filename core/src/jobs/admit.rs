@@ -1,6 +1,8 @@
 //! Admission: a job's entities made from its spec (the job, its sub-jobs and tasks,
-//! pending; or the job alone, rejected, saying why). A submission (`ingest`) and a job
-//! brought back from the store (`restore`) both come in this way.
+//! pending; or the job alone, rejected, saying why: a job refused here never has an entity
+//! per replica). A submission (`ingest`) and a job brought back from the store (`restore`)
+//! both come in this way; a job rejected by the allocator gets its sub-jobs and tasks
+//! again from `spawn_parts` when the cluster changes (see `jobs::shed`).
 
 use bevy_ecs::prelude::*;
 use hyperplan_shared::JobSpec;
@@ -55,10 +57,25 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
     // simulator's files) from spawning an entity per replica.
     let limit = world.resource::<PlannerConfig>().limits.max_tasks_per_job;
     let tasks = task_count(&spec);
-    let refused = match queue_problem {
+    let mut refused = match queue_problem {
         Some(why) if unknown_queue != UnknownQueue::Default => Some(why),
         _ => (tasks > limit).then(|| format!("{tasks} tasks, more than [limits] maxTasksPerJob = {limit}")),
     };
+    // Each role's NUMA request, before any entity is made: a job refused for its policy
+    // is one entity, not one per replica.
+    let default_policy = world.resource::<PlannerConfig>().numa.default_policy;
+    let mut numa = Vec::with_capacity(spec.tasks.len());
+    for (i, t) in spec.tasks.iter().enumerate() {
+        match task_numa(t, default_policy) {
+            Ok(n) => numa.push(n),
+            Err(why) => {
+                // The file parser catches an explicit policy; the planner's default can
+                // only be checked here.
+                refused.get_or_insert_with(|| format!("tasks[{i}] ({}): {why}", t.name));
+                numa.push(None);
+            }
+        }
+    }
     if let Some(reason) = refused {
         world.resource_mut::<Outbox>().0.push(Command::Reject {
             job: spec.name.clone(),
@@ -69,7 +86,6 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
         state.reason = Some(reason);
         let gang_min = spec.gang_minimum();
         let name = spec.name.clone();
-        let numa = spec.tasks.iter().map(|_| None).collect();
         let job = Job {
             spec: std::sync::Arc::new(spec),
             gang_min,
@@ -86,6 +102,47 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
         return;
     }
     let job_e = world.spawn_empty().id();
+    let parts = spawn_parts(world, job_e, &spec);
+    world.resource_mut::<JobNames>().0.insert(spec.name.clone(), job_e);
+    let trees = world
+        .resource::<QueueTable>()
+        .queues
+        .get(queue.ix())
+        .map(|q| q.trees.clone())
+        .unwrap_or_default();
+    let gang_min = spec.gang_minimum();
+    world.entity_mut(job_e).insert((
+        Job {
+            spec: std::sync::Arc::new(spec),
+            gang_min,
+            sub_jobs: parts.sub_jobs,
+            tasks: parts.tasks,
+            partition_groups: parts.partition_groups,
+            numa,
+            trees,
+        },
+        JobState::new(),
+        JobOwner(owner.into()),
+        id,
+        placed_in,
+        Rank::default(),
+    ));
+}
+
+/// A job's sub-jobs and tasks as `spawn_parts` made them, in the job's order.
+#[derive(Debug, Default)]
+pub(crate) struct Parts {
+    /// Its sub-jobs (see `Job::sub_jobs`).
+    pub(crate) sub_jobs: Vec<Entity>,
+    /// Its tasks, pending (see `Job::tasks`).
+    pub(crate) tasks: Vec<Entity>,
+    /// Its partition groups (see `Job::partition_groups`).
+    pub(crate) partition_groups: Vec<(usize, u32)>,
+}
+
+/// Spawns the sub-jobs and the pending tasks `spec` makes for job `job_e`: at admission,
+/// and again for a job whose parts were shed while it was rejected (`jobs::shed`).
+pub(crate) fn spawn_parts(world: &mut World, job_e: Entity, spec: &JobSpec) -> Parts {
     let mut sub_jobs: Vec<Entity> = Vec::new();
     let mut tasks: Vec<Entity> = Vec::new();
     let mut partition_groups = Vec::new();
@@ -102,8 +159,7 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
     let mut members: Vec<(Entity, Vec<Entity>)> = Vec::new();
     // `segments`: every segment a sub-job (parents first); per rank its innermost one's
     // place in `members`, and per place the one outside it.
-    let (seg_slot, seg_parent) =
-        spawn_segments(world, job_e, &spec, &mut sub_jobs, &mut members, &mut partition_groups);
+    let (seg_slot, seg_parent) = spawn_segments(world, job_e, spec, &mut sub_jobs, &mut members, &mut partition_groups);
     let mut rank = 0usize;
     for (role, t) in spec.tasks.iter().enumerate() {
         let mut partition_sjs = Vec::new();
@@ -220,49 +276,11 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
             s.tasks = ts;
         }
     }
-    world.resource_mut::<JobNames>().0.insert(spec.name.clone(), job_e);
-    let trees = world
-        .resource::<QueueTable>()
-        .queues
-        .get(queue.ix())
-        .map(|q| q.trees.clone())
-        .unwrap_or_default();
-    let default_policy = world.resource::<PlannerConfig>().numa.default_policy;
-    let mut state = JobState::new();
-    let mut numa = Vec::with_capacity(spec.tasks.len());
-    for (i, t) in spec.tasks.iter().enumerate() {
-        match task_numa(t, default_policy) {
-            Ok(n) => numa.push(n),
-            Err(why) => {
-                // The file parser catches an explicit policy; the planner's default can
-                // only be checked here.
-                let why = format!("tasks[{i}] ({}): {why}", t.name);
-                state.phase = JobPhase::Rejected;
-                state.reason = Some(why.clone());
-                world.resource_mut::<Outbox>().0.push(Command::Reject {
-                    job: spec.name.clone(),
-                    reason: why,
-                });
-                numa.push(None);
-            }
-        }
+    Parts {
+        sub_jobs,
+        tasks,
+        partition_groups,
     }
-    world.entity_mut(job_e).insert((
-        Job {
-            spec: std::sync::Arc::new(spec),
-            gang_min,
-            sub_jobs,
-            tasks,
-            partition_groups,
-            numa,
-            trees,
-        },
-        state,
-        JobOwner(owner.into()),
-        id,
-        placed_in,
-        Rank::default(),
-    ));
 }
 
 /// The sub-jobs of a job's `segments` (none without), pushed to `sub_jobs` and

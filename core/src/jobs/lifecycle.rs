@@ -31,6 +31,7 @@ use crate::model::components::{Job, JobPhase, JobState, Node, SubJobState, Task,
 use crate::model::events::TaskOnNode;
 use crate::model::health::Heartbeats;
 use crate::model::jobstate::StateRecord;
+use crate::model::strays::Strays;
 use crate::model::taskrun::TaskRun;
 use crate::model::tick::{Now, Outbox};
 use crate::names::{JobNames, NodeNames};
@@ -63,8 +64,10 @@ pub fn job_status(st: &JobState) -> JobStatus {
 }
 
 /// `Event::Cancel`: tasks on agents' nodes are killed and hold their resources until
-/// their ends arrive; the others stop now. Tasks not placed never will be.
-pub(crate) fn cancel(world: &mut World, name: &str, grace_secs: u64) {
+/// their ends arrive; the others stop now. Tasks not placed never will be. A job already
+/// being stopped (preempted, failed, cancelled before) keeps the shorter of its grace and
+/// this one; `by_admin`: it is killed at once (grace 0).
+pub(crate) fn cancel(world: &mut World, name: &str, grace_secs: u64, by_admin: bool) {
     let Some(&job_e) = world.resource::<JobNames>().0.get(name) else {
         world
             .resource_mut::<Outbox>()
@@ -91,6 +94,11 @@ pub(crate) fn cancel(world: &mut World, name: &str, grace_secs: u64) {
         }
         JobPhase::Running | JobPhase::Ending => {}
     }
+    let grace_secs = match st.kill {
+        _ if by_admin && st.phase == JobPhase::Ending => 0,
+        Some((_, before)) => before.min(grace_secs),
+        None => grace_secs,
+    };
     // A verdict already decided (a failed task, the time limit) stands; a requeue does not.
     if st.verdict.is_none() {
         st.verdict = Some(Verdict::Cancelled);
@@ -186,8 +194,14 @@ pub(crate) fn tasks_on_node(world: &mut World, node: &str, tasks: Vec<TaskOnNode
     if let Some(mut h) = world.get_mut::<Heartbeats>(node_e) {
         h.bypass_change_detection().listed_ms = Some(now);
     }
+    let mut strays: Option<Strays> = None;
     for t in tasks {
         let Some((job_e, task_e)) = running_task(world, node, (&t.job, t.job_id), (t.index, &t.task)) else {
+            let s = strays.get_or_insert_with(|| Strays {
+                count: 0,
+                first: format!("{}.{}/{}", t.job, t.job_id, t.task),
+            });
+            s.count = s.count.saturating_add(1);
             world.resource_mut::<Outbox>().0.push(Command::Kill {
                 node: node_name.clone(),
                 job: Arc::from(t.job.as_str()),
@@ -230,6 +244,38 @@ pub(crate) fn tasks_on_node(world: &mut World, node: &str, tasks: Vec<TaskOnNode
             .and_then(|st| st.kill);
         if let Some((why, grace_secs)) = ending {
             kill(world, job_e, task_e, node_name.clone(), why, grace_secs);
+        }
+    }
+    mark_strays(world, node_e, &node_name, strays);
+}
+
+/// Keeps node `e`'s [`Strays`] as its agent's list says: its resources stay closed to new
+/// tasks while a task the planner no longer counts runs there (said once in the log).
+fn mark_strays(world: &mut World, e: Entity, node: &str, now: Option<Strays>) {
+    let before = world.get::<Strays>(e).cloned();
+    match (before, now) {
+        (None, None) => {}
+        (Some(_), None) => {
+            world.entity_mut(e).remove::<Strays>();
+            let line =
+                format!("node {node}: the tasks the planner no longer counted there have ended; it takes tasks again");
+            world.resource_mut::<Outbox>().0.push(Command::Info(line));
+        }
+        (before, Some(now)) => {
+            if before.is_none() {
+                let line = format!(
+                    "node {node}: {} task{} the planner no longer counts still run{} there ({}{}); killed, and the node takes no new task until they have ended",
+                    now.count,
+                    if now.count == 1 { "" } else { "s" },
+                    if now.count == 1 { "s" } else { "" },
+                    now.first,
+                    if now.count > 1 { ", …" } else { "" },
+                );
+                world.resource_mut::<Outbox>().0.push(Command::Warn(line));
+            }
+            if before.as_ref() != Some(&now) {
+                world.entity_mut(e).insert(now);
+            }
         }
     }
 }

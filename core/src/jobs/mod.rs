@@ -2,12 +2,16 @@
 //! ([`ownership`]), how its tasks start and end and what that decides ([`lifecycle`]),
 //! and the systems that tidy after the allocator's work: `recover` (a job's
 //! AllocatedHyperNode), [`replace`] (tasks lost with their node started again, or the
-//! job requeued or failed) and `retire` (a job that ended leaves the per-tick scans).
+//! job requeued or failed), [`shed`] (a rejected job keeps no entity per replica),
+//! `retire` (a job that ended leaves the per-tick scans) and [`forget`] (ended jobs past
+//! the limits leave memory).
 
 pub mod admit;
+pub mod forget;
 pub mod lifecycle;
 pub mod ownership;
 pub(crate) mod recover;
 pub mod replace;
 pub(crate) mod retire;
 pub mod segments;
+pub mod shed;

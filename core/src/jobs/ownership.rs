@@ -39,8 +39,8 @@ pub struct CountedLive(pub bool);
 /// After `dispatch`, before `retire`: a job whose state changed moves its owner's count
 /// when it turned live or ended, so a tick costs a look at the changed jobs of those not
 /// retired, not a recount of every job (a recount was a tenth of a 50,000-node tick).
-/// Before `retire`, so a job that ends in this tick is still seen; jobs are never
-/// despawned once counted (`retire` marks them), so the counts stay exact.
+/// Before `retire`, so a job that ends in this tick is still seen; a job is despawned
+/// only once it ended and no longer counts (`forget`), so the counts stay exact.
 pub fn count_live(
     mut changed: Query<(Entity, &JobOwner, &JobState, Option<&mut CountedLive>), LiveChanged<JobState>>,
     mut counts: ResMut<LiveByOwner>,
@@ -103,7 +103,7 @@ pub enum SubmitError {
     /// The batch would leave its submitter with more jobs that have not ended than
     /// `[limits]` allows.
     #[error(
-        "{owner} has {live} job(s) that have not ended; {more} more would pass [limits] maxJobsPerUser = {limit} (cancel some, or wait for them to end)"
+        "{owner} has {live} job(s) that have not ended (pending, running, or rejected and waiting for the cluster to change); {more} more would pass [limits] maxJobsPerUser = {limit} (cancel some, or wait for them to end)"
     )]
     TooManyJobs {
         /// The user submitting.
@@ -124,6 +124,18 @@ pub enum SubmitError {
         priority: i32,
         /// The highest a plain user may ask for ([`DEFAULT_PRIORITY`]).
         cap: i32,
+    },
+    /// A job's `preemptGrace` is longer than the site allows.
+    #[error(
+        "job {job}: preemptGrace {grace} s is longer than {max} s, the most this planner gives ([preemption] maxGrace)"
+    )]
+    GraceTooLong {
+        /// The job's name.
+        job: String,
+        /// The grace it asks for, in seconds.
+        grace: u64,
+        /// `[preemption] maxGrace`.
+        max: u64,
     },
     /// A job name is taken or repeated in the batch.
     #[error(transparent)]
@@ -202,6 +214,14 @@ pub enum CancelError {
         /// Who submitted it: for the planner's log, not the text.
         owner: String,
     },
+    /// `--grace` is longer than the site allows.
+    #[error("--grace {grace} s is longer than {max} s, the most this planner gives a cancel ([limits] maxCancelGrace)")]
+    GraceTooLong {
+        /// The grace asked for, in seconds.
+        grace: u64,
+        /// `[limits] maxCancelGrace`.
+        max: u64,
+    },
 }
 
 /// The one check of job names, for every driver: each of `names` (in order) must be new
@@ -257,7 +277,15 @@ impl Planner {
     pub fn check_submission(&mut self, jobs: &[JobSpec], caller: Caller<'_>) -> Result<(), SubmitError> {
         let owner = caller.user;
         let limits = self.world.resource::<PlannerConfig>().limits;
+        let max_grace = self.world.resource::<PlannerConfig>().preemption.max_grace;
         for j in jobs {
+            if let Some(grace) = j.run.preempt_grace.filter(|&g| g > max_grace) {
+                return Err(SubmitError::GraceTooLong {
+                    job: j.name.clone(),
+                    grace,
+                    max: max_grace,
+                });
+            }
             let tasks = task_count(j);
             if tasks > limits.max_tasks_per_job {
                 return Err(SubmitError::TooManyTasks {
@@ -472,6 +500,7 @@ mod tests {
         p.push(Event::Cancel {
             job: "j".into(),
             grace_secs: 0,
+            by_admin: false,
         });
         p.tick(1);
         assert_eq!(p.check_job_names(["j"]), Ok(()));
@@ -515,6 +544,7 @@ mod tests {
         p.push(Event::Cancel {
             job: "waiter".into(),
             grace_secs: 0,
+            by_admin: false,
         });
         p.tick(1);
         assert_eq!(status(&mut p), Some((JobStatus::Cancelled, false)));

@@ -35,6 +35,8 @@ pub struct Placement {
     /// Which placement of the task this is: its job's requeues plus its restarts (see
     /// `StateRecord`); an agent that ran an earlier one starts this one.
     pub run: u32,
+    /// The job's `MASTER_PORT` (see `StateRecord::master_port`).
+    pub master_port: u16,
 }
 
 impl Placement {
@@ -57,6 +59,7 @@ impl PartialEq for Placement {
             && self.node == other.node
             && self.rank == other.rank
             && self.run == other.run
+            && self.master_port == other.master_port
             && self.role == other.role
             && self.job_id == other.job_id
             && self.owner == other.owner

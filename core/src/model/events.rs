@@ -111,11 +111,15 @@ pub enum Event {
     /// Cancel a job: its tasks that run on agents' nodes are killed (SIGTERM, SIGKILL
     /// `grace_secs` later) and hold their resources until their ends are reported; the
     /// others (the simulator's) end at once.
+    /// A cancel of a job already being stopped shortens its grace when its own is shorter;
+    /// an admin's kills it at once.
     Cancel {
         /// The job's name.
         job: String,
         /// Seconds from SIGTERM to SIGKILL.
         grace_secs: u64,
+        /// An admin asked: a job whose tasks are already being stopped gets SIGKILL now.
+        by_admin: bool,
     },
     /// An admin drains nodes (`hyperplan nodes drain`): they take no new task; with
     /// `now` their running tasks end as a lost node's do (see `nodes::drain`). Checked by
@@ -189,6 +193,22 @@ pub enum Event {
         node: String,
         /// Every task its agent runs now.
         tasks: Vec<TaskOnNode>,
+    },
+    /// The ports of the `MASTER_PORT` range bound on a node now (each heartbeat): a job's
+    /// `MASTER_PORT` is chosen among the others.
+    PortsInUse {
+        /// The node's name.
+        node: String,
+        /// The ports, in any order.
+        ports: Vec<u16>,
+    },
+    /// Whether a node's agent can start tasks now (each heartbeat): `Some(why)` while its
+    /// shepherds' forks fail (out of processes or memory), when the node takes no new task.
+    NodeStrained {
+        /// The node's name.
+        node: String,
+        /// Why it cannot, in its agent's words; `None`: it can.
+        reason: Option<String>,
     },
 }
 

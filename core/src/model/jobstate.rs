@@ -175,6 +175,11 @@ pub struct StateRecord {
     /// keeping their ranks (see `jobs::replace`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replacing: Vec<u32>,
+    /// Its `MASTER_PORT`, chosen free on rank 0's node when it was first placed (its
+    /// `masterPort` when it gives one) and kept while it runs; `None` until then, and again
+    /// after a requeue (which places it anew).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master_port: Option<u16>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -219,6 +224,7 @@ impl StateRecord {
             restarts: 0,
             requeues: 0,
             replacing: Vec::new(),
+            master_port: None,
         }
     }
 }

@@ -45,7 +45,9 @@ pub struct JobRecord {
     pub spec: JobSpec,
     /// Its durable state: phase, times, verdict, exit code.
     pub state: StateRecord,
-    /// In the job's task order (spec order, then replica index).
+    /// In the job's task order (spec order, then replica index). Empty for a job none of
+    /// whose tasks was placed that is stored at submit or rejected: its spec makes them,
+    /// pending (`restore`), so such a record is its spec, not one record per replica.
     pub tasks: Vec<TaskRecord>,
     /// Per sub-job, in the job's order: its AllocatedHyperNode.
     pub sub_jobs: Vec<Option<String>>,
@@ -115,8 +117,22 @@ impl AssignmentRecord {
 }
 
 impl JobRecord {
-    /// A job as just submitted: pending, nothing placed. The daemon writes it before it
-    /// acknowledges the submission (the core makes the job at its next tick).
+    /// A job as the daemon writes it at submit, before it acknowledges the submission:
+    /// pending, nothing placed, no task listed (see [`JobRecord::tasks`]).
+    pub fn at_submit(id: u64, owner: &str, spec: JobSpec) -> Self {
+        Self {
+            id,
+            owner: owner.to_string(),
+            spec,
+            state: StateRecord::new(),
+            tasks: Vec::new(),
+            sub_jobs: Vec::new(),
+            requeued: 0,
+        }
+    }
+
+    /// A job as just submitted with each of its tasks listed, pending: as the persist
+    /// system writes a waiting job.
     pub fn submitted(id: u64, owner: &str, spec: JobSpec) -> Self {
         let tasks = spec
             .tasks

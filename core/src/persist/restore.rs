@@ -197,7 +197,10 @@ fn restore_job(world: &mut World, rec: JobRecord, now_ms: u64) -> Result<(), Why
         .get(&name)
         .ok_or(WhyNotRestored::Refused)?;
     let job = world.get::<Job>(job_e).cloned().ok_or(WhyNotRestored::Refused)?;
-    if job.tasks.len() != rec.tasks.len() || job.sub_jobs.len() < rec.sub_jobs.len() {
+    // A record that lists no task is of a job none of whose tasks was placed (one stored
+    // at submit, or rejected): its spec made them all, pending.
+    let listed = !rec.tasks.is_empty();
+    if (listed && job.tasks.len() != rec.tasks.len()) || job.sub_jobs.len() < rec.sub_jobs.len() {
         world.despawn(job_e);
         world.resource_mut::<JobNames>().0.remove(&name);
         return Err(WhyNotRestored::TaskCount {

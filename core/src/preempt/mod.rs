@@ -84,7 +84,11 @@ pub fn preempt(world: &mut World, mut memo: Local<Memo>) {
     if !config.preemption.enabled || world.get_resource::<Awaiting>().is_some_and(|a| a.0 > 0) {
         return;
     }
-    let (max, grace) = (config.preemption.max_per_tick as usize, config.preemption.grace);
+    let (max, grace, max_grace) = (
+        config.preemption.max_per_tick as usize,
+        config.preemption.grace,
+        config.preemption.max_grace,
+    );
     let _span = tracing::info_span!("preempt").entered();
     let now = world.resource::<Now>().secs();
     let generation = world.resource::<TopologyIndex>().generation;
@@ -170,13 +174,7 @@ pub fn preempt(world: &mut World, mut memo: Local<Memo>) {
             "preempting"
         );
         if let Some(mut st) = world.get_mut::<JobState>(e) {
-            st.reason = Some(format!(
-                "preempting {} job{} in {} ({}); it starts when they have ended",
-                victims.len(),
-                if victims.len() == 1 { "" } else { "s" },
-                hyper_node.as_deref().unwrap_or("the cluster"),
-                victims.join(", ")
-            ));
+            st.reason = Some(crate::preempt_reason::preempting(&victims, hyper_node.as_deref()));
             st.nomination = Some(Nomination {
                 hyper_node: hyper_node.clone(),
                 nodes,
@@ -188,8 +186,9 @@ pub fn preempt(world: &mut World, mut memo: Local<Memo>) {
         for (v, victim, why, work) in found.victims {
             let Some(job) = world.get::<Job>(v) else { continue };
             let requeued = job.spec.run.requeue;
-            let grace = job.spec.run.preempt_grace.unwrap_or(grace);
-            let reason = format!("preempted by job {name}: {why}");
+            // A job admitted before the site lowered maxGrace gets no more than it now.
+            let grace = job.spec.run.preempt_grace.unwrap_or(grace).min(max_grace);
+            let reason = format!("{}: {why}", crate::preempt_reason::preempted_by(&name));
             crate::jobs::lifecycle::preempt(world, v, &name, reason, grace);
             world.resource_mut::<Outbox>().0.push(Command::Preempted {
                 victim,

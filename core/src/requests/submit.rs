@@ -92,7 +92,7 @@ impl Planner {
                 &mut spec,
                 Some(caller),
             )?;
-            let record = JobRecord::submitted(id, owner, spec.clone())
+            let record = JobRecord::at_submit(id, owner, spec.clone())
                 .persist()
                 .map_err(|error| SubmitRefused::Encode {
                     job: spec.name.clone(),

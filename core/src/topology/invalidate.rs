@@ -7,7 +7,7 @@
 //!   `NodeHardware` inserted): the node set moved ([`NodeSetGeneration`]; discovery
 //!   sources filter their hosts against it);
 //! - that, or a node's spec or readiness changed (a `Node` inserted again: see
-//!   `model::components::set_node_ready`), a node was drained or resumed (`Drained`), the label types changed, or a discovery
+//!   `model::components::set_node_ready`), a node was drained or resumed (`Drained`), runs tasks the planner no longer counts or no more (`Strays`), its agent cannot start tasks or can again (`Strained`), the label types changed, or a discovery
 //!   source read new input: the HyperNodes and the topology index must be made again
 //!   ([`TopologyDirty`]).
 //!
@@ -22,6 +22,8 @@ use bevy_ecs::world::DeferredWorld;
 use crate::discovery::Sources;
 use crate::model::components::Node;
 use crate::model::drain::Drained;
+use crate::model::strained::Strained;
+use crate::model::strays::Strays;
 use crate::model::tick::{LabelTypes, NodeSetGeneration, TopologyDirty};
 use crate::numa::node::NodeHardware;
 
@@ -47,6 +49,14 @@ pub(crate) fn watch(world: &mut World) {
     world
         .register_component_hooks::<Drained>()
         .on_insert(node_inserted)
+        .on_remove(node_inserted);
+    world
+        .register_component_hooks::<Strays>()
+        .on_add(node_inserted)
+        .on_remove(node_inserted);
+    world
+        .register_component_hooks::<Strained>()
+        .on_add(node_inserted)
         .on_remove(node_inserted);
 }
 

@@ -21,13 +21,24 @@ use crate::topology::{TierCap, TopologyIndex};
 
 /// `None` when no job has that name.
 pub fn explain(world: &World, name: &str) -> Option<Explanation> {
+    explain_naming(world, name, &|n: &str| n.to_string())
+}
+
+/// As [`explain`], every other job it names (a reservation's, a preemption's victims)
+/// named as `other` says: under `privateData` another user's job is not named.
+pub fn explain_naming(world: &World, name: &str, other: &dyn Fn(&str) -> String) -> Option<Explanation> {
     let report = job_report(world, name)?;
     let &e = world.resource::<crate::names::JobNames>().0.get(name)?;
     let job = world.get::<Job>(e)?;
     let index = world.resource::<TopologyIndex>();
     let cap = world.resource::<Capacity>();
 
-    let mut pending = vec![0u64; job.spec.tasks.len()];
+    // A rejected job keeps no task entity (`jobs::shed`): its spec's replicas all wait.
+    let mut pending: Vec<u64> = if job.tasks.is_empty() {
+        job.spec.tasks.iter().map(|t| u64::from(t.replicas)).collect()
+    } else {
+        vec![0u64; job.spec.tasks.len()]
+    };
     let mut placed = 0u64;
     let mut running_nodes = Vec::new();
     for &t in &job.tasks {
@@ -100,7 +111,7 @@ pub fn explain(world: &World, name: &str) -> Option<Explanation> {
                 };
                 let whose = match (&r.window, world.get::<Job>(r.job)) {
                     (Some(w), _) => format!("in maintenance window {w}, {when}"),
-                    (None, Some(j)) => format!("reserved for job {}, {when}", j.spec.name),
+                    (None, Some(j)) => format!("reserved for {}, {when}", named_job(&other(&j.spec.name))),
                     (None, None) => format!("reserved, {when}"),
                 };
                 (r.held.iter().map(|h| h.node).collect(), format!("{whose}; {past}"))
@@ -143,7 +154,7 @@ pub fn explain(world: &World, name: &str) -> Option<Explanation> {
             }
         })
         .collect();
-    let preemption = (report.status == JobStatus::Pending).then(|| preemption(world, e, index));
+    let preemption = (report.status == JobStatus::Pending).then(|| preemption(world, e, index, other));
     Some(Explanation {
         job: report,
         tier_limit,
@@ -155,12 +166,12 @@ pub fn explain(world: &World, name: &str) -> Option<Explanation> {
 
 /// The preemption of a waiting job in words: the one under way, or who it would
 /// preempt now and why (whether preemption is on or not), or why it can preempt no one.
-fn preemption(world: &World, e: Entity, index: &TopologyIndex) -> String {
+fn preemption(world: &World, e: Entity, index: &TopologyIndex, other: &dyn Fn(&str) -> String) -> String {
     let st = world.get::<crate::model::components::JobState>(e);
     if let Some(n) = st.and_then(|s| s.nomination.as_ref()) {
         return format!(
             "under way: preempting {} in {}; nodes {} held for it until they have ended",
-            n.victims.join(", "),
+            n.victims.iter().map(|v| other(v)).collect::<Vec<_>>().join(", "),
             n.hyper_node.as_deref().unwrap_or("the cluster"),
             n.nodes.join(",")
         );
@@ -181,7 +192,11 @@ fn preemption(world: &World, e: Entity, index: &TopologyIndex) -> String {
             } else {
                 index.hns[f.hn.ix()].name.clone()
             };
-            let who: Vec<String> = f.victims.iter().map(|(_, n, why, _)| format!("{n} ({why})")).collect();
+            let who: Vec<String> = f
+                .victims
+                .iter()
+                .map(|(_, n, why, _)| format!("{} ({why})", other(n)))
+                .collect();
             format!(
                 "{lead}it would preempt {} job{} in {h}, losing {} CPU-seconds of work: {}",
                 f.victims.len(),
@@ -191,5 +206,14 @@ fn preemption(world: &World, e: Entity, index: &TopologyIndex) -> String {
             )
         }
         Err(no) => format!("{lead}none: {}", no.0),
+    }
+}
+
+/// `job NAME`, or a hidden job's words as they are (`another user's job`).
+fn named_job(shown: &str) -> String {
+    if shown == crate::caller::ANOTHER_USERS_JOB {
+        shown.to_string()
+    } else {
+        format!("job {shown}")
     }
 }

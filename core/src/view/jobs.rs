@@ -16,10 +16,21 @@ use crate::topology::TopologyIndex;
 
 /// Every job, in (priority, submit time, name, id) order.
 pub fn job_reports(world: &World) -> Vec<JobReport> {
+    job_heads(world)
+        .into_iter()
+        .map(|(e, mut head)| {
+            head.tasks = job_tasks(world, e, 0).collect();
+            head
+        })
+        .collect()
+}
+
+/// Every job with its entity, in [`job_reports`]' order, each report without its
+/// tasks ([`job_tasks`] makes them): a status page makes the task reports it sends only.
+pub(crate) fn job_heads(world: &World) -> Vec<(Entity, JobReport)> {
     let Some(mut q) = super::read::<(Entity, &Job, &JobState, Option<&JobOwner>, Option<&JobId>)>(world) else {
         return Vec::new();
     };
-    let index = world.resource::<TopologyIndex>();
     let waiting = WaitingOrder::of(world);
     let mut jobs: Vec<_> = q.iter(world).collect();
     jobs.sort_by(|a, b| {
@@ -31,8 +42,19 @@ pub fn job_reports(world: &World) -> Vec<JobReport> {
             .then(a.4.cmp(&b.4))
     });
     jobs.iter()
-        .map(|(e, job, st, owner, id)| report(world, index, *e, job, st, *owner, *id, &waiting))
+        .map(|(e, job, st, owner, id)| (*e, head(world, *e, job, st, *owner, *id, &waiting)))
         .collect()
+}
+
+/// The task reports of job `e` from its task `from` (in the job's task order), made as
+/// they are taken.
+pub(crate) fn job_tasks(world: &World, e: Entity, from: usize) -> impl Iterator<Item = TaskReport> + '_ {
+    let index = world.resource::<TopologyIndex>();
+    let job = world.get::<Job>(e);
+    let tracked = job.is_some_and(|job| tracked(world, job));
+    job.into_iter()
+        .flat_map(move |job| job.tasks.iter().skip(from).map(move |&t| (job, t)))
+        .filter_map(move |(job, t)| task_report(world, index, job, t, tracked))
 }
 
 /// `reports` with only the newest job (highest id) of each name, in their order: what a
@@ -65,6 +87,18 @@ pub fn job_report(world: &World, name: &str) -> Option<JobReport> {
     );
     let waiting = WaitingOrder::of(world);
     Some(report(world, index, e, job, st, owner, world.get::<JobId>(e), &waiting))
+}
+
+/// Whether the job's tasks have run fields: placed on agents' nodes (the simulator's
+/// have none).
+fn tracked(world: &World, job: &Job) -> bool {
+    job.tasks.iter().any(|&t| {
+        world.get::<TaskRun>(t).is_some()
+            || world
+                .get::<TaskState>(t)
+                .and_then(|ts| ts.node)
+                .is_some_and(|n| world.get::<Heartbeats>(n).is_some())
+    })
 }
 
 /// The waiting jobs in the walk's order (see `order`), for each one's rank.
@@ -102,64 +136,72 @@ fn report(
     id: Option<&JobId>,
     waiting: &WaitingOrder,
 ) -> JobReport {
-    let status = job_status(st);
-    // Run fields only for a job placed on agents' nodes (the simulator's have none).
-    let tracked = job.tasks.iter().any(|&t| {
-        world.get::<TaskRun>(t).is_some()
-            || world
-                .get::<TaskState>(t)
-                .and_then(|ts| ts.node)
-                .is_some_and(|n| world.get::<Heartbeats>(n).is_some())
-    });
-    let tasks = job
+    let mut r = head(world, e, job, st, owner, id, waiting);
+    let tracked = tracked(world, job);
+    r.tasks = job
         .tasks
         .iter()
-        .filter_map(|&t| {
-            Some((
-                world.get::<Task>(t)?,
-                world.get::<TaskState>(t)?,
-                world.get::<TaskRun>(t),
-            ))
-        })
-        .map(|(task, ts, run)| {
-            let placed = ts.phase != TaskPhase::Pending;
-            let node = ts.node.filter(|_| placed);
-            let slot = node.and_then(|n| world.get::<NodeSlot>(n));
-            let pinned = node.and_then(|n| world.get::<NodeHardware>(n)).zip(ts.numa.as_ref());
-            let end = run.and_then(|r| r.end.as_ref());
-            TaskReport {
-                state: tracked.then(|| task_status(ts, run)),
-                exit_code: end.and_then(|e| e.exit_code),
-                signal: end.and_then(|e| e.signal),
-                pid: run.and_then(|r| r.pid),
-                start_time: run.and_then(|r| r.start_ms),
-                end_time: end.map(|e| e.end_time_ms),
-                cpu_seconds: end.map(|e| e.cpu_seconds),
-                max_rss_bytes: end.map(|e| e.max_rss_bytes),
-                reason: end.and_then(|e| e.reason.clone()),
-                cpu_cores: run.and_then(|r| r.cpu_cores),
-                rss_bytes: run.and_then(|r| r.rss_bytes),
-                name: task.name.to_string(),
-                rank: ts.rank.filter(|_| placed),
-                sub_job: world
-                    .get::<SubJob>(task.sub_job)
-                    .map(|s| s.id.clone())
-                    .unwrap_or_default(),
-                node: node.and_then(|n| world.get::<Node>(n)).map(|n| n.name.to_string()),
-                hyper_nodes: slot.map(|s| index.hyper_node_names_of(s.0)).unwrap_or_default(),
-                cpus: pinned
-                    .filter(|(_, a)| !a.pus.is_empty())
-                    .map(|(hw, a)| hw.0.cpu_list(a)),
-                numa_nodes: pinned.map(|(hw, a)| hw.0.numa_nodes(a)).unwrap_or_default(),
-                memory_numa: pinned
-                    .map(|(hw, a)| hw.0.memory(a).into_iter().collect())
-                    .unwrap_or_default(),
-                gpus: pinned.map(|(hw, a)| strings(hw.0.gpus(a))).unwrap_or_default(),
-                nics: pinned.map(|(hw, a)| strings(hw.0.nics(a))).unwrap_or_default(),
-                working_dir: job.spec.working_dir(task.role),
-            }
-        })
+        .filter_map(|&t| task_report(world, index, job, t, tracked))
         .collect();
+    r
+}
+
+/// Task `t` of `job`, as people see it; `tracked`: see [`tracked`].
+fn task_report(world: &World, index: &TopologyIndex, job: &Job, t: Entity, tracked: bool) -> Option<TaskReport> {
+    let (task, ts, run) = (
+        world.get::<Task>(t)?,
+        world.get::<TaskState>(t)?,
+        world.get::<TaskRun>(t),
+    );
+    let placed = ts.phase != TaskPhase::Pending;
+    let node = ts.node.filter(|_| placed);
+    let slot = node.and_then(|n| world.get::<NodeSlot>(n));
+    let pinned = node.and_then(|n| world.get::<NodeHardware>(n)).zip(ts.numa.as_ref());
+    let end = run.and_then(|r| r.end.as_ref());
+    Some(TaskReport {
+        state: tracked.then(|| task_status(ts, run)),
+        exit_code: end.and_then(|e| e.exit_code),
+        signal: end.and_then(|e| e.signal),
+        pid: run.and_then(|r| r.pid),
+        start_time: run.and_then(|r| r.start_ms),
+        end_time: end.map(|e| e.end_time_ms),
+        cpu_seconds: end.map(|e| e.cpu_seconds),
+        max_rss_bytes: end.map(|e| e.max_rss_bytes),
+        reason: end.and_then(|e| e.reason.clone()),
+        cpu_cores: run.and_then(|r| r.cpu_cores),
+        rss_bytes: run.and_then(|r| r.rss_bytes),
+        name: task.name.to_string(),
+        rank: ts.rank.filter(|_| placed),
+        sub_job: world
+            .get::<SubJob>(task.sub_job)
+            .map(|s| s.id.clone())
+            .unwrap_or_default(),
+        node: node.and_then(|n| world.get::<Node>(n)).map(|n| n.name.to_string()),
+        hyper_nodes: slot.map(|s| index.hyper_node_names_of(s.0)).unwrap_or_default(),
+        cpus: pinned
+            .filter(|(_, a)| !a.pus.is_empty())
+            .map(|(hw, a)| hw.0.cpu_list(a)),
+        numa_nodes: pinned.map(|(hw, a)| hw.0.numa_nodes(a)).unwrap_or_default(),
+        memory_numa: pinned
+            .map(|(hw, a)| hw.0.memory(a).into_iter().collect())
+            .unwrap_or_default(),
+        gpus: pinned.map(|(hw, a)| strings(hw.0.gpus(a))).unwrap_or_default(),
+        nics: pinned.map(|(hw, a)| strings(hw.0.nics(a))).unwrap_or_default(),
+        working_dir: job.spec.working_dir(task.role),
+    })
+}
+
+/// The job's report without its tasks.
+fn head(
+    world: &World,
+    e: Entity,
+    job: &Job,
+    st: &JobState,
+    owner: Option<&JobOwner>,
+    id: Option<&JobId>,
+    waiting: &WaitingOrder,
+) -> JobReport {
+    let status = job_status(st);
     JobReport {
         id: id.map_or(0, |i| i.0),
         name: job.spec.name.clone(),
@@ -171,7 +213,7 @@ fn report(
         allocated_hyper_node: st.allocated_hyper_node.clone(),
         owner: owner.map(|o| o.0.to_string()),
         exit_code: st.exit_code,
-        tasks,
+        tasks: Vec::new(),
         reservation: st
             .reservation
             .clone()

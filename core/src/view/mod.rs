@@ -12,14 +12,16 @@ mod queues;
 mod ranks;
 mod stored;
 
-pub use explain::explain;
+pub use explain::{explain, explain_naming};
 pub use hypernodes::hyper_node_tree;
+pub(crate) use jobs::{job_heads, job_tasks};
 pub use jobs::{job_report, job_reports, newest_of_each_name};
 pub use manifests::resolved_specs;
 pub use nodes::node_statuses;
-pub use queues::queue_statuses;
+pub use queues::{queue_statuses, queue_statuses_showing};
 pub use ranks::{hyper_nodes_of, job_ranks};
 pub use stored::stored_report;
+pub(crate) use stored::{stored_head, stored_tasks};
 
 use hyperplan_shared::report::JobReport;
 use hyperplan_shared::status::{Explanation, HyperNodeTree, NodeStatus, QueuesReport};
@@ -57,9 +59,25 @@ impl Planner {
         queue_statuses(self.world())
     }
 
+    /// Every queue as `caller` may read it: under `privateData` a plain user gets the
+    /// queues' totals and their own share only (`hyperplan queues`).
+    pub fn queues_for(&self, caller: crate::caller::Caller<'_>) -> QueuesReport {
+        queue_statuses_showing(self.world(), |user| caller.sees_user(user))
+    }
+
     /// Every job the world holds, as `hyperplan status --all` reports it.
     pub fn jobs(&self) -> Vec<JobReport> {
         job_reports(self.world())
+    }
+
+    /// As [`Planner::explain`], for `caller`: under `privateData` the other jobs it
+    /// names (its preemption's victims, the job that preempted it, a reservation's job)
+    /// are named only where `caller` may see them.
+    pub fn explain_for(&self, name: &str, caller: crate::caller::Caller<'_>) -> Option<Explanation> {
+        let other = |n: &str| caller.job_name(n, |o| self.sees_job(o, caller));
+        let mut e = explain_naming(self.world(), name, &other)?;
+        self.hide_other_jobs(caller, &mut e.job);
+        Some(e)
     }
 
     /// The newest job of that name.

@@ -14,6 +14,8 @@ use crate::discovery::nvlink::{DOMAIN_TIER, PARTITION_TIER};
 use crate::model::components::{Node, NodeNvlink, NodeSlot, TaskState};
 use crate::model::drain::{Drain, Drains};
 use crate::model::ids::NodeIdx;
+use crate::model::strained::Strained;
+use crate::model::strays::Strays;
 use crate::nodes::health::heard_secs_ago;
 use crate::nodes::refusals::Refusals;
 use crate::numa::node::{NodeHardware, is_gpu_resource};
@@ -74,7 +76,24 @@ pub fn node_statuses(world: &World) -> Vec<NodeStatus> {
                 last_heartbeat_secs: heard_secs_ago(world, e),
                 running_tasks: running.get(&e).copied().unwrap_or(0),
                 confinement: None, // the agent's word, filled by the planner's driver
-                reason: None,
+                // Its CPUs are not free while a task the planner no longer counts runs.
+                reason: world
+                    .get::<Strays>(e)
+                    .map(|s| {
+                        format!(
+                            "takes no new task until {} task{} the planner no longer counts {} ended ({})",
+                            s.count,
+                            if s.count == 1 { "" } else { "s" },
+                            if s.count == 1 { "has" } else { "have" },
+                            s.first
+                        )
+                    })
+                    // Its agent cannot start tasks now.
+                    .or_else(|| {
+                        world
+                            .get::<Strained>(e)
+                            .map(|s| format!("takes no new task until its agent can start them again: {}", s.0))
+                    }),
                 drain: None,
                 nvlink: node.nvlink.as_ref().map(|v| nvlink_status(v, slot.map(|s| s.0), index)),
             }

@@ -17,6 +17,12 @@ const TOP_USERS: usize = 5;
 
 /// Every queue, `default` first, then by name.
 pub fn queue_statuses(world: &World) -> QueuesReport {
+    queue_statuses_showing(world, |_| true)
+}
+
+/// As [`queue_statuses`], with per-user figures only of the users `shown` accepts (the
+/// busiest of them): under `privateData` a plain user's own, the queues' totals whole.
+pub fn queue_statuses_showing(world: &World, shown: impl Fn(&str) -> bool) -> QueuesReport {
     let table = world.resource::<QueueTable>();
     let used = world.resource::<QueueUse>();
     let usage = world.resource::<Usage>();
@@ -62,7 +68,7 @@ pub fn queue_statuses(world: &World) -> QueuesReport {
             let mut top: Vec<UserShare> = usage
                 .accounts
                 .iter()
-                .filter(|((qi, _), _)| qi.ix() == i)
+                .filter(|((qi, u), _)| qi.ix() == i && shown(users.name(*u)))
                 .map(|(&(qi, u), a)| UserShare {
                     user: users.name(u).to_string(),
                     usage: a.at(now, half_life),

@@ -96,13 +96,21 @@ pub async fn serve(
     let reader = async {
         loop {
             match read_frame::<AgentMessage, _>(&mut recv, max_frame).await {
-                Ok(Some(AgentMessage::Heartbeat { seq, running_tasks, .. })) => {
+                Ok(Some(AgentMessage::Heartbeat {
+                    seq,
+                    running_tasks,
+                    ports_in_use,
+                    strained,
+                    ..
+                })) => {
                     if to_core
                         .send(ToCore::Agent(FromAgent::Heartbeat {
                             node: node.clone(),
                             link_id: id,
                             seq,
                             running: running_tasks,
+                            ports_in_use,
+                            strained,
                         }))
                         .is_err()
                     {

@@ -18,7 +18,6 @@ use hyperplan_core::{Placement, Planner};
 use hyperplan_net::messages::{JobWorld, LaunchTask, PlannerToAgent};
 use hyperplan_shared::cpulist::{format_cpu_list, parse_cpu_list};
 use hyperplan_shared::job::LaunchMode;
-use hyperplan_shared::taskenv::default_master_port;
 
 /// What a batch job's tasks other than rank 0 run: nothing but holding their node.
 pub const HOLD_COMMAND: [&str; 2] = ["sleep", "infinity"];
@@ -139,7 +138,7 @@ fn job_world(
         nodes,
         node_of_rank,
         master_addr: address_of(master).unwrap_or_else(|| master.to_string()),
-        master_port: p.spec.run.master_port.unwrap_or_else(|| default_master_port(p.job_id)),
+        master_port: p.master_port,
         launch: p.spec.run.launch,
         restart,
     }
@@ -244,7 +243,7 @@ mod tests {
         let world = &worlds[0];
         assert_eq!(world.node_of_rank.len(), 4);
         assert_eq!(world.job_id, 1);
-        assert_eq!(world.master_port, default_master_port(1));
+        assert_eq!(world.master_port, hyperplan_shared::taskenv::default_master_port(1));
         let master = &world.nodes[world.node_of_rank[0] as usize];
         assert_eq!(world.master_addr, format!("10.0.0.{}", &master[1..]));
         let mut ranks: Vec<u32> = launches.iter().map(|(_, l)| l.rank).collect();

@@ -9,12 +9,19 @@
 //! an admin's certificate of the cluster CA (a browser with it imported), or whoever
 //! shows the token of `[web] tokenFile` (a reverse proxy's `Authorization: Bearer`, or a
 //! browser's `?token=` once, kept as an HttpOnly cookie). Nothing here changes anything.
+//! What of other people's jobs each sees follows `[server] privateData` (see [`state`]).
+//!
+//! Live streams hold a connection each for as long as they are open: one certificate may
+//! hold [`STREAMS_PER_CERT`] at once and the token [`STREAMS_BY_TOKEN`], so that no one
+//! takes all of the server's connections from everyone else; one more is refused with
+//! 429 (the page then reads `/api/state` every few seconds instead).
 
 pub mod state;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -24,6 +31,7 @@ use hyperplan_net::http::{self, Body, Peer};
 use hyperplan_net::tls::TlsMaterial;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use self::state::{Snapshot, Viewer};
 use crate::metrics::serve::Leading;
 use crate::server::ToCore;
 
@@ -42,11 +50,77 @@ const PING_EVERY: Duration = Duration::from_secs(20);
 /// The cookie that carries the token after `?token=`.
 const COOKIE: &str = "hyperplan_token";
 
+/// Live streams (`/api/events`) one certificate may hold at once: a few browsers' tabs
+/// (counted by its user and role: several certificates of one user count together).
+pub const STREAMS_PER_CERT: usize = 8;
+
+/// Live streams the token's holders may hold at once together (a reverse proxy in front
+/// of many people): half the server's connections, the rest left to certificates.
+pub const STREAMS_BY_TOKEN: usize = http::MAX_CONNECTIONS / 2;
+
+// Certificates keep connections whatever the token's holders hold.
+const _: () = assert!(STREAMS_BY_TOKEN + STREAMS_PER_CERT <= http::MAX_CONNECTIONS);
+
 struct Ctx {
     token: Option<String>,
     leading: Leading,
     /// The latest state for live viewers (`None` until one connects).
-    latest: watch::Sender<Option<Bytes>>,
+    latest: watch::Sender<Option<Arc<Snapshot>>>,
+    streams: Arc<Streams>,
+}
+
+/// The live streams open, per viewer (a certificate's user and role, or the token).
+#[derive(Debug, Default)]
+struct Streams(Mutex<HashMap<Viewer, usize>>);
+
+/// One open stream, counted until it is dropped (the stream ended or was refused).
+#[derive(Debug)]
+struct StreamSlot {
+    streams: Arc<Streams>,
+    viewer: Viewer,
+}
+
+impl Streams {
+    /// The most streams `viewer` may hold at once.
+    fn limit(viewer: &Viewer) -> usize {
+        match viewer {
+            Viewer::Cert { .. } => STREAMS_PER_CERT,
+            Viewer::Token => STREAMS_BY_TOKEN,
+        }
+    }
+
+    /// A slot for one more stream of `viewer`; `None` when they hold their limit.
+    fn open(self: &Arc<Self>, viewer: &Viewer) -> Option<StreamSlot> {
+        let mut open = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = open.entry(viewer.clone()).or_insert(0);
+        if *n >= Self::limit(viewer) {
+            return None;
+        }
+        *n += 1;
+        Some(StreamSlot {
+            streams: self.clone(),
+            viewer: viewer.clone(),
+        })
+    }
+
+    /// How many streams `viewer` holds now.
+    #[cfg(test)]
+    fn held(&self, viewer: &Viewer) -> usize {
+        let open = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        open.get(viewer).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.streams.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.viewer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.viewer);
+            }
+        }
+    }
 }
 
 /// Binds `listen` and serves the view over TLS until `stopping`; the bound address, or
@@ -79,6 +153,7 @@ pub async fn spawn(
         token,
         leading,
         latest: watch::Sender::new(None),
+        streams: Arc::default(),
     });
     tokio::spawn(refresh(ctx.clone(), stopping.clone()));
     let handler = move |req: Request<hyper::body::Incoming>, peer: Peer| {
@@ -140,6 +215,14 @@ async fn answer<B>(req: &Request<B>, peer: &Peer, ctx: &Ctx) -> Response<Body> {
             "the web view needs a client certificate of this cluster (a user's or an admin's, from `hyperplan certs issue`) or the token of [web] tokenFile\n",
         );
     }
+    // A certificate names its holder; the token (when shown alone) names no one.
+    let viewer = match &peer.identity {
+        Some(i) if by_cert => Viewer::Cert {
+            user: i.name.clone(),
+            admin: i.role == CertRole::Admin,
+        },
+        _ => Viewer::Token,
+    };
     match req.uri().path() {
         "/" | "/index.html" => {
             let mut r = http::full(StatusCode::OK, "text/html; charset=utf-8", PAGE);
@@ -160,16 +243,16 @@ async fn answer<B>(req: &Request<B>, peer: &Peer, ctx: &Ctx) -> Response<Body> {
             r
         }
         "/api/state" => match state(&ctx.leading).await {
-            Ok(json) => http::full(StatusCode::OK, "application/json", json),
+            Ok(snapshot) => http::full(StatusCode::OK, "application/json", snapshot.json_for(&viewer)),
             Err(r) => r,
         },
-        "/api/events" => events(ctx).await,
+        "/api/events" => events(ctx, viewer, peer).await,
         _ => http::text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
 
 /// The state from the driver, or the answer to give instead.
-async fn state(leading: &Leading) -> Result<Bytes, Response<Body>> {
+async fn state(leading: &Leading) -> Result<Snapshot, Response<Body>> {
     let driver = leading.borrow().clone();
     let Some(tx) = driver else {
         return Err(http::text(
@@ -182,7 +265,7 @@ async fn state(leading: &Leading) -> Result<Bytes, Response<Body>> {
         return Err(http::text(StatusCode::SERVICE_UNAVAILABLE, "the planner is stopping\n"));
     }
     match tokio::time::timeout(Duration::from_secs(10), rx).await {
-        Ok(Ok(json)) => Ok(Bytes::from(json)),
+        Ok(Ok(snapshot)) => Ok(snapshot),
         _ => Err(http::text(
             StatusCode::SERVICE_UNAVAILABLE,
             "the planner did not answer in time\n",
@@ -190,15 +273,20 @@ async fn state(leading: &Leading) -> Result<Bytes, Response<Body>> {
     }
 }
 
-/// Server-sent events: the state now, then each time it changes.
-async fn events(ctx: &Ctx) -> Response<Body> {
+/// Server-sent events: the state now, then each time it changes, as `viewer` may read
+/// it; refused (429) when they hold [`Streams::limit`] streams already.
+async fn events(ctx: &Ctx, viewer: Viewer, peer: &Peer) -> Response<Body> {
+    let Some(slot) = ctx.streams.open(&viewer) else {
+        return too_many_streams(&viewer, peer);
+    };
     let first = match state(&ctx.leading).await {
-        Ok(s) => s,
+        Ok(s) => s.json_for(&viewer),
         Err(r) => return r,
     };
     let mut latest = ctx.latest.subscribe();
     let (tx, rx) = mpsc::channel::<Bytes>(4);
     tokio::spawn(async move {
+        let _slot = slot; // counted while this stream lives
         if tx.send(event(&first)).await.is_err() {
             return;
         }
@@ -212,7 +300,7 @@ async fn events(ctx: &Ctx) -> Response<Body> {
                         return;
                     }
                     let now = latest.borrow_and_update().clone();
-                    if let Some(s) = now.filter(|s| *s != last) {
+                    if let Some(s) = now.map(|s| s.json_for(&viewer)).filter(|s| *s != last) {
                         if tx.send(event(&s)).await.is_err() {
                             return;
                         }
@@ -240,6 +328,34 @@ async fn events(ctx: &Ctx) -> Response<Body> {
     r
 }
 
+/// The answer to one stream too many: who holds how many, and what to do.
+fn too_many_streams(viewer: &Viewer, peer: &Peer) -> Response<Body> {
+    let limit = Streams::limit(viewer);
+    let who = match viewer {
+        Viewer::Cert { user, .. } => {
+            tracing::warn!(peer = %peer.addr, user, limit, "web: refused a live view: the certificate holds its limit");
+            format!(
+                "the certificate of {user} holds {limit} live views (api/events) already, the most one certificate may"
+            )
+        }
+        Viewer::Token => {
+            tracing::warn!(peer = %peer.addr, limit, "web: refused a live view: the token holds its limit");
+            format!("the [web] token holds {limit} live views (api/events) already, the most it may")
+        }
+    };
+    let mut r = http::text(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "{who}: close one (another tab or window of this view); the page reads api/state every few seconds meanwhile\n"
+        ),
+    );
+    r.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static("30"),
+    );
+    r
+}
+
 fn event(state: &Bytes) -> Bytes {
     let mut out = Vec::with_capacity(state.len() + 32);
     out.extend_from_slice(b"event: state\ndata: ");
@@ -261,7 +377,7 @@ async fn refresh(ctx: Arc<Ctx>, mut stopping: watch::Receiver<bool>) {
             continue;
         }
         if let Ok(s) = state(&ctx.leading).await {
-            ctx.latest.send_replace(Some(s));
+            ctx.latest.send_replace(Some(Arc::new(s)));
         }
     }
 }
@@ -312,6 +428,36 @@ mod tests {
         assert_eq!(bearer(&req), Some("t0k"));
         assert_eq!(cookie(&req), Some("c00k"));
         assert!(same(b"abc", b"abc") && !same(b"abc", b"abd") && !same(b"abc", b"ab"));
+    }
+
+    /// Issue 38: one certificate holds at most [`STREAMS_PER_CERT`] streams; another
+    /// certificate, and the same one once a stream ended, are not held back.
+    #[test]
+    fn streams_are_bounded_per_certificate() {
+        let streams = Arc::new(Streams::default());
+        let alice = Viewer::Cert {
+            user: "alice".into(),
+            admin: false,
+        };
+        let bob = Viewer::Cert {
+            user: "bob".into(),
+            admin: false,
+        };
+        let mut held: Vec<StreamSlot> = (0..STREAMS_PER_CERT).filter_map(|_| streams.open(&alice)).collect();
+        assert_eq!(held.len(), STREAMS_PER_CERT);
+        assert!(streams.open(&alice).is_none(), "one more of alice's is refused");
+        let bobs = streams.open(&bob);
+        assert!(bobs.is_some(), "bob's is not held back by alice's");
+        held.pop();
+        assert_eq!(streams.held(&alice), STREAMS_PER_CERT - 1);
+        assert!(streams.open(&alice).is_some(), "a stream that ended frees its slot");
+        drop(held);
+        drop(bobs);
+        assert_eq!(streams.held(&alice) + streams.held(&bob), 0);
+        let tokens: Vec<StreamSlot> = (0..=STREAMS_BY_TOKEN)
+            .filter_map(|_| streams.open(&Viewer::Token))
+            .collect();
+        assert_eq!(tokens.len(), STREAMS_BY_TOKEN, "the token's holders share theirs");
     }
 
     #[test]

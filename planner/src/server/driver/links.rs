@@ -50,6 +50,10 @@ pub enum FromAgent {
         seq: u64,
         /// The tasks the node's shepherds run.
         running: Vec<RunningTask>,
+        /// The ports of the `MASTER_PORT` range bound on the node.
+        ports_in_use: Vec<u16>,
+        /// Why the node cannot start tasks now (`None`: it can).
+        strained: Option<String>,
     },
     /// `TaskStarted`, `TaskFinished` or `Log` from a registered agent.
     Tasks {
@@ -122,6 +126,8 @@ impl Driver {
                 link_id,
                 seq,
                 running,
+                ports_in_use,
+                strained,
             } => {
                 let Some(l) = self.links.get_mut(&node).filter(|l| l.link_id == link_id) else {
                     return;
@@ -146,6 +152,14 @@ impl Driver {
                 self.planner.push(Event::TasksOnNode {
                     node: node.clone(),
                     tasks,
+                });
+                self.planner.push(Event::PortsInUse {
+                    node: node.clone(),
+                    ports: ports_in_use,
+                });
+                self.planner.push(Event::NodeStrained {
+                    node: node.clone(),
+                    reason: strained,
                 });
                 // No tick for it: the core reads the time it arrived, and the timer ticks
                 // at least once per heartbeat interval.

@@ -55,8 +55,9 @@ pub enum ToCore {
     Policy(Box<hyperplan_core::PlannerConfig>),
     /// A Prometheus scrape: the cluster's gauges now (see `crate::metrics::serve`).
     Metrics(tokio::sync::oneshot::Sender<crate::metrics::serve::Snapshot>),
-    /// The web view's state now, as JSON (see `crate::web::state`).
-    WebState(tokio::sync::oneshot::Sender<Vec<u8>>),
+    /// The web view's state now, for each viewer to read as they may (see
+    /// `crate::web::state`).
+    WebState(tokio::sync::oneshot::Sender<crate::web::state::Snapshot>),
 }
 
 /// What the daemon starts from: the store, what it held, and its writer.
@@ -101,6 +102,9 @@ struct Driver {
     stored_next_id: u64,
     /// `[server] privateData`: plain users see only their own jobs.
     private_data: bool,
+    /// The most bytes of job reports one status reply holds: the largest frame, less
+    /// room for the envelope (see [`reply_budget`]).
+    reply_budget: usize,
     /// Ticks run so far (the loop asks for the next deadline after each).
     ticks: u64,
     metrics: crate::metrics::Metrics,
@@ -122,6 +126,13 @@ struct Driver {
 
 /// How often ended jobs older than `keepFinished` are deleted.
 const PURGE_EVERY_MS: u64 = 3_600_000;
+
+/// Bytes of job reports a status reply of a frame of `max_frame` bytes holds: an eighth
+/// is left for the envelope and for what the reply's JSON value encodes differently
+/// (maps with integer keys become string keys).
+fn reply_budget(max_frame: usize) -> usize {
+    max_frame - max_frame / 8
+}
 
 /// Launches timed at once at most (see `Driver::launched`).
 const MAX_LAUNCHES_TIMED: usize = 100_000;
@@ -216,8 +227,10 @@ impl Driver {
     /// The driver of a planner configured by `config`, with the jobs `start` loaded back
     /// in the core and one tick run (counts and records settle before any request).
     fn new(mut config: DaemonConfig, start: Start, clock: Clock) -> Self {
-        // The core decides node health from [server]'s heartbeat keys (flags included).
+        // The core decides node health from [server]'s heartbeat keys (flags included),
+        // and keeps ended jobs in memory no longer than the store keeps them.
         config.planner.health = config.server.health();
+        config.planner.limits.keep_ended_secs = Some(config.store.keep_finished.as_secs());
         let mut planner = Planner::new(config.planner.clone());
         planner.push(Event::LabelDiscovery(config.discovery.label.clone()));
         planner.push(Event::NvlinkDiscovery(!config.discovery.nvlink_off));
@@ -248,6 +261,7 @@ impl Driver {
             epoch: start.loaded.epoch,
             stored_next_id: start.loaded.next_job_id,
             private_data: config.server.private_data,
+            reply_budget: reply_budget(config.server.max_frame_bytes),
             ticks: 0,
             metrics: start.metrics,
             launched: HashMap::new(),
@@ -376,8 +390,13 @@ impl Driver {
                 if self.dirty {
                     self.tick();
                 }
-                let json = crate::web::state::state_json(&self.planner, &self.advertise, self.clock.now_secs());
-                let _ = reply.send(json);
+                let now = self.clock.now_secs();
+                let _ = reply.send(crate::web::state::snapshot(
+                    &self.planner,
+                    &self.advertise,
+                    now,
+                    self.private_data,
+                ));
             }
             ToCore::Metrics(reply) => {
                 let _ = reply.send(crate::metrics::serve::Snapshot {

@@ -13,7 +13,7 @@ use hyperplan_core::requests::status::{StatusError, StatusQuery};
 use hyperplan_core::requests::submit::SubmitRefused;
 use hyperplan_core::view;
 use hyperplan_net::messages::{NodeAction, RequestCommand, ResponseError, TaskRef};
-use hyperplan_shared::status::{Cancelled, JobList, LogPiece, Manifests, NodeList, Submitted};
+use hyperplan_shared::status::{Cancelled, LogPiece, Manifests, NodeList, Submitted};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
@@ -162,14 +162,25 @@ impl Driver {
                 self.tick();
                 to_value(&Cancelled { cancelled: job })
             }
-            RequestCommand::Status { job, all, since_secs } => {
-                let query = StatusQuery { job, all, since_secs };
+            RequestCommand::Status {
+                job,
+                all,
+                since_secs,
+                page,
+            } => {
+                let query = StatusQuery {
+                    job,
+                    all,
+                    since_secs,
+                    page,
+                    max_bytes: Some(self.reply_budget),
+                };
                 let store = &self.store;
                 match self
                     .planner
                     .status(query, caller, self.clock.now_ms(), |cutoff| store.finished(cutoff))
                 {
-                    Ok(jobs) => to_value(&JobList { jobs }),
+                    Ok(list) => to_value(&list),
                     Err(e @ StatusError::NoSuchJob(_)) => Err(e.to_string().into()),
                     Err(StatusError::Store(e)) => Err(e.to_string().into()),
                 }
@@ -211,7 +222,7 @@ impl Driver {
                 }
             }
             RequestCommand::HyperNodes => to_value(&self.planner.hyper_nodes()),
-            RequestCommand::Queues => to_value(&self.planner.queues()),
+            RequestCommand::Queues => to_value(&self.planner.queues_for(caller)),
             RequestCommand::Manifests => {
                 let specs = view::resolved_specs(self.planner.index());
                 to_value(&Manifests {
@@ -229,7 +240,7 @@ impl Driver {
             RequestCommand::Explain { job } => {
                 // Under privateData another user's job is answered as a missing one.
                 let seen = self.planner.sees_job(&job, caller);
-                match seen.then(|| self.planner.explain(&job)).flatten() {
+                match seen.then(|| self.planner.explain_for(&job, caller)).flatten() {
                     Some(e) => to_value(&e),
                     None => Err(format!("no job named {job:?}").into()),
                 }

@@ -234,6 +234,7 @@ impl Rig {
             job: Some(job.into()),
             all: false,
             since_secs: None,
+            page: None,
         };
         self.answer(user, false, command).await
     }
@@ -362,6 +363,8 @@ async fn a_registered_agent_hears_its_interval_epoch_and_fence_and_its_node_is_r
         link_id: a.link_id,
         seq: 7,
         running: Vec::new(),
+        ports_in_use: Vec::new(),
+        strained: None,
     }));
     assert_eq!(a.next().await, PlannerToAgent::HeartbeatAck { seq: 7 });
     rig.step();
@@ -655,6 +658,7 @@ async fn under_private_data_another_users_job_reads_as_missing() {
             job: Some("secret".into()),
             all: false,
             since_secs: None,
+            page: None,
         },
         RequestCommand::Explain { job: "secret".into() },
         RequestCommand::Cancel {
@@ -681,6 +685,7 @@ async fn under_private_data_another_users_job_reads_as_missing() {
                 job: None,
                 all: true,
                 since_secs: None,
+                page: None,
             },
         )
         .await
@@ -718,6 +723,7 @@ async fn a_job_that_ended_before_a_restart_is_read_from_the_store_and_ids_go_on(
                 job: Some("train".into()),
                 all: true,
                 since_secs: None,
+                page: None,
             },
         )
         .await
@@ -751,6 +757,7 @@ async fn all_ids(rig: &mut Rig) -> Vec<u64> {
         job: None,
         all: true,
         since_secs: None,
+        page: None,
     };
     let all = rig.answer("alice", false, command).await.unwrap();
     all["jobs"]
@@ -782,6 +789,23 @@ async fn ended_jobs_are_deleted_keep_finished_after_they_ended_by_the_drivers_cl
         all_ids(&mut rig).await,
         Vec::<u64>::new(),
         "past keepFinished, it is gone"
+    );
+}
+
+#[tokio::test]
+async fn an_ended_job_leaves_the_planners_memory_keep_finished_after_it_ended() {
+    let mut rig = Rig::new("keepFinished = 3600");
+    train_ended(&mut rig).await;
+    let in_memory = |rig: &mut Rig| rig.d().planner.jobs().iter().map(|j| j.id).collect::<Vec<u64>>();
+    rig.clock.advance(Duration::from_secs(1800));
+    rig.step();
+    assert_eq!(in_memory(&mut rig), vec![1], "half an hour after it ended, it is kept");
+    rig.clock.advance(Duration::from_secs(1801));
+    rig.step();
+    assert_eq!(
+        in_memory(&mut rig),
+        Vec::<u64>::new(),
+        "past keepFinished, it left memory"
     );
 }
 
