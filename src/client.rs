@@ -351,7 +351,11 @@ fn standby_refusal(replies: &[Result<serde_json::Value, ResponseError>]) -> Opti
 /// Whether a request may be sent again after its connection broke: it only reads.
 fn repeatable(command: &RequestCommand) -> bool {
     match command {
-        RequestCommand::Submit { .. } | RequestCommand::Cancel { .. } | RequestCommand::NodeAdmin { .. } => false,
+        RequestCommand::Submit { .. }
+        | RequestCommand::Cancel { .. }
+        | RequestCommand::Hold { .. }
+        | RequestCommand::Release { .. }
+        | RequestCommand::NodeAdmin { .. } => false,
         RequestCommand::Status { .. }
         | RequestCommand::Nodes
         | RequestCommand::HyperNodes

@@ -29,7 +29,7 @@ use clap::{CommandFactory, Parser, Subcommand};
                   Start with `hyperplan demo` (a planner and agents on this machine) or \
                   `hyperplan simulate --cluster examples/cluster.yaml --jobs examples/jobs.yaml`.\n\n\
                   Against a running planner: `hyperplan nodes`, `hyperplan hypernodes`, `hyperplan queues`, `hyperplan submit FILE`, \
-                  `hyperplan status [JOB]`, `hyperplan cancel JOB`, `hyperplan explain JOB`, `hyperplan planners` \
+                  `hyperplan status [JOB]`, `hyperplan cancel JOB`, `hyperplan hold|release JOB...`, `hyperplan explain JOB`, `hyperplan planners` \
                   (planner address and certificates from --planner/--cert-dir/--user, \
                   HYPERPLAN_PLANNER/HYPERPLAN_CERT_DIR/HYPERPLAN_USER or ~/.config/hyperplan/client.toml; a leader \
                   and its standbys as a list: --planner head01:7400,head02:7400)."
@@ -49,10 +49,13 @@ enum Command {
     Submit(commands::submit::Args),
     Status(commands::status::Args),
     Cancel(commands::cancel::Args),
+    Hold(commands::hold::HoldArgs),
+    Release(commands::hold::ReleaseArgs),
     Explain(commands::explain::Args),
     Logs(commands::logs::Args),
     Exec(commands::exec::Args),
     Run(commands::run::Args),
+    Sbatch(commands::sbatch::Args),
     Alloc(commands::alloc::Args),
     Planners(commands::planners::Args),
     /// Cluster CA and certificates for mutual TLS between planner, agents and people.
@@ -107,10 +110,13 @@ fn main() -> ExitCode {
         Command::Submit(args) => commands::submit::run(args),
         Command::Status(args) => commands::status::run(args),
         Command::Cancel(args) => commands::cancel::run(args),
+        Command::Hold(args) => commands::hold::hold(args),
+        Command::Release(args) => commands::hold::release(args),
         Command::Explain(args) => commands::explain::run(args),
         Command::Logs(args) => commands::logs::run(args),
         Command::Exec(args) => commands::exec::run(args),
         Command::Run(args) => commands::run::run(args),
+        Command::Sbatch(args) => commands::sbatch::run(args),
         Command::Alloc(args) => commands::alloc::run(args),
         Command::Planners(args) => commands::planners::run(args),
         Command::Certs { command } => certs::run(command),

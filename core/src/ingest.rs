@@ -87,6 +87,8 @@ pub(crate) fn ingest(world: &mut World) {
                 grace_secs,
                 by_admin,
             } => lifecycle::cancel(world, &job, grace_secs, by_admin),
+            Event::Hold { job, by, admin } => crate::jobs::holds::hold(world, &job, by, admin),
+            Event::Release { job } => crate::jobs::holds::release(world, &job),
             Event::TaskFinished { job, task, index } => lifecycle::task_finished(world, &job, index, &task),
             Event::TaskStarted {
                 node,

@@ -132,6 +132,7 @@ impl Planner {
         world.insert_resource(Now::default());
         world.insert_resource(model::tick::Reregistered::default());
         world.insert_resource(CapacityEpoch::default());
+        world.insert_resource(model::held::Waiting::default());
         world.insert_resource(allocate::backfill::Reservations::default());
         world.insert_resource(model::tick::Nominated::default());
         world.insert_resource(model::tick::Replacements::default());

@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 /// ([`AgentMessage::Fence`], [`PlannerToAgent::FenceDone`]). 9: a `Kill`'s warning signal
 /// (preemption), which an agent of 8 would ignore, sending SIGTERM instead. 11: status
 /// answers in pages (`RequestCommand::Status::page`, `JobList::next`), of which a CLI of 10
-/// would show the first alone.
-pub const PROTOCOL_VERSION: u32 = 11;
+/// would show the first alone. 12: `RequestCommand::Hold`/`Release` (holds, begin times).
+pub const PROTOCOL_VERSION: u32 = 12;
 
 /// Who is speaking on a connection. The certificate says the same (its OU), and the
 /// planner checks that the two agree.
@@ -387,6 +387,21 @@ pub enum RequestCommand {
         /// directory of the jobs' tasks, and where relative ones start.
         #[serde(default)]
         submit_dir: Option<String>,
+        /// `--hold`: every job of the file is submitted held.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        hold: bool,
+        /// `--begin`, resolved by the client to Unix seconds: every job's begin time.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        begin: Option<u64>,
+    },
+    /// `hyperplan hold JOB...`: the owner's or an admin's; answered with a
+    /// `hyperplan_shared::status::HoldsChanged` once committed.
+    Hold {
+        jobs: Vec<String>,
+    },
+    /// `hyperplan release JOB...`: an admin's hold only an admin may release.
+    Release {
+        jobs: Vec<String>,
     },
     Cancel {
         job: String,
@@ -959,7 +974,13 @@ mod tests {
                 file_name: "jobs.yaml".into(),
                 text: "jobs: []\n".into(),
                 submit_dir: Some("/home/alice/runs".into()),
+                hold: true,
+                begin: Some(1_798_099_200),
             },
+            RequestCommand::Hold {
+                jobs: vec!["a".into(), "b".into()],
+            },
+            RequestCommand::Release { jobs: vec!["a".into()] },
             RequestCommand::Cancel {
                 job: "j".into(),
                 grace_secs: 10,

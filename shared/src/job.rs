@@ -300,6 +300,13 @@ pub struct JobSpec {
     /// whole job), and no task has a `partitionPolicy`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub segments: Vec<Segment>,
+    /// Submitted held (`hold: true`, `submit --hold`): it waits until its owner or an
+    /// admin releases it (the hold itself lives in the job's state from then on).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hold: bool,
+    /// Its begin time (`begin`, `submit --begin`), Unix seconds: never placed before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub begin: Option<u64>,
 }
 
 impl JobSpec {
@@ -423,6 +430,11 @@ struct RawJob {
     preempt_grace: Option<Located<String>>,
     preempt_signal: Option<Located<String>>,
     on_node_lost: Option<Located<String>>,
+    /// Submitted held (Slurm's `--hold`).
+    #[serde(default)]
+    hold: bool,
+    /// Not placed before (Slurm's `--begin`), an instant: see `begin::parse_file_begin`.
+    begin: Option<Located<String>>,
 }
 
 #[derive(Deserialize)]
@@ -922,6 +934,8 @@ struct JobParts {
     preempt_grace: Option<Located<String>>,
     preempt_signal: Option<Located<String>>,
     on_node_lost: Option<Located<String>>,
+    hold: bool,
+    begin: Option<Located<String>>,
 }
 
 fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), FileError> {
@@ -979,6 +993,10 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
     }
     let partitioned = tasks.iter().any(|t| t.partition_policy.is_some());
     let segments = build_segments(j.segments, replicas as u32, partitioned, j.min_available.as_ref(), path)?;
+    let begin = match &j.begin {
+        Some(b) => Some(crate::begin::parse_file_begin(&b.value).map_err(|e| located_error(path, b, e.to_string()))?),
+        None => None,
+    };
     let spec = JobSpec {
         name: j.name.value.clone(),
         priority: j.priority,
@@ -993,6 +1011,8 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
         credential: None,
         priority_class: j.priority_class.map(|c| c.value),
         segments,
+        hold: j.hold,
+        begin,
     };
     Ok((spec, j.name))
 }
@@ -1162,6 +1182,8 @@ impl RawJob {
             preempt_grace: self.preempt_grace,
             preempt_signal: self.preempt_signal,
             on_node_lost: self.on_node_lost,
+            hold: self.hold,
+            begin: self.begin,
         }
     }
 }
@@ -1227,6 +1249,8 @@ impl VolcanoJob {
             preempt_grace: None,
             preempt_signal: None,
             on_node_lost: None,
+            hold: false,
+            begin: None,
         }
     }
 }

@@ -5,9 +5,12 @@
 //! and helpers (fat-tree clusters, hostlists, text columns) that users and tests share.
 //! `gpufabric` reads the NVLink fabric (GB200/GB300 NVL72 domains) GPUs report.
 
+pub mod array;
+pub mod begin;
 pub mod cluster;
 pub mod columns;
 pub mod cpulist;
+pub mod dependency;
 pub mod error;
 pub mod fattree;
 pub mod gpufabric;
@@ -20,6 +23,8 @@ pub mod outpattern;
 pub mod quantity;
 pub mod report;
 pub mod resources;
+pub mod sbatch;
+pub mod slurmtime;
 pub mod status;
 pub mod swf;
 pub mod taskend;

@@ -307,6 +307,13 @@ pub struct Cancelled {
     pub cancelled: String,
 }
 
+/// `hyperplan hold|release --output json`: what was done (`held`, `released`) to which jobs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldsChanged {
+    pub action: String,
+    pub jobs: Vec<String>,
+}
+
 /// A piece of a task's output (`hyperplan logs --output json`), read on its node.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -11,12 +11,14 @@ pub mod cancel;
 mod columns;
 pub mod exec;
 pub mod explain;
+pub mod hold;
 pub mod hypernodes;
 pub mod logs;
 pub mod nodes;
 pub mod planners;
 pub mod queues;
 pub mod run;
+pub mod sbatch;
 pub mod status;
 pub mod submit;
 

@@ -199,6 +199,8 @@ pub fn submit(config: &ClientConfig, text: String) -> anyhow::Result<(String, u6
         file_name: "<command line>".into(),
         text,
         submit_dir,
+        hold: false,
+        begin: None,
     };
     let submitted: Submitted = decode(client::request(config, command)?, "submission receipt")?;
     match (submitted.submitted.first(), submitted.ids.first()) {

@@ -39,10 +39,27 @@ pub struct Args {
     /// without an answer); jobs that wait for agents to come back after it stay pending.
     #[arg(long)]
     wait: bool,
+    /// Submit every job held: none starts until `hyperplan release JOB`.
+    #[arg(long)]
+    hold: bool,
+    /// Start no job before this time (Slurm's `--begin`): `now+N[seconds|minutes|hours|
+    /// days|weeks]`, `HH:MM[:SS]` (the next such time, UTC), `YYYY-MM-DD[THH:MM[:SS]]`
+    /// (UTC unless an offset like `+01:00` follows). Relative times count from this
+    /// machine's clock.
+    #[arg(long, value_name = "TIME", value_parser = parse_begin)]
+    begin: Option<u64>,
     #[arg(long, value_enum, default_value_t)]
     output: Output,
     #[command(flatten)]
     client: ClientArgs,
+}
+
+/// `--begin`, as Unix seconds by this machine's clock.
+fn parse_begin(text: &str) -> Result<u64, hyperplan_shared::begin::BeginError> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    hyperplan_shared::begin::parse_begin(text, now)
 }
 
 /// The process's exit code after `submit --wait`: how the jobs ended (see `Args::wait`).
@@ -78,6 +95,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             file_name,
             text,
             submit_dir: submit_dir.clone(),
+            hold: args.hold,
+            begin: args.begin,
         })
         .collect();
     let mut values = Vec::with_capacity(names.len());
@@ -227,6 +246,12 @@ fn read_files(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, String)>> {
             } else {
                 let text = read_file_text(path, MAX_JOB_FILE, &format!("the job file {}", path.display()))
                     .map_err(limit_hint)?;
+                if text.starts_with("#!") {
+                    bail!(
+                        "{0} is a batch script (it starts with #!): submit it with hyperplan sbatch {0}",
+                        path.display()
+                    );
+                }
                 Ok((path.display().to_string(), text))
             }
         })

@@ -26,6 +26,7 @@ use crate::cache::capacity::Capacity;
 use crate::cache::holdings::{Holdings, ShapeMemo, held_by};
 use crate::cache::numa::NumaState;
 use crate::config::PlannerConfig;
+use crate::jobs::holds;
 use crate::model::awaiting::{Awaiting, Incomplete, Rejoining};
 use crate::model::commands::Command;
 use crate::model::components::Requeued;
@@ -75,7 +76,11 @@ pub fn allocate(
     (awaiting, rejoining): (Option<Res<Awaiting>>, Option<Res<Rejoining>>),
     mut reservations: ResMut<Reservations>,
     (policy, mut nominated, replacements): (Policy, ResMut<Nominated>, Res<Replacements>),
-    (mut last_held, mut last_incomplete): (Local<Vec<Entity>>, Local<Option<Incomplete>>),
+    (mut last_held, mut last_incomplete, mut waiting): (
+        Local<Vec<Entity>>,
+        Local<Option<Incomplete>>,
+        ResMut<holds::Waiting>,
+    ),
 ) {
     let Policy {
         queue_table,
@@ -156,7 +161,7 @@ pub fn allocate(
         .any(|r| {
             jobs.get(r.job)
                 .ok()
-                .is_none_or(|(_, _, st)| st.phase != JobPhase::Pending)
+                .is_none_or(|(_, job, st)| st.phase != JobPhase::Pending || holds::waits(job, st, now_s))
         });
     let ahead = reservations.list.last().is_some_and(|last| {
         fresh
@@ -212,10 +217,43 @@ pub fn allocate(
     // A job that failed with this much room fails again: retried only when capacity may
     // have grown or the reservations were worked out again (both only ever count up).
     let room_epoch = epoch.0.wrapping_add(reservations.generation);
+    // A held job, or one whose begin time has not come, is not tried (nor reserved
+    // for): it says why (worked out once, not each tick), and stays unsettled until it
+    // may be tried.
+    let mut next_begin: Option<u64> = None;
+    for &e in &unsettled.jobs {
+        let Ok((_, job, mut st)) = jobs.get_mut(e) else {
+            continue;
+        };
+        if st.phase != JobPhase::Pending {
+            continue; // a rejected job keeps saying why it was
+        }
+        let shows_wait = st.reason.as_deref().is_some_and(holds::is_wait_reason);
+        if holds::waits(job, &st, now_s) {
+            if st.held.is_none()
+                && let Some(b) = job.spec.begin
+            {
+                next_begin = Some(next_begin.map_or(b, |n| n.min(b)));
+            }
+            if !shows_wait {
+                st.reason = holds::not_yet(job, &st, now_s);
+                st.reservation = None;
+            }
+        } else if shows_wait {
+            // Its begin time came: tried now, and preemption looks again.
+            st.reason = None;
+            st.failed_epoch = None;
+            waiting.unheld += 1;
+        }
+    }
+    if waiting.next_begin != next_begin {
+        waiting.next_begin = next_begin;
+    }
     let mut order: Vec<(OrderKey, Entity)> = unsettled
         .jobs
         .iter()
         .filter_map(|&e| jobs.get(e).ok())
+        .filter(|(_, job, st)| !holds::waits(job, st, now_s))
         .filter(|(_, job, st)| match st.phase {
             // Nothing freed since it last failed: it would fail again (see below).
             JobPhase::Pending => st.failed_epoch != Some(room_epoch),

@@ -111,6 +111,14 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
         .map(|q| q.trees.clone())
         .unwrap_or_default();
     let gang_min = spec.gang_minimum();
+    // Submitted held: its owner's hold, which they may release.
+    let mut state = JobState::new();
+    if spec.hold {
+        state.held = Some(crate::jobs::holds::Held {
+            by: owner.to_string(),
+            admin: false,
+        });
+    }
     world.entity_mut(job_e).insert((
         Job {
             spec: std::sync::Arc::new(spec),
@@ -121,7 +129,7 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
             numa,
             trees,
         },
-        JobState::new(),
+        state,
         JobOwner(owner.into()),
         id,
         placed_in,

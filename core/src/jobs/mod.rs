@@ -1,6 +1,6 @@
 //! Jobs and their tasks: how a job comes in ([`admit`]), whose it is and what it may ask
 //! ([`ownership`]), how its tasks start and end and what that decides ([`lifecycle`]),
-//! and the systems that tidy after the allocator's work: `recover` (a job's
+//! [`holds`] (held jobs and begin times), and the systems that tidy after the allocator's work: `recover` (a job's
 //! AllocatedHyperNode), [`replace`] (tasks lost with their node started again, or the
 //! job requeued or failed), [`shed`] (a rejected job keeps no entity per replica),
 //! `retire` (a job that ended leaves the per-tick scans) and [`forget`] (ended jobs past
@@ -8,6 +8,7 @@
 
 pub mod admit;
 pub mod forget;
+pub mod holds;
 pub mod lifecycle;
 pub mod ownership;
 pub(crate) mod recover;

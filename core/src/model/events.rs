@@ -121,6 +121,21 @@ pub enum Event {
         /// An admin asked: a job whose tasks are already being stopped gets SIGKILL now.
         by_admin: bool,
     },
+    /// Hold a pending job (`hyperplan hold`, checked by
+    /// [`Planner::hold`](crate::Planner::hold)): it is not tried until released.
+    Hold {
+        /// The job's name.
+        job: String,
+        /// Who holds it.
+        by: String,
+        /// They are an admin: only an admin may release it.
+        admin: bool,
+    },
+    /// Release a held job (`hyperplan release`): it is tried again.
+    Release {
+        /// The job's name.
+        job: String,
+    },
     /// An admin drains nodes (`hyperplan nodes drain`): they take no new task; with
     /// `now` their running tasks end as a lost node's do (see `nodes::drain`). Checked by
     /// [`Planner::drain_nodes`](crate::Planner::drain_nodes) before it is queued.

@@ -180,6 +180,10 @@ pub struct StateRecord {
     /// after a requeue (which places it anew).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub master_port: Option<u16>,
+    /// Held (`hyperplan hold`, `submit --hold`) and by whom: it waits until released
+    /// (see `jobs::holds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<crate::model::held::Held>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -225,6 +229,7 @@ impl StateRecord {
             requeues: 0,
             replacing: Vec::new(),
             master_port: None,
+            held: None,
         }
     }
 }

@@ -1,9 +1,9 @@
 //! When the driver must tick next with no event in between: the core decides by time
-//! only about nodes. A Ready node turns NotReady once silent past `silentAfter`
-//! (`health`); a NotReady node's tasks are lost past `nodeLostAfter` (`lost`); started
-//! tasks an agent stopped listing are looked for every few seconds (`lost`). A driver
-//! that ticks at [`Planner::next_deadline`] (and on events) notices each at once rather
-//! than at its next timer tick.
+//! about nodes, maintenance windows and jobs' begin times. A Ready node turns NotReady
+//! once silent past `silentAfter` (`health`); a NotReady node's tasks are lost past
+//! `nodeLostAfter` (`lost`); started tasks an agent stopped listing are looked for every
+//! few seconds (`lost`). A driver that ticks at [`Planner::next_deadline`] (and on
+//! events) notices each at once rather than at its next timer tick.
 
 use crate::Planner;
 use crate::config::PlannerConfig;
@@ -14,9 +14,10 @@ use crate::nodes::lost::{MISSING_SWEEP_MS, MissingSweep};
 impl Planner {
     /// The earliest time (Unix ms, the driver's clock) at which a tick would change
     /// something without a new event: the first node to fall silent, the first NotReady
-    /// node whose tasks are then lost, or the next sweep for unlisted tasks; `None` when
-    /// nothing waits on time (no agent's node). Events pushed since the last tick are the
-    /// driver's to tick for (it may batch them).
+    /// node whose tasks are then lost, the next sweep for unlisted tasks, or a waiting
+    /// job's begin time; `None` when nothing waits on time (no agent's node, no begin
+    /// time). Events pushed since the last tick are the driver's to tick for (it may
+    /// batch them).
     pub fn next_deadline(&self) -> Option<u64> {
         let world = self.world();
         let health = world.resource::<PlannerConfig>().health;
@@ -47,6 +48,10 @@ impl Planner {
         if linked {
             let last = world.get_resource::<MissingSweep>().map_or(0, |s| s.0);
             at(last.saturating_add(MISSING_SWEEP_MS));
+        }
+        // A job's begin time comes (see `jobs::holds`).
+        if let Some(b) = world.resource::<crate::model::held::Waiting>().next_begin {
+            at(b.saturating_mul(1000));
         }
         // A maintenance window that closes gives its nodes back.
         for w in &world.resource::<PlannerConfig>().maintenance {

@@ -61,7 +61,7 @@ pub struct Memo {
     last: Option<Stamp>,
 }
 
-type Stamp = (u64, u64, usize, u64);
+type Stamp = (u64, u64, usize, u64, u64);
 
 /// A preemption found for one job (by [`plan`]), not carried out.
 #[derive(Debug, Clone)]
@@ -97,6 +97,7 @@ pub fn preempt(world: &mut World, mut memo: Local<Memo>) {
         generation,
         world.resource::<Holdings>().len(),
         world.resource::<crate::jobs::ownership::NextJobId>().0,
+        world.resource::<crate::model::held::Waiting>().unheld,
     );
     // Each nomination stands while its job waits and some victim is still ending; one
     // whose victims have all ended, on a job the walk still could not place (it was
@@ -136,11 +137,13 @@ pub fn preempt(world: &mut World, mut memo: Local<Memo>) {
         return;
     };
     let mut waiting = Vec::new();
+    let now_s = world.resource::<Now>().secs();
     for (e, job, st, rank, id, retired) in q.iter(world) {
         if !retired
             && st.phase == JobPhase::Pending
             && st.nomination.is_none()
             && st.next_rank == 0
+            && !crate::jobs::holds::waits(job, st, now_s)
             && st.reason.is_some()
             && st.checked_generation == Some(generation)
             && memo.jobs.get(&e) != Some(&stamp)
@@ -249,6 +252,9 @@ impl<'a> Setting<'a> {
         };
         if st.phase != JobPhase::Pending {
             return no("it is not waiting");
+        }
+        if crate::jobs::holds::waits(job, st, world.resource::<Now>().secs()) {
+            return no("it is held or its begin time has not come");
         }
         let index = world.resource::<TopologyIndex>();
         let cap = world.resource::<Capacity>();

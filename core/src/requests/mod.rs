@@ -6,6 +6,7 @@
 //!
 //! - [`submit`]: checks a submission and admits it at once, with its ids and records;
 //! - [`cancel`]: the owner check and the cancellation;
+//! - [`hold`]: who may hold and release a job;
 //! - [`exec`]: who may run a command inside a running job, and on which nodes;
 //! - [`logs`]: which task's output a person may read, and on which node;
 //! - [`status`]: the jobs a `status` request shows, live and stored;
@@ -13,6 +14,7 @@
 
 pub mod cancel;
 pub mod exec;
+pub mod hold;
 pub mod logs;
 pub mod nodes;
 pub mod status;

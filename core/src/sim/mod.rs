@@ -74,7 +74,7 @@ pub fn simulate_with(
     };
     let timed = jobs
         .iter()
-        .any(|j| j.run.time_limit.is_some() || j.tasks.iter().any(|t| t.runtime.is_some()));
+        .any(|j| j.run.time_limit.is_some() || j.begin.is_some() || j.tasks.iter().any(|t| t.runtime.is_some()));
     // (preemptions, work they lost)
     let mut totals = (0u32, 0u64);
     let count = |c: &Command, totals: &mut (u32, u64)| match c {
@@ -151,11 +151,17 @@ pub fn simulate_with(
             }
             let next_submission = submissions.get(next_sub).map(|j| j.submit_time);
             let next_completion = completions.keys().next().copied();
+            // A job that waits for its begin time, with nothing else to come.
+            let next_begin = planner
+                .world()
+                .resource::<crate::model::held::Waiting>()
+                .next_begin
+                .filter(|&t| t > now);
             match (next_submission, next_completion) {
-                (None, None) => break,
+                (None, None) if next_begin.is_none() => break,
                 (a, b) => {
-                    // What the core decides by time alone (a maintenance window closing)
-                    // comes between, when it comes first.
+                    // What the core decides by time alone (a maintenance window closing,
+                    // a begin time) comes between, when it comes first.
                     let deadline = planner.next_deadline().map(|ms| ms.div_ceil(1000)).filter(|&t| t > now);
                     now = a.into_iter().chain(b).chain(deadline).min().unwrap_or(now);
                 }

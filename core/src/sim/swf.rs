@@ -171,5 +171,7 @@ fn job_of(j: &SwfJob, per_proc: u64, sizes: &BTreeMap<u32, u32>, opts: &SwfOptio
         credential: None,
         priority_class: None,
         segments: Vec::new(),
+        hold: false,
+        begin: None,
     })
 }

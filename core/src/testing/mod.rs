@@ -239,6 +239,8 @@ impl JobBuilder {
                 credential: None,
                 priority_class: None,
                 segments: Vec::new(),
+                hold: false,
+                begin: None,
             },
         }
     }
@@ -396,6 +398,18 @@ impl JobBuilder {
         for t in &mut self.spec.tasks {
             t.full_cores = true;
         }
+        self
+    }
+
+    /// Submitted held (`hold: true`).
+    pub fn hold(mut self) -> Self {
+        self.spec.hold = true;
+        self
+    }
+
+    /// Its begin time (`begin`), Unix seconds.
+    pub fn begin(mut self, secs: u64) -> Self {
+        self.spec.begin = Some(secs);
         self
     }
 

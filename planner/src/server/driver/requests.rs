@@ -8,12 +8,13 @@ use std::path::Path;
 
 use hyperplan_core::caller::Caller;
 use hyperplan_core::jobs::ownership::CancelError;
+use hyperplan_core::requests::hold::HoldError;
 use hyperplan_core::requests::nodes::NodeAdminError;
 use hyperplan_core::requests::status::{StatusError, StatusQuery};
 use hyperplan_core::requests::submit::SubmitRefused;
 use hyperplan_core::view;
 use hyperplan_net::messages::{NodeAction, RequestCommand, ResponseError, TaskRef};
-use hyperplan_shared::status::{Cancelled, LogPiece, Manifests, NodeList, Submitted};
+use hyperplan_shared::status::{Cancelled, HoldsChanged, LogPiece, Manifests, NodeList, Submitted};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
@@ -55,7 +56,11 @@ impl Driver {
         // What changes state is answered once it is on disk.
         let durable = matches!(
             command,
-            RequestCommand::Submit { .. } | RequestCommand::Cancel { .. } | RequestCommand::NodeAdmin { .. }
+            RequestCommand::Submit { .. }
+                | RequestCommand::Cancel { .. }
+                | RequestCommand::Hold { .. }
+                | RequestCommand::Release { .. }
+                | RequestCommand::NodeAdmin { .. }
         );
         if let RequestCommand::Logs {
             job,
@@ -114,11 +119,18 @@ impl Driver {
                 file_name,
                 text,
                 submit_dir,
+                hold,
+                begin,
             } => {
                 let submit_dir = submit_dir.map(checked_submit_dir).transpose()?;
                 let mut jobs = hyperplan_shared::parse_jobs(&text, Path::new(&file_name)).map_err(|e| e.to_string())?;
                 for j in &mut jobs {
                     j.submit_dir.clone_from(&submit_dir);
+                    // `--hold`/`--begin` say it for every job of the file.
+                    j.hold |= hold;
+                    if begin.is_some() {
+                        j.begin = begin;
+                    }
                     j.credential = Some(
                         super::super::credential::new()
                             .map_err(|e| format!("cannot make the job's credential: {e}"))?,
@@ -161,6 +173,17 @@ impl Driver {
                 tracing::info!(user, job, "cancel accepted");
                 self.tick();
                 to_value(&Cancelled { cancelled: job })
+            }
+            RequestCommand::Hold { jobs } | RequestCommand::Release { jobs } if jobs.is_empty() => {
+                Err("name at least one job".into())
+            }
+            RequestCommand::Hold { jobs } => {
+                let done = self.planner.hold(&jobs, caller);
+                self.holds_changed(done, caller, peer, "held", jobs)
+            }
+            RequestCommand::Release { jobs } => {
+                let done = self.planner.release(&jobs, caller);
+                self.holds_changed(done, caller, peer, "released", jobs)
             }
             RequestCommand::Status {
                 job,
@@ -246,6 +269,33 @@ impl Driver {
                 }
             }
         }
+    }
+}
+
+impl Driver {
+    /// The answer to a hold or release: applied, and its records in this commit, before
+    /// the answer; a refusal of another user's job is logged.
+    fn holds_changed(
+        &mut self,
+        done: Result<(), HoldError>,
+        caller: Caller<'_>,
+        peer: SocketAddr,
+        action: &str,
+        jobs: Vec<String>,
+    ) -> Result<Value, ResponseError> {
+        let user = caller.user;
+        if let Err(e) = done {
+            if let Some(owner) = e.other_owner() {
+                tracing::warn!(%peer, user, ?jobs, owner, "refused: {action} of another user's job");
+            }
+            return Err(e.to_string().into());
+        }
+        tracing::info!(user, ?jobs, action, "holds changed");
+        self.tick();
+        to_value(&HoldsChanged {
+            action: action.to_string(),
+            jobs,
+        })
     }
 }
 

@@ -225,6 +225,8 @@ impl Rig {
             file_name: "job.yaml".into(),
             text: yaml.into(),
             submit_dir: Some("/home/test".into()),
+            hold: false,
+            begin: None,
         };
         self.answer(user, false, command).await
     }
@@ -592,6 +594,8 @@ async fn a_refused_submission_names_the_file_and_admits_nothing() {
                 file_name: "job.yaml".into(),
                 text: job("x", 1),
                 submit_dir: Some("relative/dir".into()),
+                hold: false,
+                begin: None,
             },
         )
         .await
@@ -649,6 +653,46 @@ async fn queues_refuse_at_submit_and_a_reload_adds_one_but_keeps_one_in_use() {
 }
 
 #[tokio::test]
+async fn holds_are_answered_once_committed_and_kept_across_a_restart() {
+    let mut rig = Rig::new("");
+    let submit = RequestCommand::Submit {
+        file_name: "job.yaml".into(),
+        text: job("h", 1),
+        submit_dir: Some("/home/test".into()),
+        hold: true,
+        begin: Some(4_102_444_800),
+    };
+    rig.answer("alice", false, submit).await.unwrap();
+    rig.step();
+    let reason = |v: Value| v["jobs"][0]["reason"].clone();
+    assert_eq!(reason(rig.status("alice", "h").await.unwrap()), "held by alice");
+    let release = || RequestCommand::Release { jobs: vec!["h".into()] };
+    let e = rig.answer("bob", false, release()).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "job h belongs to alice; only alice or an admin may release it"
+    );
+    let hold = RequestCommand::Hold { jobs: vec!["h".into()] };
+    let v = rig.answer("root", true, hold).await.unwrap();
+    assert_eq!(v, serde_json::json!({"action": "held", "jobs": ["h"]}));
+    rig.stop();
+    rig.clock.advance(Duration::from_secs(5));
+    rig.start();
+    rig.step();
+    let v = rig.status("alice", "h").await.unwrap();
+    assert_eq!(reason(v), "held by an admin (root)");
+    let e = rig.answer("alice", false, release()).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "job h is held by an admin (root); only an admin may release it"
+    );
+    rig.answer("root", true, release()).await.unwrap();
+    rig.step();
+    let v = rig.status("alice", "h").await.unwrap();
+    assert_eq!(reason(v), "begins 2100-01-01T00:00Z");
+}
+
+#[tokio::test]
 async fn under_private_data_another_users_job_reads_as_missing() {
     let mut rig = Rig::new("[server]\nprivateData = true\n");
     rig.submit("alice", &job("secret", 1)).await.unwrap();
@@ -664,6 +708,12 @@ async fn under_private_data_another_users_job_reads_as_missing() {
         RequestCommand::Cancel {
             job: "secret".into(),
             grace_secs: 1,
+        },
+        RequestCommand::Hold {
+            jobs: vec!["secret".into()],
+        },
+        RequestCommand::Release {
+            jobs: vec!["secret".into()],
         },
         RequestCommand::Logs {
             job: "secret".into(),

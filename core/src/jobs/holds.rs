@@ -1,0 +1,83 @@
+//! Holds and begin times (Slurm's `hold`/`release` and `--begin`): a job held, or whose
+//! begin time has not come, waits without being tried, without preempting and without a
+//! reservation. A hold is kept in the job's stored record ([`Held`]) with who put it
+//! there, so it survives a restart and an admin's hold is one its owner cannot lift; a
+//! begin time is part of the job's spec.
+
+use bevy_ecs::prelude::*;
+
+use crate::model::commands::Command;
+use crate::model::components::{Job, JobPhase, JobState};
+pub use crate::model::held::{Held, Waiting};
+use crate::model::tick::Outbox;
+use crate::names::JobNames;
+
+/// Whether a pending job (or one rejected for the topology, which the walk would look
+/// at again) is not tried now: held, or its begin time is after `now_s`. A job that
+/// runs already is never stopped by either.
+pub fn waits(job: &Job, st: &JobState, now_s: u64) -> bool {
+    matches!(st.phase, JobPhase::Pending | JobPhase::Rejected)
+        && st.next_rank == 0
+        && (st.held.is_some() || job.spec.begin.is_some_and(|b| b > now_s))
+}
+
+/// Whether `reason` is one [`not_yet`] gave: a job that shows it and no longer
+/// [`waits`] was released or reached its begin time.
+pub fn is_wait_reason(reason: &str) -> bool {
+    reason.starts_with("held by ") || reason.starts_with("begins ")
+}
+
+/// Why [`waits`] says it waits, in the words `status` and `explain` show.
+pub fn not_yet(job: &Job, st: &JobState, now_s: u64) -> Option<String> {
+    if !waits(job, st, now_s) {
+        return None;
+    }
+    Some(match (&st.held, job.spec.begin) {
+        (Some(h), _) => h.reason(),
+        (None, b) => format!(
+            "begins {}",
+            hyperplan_shared::begin::format_begin(b.unwrap_or_default())
+        ),
+    })
+}
+
+/// `Event::Hold`: holds a pending job; an admin's hold over a user's makes it an
+/// admin's, and a user's over an admin's changes nothing.
+pub(crate) fn hold(world: &mut World, name: &str, by: String, admin: bool) {
+    let Some(mut st) = job_state(world, name, "hold") else {
+        return;
+    };
+    if st.phase != JobPhase::Pending {
+        return;
+    }
+    if !admin && st.held.as_ref().is_some_and(|h| h.admin) {
+        return;
+    }
+    let held = Held { by, admin };
+    st.reason = Some(held.reason());
+    st.reservation = None;
+    st.held = Some(held);
+}
+
+/// `Event::Release`: lifts a job's hold; it is tried again at the next walk.
+pub(crate) fn release(world: &mut World, name: &str) {
+    let Some(mut st) = job_state(world, name, "release") else {
+        return;
+    };
+    if st.held.take().is_some() {
+        st.failed_epoch = None;
+        if st.reason.as_deref().is_some_and(is_wait_reason) {
+            st.reason = None;
+        }
+        world.resource_mut::<Waiting>().unheld += 1;
+    }
+}
+
+fn job_state<'w>(world: &'w mut World, name: &str, what: &str) -> Option<Mut<'w, JobState>> {
+    let Some(&e) = world.resource::<JobNames>().0.get(name) else {
+        let line = format!("{what}: no job {name}");
+        world.resource_mut::<Outbox>().0.push(Command::Warn(line));
+        return None;
+    };
+    world.get_mut::<JobState>(e)
+}
