@@ -411,6 +411,9 @@ pub struct BatchInput<'a> {
     /// The submitting environment, for `--export=NAME`.
     pub env: &'a dyn Fn(&str) -> Option<String>,
     pub ignore_unknown: bool,
+    /// The submitting client's clock (Unix seconds): `--begin now+1hour` and `--begin
+    /// 08:00` become an instant with it, as sbatch's do.
+    pub now: u64,
 }
 
 /// The job a script describes, without its name.
@@ -591,6 +594,13 @@ pub fn build_job(script: &Directives, command_line: &Directives, input: &BatchIn
     if let Some(d) = last.get(&Opt::Switches) {
         job["networkTopology"] = b.switches(d)?;
     }
+    if last.contains_key(&Opt::Hold) {
+        job["hold"] = true.into();
+    }
+    if let Some(d) = last.get(&Opt::Begin) {
+        let at = crate::begin::parse_begin(&d.value, input.now).map_err(|e| b.error(d, e.to_string()))?;
+        job["begin"] = at.to_string().into();
+    }
     let name = match last.get(&Opt::JobName) {
         None => None,
         Some(d) => {
@@ -646,7 +656,7 @@ impl Builder<'_> {
             let checked = match opt {
                 Opt::Array => ArraySpec::parse(&d.value).map(|_| ()).map_err(|e| e.to_string()),
                 Opt::Dependency => Dependency::parse(&d.value).map(|_| ()).map_err(|e| e.to_string()),
-                Opt::Hold | Opt::Begin | Opt::Qos | Opt::Account | Opt::Segment | Opt::Exclusive => Ok(()),
+                Opt::Qos | Opt::Account | Opt::Segment | Opt::Exclusive => Ok(()),
                 _ => continue,
             };
             let message = match checked {

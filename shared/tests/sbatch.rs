@@ -58,6 +58,7 @@ fn batch(script: &str, command_line: &[&str], ignore_unknown: bool) -> Result<Ba
         args: &["input.nml".to_string()],
         env: &env,
         ignore_unknown,
+        now: 1_798_761_600,
     };
     build_job(&directives, &cli, &input).map_err(|e| e.to_string())
 }
@@ -175,6 +176,27 @@ fn unlimited_time_is_no_limit_and_mem_per_cpu_scales() {
     assert!(b.warnings.is_empty());
 }
 
+/// `-H/--hold` and `--begin` (relative to the submitting client's clock) become the job
+/// file's `hold` and `begin`.
+#[test]
+fn hold_and_begin_become_the_jobs() {
+    let b = batch(
+        "#!/bin/sh\n#SBATCH -H\n#SBATCH --begin=now+1hour\nhostname\n",
+        &[],
+        false,
+    )
+    .unwrap();
+    let job = spec(&b);
+    assert!(job.hold);
+    assert_eq!(job.begin, Some(1_798_761_600 + 3600));
+    let b = batch("#!/bin/sh\nhostname\n", &["--begin", "2026-12-24T08:00"], false).unwrap();
+    let job = spec(&b);
+    assert!(!job.hold);
+    assert_eq!(job.begin, Some(1_798_099_200));
+    let e = batch("#!/bin/sh\n#SBATCH --begin soon\nhostname\n", &[], false).unwrap_err();
+    assert!(e.starts_with("cfd.sh:2: --begin: expected a begin time like"), "{e}");
+}
+
 #[test]
 fn wrap_runs_a_command() {
     let input = BatchInput {
@@ -183,6 +205,7 @@ fn wrap_runs_a_command() {
         args: &[],
         env: &env,
         ignore_unknown: false,
+        now: 1_798_761_600,
     };
     let (cli, rest) = read_command_line(&["--wrap".to_string(), "hostname -f".to_string()]).unwrap();
     assert!(rest.is_empty());
@@ -278,7 +301,7 @@ proptest::proptest! {
     fn any_directives_are_taken_or_refused(lines in proptest::collection::vec("(#SBATCH|#HP)? ?-{0,2}[a-zA-Z=: '\"%,@0-9-]{0,30}", 0..8)) {
         let script = format!("#!/bin/sh\n{}\n", lines.join("\n"));
         if let Ok(d) = read_script("x.sh", &script) {
-            let input = BatchInput { file: "x.sh", script: Some(&script), args: &[], env: &env, ignore_unknown: true };
+            let input = BatchInput { file: "x.sh", script: Some(&script), args: &[], env: &env, ignore_unknown: true, now: 0 };
             let _ = build_job(&d, &Directives::default(), &input);
         }
     }

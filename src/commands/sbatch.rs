@@ -100,6 +100,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args: &script_args,
         env: &env,
         ignore_unknown: has(Opt::IgnoreUnknown),
+        now: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
     };
     let batch = build_job(&directives, &command_line, &input)?;
     for w in &batch.warnings {
