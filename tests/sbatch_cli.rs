@@ -59,6 +59,7 @@ fn dry_run_prints_the_job_with_command_line_overrides() {
         json!({
             "name": "sweep",
             "launch": "batch",
+            "compat": "slurm",
             "timeLimit": "2700",
             "tasks": [{
                 "name": "batch",

@@ -1,6 +1,6 @@
 //! End-to-end: `hyperplan sbatch` with the real planner and agents on 127.0.0.1. A
 //! script with `#SBATCH -J`, `-N`, `-c`, `-o` and `-D` lines runs once, with its
-//! arguments, and its output lands where `-o` says.
+//! arguments, and its output lands where `-o` says; it sees Slurm's `SLURM_*` variables.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -25,6 +25,7 @@ fn a_batch_script_runs_with_its_sbatch_lines() {
          echo \"args: $0 $1 $2\"\n\
          sleep 1  # the other node's task starts meanwhile, and must not truncate this file\n\
          echo \"world: $WORLD_SIZE\"\n\
+         echo \"slurm: $SLURM_JOB_ID $SLURM_NNODES $SLURM_PROCID $SLURM_JOB_NODELIST\"\n\
          exit 0\n"
     );
     let path = live.c.write("job.sh", &script);
@@ -43,6 +44,27 @@ fn a_batch_script_runs_with_its_sbatch_lines() {
     let text = std::fs::read_to_string(live.work.path().join("out-sbjob.txt")).unwrap_or_default();
     assert!(text.contains("args: job.sh one two words\n"), "{text:?}");
     assert!(text.contains("world: 2\n"), "{text:?}");
+    // SLURM_JOB_ID is the id sbatch printed; the node list is the tasks' nodes, compressed.
+    let id = stdout
+        .trim_start_matches("Submitted batch job ")
+        .split_whitespace()
+        .next()
+        .unwrap();
+    let mut nodes: Vec<&str> = j["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["node"].as_str())
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let list = if nodes.len() == 2 {
+        "n[1-2]".to_string()
+    } else {
+        nodes.join(",")
+    };
+    let want = format!("slurm: {id} {} 0 {list}\n", nodes.len());
+    assert!(text.contains(&want), "{want:?} in {text:?}");
     // The holder of the second node wrote nowhere.
     let files: Vec<String> = std::fs::read_dir(live.work.path())
         .unwrap()

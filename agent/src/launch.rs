@@ -193,6 +193,7 @@ pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> R
         hypernodes: &task.hyper_nodes,
         master_addr: &world.master_addr,
         master_port: world.master_port,
+        slurm: world.slurm.as_ref(),
         job_env: &task.env,
     };
     env.extend(task_env(&input).map_err(|source| LaunchError::Ranks {
@@ -270,6 +271,7 @@ mod tests {
             master_port: 29507,
             launch: Default::default(),
             restart: 0,
+            slurm: None,
         }
     }
 

@@ -309,6 +309,7 @@ impl Setup {
             master_port: 29500,
             launch: Default::default(),
             restart: 0,
+            slurm: None,
         };
         self.planner.send(PlannerToAgent::Job(Box::new(world)));
         self.planner.send(PlannerToAgent::Launch(Box::new(launch_task(
@@ -508,6 +509,7 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
         master_port: 29500,
         launch: Default::default(),
         restart: 0,
+        slurm: None,
     })));
     let mut launch = launch_task("sleepy", 21, &me(), "", &s.work());
     launch.argv = vec!["sleep".into(), "60".into()];

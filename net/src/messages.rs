@@ -292,6 +292,10 @@ pub struct JobWorld {
     /// changes the world of a job already running on a node rewrites its hostfile there.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub restart: u32,
+    /// `Some` for a job with `compat: slurm` (or from `hyperplan sbatch`): what its
+    /// tasks' `SLURM_*` variables need beyond the rest of the frame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<hyperplan_shared::taskenv::SlurmJob>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -907,6 +911,7 @@ mod tests {
             master_port: 29507,
             launch: Default::default(),
             restart: 0,
+            slurm: None,
         })));
         roundtrip(&PlannerToAgent::Launch(Box::new(LaunchTask {
             job: "j".into(),

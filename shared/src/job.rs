@@ -235,6 +235,9 @@ pub struct JobRun {
     pub mpi: Option<MpiMode>,
     #[serde(default, skip_serializing_if = "is_tasks")]
     pub launch: LaunchMode,
+    /// `compat`: `slurm` also gives the tasks the `SLURM_*` variables.
+    #[serde(default, skip_serializing_if = "is_no_compat")]
+    pub compat: Compat,
     /// Seconds a preempted task has from its warning signal to SIGKILL
     /// (`preemptGrace`); `None`: the planner's `[preemption] grace`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -257,6 +260,22 @@ impl JobRun {
             OnNodeLost::Fail
         })
     }
+}
+
+/// Which other batch system's environment a job's tasks also get (`compat`), so that
+/// scripts written for it run unchanged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Compat {
+    /// Only hyperplan's variables (the default).
+    #[default]
+    None,
+    /// Also Slurm's `SLURM_*` variables (set by `hyperplan sbatch`).
+    Slurm,
+}
+
+fn is_no_compat(compat: &Compat) -> bool {
+    *compat == Compat::None
 }
 
 fn is_tasks(mode: &LaunchMode) -> bool {
@@ -425,6 +444,7 @@ struct RawJob {
     requeue: bool,
     mpi: Option<Located<String>>,
     launch: Option<Located<String>>,
+    compat: Option<Located<String>>,
     priority_class_name: Option<Located<String>>,
     /// Read as text: `30` or `2m`.
     preempt_grace: Option<Located<String>>,
@@ -729,6 +749,17 @@ fn build_run(j: &JobParts, path: &Path) -> Result<JobRun, FileError> {
             ));
         }
     };
+    let compat = match j.compat.as_ref().map(|c| (c, c.value.as_str())) {
+        None | Some((_, "none")) => Compat::None,
+        Some((_, "slurm")) => Compat::Slurm,
+        Some((c, other)) => {
+            return Err(located_error(
+                path,
+                c,
+                format!("expected none or slurm (the tasks also get the SLURM_* variables), got {other:?}"),
+            ));
+        }
+    };
     let preempt_grace = match &j.preempt_grace {
         None => None,
         Some(g) if g.value.trim() == "0" => Some(0),
@@ -767,6 +798,7 @@ fn build_run(j: &JobParts, path: &Path) -> Result<JobRun, FileError> {
         requeue: j.requeue,
         mpi,
         launch,
+        compat,
         preempt_grace,
         preempt_signal,
         on_node_lost,
@@ -928,6 +960,7 @@ struct JobParts {
     requeue: bool,
     mpi: Option<Located<String>>,
     launch: Option<Located<String>>,
+    compat: Option<Located<String>>,
     queue: Option<Located<String>>,
     user: Option<Located<String>>,
     priority_class: Option<Located<String>>,
@@ -1176,6 +1209,7 @@ impl RawJob {
             requeue: self.requeue,
             mpi: self.mpi,
             launch: self.launch,
+            compat: self.compat,
             queue: self.queue,
             user: self.user,
             priority_class: self.priority_class_name,
@@ -1243,6 +1277,7 @@ impl VolcanoJob {
             requeue: false,
             mpi: None,
             launch: None,
+            compat: None,
             queue: spec.queue,
             user: None,
             priority_class: spec.priority_class_name,

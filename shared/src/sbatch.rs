@@ -558,7 +558,8 @@ pub fn build_job(script: &Directives, command_line: &Directives, input: &BatchIn
     if let Some(first) = tasks.first_mut() {
         first["replicas"] = 1.into();
     }
-    let mut job = json!({ "launch": "batch", "tasks": tasks });
+    // Scripts written for Slurm read its variables: the tasks get them too.
+    let mut job = json!({ "launch": "batch", "compat": "slurm", "tasks": tasks });
     if let Some(d) = last.get(&Opt::Time)
         && let Some(secs) = parse_slurm_time(&d.value).map_err(|e| b.error(d, e.to_string()))?
     {

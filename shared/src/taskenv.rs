@@ -18,6 +18,11 @@
 //!   them under that order), ascending; empty when the task has none of them;
 //! - `NCCL_IB_HCA` (`mlx5_0:1,mlx5_1:1`, port 1 of each rail) when the task has rails, and
 //!   `OMP_NUM_THREADS` (its PU count) when it has PUs;
+//! - for a job from a batch script or with `compat: slurm` ([`SlurmJob`]), the `SLURM_*`
+//!   variables scripts read, from the same values: `SLURM_JOB_ID`, `SLURM_JOB_NAME`,
+//!   `SLURM_JOB_NODELIST` (= `HYPERPLAN_NODELIST`), `SLURM_NNODES`, `SLURM_NTASKS`,
+//!   `SLURM_PROCID` (r), `SLURM_LOCALID` (l), `SLURM_NODEID` (k), `SLURM_SUBMIT_DIR`, and
+//!   `SLURM_CPUS_PER_TASK` / `SLURM_CLUSTER_NAME` when known;
 //! - then the job's own `env`, which wins over all of the above.
 //!
 //! `MASTER_PORT` is the job's `masterPort`, or one the planner chose free on rank 0's node
@@ -170,6 +175,24 @@ pub fn nccl_ib_hca(nics: &[String]) -> String {
     nics.iter().map(|n| format!("{n}:1")).collect::<Vec<_>>().join(",")
 }
 
+/// What a job that asks for Slurm's variables (`compat: slurm`, or from `hyperplan
+/// sbatch`) adds to them, beyond what every task already knows: existing scripts read
+/// `SLURM_*` and should run unchanged.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlurmJob {
+    /// The job's numeric id (`SLURM_JOB_ID`).
+    pub job_id: u64,
+    /// The directory it was submitted from, else its working directory.
+    pub submit_dir: String,
+    /// Whole CPUs per task, when the task asks whole CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_per_task: Option<u32>,
+    /// Set only when the planner knows a cluster name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
+}
+
 /// Everything [`task_env`] needs to know about one task.
 #[derive(Debug, Clone, Copy)]
 pub struct TaskEnvInput<'a> {
@@ -198,6 +221,8 @@ pub struct TaskEnvInput<'a> {
     pub hypernodes: &'a [String],
     pub master_addr: &'a str,
     pub master_port: u16,
+    /// `Some` for a job that asks for the `SLURM_*` variables.
+    pub slurm: Option<&'a SlurmJob>,
     /// The job's `env`: set last, over everything else.
     pub job_env: &'a BTreeMap<String, String>,
 }
@@ -247,6 +272,23 @@ pub fn task_env(input: &TaskEnvInput<'_>) -> Result<BTreeMap<String, String>, Ta
     }
     if !pus.is_empty() {
         set("OMP_NUM_THREADS", pus.len().to_string());
+    }
+    if let Some(slurm) = input.slurm {
+        set("SLURM_JOB_ID", slurm.job_id.to_string());
+        set("SLURM_JOB_NAME", input.job.to_string());
+        set("SLURM_JOB_NODELIST", compress(input.nodes_by_rank));
+        set("SLURM_NNODES", input.nnodes.to_string());
+        set("SLURM_NTASKS", input.world_size.to_string());
+        set("SLURM_PROCID", p.rank.to_string());
+        set("SLURM_LOCALID", p.local_rank.to_string());
+        set("SLURM_NODEID", p.node_rank.to_string());
+        set("SLURM_SUBMIT_DIR", slurm.submit_dir.clone());
+        if let Some(n) = slurm.cpus_per_task {
+            set("SLURM_CPUS_PER_TASK", n.to_string());
+        }
+        if let Some(name) = &slurm.cluster_name {
+            set("SLURM_CLUSTER_NAME", name.clone());
+        }
     }
     env.extend(input.job_env.iter().map(|(k, v)| (k.clone(), v.clone())));
     Ok(env)
@@ -385,6 +427,7 @@ mod tests {
         nics: Vec<String>,
         hypernodes: Vec<String>,
         job_env: BTreeMap<String, String>,
+        slurm: Option<SlurmJob>,
     }
 
     impl Fixture {
@@ -401,6 +444,7 @@ mod tests {
                 nics: strings(&["mlx5_3"]),
                 hypernodes: strings(&["leaf-1", "spine-0"]),
                 job_env: BTreeMap::new(),
+                slurm: None,
             }
         }
 
@@ -421,6 +465,7 @@ mod tests {
                 hypernodes: &self.hypernodes,
                 master_addr: "10.0.0.2",
                 master_port: default_master_port(7),
+                slurm: self.slurm.as_ref(),
                 job_env: &self.job_env,
             }
         }
@@ -523,5 +568,80 @@ mod tests {
             task_env(&f.input(0, "0")),
             Err(TaskEnvError::GpuNotOnNode { .. })
         ));
+    }
+
+    #[test]
+    fn slurm_variables_of_a_two_node_four_rank_job() {
+        let mut f = Fixture::new();
+        // 4 ranks: 0 and 1 on gpu002, 2 and 3 on gpu001.
+        f.places = local_ranks(&[(2, "gpu001"), (0, "gpu002"), (3, "gpu001"), (1, "gpu002")]).unwrap();
+        f.nodes = vec!["gpu002", "gpu002", "gpu001", "gpu001"];
+        f.slurm = Some(SlurmJob {
+            job_id: 42,
+            submit_dir: "/home/ada/run".into(),
+            cpus_per_task: Some(8),
+            cluster_name: None,
+        });
+        let slurm_of = |rank: usize| {
+            let mut input = f.input(rank, "0-7");
+            input.world_size = 4;
+            let env = task_env(&input).unwrap();
+            env.into_iter()
+                .filter(|(k, _)| k.starts_with("SLURM_"))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let env = slurm_of(3);
+        let expected: BTreeMap<String, String> = [
+            ("SLURM_JOB_ID", "42"),
+            ("SLURM_JOB_NAME", "train"),
+            ("SLURM_JOB_NODELIST", "gpu[001-002]"),
+            ("SLURM_NNODES", "2"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_CPUS_PER_TASK", "8"),
+            ("SLURM_SUBMIT_DIR", "/home/ada/run"),
+            ("SLURM_PROCID", "3"),
+            ("SLURM_LOCALID", "1"),
+            ("SLURM_NODEID", "1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(env, expected);
+        let ids: Vec<_> = (0..4)
+            .map(|r| {
+                let e = slurm_of(r);
+                (
+                    e["SLURM_PROCID"].clone(),
+                    e["SLURM_LOCALID"].clone(),
+                    e["SLURM_NODEID"].clone(),
+                )
+            })
+            .collect();
+        let want: Vec<_> = [("0", "0", "0"), ("1", "1", "0"), ("2", "0", "1"), ("3", "1", "1")]
+            .iter()
+            .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+            .collect();
+        assert_eq!(ids, want);
+        assert!(!env.contains_key("SLURM_CLUSTER_NAME"));
+    }
+
+    #[test]
+    fn slurm_variables_only_when_asked_and_the_job_env_wins() {
+        let mut f = Fixture::new();
+        let env = task_env(&f.input(0, "0")).unwrap();
+        assert!(!env.keys().any(|k| k.starts_with("SLURM_")));
+        f.slurm = Some(SlurmJob {
+            job_id: 7,
+            submit_dir: "/w".into(),
+            cpus_per_task: None,
+            cluster_name: Some("alps".into()),
+        });
+        f.job_env = [("SLURM_JOB_NAME".to_string(), "mine".to_string())]
+            .into_iter()
+            .collect();
+        let env = task_env(&f.input(0, "0")).unwrap();
+        assert_eq!(env["SLURM_JOB_NAME"], "mine");
+        assert_eq!(env["SLURM_CLUSTER_NAME"], "alps");
+        assert!(!env.contains_key("SLURM_CPUS_PER_TASK"));
     }
 }

@@ -409,6 +409,11 @@ fn mpi_unknown() {
 }
 
 #[test]
+fn compat_unknown() {
+    insta::assert_snapshot!(job_field("compat: pbs"), @r#"jobs.yaml:2:9: compat: expected none or slurm (the tasks also get the SLURM_* variables), got "pbs""#);
+}
+
+#[test]
 fn launch_unknown() {
     insta::assert_snapshot!(job_field("launch: interactive"), @r#"jobs.yaml:2:9: launch: expected tasks (one process per rank) or batch (the command once, on rank 0's node, with the allocation), got "interactive""#);
 }

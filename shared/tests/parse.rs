@@ -330,6 +330,15 @@ tasks: [{name: t, replicas: 1, resources: {cpu: 1}, workingDir: /scratch/alice}]
 }
 
 #[test]
+fn compat_slurm_none_and_default() -> TestResult {
+    let text = "name: a\ncompat: slurm\ntasks: [{name: t, replicas: 1, resources: {cpu: 1}}]\n---\nname: b\ncompat: none\ntasks: [{name: t, replicas: 1, resources: {cpu: 1}}]\n---\nname: c\ntasks: [{name: t, replicas: 1, resources: {cpu: 1}}]\n";
+    let jobs = parse_jobs(text, Path::new("jobs.yaml"))?;
+    let compat: Vec<_> = jobs.iter().map(|j| j.run.compat).collect();
+    assert_eq!(compat, vec![job::Compat::Slurm, job::Compat::None, job::Compat::None]);
+    Ok(())
+}
+
+#[test]
 fn run_fields_default_when_absent() -> TestResult {
     for name in ["jobs.yaml", "volcano-job.yaml", "numa-jobs.yaml"] {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name);

@@ -76,6 +76,7 @@ fn a_sites_script_becomes_its_job() {
     assert_eq!(job.name, "cfd-run");
     assert_eq!(job.queue.as_deref(), Some("gpu"));
     assert_eq!(job.run.launch, LaunchMode::Batch);
+    assert_eq!(job.run.compat, hyperplan_shared::job::Compat::Slurm);
     assert_eq!(job.run.time_limit, Some(12 * 3600));
     assert!(!job.run.requeue);
     assert_eq!(job.run.preempt_signal, Some(10));

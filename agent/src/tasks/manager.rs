@@ -1126,6 +1126,7 @@ mod tests {
             master_port: 29500,
             launch: Default::default(),
             restart,
+            slurm: None,
         }
     }
 

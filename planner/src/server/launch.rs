@@ -17,7 +17,8 @@ use hyperplan_core::numa::hints::Policy;
 use hyperplan_core::{Placement, Planner};
 use hyperplan_net::messages::{JobWorld, LaunchTask, PlannerToAgent};
 use hyperplan_shared::cpulist::{format_cpu_list, parse_cpu_list};
-use hyperplan_shared::job::LaunchMode;
+use hyperplan_shared::job::{Compat, LaunchMode};
+use hyperplan_shared::taskenv::SlurmJob;
 
 /// What a batch job's tasks other than rank 0 run: nothing but holding their node.
 pub const HOLD_COMMAND: [&str; 2] = ["sleep", "infinity"];
@@ -141,7 +142,36 @@ fn job_world(
         master_port: p.master_port,
         launch: p.spec.run.launch,
         restart,
+        slurm: slurm_job(p),
     }
+}
+
+/// What the `SLURM_*` variables of a `compat: slurm` job need; `None` for other jobs.
+/// `SLURM_CPUS_PER_TASK` only when the task asks whole CPUs, as Slurm's `-c` does.
+fn slurm_job(p: &Placement) -> Option<SlurmJob> {
+    if p.spec.run.compat != Compat::Slurm {
+        return None;
+    }
+    let cpu = p
+        .spec
+        .tasks
+        .get(p.role)
+        .map_or(0, |t| t.resources.get(hyperplan_shared::CPU));
+    let cpus_per_task = (cpu > 0 && cpu.is_multiple_of(1000))
+        .then(|| u32::try_from(cpu / 1000).ok())
+        .flatten();
+    let submit_dir = p
+        .spec
+        .submit_dir
+        .clone()
+        .or_else(|| p.spec.working_dir(p.role))
+        .unwrap_or_default();
+    Some(SlurmJob {
+        job_id: p.job_id,
+        submit_dir,
+        cpus_per_task,
+        cluster_name: None,
+    })
 }
 
 fn launch(p: &Placement, hyper_nodes: &[String]) -> LaunchTask {
@@ -272,5 +302,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn world_of(spec: hyperplan_shared::JobSpec) -> JobWorld {
+        let cluster = ClusterBuilder::flat(2)
+            .hardware(MachineBuilder::new(2, 1, 4, 1).memory_per_numa(8 << 30).build())
+            .build();
+        let mut planner = hyperplan_core::sim::planner_for(&cluster, PlannerConfig::default());
+        planner.push(Event::Submit {
+            spec,
+            owner: "alice".into(),
+        });
+        let placements = placed(&mut planner, 1);
+        frames(&planner, placements, |_| None)
+            .into_iter()
+            .find_map(|(_, f)| match f {
+                PlannerToAgent::Job(w) => Some(*w),
+                _ => None,
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn a_compat_slurm_job_frame_carries_what_slurm_variables_need() {
+        let mut spec = JobBuilder::gang("sim", 2, "cpu=2,memory=1Gi").build();
+        spec.submit_dir = Some("/home/alice/run".into());
+        assert_eq!(world_of(spec.clone()).slurm, None, "compat: none sends nothing");
+        spec.run.compat = Compat::Slurm;
+        let slurm = world_of(spec.clone()).slurm.unwrap();
+        assert_eq!(
+            slurm,
+            SlurmJob {
+                job_id: 1,
+                submit_dir: "/home/alice/run".into(),
+                cpus_per_task: Some(2),
+                cluster_name: None,
+            }
+        );
+        // Part of a CPU: no SLURM_CPUS_PER_TASK.
+        let mut spec = JobBuilder::gang("half", 1, "cpu=500m,memory=1Gi").build();
+        spec.run.compat = Compat::Slurm;
+        spec.tasks[0].exec.working_dir = Some("/scratch".into());
+        let slurm = world_of(spec).slurm.unwrap();
+        assert_eq!((slurm.cpus_per_task, slurm.submit_dir.as_str()), (None, "/scratch"));
     }
 }
