@@ -159,18 +159,21 @@ pub struct ExecSection {
 /// `[exec] outputMode` when agent.toml says nothing: the task's user alone.
 pub const DEFAULT_OUTPUT_MODE: u32 = 0o600;
 
+/// `[exec] outputMode` that is not octal permission bits the owner may write.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("[exec] outputMode: expected octal permissions the owner may write, like \"0600\" or \"0640\", got {0:?}")]
+pub struct BadOutputMode(pub String);
+
 impl ExecSection {
     /// `outputMode`, checked: octal permission bits, owner-writable, no set-id or sticky bit.
-    pub fn output_mode(&self) -> Result<u32, String> {
+    pub fn output_mode(&self) -> Result<u32, BadOutputMode> {
         let Some(text) = self.output_mode.as_deref() else {
             return Ok(DEFAULT_OUTPUT_MODE);
         };
         u32::from_str_radix(text.trim_start_matches("0o"), 8)
             .ok()
             .filter(|m| *m <= 0o777 && m & 0o200 != 0)
-            .ok_or_else(|| {
-                format!("[exec] outputMode: expected octal permissions the owner may write, like \"0600\" or \"0640\", got {text:?}")
-            })
+            .ok_or_else(|| BadOutputMode(text.to_string()))
     }
 
     /// `defaultMpi`, checked.
@@ -273,7 +276,7 @@ mod tests {
             let said = with(Some(bad)).output_mode();
             assert!(
                 said.as_ref()
-                    .is_err_and(|e| e.starts_with("[exec] outputMode: expected octal")),
+                    .is_err_and(|e| e.to_string().starts_with("[exec] outputMode: expected octal")),
                 "{bad}: {said:?}"
             );
         }

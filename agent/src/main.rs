@@ -582,7 +582,7 @@ fn run_agent(
             rlimits,
             shepherd: std::env::current_exe().context("finding this executable (it runs the shepherds)")?,
             default_mpi: config.exec.default_mpi().map_err(|e| anyhow::anyhow!("{e}"))?,
-            output_mode: config.exec.output_mode().map_err(|e| anyhow::anyhow!("{e}"))?,
+            output_mode: config.exec.output_mode()?,
             private_tmp,
             cli: cli_path(),
             launcher,

@@ -208,9 +208,9 @@ pub fn read_script(file: &str, script: &str) -> Result<Directives, SbatchError> 
             continue;
         }
         let place = Place::Line(i + 1);
-        let words = split_words(rest).map_err(|message| SbatchError {
+        let words = split_words(rest).map_err(|e| SbatchError {
             at: at(file, place),
-            message,
+            message: e.to_string(),
         })?;
         read_options(file, place, &words, &mut out)?;
     }
@@ -337,10 +337,15 @@ fn read_options(file: &str, place: Place, words: &[String], out: &mut Directives
     Ok(())
 }
 
+/// A quote a directive line opens and never closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("expected a closing {0} (the quote is not closed)")]
+pub struct UnclosedQuote(pub char);
+
 /// Splits a directive line into words as a shell would: blanks separate, `'...'` is
 /// literal, `"..."` keeps blanks with `\"` `\\` `\$` `` \` `` escapes, `\x` outside quotes
 /// is `x`, and a word starting with `#` ends the line (a comment).
-pub fn split_words(line: &str) -> Result<Vec<String>, String> {
+pub fn split_words(line: &str) -> Result<Vec<String>, UnclosedQuote> {
     let mut words = Vec::new();
     let mut word = String::new();
     let mut in_word = false;
@@ -360,7 +365,7 @@ pub fn split_words(line: &str) -> Result<Vec<String>, String> {
                     match chars.next() {
                         Some('\'') => break,
                         Some(c) => word.push(c),
-                        None => return Err("expected a closing ' (the quote is not closed)".into()),
+                        None => return Err(UnclosedQuote('\'')),
                     }
                 }
             }
@@ -375,10 +380,10 @@ pub fn split_words(line: &str) -> Result<Vec<String>, String> {
                                 word.push('\\');
                                 word.push(other);
                             }
-                            None => return Err("expected a closing \" (the quote is not closed)".into()),
+                            None => return Err(UnclosedQuote('"')),
                         },
                         Some(c) => word.push(c),
-                        None => return Err("expected a closing \" (the quote is not closed)".into()),
+                        None => return Err(UnclosedQuote('"')),
                     }
                 }
             }
