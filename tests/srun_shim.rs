@@ -4,7 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -32,16 +31,10 @@ fn srun(fake_dir: &Path, in_job: bool, args: &[&str]) -> Ran {
     }
 }
 
-fn fake_hyperplan() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let fake = dir.path().join("hyperplan");
-    std::fs::write(
-        &fake,
-        "#!/bin/sh\nfor a in \"$@\"; do printf '%s|' \"$a\"; done\necho\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    dir
+/// The directory of the fake `hyperplan`: a file in the repository, not one written here
+/// (a script just written may be busy (ETXTBSY) to exec while another test thread forks).
+fn fake_hyperplan() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-hyperplan")
 }
 
 #[test]
@@ -56,7 +49,7 @@ fn inside_a_job_srun_becomes_hyperplan_exec() {
         (&["--ntasks", "2", "--label", "true"], "exec|--all|--|true|"),
     ];
     for (args, want) in cases {
-        let r = srun(d.path(), true, args);
+        let r = srun(&d, true, args);
         assert_eq!((r.code, r.args.as_str()), (0, want), "{args:?}: {}", r.stderr);
     }
 }
@@ -72,7 +65,7 @@ fn outside_a_job_srun_becomes_hyperplan_run() {
         (&["--nodes=3", "x"], "run|-n|3|--|x|"),
     ];
     for (args, want) in cases {
-        let r = srun(d.path(), false, args);
+        let r = srun(&d, false, args);
         assert_eq!((r.code, r.args.as_str()), (0, want), "{args:?}: {}", r.stderr);
     }
 }
@@ -80,16 +73,16 @@ fn outside_a_job_srun_becomes_hyperplan_run() {
 #[test]
 fn unknown_options_and_unmappable_forms_are_refused() {
     let d = fake_hyperplan();
-    let r = srun(d.path(), false, &["--mpi=pmix", "x"]);
+    let r = srun(&d, false, &["--mpi=pmix", "x"]);
     assert_eq!((r.code, r.args.as_str()), (2, ""));
     assert!(r.stderr.contains("option --mpi=pmix is not supported"), "{}", r.stderr);
-    let r = srun(d.path(), true, &["-n", "3", "x"]);
+    let r = srun(&d, true, &["-n", "3", "x"]);
     assert_eq!((r.code, r.args.as_str()), (2, ""));
     assert!(r.stderr.contains("one command per node"), "{}", r.stderr);
-    let r = srun(d.path(), false, &["-n", "zero", "x"]);
+    let r = srun(&d, false, &["-n", "zero", "x"]);
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("expected a number of tasks"), "{}", r.stderr);
-    let r = srun(d.path(), false, &["-l"]);
+    let r = srun(&d, false, &["-l"]);
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("expected a command"), "{}", r.stderr);
 }

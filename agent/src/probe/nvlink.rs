@@ -312,6 +312,21 @@ fn exit_error(binary: &str, done: &Finished) -> NvlinkError {
     }
 }
 
+/// Spawns `cmd`, again for a while when the binary is busy (ETXTBSY): being replaced by a
+/// package upgrade, or, in a test, just written while another thread forked.
+fn spawn_retrying_busy(cmd: &mut Command, deadline: Instant) -> io::Result<std::process::Child> {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 10 && Instant::now() < deadline => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Runs `cmd` (spawned in its own process group) to its end, by `deadline`, reading at
 /// most `limit` bytes of its standard output; `timeout` is what a timeout error names.
 /// `Ok(None)` when the binary is not there.
@@ -329,7 +344,7 @@ fn run_limited(
     if Instant::now() >= deadline {
         return Err(timed_out());
     }
-    let mut child = match cmd.spawn() {
+    let mut child = match spawn_retrying_busy(&mut cmd, deadline) {
         Ok(c) => c,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(source) => {
