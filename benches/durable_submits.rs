@@ -48,6 +48,8 @@ async fn client(addr: SocketAddr, certs: &Path, user: &str, prefix: &str, n: usi
             submit_dir: Some("/tmp".into()),
             hold: false,
             begin: None,
+            array: None,
+            dependency: None,
         };
         let t = Instant::now();
         write_frame(&mut send, &Request { id: i as u64, command }, DEFAULT_MAX_FRAME)

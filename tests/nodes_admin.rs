@@ -44,14 +44,7 @@ fn running_on(c: &Cluster, user: &str, name: &str) -> (String, u64) {
 }
 
 fn ok(c: &Cluster, user: &str, args: &[&str]) -> String {
-    let out = c.cli(user, args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}\nplanner log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        c.planner_log()
-    );
-    String::from_utf8(out.stdout).unwrap()
+    c.ok(user, args)
 }
 
 fn refused(c: &Cluster, user: &str, args: &[&str]) -> String {

@@ -66,7 +66,7 @@ fn dry_run_prints_the_job_with_command_line_overrides() {
                 "replicas": 1,
                 "resources": {"cpu": 4, "memory": 8u64 << 30},
                 "command": ["/bin/bash", "-c", SCRIPT, "sweep.sh", "--fast", "-N"],
-                "output": "logs/%j-%j.out",
+                "output": "logs/%j-%i.out",
                 "env": {"HP_SBATCH_TEST": "from-env"},
             }, {
                 "name": "hold",
@@ -99,10 +99,17 @@ fn errors_name_the_line() {
         text(&out.stderr),
         "hyperplan: sweep.sh:10: unknown option --mail-type=END: expected an sbatch option hyperplan knows (see hyperplan sbatch --help)\n"
     );
-    std::fs::write(dir.path().join("a.sh"), "#!/bin/sh\n#HP --array=1-10%2\nhostname\n").unwrap();
+    std::fs::write(dir.path().join("a.sh"), "#!/bin/sh\n#HP --qos=high\nhostname\n").unwrap();
     let out = hyperplan(dir.path(), &["sbatch", "--dry-run", "a.sh"]);
     assert!(
-        text(&out.stderr).contains("a.sh:2: --array: not supported by hyperplan yet"),
+        text(&out.stderr).contains("a.sh:2: --qos: not supported by hyperplan yet"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::write(dir.path().join("b.sh"), "#!/bin/sh\n#HP --array=1-10:0%2\nhostname\n").unwrap();
+    let out = hyperplan(dir.path(), &["sbatch", "--dry-run", "b.sh"]);
+    assert!(
+        text(&out.stderr).contains("b.sh:2: --array: expected a step"),
         "{}",
         text(&out.stderr)
     );

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use hyperplan_net::messages::{JobWorld, LaunchTask};
-use hyperplan_shared::names::{NameKind, check_name};
+use hyperplan_shared::names::{NameKind, check_job_name, check_name};
 use hyperplan_shared::outpattern::{PatternError, PatternValues, output_path};
 use hyperplan_shared::taskenv::{TaskEnvError, TaskEnvInput, hostfile, local_ranks, task_env};
 
@@ -137,7 +137,7 @@ pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> R
         what,
     };
     // The names become directories: checked here, whatever the planner sent.
-    check_name(NameKind::Job, &task.job).map_err(|e| frame(format!("job name: {e}")))?;
+    check_job_name(&task.job).map_err(|e| frame(format!("job name: {e}")))?;
     check_name(NameKind::Task, &task.task).map_err(|e| frame(format!("task name: {e}")))?;
     if world.job != task.job || world.job_id != task.job_id {
         return Err(frame(format!(
@@ -194,6 +194,7 @@ pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> R
         master_addr: &world.master_addr,
         master_port: world.master_port,
         slurm: world.slurm.as_ref(),
+        array: world.array.as_ref(),
         job_env: &task.env,
     };
     env.extend(task_env(&input).map_err(|source| LaunchError::Ranks {
@@ -207,10 +208,12 @@ pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> R
         .or_insert_with(|| world.restart.to_string());
     let values = PatternValues {
         job: &task.job,
+        job_id: task.job_id,
         task: &task.task,
         rank: task.rank,
         node: node.node,
         user: &task.user,
+        array: world.array.as_ref().map(|a| (a.array_id, a.index)),
     };
     let output = |pattern: &str| {
         output_path(&working_dir, pattern, &values).map_err(|source| LaunchError::Output {
@@ -272,6 +275,7 @@ mod tests {
             launch: Default::default(),
             restart: 0,
             slurm: None,
+            array: None,
         }
     }
 
@@ -358,6 +362,44 @@ mod tests {
         let p = prepare(&world(), &task(3), &node(false)).unwrap();
         assert_eq!((p.spec.cpus.as_str(), p.spec.memory_policy), ("", MemoryPolicy::None));
         assert_eq!(p.spec.env.get("HYPERPLAN_CPUS").map(String::as_str), Some("4-7"));
+    }
+
+    /// An element of an array: its `HYPERPLAN_ARRAY_*` variables, and `%i %A %a` in its
+    /// output file names.
+    #[test]
+    fn an_array_element_gets_its_variables_and_file_names() {
+        let mut w = world();
+        let spec = hyperplan_shared::array::ArraySpec::parse("1-10%2").unwrap();
+        w.array = Some(hyperplan_shared::array::ArrayElement {
+            array_id: 5,
+            array_name: "train".into(),
+            index: 3,
+            count: 10,
+            min: 1,
+            max: 10,
+            spec,
+        });
+        // The planner names an element NAME[INDEX]: a name its directories may have.
+        w.job = "train[3]".into();
+        let mut t = task(3);
+        t.job = "train[3]".into();
+        t.output = "slurm-%A_%a-%i.out".into();
+        let p = prepare(&w, &t, &node(true)).unwrap();
+        assert_eq!(
+            p.spec.env.get("HYPERPLAN_HOSTFILE").map(String::as_str),
+            Some("/var/lib/hyperplan-agent/tasks/train[3].7/hostfile")
+        );
+        let get = |k: &str| p.spec.env.get(k).map(String::as_str);
+        assert_eq!(get("HYPERPLAN_ARRAY_JOB_ID"), Some("5"));
+        assert_eq!(get("HYPERPLAN_ARRAY_TASK_ID"), Some("3"));
+        assert_eq!(get("HYPERPLAN_ARRAY_TASK_COUNT"), Some("10"));
+        assert_eq!(get("SLURM_ARRAY_TASK_ID"), None, "no compat: slurm");
+        assert_eq!(p.spec.stdout, Path::new("/home/alice/runs/slurm-5_3-7.out"));
+        // Not an element: %A is the job's own id and %a nothing.
+        t.job = "train".into();
+        let p = prepare(&world(), &t, &node(true)).unwrap();
+        assert_eq!(p.spec.stdout, Path::new("/home/alice/runs/slurm-7_-7.out"));
+        assert_eq!(p.spec.env.get("HYPERPLAN_ARRAY_TASK_ID"), None);
     }
 
     #[test]

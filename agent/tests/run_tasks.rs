@@ -310,6 +310,7 @@ impl Setup {
             launch: Default::default(),
             restart: 0,
             slurm: None,
+            array: None,
         };
         self.planner.send(PlannerToAgent::Job(Box::new(world)));
         self.planner.send(PlannerToAgent::Launch(Box::new(launch_task(
@@ -510,6 +511,7 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
         launch: Default::default(),
         restart: 0,
         slurm: None,
+        array: None,
     })));
     let mut launch = launch_task("sleepy", 21, &me(), "", &s.work());
     launch.argv = vec!["sleep".into(), "60".into()];

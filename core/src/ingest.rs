@@ -78,7 +78,7 @@ pub(crate) fn ingest(world: &mut World) {
             }
             Event::Heartbeat { node, at_ms } => health::heartbeat(world, &node, at_ms),
             Event::LinkDown { node, link, at_ms } => health::link_down(world, &node, link, at_ms),
-            Event::Submit { spec, owner } => submit(world, spec, owner),
+            Event::Submit { spec, owner } => submit(world, *spec, owner),
             Event::Drain { nodes, drain, now } => crate::nodes::drain::drain(world, nodes, drain, now),
             Event::Resume { nodes } => crate::nodes::drain::resume(world, nodes),
             Event::Remove { nodes } => crate::nodes::drain::remove(world, nodes),
@@ -172,6 +172,14 @@ fn node_up(world: &mut World, spec: NodeSpec) {
 }
 
 fn submit(world: &mut World, spec: JobSpec, owner: String) {
+    // An array comes as its elements, each with the next id.
+    if spec.array.is_some() {
+        let first = world.resource::<NextJobId>().0;
+        for element in crate::jobs::arrays::expand_one(spec, first) {
+            submit(world, element, owner.clone());
+        }
+        return;
+    }
     // Every submission uses its id up, refused or not (see `Planner::next_job_id`).
     let id = {
         let mut next = world.resource_mut::<NextJobId>();

@@ -140,6 +140,9 @@ impl Planner {
         world.insert_resource(LabelTypes::default());
         world.insert_resource(model::tick::NvlinkDiscovery::default());
         world.insert_resource(names::JobNames::default());
+        world.insert_resource(names::JobIds::default());
+        world.insert_resource(model::arrays::Arrays::default());
+        world.insert_resource(model::gate::Revisit::default());
         world.insert_resource(jobs::ownership::NextJobId::default());
         world.insert_resource(jobs::ownership::LiveByOwner::default());
         world.insert_resource(jobs::forget::Kept::default());
@@ -176,7 +179,7 @@ impl Planner {
                 // The walk, the rejected jobs it looks at again given their tasks first,
                 // then what it could not place (tuples of their own: the chain has as many
                 // members as a tuple may).
-                (jobs::shed::revive, allocate::allocate).chain(),
+                (jobs::gates::gates, jobs::shed::revive, allocate::allocate).chain(),
                 (preempt::preempt, jobs::replace::settle, jobs::shed::shed).chain(),
                 fairshare::accrue::accrue,
                 dispatch::dispatch,

@@ -12,3 +12,7 @@ pub struct JobNames(pub HashMap<String, Entity>);
 /// Nodes by name, for events that name a node.
 #[derive(Debug, Default, Resource)]
 pub struct NodeNames(pub HashMap<String, Entity>);
+
+/// Jobs by id, for dependencies that name a job by its number.
+#[derive(Debug, Default, Resource)]
+pub struct JobIds(pub HashMap<u64, Entity>);

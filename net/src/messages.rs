@@ -20,7 +20,9 @@ use serde::{Deserialize, Serialize};
 /// (preemption), which an agent of 8 would ignore, sending SIGTERM instead. 11: status
 /// answers in pages (`RequestCommand::Status::page`, `JobList::next`), of which a CLI of 10
 /// would show the first alone. 12: `RequestCommand::Hold`/`Release` (holds, begin times).
-pub const PROTOCOL_VERSION: u32 = 12;
+/// 13: arrays and dependencies (`Submit::array`/`dependency`, `JobWorld::array`), which a
+/// planner of 12 would drop, running one job where an array was asked.
+pub const PROTOCOL_VERSION: u32 = 13;
 
 /// Who is speaking on a connection. The certificate says the same (its OU), and the
 /// planner checks that the two agree.
@@ -296,6 +298,9 @@ pub struct JobWorld {
     /// tasks' `SLURM_*` variables need beyond the rest of the frame.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<hyperplan_shared::taskenv::SlurmJob>,
+    /// An element of an array: `HYPERPLAN_ARRAY_*` (and `SLURM_ARRAY_*`), `%A` and `%a`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<hyperplan_shared::array::ArrayElement>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -322,7 +327,8 @@ pub struct LaunchTask {
     /// Absolute (the submit directory or the task's `workingDir` resolved against it);
     /// `None` when the job said nothing usable (the agent refuses the task then).
     pub working_dir: Option<String>,
-    /// Output and error file patterns (`%j %t %r %n %u`), relative to the working directory.
+    /// Output and error file patterns (`%j %i %A %a %t %r %n %u`), relative to the working
+    /// directory.
     pub output: String,
     pub error: String,
     /// Seconds to SIGTERM (SIGKILL 10 s later); `None` = no limit.
@@ -397,6 +403,12 @@ pub enum RequestCommand {
         /// `--begin`, resolved by the client to Unix seconds: every job's begin time.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         begin: Option<u64>,
+        /// `--array`: every job of the file is an array of these indices.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        array: Option<hyperplan_shared::array::ArraySpec>,
+        /// `--dependency`: every job of the file waits for it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dependency: Option<hyperplan_shared::dependency::Dependency>,
     },
     /// `hyperplan hold JOB...`: the owner's or an admin's; answered with a
     /// `hyperplan_shared::status::HoldsChanged` once committed.
@@ -912,6 +924,7 @@ mod tests {
             launch: Default::default(),
             restart: 0,
             slurm: None,
+            array: None,
         })));
         roundtrip(&PlannerToAgent::Launch(Box::new(LaunchTask {
             job: "j".into(),
@@ -981,6 +994,10 @@ mod tests {
                 submit_dir: Some("/home/alice/runs".into()),
                 hold: true,
                 begin: Some(1_798_099_200),
+                array: Some(hyperplan_shared::array::ArraySpec::parse("1-9%2").unwrap_or_else(|e| panic!("{e}"))),
+                dependency: Some(
+                    hyperplan_shared::dependency::Dependency::parse("afterok:a").unwrap_or_else(|e| panic!("{e}")),
+                ),
             },
             RequestCommand::Hold {
                 jobs: vec!["a".into(), "b".into()],

@@ -151,6 +151,65 @@ impl fmt::Display for ArraySpec {
     }
 }
 
+/// Kept as its text in job files, records and frames: it prints back as written.
+impl serde::Serialize for ArraySpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ArraySpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        ArraySpec::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// What an element of an array knows of its array: given by the planner when it splits
+/// an array into its elements (each a job of its own, named `NAME[INDEX]`), kept in the
+/// element's spec so that its variables, its output names, the `%N` limit and `status`'s
+/// one line per array come back with it after a restart.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArrayElement {
+    /// The array's id: the id of its first element (`HYPERPLAN_ARRAY_JOB_ID`, `%A`).
+    pub array_id: u64,
+    /// The array's name, without the index (`NAME` of `NAME[7]`).
+    pub array_name: String,
+    /// This element's index (`HYPERPLAN_ARRAY_TASK_ID`, `%a`).
+    pub index: u32,
+    /// How many elements the array has.
+    pub count: u32,
+    /// Its lowest and highest index.
+    pub min: u32,
+    pub max: u32,
+    /// The spec as written, `%N` included (what `status` shows).
+    pub spec: ArraySpec,
+}
+
+impl ArrayElement {
+    /// The name the element is known by: `NAME[INDEX]`.
+    pub fn element_name(array_name: &str, index: u32) -> String {
+        format!("{array_name}[{index}]")
+    }
+
+    /// `%N` of the array: how many of its elements may run at once.
+    pub fn limit(&self) -> Option<u32> {
+        self.spec.limit
+    }
+}
+
+/// A job's name read as an array element's, `NAME[INDEX]`: the array's name and the
+/// index; `None` for any other name.
+pub fn split_element_name(name: &str) -> Option<(&str, u32)> {
+    let (base, rest) = name.split_once('[')?;
+    let index = rest.strip_suffix(']')?;
+    if base.is_empty() {
+        return None;
+    }
+    Some((base, number(index)?))
+}
+
 /// Plain decimal digits, no sign, fitting in a u32.
 fn number(text: &str) -> Option<u32> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {

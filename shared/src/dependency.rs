@@ -175,6 +175,27 @@ impl fmt::Display for Dependency {
     }
 }
 
+/// Kept as its text in job files, records and frames.
+impl serde::Serialize for Dependency {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Dependency {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Dependency::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Dependency {
+    /// Whether it has `singleton`.
+    pub fn has_singleton(&self) -> bool {
+        self.conditions.iter().any(|c| matches!(c, Condition::Singleton))
+    }
+}
+
 fn parse_condition(part: &str, text: &str) -> Result<Condition, DependencyError> {
     let part_error = |what: &str, got: &str| DependencyError::Part {
         text: text.to_string(),

@@ -326,6 +326,24 @@ pub struct JobSpec {
     /// Its begin time (`begin`, `submit --begin`), Unix seconds: never placed before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub begin: Option<u64>,
+    /// `array` (`submit --array`): the job is an array; the planner splits it at submit
+    /// into elements, each a job of its own named `NAME[INDEX]` (see `element`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<crate::array::ArraySpec>,
+    /// Set by the planner on each element of an array: which array, which index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub element: Option<crate::array::ArrayElement>,
+    /// `dependsOn` (`--dependency`): when it may start, in Slurm's words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depends_on: Option<crate::dependency::Dependency>,
+    /// `keepOnFailedDependency`: a dependency that can never be met leaves the job
+    /// waiting (for a person to cancel it) instead of cancelling it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_on_failed_dependency: bool,
+    /// `networkTopology.softAfter` (Slurm's `--switches=N@TIME`): seconds a job with a
+    /// hard topology waits for it; then it is placed as `soft` (best effort).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_soft_after: Option<u64>,
 }
 
 impl JobSpec {
@@ -398,6 +416,8 @@ struct RawTopology {
     mode: RawMode,
     highest_tier_allowed: Option<u32>,
     highest_tier_name: Option<String>,
+    /// hyperplan's: how long a hard limit is waited for (`30m`), then soft.
+    soft_after: Option<Located<String>>,
 }
 
 #[derive(Deserialize)]
@@ -455,6 +475,48 @@ struct RawJob {
     hold: bool,
     /// Not placed before (Slurm's `--begin`), an instant: see `begin::parse_file_begin`.
     begin: Option<Located<String>>,
+    /// Slurm's `--array`: `1-100%8`.
+    array: Option<Located<String>>,
+    /// Slurm's `--dependency`: a list of conditions (all of them), or one expression.
+    depends_on: Option<Located<DependsOn>>,
+    #[serde(default)]
+    keep_on_failed_dependency: bool,
+}
+
+/// `dependsOn` as written: `["afterok:prep", "afterany:12"]` (all of them) or one
+/// expression in Slurm's form (`afterok:a?afterok:b`).
+struct DependsOn(String);
+
+impl<'de> Deserialize<'de> for DependsOn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = DependsOn;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of dependencies like [\"afterok:prep\"] or one like \"afterok:prep\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<DependsOn, E> {
+                Ok(DependsOn(v.to_string()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<DependsOn, A::Error> {
+                let mut parts: Vec<String> = Vec::new();
+                while let Some(p) = seq.next_element::<String>()? {
+                    // Bounded: the expression's own limit refuses more later anyway.
+                    if parts.iter().map(String::len).sum::<usize>() > crate::dependency::MAX_DEPENDENCY_LEN {
+                        break;
+                    }
+                    parts.push(p);
+                }
+                if parts.iter().any(|p| p.contains('?')) && parts.len() > 1 {
+                    return Err(serde::de::Error::custom(
+                        "expected conditions all of which must hold in a list; write a ? (any of) expression as one string",
+                    ));
+                }
+                Ok(DependsOn(parts.join(",")))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Deserialize)]
@@ -571,6 +633,24 @@ impl PodSpec {
         }
         sum
     }
+}
+
+/// `networkTopology.softAfter`, in seconds: only with `mode: hard`.
+fn soft_after(raw: Option<&Located<RawTopology>>, path: &Path) -> Result<Option<u64>, FileError> {
+    let Some(t) = raw else { return Ok(None) };
+    let Some(after) = &t.value.soft_after else {
+        return Ok(None);
+    };
+    if matches!(t.value.mode, RawMode::Soft) {
+        return Err(located_error(
+            path,
+            after,
+            "expected mode: hard with softAfter (a soft topology is best effort from the start)",
+        ));
+    }
+    parse_time_limit(&after.value)
+        .map(Some)
+        .map_err(|e| located_error(path, after, e.to_string()))
 }
 
 fn build_topology(raw: Option<Located<RawTopology>>, path: &Path) -> Result<Option<NetworkTopology>, FileError> {
@@ -969,6 +1049,9 @@ struct JobParts {
     on_node_lost: Option<Located<String>>,
     hold: bool,
     begin: Option<Located<String>>,
+    array: Option<Located<String>>,
+    depends_on: Option<Located<DependsOn>>,
+    keep_on_failed_dependency: bool,
 }
 
 fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), FileError> {
@@ -1030,6 +1113,17 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
         Some(b) => Some(crate::begin::parse_file_begin(&b.value).map_err(|e| located_error(path, b, e.to_string()))?),
         None => None,
     };
+    let array = match &j.array {
+        Some(a) => Some(crate::array::ArraySpec::parse(&a.value).map_err(|e| located_error(path, a, e.to_string()))?),
+        None => None,
+    };
+    let depends_on = match &j.depends_on {
+        Some(d) => {
+            Some(crate::dependency::Dependency::parse(&d.value.0).map_err(|e| located_error(path, d, e.to_string()))?)
+        }
+        None => None,
+    };
+    let topology_soft_after = soft_after(j.network_topology.as_ref(), path)?;
     let spec = JobSpec {
         name: j.name.value.clone(),
         priority: j.priority,
@@ -1046,6 +1140,11 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
         segments,
         hold: j.hold,
         begin,
+        array,
+        element: None,
+        depends_on,
+        keep_on_failed_dependency: j.keep_on_failed_dependency,
+        topology_soft_after,
     };
     Ok((spec, j.name))
 }
@@ -1218,6 +1317,9 @@ impl RawJob {
             on_node_lost: self.on_node_lost,
             hold: self.hold,
             begin: self.begin,
+            array: self.array,
+            depends_on: self.depends_on,
+            keep_on_failed_dependency: self.keep_on_failed_dependency,
         }
     }
 }
@@ -1286,6 +1388,9 @@ impl VolcanoJob {
             on_node_lost: None,
             hold: false,
             begin: None,
+            array: None,
+            depends_on: None,
+            keep_on_failed_dependency: false,
         }
     }
 }

@@ -93,6 +93,16 @@ pub fn check_name(kind: NameKind, name: &str) -> Result<(), NameError> {
     Ok(())
 }
 
+/// Checks a job name as a node meets it: a [`NameKind::Job`] name, or an element of an
+/// array, `NAME[INDEX]` (the planner names each element so), whose NAME is one. The
+/// agent makes directories and cgroups of it: the brackets and digits are safe there.
+pub fn check_job_name(name: &str) -> Result<(), NameError> {
+    match crate::array::split_element_name(name) {
+        Some((base, _)) => check_name(NameKind::Job, base),
+        None => check_name(NameKind::Job, name),
+    }
+}
+
 fn describe_char(c: char) -> String {
     if c == ' ' {
         "a space".into()
@@ -299,5 +309,26 @@ mod tests {
         assert_eq!(shorten("abcdef", 4), "abc…");
         assert_eq!(shorten("abcd", 4), "abcd");
         assert_eq!(shorten("ééééé", 3), "éé…");
+    }
+
+    #[test]
+    fn array_elements_are_job_names_on_nodes() {
+        for good in ["sweep[7]", "sweep[0]", "a.b-c[4000000]", "train"] {
+            assert_eq!(check_job_name(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "[7]",
+            "sweep[]",
+            "sweep[x]",
+            "sweep[1]]",
+            "../x[1]",
+            "a b[1]",
+            "sweep[-1]",
+            "s[1]/x",
+        ] {
+            assert!(check_job_name(bad).is_err(), "{bad}");
+        }
+        // Only on nodes: a job file's name stays a plain name.
+        assert!(check_name(NameKind::Job, "sweep[7]").is_err());
     }
 }

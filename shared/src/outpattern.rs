@@ -1,5 +1,8 @@
-//! Task output file patterns (`output`, `error` in the job file): `%j` job, `%t` task
-//! name, `%r` rank, `%n` node, `%u` user, `%%` a literal `%`.
+//! Task output file patterns (`output`, `error` in the job file): `%j` job name, `%i`
+//! job id, `%t` task name, `%r` rank, `%n` node, `%u` user, `%A` array id (the job's own
+//! id for a job that is not an element of an array), `%a` array index (empty for such a
+//! job), `%%` a literal `%`. `%i`, `%A` and `%a` keep the files of an array's elements,
+//! and of jobs that reuse a name, apart.
 //!
 //! A pattern is relative to the task's working directory (an absolute pattern is used as
 //! it is). It may leave that directory (`../logs/%j.out` is fine: the file is opened as the
@@ -17,9 +20,9 @@ pub const DEFAULT_OUTPUT: &str = "hyperplan-%j-%t.out";
 /// A pattern that cannot be expanded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PatternError {
-    #[error("unknown placeholder %{} (expected %j job, %t task, %r rank, %n node, %u user, or %% for a literal %)", .0.escape_debug())]
+    #[error("unknown placeholder %{} (expected %j job, %i job id, %t task, %r rank, %n node, %u user, %A array id, %a array index, or %% for a literal %)", .0.escape_debug())]
     Unknown(char),
-    #[error("a lone % at the end (expected %j, %t, %r, %n, %u, or %% for a literal %)")]
+    #[error("a lone % at the end (expected %j, %i, %t, %r, %n, %u, %A, %a, or %% for a literal %)")]
     Trailing,
     #[error("expected a file name pattern, got nothing")]
     Empty,
@@ -74,11 +77,16 @@ pub fn check_output_place(working_dir: Option<&str>, pattern: &str) -> Result<()
 /// What the placeholders stand for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PatternValues<'a> {
+    /// `%j`: the job's name.
     pub job: &'a str,
+    /// `%i`: the job's numeric id.
+    pub job_id: u64,
     pub task: &'a str,
     pub rank: u32,
     pub node: &'a str,
     pub user: &'a str,
+    /// `(array id, index)` for an element of an array: `%A` and `%a`.
+    pub array: Option<(u64, u32)>,
 }
 
 /// Checks a pattern as the job file gives it, before any values are known.
@@ -89,10 +97,12 @@ pub fn check_pattern(pattern: &str) -> Result<(), PatternError> {
 /// Values for checking a pattern before the real ones are known.
 const ANY: PatternValues<'static> = PatternValues {
     job: "j",
+    job_id: 0,
     task: "t",
     rank: 0,
     node: "n",
     user: "u",
+    array: None,
 };
 
 /// Expands the placeholders of `pattern`.
@@ -109,6 +119,13 @@ pub fn expand_pattern(pattern: &str, values: &PatternValues<'_>) -> Result<Strin
         }
         match chars.next() {
             Some('j') => out.push_str(values.job),
+            Some('i') => out.push_str(&values.job_id.to_string()),
+            Some('A') => out.push_str(&values.array.map_or(values.job_id, |(id, _)| id).to_string()),
+            Some('a') => {
+                if let Some((_, index)) = values.array {
+                    out.push_str(&index.to_string());
+                }
+            }
             Some('t') => out.push_str(values.task),
             Some('r') => out.push_str(&values.rank.to_string()),
             Some('n') => out.push_str(values.node),
@@ -143,10 +160,12 @@ mod tests {
 
     const V: PatternValues<'static> = PatternValues {
         job: "train",
+        job_id: 57,
         task: "worker-3",
         rank: 3,
         node: "gpu002",
         user: "alice",
+        array: None,
     };
 
     #[test]
@@ -162,6 +181,25 @@ mod tests {
         assert_eq!(expand_pattern("plain.log", &V).unwrap(), "plain.log");
         assert_eq!(expand_pattern("%%j", &V).unwrap(), "%j");
         assert_eq!(expand_pattern("é%t", &V).unwrap(), "éworker-3");
+    }
+
+    #[test]
+    fn job_ids_and_array_placeholders() {
+        assert_eq!(expand_pattern("%j-%i.out", &V).unwrap(), "train-57.out");
+        // Not an element: %A is the job's own id, %a nothing.
+        assert_eq!(expand_pattern("slurm-%A_%a.out", &V).unwrap(), "slurm-57_.out");
+        let element = PatternValues {
+            job: "sweep[7]",
+            job_id: 64,
+            array: Some((58, 7)),
+            ..V
+        };
+        assert_eq!(
+            expand_pattern("slurm-%A_%a.%i.out", &element).unwrap(),
+            "slurm-58_7.64.out"
+        );
+        assert_eq!(expand_pattern("%%A%%a%%i", &element).unwrap(), "%A%a%i");
+        assert_eq!(check_pattern("logs/%A_%a-%i.out"), Ok(()));
     }
 
     #[test]

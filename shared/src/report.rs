@@ -191,6 +191,10 @@ pub struct JobReport {
     /// A pending job's preemption under way: the HyperNode freed for it and its victims.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempting: Option<Nomination>,
+    /// An element of an array: which array, which index (`status` folds an array into
+    /// one line unless asked `--expand`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<crate::array::ArrayElement>,
 }
 
 /// The HyperNode a preemption frees for a job (held for it until it starts), the nodes

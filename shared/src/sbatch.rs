@@ -7,8 +7,10 @@
 //! shell would (quotes, backslashes, a `#` word ends the line), in long and short forms
 //! (`-N 2`, `-N2`, `--nodes=2`, `--nodes 2`). The last value of an option wins, and the
 //! command line's options come after the script's. Options the job model cannot carry
-//! yet are read and checked, then refused naming their line; an option no one knows is
-//! an error, or with `--ignore-unknown` a warning, never silently dropped.
+//! yet (`-q`, `-A`, `--segment`, `--exclusive`) are read, then refused naming their line;
+//! an option no one knows is an error, or with `--ignore-unknown` a warning, never
+//! silently dropped. `-a/--array` and `-d/--dependency` become the job's `array` and
+//! `dependsOn`, checked here so that a mistyped one names its line.
 //!
 //! The job has two task specs: `batch` (rank 0, which runs the script with its output
 //! files) and `hold` (the other ranks, holding their nodes for steps, writing nowhere).
@@ -69,11 +71,13 @@ pub enum Opt {
     Signal,
     Switches,
     Wrap,
-    // Read and checked, not carried yet.
     Array,
     Dependency,
+    /// `--kill-on-invalid-dep=yes|no`: `no` keeps a job whose dependency can never be met.
+    KillOnInvalidDep,
     Hold,
     Begin,
+    // Read, not carried yet.
     Qos,
     Account,
     Segment,
@@ -104,7 +108,7 @@ const fn info(opt: Opt, long: &'static str, short: Option<char>, arg: Arg) -> Op
     OptInfo { opt, long, short, arg }
 }
 
-const OPTIONS: [OptInfo; 31] = [
+const OPTIONS: [OptInfo; 32] = [
     info(Opt::JobName, "job-name", Some('J'), Arg::Required),
     info(Opt::Nodes, "nodes", Some('N'), Arg::Required),
     info(Opt::Ntasks, "ntasks", Some('n'), Arg::Required),
@@ -128,6 +132,7 @@ const OPTIONS: [OptInfo; 31] = [
     info(Opt::Wrap, "wrap", None, Arg::Required),
     info(Opt::Array, "array", Some('a'), Arg::Required),
     info(Opt::Dependency, "dependency", Some('d'), Arg::Required),
+    info(Opt::KillOnInvalidDep, "kill-on-invalid-dep", None, Arg::Required),
     info(Opt::Hold, "hold", Some('H'), Arg::Fixed("")),
     info(Opt::Begin, "begin", Some('b'), Arg::Required),
     info(Opt::Qos, "qos", Some('q'), Arg::Required),
@@ -607,6 +612,19 @@ pub fn build_job(script: &Directives, command_line: &Directives, input: &BatchIn
         let at = crate::begin::parse_begin(&d.value, input.now).map_err(|e| b.error(d, e.to_string()))?;
         job["begin"] = at.to_string().into();
     }
+    if let Some(d) = last.get(&Opt::Array) {
+        let spec = ArraySpec::parse(&d.value).map_err(|e| b.error(d, e.to_string()))?;
+        job["array"] = spec.to_string().into();
+    }
+    if let Some(d) = last.get(&Opt::Dependency) {
+        let dependency = Dependency::parse(&d.value).map_err(|e| b.error(d, e.to_string()))?;
+        job["dependsOn"] = dependency.to_string().into();
+    }
+    if let Some(d) = last.get(&Opt::KillOnInvalidDep)
+        && !b.kill_on_invalid_dep(d)?
+    {
+        job["keepOnFailedDependency"] = true.into();
+    }
     let name = match last.get(&Opt::JobName) {
         None => None,
         Some(d) => {
@@ -656,22 +674,27 @@ impl Builder<'_> {
         }
     }
 
-    /// Options the job model cannot carry yet: checked, then refused.
+    /// Options the job model cannot carry yet: refused, naming their line.
     fn refuse_unsupported(&self) -> Result<(), SbatchError> {
         for (opt, d) in self.last {
-            let checked = match opt {
-                Opt::Array => ArraySpec::parse(&d.value).map(|_| ()).map_err(|e| e.to_string()),
-                Opt::Dependency => Dependency::parse(&d.value).map(|_| ()).map_err(|e| e.to_string()),
-                Opt::Qos | Opt::Account | Opt::Segment | Opt::Exclusive => Ok(()),
-                _ => continue,
-            };
-            let message = match checked {
-                Err(e) => e,
-                Ok(()) => "not supported by hyperplan yet (remove the line; see Coming from Slurm in README.md)".into(),
-            };
-            return Err(self.error(d, message));
+            if matches!(opt, Opt::Qos | Opt::Account | Opt::Segment | Opt::Exclusive) {
+                return Err(self.error(
+                    d,
+                    "not supported by hyperplan yet (remove the line; see Coming from Slurm in README.md)".into(),
+                ));
+            }
         }
         Ok(())
+    }
+
+    /// `--kill-on-invalid-dep=yes|no`: whether a job whose dependency can never be met
+    /// is cancelled (`yes`, the default) or kept (`no`).
+    fn kill_on_invalid_dep(&self, d: &Directive) -> Result<bool, SbatchError> {
+        match d.value.trim().to_ascii_lowercase().as_str() {
+            "yes" => Ok(true),
+            "no" => Ok(false),
+            _ => Err(self.error(d, format!("expected yes or no, got {:?}", d.value))),
+        }
     }
 
     fn number(&self, opt: Opt, expected: &str) -> Result<Option<u32>, SbatchError> {
@@ -798,8 +821,11 @@ impl Builder<'_> {
                 continue;
             }
             let replacement = match chars.next() {
-                // hyperplan's %j is the job's name: jobs are known by name.
-                Some('j' | 'x') => "%j",
+                // Slurm's %j is the job's id (hyperplan's %i); its %x the name (%j).
+                Some('j') => "%i",
+                Some('x') => "%j",
+                Some('A') => "%A",
+                Some('a') => "%a",
                 Some('u') => "%u",
                 Some('N') => "%n",
                 Some('%') => "%%",
@@ -807,7 +833,10 @@ impl Builder<'_> {
                     let got = other.map_or("a lone %".to_string(), |c| format!("%{c}"));
                     return Err(self.error(
                         d,
-                        format!("expected the placeholders %j, %x, %u, %N or %%, got {got} in {:?} (%A and %a come with arrays)", d.value),
+                        format!(
+                            "expected the placeholders %j, %x, %A, %a, %u, %N or %%, got {got} in {:?}",
+                            d.value
+                        ),
                     ));
                 }
             };
@@ -885,21 +914,26 @@ impl Builder<'_> {
         Ok((signal, grace))
     }
 
-    /// `--switches=1`: every task under one leaf switch, the hard limit at tier 1.
+    /// `--switches=1[@TIME]`: every task under one leaf switch, the hard limit at tier 1;
+    /// with `@TIME`, soft once the job waited that long (`softAfter`).
     fn switches(&self, d: &Directive) -> Result<Value, SbatchError> {
         let (n, wait) = match d.value.split_once('@') {
             Some((n, w)) => (n, Some(w)),
             None => (d.value.as_str(), None),
         };
-        if wait.is_some() {
-            return Err(self.error(
-                d,
-                "expected --switches=N without @TIME: waiting a while, then placing anyway, is not supported yet"
-                    .into(),
-            ));
-        }
+        // `@TIME`: waited that long for the switches, then placed anyway (soft).
+        let soft_after = match wait {
+            None => None,
+            Some(w) => parse_slurm_time(w).map_err(|e| self.error(d, format!("@TIME: {e}")))?,
+        };
         match count(n) {
-            Some(1) => Ok(json!({ "mode": "hard", "highestTierAllowed": 1 })),
+            Some(1) => {
+                let mut t = json!({ "mode": "hard", "highestTierAllowed": 1 });
+                if let Some(secs) = soft_after {
+                    t["softAfter"] = secs.to_string().into();
+                }
+                Ok(t)
+            }
             Some(n) if n > 1 => Err(self.error(
                 d,
                 format!("expected --switches=1 (one leaf switch): at most {n} switches is not supported yet (hyperplan limits a job to a tier, see networkTopology)"),

@@ -23,6 +23,14 @@
 //!   `SLURM_JOB_NODELIST` (= `HYPERPLAN_NODELIST`), `SLURM_NNODES`, `SLURM_NTASKS`,
 //!   `SLURM_PROCID` (r), `SLURM_LOCALID` (l), `SLURM_NODEID` (k), `SLURM_SUBMIT_DIR`, and
 //!   `SLURM_CPUS_PER_TASK` / `SLURM_CLUSTER_NAME` when known;
+//! - for an element of an array ([`ArrayElement`]), so that each element knows which
+//!   part of the sweep it is: `HYPERPLAN_ARRAY_JOB_ID` (the array's id, its first
+//!   element's), `HYPERPLAN_ARRAY_TASK_ID` (this element's index),
+//!   `HYPERPLAN_ARRAY_TASK_COUNT`, `HYPERPLAN_ARRAY_TASK_MIN` and
+//!   `HYPERPLAN_ARRAY_TASK_MAX`; with the `SLURM_*` variables also `SLURM_ARRAY_JOB_ID`,
+//!   `SLURM_ARRAY_TASK_ID`, `SLURM_ARRAY_TASK_COUNT`, `SLURM_ARRAY_TASK_MIN`,
+//!   `SLURM_ARRAY_TASK_MAX`, and `SLURM_ARRAY_TASK_STEP` when the spec is one range
+//!   (`0-30:10` gives 10, `1-100` gives 1), as Slurm sets it; a list (`1,3,7-9`) has none;
 //! - then the job's own `env`, which wins over all of the above.
 //!
 //! `MASTER_PORT` is the job's `masterPort`, or one the planner chose free on rank 0's node
@@ -32,6 +40,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::array::ArrayElement;
 use crate::cpulist::{CpuListError, parse_cpu_list};
 use crate::hostlist::compress;
 
@@ -223,8 +232,19 @@ pub struct TaskEnvInput<'a> {
     pub master_port: u16,
     /// `Some` for a job that asks for the `SLURM_*` variables.
     pub slurm: Option<&'a SlurmJob>,
+    /// `Some` for an element of an array: its `*_ARRAY_*` variables.
+    pub array: Option<&'a ArrayElement>,
     /// The job's `env`: set last, over everything else.
     pub job_env: &'a BTreeMap<String, String>,
+}
+
+/// `SLURM_ARRAY_TASK_STEP`: the step of a spec that is one range (`0-30:10`, `1-100`);
+/// `None` for a list, where no one step describes the indices.
+fn array_step(a: &ArrayElement) -> Option<u32> {
+    match a.spec.ranges.as_slice() {
+        [one] if one.start < one.end => Some(one.step),
+        _ => None,
+    }
 }
 
 /// The task's environment (see the module header), sorted by name.
@@ -288,6 +308,25 @@ pub fn task_env(input: &TaskEnvInput<'_>) -> Result<BTreeMap<String, String>, Ta
         }
         if let Some(name) = &slurm.cluster_name {
             set("SLURM_CLUSTER_NAME", name.clone());
+        }
+    }
+    if let Some(a) = input.array {
+        let prefixes: &[&str] = if input.slurm.is_some() {
+            &["HYPERPLAN", "SLURM"]
+        } else {
+            &["HYPERPLAN"]
+        };
+        for prefix in prefixes {
+            set(&format!("{prefix}_ARRAY_JOB_ID"), a.array_id.to_string());
+            set(&format!("{prefix}_ARRAY_TASK_ID"), a.index.to_string());
+            set(&format!("{prefix}_ARRAY_TASK_COUNT"), a.count.to_string());
+            set(&format!("{prefix}_ARRAY_TASK_MIN"), a.min.to_string());
+            set(&format!("{prefix}_ARRAY_TASK_MAX"), a.max.to_string());
+        }
+        if input.slurm.is_some()
+            && let Some(step) = array_step(a)
+        {
+            set("SLURM_ARRAY_TASK_STEP", step.to_string());
         }
     }
     env.extend(input.job_env.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -428,6 +467,7 @@ mod tests {
         hypernodes: Vec<String>,
         job_env: BTreeMap<String, String>,
         slurm: Option<SlurmJob>,
+        array: Option<ArrayElement>,
     }
 
     impl Fixture {
@@ -445,6 +485,7 @@ mod tests {
                 hypernodes: strings(&["leaf-1", "spine-0"]),
                 job_env: BTreeMap::new(),
                 slurm: None,
+                array: None,
             }
         }
 
@@ -466,6 +507,7 @@ mod tests {
                 master_addr: "10.0.0.2",
                 master_port: default_master_port(7),
                 slurm: self.slurm.as_ref(),
+                array: self.array.as_ref(),
                 job_env: &self.job_env,
             }
         }
@@ -643,5 +685,104 @@ mod tests {
         assert_eq!(env["SLURM_JOB_NAME"], "mine");
         assert_eq!(env["SLURM_CLUSTER_NAME"], "alps");
         assert!(!env.contains_key("SLURM_CPUS_PER_TASK"));
+    }
+
+    fn element(spec: &str, index: u32) -> ArrayElement {
+        let spec = crate::array::ArraySpec::parse(spec).unwrap();
+        let indices = spec.indices();
+        ArrayElement {
+            array_id: 40,
+            array_name: "sweep".into(),
+            index,
+            count: indices.len() as u32,
+            min: indices[0],
+            max: indices[indices.len() - 1],
+            spec,
+        }
+    }
+
+    fn array_vars(env: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
+        env.iter()
+            .filter(|(k, _)| k.contains("_ARRAY_"))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn an_array_element_knows_its_place_in_the_array() {
+        let mut f = Fixture::new();
+        let env = task_env(&f.input(0, "0")).unwrap();
+        assert!(array_vars(&env).is_empty(), "not an element: none");
+        f.array = Some(element("0-30:10%2", 20));
+        let env = task_env(&f.input(0, "0")).unwrap();
+        assert_eq!(
+            array_vars(&env),
+            BTreeMap::from([
+                ("HYPERPLAN_ARRAY_JOB_ID", "40"),
+                ("HYPERPLAN_ARRAY_TASK_ID", "20"),
+                ("HYPERPLAN_ARRAY_TASK_COUNT", "4"),
+                ("HYPERPLAN_ARRAY_TASK_MIN", "0"),
+                ("HYPERPLAN_ARRAY_TASK_MAX", "30"),
+            ]),
+            "no SLURM_* without compat: slurm"
+        );
+    }
+
+    #[test]
+    fn slurm_array_variables_with_the_step_of_one_range() {
+        let mut f = Fixture::new();
+        f.slurm = Some(SlurmJob {
+            job_id: 43,
+            submit_dir: "/w".into(),
+            cpus_per_task: None,
+            cluster_name: None,
+        });
+        f.array = Some(element("0-30:10", 10));
+        let env = task_env(&f.input(0, "0")).unwrap();
+        let vars = array_vars(&env);
+        for (k, v) in [
+            ("SLURM_ARRAY_JOB_ID", "40"),
+            ("SLURM_ARRAY_TASK_ID", "10"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+            ("SLURM_ARRAY_TASK_MIN", "0"),
+            ("SLURM_ARRAY_TASK_MAX", "30"),
+            ("SLURM_ARRAY_TASK_STEP", "10"),
+            ("HYPERPLAN_ARRAY_TASK_ID", "10"),
+        ] {
+            assert_eq!(vars.get(k), Some(&v), "{k}");
+        }
+        assert_eq!(vars.len(), 11);
+        // The element's own id stays SLURM_JOB_ID.
+        assert_eq!(env["SLURM_JOB_ID"], "43");
+        f.array = Some(element("1-100%8", 7));
+        let env = task_env(&f.input(0, "0")).unwrap();
+        assert_eq!(env["SLURM_ARRAY_TASK_STEP"], "1");
+        // A list has no one step; nor has a lone index.
+        for spec in ["1,3,7-9", "5"] {
+            f.array = Some(element(spec, 5));
+            let env = task_env(&f.input(0, "0")).unwrap();
+            assert!(!env.contains_key("SLURM_ARRAY_TASK_STEP"), "{spec}");
+            assert_eq!(array_vars(&env).len(), 10, "{spec}");
+        }
+        f.array = Some(element("1,3,7-9", 8));
+        let env = task_env(&f.input(0, "0")).unwrap();
+        assert_eq!(
+            (
+                env["SLURM_ARRAY_TASK_COUNT"].as_str(),
+                env["SLURM_ARRAY_TASK_MIN"].as_str(),
+                env["SLURM_ARRAY_TASK_MAX"].as_str()
+            ),
+            ("5", "1", "9")
+        );
+    }
+
+    #[test]
+    fn the_job_env_wins_over_array_variables() {
+        let mut f = Fixture::new();
+        f.array = Some(element("1-4", 2));
+        f.job_env = BTreeMap::from([("HYPERPLAN_ARRAY_TASK_ID".to_string(), "x".to_string())]);
+        let env = task_env(&f.input(0, "0")).unwrap();
+        assert_eq!(env["HYPERPLAN_ARRAY_TASK_ID"], "x");
+        assert_eq!(env["HYPERPLAN_ARRAY_TASK_COUNT"], "4");
     }
 }

@@ -112,7 +112,7 @@ fn a_sites_script_becomes_its_job() {
             ]),
             working_dir: Some("/scratch/alice/cfd".into()),
             output: Some("logs/%j.%n.%u.out".into()),
-            error: Some("logs/%j-%j.err".into()),
+            error: Some("logs/%j-%i.err".into()),
             max_processes: None,
         }
     );
@@ -256,9 +256,59 @@ fn bad_dependency() {
     ));
 }
 
+/// `-a/--array`, `-d/--dependency` and `--kill-on-invalid-dep=no` become the job file's
+/// `array`, `dependsOn` and `keepOnFailedDependency`; Slurm's `%A_%a` and `%j` (the id)
+/// name the elements' files apart.
 #[test]
-fn array_not_supported_yet() {
-    insta::assert_snapshot!(error("#!/bin/bash\n#SBATCH -J sweep\n#SBATCH -a 1-100%8\nhostname\n"));
+fn array_and_dependency_become_the_jobs() {
+    let b = batch(
+        "#!/bin/bash\n#SBATCH -J sweep\n#SBATCH -a 1-100%8\n#SBATCH -d afterok:prep:12\n#SBATCH --kill-on-invalid-dep=no\n#SBATCH -o slurm-%A_%a.out -e err-%x-%j.txt\nhostname\n",
+        &[],
+        false,
+    )
+    .unwrap();
+    assert_eq!(b.job["array"], "1-100%8");
+    assert_eq!(b.job["dependsOn"], "afterok:prep:12");
+    assert_eq!(b.job["keepOnFailedDependency"], true);
+    let job = spec(&b);
+    assert_eq!(job.array.as_ref().map(ToString::to_string).as_deref(), Some("1-100%8"));
+    assert_eq!(
+        job.depends_on.as_ref().map(ToString::to_string).as_deref(),
+        Some("afterok:prep:12")
+    );
+    assert!(job.keep_on_failed_dependency);
+    assert_eq!(job.tasks[0].exec.output.as_deref(), Some("slurm-%A_%a.out"));
+    assert_eq!(job.tasks[0].exec.error.as_deref(), Some("err-%j-%i.txt"));
+    // The command line overrides the script; `yes` (Slurm's default) keeps nothing.
+    let b = batch(
+        "#!/bin/bash\n#SBATCH --array=0-30:10\n#SBATCH --kill-on-invalid-dep=no\nhostname\n",
+        &[
+            "--array",
+            "1,3,7-9",
+            "--dependency=afterany:1?afternotok:2",
+            "--kill-on-invalid-dep=yes",
+        ],
+        false,
+    )
+    .unwrap();
+    let job = spec(&b);
+    assert_eq!(job.array.map(|a| a.indices()), Some(vec![1, 3, 7, 8, 9]));
+    assert_eq!(
+        job.depends_on.map(|d| d.to_string()).as_deref(),
+        Some("afterany:1?afternotok:2")
+    );
+    assert!(!job.keep_on_failed_dependency);
+    assert!(b.job.get("keepOnFailedDependency").is_none());
+    // Neither: the job file has neither key.
+    let b = batch("#!/bin/bash\nhostname\n", &[], false).unwrap();
+    assert!(b.job.get("array").is_none() && b.job.get("dependsOn").is_none());
+}
+
+#[test]
+fn bad_kill_on_invalid_dep() {
+    insta::assert_snapshot!(error(
+        "#!/bin/bash\n#SBATCH -d singleton\n#SBATCH --kill-on-invalid-dep=maybe\nhostname\n"
+    ));
 }
 
 #[test]
@@ -278,7 +328,7 @@ fn unclosed_quote() {
 
 #[test]
 fn bad_output_pattern() {
-    insta::assert_snapshot!(error("#!/bin/bash\n#SBATCH -o slurm-%A_%a.out\nhostname\n"));
+    insta::assert_snapshot!(error("#!/bin/bash\n#SBATCH -o slurm-%A_%a.%s.out\nhostname\n"));
 }
 
 #[test]
@@ -306,4 +356,29 @@ proptest::proptest! {
             let _ = build_job(&d, &Directives::default(), &input);
         }
     }
+}
+
+#[test]
+fn switches_at_a_time_waits_that_long_then_goes_soft() {
+    let script = "#!/bin/sh\n#SBATCH -N 2 --switches=1@30:00\nhostname\n";
+    let job = spec(&batch(script, &[], false).unwrap());
+    let t = job.network_topology.clone().unwrap();
+    assert_eq!((t.mode, t.highest_tier_allowed), (TopologyMode::Hard, Some(1)));
+    assert_eq!(job.topology_soft_after, Some(1800));
+    let plain = spec(&batch("#!/bin/sh\n#SBATCH -N 2 --switches=1\nhostname\n", &[], false).unwrap());
+    assert_eq!(plain.topology_soft_after, None);
+    let bad = batch("#!/bin/sh\n#SBATCH --switches=1@soon\nhostname\n", &[], false).unwrap_err();
+    assert!(
+        bad.starts_with("cfd.sh:2: --switches: @TIME: expected a Slurm time"),
+        "{bad}"
+    );
+    // A job file says the same with softAfter; only with mode: hard.
+    let file = "name: j\nnetworkTopology: {mode: hard, highestTierAllowed: 1, softAfter: 30m}\ntasks:\n  - {name: t, replicas: 1, resources: {cpu: 1}}\n";
+    let jobs = hyperplan_shared::parse_jobs(file, Path::new("j.yaml")).unwrap();
+    assert_eq!(jobs[0].topology_soft_after, Some(1800));
+    let soft = file.replace("mode: hard", "mode: soft");
+    let e = hyperplan_shared::parse_jobs(&soft, Path::new("j.yaml"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("expected mode: hard with softAfter"), "{e}");
 }

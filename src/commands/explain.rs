@@ -163,6 +163,7 @@ mod tests {
             priority: None,
             preempted_by: None,
             preempting: None,
+            array: None,
         }
     }
 

@@ -201,6 +201,8 @@ pub fn submit(config: &ClientConfig, text: String) -> anyhow::Result<(String, u6
         submit_dir,
         hold: false,
         begin: None,
+        array: None,
+        dependency: None,
     };
     let submitted: Submitted = decode(client::request(config, command)?, "submission receipt")?;
     match (submitted.submitted.first(), submitted.ids.first()) {

@@ -27,7 +27,13 @@ const EXAMPLES: &str = "  hyperplan sbatch job.sh
     #SBATCH --mem=256G --gres=gpu:4
     #SBATCH --time=12:00:00 --partition=gpu
     #SBATCH --output=logs/%x-%j.out
-    mpirun ./cfd input.nml";
+    mpirun ./cfd input.nml
+
+  An array of 100 runs, 8 at a time, after the job prep succeeded:
+    #!/bin/bash
+    #SBATCH --job-name=sweep --array=1-100%8 --dependency=afterok:prep
+    #SBATCH --output=logs/sweep-%A_%a.out
+    ./sweep --case \"$SLURM_ARRAY_TASK_ID\"";
 
 /// Default job names: the script's name, cut short, then `-<user>-<random>`.
 const MAX_PREFIX: usize = 24;
@@ -42,12 +48,16 @@ const MAX_PREFIX: usize = 24;
 /// Taken, in Slurm's words: -J/--job-name, -N/--nodes, -n/--ntasks, --ntasks-per-node,
 /// -c/--cpus-per-task, --mem (per node), --mem-per-cpu, --gres=gpu:N, --gpus-per-node,
 /// --gpus-per-task, -t/--time (every Slurm format; UNLIMITED for none), -p/--partition
-/// (the queue), -o/--output and -e/--error (%j and %x: the job's name, %u user, %N node,
-/// %%), -D/--chdir, --export (NONE, NAME, NAME=value), --requeue/--no-requeue,
-/// --signal (sent at preemption), --switches=1 (one leaf switch), --wrap.
+/// (the queue), -o/--output and -e/--error (%j the job's id, %x its name, %A the array's
+/// id, %a the element's index, %u user, %N node, %%), -D/--chdir, --export (NONE, NAME,
+/// NAME=value), --requeue/--no-requeue, --signal (sent at preemption), --switches=1
+/// (one leaf switch), -H/--hold, --begin, -a/--array (1-100%8: one job per index, at most
+/// 8 at once), -d/--dependency (afterok:prep, after, afternotok, afterany, aftercorr,
+/// singleton; , all of, ? any of), --kill-on-invalid-dep=yes|no (no: keep a job whose
+/// dependency can never be met), --wrap.
 ///
-/// Read and checked, then refused until hyperplan has them: -a/--array,
-/// -d/--dependency, -H/--hold, --begin, -q/--qos, -A/--account, --segment, --exclusive.
+/// Read, then refused until hyperplan has them: -q/--qos, -A/--account, --segment,
+/// --exclusive.
 /// Any other option is an error naming its line; with --ignore-unknown, a warning.
 /// Differences: hyperplan asks per task, so --mem and GPUs per node are divided by the
 /// tasks per node; -N sets how many tasks, not that exactly N nodes hold them (said

@@ -2,7 +2,7 @@
 //! objects `hyperplan simulate` prints) with each job's queue and start, and for one job its
 //! priority and reservation.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use anyhow::{Context, bail};
 use hyperplan_core::sim::render_task_table;
@@ -20,6 +20,7 @@ const EXAMPLES: &str = "  hyperplan status
   hyperplan status train-64
   hyperplan status --all train-64
   hyperplan status --since 2h
+  hyperplan status --expand            # every element of an array on a row of its own
   hyperplan status --output json | jq '.jobs[] | select(.status == \"pending\") | .reason'";
 
 /// Show jobs: queue, status, start, HyperNode, nodes and, for pending jobs, why they wait.
@@ -48,6 +49,13 @@ const EXAMPLES: &str = "  hyperplan status
 /// maxEndedJobsPerUser`); older ones are shown by `--all` and `--since`, from its store.
 /// However many jobs and tasks there are, the planner answers in pages that each fit in
 /// a frame, and this command asks for all of them: what it prints is whole.
+/// The elements of an array (`submit --array`) are jobs of their own, but the table shows
+/// each array as one line, `sweep[1-100%8]` (with `--all` or `--since`, the array's id
+/// beside it) and how many of its elements are in each state (`12 running, 80 pending,
+/// 8 completed`), so that an array of 10,000 does not bury the other jobs; `--expand`
+/// lists every element (`sweep[7]`) instead. The JSON is never folded: one object per
+/// element, each with its `array` (`arrayId`, `arrayName`, `index`, `count`, `min`,
+/// `max`, `spec`).
 /// `hyperplan explain JOB` says why a job is where it is; `hyperplan queues` shows the queues.
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = long_help(EXAMPLES))]
@@ -62,6 +70,9 @@ pub struct Args {
     /// `7d`), each with its id.
     #[arg(long, value_name = "DURATION", value_parser = parse_since)]
     since: Option<u64>,
+    /// Every element of an array on a row of its own, not one line per array.
+    #[arg(long)]
+    expand: bool,
     #[arg(long, value_enum, default_value_t)]
     output: Output,
     #[command(flatten)]
@@ -73,14 +84,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let one = args.job.is_some() && !all;
     let config = ClientConfig::from_process(&args.client)?;
     let value = fetch(&config, args.job, args.all, args.since)?;
+    let shown = Shown {
+        tasks: one,
+        expand: args.expand,
+        ids: all,
+    };
     print_reply(args.output, value, "job list", |list: &JobList| {
         let clock = Clock::local();
         if all {
-            render(&with_ids(list), one, &clock)
+            render_shown(&with_ids(list), shown, &clock)
         } else {
-            render(list, one, &clock)
+            render_shown(list, shown, &clock)
         }
     })
+}
+
+/// How the table shows the jobs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Shown {
+    /// One job: its details and its tasks after the table.
+    pub tasks: bool,
+    /// An array's elements one per row (`--expand`), not folded into one line.
+    pub expand: bool,
+    /// Names carry their ids (`--all`, `--since`): a folded array its array id.
+    pub ids: bool,
 }
 
 /// The planner's answer to a status request, every page of it joined (see
@@ -171,10 +198,24 @@ fn with_ids(list: &JobList) -> JobList {
     list
 }
 
-/// The job table and a count line; with `tasks`, each job's queue, priority and
-/// reservation, then the task table after it. `clock` turns times into `5m ago`, `in
-/// 2h13m` and local times.
-pub fn render(list: &JobList, tasks: bool, clock: &Clock) -> String {
+/// [`render_shown`] with arrays folded and no ids, as the tests show it.
+#[cfg(test)]
+fn render(list: &JobList, tasks: bool, clock: &Clock) -> String {
+    render_shown(
+        list,
+        Shown {
+            tasks,
+            ..Shown::default()
+        },
+        clock,
+    )
+}
+
+/// The job table and a count line (every element of an array counted as the job it is);
+/// with `tasks`, each job's queue, priority and reservation, then the task table after
+/// it. `clock` turns times into `5m ago`, `in 2h13m` and local times.
+pub fn render_shown(list: &JobList, shown: Shown, clock: &Clock) -> String {
+    let tasks = shown.tasks;
     if list.jobs.is_empty() {
         return "no jobs: submit one with `hyperplan submit FILE`\n".into();
     }
@@ -195,7 +236,7 @@ pub fn render(list: &JobList, tasks: bool, clock: &Clock) -> String {
             counts.push(format!("{} {}", count(s), s.as_str()));
         }
     }
-    let mut out = job_table(&list.jobs, clock);
+    let mut out = job_table(&list.jobs, shown, clock);
     out.push_str(&format!("\n{}\n", counts.join(", ")));
     if tasks {
         for j in &list.jobs {
@@ -222,8 +263,9 @@ pub fn render(list: &JobList, tasks: bool, clock: &Clock) -> String {
 
 /// The simulator's job table (`hyperplan simulate`) with the queue and a START column:
 /// when a job started (`5m ago`), or, for a pending job holding a reservation, when it is
-/// expected to (`expected in 2h13m`, like `squeue --start`).
-fn job_table(jobs: &[JobReport], clock: &Clock) -> String {
+/// expected to (`expected in 2h13m`, like `squeue --start`). Unless `shown.expand`, the
+/// elements of each array are one row ([`fold`]).
+fn job_table(jobs: &[JobReport], shown: Shown, clock: &Clock) -> String {
     let mut rows: Vec<[String; 7]> = vec![[
         "JOB".into(),
         "QUEUE".into(),
@@ -233,7 +275,14 @@ fn job_table(jobs: &[JobReport], clock: &Clock) -> String {
         "NODES".into(),
         "REASON".into(),
     ]];
-    for j in jobs {
+    for line in fold(jobs, shown.expand) {
+        let j = match line {
+            Line::Job(j) => j,
+            Line::Array(a) => {
+                rows.push(a.row(shown.ids, clock));
+                continue;
+            }
+        };
         let mut names: Vec<&str> = j.tasks.iter().filter_map(|t| t.node.as_deref()).collect();
         names.sort_unstable();
         names.dedup();
@@ -259,6 +308,138 @@ fn job_table(jobs: &[JobReport], clock: &Clock) -> String {
         ]);
     }
     super::columns::columns(&rows)
+}
+
+/// A line of the job table: a job, or the elements of an array folded into one.
+enum Line<'a> {
+    Job(&'a JobReport),
+    /// Boxed: a job's line is one reference, and most lines are jobs.
+    Array(Box<Folded<'a>>),
+}
+
+/// The states of an array's summary, in the order it names them.
+const SUMMARY_ORDER: [JobStatus; 9] = [
+    JobStatus::Running,
+    JobStatus::Placed,
+    JobStatus::Pending,
+    JobStatus::Completed,
+    JobStatus::Failed,
+    JobStatus::Timeout,
+    JobStatus::Cancelled,
+    JobStatus::Preempted,
+    JobStatus::Rejected,
+];
+
+/// An array's elements, as one line of the table.
+struct Folded<'a> {
+    element: &'a hyperplan_shared::array::ArrayElement,
+    /// The first element listed: the array's queue.
+    first: &'a JobReport,
+    /// Elements per state, in [`SUMMARY_ORDER`].
+    counts: [usize; SUMMARY_ORDER.len()],
+    /// The earliest start of an element.
+    start: Option<u64>,
+    hyper_nodes: HashSet<&'a str>,
+    nodes: HashSet<&'a str>,
+    /// The first waiting element's reason (an array at its `%N` limit says so).
+    reason: Option<&'a str>,
+}
+
+impl<'a> Folded<'a> {
+    fn new(element: &'a hyperplan_shared::array::ArrayElement, first: &'a JobReport) -> Self {
+        Folded {
+            element,
+            first,
+            counts: [0; SUMMARY_ORDER.len()],
+            start: None,
+            hyper_nodes: HashSet::new(),
+            nodes: HashSet::new(),
+            reason: None,
+        }
+    }
+
+    fn add(&mut self, j: &'a JobReport) {
+        if let Some(i) = SUMMARY_ORDER.iter().position(|s| *s == j.status) {
+            self.counts[i] += 1;
+        }
+        if let Some(s) = j.start_time {
+            self.start = Some(self.start.map_or(s, |t| t.min(s)));
+        }
+        if !j.status.is_final() {
+            self.hyper_nodes.extend(j.allocated_hyper_node.as_deref());
+            self.nodes.extend(j.tasks.iter().filter_map(|t| t.node.as_deref()));
+        }
+        if self.reason.is_none() && j.status == JobStatus::Pending {
+            self.reason = j.reason.as_deref();
+        }
+    }
+
+    /// `12 running, 80 pending, 8 completed`: the states it has, with the table's words.
+    fn summary(&self) -> String {
+        SUMMARY_ORDER
+            .iter()
+            .zip(self.counts)
+            .filter(|(_, n)| *n > 0)
+            .map(|(s, n)| format!("{n} {}", s.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Its row: `sweep[1-100%8]` (with ` (id 40)` under `ids`), the first element's
+    /// queue, the summary, the earliest start, and where its live elements are.
+    fn row(&self, ids: bool, clock: &Clock) -> [String; 7] {
+        let a = self.element;
+        let mut name = format!("{}[{}]", a.array_name, a.spec);
+        if ids {
+            name.push_str(&format!(" (id {})", a.array_id));
+        }
+        let hyper_node = match self.hyper_nodes.len() {
+            0 => "-".to_string(),
+            1 => self
+                .hyper_nodes
+                .iter()
+                .next()
+                .map_or_else(|| "-".into(), |h| h.to_string()),
+            n => format!("{n} HyperNodes"),
+        };
+        let mut nodes: Vec<&str> = self.nodes.iter().copied().collect();
+        nodes.sort_unstable();
+        [
+            name,
+            self.first.queue.clone().unwrap_or_else(|| "-".into()),
+            self.summary(),
+            self.start.map_or_else(|| "-".into(), |s| clock.relative(s)),
+            hyper_node,
+            if nodes.is_empty() {
+                "-".into()
+            } else {
+                hostlist::compress(&nodes)
+            },
+            self.reason.unwrap_or_default().to_string(),
+        ]
+    }
+}
+
+/// The table's lines: each job in order, except that the elements of an array are one
+/// line where its first listed element is, unless `expand`. One pass over the jobs.
+fn fold(jobs: &[JobReport], expand: bool) -> Vec<Line<'_>> {
+    let mut lines: Vec<Line<'_>> = Vec::with_capacity(jobs.len());
+    // Array id → its line.
+    let mut arrays: HashMap<u64, usize> = HashMap::new();
+    for j in jobs {
+        let Some(a) = j.array.as_ref().filter(|_| !expand) else {
+            lines.push(Line::Job(j));
+            continue;
+        };
+        let at = *arrays.entry(a.array_id).or_insert_with(|| {
+            lines.push(Line::Array(Box::new(Folded::new(a, j))));
+            lines.len() - 1
+        });
+        if let Some(Line::Array(f)) = lines.get_mut(at) {
+            f.add(j);
+        }
+    }
+    lines
 }
 
 /// The START cell: `5m ago`, `expected in 2h13m`, `-`.
@@ -459,6 +640,7 @@ mod tests {
                     priority: None,
                     preempted_by: None,
                     preempting: None,
+                    array: None,
                 },
                 JobReport {
                     id: 1,
@@ -477,6 +659,7 @@ mod tests {
                     priority: None,
                     preempted_by: None,
                     preempting: None,
+                    array: None,
                 },
                 JobReport {
                     id: 1,
@@ -495,6 +678,7 @@ mod tests {
                     priority: None,
                     preempted_by: None,
                     preempting: None,
+                    array: None,
                 },
             ],
             next: None,
@@ -632,6 +816,124 @@ mod tests {
                 {"id": 3, "name": "j3", "tasks": []},
             ])
         );
+    }
+
+    /// `n` elements of the array `sweep[1-100%8]` (id 40), each in the state `state_of`
+    /// gives its index.
+    fn array(n: u32, state_of: impl Fn(u32) -> JobStatus) -> Vec<JobReport> {
+        let spec = hyperplan_shared::array::ArraySpec::parse("1-100%8").unwrap();
+        let template = jobs().jobs.remove(1);
+        (1..=n)
+            .map(|index| {
+                let status = state_of(index);
+                let running = status == JobStatus::Running;
+                JobReport {
+                    id: 39 + u64::from(index),
+                    name: format!("sweep[{index}]"),
+                    status,
+                    reason: (status == JobStatus::Pending)
+                        .then(|| "the array sweep runs its limit of 8 elements (%8)".into()),
+                    start_time: (status != JobStatus::Pending).then_some(200 + u64::from(index)),
+                    allocated_hyper_node: running.then(|| "leaf-0".into()),
+                    queue: Some("cpu".into()),
+                    tasks: vec![task(
+                        0,
+                        running.then_some(["n1", "n2", "n3"][index as usize % 3]),
+                        false,
+                    )],
+                    array: Some(hyperplan_shared::array::ArrayElement {
+                        array_id: 40,
+                        array_name: "sweep".into(),
+                        index,
+                        count: 100,
+                        min: 1,
+                        max: 100,
+                        spec: spec.clone(),
+                    }),
+                    ..template.clone()
+                }
+            })
+            .collect()
+    }
+
+    /// 8 done, 12 running (the %8 limit is a planner's matter; any counts fold), 80 waiting.
+    fn sweep_state(index: u32) -> JobStatus {
+        match index {
+            1..=8 => JobStatus::Completed,
+            9..=20 => JobStatus::Running,
+            _ => JobStatus::Pending,
+        }
+    }
+
+    /// An array is one line, named by its spec, with counts by state; the jobs around it
+    /// keep their places, and the count line counts every element.
+    #[test]
+    fn an_array_folds_into_one_line() {
+        let mut list = jobs();
+        let others = list.jobs.split_off(1);
+        list.jobs.extend(array(100, sweep_state));
+        list.jobs.extend(others);
+        insta::assert_snapshot!(render(&list, false, &clock()), @r"
+        JOB             QUEUE  STATUS                               START       HYPERNODE  NODES         REASON
+        train-64        -      placed 2/2                           14m59s ago  leaf-0     gpu-b[01-02]
+        sweep[1-100%8]  cpu    12 running, 80 pending, 8 completed  13m19s ago  leaf-0     n[1-3]        the array sweep runs its limit of 8 elements (%8)
+        big-256         -      pending                              -           -          -             no tier-1 HyperNode has 32 free GPUs; best is leaf-7 with 24
+        huge            -      rejected                             -           -          -             needs 4096 GPUs; the cluster has 512
+
+        1 placed, 81 pending, 1 rejected, 12 running, 8 completed
+        ");
+    }
+
+    /// `--expand`: every element a row of its own; `--all`: the array's id beside its name.
+    #[test]
+    fn expand_lists_elements_and_ids_name_the_array() {
+        let list = JobList {
+            jobs: array(3, |i| if i == 1 { JobStatus::Failed } else { JobStatus::Pending }),
+            next: None,
+        };
+        let expanded = Shown {
+            expand: true,
+            ..Shown::default()
+        };
+        insta::assert_snapshot!(render_shown(&list, expanded, &clock()), @r"
+        JOB       QUEUE  STATUS   START       HYPERNODE  NODES  REASON
+        sweep[1]  cpu    failed   13m19s ago  -          -
+        sweep[2]  cpu    pending  -           -          -      the array sweep runs its limit of 8 elements (%8)
+        sweep[3]  cpu    pending  -           -          -      the array sweep runs its limit of 8 elements (%8)
+
+        0 placed, 2 pending, 0 rejected, 1 failed
+        ");
+        let ids = Shown {
+            ids: true,
+            ..Shown::default()
+        };
+        let table = render_shown(&with_ids(&list), ids, &clock());
+        assert!(
+            table.contains("sweep[1-100%8] (id 40)  cpu    2 pending, 1 failed  13m19s ago"),
+            "{table}"
+        );
+    }
+
+    /// 10,000 elements fold in one pass into one line.
+    #[test]
+    fn ten_thousand_elements_fold() {
+        let list = JobList {
+            jobs: array(10_000, |i| {
+                if i % 10 == 0 {
+                    JobStatus::Running
+                } else {
+                    JobStatus::Pending
+                }
+            }),
+            next: None,
+        };
+        let lines = fold(&list.jobs, false);
+        assert_eq!(lines.len(), 1);
+        let Some(Line::Array(f)) = lines.first() else {
+            panic!("one folded array")
+        };
+        assert_eq!(f.summary(), "1000 running, 9000 pending");
+        assert_eq!(fold(&list.jobs, true).len(), 10_000);
     }
 
     #[test]

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, anyhow, bail};
 use hyperplan_net::messages::RequestCommand;
+use hyperplan_shared::array::ArraySpec;
+use hyperplan_shared::dependency::Dependency;
 use hyperplan_shared::limits::{MAX_JOB_FILE, ReadError, read_file_text, read_text};
 use hyperplan_shared::status::Submitted;
 
@@ -14,6 +16,10 @@ use crate::client::{self, ClientArgs, ClientConfig};
 const EXAMPLES: &str = "  hyperplan submit examples/jobs.yaml
   hyperplan submit --wait train.yaml && echo trained
   hyperplan submit train.yaml eval.yaml --output json
+  hyperplan submit --array 1-100%8 sweep.yaml     # sweep[1]..sweep[100], at most 8 running
+  hyperplan submit --array 0-30:10,45 sweep.yaml  # indices 0, 10, 20, 30 and 45
+  hyperplan submit --dependency afterok:prep train.yaml        # once prep has completed
+  hyperplan submit -d afterany:train,afterok:1234 report.yaml  # after both ended (1234: an id)
   generate-job | hyperplan submit -";
 
 /// Submit job files to the planner; print the names of the jobs it accepted.
@@ -48,6 +54,22 @@ pub struct Args {
     /// machine's clock.
     #[arg(long, value_name = "TIME", value_parser = parse_begin)]
     begin: Option<u64>,
+    /// Make every job of the files a job array (Slurm's `--array`, the job file's
+    /// `array`): one job per index, each named `NAME[INDEX]` with an id of its own and
+    /// `HYPERPLAN_ARRAY_TASK_ID` set to its index. SPEC is ranges `1-100`, lists
+    /// `1,3,7-9`, steps `0-30:10`, and an optional `%N` for at most N elements running at
+    /// once: `1-100%8`. At most 10,000 elements; `status` shows the array as one line.
+    #[arg(long, value_name = "SPEC", value_parser = ArraySpec::parse)]
+    array: Option<ArraySpec>,
+    /// Start every job of the files only when EXPR holds (Slurm's `--dependency`, the job
+    /// file's `dependsOn`): `afterok:JOB[:JOB...]` (completed), `afternotok` (failed),
+    /// `afterany` (ended), `after:JOB[+MINUTES]` (started), `aftercorr` (element i after
+    /// element i of another array), `singleton` (one job of this name and user at a
+    /// time); JOB a name or an id; `,` all of, `?` any of: `afterok:prep`,
+    /// `afterany:a,afternotok:b`. A dependency that can never be met cancels the job,
+    /// unless its file says `keepOnFailedDependency: true`.
+    #[arg(short = 'd', long, value_name = "EXPR", value_parser = Dependency::parse)]
+    dependency: Option<Dependency>,
     #[arg(long, value_enum, default_value_t)]
     output: Output,
     #[command(flatten)]
@@ -97,6 +119,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             submit_dir: submit_dir.clone(),
             hold: args.hold,
             begin: args.begin,
+            array: args.array.clone(),
+            dependency: args.dependency.clone(),
         })
         .collect();
     let mut values = Vec::with_capacity(names.len());
@@ -300,6 +324,35 @@ mod tests {
         s.ids = vec![7, 8];
         insta::assert_snapshot!(render(&s), @"submitted job-a (id 7), job-b (id 8)");
         insta::assert_snapshot!(render(&Submitted::default()), @"submitted nothing: the files hold no jobs");
+    }
+
+    /// `--array` and `--dependency` are read here, so a mistyped one is an error before
+    /// anything is sent.
+    #[test]
+    fn array_and_dependency_are_parsed_on_the_client() {
+        use clap::Parser;
+        #[derive(clap::Parser, Debug)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let cli = Cli::try_parse_from(["submit", "--array", "1-100%8", "-d", "afterok:prep", "a.yaml"]).unwrap();
+        assert_eq!(cli.args.array.map(|a| a.to_string()).as_deref(), Some("1-100%8"));
+        assert_eq!(
+            cli.args.dependency.map(|d| d.to_string()).as_deref(),
+            Some("afterok:prep")
+        );
+        let cli = Cli::try_parse_from(["submit", "a.yaml"]).unwrap();
+        assert!(cli.args.array.is_none() && cli.args.dependency.is_none());
+        let e = Cli::try_parse_from(["submit", "--array", "1-10:0", "a.yaml"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("invalid value '1-10:0' for '--array <SPEC>'"), "{e}");
+        assert!(e.contains("expected a step"), "{e}");
+        let e = Cli::try_parse_from(["submit", "--dependency", "afterwards:a", "a.yaml"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected a kind"), "{e}");
     }
 
     #[test]

@@ -453,6 +453,19 @@ impl Cluster {
         )
     }
 
+    /// `hyperplan ARGS` as `user`, which must succeed: its stdout (the test fails with
+    /// its stderr and the planner's log otherwise).
+    pub fn ok(&self, user: &str, args: &[&str]) -> String {
+        let out = self.cli(user, args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}\nplanner log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.planner_log()
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     /// `hyperplan status ARGS --output json` as `user`: its jobs.
     pub fn jobs(&self, user: &str, args: &[&str]) -> Vec<Value> {
         let mut a = vec!["status"];

@@ -27,7 +27,7 @@ const CHUNK: usize = 32 * 1024;
 /// Where step `step` of job `job` (id `job_id`) keeps its output on this node: the
 /// agent's own directory, written and read by the agent alone.
 pub fn output_path(state_dir: &Path, job: &str, job_id: u64, step: u32) -> PathBuf {
-    let dir = match hyperplan_shared::names::check_name(hyperplan_shared::names::NameKind::Job, job) {
+    let dir = match hyperplan_shared::names::check_job_name(job) {
         Ok(()) => format!("{job}.{job_id}"),
         Err(_) => "invalid".into(), // never made: nothing to read
     };
@@ -150,7 +150,7 @@ fn through_launcher(socket: &Path, start: &ExecStart, state_dir: &Path) -> Resul
 fn task_dir(start: &ExecStart, state_dir: &Path) -> Result<TaskDir, String> {
     let t = &start.task;
     use hyperplan_shared::names::{NameKind, check_name};
-    check_name(NameKind::Job, &t.job).map_err(|e| format!("job name: {e}"))?;
+    hyperplan_shared::names::check_job_name(&t.job).map_err(|e| format!("job name: {e}"))?;
     check_name(NameKind::Task, &t.task).map_err(|e| format!("task name: {e}"))?;
     Ok(TaskDir::new(state_dir, &t.job, t.job_id, &t.task))
 }

@@ -191,7 +191,7 @@ impl LaunchSpec {
             field,
             message,
         };
-        check_name(NameKind::Job, &self.job).map_err(|e| field("job", e.to_string()))?;
+        hyperplan_shared::names::check_job_name(&self.job).map_err(|e| field("job", e.to_string()))?;
         check_name(NameKind::Task, &self.task).map_err(|e| field("task", e.to_string()))?;
         absolute(&self.state_dir).map_err(|e| field("stateDir", e.to_string()))?;
         Ok(())

@@ -319,7 +319,7 @@ impl Tasks {
             tracing::debug!(job = %key.job, job_id = key.job_id, task = %key.task, "Launch repeated; nothing started");
             return Vec::new();
         }
-        let names_ok = check_name(NameKind::Job, &key.job)
+        let names_ok = hyperplan_shared::names::check_job_name(&key.job)
             .and_then(|()| check_name(NameKind::Task, &key.task))
             .map_err(|e| e.to_string());
         if let Err(why) = names_ok {
@@ -1127,6 +1127,7 @@ mod tests {
             launch: Default::default(),
             restart,
             slurm: None,
+            array: None,
         }
     }
 

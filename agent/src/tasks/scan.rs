@@ -93,7 +93,7 @@ pub fn list(state_dir: &Path) -> Vec<(TaskRef, TaskDir)> {
             tracing::warn!(dir = %job_entry.path().display(), "not a job directory (<job>.<jobId>); left alone");
             continue;
         };
-        if check_name(NameKind::Job, job).is_err() || !job_entry.path().is_dir() {
+        if hyperplan_shared::names::check_job_name(job).is_err() || !job_entry.path().is_dir() {
             tracing::warn!(dir = %job_entry.path().display(), "not a job directory; left alone");
             continue;
         }

@@ -75,7 +75,12 @@ pub fn allocate(
     mut unsettled: Local<Unsettled>,
     (awaiting, rejoining): (Option<Res<Awaiting>>, Option<Res<Rejoining>>),
     mut reservations: ResMut<Reservations>,
-    (policy, mut nominated, replacements): (Policy, ResMut<Nominated>, Res<Replacements>),
+    (policy, mut nominated, replacements, mut revisit): (
+        Policy,
+        ResMut<Nominated>,
+        Res<Replacements>,
+        ResMut<crate::model::gate::Revisit>,
+    ),
     (mut last_held, mut last_incomplete, mut waiting): (
         Local<Vec<Entity>>,
         Local<Option<Incomplete>>,
@@ -123,8 +128,10 @@ pub fn allocate(
         fresh.extend(requeued.iter());
         unsettled.jobs.extend(fresh.iter().copied());
     }
-    // Jobs with lost tasks to start again (`onNodeLost: replace`).
+    // Jobs with lost tasks to start again (`onNodeLost: replace`), and jobs a gate let
+    // go (see `jobs::gates`).
     unsettled.jobs.extend(replacements.jobs.iter().copied());
+    unsettled.jobs.extend(revisit.0.drain(..));
     // The walk's order (`order`): queue priority, then the multifactor score, then
     // submit time, then id.
     let key_of = |e: Entity, job: &Job| -> OrderKey {
@@ -231,7 +238,7 @@ pub fn allocate(
         let shows_wait = st.reason.as_deref().is_some_and(holds::is_wait_reason);
         if holds::waits(job, &st, now_s) {
             if st.held.is_none()
-                && let Some(b) = job.spec.begin
+                && let Some(b) = job.spec.begin.filter(|&b| b > now_s)
             {
                 next_begin = Some(next_begin.map_or(b, |n| n.min(b)));
             }

@@ -99,6 +99,10 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
             .spawn((job, state, JobOwner(owner.into()), id, placed_in, Rank::default()))
             .id();
         world.resource_mut::<JobNames>().0.insert(name, e);
+        let spec = world.get::<Job>(e).map(|j| j.spec.clone());
+        if let Some(spec) = spec {
+            crate::jobs::arrays::register(world, e, &spec, id);
+        }
         return;
     }
     let job_e = world.spawn_empty().id();
@@ -119,9 +123,11 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
             admin: false,
         });
     }
+    let spec = std::sync::Arc::new(spec);
+    crate::jobs::arrays::register(world, job_e, &spec, id);
     world.entity_mut(job_e).insert((
         Job {
-            spec: std::sync::Arc::new(spec),
+            spec,
             gang_min,
             sub_jobs: parts.sub_jobs,
             tasks: parts.tasks,

@@ -19,9 +19,10 @@ use bevy_ecs::prelude::*;
 
 use crate::config::PlannerConfig;
 use crate::jobs::ownership::is_live;
+use crate::model::arrays::Arrays;
 use crate::model::components::{Job, JobId, JobOwner, JobState};
 use crate::model::tick::Now;
-use crate::names::JobNames;
+use crate::names::{JobIds, JobNames};
 
 /// (when it ended in Unix seconds, its id, the job): the order jobs are let go in.
 type Key = (u64, u64, Entity);
@@ -91,9 +92,9 @@ impl Kept {
 /// the module).
 pub(crate) fn forget(
     ended: Query<(Entity, &Job, &JobState, &JobOwner, &JobId), Changed<JobState>>,
-    jobs: Query<&Job>,
+    jobs: Query<(&Job, &JobId)>,
     mut kept: ResMut<Kept>,
-    mut names: ResMut<JobNames>,
+    (mut names, mut ids, mut arrays): (ResMut<JobNames>, ResMut<JobIds>, ResMut<Arrays>),
     config: Res<PlannerConfig>,
     now: Res<Now>,
     mut commands: Commands,
@@ -141,7 +142,7 @@ pub(crate) fn forget(
     }
     let _span = tracing::info_span!("forget", jobs = gone.len()).entered();
     for e in gone {
-        if let Ok(job) = jobs.get(e) {
+        if let Ok((job, &id)) = jobs.get(e) {
             for &part in job.tasks.iter().chain(&job.sub_jobs) {
                 commands.entity(part).try_despawn();
             }
@@ -149,6 +150,7 @@ pub(crate) fn forget(
             if names.0.get(&job.spec.name) == Some(&e) {
                 names.0.remove(&job.spec.name);
             }
+            crate::jobs::arrays::unregister(&mut ids, &mut arrays, e, job, id);
         }
         commands.entity(e).try_despawn();
     }

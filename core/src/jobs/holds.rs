@@ -5,6 +5,7 @@
 //! begin time is part of the job's spec.
 
 use bevy_ecs::prelude::*;
+use hyperplan_shared::JobSpec;
 
 use crate::model::commands::Command;
 use crate::model::components::{Job, JobPhase, JobState};
@@ -13,31 +14,46 @@ use crate::model::tick::Outbox;
 use crate::names::JobNames;
 
 /// Whether a pending job (or one rejected for the topology, which the walk would look
-/// at again) is not tried now: held, or its begin time is after `now_s`. A job that
-/// runs already is never stopped by either.
+/// at again) is not tried now: held, its begin time is after `now_s`, or a gate keeps it
+/// (a dependency, its array's limit, `singleton`: see `jobs::gates`). A job that runs
+/// already is never stopped by any of them.
 pub fn waits(job: &Job, st: &JobState, now_s: u64) -> bool {
+    spec_waits(&job.spec, st, now_s)
+}
+
+/// [`waits`], from the job's spec.
+pub fn spec_waits(spec: &JobSpec, st: &JobState, now_s: u64) -> bool {
     matches!(st.phase, JobPhase::Pending | JobPhase::Rejected)
         && st.next_rank == 0
-        && (st.held.is_some() || job.spec.begin.is_some_and(|b| b > now_s))
+        && (held_or_early(spec, st, now_s) || st.gate.is_some())
+}
+
+/// Held, or before its begin time: what a person decided, before any gate.
+pub fn held_or_early(spec: &JobSpec, st: &JobState, now_s: u64) -> bool {
+    st.held.is_some() || spec.begin.is_some_and(|b| b > now_s)
 }
 
 /// Whether `reason` is one [`not_yet`] gave: a job that shows it and no longer
-/// [`waits`] was released or reached its begin time.
+/// [`waits`] was released, reached its begin time or passed its gate.
 pub fn is_wait_reason(reason: &str) -> bool {
-    reason.starts_with("held by ") || reason.starts_with("begins ")
+    reason.starts_with("held by ") || reason.starts_with("begins ") || crate::model::gate::is_gate_reason(reason)
 }
 
 /// Why [`waits`] says it waits, in the words `status` and `explain` show.
 pub fn not_yet(job: &Job, st: &JobState, now_s: u64) -> Option<String> {
-    if !waits(job, st, now_s) {
+    spec_not_yet(&job.spec, st, now_s)
+}
+
+/// [`not_yet`], from the job's spec.
+pub fn spec_not_yet(spec: &JobSpec, st: &JobState, now_s: u64) -> Option<String> {
+    if !spec_waits(spec, st, now_s) {
         return None;
     }
-    Some(match (&st.held, job.spec.begin) {
-        (Some(h), _) => h.reason(),
-        (None, b) => format!(
-            "begins {}",
-            hyperplan_shared::begin::format_begin(b.unwrap_or_default())
-        ),
+    Some(match (&st.held, spec.begin.filter(|&b| b > now_s), &st.gate) {
+        (Some(h), _, _) => h.reason(),
+        (None, Some(b), _) => format!("begins {}", hyperplan_shared::begin::format_begin(b)),
+        (None, None, Some(g)) => g.reason(),
+        (None, None, None) => return None,
     })
 }
 

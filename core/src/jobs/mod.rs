@@ -7,7 +7,10 @@
 //! the limits leave memory).
 
 pub mod admit;
+pub mod arrays;
+pub mod dependencies;
 pub mod forget;
+pub mod gates;
 pub mod holds;
 pub mod lifecycle;
 pub mod ownership;

@@ -259,6 +259,15 @@ fn owner_in(world: &World, name: &str) -> Option<String> {
     {
         return world.get::<JobOwner>(e).map(|o| o.0.to_string());
     }
+    // An array's name is taken while an element of it has not ended.
+    if let Some((_, a)) = world.resource::<crate::model::arrays::Arrays>().named(name)
+        && let Some(&(_, e)) = a
+            .elements
+            .iter()
+            .find(|&&(_, e)| world.get::<JobState>(e).is_some_and(is_live))
+    {
+        return world.get::<JobOwner>(e).map(|o| o.0.to_string());
+    }
     if world.resource::<QueuedSubmits>().0 == 0 {
         return None;
     }
@@ -400,7 +409,7 @@ mod tests {
 
     fn submit_by(p: &mut Planner, name: &str, owner: &str) {
         p.push(Event::Submit {
-            spec: JobBuilder::gang(name, 1, "cpu=1").build(),
+            spec: Box::new(JobBuilder::gang(name, 1, "cpu=1").build()),
             owner: owner.into(),
         });
     }
@@ -525,11 +534,11 @@ mod tests {
         use hyperplan_shared::report::JobStatus;
         let mut p = planner_with_a_node(PlannerConfig::default());
         p.push(Event::Submit {
-            spec: JobBuilder::gang("hog", 1, "cpu=8").build(),
+            spec: Box::new(JobBuilder::gang("hog", 1, "cpu=8").build()),
             owner: "alice".into(),
         });
         p.push(Event::Submit {
-            spec: JobBuilder::gang("waiter", 1, "cpu=4").build(),
+            spec: Box::new(JobBuilder::gang("waiter", 1, "cpu=4").build()),
             owner: "alice".into(),
         });
         p.tick(0);
@@ -567,7 +576,7 @@ mod tests {
         );
         // Pushed anyway (a driver that did not ask): rejected, no task spawned.
         p.push(Event::Submit {
-            spec: big,
+            spec: Box::new(big),
             owner: "alice".into(),
         });
         let cmds = p.tick(0);

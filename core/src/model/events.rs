@@ -103,8 +103,8 @@ pub enum Event {
     /// as [`SIM_OWNER`](crate::sim::SIM_OWNER); the daemon admits at once
     /// instead ([`Planner::submit`](crate::Planner::submit)), so the id it answers is the job's.
     Submit {
-        /// The job as submitted.
-        spec: JobSpec,
+        /// The job as submitted (boxed: a spec is large next to the other events).
+        spec: Box<JobSpec>,
         /// Who submitted it (the CN of their certificate).
         owner: String,
     },
@@ -250,7 +250,7 @@ impl Event {
     /// [`Event::Submit`] of `spec` by `owner`.
     pub fn submit(spec: JobSpec, owner: &str) -> Self {
         Self::Submit {
-            spec,
+            spec: Box::new(spec),
             owner: owner.to_string(),
         }
     }

@@ -14,6 +14,10 @@ pub struct Waiting {
     /// The earliest begin time (Unix seconds) a pending job not held waits for: a tick
     /// is due then (`Planner::next_deadline`), with no event to prompt it.
     pub next_begin: Option<u64>,
+    /// The earliest time (Unix seconds) an `after:JOB+MINUTES` dependency will hold, or
+    /// a hard topology turns soft (`softAfter`): a tick is due then too (see
+    /// `jobs::gates`).
+    pub next_dependency: Option<u64>,
 }
 
 /// Who holds a job: an admin's hold only an admin may release.

@@ -58,6 +58,9 @@ pub struct JobState {
     /// The room epoch (the capacity epoch plus the reservations' generation, see
     /// `allocate`) of the last attempt that placed nothing.
     pub failed_epoch: Option<u64>,
+    /// What keeps it from being tried besides a hold or a begin time (a dependency, its
+    /// array's limit, `singleton`): worked out each tick by `jobs::gates`.
+    pub gate: Option<super::gate::Gate>,
 }
 
 impl JobState {
@@ -184,6 +187,11 @@ pub struct StateRecord {
     /// (see `jobs::holds`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held: Option<crate::model::held::Held>,
+    /// Its dependency, once decided (met, or never to be met): kept, so that a restart,
+    /// which brings back no ended job, decides nothing again from targets it no longer
+    /// holds (see `jobs::dependencies`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<crate::model::gate::Settled>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -230,6 +238,7 @@ impl StateRecord {
             replacing: Vec::new(),
             master_port: None,
             held: None,
+            dependency: None,
         }
     }
 }

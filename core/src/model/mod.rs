@@ -6,12 +6,14 @@
 //! the crate's plain libraries (`numa`, `checksum`), it stands on `hyperplan-shared`
 //! and `hyperplan-fabric` only.
 
+pub mod arrays;
 pub mod awaiting;
 pub mod commands;
 pub mod components;
 pub mod discovered;
 pub mod drain;
 pub mod events;
+pub mod gate;
 pub mod health;
 pub mod held;
 pub mod ids;

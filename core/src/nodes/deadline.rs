@@ -50,8 +50,9 @@ impl Planner {
             at(last.saturating_add(MISSING_SWEEP_MS));
         }
         // A job's begin time comes (see `jobs::holds`).
-        if let Some(b) = world.resource::<crate::model::held::Waiting>().next_begin {
-            at(b.saturating_mul(1000));
+        let waiting = world.resource::<crate::model::held::Waiting>();
+        for t in [waiting.next_begin, waiting.next_dependency].into_iter().flatten() {
+            at(t.saturating_mul(1000));
         }
         // A maintenance window that closes gives its nodes back.
         for w in &world.resource::<PlannerConfig>().maintenance {

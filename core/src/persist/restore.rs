@@ -201,8 +201,14 @@ fn restore_job(world: &mut World, rec: JobRecord, now_ms: u64) -> Result<(), Why
     // at submit, or rejected): its spec made them all, pending.
     let listed = !rec.tasks.is_empty();
     if (listed && job.tasks.len() != rec.tasks.len()) || job.sub_jobs.len() < rec.sub_jobs.len() {
-        world.despawn(job_e);
         world.resource_mut::<JobNames>().0.remove(&name);
+        world.resource_mut::<crate::names::JobIds>().0.remove(&rec.id);
+        if let Some(el) = &rec.spec.element {
+            world
+                .resource_mut::<crate::model::arrays::Arrays>()
+                .remove(el.array_id, job_e);
+        }
+        world.despawn(job_e);
         return Err(WhyNotRestored::TaskCount {
             spec: job.tasks.len(),
             record: rec.tasks.len(),

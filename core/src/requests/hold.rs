@@ -65,7 +65,10 @@ impl HoldError {
 impl Planner {
     /// Holds `jobs` for `caller` (each one's owner or an admin): none of them is tried
     /// from the next tick until released. All or none.
+    ///
+    /// An array (`NAME`, `NAME[3-5]`, its id) stands for its elements that wait.
     pub fn hold(&mut self, jobs: &[String], caller: Caller<'_>) -> Result<(), HoldError> {
+        let jobs = &self.selected(jobs)?;
         for job in jobs {
             let st = self.hold_target(job, caller, "hold")?;
             if st.phase != JobPhase::Pending || st.next_rank > 0 {
@@ -88,6 +91,7 @@ impl Planner {
     /// Releases `jobs` for `caller`: an admin's hold only an admin may lift. A job not
     /// held is left as it is. All or none.
     pub fn release(&mut self, jobs: &[String], caller: Caller<'_>) -> Result<(), HoldError> {
+        let jobs = &self.selected(jobs)?;
         for job in jobs {
             let st = self.hold_target(job, caller, "release")?;
             if let Some(h) = &st.held
@@ -104,6 +108,34 @@ impl Planner {
             self.push(Event::Release { job: job.clone() });
         }
         Ok(())
+    }
+
+    /// The jobs `selectors` name: a job by its name, or an array's elements that wait
+    /// (those running can be neither held nor released).
+    fn selected(&self, selectors: &[String]) -> Result<Vec<String>, HoldError> {
+        let mut out = Vec::with_capacity(selectors.len());
+        for s in selectors {
+            let names = crate::jobs::arrays::select(&self.world, s).map_err(|_| HoldError::NoSuchJob(s.clone()))?;
+            if names.len() == 1 && names[0] == *s {
+                out.push(s.clone());
+                continue;
+            }
+            let waiting: Vec<String> = names
+                .iter()
+                .filter(|n| {
+                    let e = self.world.resource::<JobNames>().0.get(n.as_str()).copied();
+                    e.and_then(|e| self.world.get::<JobState>(e))
+                        .is_some_and(|st| st.phase == JobPhase::Pending && st.next_rank == 0)
+                })
+                .cloned()
+                .collect();
+            match waiting.is_empty() {
+                // Said of the first: none of them waits.
+                true => out.extend(names.into_iter().take(1)),
+                false => out.extend(waiting),
+            }
+        }
+        Ok(out)
     }
 
     /// `job`'s state, when `caller` may hold or release it.

@@ -84,13 +84,28 @@ impl Planner {
         rows.retain(|(r, _)| caller.sees(r.owner.as_deref()));
         // One name the world has (`submit --wait` asks every second): no disk read;
         // `--all` asks for the history, older jobs of a live name included.
-        let in_world = job.as_ref().is_some_and(|n| rows.iter().any(|(j, _)| &j.name == n));
+        // A job's name, or an array's (`sweep`: every element; `sweep[3-5]`, `17_3`: some).
+        let selected: Option<HashSet<String>> = job
+            .as_ref()
+            .and_then(|n| crate::jobs::arrays::select(world, n).ok())
+            .map(|names| names.into_iter().collect());
+        let named = |name: &str, array: Option<&str>| {
+            job.as_ref().is_none_or(|n| {
+                name == n || array == Some(n.as_str()) || selected.as_ref().is_some_and(|s| s.contains(name))
+            })
+        };
+        let in_world = job.is_some()
+            && rows
+                .iter()
+                .any(|(j, _)| named(&j.name, j.array.as_ref().map(|a| a.array_name.as_str())));
         if all || (job.is_some() && !in_world) || since_secs.is_some() {
             let cutoff = since_secs.map_or(0, |s| (now_ms / 1000).saturating_sub(s));
             let have: HashSet<u64> = rows.iter().map(|(j, _)| j.id).collect();
             records = stored(cutoff).map_err(StatusError::Store)?;
             let wanted = |r: &&JobRecord| {
-                !have.contains(&r.id) && job.as_ref().is_none_or(|n| &r.spec.name == n) && caller.sees(Some(&r.owner))
+                !have.contains(&r.id)
+                    && named(&r.spec.name, r.spec.element.as_ref().map(|a| a.array_name.as_str()))
+                    && caller.sees(Some(&r.owner))
             };
             rows.extend(
                 records
@@ -108,8 +123,8 @@ impl Planner {
         } else if !all {
             rows = newest_of_each_name(rows);
         }
-        if let Some(name) = job {
-            rows.retain(|(j, _)| j.name == name);
+        if let Some(name) = job.clone() {
+            rows.retain(|(j, _)| named(&j.name, j.array.as_ref().map(|a| a.array_name.as_str())));
             if rows.is_empty() {
                 return Err(StatusError::NoSuchJob(name));
             }

@@ -7,7 +7,7 @@ use hyperplan_shared::JobSpec;
 
 use crate::Planner;
 use crate::caller::Caller;
-use crate::jobs::ownership::{CountedLive, LiveByOwner, NextJobId, SubmitError, is_live};
+use crate::jobs::ownership::{CountedLive, LiveByOwner, NameClash, NextJobId, SubmitError, is_live};
 use crate::model::components::JobId;
 use crate::model::components::JobState;
 use crate::model::record::{JobRecord, Persist, RecordError};
@@ -49,6 +49,9 @@ pub enum SubmitRefused {
         /// Who submitted it.
         caller: String,
     },
+    /// A dependency names no job, or is `aftercorr` outside an array.
+    #[error(transparent)]
+    Dependency(#[from] crate::jobs::dependencies::DependencyRefused),
     /// A job's record could not be encoded: nothing of the submission was admitted.
     #[error("encoding job {job}: {error}")]
     Encode {
@@ -70,9 +73,17 @@ impl Planner {
         caller: Caller<'_>,
         now_ms: u64,
     ) -> Result<Vec<Admitted>, SubmitRefused> {
-        self.check_submission(&jobs, caller)?;
         let owner = caller.user;
         let first = self.next_job_id();
+        // An array's name is its elements' stem: taken while a job or an array of that
+        // name has not ended.
+        let stems = jobs.iter().filter(|j| j.array.is_some()).map(|j| j.name.as_str());
+        self.check_job_names(stems)
+            .map_err(|e| SubmitError::Name(self.hide_owner(e, caller)))?;
+        let mut jobs = crate::jobs::arrays::expand(jobs, first);
+        self.rename_singletons(&mut jobs, first, owner);
+        self.check_submission(&jobs, caller)?;
+        self.check_dependencies(&jobs)?;
         // Every record first: nothing is admitted if one cannot be encoded.
         let mut admitted = Vec::with_capacity(jobs.len());
         for (id, mut spec) in (first..).zip(jobs) {
@@ -127,6 +138,68 @@ impl Planner {
             out.push(Admitted { id, name, record });
         }
         Ok(out)
+    }
+}
+
+impl Planner {
+    /// A name clash as `caller` may see it: under `privateData` another user's job is
+    /// only "taken".
+    fn hide_owner(&self, e: NameClash, caller: Caller<'_>) -> NameClash {
+        match e {
+            NameClash::Exists { name, owner } if !caller.sees(Some(&owner)) => NameClash::Taken { name },
+            e => e,
+        }
+    }
+
+    /// A `singleton` job (not an array's element) whose name one of `owner`'s live jobs
+    /// has is named `NAME.ID` (its own id): names stay unique, and `singleton` counts it
+    /// by `NAME` (see `jobs::arrays::singleton_key`).
+    fn rename_singletons(&self, jobs: &mut [JobSpec], first: u64, owner: &str) {
+        let names = self.world().resource::<JobNames>();
+        for (id, j) in (first..).zip(jobs.iter_mut()) {
+            let singleton = j.depends_on.as_ref().is_some_and(|d| d.has_singleton());
+            if !singleton || j.element.is_some() {
+                continue;
+            }
+            let taken_by_owner = names.0.get(&j.name).is_some_and(|&e| {
+                self.world().get::<JobState>(e).is_some_and(is_live)
+                    && self
+                        .world()
+                        .get::<crate::model::components::JobOwner>(e)
+                        .is_some_and(|o| &*o.0 == owner)
+            });
+            if taken_by_owner {
+                j.name = format!("{}.{id}", j.name);
+            }
+        }
+    }
+
+    /// Each dependency names jobs the world holds, or jobs earlier in the submission.
+    fn check_dependencies(&self, jobs: &[JobSpec]) -> Result<(), SubmitRefused> {
+        if jobs.iter().all(|j| j.depends_on.is_none()) {
+            return Ok(());
+        }
+        let world = self.world();
+        let look = crate::jobs::dependencies::Lookup {
+            names: world.resource::<JobNames>(),
+            ids: world.resource::<crate::names::JobIds>(),
+            arrays: world.resource::<crate::model::arrays::Arrays>(),
+            now_s: 0,
+        };
+        let state = |e| {
+            Some((
+                world.get::<crate::model::components::Job>(e)?,
+                world.get::<JobState>(e)?,
+            ))
+        };
+        let mut earlier: Vec<&str> = Vec::new();
+        for j in jobs {
+            if let Some(dep) = &j.depends_on {
+                crate::jobs::dependencies::check_targets(&j.name, j.element.is_some(), dep, &look, &earlier, &state)?;
+            }
+            earlier.push(j.element.as_ref().map_or(j.name.as_str(), |el| el.array_name.as_str()));
+        }
+        Ok(())
     }
 }
 

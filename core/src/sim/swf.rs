@@ -173,5 +173,10 @@ fn job_of(j: &SwfJob, per_proc: u64, sizes: &BTreeMap<u32, u32>, opts: &SwfOptio
         segments: Vec::new(),
         hold: false,
         begin: None,
+        array: None,
+        element: None,
+        depends_on: None,
+        keep_on_failed_dependency: false,
+        topology_soft_after: None,
     })
 }

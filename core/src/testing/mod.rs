@@ -241,6 +241,11 @@ impl JobBuilder {
                 segments: Vec::new(),
                 hold: false,
                 begin: None,
+                array: None,
+                element: None,
+                depends_on: None,
+                keep_on_failed_dependency: false,
+                topology_soft_after: None,
             },
         }
     }
@@ -410,6 +415,33 @@ impl JobBuilder {
     /// Its begin time (`begin`), Unix seconds.
     pub fn begin(mut self, secs: u64) -> Self {
         self.spec.begin = Some(secs);
+        self
+    }
+
+    /// An array (`array: "1-20%3"`); the test fails on a bad spec.
+    pub fn array(mut self, spec: &str) -> Self {
+        self.spec.array =
+            Some(hyperplan_shared::array::ArraySpec::parse(spec).unwrap_or_else(|e| panic!("array {spec}: {e}")));
+        self
+    }
+
+    /// Its dependency (`dependsOn`); the test fails on a bad expression.
+    pub fn depends(mut self, expr: &str) -> Self {
+        self.spec.depends_on = Some(
+            hyperplan_shared::dependency::Dependency::parse(expr).unwrap_or_else(|e| panic!("dependency {expr}: {e}")),
+        );
+        self
+    }
+
+    /// `networkTopology.softAfter`: its hard topology turns soft after `secs` of waiting.
+    pub fn soft_after(mut self, secs: u64) -> Self {
+        self.spec.topology_soft_after = Some(secs);
+        self
+    }
+
+    /// `keepOnFailedDependency: true`.
+    pub fn keep_on_failed_dependency(mut self) -> Self {
+        self.spec.keep_on_failed_dependency = true;
         self
     }
 

@@ -152,6 +152,23 @@ impl Rig {
         all
     }
 
+    /// Submits `jobs` as `owner` the daemon's way ([`Planner::submit`]: admitted now,
+    /// arrays split, records stored): the ids and names, or why it was refused.
+    pub fn submit_now(
+        &mut self,
+        jobs: Vec<hyperplan_shared::JobSpec>,
+        owner: &str,
+    ) -> Result<Vec<(u64, String)>, crate::requests::submit::SubmitRefused> {
+        let admitted = self.p.submit(jobs, crate::caller::Caller::user(owner), self.now)?;
+        Ok(admitted
+            .into_iter()
+            .map(|a| {
+                self.store.insert(a.record.id, (a.record.live, a.record.bytes.to_vec()));
+                (a.id.0, a.name)
+            })
+            .collect())
+    }
+
     /// Submits `spec` as `owner` (admitted at the next tick); its id.
     pub fn submit_as(&mut self, spec: hyperplan_shared::JobSpec, owner: &str) -> u64 {
         let id = self.p.next_job_id();
@@ -237,6 +254,19 @@ impl Rig {
             .collect();
         for (i, t) in tasks.iter().enumerate() {
             self.started(job, id, t, 100 + i as u32);
+        }
+    }
+
+    /// Every placed task of `job` exits `code` now (its agent reports it).
+    pub fn exit_all(&mut self, job: &str, code: i32) {
+        let r = self.job(job);
+        for t in r.tasks.iter().filter(|t| t.node.is_some()) {
+            let end = TaskEnd {
+                outcome: hyperplan_shared::taskend::TaskOutcome::Exited,
+                exit_code: Some(code),
+                ..TaskEnd::default()
+            };
+            self.ended(job, r.id, &t.name, end);
         }
     }
 

@@ -240,6 +240,7 @@ fn head(
             }),
         preempted_by: st.preempted_by.clone(),
         preempting: st.nomination.clone().filter(|_| st.phase == JobPhase::Pending),
+        array: job.spec.element.clone(),
     }
 }
 

@@ -95,5 +95,6 @@ pub(crate) fn stored_head(rec: &JobRecord) -> JobReport {
         priority: None,
         preempted_by: s.preempted_by.clone(),
         preempting: None,
+        array: rec.spec.element.clone(),
     }
 }

@@ -143,6 +143,7 @@ fn job_world(
         launch: p.spec.run.launch,
         restart,
         slurm: slurm_job(p),
+        array: p.spec.element.clone(),
     }
 }
 
@@ -243,10 +244,7 @@ mod tests {
         spec.tasks[0].command = vec!["torchrun".into(), "train.py".into()];
         spec.tasks[0].exec.env.insert("NCCL_DEBUG".into(), "INFO".into());
         spec.run.time_limit = Some(90);
-        planner.push(Event::Submit {
-            spec,
-            owner: "alice".into(),
-        });
+        planner.push(Event::submit(spec, "alice"));
         let placements = placed(&mut planner, 1);
         assert_eq!(placements.len(), 4);
         let frames = frames(&planner, placements, |n| Some(format!("10.0.0.{}", &n[1..])));
@@ -309,10 +307,7 @@ mod tests {
             .hardware(MachineBuilder::new(2, 1, 4, 1).memory_per_numa(8 << 30).build())
             .build();
         let mut planner = hyperplan_core::sim::planner_for(&cluster, PlannerConfig::default());
-        planner.push(Event::Submit {
-            spec,
-            owner: "alice".into(),
-        });
+        planner.push(Event::submit(spec, "alice"));
         let placements = placed(&mut planner, 1);
         frames(&planner, placements, |_| None)
             .into_iter()

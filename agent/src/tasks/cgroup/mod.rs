@@ -198,7 +198,7 @@ pub fn leaf(job: &str, job_id: u64, task: &str) -> Result<String, CgroupError> {
         task: task.to_string(),
         what: e.to_string(),
     };
-    check_name(NameKind::Job, job).map_err(bad)?;
+    hyperplan_shared::names::check_job_name(job).map_err(bad)?;
     check_name(NameKind::Task, task).map_err(bad)?;
     Ok(format!("{job}.{job_id}.{task}"))
 }

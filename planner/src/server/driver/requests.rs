@@ -121,6 +121,8 @@ impl Driver {
                 submit_dir,
                 hold,
                 begin,
+                array,
+                dependency,
             } => {
                 let submit_dir = submit_dir.map(checked_submit_dir).transpose()?;
                 let mut jobs = hyperplan_shared::parse_jobs(&text, Path::new(&file_name)).map_err(|e| e.to_string())?;
@@ -130,6 +132,13 @@ impl Driver {
                     j.hold |= hold;
                     if begin.is_some() {
                         j.begin = begin;
+                    }
+                    // `--array`/`--dependency` say it for every job of the file, over the file.
+                    if array.is_some() {
+                        j.array.clone_from(&array);
+                    }
+                    if dependency.is_some() {
+                        j.depends_on.clone_from(&dependency);
                     }
                     j.credential = Some(
                         super::super::credential::new()
@@ -144,7 +153,7 @@ impl Driver {
                         }
                         return Err(format!("{file_name}: {e}").into());
                     }
-                    Err(e @ (SubmitRefused::Queue(_) | SubmitRefused::User { .. })) => {
+                    Err(e @ (SubmitRefused::Queue(_) | SubmitRefused::User { .. } | SubmitRefused::Dependency(_))) => {
                         return Err(format!("{file_name}: {e}").into());
                     }
                     Err(e @ SubmitRefused::Encode { .. }) => return Err(e.to_string().into()),

@@ -227,6 +227,8 @@ impl Rig {
             submit_dir: Some("/home/test".into()),
             hold: false,
             begin: None,
+            array: None,
+            dependency: None,
         };
         self.answer(user, false, command).await
     }
@@ -596,6 +598,8 @@ async fn a_refused_submission_names_the_file_and_admits_nothing() {
                 submit_dir: Some("relative/dir".into()),
                 hold: false,
                 begin: None,
+                array: None,
+                dependency: None,
             },
         )
         .await
@@ -661,6 +665,8 @@ async fn holds_are_answered_once_committed_and_kept_across_a_restart() {
         submit_dir: Some("/home/test".into()),
         hold: true,
         begin: Some(4_102_444_800),
+        array: None,
+        dependency: None,
     };
     rig.answer("alice", false, submit).await.unwrap();
     rig.step();
