@@ -66,7 +66,7 @@ fn dry_run_prints_the_job_with_command_line_overrides() {
                 "replicas": 1,
                 "resources": {"cpu": 4, "memory": 8u64 << 30},
                 "command": ["/bin/bash", "-c", SCRIPT, "sweep.sh", "--fast", "-N"],
-                "output": "logs/%j-%i.out",
+                "output": "logs/%x-%i.out",
                 "env": {"HP_SBATCH_TEST": "from-env"},
             }, {
                 "name": "hold",
@@ -99,10 +99,10 @@ fn errors_name_the_line() {
         text(&out.stderr),
         "hyperplan: sweep.sh:10: unknown option --mail-type=END: expected an sbatch option hyperplan knows (see hyperplan sbatch --help)\n"
     );
-    std::fs::write(dir.path().join("a.sh"), "#!/bin/sh\n#HP --qos=high\nhostname\n").unwrap();
+    std::fs::write(dir.path().join("a.sh"), "#!/bin/sh\n#HP --exclusive\nhostname\n").unwrap();
     let out = hyperplan(dir.path(), &["sbatch", "--dry-run", "a.sh"]);
     assert!(
-        text(&out.stderr).contains("a.sh:2: --qos: not supported by hyperplan yet"),
+        text(&out.stderr).contains("a.sh:2: --exclusive: not supported by hyperplan yet"),
         "{}",
         text(&out.stderr)
     );
@@ -145,13 +145,32 @@ fn help_teaches() {
 }
 
 #[test]
-fn submit_points_a_script_to_sbatch() {
+fn submit_takes_a_script_alone_as_sbatch_does() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("job.sh"), "#!/bin/sh\n#SBATCH -N 1\nhostname\n").unwrap();
-    let out = hyperplan(dir.path(), &["submit", "job.sh"]);
+    std::fs::write(
+        dir.path().join("job.yaml"),
+        "name: j\ntasks: [{name: t, replicas: 1, resources: {cpu: 1}}]\n",
+    )
+    .unwrap();
+    let out = hyperplan(dir.path(), &["submit", "job.yaml", "job.sh"]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stderr),
-        "hyperplan: job.sh is a batch script (it starts with #!): submit it with hyperplan sbatch job.sh\n"
+        "hyperplan: job.sh is a batch script (it starts with #!): submit it alone, or with hyperplan sbatch job.sh\n"
     );
+    let out = hyperplan(dir.path(), &["submit", "--wait", "job.sh"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("--wait is for job files"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Alone, it goes the way of sbatch (here to a planner that is not there).
+    let out = hyperplan(
+        dir.path(),
+        &["submit", "--planner", "127.0.0.1:9", "--array", "1-2", "job.sh"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!text(&out.stderr).contains("batch script"), "{}", text(&out.stderr));
 }

@@ -327,7 +327,7 @@ pub struct LaunchTask {
     /// Absolute (the submit directory or the task's `workingDir` resolved against it);
     /// `None` when the job said nothing usable (the agent refuses the task then).
     pub working_dir: Option<String>,
-    /// Output and error file patterns (`%j %i %A %a %t %r %n %u`), relative to the working
+    /// Output and error file patterns (`%j %x %i %A %a %t %r %n %u`), relative to the working
     /// directory.
     pub output: String,
     pub error: String,

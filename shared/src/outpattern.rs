@@ -1,5 +1,5 @@
-//! Task output file patterns (`output`, `error` in the job file): `%j` job name, `%i`
-//! job id, `%t` task name, `%r` rank, `%n` node, `%u` user, `%A` array id (the job's own
+//! Task output file patterns (`output`, `error` in the job file): `%j` job name, `%x` the
+//! name without an array element's index (`sweep` of `sweep[7]`; Slurm's `%x`), `%i` job id, `%t` task name, `%r` rank, `%n` node, `%u` user, `%A` array id (the job's own
 //! id for a job that is not an element of an array), `%a` array index (empty for such a
 //! job), `%%` a literal `%`. `%i`, `%A` and `%a` keep the files of an array's elements,
 //! and of jobs that reuse a name, apart.
@@ -20,9 +20,9 @@ pub const DEFAULT_OUTPUT: &str = "hyperplan-%j-%t.out";
 /// A pattern that cannot be expanded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PatternError {
-    #[error("unknown placeholder %{} (expected %j job, %i job id, %t task, %r rank, %n node, %u user, %A array id, %a array index, or %% for a literal %)", .0.escape_debug())]
+    #[error("unknown placeholder %{} (expected %j job, %x job name without the array index, %i job id, %t task, %r rank, %n node, %u user, %A array id, %a array index, or %% for a literal %)", .0.escape_debug())]
     Unknown(char),
-    #[error("a lone % at the end (expected %j, %i, %t, %r, %n, %u, %A, %a, or %% for a literal %)")]
+    #[error("a lone % at the end (expected %j, %x, %i, %t, %r, %n, %u, %A, %a, or %% for a literal %)")]
     Trailing,
     #[error("expected a file name pattern, got nothing")]
     Empty,
@@ -119,6 +119,9 @@ pub fn expand_pattern(pattern: &str, values: &PatternValues<'_>) -> Result<Strin
         }
         match chars.next() {
             Some('j') => out.push_str(values.job),
+            Some('x') => {
+                out.push_str(crate::array::split_element_name(values.job).map_or(values.job, |(name, _)| name))
+            }
             Some('i') => out.push_str(&values.job_id.to_string()),
             Some('A') => out.push_str(&values.array.map_or(values.job_id, |(id, _)| id).to_string()),
             Some('a') => {
@@ -199,12 +202,15 @@ mod tests {
             "slurm-58_7.64.out"
         );
         assert_eq!(expand_pattern("%%A%%a%%i", &element).unwrap(), "%A%a%i");
+        // %x: the array's name for an element, the name for any other job.
+        assert_eq!(expand_pattern("%x-%j", &element).unwrap(), "sweep-sweep[7]");
+        assert_eq!(expand_pattern("%x", &V).unwrap(), "train");
         assert_eq!(check_pattern("logs/%A_%a-%i.out"), Ok(()));
     }
 
     #[test]
     fn bad_patterns() {
-        assert_eq!(expand_pattern("%x.out", &V), Err(PatternError::Unknown('x')));
+        assert_eq!(expand_pattern("%q.out", &V), Err(PatternError::Unknown('q')));
         assert_eq!(expand_pattern("out%", &V), Err(PatternError::Trailing));
         assert_eq!(expand_pattern("", &V), Err(PatternError::Empty));
         assert_eq!(expand_pattern("a\0b", &V), Err(PatternError::Nul));

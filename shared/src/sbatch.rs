@@ -605,6 +605,15 @@ pub fn build_job(script: &Directives, command_line: &Directives, input: &BatchIn
     if let Some(d) = last.get(&Opt::Switches) {
         job["networkTopology"] = b.switches(d)?;
     }
+    // A QOS is what a priority class is here: how far ahead a job goes, whom it preempts.
+    if let Some(d) = last.get(&Opt::Qos) {
+        crate::names::check_name(crate::names::NameKind::PriorityClass, &d.value)
+            .map_err(|e| b.error(d, e.to_string()))?;
+        job["priorityClassName"] = d.value.clone().into();
+    }
+    if let Some(d) = last.get(&Opt::Segment) {
+        job["segments"] = b.segment(d, tasks_per_node)?;
+    }
     if last.contains_key(&Opt::Hold) {
         job["hold"] = true.into();
     }
@@ -677,7 +686,7 @@ impl Builder<'_> {
     /// Options the job model cannot carry yet: refused, naming their line.
     fn refuse_unsupported(&self) -> Result<(), SbatchError> {
         for (opt, d) in self.last {
-            if matches!(opt, Opt::Qos | Opt::Account | Opt::Segment | Opt::Exclusive) {
+            if matches!(opt, Opt::Account | Opt::Exclusive) {
                 return Err(self.error(
                     d,
                     "not supported by hyperplan yet (remove the line; see Coming from Slurm in README.md)".into(),
@@ -685,6 +694,21 @@ impl Builder<'_> {
             }
         }
         Ok(())
+    }
+
+    /// `--segment=N`: groups of N nodes, each inside one HyperNode of tier 1 (a leaf, or
+    /// an NVLink domain: Slurm's base block), as `segments` of N × tasks-per-node ranks.
+    fn segment(&self, d: &Directive, tasks_per_node: Option<u32>) -> Result<Value, SbatchError> {
+        let Some(nodes) = count(&d.value).filter(|n| *n > 0) else {
+            return Err(self.error(d, format!("expected a number of nodes from 1, got {:?}", d.value)));
+        };
+        let Some(per_node) = tasks_per_node else {
+            return Err(self.error(
+                d,
+                "expected --ntasks-per-node (or -N dividing --ntasks) with it: a segment is whole nodes and hyperplan counts ranks".into(),
+            ));
+        };
+        Ok(json!([{ "size": nodes.saturating_mul(per_node), "tier": 1 }]))
     }
 
     /// `--kill-on-invalid-dep=yes|no`: whether a job whose dependency can never be met
@@ -823,7 +847,7 @@ impl Builder<'_> {
             let replacement = match chars.next() {
                 // Slurm's %j is the job's id (hyperplan's %i); its %x the name (%j).
                 Some('j') => "%i",
-                Some('x') => "%j",
+                Some('x') => "%x",
                 Some('A') => "%A",
                 Some('a') => "%a",
                 Some('u') => "%u",

@@ -345,7 +345,7 @@ fn working_dir_with_nul() {
 
 #[test]
 fn output_with_unknown_placeholder() {
-    insta::assert_snapshot!(task_field("    output: \"logs/%j-%x.out\""));
+    insta::assert_snapshot!(task_field("    output: \"logs/%j-%q.out\""));
 }
 
 #[test]

@@ -111,8 +111,8 @@ fn a_sites_script_becomes_its_job() {
                 ("PROJECT".into(), "climate".into()),
             ]),
             working_dir: Some("/scratch/alice/cfd".into()),
-            output: Some("logs/%j.%n.%u.out".into()),
-            error: Some("logs/%j-%i.err".into()),
+            output: Some("logs/%x.%n.%u.out".into()),
+            error: Some("logs/%x-%i.err".into()),
             max_processes: None,
         }
     );
@@ -278,7 +278,7 @@ fn array_and_dependency_become_the_jobs() {
     );
     assert!(job.keep_on_failed_dependency);
     assert_eq!(job.tasks[0].exec.output.as_deref(), Some("slurm-%A_%a.out"));
-    assert_eq!(job.tasks[0].exec.error.as_deref(), Some("err-%j-%i.txt"));
+    assert_eq!(job.tasks[0].exec.error.as_deref(), Some("err-%x-%i.txt"));
     // The command line overrides the script; `yes` (Slurm's default) keeps nothing.
     let b = batch(
         "#!/bin/bash\n#SBATCH --array=0-30:10\n#SBATCH --kill-on-invalid-dep=no\nhostname\n",
@@ -312,8 +312,19 @@ fn bad_kill_on_invalid_dep() {
 }
 
 #[test]
-fn qos_not_supported_yet() {
-    insta::assert_snapshot!(error("#!/bin/bash\n#SBATCH --qos=high\nhostname\n"));
+fn account_not_supported_yet() {
+    insta::assert_snapshot!(error("#!/bin/bash\n#SBATCH --account=physics\nhostname\n"));
+}
+
+#[test]
+fn qos_is_the_priority_class_and_segment_the_segments() {
+    let script = "#!/bin/sh\n#SBATCH -q urgent -N 4 --ntasks-per-node=2 --segment=2\nhostname\n";
+    let job = spec(&batch(script, &[], false).unwrap());
+    assert_eq!(job.priority_class.as_deref(), Some("urgent"));
+    assert_eq!(job.segments.len(), 1);
+    assert_eq!((job.segments[0].size, job.segments[0].tier), (4, Some(1)));
+    let e = batch("#!/bin/sh\n#SBATCH -n 3 --segment=2\nhostname\n", &[], false).unwrap_err();
+    assert!(e.contains("--segment: expected --ntasks-per-node"), "{e}");
 }
 
 #[test]

@@ -50,14 +50,15 @@ const MAX_PREFIX: usize = 24;
 /// --gpus-per-task, -t/--time (every Slurm format; UNLIMITED for none), -p/--partition
 /// (the queue), -o/--output and -e/--error (%j the job's id, %x its name, %A the array's
 /// id, %a the element's index, %u user, %N node, %%), -D/--chdir, --export (NONE, NAME,
-/// NAME=value), --requeue/--no-requeue, --signal (sent at preemption), --switches=1
-/// (one leaf switch), -H/--hold, --begin, -a/--array (1-100%8: one job per index, at most
+/// NAME=value), --requeue/--no-requeue, --signal (sent at preemption), --switches=1[@TIME]
+/// (one leaf switch; with @TIME placed anyway after waiting that long), -q/--qos (the
+/// priority class), --segment=N (groups of N nodes, each in one tier-1 HyperNode),
+/// -H/--hold, --begin, -a/--array (1-100%8: one job per index, at most
 /// 8 at once), -d/--dependency (afterok:prep, after, afternotok, afterany, aftercorr,
 /// singleton; , all of, ? any of), --kill-on-invalid-dep=yes|no (no: keep a job whose
 /// dependency can never be met), --wrap.
 ///
-/// Read, then refused until hyperplan has them: -q/--qos, -A/--account, --segment,
-/// --exclusive.
+/// Read, then refused until hyperplan has them: -A/--account, --exclusive.
 /// Any other option is an error naming its line; with --ignore-unknown, a warning.
 /// Differences: hyperplan asks per task, so --mem and GPUs per node are divided by the
 /// tasks per node; -N sets how many tasks, not that exactly N nodes hold them (said
@@ -79,6 +80,13 @@ pub struct Args {
     words: Vec<String>,
     #[command(flatten)]
     client: ClientArgs,
+}
+
+impl Args {
+    /// `hyperplan sbatch WORDS...` as another command (`submit SCRIPT`) asks it.
+    pub fn for_words(words: Vec<String>, client: ClientArgs) -> Self {
+        Args { words, client }
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {

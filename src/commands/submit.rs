@@ -104,6 +104,9 @@ const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(300);
 const WAIT_GIVE_UP: std::time::Duration = std::time::Duration::from_secs(300);
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(script) = batch_script(&args.files)? {
+        return submit_script(args, script);
+    }
     let files = read_files(&args.files)?;
     let config = ClientConfig::from_process(&args.client)?;
     let names: Vec<String> = files.iter().map(|(name, _)| name.clone()).collect();
@@ -272,7 +275,7 @@ fn read_files(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, String)>> {
                     .map_err(limit_hint)?;
                 if text.starts_with("#!") {
                     bail!(
-                        "{0} is a batch script (it starts with #!): submit it with hyperplan sbatch {0}",
+                        "{0} is a batch script (it starts with #!): submit it alone, or with hyperplan sbatch {0}",
                         path.display()
                     );
                 }
@@ -280,6 +283,45 @@ fn read_files(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, String)>> {
             }
         })
         .collect()
+}
+
+/// The one file given, when it is a batch script (it starts with `#!`): `hyperplan
+/// submit job.sh` is `hyperplan sbatch job.sh`.
+fn batch_script(paths: &[PathBuf]) -> anyhow::Result<Option<PathBuf>> {
+    let [path] = paths else { return Ok(None) };
+    if path.as_os_str() == "-" {
+        return Ok(None);
+    }
+    let mut head = [0u8; 2];
+    let is_script = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .is_ok_and(|()| &head == b"#!");
+    Ok(is_script.then(|| path.clone()))
+}
+
+/// A batch script through `hyperplan sbatch`, with this command's `--hold`, `--begin`,
+/// `--array` and `--dependency` as sbatch's options (over the script's `#SBATCH` lines).
+fn submit_script(args: Args, script: PathBuf) -> anyhow::Result<()> {
+    if args.wait {
+        bail!(
+            "--wait is for job files; a batch script is submitted by hyperplan sbatch: follow it with hyperplan status"
+        );
+    }
+    let mut words: Vec<String> = Vec::new();
+    if args.hold {
+        words.push("--hold".into());
+    }
+    if let Some(b) = args.begin {
+        words.push(format!("--begin={}", hyperplan_shared::begin::format_begin(b)));
+    }
+    if let Some(a) = &args.array {
+        words.push(format!("--array={a}"));
+    }
+    if let Some(d) = &args.dependency {
+        words.push(format!("--dependency={d}"));
+    }
+    words.push(script.to_string_lossy().into_owned());
+    super::sbatch::run(super::sbatch::Args::for_words(words, args.client))
 }
 
 /// Says where the limit comes from when a file is too large.
