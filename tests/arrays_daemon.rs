@@ -104,6 +104,9 @@ fn an_array_of_twenty_with_a_limit_of_three_runs_three_at_a_time_and_each_sees_i
     assert!(!table.contains("sweep[7]"), "{table}");
     let expanded = ok(&c, &user, &["status", "--expand"]);
     assert!(expanded.contains("sweep[7]"), "{expanded}");
+    // `explain` of an array is about its first waiting element.
+    let explained = ok(&c, &user, &["explain", "sweep"]);
+    assert!(explained.contains("sweep["), "{explained}");
     let jobs = wait_for(LONG * 2, "every element ended", || {
         let jobs = by_name(&c, &user);
         (jobs.len() == 20 && jobs.values().all(ended)).then_some(jobs)

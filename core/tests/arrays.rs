@@ -199,6 +199,19 @@ fn elements_count_against_the_users_job_limit() {
 }
 
 #[test]
+fn an_array_of_a_large_spec_is_refused_before_it_is_split() {
+    let mut rig = rig();
+    let mut big = JobBuilder::gang("big", 1, "cpu=1").array("1-10000").build();
+    big.tasks[0].exec.env.insert("BLOB".into(), "x".repeat(20_000));
+    let e = rig.submit_now(vec![big], "alice").unwrap_err().to_string();
+    assert!(
+        e.starts_with("job big: 10000 elements × 20") && e.contains("more than the 134217728 bytes an array may hold"),
+        "{e}"
+    );
+    assert_eq!(rig.p.next_job_id(), 1, "nothing admitted");
+}
+
+#[test]
 fn the_simulators_path_splits_an_array_the_same_way() {
     let mut rig = rig();
     let first = rig.submit_as(JobBuilder::gang("sim", 1, "cpu=1").array("5-7%1").build(), "alice");

@@ -34,7 +34,7 @@ pub enum DependencyError {
 }
 
 /// When a job may start, relative to its target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AfterKind {
     /// The target started (or was cancelled).
     After,

@@ -166,6 +166,23 @@ pub fn select(world: &World, text: &str) -> Result<Vec<String>, SelectError> {
     Ok(out)
 }
 
+impl crate::Planner {
+    /// The job `explain TEXT` is about: a job's name as it is; for an array (`sweep`,
+    /// `sweep[3-5]`, its id) its first element that waits, else its first one.
+    pub fn explained_job(&self, text: &str) -> String {
+        let world = self.world();
+        let Ok(names) = select(world, text) else {
+            return text.to_string();
+        };
+        let waiting = names.iter().find(|n| {
+            let e = world.resource::<JobNames>().0.get(n.as_str()).copied();
+            e.and_then(|e| world.get::<crate::model::components::JobState>(e))
+                .is_some_and(|st| st.phase == crate::model::components::JobPhase::Pending)
+        });
+        waiting.or(names.first()).cloned().unwrap_or_else(|| text.to_string())
+    }
+}
+
 /// `NAME[SPEC]` → (`NAME`, `SPEC`); `17_3` or `17_[3-5]` → (`17`, `3` or `3-5`); else
 /// the text alone.
 fn split_selector(text: &str) -> (&str, Option<&str>) {

@@ -44,36 +44,91 @@ pub struct Lookup<'w> {
     pub now_s: u64,
 }
 
-/// A target's jobs: an array's elements, or the one job; `None`: not in the world.
-fn targets<'a>(
+/// What a target names: an array (all its elements), or one job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resolved {
+    Array(u64),
+    Job(Entity),
+}
+
+/// The job or array `target` names; `None`: not in the world.
+fn resolve<'a>(
     look: &Lookup<'_>,
     target: &Target,
     state: &dyn Fn(Entity) -> Option<(&'a Job, &'a JobState)>,
-) -> Option<Vec<(u32, Entity)>> {
+) -> Option<Resolved> {
     match target {
         Target::Id(id) => {
-            if let Some(a) = look.arrays.by_id.get(id) {
-                return Some(a.elements.clone());
+            if look.arrays.by_id.contains_key(id) {
+                return Some(Resolved::Array(*id));
             }
-            look.ids.0.get(id).map(|&e| vec![(0, e)])
+            look.ids.0.get(id).map(|&e| Resolved::Job(e))
         }
         Target::Name(name) => {
             let job = look.names.0.get(name).copied();
-            let array = look.arrays.named(name).map(|(_, a)| a);
+            let array = look.arrays.named(name).map(|(id, _)| id);
             match (job, array) {
-                (Some(e), None) => Some(vec![(0, e)]),
-                (None, Some(a)) => Some(a.elements.clone()),
+                (Some(e), None) => Some(Resolved::Job(e)),
+                (None, Some(id)) => Some(Resolved::Array(id)),
                 // A job and an array of one name: the one that has not ended (at most
                 // one of them is live), else the array.
-                (Some(e), Some(a)) => {
+                (Some(e), Some(id)) => {
                     let live = state(e).is_some_and(|(_, st)| is_live(st));
-                    Some(if live { vec![(0, e)] } else { a.elements.clone() })
+                    Some(if live { Resolved::Job(e) } else { Resolved::Array(id) })
                 }
                 (None, None) => None,
             }
         }
     }
 }
+
+/// What one target's jobs say for one kind: how many meet it, wait, never will.
+#[derive(Debug, Clone, Copy, Default)]
+struct Summary {
+    met: usize,
+    wait: usize,
+    never: usize,
+    /// The earliest time an `after:JOB+MINUTES` of them holds.
+    until: Option<u64>,
+    /// The state of the last one (what a single job's line shows).
+    word: &'static str,
+}
+
+impl Summary {
+    fn total(&self) -> usize {
+        self.met + self.wait + self.never
+    }
+}
+
+fn summarize<'a>(
+    jobs: impl Iterator<Item = Entity>,
+    kind: AfterKind,
+    delay: Option<u32>,
+    now_s: u64,
+    state: &dyn Fn(Entity) -> Option<(&'a Job, &'a JobState)>,
+) -> Summary {
+    let mut s = Summary::default();
+    for e in jobs {
+        let Some((_, st)) = state(e) else { continue };
+        match one(kind, delay, st, now_s) {
+            One::Met => s.met += 1,
+            One::Wait(at) => {
+                s.wait += 1;
+                if let Some(at) = at {
+                    s.until = Some(s.until.map_or(at, |u| u.min(at)));
+                }
+            }
+            One::Never => s.never += 1,
+        }
+        s.word = state_word(st);
+    }
+    s
+}
+
+/// Summaries of whole arrays already worked out in this pass, by (array, kind, delay):
+/// ten thousand jobs waiting on one array of ten thousand cost one look at it each tick.
+#[derive(Debug, Default)]
+pub struct Memo(std::collections::HashMap<(u64, AfterKind, Option<u32>), Summary>);
 
 /// The word `status` uses for a job's state.
 pub fn state_word(st: &JobState) -> &'static str {
@@ -136,12 +191,14 @@ fn one(kind: AfterKind, delay_minutes: Option<u32>, st: &JobState, now_s: u64) -
 }
 
 /// Where `dep` stands for the job `index` (its array index, for `aftercorr`), reading
-/// the target jobs' states through `state`.
+/// the target jobs' states through `state`; `memo` keeps what whole arrays say for the
+/// rest of the pass.
 pub fn evaluate<'a>(
     dep: &Dependency,
     index: Option<u32>,
     look: &Lookup<'_>,
     state: &dyn Fn(Entity) -> Option<(&'a Job, &'a JobState)>,
+    memo: &mut Memo,
 ) -> Outcome {
     let mut waits: Vec<String> = Vec::new();
     let mut nevers: Vec<String> = Vec::new();
@@ -156,43 +213,47 @@ pub fn evaluate<'a>(
         let mut c_wait: Vec<String> = Vec::new();
         let mut c_never: Vec<String> = Vec::new();
         for t in ts {
-            let Some(mut jobs) = targets(look, &t.target, state) else {
+            let Some(resolved) = resolve(look, &t.target, state) else {
                 continue; // gone long ago: met
             };
-            if *kind == AfterKind::AfterCorr
-                && let Some(i) = index
-            {
-                jobs.retain(|&(j, _)| j == i);
+            let s = match resolved {
+                Resolved::Job(e) => summarize(std::iter::once(e), *kind, t.delay_minutes, look.now_s, state),
+                // Element i of the array: the one of the same index, if it has one.
+                Resolved::Array(id) if *kind == AfterKind::AfterCorr && index.is_some() => {
+                    let elements = look.arrays.by_id.get(&id).map_or(&[][..], |a| a.elements.as_slice());
+                    let i = index.unwrap_or_default();
+                    let e = elements
+                        .binary_search_by_key(&i, |&(x, _)| x)
+                        .ok()
+                        .map(|at| elements[at].1);
+                    summarize(e.into_iter(), *kind, t.delay_minutes, look.now_s, state)
+                }
+                Resolved::Array(id) => *memo.0.entry((id, *kind, t.delay_minutes)).or_insert_with(|| {
+                    let elements = look.arrays.by_id.get(&id).map_or(&[][..], |a| a.elements.as_slice());
+                    summarize(
+                        elements.iter().map(|&(_, e)| e),
+                        *kind,
+                        t.delay_minutes,
+                        look.now_s,
+                        state,
+                    )
+                }),
+            };
+            if let Some(at) = s.until {
+                until = Some(until.map_or(at, |u| u.min(at)));
             }
             let shown = format!("{}:{}", kind.as_str(), t.target);
-            let mut counts = [0usize; 3];
-            let mut word = "";
-            for &(_, e) in &jobs {
-                let Some((_, st)) = state(e) else { continue };
-                match one(*kind, t.delay_minutes, st, look.now_s) {
-                    One::Met => counts[0] += 1,
-                    One::Wait(at) => {
-                        counts[1] += 1;
-                        if let Some(at) = at {
-                            until = Some(until.map_or(at, |u| u.min(at)));
-                        }
-                    }
-                    One::Never => counts[2] += 1,
-                }
-                word = state_word(st);
-            }
-            let many = jobs.len() > 1;
             let how = |n: usize, what: &str| {
-                if many {
-                    format!("{shown} ({n} of {} {what})", jobs.len())
+                if s.total() > 1 {
+                    format!("{shown} ({n} of {} {what})", s.total())
                 } else {
-                    format!("{shown} ({word})")
+                    format!("{shown} ({})", s.word)
                 }
             };
-            if counts[2] > 0 {
-                c_never.push(how(counts[2], "ended otherwise"));
-            } else if counts[1] > 0 {
-                c_wait.push(how(counts[0], "done"));
+            if s.never > 0 {
+                c_never.push(how(s.never, "ended otherwise"));
+            } else if s.wait > 0 {
+                c_wait.push(how(s.met, "done"));
             }
         }
         if !c_never.is_empty() {
@@ -267,7 +328,7 @@ pub fn check_targets<'a>(
             });
         }
         for t in ts {
-            let known = targets(look, &t.target, state).is_some()
+            let known = resolve(look, &t.target, state).is_some()
                 || matches!(&t.target, Target::Name(n) if earlier.contains(&n.as_str()));
             if !known {
                 return Err(DependencyRefused::NoTarget {

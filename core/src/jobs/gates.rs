@@ -79,6 +79,7 @@ fn decide(world: &World, entities: &[Entity], now_s: u64) -> (BTreeMap<Entity, D
     let mut decided: BTreeMap<Entity, Decision> = BTreeMap::new();
     let mut next: Option<u64> = None;
     let mut singletons: Vec<Entity> = Vec::new();
+    let mut memo = crate::jobs::dependencies::Memo::default();
     for &e in entities {
         let Some((job, st)) = state(e) else { continue };
         let mut d = Decision::default();
@@ -109,7 +110,13 @@ fn decide(world: &World, entities: &[Entity], now_s: u64) -> (BTreeMap<Entity, D
             match &st.dependency {
                 Some(Settled::Met) => {}
                 Some(Settled::Never(why)) => d.gate = Some(Gate::NeverMet(why.clone())),
-                None => match evaluate(dep, job.spec.element.as_ref().map(|el| el.index), &look, &state) {
+                None => match evaluate(
+                    dep,
+                    job.spec.element.as_ref().map(|el| el.index),
+                    &look,
+                    &state,
+                    &mut memo,
+                ) {
                     Outcome::Met => d.settle = Some(Settled::Met),
                     Outcome::Wait { what, until } => {
                         if let Some(u) = until {

@@ -15,6 +15,11 @@ use crate::names::JobNames;
 use crate::queues::QueueTable;
 use crate::queues::check::{QueueRefusal, check};
 
+/// Most bytes of job spec an array's elements may hold together: each element is a job
+/// with its own spec (in the planner's memory and in the store's one commit), so a large
+/// spec times 10,000 elements must not reach the planner.
+pub const MAX_ARRAY_BYTES: usize = 128 << 20;
+
 /// One job of an accepted submission.
 #[derive(Debug, Clone)]
 pub struct Admitted {
@@ -49,6 +54,21 @@ pub enum SubmitRefused {
         /// Who submitted it.
         caller: String,
     },
+    /// An array whose elements' specs together would hold more than
+    /// [`MAX_ARRAY_BYTES`] in the planner and its store.
+    #[error(
+        "job {job}: {elements} elements × {each} bytes of job spec is more than the {max} bytes an array may hold (each element keeps its own copy): make the spec smaller (a long env or command into a file) or split the array"
+    )]
+    ArrayTooLarge {
+        /// The array's name.
+        job: String,
+        /// How many elements it has.
+        elements: usize,
+        /// Bytes of one element's spec, encoded.
+        each: usize,
+        /// [`MAX_ARRAY_BYTES`].
+        max: usize,
+    },
     /// A dependency names no job, or is `aftercorr` outside an array.
     #[error(transparent)]
     Dependency(#[from] crate::jobs::dependencies::DependencyRefused),
@@ -77,6 +97,18 @@ impl Planner {
         let first = self.next_job_id();
         // An array's name is its elements' stem: taken while a job or an array of that
         // name has not ended.
+        for j in jobs.iter().filter(|j| j.array.is_some()) {
+            let elements = j.array.as_ref().map_or(0, |a| a.indices().len());
+            let each = serde_json::to_vec(j).map_or(usize::MAX, |b| b.len());
+            if elements.saturating_mul(each) > MAX_ARRAY_BYTES {
+                return Err(SubmitRefused::ArrayTooLarge {
+                    job: j.name.clone(),
+                    elements,
+                    each,
+                    max: MAX_ARRAY_BYTES,
+                });
+            }
+        }
         let stems = jobs.iter().filter(|j| j.array.is_some()).map(|j| j.name.as_str());
         self.check_job_names(stems)
             .map_err(|e| SubmitError::Name(self.hide_owner(e, caller)))?;

@@ -49,11 +49,18 @@ pub struct HyperNodeUse {
     pub memory: (f64, f64),
 }
 
-/// The kind of a pending job's reason, a label with a few values: `queue_limit`,
+/// The kind of a pending job's reason, a label with a few values: `held` (a hold or a
+/// begin time), `dependency` (also `singleton`), `array_limit`, `queue_limit`,
 /// `awaiting_agents`, `preemption`, `reservation`, `requeued` or `resources` (no room
 /// that fits, the common case).
 pub fn reason_kind(reason: &str) -> &'static str {
-    if reason.starts_with("queue ") || reason.starts_with("user ") {
+    if reason.starts_with("held by ") || reason.starts_with("begins ") {
+        "held"
+    } else if reason.starts_with("array limit: ") {
+        "array_limit"
+    } else if crate::model::gate::is_gate_reason(reason) {
+        "dependency"
+    } else if reason.starts_with("queue ") || reason.starts_with("user ") {
         "queue_limit"
     } else if crate::model::awaiting::is_awaiting_reason(reason) {
         "awaiting_agents"
@@ -174,5 +181,16 @@ mod tests {
             "resources"
         );
         assert_eq!(reason_kind(""), "resources");
+        assert_eq!(reason_kind("held by alice"), "held");
+        assert_eq!(reason_kind("begins 2026-12-24T08:00Z"), "held");
+        assert_eq!(reason_kind("Dependency: afterok:preempt-me (running)"), "dependency");
+        assert_eq!(
+            reason_kind("singleton: waits for nightly (same name and user) to end"),
+            "dependency"
+        );
+        assert_eq!(
+            reason_kind("array limit: 3 elements of sweep run at once (%3)"),
+            "array_limit"
+        );
     }
 }

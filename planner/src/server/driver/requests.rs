@@ -153,7 +153,12 @@ impl Driver {
                         }
                         return Err(format!("{file_name}: {e}").into());
                     }
-                    Err(e @ (SubmitRefused::Queue(_) | SubmitRefused::User { .. } | SubmitRefused::Dependency(_))) => {
+                    Err(
+                        e @ (SubmitRefused::Queue(_)
+                        | SubmitRefused::User { .. }
+                        | SubmitRefused::Dependency(_)
+                        | SubmitRefused::ArrayTooLarge { .. }),
+                    ) => {
                         return Err(format!("{file_name}: {e}").into());
                     }
                     Err(e @ SubmitRefused::Encode { .. }) => return Err(e.to_string().into()),
@@ -269,12 +274,14 @@ impl Driver {
                 leader: Some(self.advertise.clone()),
                 store: self.describe.clone(),
             }),
-            RequestCommand::Explain { job } => {
+            RequestCommand::Explain { job: asked } => {
+                // An array: its first waiting element.
+                let job = self.planner.explained_job(&asked);
                 // Under privateData another user's job is answered as a missing one.
                 let seen = self.planner.sees_job(&job, caller);
                 match seen.then(|| self.planner.explain_for(&job, caller)).flatten() {
                     Some(e) => to_value(&e),
-                    None => Err(format!("no job named {job:?}").into()),
+                    None => Err(format!("no job named {asked:?}").into()),
                 }
             }
         }
