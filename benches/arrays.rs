@@ -17,7 +17,8 @@
 //! 20; the cluster is refilled untimed after each).
 //!
 //! Run: `cargo bench --bench arrays --no-run`, then
-//! `taskset -c 0 target/release/deps/arrays-* --bench`.
+//! `taskset -c 0 target/release/deps/arrays-* --bench`. `ARRAYS_CASES` picks cases
+//! (comma-separated of `singles,array,array%64`), `ARRAYS_REPS` the repetitions (20).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -123,11 +124,17 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn case(name: &str, jobs: Vec<JobSpec>) {
+    // `ARRAYS_CASES=array%64` runs only the cases named (comma-separated).
+    if let Ok(only) = std::env::var("ARRAYS_CASES")
+        && !only.split(',').any(|c| c == name)
+    {
+        return;
+    }
     let mut b = full();
     let t = Instant::now();
     let admitted = b
         .planner
-        .submit(jobs, Caller::user(SIM_OWNER), b.now * 1000)
+        .submit(jobs, Caller::user("alice"), b.now * 1000)
         .expect("submitted");
     let submit = t.elapsed();
     let records = admitted.len();
@@ -139,7 +146,11 @@ fn case(name: &str, jobs: Vec<JobSpec>) {
     );
     let mut idle = Vec::with_capacity(REPS);
     let mut ended = Vec::with_capacity(REPS);
-    for _ in 0..REPS {
+    let reps = std::env::var("ARRAYS_REPS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(REPS);
+    for _ in 0..reps {
         idle.push(b.tick().0);
         // One running job ends: the tick places one waiting job on its node.
         let r = b.running.remove(0);

@@ -199,6 +199,31 @@ fn elements_count_against_the_users_job_limit() {
 }
 
 #[test]
+fn the_limit_holds_when_a_begin_time_comes_and_when_released() {
+    let mut rig = rig();
+    let begin = rig.now / 1000 + 5;
+    let spec = JobBuilder::gang("later", 1, "cpu=1")
+        .array("1-3%1")
+        .begin(begin)
+        .build();
+    rig.submit_now(vec![spec], "alice").unwrap();
+    let held = JobBuilder::gang("held", 1, "cpu=1").array("1-3%2").hold().build();
+    rig.submit_now(vec![held], "alice").unwrap();
+    for _ in 0..8 {
+        rig.step();
+        assert!(active(&states(&rig, "later", 1..=3)) <= 1);
+        assert!(active(&states(&rig, "held", 1..=3)) <= 2);
+    }
+    assert_eq!(active(&states(&rig, "later", 1..=3)), 1, "its time came");
+    rig.p.release(&["held".into()], Caller::user("alice")).unwrap();
+    for _ in 0..3 {
+        rig.step();
+        assert!(active(&states(&rig, "held", 1..=3)) <= 2);
+    }
+    assert_eq!(active(&states(&rig, "held", 1..=3)), 2);
+}
+
+#[test]
 fn an_array_of_a_large_spec_is_refused_before_it_is_split() {
     let mut rig = rig();
     let mut big = JobBuilder::gang("big", 1, "cpu=1").array("1-10000").build();

@@ -13,9 +13,8 @@ use crate::model::arrays::Arrays;
 use crate::model::components::{Job, JobId};
 use crate::names::{JobIds, JobNames};
 
-/// Marks a job [`jobs::gates`](super::gates) looks at each tick: one with a dependency,
-/// an element of an array with a `%N` limit, or one whose hard topology turns soft
-/// after a while (`softAfter`).
+/// Marks a job [`jobs::gates`](super::gates) looks at each time something changed: one
+/// with a dependency, or one whose hard topology turns soft after a while (`softAfter`).
 #[derive(Component, Debug, Clone, Copy, Default)]
 pub struct Gated;
 
@@ -71,9 +70,8 @@ pub(crate) fn register(world: &mut World, e: Entity, spec: &JobSpec, id: JobId) 
             .resource_mut::<Arrays>()
             .add(el.array_id, &el.array_name, el.limit(), el.index, e);
     }
-    let limited = spec.element.as_ref().is_some_and(|el| el.limit().is_some());
-    let relaxes = spec.topology_soft_after.is_some();
-    if spec.depends_on.is_some() || limited || relaxes {
+    // An element of an array with `%N` is found through its array (see `jobs::gates`).
+    if spec.depends_on.is_some() || spec.topology_soft_after.is_some() {
         world.entity_mut(e).insert(Gated);
     }
 }

@@ -13,7 +13,7 @@
 //! running, none starts; with fewer, only so many of the waiting ones are let through,
 //! so one walk never starts more than the limit.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 use bevy_ecs::prelude::*;
 
@@ -30,7 +30,7 @@ use crate::names::{JobIds, JobNames};
 use hyperplan_shared::job::TopologyMode;
 
 /// What the system decided for one job.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Decision {
     gate: Option<Gate>,
     settle: Option<Settled>,
@@ -48,9 +48,52 @@ fn waiting(st: &JobState) -> bool {
     matches!(st.phase, JobPhase::Pending | JobPhase::Rejected) && st.next_rank == 0 && is_live(st)
 }
 
-/// The gates system (see the module header).
-pub(crate) fn gates(world: &mut World, gated: &mut QueryState<Entity, With<Gated>>) {
-    let entities: Vec<Entity> = gated.iter(world).collect();
+/// The gates system (see the module header). Every decision follows from the jobs'
+/// states and the time: when no job's state changed since the last run and no time it
+/// waits for has come, nothing is looked at; and an array's `%N` is worked out again
+/// only when one of its elements changed (so 10,000 elements held back by `%N` cost a
+/// tick what none do).
+pub(crate) fn gates(
+    world: &mut World,
+    gated: &mut QueryState<Entity, With<Gated>>,
+    changed: &mut QueryState<Entity, (With<Job>, Changed<JobState>)>,
+) {
+    let now_s = world.resource::<Now>().secs();
+    let waiting = world.resource::<Waiting>();
+    let due = [waiting.next_dependency, waiting.next_begin]
+        .into_iter()
+        .flatten()
+        .any(|t| t <= now_s);
+    let changed: Vec<Entity> = changed.iter(world).collect();
+    if !due && changed.is_empty() {
+        return;
+    }
+    // The arrays with a limit to work out again: those with an element that changed
+    // (every one when a waited-for time came: a begin time lets elements in).
+    let arrays = world.resource::<Arrays>();
+    let dirty: BTreeSet<u64> = if due {
+        arrays
+            .by_id
+            .iter()
+            .filter(|(_, a)| a.limit.is_some())
+            .map(|(&id, _)| id)
+            .collect()
+    } else {
+        changed
+            .iter()
+            .filter_map(|&e| world.get::<Job>(e)?.spec.element.as_ref())
+            .filter(|el| el.limit().is_some())
+            .map(|el| el.array_id)
+            .collect()
+    };
+    let mut entities: Vec<Entity> = gated.iter(world).collect();
+    for id in &dirty {
+        if let Some(a) = arrays.by_id.get(id) {
+            entities.extend(a.elements.iter().map(|&(_, e)| e));
+        }
+    }
+    entities.sort_unstable();
+    entities.dedup();
     if entities.is_empty() {
         if world.resource::<Waiting>().next_dependency.is_some() {
             world.resource_mut::<Waiting>().next_dependency = None;
@@ -58,17 +101,35 @@ pub(crate) fn gates(world: &mut World, gated: &mut QueryState<Entity, With<Gated
         return;
     }
     let _span = tracing::info_span!("gates", jobs = entities.len()).entered();
-    let now_s = world.resource::<Now>().secs();
-    let (decided, next) = decide(world, &entities, now_s);
+    let (decided, next) = decide(world, &entities, &dirty, now_s);
     if world.resource::<Waiting>().next_dependency != next {
         world.resource_mut::<Waiting>().next_dependency = next;
     }
-    apply(world, decided, now_s);
+    apply(world, &entities, decided, now_s);
+}
+
+/// The decisions of one pass, by the place of their job in the pass's sorted entities
+/// (a vector, not a map: an array of 10,000 elements is worked out often).
+struct Decided<'e> {
+    entities: &'e [Entity],
+    of: Vec<Option<Decision>>,
+}
+
+impl Decided<'_> {
+    fn get(&self, e: Entity) -> Option<&Decision> {
+        let i = self.entities.binary_search(&e).ok()?;
+        self.of[i].as_ref()
+    }
+
+    fn get_mut(&mut self, e: Entity) -> Option<&mut Decision> {
+        let i = self.entities.binary_search(&e).ok()?;
+        self.of[i].as_mut()
+    }
 }
 
 /// Phase one, reading only: every gated job's decision, and the earliest time an
 /// `after:JOB+MINUTES` will hold.
-fn decide(world: &World, entities: &[Entity], now_s: u64) -> (BTreeMap<Entity, Decision>, Option<u64>) {
+fn decide<'e>(world: &World, entities: &'e [Entity], dirty: &BTreeSet<u64>, now_s: u64) -> (Decided<'e>, Option<u64>) {
     let look = Lookup {
         names: world.resource::<JobNames>(),
         ids: world.resource::<JobIds>(),
@@ -76,20 +137,23 @@ fn decide(world: &World, entities: &[Entity], now_s: u64) -> (BTreeMap<Entity, D
         now_s,
     };
     let state = |e: Entity| Some((world.get::<Job>(e)?, world.get::<JobState>(e)?));
-    let mut decided: BTreeMap<Entity, Decision> = BTreeMap::new();
+    let mut decided = Decided {
+        entities,
+        of: vec![None; entities.len()],
+    };
     let mut next: Option<u64> = None;
     let mut singletons: Vec<Entity> = Vec::new();
     let mut memo = crate::jobs::dependencies::Memo::default();
-    for &e in entities {
+    for (i, &e) in entities.iter().enumerate() {
         let Some((job, st)) = state(e) else { continue };
         let mut d = Decision::default();
         if !is_live(st) {
             d.done = true;
-            decided.insert(e, d);
+            decided.of[i] = Some(d);
             continue;
         }
         if !waiting(st) {
-            decided.insert(e, d);
+            decided.of[i] = Some(d);
             continue;
         }
         if let Some(after) = job.spec.topology_soft_after
@@ -138,12 +202,12 @@ fn decide(world: &World, entities: &[Entity], now_s: u64) -> (BTreeMap<Entity, D
                 singletons.push(e);
             }
         }
-        decided.insert(e, d);
+        decided.of[i] = Some(d);
     }
     if !singletons.is_empty() {
         singleton_gates(world, &singletons, &mut decided);
     }
-    array_limits(world, look.arrays, now_s, &mut decided);
+    array_limits(world, look.arrays, dirty, now_s, &mut decided);
     (decided, next)
 }
 
@@ -152,7 +216,7 @@ type Live<'a> = (u64, bool, &'a str);
 
 /// `singleton`: a job waits while another job of its user and name (see
 /// [`singleton_key`]) runs, or waits with a smaller id (the earlier one goes first).
-fn singleton_gates(world: &World, singletons: &[Entity], decided: &mut BTreeMap<Entity, Decision>) {
+fn singleton_gates(world: &World, singletons: &[Entity], decided: &mut Decided<'_>) {
     // Live jobs by (owner, name): (id, running, name). Only when some job asks it.
     let mut by_key: HashMap<(&str, &str), Vec<Live<'_>>> = HashMap::new();
     let mut all = world.try_query::<(&Job, &JobState, &JobOwner, &JobId)>();
@@ -181,7 +245,7 @@ fn singleton_gates(world: &World, singletons: &[Entity], decided: &mut BTreeMap<
             .iter()
             .filter(|&&(other, running, _)| other != id.0 && (running || other < id.0))
             .min_by_key(|&&(other, _, _)| other);
-        if let (Some(&(_, _, name)), Some(d)) = (blocker, decided.get_mut(&e)) {
+        if let (Some(&(_, _, name)), Some(d)) = (blocker, decided.get_mut(e)) {
             d.gate = Some(Gate::Singleton {
                 other: name.to_string(),
             });
@@ -191,8 +255,8 @@ fn singleton_gates(world: &World, singletons: &[Entity], decided: &mut BTreeMap<
 
 /// `%N`: per array with a limit, its running elements count against it; the waiting
 /// elements with no other gate get the places left, lowest index first.
-fn array_limits(world: &World, arrays: &Arrays, now_s: u64, decided: &mut BTreeMap<Entity, Decision>) {
-    for a in arrays.by_id.values() {
+fn array_limits(world: &World, arrays: &Arrays, dirty: &BTreeSet<u64>, now_s: u64, decided: &mut Decided<'_>) {
+    for a in dirty.iter().filter_map(|id| arrays.by_id.get(id)) {
         let Some(limit) = a.limit else { continue };
         let mut running = 0u32;
         let mut candidates: Vec<Entity> = Vec::new();
@@ -206,14 +270,14 @@ fn array_limits(world: &World, arrays: &Arrays, now_s: u64, decided: &mut BTreeM
             if !waiting(st) {
                 running += 1;
             } else if !held_or_early(&job.spec, st, now_s)
-                && decided.get(&e).is_some_and(|d| d.gate.is_none() && d.cancel.is_none())
+                && decided.get(e).is_some_and(|d| d.gate.is_none() && d.cancel.is_none())
             {
                 candidates.push(e);
             }
         }
         let free = limit.saturating_sub(running) as usize;
         for e in candidates.into_iter().skip(free) {
-            if let Some(d) = decided.get_mut(&e) {
+            if let Some(d) = decided.get_mut(e) {
                 d.gate = Some(Gate::ArrayLimit {
                     array: a.name.clone(),
                     limit,
@@ -225,14 +289,24 @@ fn array_limits(world: &World, arrays: &Arrays, now_s: u64, decided: &mut BTreeM
 
 /// Phase two: writes the decisions (only what changed, so the store sees only real
 /// changes).
-fn apply(world: &mut World, decided: BTreeMap<Entity, Decision>, now_s: u64) {
-    for (e, d) in decided {
+fn apply(world: &mut World, entities: &[Entity], decided: Decided<'_>, now_s: u64) {
+    for (&e, d) in entities.iter().zip(decided.of) {
+        let Some(d) = d else { continue };
         if d.done {
-            world.entity_mut(e).remove::<Gated>();
+            if world.get::<Gated>(e).is_some() {
+                world.entity_mut(e).remove::<Gated>();
+            }
             continue;
         }
         if d.relax {
             relax(world, e);
+        }
+        // Most decisions change nothing: looked at before anything is cloned.
+        let same = world.get::<JobState>(e).is_some_and(|st| {
+            d.cancel.is_none() && (d.settle.is_none() || st.dependency == d.settle) && st.gate == d.gate
+        });
+        if same {
+            continue;
         }
         let Some(job) = world.get::<Job>(e).map(|j| j.spec.clone()) else {
             continue;
