@@ -246,3 +246,24 @@ fn the_simulators_path_splits_an_array_the_same_way() {
     assert_eq!(rig.job("sim[7]").array.unwrap().array_id, first);
     assert_eq!(rig.p.next_job_id(), first + 3);
 }
+
+#[test]
+fn the_simulator_keeps_the_limit_and_the_dependency_on_its_clock() {
+    let cluster = ClusterBuilder::flat(1).build();
+    let mut sweep = JobBuilder::gang("sweep", 1, "cpu=1").array("1-6%2").build();
+    sweep.tasks[0].runtime = Some(60);
+    let mut merge = JobBuilder::gang("merge", 1, "cpu=1").depends("afterok:sweep").build();
+    merge.tasks[0].runtime = Some(10);
+    let report = hyperplan_core::sim::simulate_with(&cluster, &[sweep, merge], PlannerConfig::default(), |p| {
+        assert!(p.violations().is_empty());
+    });
+    let times = |name: &str| {
+        let j = report.jobs.iter().find(|j| j.name == name).unwrap();
+        (j.start_time.unwrap(), j.end_time.unwrap())
+    };
+    // Two at a time, 60 s each; merge after the last.
+    assert_eq!(times("sweep[1]"), (0, 60));
+    assert_eq!(times("sweep[3]"), (60, 120));
+    assert_eq!(times("sweep[6]"), (120, 180));
+    assert_eq!(times("merge"), (180, 190));
+}

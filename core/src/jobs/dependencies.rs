@@ -159,7 +159,8 @@ enum One {
 
 fn one(kind: AfterKind, delay_minutes: Option<u32>, st: &JobState, now_s: u64) -> One {
     let ended = !is_live(st);
-    let ok = st.phase == JobPhase::Finished && st.verdict == Some(Verdict::Completed);
+    // Finished without a verdict: the simulator's jobs, whose tasks ran to their end.
+    let ok = st.phase == JobPhase::Finished && matches!(st.verdict, Some(Verdict::Completed) | None);
     match kind {
         AfterKind::After => match st.start_time {
             Some(start) => {
