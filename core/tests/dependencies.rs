@@ -251,3 +251,17 @@ fn a_dependency_on_no_job_is_refused_at_submit() {
             .is_err()
     );
 }
+
+#[test]
+fn under_private_data_another_users_job_is_no_target() {
+    let mut rig = rig();
+    rig.submit_now(vec![one("secret").build()], "alice").unwrap();
+    rig.step();
+    let bob = hyperplan_core::caller::Caller::user("bob").private(true);
+    let asked = vec![one("spy").depends("afterany:secret").build()];
+    let refused = rig.p.submit(asked, bob, rig.now).unwrap_err().to_string();
+    assert!(refused.contains("no job secret"), "{refused}");
+    // Without privateData, jobs are everyone's to wait for (as in Slurm).
+    let open = vec![one("after-secret").depends("afterany:secret").build()];
+    rig.submit_now(open, "bob").unwrap();
+}

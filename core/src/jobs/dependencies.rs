@@ -309,7 +309,9 @@ pub enum DependencyRefused {
 }
 
 /// Checks the targets of `dep` (of job `job`) at submit: each names a job the world
-/// holds or one in `earlier` (names earlier in the same submission).
+/// holds that `visible` says the submitter may see (under `privateData` another user's
+/// job reads as missing: neither its existence nor its state leaks through a
+/// dependency's reason), or one in `earlier` (names earlier in the same submission).
 pub fn check_targets<'a>(
     job: &str,
     is_element: bool,
@@ -317,6 +319,7 @@ pub fn check_targets<'a>(
     look: &Lookup<'_>,
     earlier: &[&str],
     state: &dyn Fn(Entity) -> Option<(&'a Job, &'a JobState)>,
+    visible: &dyn Fn(Entity) -> bool,
 ) -> Result<(), DependencyRefused> {
     for c in &dep.conditions {
         let Condition::After { kind, targets: ts } = c else {
@@ -329,8 +332,17 @@ pub fn check_targets<'a>(
             });
         }
         for t in ts {
-            let known = resolve(look, &t.target, state).is_some()
-                || matches!(&t.target, Target::Name(n) if earlier.contains(&n.as_str()));
+            let seen = match resolve(look, &t.target, state) {
+                Some(Resolved::Job(e)) => visible(e),
+                Some(Resolved::Array(id)) => look
+                    .arrays
+                    .by_id
+                    .get(&id)
+                    .and_then(|a| a.elements.first())
+                    .is_some_and(|&(_, e)| visible(e)),
+                None => false,
+            };
+            let known = seen || matches!(&t.target, Target::Name(n) if earlier.contains(&n.as_str()));
             if !known {
                 return Err(DependencyRefused::NoTarget {
                     job: job.to_string(),

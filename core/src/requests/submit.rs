@@ -115,7 +115,7 @@ impl Planner {
         let mut jobs = crate::jobs::arrays::expand(jobs, first);
         self.rename_singletons(&mut jobs, first, owner);
         self.check_submission(&jobs, caller)?;
-        self.check_dependencies(&jobs)?;
+        self.check_dependencies(&jobs, caller)?;
         // Every record first: nothing is admitted if one cannot be encoded.
         let mut admitted = Vec::with_capacity(jobs.len());
         for (id, mut spec) in (first..).zip(jobs) {
@@ -206,8 +206,9 @@ impl Planner {
         }
     }
 
-    /// Each dependency names jobs the world holds, or jobs earlier in the submission.
-    fn check_dependencies(&self, jobs: &[JobSpec]) -> Result<(), SubmitRefused> {
+    /// Each dependency names jobs the world holds that `caller` may see, or jobs earlier
+    /// in the submission.
+    fn check_dependencies(&self, jobs: &[JobSpec], caller: Caller<'_>) -> Result<(), SubmitRefused> {
         if jobs.iter().all(|j| j.depends_on.is_none()) {
             return Ok(());
         }
@@ -224,10 +225,19 @@ impl Planner {
                 world.get::<JobState>(e)?,
             ))
         };
+        let visible = |e| caller.sees(world.get::<crate::model::components::JobOwner>(e).map(|o| &*o.0));
         let mut earlier: Vec<&str> = Vec::new();
         for j in jobs {
             if let Some(dep) = &j.depends_on {
-                crate::jobs::dependencies::check_targets(&j.name, j.element.is_some(), dep, &look, &earlier, &state)?;
+                crate::jobs::dependencies::check_targets(
+                    &j.name,
+                    j.element.is_some(),
+                    dep,
+                    &look,
+                    &earlier,
+                    &state,
+                    &visible,
+                )?;
             }
             earlier.push(j.element.as_ref().map_or(j.name.as_str(), |el| el.array_name.as_str()));
         }
