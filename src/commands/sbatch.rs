@@ -138,7 +138,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(name) => super::run::submit(&config, batch.job_text(name))?,
         None => submit_default_name(&config, &prefix, |n| batch.job_text(n))?,
     };
-    println!("Submitted batch job {id} ({name})");
+    // An array answers with its id and name, as Slurm's does (its elements are ID_INDEX).
+    match hyperplan_shared::array::split_element_name(&name) {
+        Some((array, _)) => println!(
+            "Submitted batch job {id} ({array}: array {}, elements {id}_INDEX)",
+            batch.job["array"].as_str().unwrap_or("")
+        ),
+        None => println!("Submitted batch job {id} ({name})"),
+    }
     Ok(())
 }
 

@@ -172,15 +172,24 @@ fn wait_for(config: &ClientConfig, submitted: &Submitted) -> anyhow::Result<u8> 
     // Since when the planner has not answered.
     let mut unanswered: Option<std::time::Instant> = None;
     while !waiting.is_empty() {
-        let mut still = Vec::new();
-        let mut jobs = waiting.into_iter();
-        while let Some((name, id)) = jobs.next() {
-            let reply = match super::status::fetch(config, Some(name.clone()), true, None) {
+        // One question per job, and one per array for all its elements.
+        let mut keys: Vec<String> = Vec::new();
+        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        for (name, _) in &waiting {
+            let key = query_name(name);
+            if seen.insert(key) {
+                keys.push(key.to_string());
+            }
+        }
+        let mut answers: std::collections::HashMap<String, hyperplan_shared::status::JobList> =
+            std::collections::HashMap::new();
+        for key in keys {
+            match super::status::fetch(config, Some(key.clone()), true, None) {
                 Ok(reply) => {
                     if unanswered.take().is_some() {
                         eprintln!("hyperplan: the planner answers again");
                     }
-                    reply
+                    answers.insert(key, decode(reply, "job list")?);
                 }
                 Err(e) if super::logs::for_now(&e) => {
                     let since = *unanswered.get_or_insert_with(|| {
@@ -190,14 +199,18 @@ fn wait_for(config: &ClientConfig, submitted: &Submitted) -> anyhow::Result<u8> 
                     if since.elapsed() >= WAIT_GIVE_UP {
                         return Err(e.context(format!("no answer for {} s", WAIT_GIVE_UP.as_secs())));
                     }
-                    // This job and the rest are asked about again after the pause.
-                    still.push((name, id));
-                    still.extend(jobs);
+                    // The jobs not answered for are asked about again after the pause.
                     break;
                 }
                 Err(e) => return Err(e),
+            }
+        }
+        let mut still = Vec::new();
+        for (name, id) in waiting {
+            let Some(list) = answers.get(query_name(&name)) else {
+                still.push((name, id));
+                continue;
             };
-            let list: hyperplan_shared::status::JobList = decode(reply, "job list")?;
             let Some(job) = list.jobs.iter().find(|j| j.id == id) else {
                 bail!("job {name} (id {id}) is no longer known to the planner");
             };
@@ -217,6 +230,11 @@ fn wait_for(config: &ClientConfig, submitted: &Submitted) -> anyhow::Result<u8> 
         }
     }
     Ok(code)
+}
+
+/// What `status` is asked for a job: an array's element is asked about with its array.
+fn query_name(name: &str) -> &str {
+    hyperplan_shared::array::split_element_name(name).map_or(name, |(array, _)| array)
 }
 
 /// The exit code for a job that has ended; `None` while it has not.
@@ -337,17 +355,64 @@ pub fn render(submitted: &Submitted) -> String {
     if submitted.submitted.is_empty() {
         return "submitted nothing: the files hold no jobs\n".into();
     }
-    let jobs: Vec<String> = if submitted.ids.len() == submitted.submitted.len() {
-        submitted
-            .submitted
-            .iter()
-            .zip(&submitted.ids)
-            .map(|(n, id)| format!("{n} (id {id})"))
-            .collect()
-    } else {
-        submitted.submitted.clone()
-    };
+    let with_ids = submitted.ids.len() == submitted.submitted.len();
+    let mut jobs: Vec<String> = Vec::new();
+    let mut i = 0;
+    let names = &submitted.submitted;
+    while i < names.len() {
+        // An array's elements, one after the other with ids that follow: one entry.
+        let Some((array, first)) = hyperplan_shared::array::split_element_name(&names[i]) else {
+            jobs.push(match with_ids {
+                true => format!("{} (id {})", names[i], submitted.ids[i]),
+                false => names[i].clone(),
+            });
+            i += 1;
+            continue;
+        };
+        let mut indices = vec![first];
+        let mut j = i + 1;
+        while j < names.len()
+            && let Some((a, index)) = hyperplan_shared::array::split_element_name(&names[j])
+            && a == array
+        {
+            indices.push(index);
+            j += 1;
+        }
+        let shown = format!("{array}[{}]", index_list(&indices));
+        jobs.push(match with_ids {
+            true => format!(
+                "{shown} (array {}: ids {}-{}, {}_INDEX)",
+                submitted.ids[i],
+                submitted.ids[i],
+                submitted.ids[j - 1],
+                submitted.ids[i]
+            ),
+            false => shown,
+        });
+        i = j;
+    }
     format!("submitted {}\n", jobs.join(", "))
+}
+
+/// Sorted indices as an array spec: `1-100`, `1,3,7-9`.
+fn index_list(indices: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut k = 0;
+    while k < indices.len() {
+        let start = indices[k];
+        let mut end = start;
+        while k + 1 < indices.len() && indices[k + 1] == end + 1 {
+            k += 1;
+            end = indices[k];
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        k += 1;
+    }
+    parts.join(",")
 }
 
 #[cfg(test)]
@@ -366,6 +431,14 @@ mod tests {
         s.ids = vec![7, 8];
         insta::assert_snapshot!(render(&s), @"submitted job-a (id 7), job-b (id 8)");
         insta::assert_snapshot!(render(&Submitted::default()), @"submitted nothing: the files hold no jobs");
+        // An array is one entry, however many elements it has.
+        let mut names: Vec<String> = (1..=100).map(|i| format!("sweep[{i}]")).collect();
+        names.extend(["sweep[200]".to_string(), "merge".to_string()]);
+        let s = Submitted {
+            ids: (17..17 + names.len() as u64).collect(),
+            submitted: names,
+        };
+        insta::assert_snapshot!(render(&s), @"submitted sweep[1-100,200] (array 17: ids 17-117, 17_INDEX), merge (id 118)");
     }
 
     /// `--array` and `--dependency` are read here, so a mistyped one is an error before
