@@ -401,7 +401,7 @@ fn index_list(indices: &[u32]) -> String {
     while k < indices.len() {
         let start = indices[k];
         let mut end = start;
-        while k + 1 < indices.len() && indices[k + 1] == end + 1 {
+        while k + 1 < indices.len() && end.checked_add(1) == Some(indices[k + 1]) {
             k += 1;
             end = indices[k];
         }
