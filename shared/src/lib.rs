@@ -7,6 +7,7 @@
 
 pub mod array;
 pub mod begin;
+pub mod civil;
 pub mod cluster;
 pub mod columns;
 pub mod cpulist;

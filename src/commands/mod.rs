@@ -130,7 +130,7 @@ impl Clock {
         let offset = (self.utc_offset)(unix);
         let local = i64::try_from(unix).unwrap_or(i64::MAX).saturating_add(offset);
         let (days, secs) = (local.div_euclid(86_400), local.rem_euclid(86_400));
-        let (y, m, d) = civil_from_days(days);
+        let (y, m, d) = hyperplan_shared::civil::civil_from_days(days);
         let sign = if offset < 0 { '-' } else { '+' };
         let off = offset.unsigned_abs() / 60;
         format!(
@@ -182,20 +182,6 @@ fn local_utc_offset(unix: u64) -> i64 {
     // SAFETY: both pointers are to live, properly aligned values of this frame.
     let done = unsafe { libc::localtime_r(&raw const t, &raw mut tm) };
     if done.is_null() { 0 } else { tm.tm_gmtoff }
-}
-
-/// Year, month (1–12) and day of the days since 1970-01-01 (proleptic Gregorian; Howard
-/// Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 #[cfg(test)]

@@ -144,19 +144,8 @@ pub fn parse_instant(text: &str) -> Result<u64, String> {
         }
         _ => return Err(expected()),
     };
-    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s - offset;
+    let secs = hyperplan_shared::civil::days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s - offset;
     u64::try_from(secs).map_err(|_| format!("{text:?} is before 1970"))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
