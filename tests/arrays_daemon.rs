@@ -23,6 +23,16 @@ fn ok(c: &Cluster, user: &str, args: &[&str]) -> String {
     c.ok(user, args)
 }
 
+/// A planner and one Ready agent, the task user's certificate, and a work directory.
+fn one_node() -> (Cluster, String, tempfile::TempDir) {
+    let mut c = Cluster::start(&["n1"]);
+    let user = task_user();
+    c.issue_user(&user);
+    c.start_agent("n1", MACHINE, &[]);
+    c.wait_state("n1", "Ready", LONG);
+    (c, user, work())
+}
+
 /// A work directory every user may write.
 fn work() -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
@@ -86,12 +96,7 @@ fn counting(secs: u32) -> String {
 
 #[test]
 fn an_array_of_twenty_with_a_limit_of_three_runs_three_at_a_time_and_each_sees_its_index() {
-    let mut c = Cluster::start(&["n1"]);
-    let user = task_user();
-    c.issue_user(&user);
-    c.start_agent("n1", MACHINE, &[]);
-    c.wait_state("n1", "Ready", LONG);
-    let w = work();
+    let (c, user, w) = one_node();
     let file = c.write(
         "sweep.yaml",
         &job_text("sweep", "array: \"1-20%3\"\n", w.path(), "out-%A-%a.txt", &counting(1)),
@@ -136,12 +141,7 @@ fn an_array_of_twenty_with_a_limit_of_three_runs_three_at_a_time_and_each_sees_i
 
 #[test]
 fn a_pipeline_runs_in_order_and_its_failure_branch_is_cancelled_with_the_reason() {
-    let mut c = Cluster::start(&["n1"]);
-    let user = task_user();
-    c.issue_user(&user);
-    c.start_agent("n1", MACHINE, &[]);
-    c.wait_state("n1", "Ready", LONG);
-    let w = work();
+    let (c, user, w) = one_node();
     let stamp = |name: &str, secs: u32| format!("date +%s%N > {name}.start; sleep {secs}; date +%s%N > {name}.end");
     let text = [
         job_text("prep", "", w.path(), "/dev/null", &stamp("prep", 2)),
@@ -231,12 +231,7 @@ fn a_pipeline_runs_in_order_and_its_failure_branch_is_cancelled_with_the_reason(
 
 #[test]
 fn a_planner_killed_in_the_middle_of_an_array_with_a_dependency_loses_and_doubles_nothing() {
-    let mut c = Cluster::start(&["n1"]);
-    let user = task_user();
-    c.issue_user(&user);
-    c.start_agent("n1", MACHINE, &[]);
-    c.wait_state("n1", "Ready", LONG);
-    let w = work();
+    let (mut c, user, w) = one_node();
     let text = [
         job_text("work", "array: \"1-6%2\"\n", w.path(), "/dev/null", &counting(2)),
         job_text(

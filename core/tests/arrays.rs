@@ -13,10 +13,7 @@ use hyperplan_shared::report::JobStatus;
 
 /// Two nodes of 8 CPUs, registered, the daemon's planner (records written).
 fn rig() -> Rig {
-    let mut rig = Rig::new(PlannerConfig::default(), ClusterBuilder::flat(2).build().nodes).persisting();
-    rig.register_all();
-    rig.tick();
-    rig
+    Rig::flat_ready(2)
 }
 
 fn finish(rig: &mut Rig, job: &str, code: i32) {

@@ -7,15 +7,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use hyperplan_core::PlannerConfig;
-use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
+use hyperplan_core::testing::{JobBuilder, Rig};
 use hyperplan_shared::report::JobStatus;
 
 /// Two nodes of 8 CPUs, registered, the daemon's planner (records written).
 fn rig() -> Rig {
-    let mut rig = Rig::new(PlannerConfig::default(), ClusterBuilder::flat(2).build().nodes).persisting();
-    rig.register_all();
-    rig.tick();
-    rig
+    Rig::flat_ready(2)
 }
 
 /// Every placed task of `job` exits `code` now, and a step goes by.

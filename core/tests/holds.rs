@@ -14,10 +14,7 @@ use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 
 /// Two nodes of 8 CPUs, registered, the daemon's planner (records written).
 fn rig() -> Rig {
-    let mut rig = Rig::new(PlannerConfig::default(), ClusterBuilder::flat(2).build().nodes).persisting();
-    rig.register_all();
-    rig.tick();
-    rig
+    Rig::flat_ready(2)
 }
 
 /// `blocker`: both nodes whole for 100 s (a time limit, so others get reservations).

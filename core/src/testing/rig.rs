@@ -50,6 +50,15 @@ impl Rig {
         }
     }
 
+    /// `n` flat nodes of the default resources, every agent registered, records written,
+    /// one tick run: the rig most scenario tests start from.
+    pub fn flat_ready(n: u32) -> Self {
+        let mut rig = Self::new(PlannerConfig::default(), super::ClusterBuilder::flat(n).build().nodes).persisting();
+        rig.register_all();
+        rig.tick();
+        rig
+    }
+
     /// The daemon's planner: job records are written (see [`Rig::store`]).
     pub fn persisting(mut self) -> Self {
         self.p.enable_persist();
