@@ -5,7 +5,8 @@
 # Both first install the system packages the build needs (Debian/Ubuntu, via apt-get).
 
 APT_PACKAGES := pkg-config libhwloc-dev libudev-dev bzip2 protobuf-compiler etcd-server \
-  mpich libmpich-dev openmpi-bin libopenmpi-dev python3-mpi4py python3-prometheus-client prometheus chromium faketime
+  mpich libmpich-dev openmpi-bin libopenmpi-dev python3-mpi4py python3-prometheus-client prometheus chromium faketime \
+  postgresql
 CARGO ?= cargo
 
 .PHONY: deps demo simulate test test-future bench lint ci

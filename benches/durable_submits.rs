@@ -50,6 +50,7 @@ async fn client(addr: SocketAddr, certs: &Path, user: &str, prefix: &str, n: usi
             begin: None,
             array: None,
             dependency: None,
+            account: None,
         };
         let t = Instant::now();
         write_frame(&mut send, &Request { id: i as u64, command }, DEFAULT_MAX_FRAME)

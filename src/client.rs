@@ -363,6 +363,8 @@ fn repeatable(command: &RequestCommand) -> bool {
         | RequestCommand::Explain { .. }
         | RequestCommand::Planners
         | RequestCommand::Queues
+        | RequestCommand::History(_)
+        | RequestCommand::Report(_)
         | RequestCommand::Logs { .. } => true,
         RequestCommand::Exec(_) => false,
     }

@@ -531,6 +531,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     wait_until_ended(&cli, Duration::from_secs(60))?;
     heading("hyperplan status (ended)");
     show(cli(&["status"]))?;
+    // Ended jobs reach the accounting database (SQLite beside the state) within moments.
+    wait_until_accounted(&cli, Duration::from_secs(15))?;
+    heading("hyperplan history (the accounting database, like sacct)");
+    show(cli(&["history"]))?;
+    heading("hyperplan report usage --by user");
+    show(cli(&["report", "usage", "--by", "user", "--since", "1h"]))?;
     let demo_jobs = args.jobs.is_none();
     if demo_jobs {
         heading("hyperplan status mpi-leaf");
@@ -544,7 +550,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     if args.keep_running {
         println!(
-            "\nThe cluster keeps running; in another shell:\n  export HYPERPLAN_PLANNER={addr} HYPERPLAN_CERT_DIR={} HYPERPLAN_USER=demo\n  hyperplan status\nCtrl-C here stops it.",
+            "\nThe cluster keeps running; in another shell:\n  export HYPERPLAN_PLANNER={addr} HYPERPLAN_CERT_DIR={} HYPERPLAN_USER={user}\n  hyperplan status\n  hyperplan history\nCtrl-C here stops it.",
             certs.display()
         );
         // The signal thread stops everything and exits; this (main) thread must live on
@@ -581,6 +587,38 @@ fn wait_until_ended(cli: &dyn Fn(&[&str]) -> Command, limit: Duration) -> anyhow
         }
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// Waits until the accounting database holds every job that ended (as `status` counts
+/// them), or `limit` passed.
+fn wait_until_accounted(cli: &dyn Fn(&[&str]) -> Command, limit: Duration) -> anyhow::Result<()> {
+    let count = |args: &[&str], ended_only: bool| -> anyhow::Result<usize> {
+        let out = cli(args).output()?;
+        Ok(serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v["jobs"].as_array().cloned())
+            .map_or(0, |jobs| {
+                jobs.iter()
+                    .filter(|j| {
+                        !ended_only
+                            || matches!(
+                                j["status"].as_str(),
+                                Some("completed" | "failed" | "cancelled" | "timeout" | "preempted")
+                            )
+                    })
+                    .count()
+            }))
+    };
+    let ended = count(&["status", "--all", "--output", "json"], true)?;
+    let started = Instant::now();
+    while count(&["history", "--output", "json"], false)? < ended {
+        if started.elapsed() > limit {
+            println!("(the accounting database does not have every ended job yet)");
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    Ok(())
 }
 
 /// The user this process runs as (`id -un`): the demo's certificate names it, so the

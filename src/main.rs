@@ -29,7 +29,8 @@ use clap::{CommandFactory, Parser, Subcommand};
                   Start with `hyperplan demo` (a planner and agents on this machine) or \
                   `hyperplan simulate --cluster examples/cluster.yaml --jobs examples/jobs.yaml`.\n\n\
                   Against a running planner: `hyperplan nodes`, `hyperplan hypernodes`, `hyperplan queues`, `hyperplan submit FILE`, \
-                  `hyperplan status [JOB]`, `hyperplan cancel JOB`, `hyperplan hold|release JOB...`, `hyperplan explain JOB`, `hyperplan planners` \
+                  `hyperplan status [JOB]`, `hyperplan cancel JOB`, `hyperplan hold|release JOB...`, `hyperplan explain JOB`, `hyperplan planners`, \
+                  and from the accounting database `hyperplan history` and `hyperplan report usage|utilisation|waits` \
                   (planner address and certificates from --planner/--cert-dir/--user, \
                   HYPERPLAN_PLANNER/HYPERPLAN_CERT_DIR/HYPERPLAN_USER or ~/.config/hyperplan/client.toml; a leader \
                   and its standbys as a list: --planner head01:7400,head02:7400)."
@@ -58,6 +59,8 @@ enum Command {
     Sbatch(commands::sbatch::Args),
     Alloc(commands::alloc::Args),
     Planners(commands::planners::Args),
+    History(commands::history::Args),
+    Report(commands::report::Args),
     /// Cluster CA and certificates for mutual TLS between planner, agents and people.
     Certs {
         #[command(subcommand)]
@@ -119,6 +122,8 @@ fn main() -> ExitCode {
         Command::Sbatch(args) => commands::sbatch::run(args),
         Command::Alloc(args) => commands::alloc::run(args),
         Command::Planners(args) => commands::planners::run(args),
+        Command::History(args) => commands::history::run(args),
+        Command::Report(args) => commands::report::run(args),
         Command::Certs { command } => certs::run(command),
         Command::Cluster { command } => cluster::run(command),
         Command::Topology { command } => fabric::run(command),

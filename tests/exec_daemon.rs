@@ -36,6 +36,15 @@ fn procs_with(needle: &str) -> Vec<u32> {
     found
 }
 
+/// The step of `job` (its status JSON) whose command contains `needle`.
+fn step_with(job: &serde_json::Value, needle: &str) -> Option<serde_json::Value> {
+    job["steps"]
+        .as_array()?
+        .iter()
+        .find(|s| s["command"].as_str().is_some_and(|c| c.contains(needle)))
+        .cloned()
+}
+
 #[test]
 fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
     // Two nodes for the job, one for another job that tries to get in.
@@ -114,6 +123,30 @@ fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
     assert_ne!(code, 0);
     assert!(err.contains("only its owner or an admin"), "{err}");
 
+    // Each step's record (`status --output json`): its nodes, command, when it began
+    // and ended, and how (the planner hears the end as the exec session closes, which
+    // may be just after the CLI exits).
+    let steps = wait_for(LONG, "the three steps' ends in held's record", || {
+        let steps = live.status("held")["steps"].as_array().cloned().unwrap_or_default();
+        (steps.len() == 3 && steps.iter().all(|s| s["endTime"].is_u64())).then_some(steps)
+    });
+    for (i, s) in steps.iter().enumerate() {
+        assert_eq!(s["step"], i as u64, "{s}");
+        let (begin, end) = (s["startTime"].as_u64().unwrap(), s["endTime"].as_u64().unwrap());
+        assert!(begin <= end && begin > 1_600_000_000, "{s}");
+        assert!(s["signal"].is_null(), "{s}");
+    }
+    assert_eq!(steps[0]["exitCode"], 7, "{}", steps[0]);
+    assert_eq!(steps[0]["nodes"], serde_json::json!([rank0]));
+    let command = steps[0]["command"].as_str().unwrap();
+    assert!(command.starts_with("sh -c echo \"$HYPERPLAN_NODE"), "{command}");
+    assert_eq!(
+        (&steps[1]["exitCode"], &steps[1]["command"]),
+        (&0.into(), &"wc -c".into())
+    );
+    assert_eq!(steps[2]["exitCode"], 0, "{}", steps[2]);
+    assert_eq!(steps[2]["nodes"].as_array().unwrap().len(), 2, "{}", steps[2]);
+
     // Refusals a person can act on.
     let (code, _, err) = text(&live.cli(&["exec", "--node", "n9", "held", "--", "true"]));
     assert_eq!(code, 1);
@@ -142,8 +175,9 @@ fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // The remote command, not the CLI (whose arguments name it too).
     wait_for(LONG, "the remote sleep", || {
-        (!procs_with(&marker).is_empty()).then_some(())
+        procs_with(&marker).iter().any(|&p| p != exec.id()).then_some(())
     });
     Command::new("kill")
         .args(["-TERM", &exec.id().to_string()])
@@ -152,6 +186,10 @@ fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
     let _ = exec.wait();
     wait_for(LONG, "the remote sleep killed", || {
         procs_with(&marker).is_empty().then_some(())
+    });
+    // Its step ended when its person went away.
+    wait_for(LONG, "the killed exec's step ended in held's record", || {
+        step_with(&live.status("held"), &marker).filter(|s| s["endTime"].is_u64())
     });
 
     // A task of another job cannot get in with its own credential, nor with a made-up one.
@@ -238,7 +276,7 @@ fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
         .spawn()
         .unwrap();
     wait_for(LONG, "the step's sleep", || {
-        (!procs_with(&marker).is_empty()).then_some(())
+        procs_with(&marker).iter().any(|&p| p != step.id()).then_some(())
     });
     let out = live.cli(&["cancel", "held"]);
     assert!(out.status.success(), "{}", text(&out).2);
@@ -255,6 +293,14 @@ fn exec_runs_in_a_running_job_with_its_exit_code_input_and_nodes() {
     let (code, out, err) = text(&live.cli(&["logs", "held.0"]));
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("oops\n"), "{out}");
+    // The step the cancel killed ended too, after its job: the ended job's record has it.
+    let last = wait_for(LONG, "the cancelled step's end in held's record", || {
+        step_with(&live.status("held"), &marker).filter(|s| s["endTime"].is_u64())
+    });
+    assert!(
+        last["signal"].is_i64() || last["exitCode"].as_i64().is_some_and(|c| c != 0),
+        "killed with its job: {last}"
+    );
     let _ = Duration::ZERO;
 }
 

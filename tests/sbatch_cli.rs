@@ -137,7 +137,7 @@ fn help_teaches() {
         "--dry-run",
         "--ignore-unknown",
         "hyperplan sbatch -N 2",
-        "refused until hyperplan has them",
+        "refused until hyperplan has it: --exclusive",
         "Examples:",
     ] {
         assert!(help.contains(want), "{want:?} missing from:\n{help}");

@@ -68,6 +68,7 @@ pub mod sim;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+pub mod accounts;
 pub mod allocate;
 pub mod cache;
 pub mod caller;

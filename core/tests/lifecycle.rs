@@ -11,6 +11,8 @@ use std::time::Duration;
 use hyperplan_core::config::HealthConfig;
 use hyperplan_core::model::commands::KillReason;
 use hyperplan_core::model::events::TaskOnNode;
+use hyperplan_core::model::jobstate::{StepEnd, StepRecord};
+use hyperplan_core::model::record::JobRecord;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
 use hyperplan_core::{Command, Event, Planner, PlannerConfig};
 use hyperplan_shared::OnTaskFailure;
@@ -779,6 +781,10 @@ fn a_batch_job_ends_with_its_rank_0_and_its_holders_are_killed() {
     assert_eq!(rig.job("batch").status, JobStatus::Failed);
 }
 
+fn words(w: &[&str]) -> Vec<String> {
+    w.iter().map(|s| s.to_string()).collect()
+}
+
 #[test]
 fn steps_are_numbered_per_job_and_kept_across_a_restart() {
     let mut rig = rig(2).persisting();
@@ -787,18 +793,129 @@ fn steps_are_numbered_per_job_and_kept_across_a_restart() {
     rig.step();
     rig.start_all("held", id);
     rig.step();
-    assert_eq!(rig.p.begin_step("held", id, vec!["n01".into()]), Some(0));
-    assert_eq!(rig.p.begin_step("held", id, vec!["n01".into(), "n02".into()]), Some(1));
-    assert_eq!(rig.p.begin_step("held", id + 1, vec![]), None, "another id");
-    assert_eq!(rig.p.begin_step("nope", id, vec![]), None);
+    let (now, argv) = (rig.now / 1000, words(&["true"]));
+    assert_eq!(rig.p.begin_step("held", id, vec!["n01".into()], &argv, now), Some(0));
+    assert_eq!(
+        rig.p
+            .begin_step("held", id, vec!["n01".into(), "n02".into()], &argv, now),
+        Some(1)
+    );
+    assert_eq!(rig.p.begin_step("held", id + 1, vec![], &argv, now), None, "another id");
+    assert_eq!(rig.p.begin_step("nope", id, vec![], &argv, now), None);
     rig.step(); // the record is written
     let (mut again, warnings) = rig.restarted(PlannerConfig::default(), 1_000);
     assert!(warnings.is_empty(), "{warnings:?}");
     again.tick();
     assert_eq!(
-        again.p.begin_step("held", id, vec!["n02".into()]),
+        again
+            .p
+            .begin_step("held", id, vec!["n02".into()], &argv, again.now / 1000),
         Some(2),
         "numbering goes on"
+    );
+}
+
+/// The steps of job `id` as its last written record has them.
+fn stored_steps(rig: &Rig, id: u64) -> (bool, Vec<StepRecord>) {
+    let (live, bytes) = &rig.store[&id];
+    (*live, JobRecord::decode(bytes).unwrap().state.steps)
+}
+
+#[test]
+fn a_steps_end_is_recorded_with_its_times_exit_code_and_command() {
+    let mut rig = rig(2).persisting();
+    let job = JobBuilder::gang("held", 2, "cpu=8").build();
+    let id = rig.submit_as(job, SIM_OWNER);
+    rig.step();
+    rig.start_all("held", id);
+    rig.step();
+    let began = rig.now / 1000;
+    let both = vec!["n01".to_string(), "n02".to_string()];
+    let exit3 = words(&["sh", "-c", "exit 3"]);
+    assert_eq!(rig.p.begin_step("held", id, both.clone(), &exit3, began), Some(0));
+    let long = words(&["echo", &"é".repeat(200)]);
+    assert_eq!(rig.p.begin_step("held", id, both, &long, began), Some(1));
+    rig.step();
+    let (live, steps) = stored_steps(&rig, id);
+    assert!(live);
+    assert_eq!(
+        (steps[0].start_time, steps[0].end_time, steps[0].exit_code),
+        (Some(began), None, None),
+        "begun, not ended"
+    );
+    assert_eq!(steps[0].command.as_deref(), Some("sh -c exit 3"));
+    let cut = steps[1].command.as_deref().unwrap();
+    assert!(
+        cut.len() <= 256 && cut.len() > 250 && cut.starts_with("echo é"),
+        "{cut}"
+    );
+
+    // Its nodes' ends: one exits 0, one 3, a later one 5: the first failure decides.
+    let mut end = StepEnd::default();
+    end.node_exited(Some(0), None);
+    end.node_exited(Some(3), None);
+    end.node_exited(Some(5), None);
+    assert_eq!(
+        end,
+        StepEnd {
+            exit_code: Some(3),
+            signal: None
+        }
+    );
+    let ended = began + 4;
+    assert!(rig.p.end_step("held", id, 0, end, ended));
+    let again = StepEnd {
+        exit_code: Some(9),
+        signal: None,
+    };
+    assert!(!rig.p.end_step("held", id, 0, again, ended + 1), "the first end stands");
+    assert!(!rig.p.end_step("held", id + 1, 1, again, ended), "another id");
+    assert!(!rig.p.end_step("held", id, 7, again, ended), "no such step");
+    assert!(!rig.p.end_step("nope", id, 1, again, ended), "no such job");
+    let writes = rig.writes;
+    rig.step();
+    assert!(rig.writes > writes, "the step's end is written");
+    let (_, steps) = stored_steps(&rig, id);
+    assert_eq!(
+        (
+            steps[0].start_time,
+            steps[0].end_time,
+            steps[0].exit_code,
+            steps[0].signal
+        ),
+        (Some(began), Some(ended), Some(3), None)
+    );
+    assert_eq!(steps[1].end_time, None, "step 1 still runs");
+    let shown = rig.job("held").steps;
+    assert_eq!(shown.len(), 2);
+    assert_eq!((shown[0].exit_code, shown[0].end_time), (Some(3), Some(ended)));
+    assert_eq!(shown[0].command.as_deref(), Some("sh -c exit 3"));
+
+    // The job ends with step 1 still open (its commands killed with it): the session's
+    // end, heard after, is recorded in the ended job's record while the world keeps it;
+    // no new step begins in an ended job.
+    rig.exit_all("held", 0);
+    rig.step();
+    assert_eq!(rig.job("held").status, JobStatus::Completed);
+    let mut killed = StepEnd::default();
+    killed.node_exited(None, Some(15));
+    killed.node_exited(Some(0), None);
+    assert_eq!(
+        killed,
+        StepEnd {
+            exit_code: Some(0),
+            signal: Some(15)
+        }
+    );
+    assert!(rig.p.end_step("held", id, 1, killed, rig.now / 1000));
+    rig.step();
+    let (live, steps) = stored_steps(&rig, id);
+    assert!(!live);
+    assert_eq!((steps[1].exit_code, steps[1].signal), (Some(0), Some(15)));
+    assert!(steps[1].end_time.is_some_and(|t| t >= began));
+    assert_eq!(
+        rig.p.begin_step("held", id, vec!["n01".into()], &exit3, rig.now / 1000),
+        None
     );
 }
 

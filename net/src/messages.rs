@@ -21,8 +21,9 @@ use serde::{Deserialize, Serialize};
 /// answers in pages (`RequestCommand::Status::page`, `JobList::next`), of which a CLI of 10
 /// would show the first alone. 12: `RequestCommand::Hold`/`Release` (holds, begin times).
 /// 13: arrays and dependencies (`Submit::array`/`dependency`, `JobWorld::array`), which a
-/// planner of 12 would drop, running one job where an array was asked.
-pub const PROTOCOL_VERSION: u32 = 13;
+/// planner of 12 would drop, running one job where an array was asked. 14: accounting
+/// (`RequestCommand::History`/`Report`, `Submit::account`).
+pub const PROTOCOL_VERSION: u32 = 14;
 
 /// Who is speaking on a connection. The certificate says the same (its OU), and the
 /// planner checks that the two agree.
@@ -409,6 +410,9 @@ pub enum RequestCommand {
         /// `--dependency`: every job of the file waits for it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         dependency: Option<hyperplan_shared::dependency::Dependency>,
+        /// `--account`: every job of the file is charged to it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        account: Option<String>,
     },
     /// `hyperplan hold JOB...`: the owner's or an admin's; answered with a
     /// `hyperplan_shared::status::HoldsChanged` once committed.
@@ -457,6 +461,13 @@ pub enum RequestCommand {
     /// This planner's role, epoch and the leader it knows (`hyperplan planners`), answered
     /// by standbys too, with a `hyperplan_shared::status::PlannerInfo`.
     Planners,
+    /// `hyperplan history`: ended jobs from the accounting database, answered with a
+    /// `hyperplan_shared::history::History`. Under `privateData` a plain user's question
+    /// is narrowed to their own jobs.
+    History(hyperplan_shared::history::HistoryQuery),
+    /// `hyperplan report`: sums over a period from the accounting database, answered with
+    /// a `hyperplan_shared::history::Report`.
+    Report(hyperplan_shared::history::ReportQuery),
     /// Every queue (`[[queue]]` in planner.toml, `default` first): quota, limit, use,
     /// jobs, fair share and its busiest users (`hyperplan queues`). Answered with a
     /// `hyperplan_shared::status::QueuesReport`; any user may ask.
@@ -998,6 +1009,7 @@ mod tests {
                 dependency: Some(
                     hyperplan_shared::dependency::Dependency::parse("afterok:a").unwrap_or_else(|e| panic!("{e}")),
                 ),
+                account: Some("physics".into()),
             },
             RequestCommand::Hold {
                 jobs: vec!["a".into(), "b".into()],
@@ -1040,6 +1052,17 @@ mod tests {
             RequestCommand::Explain { job: "j".into() },
             RequestCommand::Planners,
             RequestCommand::Queues,
+            RequestCommand::History(hyperplan_shared::history::HistoryQuery {
+                users: vec!["alice".into()],
+                since: Some(1),
+                steps: true,
+                ..Default::default()
+            }),
+            RequestCommand::Report(hyperplan_shared::history::ReportQuery {
+                since: 1,
+                until: 2,
+                ..Default::default()
+            }),
         ] {
             roundtrip(&Request { id: 7, command });
         }

@@ -4,6 +4,7 @@
 //! translates what connections say into the core's events and calls and carries out the
 //! commands it returns.
 
+pub mod accounting;
 pub mod config;
 pub mod discovery;
 pub mod metrics;

@@ -12,10 +12,17 @@ pub const MAX_CELL: usize = 1024;
 /// Trailing spaces are trimmed, so an empty last cell leaves no padding behind. Cells are
 /// printed escaped ([`crate::names::escape`]) and cut to [`MAX_CELL`]: any content renders.
 pub fn columns<const N: usize>(rows: &[[String; N]]) -> String {
+    columns_of(rows)
+}
+
+/// [`columns`] for rows whose width is chosen at run time (`history --format`); a row
+/// shorter than the widest ends early.
+pub fn columns_of<R: AsRef<[String]>>(rows: &[R]) -> String {
     let cells: Vec<Vec<(String, usize)>> = rows
         .iter()
         .map(|row| {
-            row.iter()
+            row.as_ref()
+                .iter()
                 .map(|cell| {
                     let shown = shorten(&escape(cell), MAX_CELL);
                     let width = shown.chars().count();
@@ -24,7 +31,7 @@ pub fn columns<const N: usize>(rows: &[[String; N]]) -> String {
                 .collect()
         })
         .collect();
-    let mut widths = [0usize; N];
+    let mut widths = vec![0usize; cells.iter().map(Vec::len).max().unwrap_or(0)];
     for row in &cells {
         for (w, (_, width)) in widths.iter_mut().zip(row.iter()) {
             *w = (*w).max(*width);
@@ -33,9 +40,9 @@ pub fn columns<const N: usize>(rows: &[[String; N]]) -> String {
     let mut out = String::new();
     for row in &cells {
         let mut line = String::new();
-        for (i, ((cell, width), w)) in row.iter().zip(widths).enumerate() {
+        for (i, ((cell, width), w)) in row.iter().zip(&widths).enumerate() {
             line.push_str(cell);
-            if i + 1 < N {
+            if i + 1 < row.len() {
                 // Padded by hand: `format!` widths stop at 65,535.
                 line.extend(std::iter::repeat_n(' ', w - width + 2));
             }

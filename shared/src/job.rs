@@ -315,6 +315,11 @@ pub struct JobSpec {
     /// may preempt; `None`: the planner's default class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class: Option<String>,
+    /// The `[[account]]` it is charged to (`account`, `submit --account`, sbatch's
+    /// `-A`); the planner writes the submitter's default account in when accounts are
+    /// configured and the job names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
     /// `segments`, outer layer first; empty: none. Every rank is needed (the gang is the
     /// whole job), and no task has a `partitionPolicy`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -456,6 +461,7 @@ struct RawJob {
     /// Read as text: `3600` or `1h30m`.
     time_limit: Option<Located<String>>,
     queue: Option<Located<String>>,
+    account: Option<Located<String>>,
     user: Option<Located<String>>,
     /// Read as text, so a bad port is reported in the same words however it was written.
     master_port: Option<Located<String>>,
@@ -1042,6 +1048,7 @@ struct JobParts {
     launch: Option<Located<String>>,
     compat: Option<Located<String>>,
     queue: Option<Located<String>>,
+    account: Option<Located<String>>,
     user: Option<Located<String>>,
     priority_class: Option<Located<String>>,
     preempt_grace: Option<Located<String>>,
@@ -1058,6 +1065,9 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
     check_located_name(NameKind::Job, &j.name, path)?;
     if let Some(q) = &j.queue {
         check_located_name(NameKind::Queue, q, path)?;
+    }
+    if let Some(a) = &j.account {
+        check_located_name(NameKind::Account, a, path)?;
     }
     if let Some(u) = &j.user {
         check_located_name(NameKind::User, u, path)?;
@@ -1137,6 +1147,7 @@ fn build_job(j: JobParts, path: &Path) -> Result<(JobSpec, Located<String>), Fil
         user: j.user.map(|u| u.value),
         credential: None,
         priority_class: j.priority_class.map(|c| c.value),
+        account: j.account.map(|a| a.value),
         segments,
         hold: j.hold,
         begin,
@@ -1310,6 +1321,7 @@ impl RawJob {
             launch: self.launch,
             compat: self.compat,
             queue: self.queue,
+            account: self.account,
             user: self.user,
             priority_class: self.priority_class_name,
             preempt_grace: self.preempt_grace,
@@ -1381,6 +1393,7 @@ impl VolcanoJob {
             launch: None,
             compat: None,
             queue: spec.queue,
+            account: None,
             user: None,
             priority_class: spec.priority_class_name,
             preempt_grace: None,

@@ -23,14 +23,31 @@ pub enum NameKind {
     User,
     /// A `[[priorityClass]]` name.
     PriorityClass,
+    /// An `[[account]]` name (what a job is charged to).
+    Account,
 }
 
 impl NameKind {
     /// Longest name of this kind, in characters (= bytes: names are ASCII).
     pub const fn max_len(self) -> usize {
         match self {
-            NameKind::Job | NameKind::Task | NameKind::Queue | NameKind::User | NameKind::PriorityClass => MAX_JOB_NAME,
+            NameKind::Job
+            | NameKind::Task
+            | NameKind::Queue
+            | NameKind::User
+            | NameKind::PriorityClass
+            | NameKind::Account => MAX_JOB_NAME,
             NameKind::Node | NameKind::HyperNode => MAX_NAME,
+        }
+    }
+}
+
+impl NameKind {
+    /// `a` or `an`, as the word in messages needs.
+    pub const fn article(self) -> &'static str {
+        match self {
+            NameKind::Account => "an",
+            _ => "a",
         }
     }
 }
@@ -45,6 +62,7 @@ impl fmt::Display for NameKind {
             NameKind::Queue => "queue",
             NameKind::User => "user",
             NameKind::PriorityClass => "priority class",
+            NameKind::Account => "account",
         })
     }
 }
@@ -57,7 +75,7 @@ pub const MAX_JOB_NAME: usize = 63;
 /// A name that breaks the rule; the message says what was expected and what was got
 /// (escaped, and cut short when long).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("expected a {kind} name of 1-{max} letters, digits, `.`, `_` or `-` starting with a letter or digit, got {got}: {why}", max = kind.max_len())]
+#[error("expected {article} {kind} name of 1-{max} letters, digits, `.`, `_` or `-` starting with a letter or digit, got {got}: {why}", article = kind.article(), max = kind.max_len())]
 pub struct NameError {
     pub kind: NameKind,
     /// The offending name, escaped and shortened for printing.

@@ -195,6 +195,37 @@ pub struct JobReport {
     /// one line unless asked `--expand`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<crate::array::ArrayElement>,
+    /// Its steps (`hyperplan exec` into it), the newest the planner keeps: when each
+    /// began and ended and how (JSON only; the table leaves them out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepReport>,
+}
+
+/// One step of a job (a `hyperplan exec` into it), as `status --output json` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepReport {
+    /// Numbered from 0 in the job.
+    pub step: u32,
+    /// Where it ran.
+    pub nodes: Vec<String>,
+    /// When it began (Unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<u64>,
+    /// When it ended (Unix seconds); `None` while it runs (or when its end was never
+    /// heard, its planner having stopped meanwhile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<u64>,
+    /// The first non-zero exit code of its nodes, else 0; `None` when no node reported
+    /// one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The first signal that killed it on a node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// Its command line (the first 256 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
 }
 
 /// The HyperNode a preemption frees for a job (held for it until it starts), the nodes

@@ -6,8 +6,8 @@
 //! other comments may come between them); each line's options are split into words as a
 //! shell would (quotes, backslashes, a `#` word ends the line), in long and short forms
 //! (`-N 2`, `-N2`, `--nodes=2`, `--nodes 2`). The last value of an option wins, and the
-//! command line's options come after the script's. Options the job model cannot carry
-//! yet (`-q`, `-A`, `--segment`, `--exclusive`) are read, then refused naming their line;
+//! command line's options come after the script's. An option the job model cannot carry
+//! yet (`--exclusive`) is read, then refused naming its line;
 //! an option no one knows is an error, or with `--ignore-unknown` a warning, never
 //! silently dropped. `-a/--array` and `-d/--dependency` become the job's `array` and
 //! `dependsOn`, checked here so that a mistyped one names its line.
@@ -77,10 +77,12 @@ pub enum Opt {
     KillOnInvalidDep,
     Hold,
     Begin,
-    // Read, not carried yet.
+    /// `-q/--qos`: the job's `priorityClassName`.
     Qos,
+    /// `-A/--account`: the job's `account`.
     Account,
     Segment,
+    // Read, not carried yet.
     Exclusive,
     // Command line only.
     IgnoreUnknown,
@@ -611,6 +613,10 @@ pub fn build_job(script: &Directives, command_line: &Directives, input: &BatchIn
             .map_err(|e| b.error(d, e.to_string()))?;
         job["priorityClassName"] = d.value.clone().into();
     }
+    if let Some(d) = last.get(&Opt::Account) {
+        crate::names::check_name(crate::names::NameKind::Account, &d.value).map_err(|e| b.error(d, e.to_string()))?;
+        job["account"] = d.value.clone().into();
+    }
     if let Some(d) = last.get(&Opt::Segment) {
         job["segments"] = b.segment(d, tasks_per_node)?;
     }
@@ -686,7 +692,7 @@ impl Builder<'_> {
     /// Options the job model cannot carry yet: refused, naming their line.
     fn refuse_unsupported(&self) -> Result<(), SbatchError> {
         for (opt, d) in self.last {
-            if matches!(opt, Opt::Account | Opt::Exclusive) {
+            if matches!(opt, Opt::Exclusive) {
                 return Err(self.error(
                     d,
                     "not supported by hyperplan yet (remove the line; see Coming from Slurm in README.md)".into(),

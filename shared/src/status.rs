@@ -277,6 +277,31 @@ pub struct PlannerInfo {
     pub leader: Option<String>,
     /// Where the state is (`embedded /var/lib/…` or `etcd http://…`).
     pub store: String,
+    /// Where ended jobs go and how far behind that is (the leader; `None`: a standby,
+    /// or accounting is off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accounting: Option<AccountingInfo>,
+}
+
+/// Where the leader's accounting stands (`hyperplan planners`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AccountingInfo {
+    /// `sqlite /var/lib/hyperplan/accounting.db` or `postgres://db1:5432/hyperplan`.
+    pub database: String,
+    /// The newest end written (Unix seconds); `None`: nothing yet, or not known (the
+    /// database has not answered since the start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_until: Option<u64>,
+    /// Seconds since the oldest ended job not yet written ended; 0: up to date.
+    pub behind_secs: u64,
+    /// Jobs written since the planner started leading.
+    pub written: u64,
+    /// The last error, while it lasts, and since when (Unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<u64>,
 }
 
 /// `hyperplan planners --output json`.
@@ -299,6 +324,9 @@ pub struct PlannerRow {
     /// Why it is unreachable, or what it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The leader's accounting: where ended jobs go and how far behind it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accounting: Option<AccountingInfo>,
 }
 
 /// `hyperplan cancel --output json`.

@@ -434,6 +434,11 @@ fn priority_class_name_bad() {
 }
 
 #[test]
+fn account_bad() {
+    insta::assert_snapshot!(job_field("account: \"phys ics\""), @r#"jobs.yaml:2:10: account: expected an account name of 1-63 letters, digits, `.`, `_` or `-` starting with a letter or digit, got "phys ics": a space is not allowed"#);
+}
+
+#[test]
 fn on_node_lost_unknown() {
     insta::assert_snapshot!(job_field("onNodeLost: retry"), @r#"jobs.yaml:2:13: onNodeLost: expected fail, requeue or replace (the lost tasks again on spare nodes of the job's HyperNode), got "retry""#);
 }

@@ -228,6 +228,7 @@ masterPort: 29999
 onTaskFailure: continue
 requeue: true
 priorityClassName: urgent
+account: physics
 preemptGrace: 2m
 preemptSignal: SIGUSR1
 onNodeLost: replace
@@ -257,6 +258,8 @@ tasks: [{name: t, replicas: 1, resources: {cpu: 1}, workingDir: /scratch/alice}]
     assert_eq!(run.on_task_failure, OnTaskFailure::Continue);
     assert!(run.requeue);
     assert_eq!(jobs[0].priority_class.as_deref(), Some("urgent"));
+    assert_eq!(jobs[0].account.as_deref(), Some("physics"));
+    assert_eq!(jobs[1].account, None);
     assert_eq!((run.preempt_grace, run.preempt_signal), (Some(120), Some(10)));
     assert_eq!((jobs[1].run.preempt_grace, jobs[1].run.preempt_signal), (None, None));
     assert_eq!(run.node_lost(), hyperplan_shared::job::OnNodeLost::Replace);

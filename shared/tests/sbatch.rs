@@ -312,8 +312,26 @@ fn bad_kill_on_invalid_dep() {
 }
 
 #[test]
-fn account_not_supported_yet() {
-    insta::assert_snapshot!(error("#!/bin/bash\n#SBATCH --account=physics\nhostname\n"));
+fn exclusive_not_supported_yet() {
+    insta::assert_snapshot!(error("#!/bin/bash\n#SBATCH --exclusive\nhostname\n"));
+}
+
+#[test]
+fn account_is_the_jobs_account() {
+    let job = spec(&batch("#!/bin/bash\n#SBATCH --account=physics\nhostname\n", &[], false).unwrap());
+    assert_eq!(job.account.as_deref(), Some("physics"));
+    // The command line's -A wins; without one the job has none.
+    let job = spec(&batch("#!/bin/bash\n#SBATCH -A physics\nhostname\n", &["-A", "chem"], false).unwrap());
+    assert_eq!(job.account.as_deref(), Some("chem"));
+    assert_eq!(
+        spec(&batch("#!/bin/bash\nhostname\n", &[], false).unwrap()).account,
+        None
+    );
+}
+
+#[test]
+fn bad_account() {
+    insta::assert_snapshot!(error("#!/bin/bash\n#SBATCH -A 'phys ics'\nhostname\n"));
 }
 
 #[test]

@@ -164,6 +164,7 @@ mod tests {
             preempted_by: None,
             preempting: None,
             array: None,
+            steps: vec![],
         }
     }
 

@@ -30,6 +30,10 @@ const EXAMPLES: &str = "  hyperplan planners --planner head01:7400,head02:7400
 /// when a planner leads, 1 when none answered as the leader. With `--output json`:
 /// `{"planners": [{"address", "role", "epoch", "leader", "error"}]}` (`epoch` null and `error`
 /// the reason for an unreachable planner).
+///
+/// Under the table, the leader's accounting: the database ended jobs are copied to and
+/// how far behind it is (a database that is down keeps the planner scheduling; ended jobs
+/// wait in the state store and are written when it is back).
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = long_help(EXAMPLES))]
 pub struct Args {
@@ -68,6 +72,7 @@ pub fn answer(address: String, reply: anyhow::Result<serde_json::Value>) -> Plan
         epoch: None,
         leader: None,
         error: Some(error),
+        accounting: None,
     };
     match reply.map(serde_json::from_value::<PlannerInfo>) {
         Ok(Ok(info)) => PlannerRow {
@@ -76,6 +81,7 @@ pub fn answer(address: String, reply: anyhow::Result<serde_json::Value>) -> Plan
             epoch: Some(info.epoch),
             leader: info.leader,
             error: None,
+            accounting: info.accounting,
         },
         Ok(Err(e)) => unreachable(
             address,
@@ -90,6 +96,26 @@ pub fn list(answers: &[PlannerRow]) -> PlannerList {
     PlannerList {
         planners: answers.to_vec(),
     }
+}
+
+/// `accounting (ADDRESS): DATABASE: up to date, N jobs written` or how far behind and why.
+fn accounting_line(address: &str, a: &hyperplan_shared::status::AccountingInfo) -> String {
+    let state = if a.behind_secs == 0 && a.error.is_none() {
+        "up to date".to_string()
+    } else if a.behind_secs == 0 {
+        "behind by an unknown time".to_string()
+    } else {
+        format!("{} behind", super::span(a.behind_secs))
+    };
+    let mut line = format!(
+        "accounting ({address}): {}: {state}, {} jobs written since it leads",
+        a.database, a.written
+    );
+    if let Some(e) = &a.error {
+        line.push_str(&format!("; failing: {e}"));
+    }
+    line.push('\n');
+    line
 }
 
 /// The table, why each unreachable planner is, then a count line.
@@ -107,6 +133,11 @@ pub fn render(answers: &[PlannerRow]) -> String {
     for a in answers {
         if let Some(error) = &a.error {
             out.push_str(&format!("{}: {error}\n", a.address));
+        }
+    }
+    for a in answers {
+        if let Some(acct) = &a.accounting {
+            out.push_str(&accounting_line(&a.address, acct));
         }
     }
     let count = |role: &str| answers.iter().filter(|a| a.role == role).count();
@@ -150,6 +181,7 @@ mod tests {
             epoch,
             leader: leader.map(Into::into),
             store: "etcd http://etcd-1:2379".into(),
+            accounting: None,
         };
         answer(address.into(), Ok(serde_json::to_value(info).unwrap()))
     }

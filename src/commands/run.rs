@@ -203,6 +203,7 @@ pub fn submit(config: &ClientConfig, text: String) -> anyhow::Result<(String, u6
         begin: None,
         array: None,
         dependency: None,
+        account: None,
     };
     let submitted: Submitted = decode(client::request(config, command)?, "submission receipt")?;
     match (submitted.submitted.first(), submitted.ids.first()) {

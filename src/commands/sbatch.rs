@@ -56,9 +56,9 @@ const MAX_PREFIX: usize = 24;
 /// -H/--hold, --begin, -a/--array (1-100%8: one job per index, at most
 /// 8 at once), -d/--dependency (afterok:prep, after, afternotok, afterany, aftercorr,
 /// singleton; , all of, ? any of), --kill-on-invalid-dep=yes|no (no: keep a job whose
-/// dependency can never be met), --wrap.
+/// dependency can never be met), -A/--account (the account it is charged to), --wrap.
 ///
-/// Read, then refused until hyperplan has them: -A/--account, --exclusive.
+/// Read, then refused until hyperplan has it: --exclusive.
 /// Any other option is an error naming its line; with --ignore-unknown, a warning.
 /// Differences: hyperplan asks per task, so --mem and GPUs per node are divided by the
 /// tasks per node; -N sets how many tasks, not that exactly N nodes hold them (said

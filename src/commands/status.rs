@@ -641,6 +641,7 @@ mod tests {
                     preempted_by: None,
                     preempting: None,
                     array: None,
+                    steps: vec![],
                 },
                 JobReport {
                     id: 1,
@@ -660,6 +661,7 @@ mod tests {
                     preempted_by: None,
                     preempting: None,
                     array: None,
+                    steps: vec![],
                 },
                 JobReport {
                     id: 1,
@@ -679,6 +681,7 @@ mod tests {
                     preempted_by: None,
                     preempting: None,
                     array: None,
+                    steps: vec![],
                 },
             ],
             next: None,

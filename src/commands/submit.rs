@@ -20,6 +20,7 @@ const EXAMPLES: &str = "  hyperplan submit examples/jobs.yaml
   hyperplan submit --array 0-30:10,45 sweep.yaml  # indices 0, 10, 20, 30 and 45
   hyperplan submit --dependency afterok:prep train.yaml        # once prep has completed
   hyperplan submit -d afterany:train,afterok:1234 report.yaml  # after both ended (1234: an id)
+  hyperplan submit --account physics train.yaml  # charged to the [[account]] physics
   generate-job | hyperplan submit -";
 
 /// Submit job files to the planner; print the names of the jobs it accepted.
@@ -70,10 +71,21 @@ pub struct Args {
     /// unless its file says `keepOnFailedDependency: true`.
     #[arg(short = 'd', long, value_name = "EXPR", value_parser = Dependency::parse)]
     dependency: Option<Dependency>,
+    /// Charge every job of the files to this account (Slurm's `-A/--account`, the job
+    /// file's `account`), over what the files say. Where planner.toml has `[[account]]`
+    /// sections a job that names none is charged to your default account (`defaultFor`).
+    #[arg(short = 'A', long, value_name = "NAME", value_parser = parse_account)]
+    account: Option<String>,
     #[arg(long, value_enum, default_value_t)]
     output: Output,
     #[command(flatten)]
     client: ClientArgs,
+}
+
+/// `--account`, checked as a name (the planner checks that it may be charged).
+fn parse_account(text: &str) -> Result<String, hyperplan_shared::names::NameError> {
+    hyperplan_shared::names::check_name(hyperplan_shared::names::NameKind::Account, text)?;
+    Ok(text.to_string())
 }
 
 /// `--begin`, as Unix seconds by this machine's clock.
@@ -124,6 +136,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             begin: args.begin,
             array: args.array.clone(),
             dependency: args.dependency.clone(),
+            account: args.account.clone(),
         })
         .collect();
     let mut values = Vec::with_capacity(names.len());
@@ -337,6 +350,9 @@ fn submit_script(args: Args, script: PathBuf) -> anyhow::Result<()> {
     }
     if let Some(d) = &args.dependency {
         words.push(format!("--dependency={d}"));
+    }
+    if let Some(a) = &args.account {
+        words.push(format!("--account={a}"));
     }
     words.push(script.to_string_lossy().into_owned());
     super::sbatch::run(super::sbatch::Args::for_words(words, args.client))

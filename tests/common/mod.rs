@@ -17,6 +17,7 @@ pub mod etcd;
 pub mod ha;
 pub mod live;
 pub mod netns;
+pub mod postgres;
 pub mod ufm;
 
 /// A binary of the workspace, built on first use when this test run did not build it

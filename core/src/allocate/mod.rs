@@ -376,6 +376,33 @@ pub fn allocate(
                 }
                 break;
             }
+            // Then its account's quotas, and those of the accounts above it: the same.
+            let account = queue_table.account_of(job.spec.account.as_deref());
+            if account.is_some_and(|a| {
+                queue_table
+                    .accounts
+                    .chain(a)
+                    .any(|a| queue_table.accounts.get(a).has_quota())
+            }) {
+                let mut ask = crate::accounts::usage::AccountCharge {
+                    account,
+                    ..Default::default()
+                };
+                for slot in ctx.pending() {
+                    let r = &job.spec.tasks[slot.role].resources;
+                    ask.cpu = ask.cpu.saturating_add(r.get(hyperplan_shared::CPU));
+                    ask.gpu = ask.gpu.saturating_add(crate::accounts::gpus(r));
+                }
+                if let Some(why) =
+                    crate::accounts::quota::blocked(&queue_table.accounts, &queue_use.accounts, &ask, running)
+                {
+                    state.failed_epoch = Some(room_epoch);
+                    if state.phase == JobPhase::Pending {
+                        state.reason = Some(why);
+                    }
+                    break;
+                }
+            }
             // A job whose reservation is due starts on the nodes kept for it when they
             // are all free: another search could pick other nodes, ones reserved for
             // the jobs behind it, and push them back.
@@ -488,6 +515,10 @@ pub fn allocate(
                                 user: jq.user,
                                 job: entity,
                                 req: queue_table.vector(&task.request),
+                                account: crate::accounts::usage::AccountCharge::of(
+                                    queue_table.account_of(job.spec.account.as_deref()),
+                                    &task.request,
+                                ),
                             },
                         );
                     }

@@ -1,7 +1,9 @@
 //! What the planner core reads from `planner.toml`: `[scoring]` ([`scoring`]), `[numa]`
-//! ([`numa`]), `[limits]` ([`limits`]), `[scheduler]` ([`scheduler`]) and node health (the heartbeat keys of `[server]`). The daemon parses
+//! ([`numa`]), `[limits]` ([`limits`]), `[scheduler]` ([`scheduler`]), `[[queue]]`
+//! ([`queues`]), `[[account]]` ([`accounts`]) and node health (the heartbeat keys of `[server]`). The daemon parses
 //! the whole file and hands these sections here; nothing in this module reads a file.
 
+pub mod accounts;
 mod error;
 pub mod fairshare;
 pub mod limits;
@@ -16,6 +18,7 @@ use std::time::Duration;
 
 use bevy_ecs::prelude::Resource;
 
+pub use accounts::{AccountConfig, AccountSection, Accounts, accounts_from_sections};
 pub use error::{ConfigError, parse_error};
 pub use fairshare::{FairshareConfig, FairshareSection, PriorityConfig, PrioritySection};
 pub use limits::{LimitsConfig, LimitsSection};
@@ -43,6 +46,8 @@ pub struct PlannerConfig {
     pub scheduler: SchedulerConfig,
     /// `[[queue]]`: `default` first, then the others by name.
     pub queues: Vec<QueueConfig>,
+    /// `[[account]]`: the accounts jobs are charged to (none: accounts are free text).
+    pub accounts: Accounts,
     /// `[fairshare]`: usage weights and decay.
     pub fairshare: FairshareConfig,
     /// `[priority]`: the multifactor weights.
@@ -62,6 +67,7 @@ impl Default for PlannerConfig {
             limits: LimitsConfig::default(),
             scheduler: SchedulerConfig::default(),
             queues: vec![QueueConfig::default_queue()],
+            accounts: Accounts::default(),
             fairshare: FairshareConfig::default(),
             priority: PriorityConfig::default(),
             maintenance: Vec::new(),
@@ -80,6 +86,8 @@ struct CoreSections {
     scheduler: Option<SchedulerSection>,
     #[serde(default)]
     queue: Vec<QueueSection>,
+    #[serde(default)]
+    account: Vec<AccountSection>,
     fairshare: Option<FairshareSection>,
     priority: Option<PrioritySection>,
     #[serde(default)]
@@ -110,10 +118,12 @@ impl PlannerConfig {
         let at = |offset: usize, message: String| parse_error(text, origin, offset, message);
         let raw: CoreSections =
             toml::from_str(text).map_err(|e| at(e.span().map_or(usize::MAX, |s| s.start), e.message().to_string()))?;
+        let accounts = accounts_from_sections(&raw.account, &at)?;
         Ok(Self {
             limits: LimitsConfig::from_section(raw.limits.as_ref(), &at)?,
             scheduler: SchedulerConfig::from_section(raw.scheduler.as_ref(), &at)?,
-            queues: queues_from_sections(&raw.queue, &at)?,
+            queues: queues_from_sections(&raw.queue, &accounts, &at)?,
+            accounts,
             fairshare: FairshareConfig::from_section(raw.fairshare.as_ref(), &at)?,
             priority: PriorityConfig::from_section(raw.priority.as_ref(), &at)?,
             maintenance: windows_from_sections(&raw.reservation, &at)?,

@@ -16,6 +16,7 @@
 //! preemptible = false
 //! defaultTimeLimit = "1h"                        # for jobs that give none
 //! maxTimeLimit = "2d"                            # longer is refused at submit
+//! accounts = ["physics"]                         # only jobs charged to these (or below them)
 //! ```
 //!
 //! Amounts are written as in job files (`cpu = 4096` cores, `memory = "512Gi"`).
@@ -63,6 +64,9 @@ pub struct QueueConfig {
     /// `trees`: the topology trees (top-level HyperNodes, by name) its jobs are placed in,
     /// each job inside one of them; empty: anywhere.
     pub trees: Vec<String>,
+    /// `accounts`: the `[[account]]`s (and the accounts below them) whose jobs it takes,
+    /// sorted; empty: any.
+    pub accounts: Vec<String>,
 }
 
 impl QueueConfig {
@@ -82,6 +86,7 @@ impl QueueConfig {
             default_time_limit: None,
             max_time_limit: None,
             trees: Vec::new(),
+            accounts: Vec::new(),
         }
     }
 
@@ -112,15 +117,18 @@ pub struct QueueSection {
     max_time_limit: Option<Spanned<toml::Value>>,
     #[serde(default)]
     trees: Vec<Spanned<String>>,
+    #[serde(default)]
+    accounts: Vec<Spanned<String>>,
 }
 
 /// Most queues a planner keeps (each is a row in every `hyperplan queues`).
 pub const MAX_QUEUES: usize = 1024;
 
-/// Checks the `[[queue]]` sections; the result always holds `default`, first, then the
-/// others in name order.
+/// Checks the `[[queue]]` sections (a queue's `accounts` against `accounts`); the result
+/// always holds `default`, first, then the others in name order.
 pub fn queues_from_sections(
     sections: &[QueueSection],
+    accounts: &super::Accounts,
     at: &dyn Fn(usize, String) -> ConfigError,
 ) -> Result<Vec<QueueConfig>, ConfigError> {
     if sections.len() > MAX_QUEUES {
@@ -221,6 +229,32 @@ pub fn queues_from_sections(
                     check_name(NameKind::HyperNode, t.get_ref())
                         .map_err(|e| at(t.span().start, format!("{}: {e}", key("trees"))))?;
                     out.push(t.get_ref().clone());
+                }
+                out.sort();
+                out.dedup();
+                out
+            },
+            accounts: {
+                let mut out = Vec::new();
+                for a in &s.accounts {
+                    check_name(NameKind::Account, a.get_ref())
+                        .map_err(|e| at(a.span().start, format!("{}: {e}", key("accounts"))))?;
+                    if accounts.find(a.get_ref()).is_none() {
+                        return Err(at(
+                            a.span().start,
+                            format!(
+                                "{}: no [[account]] {:?} (accounts: {})",
+                                key("accounts"),
+                                a.get_ref(),
+                                if accounts.is_empty() {
+                                    "none are defined".to_string()
+                                } else {
+                                    accounts.names()
+                                }
+                            ),
+                        ));
+                    }
+                    out.push(a.get_ref().clone());
                 }
                 out.sort();
                 out.dedup();

@@ -42,8 +42,13 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
     // a real one was checked for its caller already, a stored one when it came.
     let caller = (unknown_queue == UnknownQueue::RejectAsOwner).then(|| Caller::user(&owner));
     let preemption = &world.resource::<PlannerConfig>().preemption;
-    let (queue, queue_problem) = match check(world.resource::<QueueTable>(), preemption, &mut spec, caller) {
-        Ok(q) => (q, None),
+    let table = world.resource::<QueueTable>();
+    let (queue, queue_problem) = match check(table, preemption, &mut spec, caller) {
+        // A simulated job's account too, as its owner's would be.
+        Ok(q) => match caller.map(|c| crate::accounts::check::resolve(&table.accounts, table.get(q), &mut spec, c)) {
+            Some(Err(e)) => (q, Some(e.to_string())),
+            _ => (q, None),
+        },
         Err(e) => (QueueIdx(0), Some(e.to_string())),
     };
     let placed_in = JobQueue { queue, user };

@@ -201,7 +201,13 @@ fn is_zero(n: &u32) -> bool {
 /// Steps a job keeps the record of (the newest; numbering goes on).
 pub const MAX_STEPS: usize = 1024;
 
-/// One step of a job: its number and the nodes it ran on.
+/// The most bytes of a step's [`StepRecord::command`] kept (cut at a character).
+pub const MAX_STEP_COMMAND: usize = 256;
+
+/// One step of a job: its number, the nodes it ran on, and (for accounting) when it
+/// began and ended and how. The times and the end are optional: records written before
+/// they were kept load without them, and a step whose exec session has not ended (or
+/// ended with the planner that ran it) has no end.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StepRecord {
@@ -209,6 +215,82 @@ pub struct StepRecord {
     pub step: u32,
     /// The nodes, in the order the step's output names them.
     pub nodes: Vec<String>,
+    /// When it began (Unix seconds): the core's time when it was numbered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<u64>,
+    /// When its exec session ended (Unix seconds): every node reported its command's
+    /// end, or the person went away (their commands killed), or the nodes were lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<u64>,
+    /// How it ended, see [`StepEnd::exit_code`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// How it ended, see [`StepEnd::signal`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// Its command line: the words joined by spaces, the first [`MAX_STEP_COMMAND`]
+    /// bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+}
+
+/// How a step ended, over its nodes (what its exec session saw of each node's
+/// `Exit`): the first failure, in the order the nodes' ends arrived, decides, as the
+/// first failed task decides a job's exit code.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepEnd {
+    /// The first non-zero exit code a node reported; 0 when every node that reported an
+    /// exit code reported 0; `None` when none reported one (each was killed by a signal,
+    /// lost, or never heard from because the person went away first).
+    pub exit_code: Option<i32>,
+    /// The first signal that killed the command on a node; `None` when none did.
+    pub signal: Option<i32>,
+}
+
+impl StepEnd {
+    /// Adds one node's end (its exit code, or the signal that killed it).
+    pub fn node_exited(&mut self, code: Option<i32>, signal: Option<i32>) {
+        if let Some(code) = code
+            && self.exit_code.is_none_or(|c| c == 0)
+        {
+            self.exit_code = Some(code);
+        }
+        if self.signal.is_none() {
+            self.signal = signal;
+        }
+    }
+}
+
+impl StepRecord {
+    /// The step as `status --output json` shows it.
+    pub fn report(&self) -> hyperplan_shared::report::StepReport {
+        hyperplan_shared::report::StepReport {
+            step: self.step,
+            nodes: self.nodes.clone(),
+            start_time: self.start_time,
+            end_time: self.end_time,
+            exit_code: self.exit_code,
+            signal: self.signal,
+            command: self.command.clone(),
+        }
+    }
+}
+
+/// A step's command line as kept: `argv` joined by spaces, at most
+/// [`MAX_STEP_COMMAND`] bytes, cut at a character boundary; `None` for no words.
+pub fn step_command(argv: &[String]) -> Option<String> {
+    let mut line = argv.join(" ");
+    if line.is_empty() {
+        return None;
+    }
+    if line.len() > MAX_STEP_COMMAND {
+        let mut cut = MAX_STEP_COMMAND;
+        while !line.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        line.truncate(cut);
+    }
+    Some(line)
 }
 
 impl StateRecord {
@@ -246,5 +328,71 @@ impl StateRecord {
 impl Default for StateRecord {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_written_before_its_times_were_kept_still_loads() {
+        #[derive(Serialize)]
+        struct Old {
+            step: u32,
+            nodes: Vec<String>,
+        }
+        let old = rmp_serde::to_vec_named(&Old {
+            step: 4,
+            nodes: vec!["n1".into()],
+        })
+        .unwrap();
+        let step: StepRecord = rmp_serde::from_slice(&old).unwrap();
+        assert_eq!((step.step, step.nodes.as_slice()), (4, ["n1".to_string()].as_slice()));
+        assert_eq!(
+            (step.start_time, step.end_time, step.exit_code, step.signal),
+            (None, None, None, None)
+        );
+        assert_eq!(step.command, None);
+        // And a step without an end is written without the fields it lacks.
+        let bytes = rmp_serde::to_vec_named(&step).unwrap();
+        assert_eq!(bytes, old);
+    }
+
+    #[test]
+    fn a_steps_command_is_its_words_cut_at_a_character() {
+        assert_eq!(step_command(&[]), None);
+        assert_eq!(
+            step_command(&["sh".into(), "-c".into(), "exit 3".into()]).as_deref(),
+            Some("sh -c exit 3")
+        );
+        let long = step_command(&["x".repeat(255) + "é"]).unwrap();
+        assert_eq!(long, "x".repeat(255), "é would cross byte 256");
+        assert_eq!(step_command(&["y".repeat(400)]).unwrap().len(), MAX_STEP_COMMAND);
+    }
+
+    #[test]
+    fn the_first_failure_over_the_nodes_decides_a_steps_end() {
+        let mut end = StepEnd::default();
+        assert_eq!(
+            end,
+            StepEnd {
+                exit_code: None,
+                signal: None
+            }
+        );
+        end.node_exited(Some(0), None);
+        assert_eq!(end.exit_code, Some(0));
+        end.node_exited(None, Some(9));
+        end.node_exited(Some(2), None);
+        end.node_exited(Some(1), Some(15));
+        assert_eq!(
+            end,
+            StepEnd {
+                exit_code: Some(2),
+                signal: Some(9)
+            }
+        );
     }
 }

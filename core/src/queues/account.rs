@@ -1,11 +1,12 @@
-//! The `account` system: each queue's and each user's use follows the tasks that stopped
+//! The `account` system: each queue's, each user's and each `[[account]]`'s use follows the tasks that stopped
 //! or started running outside the allocator (which charges its own placements as it
 //! commits them), and is rebuilt from every running task when the queues are reloaded.
 
 use bevy_ecs::prelude::*;
 
 use super::{Charge, QueueTable, QueueUse};
-use crate::model::components::{JobQueue, LiveChanged, Task, TaskState};
+use crate::accounts::usage::AccountCharge;
+use crate::model::components::{Job, JobQueue, LiveChanged, Task, TaskState};
 
 /// Keeps [`QueueUse`] current; runs before `allocate`.
 pub fn account(
@@ -14,16 +15,17 @@ pub fn account(
     all: Query<(Entity, &Task, &TaskState)>,
     changed: Query<(Entity, &Task, &TaskState), LiveChanged<TaskState>>,
     mut removed: RemovedComponents<TaskState>,
-    jobs: Query<&JobQueue>,
+    jobs: Query<(&JobQueue, &Job)>,
 ) {
     let _span = tracing::info_span!("queue_account").entered();
     let charge_of = |task: &Task| -> Option<Charge> {
-        let jq = jobs.get(task.job).ok()?;
+        let (jq, job) = jobs.get(task.job).ok()?;
         Some(Charge {
             queue: jq.queue,
             user: jq.user,
             job: task.job,
             req: table.vector(&task.request),
+            account: AccountCharge::of(table.account_of(job.spec.account.as_deref()), &task.request),
         })
     };
     if used.generation != Some(table.generation) {

@@ -41,6 +41,8 @@ pub struct QueueTable {
     /// Per dimension: fair-share usage per base unit per second (`[fairshare] weights`
     /// per core, per GiB of memory, per unit of anything else).
     pub usage_weight: Vec<f64>,
+    /// `[[account]]`: the accounts jobs are charged to, as configured with this table.
+    pub accounts: crate::config::Accounts,
     /// Bumped on every reload: what was computed against the old table is stale.
     pub generation: u64,
 }
@@ -86,6 +88,7 @@ impl QueueTable {
                 .collect(),
             dims,
             queues,
+            accounts: config.accounts.clone(),
             generation,
         }
     }
@@ -108,6 +111,12 @@ impl QueueTable {
     /// A request over the table's dimensions.
     pub fn vector(&self, r: &Resources) -> Vec<u64> {
         self.dims.iter().map(|d| r.get(d)).collect()
+    }
+
+    /// The position in [`QueueTable::accounts`] of the account a job is charged to
+    /// (`None`: it names none, or one no longer configured).
+    pub fn account_of(&self, account: Option<&str>) -> Option<usize> {
+        account.and_then(|a| self.accounts.find(a))
     }
 }
 
@@ -152,6 +161,8 @@ pub struct Charge {
     pub job: Entity,
     /// Its request over the table's dimensions.
     pub req: Vec<u64>,
+    /// Its job's account and what it holds there.
+    pub account: crate::accounts::usage::AccountCharge,
 }
 
 /// What each queue and each user in it holds now: the sum of its running tasks' requests.
@@ -171,6 +182,8 @@ pub struct QueueUse {
     tasks_of: HashMap<Entity, u32>,
     /// (queue, user) pairs whose use changed since fair share last looked.
     pub changed: BTreeSet<(QueueIdx, UserIdx)>,
+    /// What each account and everything below it runs.
+    pub accounts: crate::accounts::usage::AccountUse,
 }
 
 impl QueueUse {
@@ -184,6 +197,7 @@ impl QueueUse {
         self.by_user.clear();
         self.charged.clear();
         self.tasks_of.clear();
+        self.accounts.reset(&table.accounts);
     }
 
     /// Whether `task` is charged.
@@ -208,11 +222,11 @@ impl QueueUse {
         );
         let n = self.tasks_of.entry(c.job).or_insert(0);
         *n += 1;
-        if *n == 1
-            && let Some(r) = self.running_jobs.get_mut(q)
-        {
+        let first = *n == 1;
+        if first && let Some(r) = self.running_jobs.get_mut(q) {
             *r += 1;
         }
+        self.accounts.charge(&c.account, first);
         self.changed.insert((c.queue, c.user));
         self.charged.insert(task, c);
     }
@@ -232,15 +246,18 @@ impl QueueUse {
                 self.by_user.remove(&(c.queue, c.user));
             }
         }
+        let mut last = false;
         if let Some(n) = self.tasks_of.get_mut(&c.job) {
             *n -= 1;
             if *n == 0 {
+                last = true;
                 self.tasks_of.remove(&c.job);
                 if let Some(r) = self.running_jobs.get_mut(q) {
                     *r = r.saturating_sub(1);
                 }
             }
         }
+        self.accounts.uncharge(&c.account, last);
         self.changed.insert((c.queue, c.user));
         true
     }

@@ -1,9 +1,10 @@
-//! A new `[[queue]]`, `[fairshare]`, `[priority]`, `[scheduler]`, `[[reservation]]`,
+//! A new `[[queue]]`, `[[account]]`, `[fairshare]`, `[priority]`, `[scheduler]`, `[[reservation]]`,
 //! `[preemption]` and `[[priorityClass]]` taken while the
 //! planner runs (SIGHUP): the queue table is rebuilt and renumbered, every live job finds
 //! its queue again by name, use is counted again (`account`), usage follows its queue by
 //! name (`fairshare`), and every waiting job is ranked again (`order`). A queue that
-//! still has live jobs may not go: the reload is refused and the old queues stay.
+//! still has live jobs may not go, nor an `[[account]]` live jobs are charged to (while
+//! any account stays configured): the reload is refused and the old policy stays.
 
 use bevy_ecs::prelude::*;
 
@@ -23,6 +24,18 @@ pub enum ReloadRefused {
         /// The queue.
         queue: String,
         /// How many live jobs it has.
+        jobs: usize,
+        /// One of them.
+        example: String,
+    },
+    /// An account that would go still has jobs charged to it that have not ended.
+    #[error(
+        "account {account:?} is not in the new configuration but still has {jobs} live job(s) charged to it (e.g. {example}); keeping the old policy until they end or are cancelled"
+    )]
+    AccountInUse {
+        /// The account.
+        account: String,
+        /// How many live jobs are charged to it.
         jobs: usize,
         /// One of them.
         example: String,
@@ -53,9 +66,28 @@ impl Planner {
         if let Some((queue, jobs, example)) = gone.into_iter().next() {
             return Err(ReloadRefused::QueueInUse { queue, jobs, example });
         }
+        // Accounts: only while some stay configured (with none, an account is free text).
+        let old = &world.resource::<PlannerConfig>().accounts;
+        if !new.accounts.is_empty() {
+            let mut gone: std::collections::BTreeMap<String, (usize, String)> = std::collections::BTreeMap::new();
+            for (job, st) in q.iter(world) {
+                let Some(a) = job.spec.account.as_deref().filter(|_| st.is_live()) else {
+                    continue;
+                };
+                if old.find(a).is_some() && new.accounts.find(a).is_none() {
+                    let g = gone.entry(a.to_string()).or_insert((0, job.spec.name.clone()));
+                    g.0 += 1;
+                    g.1 = g.1.clone().min(job.spec.name.clone());
+                }
+            }
+            if let Some((account, (jobs, example))) = gone.into_iter().next() {
+                return Err(ReloadRefused::AccountInUse { account, jobs, example });
+            }
+        }
         {
             let mut config = world.resource_mut::<PlannerConfig>();
             config.queues = new.queues.clone();
+            config.accounts = new.accounts.clone();
             config.fairshare = new.fairshare.clone();
             config.priority = new.priority.clone();
             config.scheduler = new.scheduler;

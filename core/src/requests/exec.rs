@@ -9,7 +9,8 @@ use hyperplan_shared::report::{JobStatus, TaskStatus};
 
 use crate::Planner;
 use crate::caller::Caller;
-use crate::model::components::Job;
+use crate::model::components::{Job, JobId, JobState};
+use crate::model::jobstate::{StepEnd, StepRecord, step_command};
 use crate::names::JobNames;
 
 /// Which nodes an exec asks for.
@@ -173,25 +174,77 @@ impl Planner {
 }
 
 impl Planner {
-    /// Numbers a step of `job` (id `job_id`) that runs on `nodes`: the next after its
-    /// last. Kept in the job's record (`hyperplan logs JOB.STEP`); `None` when no live job
-    /// has that name and id.
-    pub fn begin_step(&mut self, job: &str, job_id: u64, nodes: Vec<String>) -> Option<u32> {
-        let world = self.world_mut();
-        let entity = world.resource::<JobNames>().0.get(job).copied()?;
-        if world
-            .get::<crate::model::components::JobId>(entity)
-            .is_none_or(|id| id.0 != job_id)
-        {
-            return None;
-        }
-        let mut state = world.get_mut::<crate::model::components::JobState>(entity)?;
+    /// Numbers a step of `job` (id `job_id`) that runs `argv` on `nodes`, begun at
+    /// `now_s` (Unix seconds, the driver's clock): the next after its last. Kept in the
+    /// job's record (`hyperplan logs JOB.STEP`, accounting); `None` when no live job has
+    /// that name and id.
+    pub fn begin_step(
+        &mut self,
+        job: &str,
+        job_id: u64,
+        nodes: Vec<String>,
+        argv: &[String],
+        now_s: u64,
+    ) -> Option<u32> {
+        let mut state = self.job_state_mut(job, job_id)?;
         let step = state.steps.last().map_or(0, |s| s.step.saturating_add(1));
-        state.steps.push(crate::model::jobstate::StepRecord { step, nodes });
+        state.steps.push(StepRecord {
+            step,
+            nodes,
+            start_time: Some(now_s),
+            end_time: None,
+            exit_code: None,
+            signal: None,
+            command: step_command(argv),
+        });
         if state.steps.len() > crate::model::jobstate::MAX_STEPS {
             state.steps.remove(0);
         }
         Some(step)
+    }
+
+    /// Records the end of step `step` of `job` (id `job_id`) at `now_s` (Unix seconds):
+    /// its exec session is over. A job that ended meanwhile (its steps' commands killed
+    /// with it) still gets it while the world keeps the job, and its record is written
+    /// again. Whether it was recorded: not for a job the world no longer has (forgotten,
+    /// or its name now another job's), a step no longer kept, or one already ended (the
+    /// first end stands).
+    pub fn end_step(&mut self, job: &str, job_id: u64, step: u32, end: StepEnd, now_s: u64) -> bool {
+        let world = self.world_mut();
+        let Some(entity) = world.resource::<JobNames>().0.get(job).copied() else {
+            return false;
+        };
+        if world.get::<JobId>(entity).is_none_or(|id| id.0 != job_id) {
+            return false;
+        }
+        // Looked at before `get_mut`, which marks the state changed (and so written).
+        let open = world
+            .get::<JobState>(entity)
+            .and_then(|st| st.steps.iter().position(|s| s.step == step && s.end_time.is_none()));
+        let Some(i) = open else {
+            return false;
+        };
+        let Some(mut state) = world.get_mut::<JobState>(entity) else {
+            return false;
+        };
+        let record = &mut state.steps[i];
+        record.end_time = Some(record.start_time.map_or(now_s, |s| s.max(now_s)));
+        record.exit_code = end.exit_code;
+        record.signal = end.signal;
+        true
+    }
+
+    /// A live job's state, by name and id, to change (marked changed, so written).
+    fn job_state_mut(&mut self, job: &str, job_id: u64) -> Option<bevy_ecs::world::Mut<'_, JobState>> {
+        let world = self.world_mut();
+        let entity = world.resource::<JobNames>().0.get(job).copied()?;
+        if world.get::<JobId>(entity).is_none_or(|id| id.0 != job_id) {
+            return None;
+        }
+        if !world.get::<JobState>(entity)?.is_live() {
+            return None;
+        }
+        world.get_mut::<JobState>(entity)
     }
 }
 

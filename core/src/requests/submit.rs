@@ -41,6 +41,11 @@ pub enum SubmitRefused {
     /// the queue's.
     #[error(transparent)]
     Queue(#[from] QueueRefusal),
+    /// A job's account does not exist, may not be charged by the caller, is not taken by
+    /// its queue, or (with `[[account]]` sections) the job has none and the caller no
+    /// default.
+    #[error(transparent)]
+    Account(#[from] crate::accounts::check::AccountRefusal),
     /// A job file names another user (`user` is the simulator's; the planner takes the
     /// submitter from their certificate).
     #[error(
@@ -129,12 +134,15 @@ impl Planner {
             }
             // The queue, checked for the caller; its default time limit is written in.
             let world = self.world();
-            check(
-                world.resource::<QueueTable>(),
+            let table = world.resource::<QueueTable>();
+            let queue = check(
+                table,
                 &world.resource::<crate::config::PlannerConfig>().preemption,
                 &mut spec,
                 Some(caller),
             )?;
+            // Its account, resolved for the caller and the queue; written in.
+            crate::accounts::check::resolve(&table.accounts, table.get(queue), &mut spec, caller)?;
             let record = JobRecord::at_submit(id, owner, spec.clone())
                 .persist()
                 .map_err(|error| SubmitRefused::Encode {

@@ -170,6 +170,7 @@ fn job_of(j: &SwfJob, per_proc: u64, sizes: &BTreeMap<u32, u32>, opts: &SwfOptio
         user: j.user.map(|u| format!("u{u}")),
         credential: None,
         priority_class: None,
+        account: None,
         segments: Vec::new(),
         hold: false,
         begin: None,

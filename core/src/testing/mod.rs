@@ -235,6 +235,7 @@ impl JobBuilder {
                 run: Default::default(),
                 submit_dir: None,
                 queue: None,
+                account: None,
                 user: None,
                 credential: None,
                 priority_class: None,

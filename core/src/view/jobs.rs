@@ -241,6 +241,7 @@ fn head(
         preempted_by: st.preempted_by.clone(),
         preempting: st.nomination.clone().filter(|_| st.phase == JobPhase::Pending),
         array: job.spec.element.clone(),
+        steps: st.steps.iter().map(|s| s.report()).collect(),
     }
 }
 

@@ -96,5 +96,6 @@ pub(crate) fn stored_head(rec: &JobRecord) -> JobReport {
         preempted_by: s.preempted_by.clone(),
         preempting: None,
         array: rec.spec.element.clone(),
+        steps: s.steps.iter().map(|st| st.report()).collect(),
     }
 }

@@ -37,6 +37,8 @@ pub struct DaemonConfig {
     pub metrics: http::MetricsConfig,
     /// `[web]`: the web view.
     pub web: http::WebConfig,
+    /// `[accounting]`: the database ended jobs are copied to.
+    pub accounting: crate::accounting::AccountingConfig,
     /// The file it was read from (`None`: parsed from text): what SIGHUP reads again for
     /// the policy sections.
     pub path: Option<std::path::PathBuf>,
@@ -52,6 +54,8 @@ struct RawConfig {
     scheduler: Option<SchedulerSection>,
     #[serde(default)]
     queue: Vec<hyperplan_core::config::QueueSection>,
+    #[serde(default)]
+    account: Vec<hyperplan_core::config::AccountSection>,
     fairshare: Option<hyperplan_core::config::FairshareSection>,
     priority: Option<hyperplan_core::config::PrioritySection>,
     #[serde(default)]
@@ -66,6 +70,7 @@ struct RawConfig {
     discovery: Vec<RawSource>,
     metrics: Option<http::RawMetrics>,
     web: Option<http::RawWeb>,
+    accounting: Option<crate::accounting::config::RawAccounting>,
 }
 
 impl DaemonConfig {
@@ -88,7 +93,8 @@ impl DaemonConfig {
         let mut planner = PlannerConfig::from_sections(&raw.scoring, raw.numa.as_ref(), &at)?;
         planner.limits = LimitsConfig::from_section(raw.limits.as_ref(), &at)?;
         planner.scheduler = SchedulerConfig::from_section(raw.scheduler.as_ref(), &at)?;
-        planner.queues = hyperplan_core::config::queues_from_sections(&raw.queue, &at)?;
+        planner.accounts = hyperplan_core::config::accounts_from_sections(&raw.account, &at)?;
+        planner.queues = hyperplan_core::config::queues_from_sections(&raw.queue, &planner.accounts, &at)?;
         planner.fairshare = hyperplan_core::config::FairshareConfig::from_section(raw.fairshare.as_ref(), &at)?;
         planner.priority = hyperplan_core::config::PriorityConfig::from_section(raw.priority.as_ref(), &at)?;
         planner.maintenance = hyperplan_core::config::windows_from_sections(&raw.reservation, &at)?;
@@ -100,6 +106,7 @@ impl DaemonConfig {
         let discovery = discovery::discovery_config(raw.discovery, base, &at)?;
         let store = crate::store::config::store_config(raw.store, raw.ha, base, &at)?;
         let (metrics, web) = http::http_config(raw.metrics, raw.web, base, &at)?;
+        let accounting = crate::accounting::config::accounting_config(raw.accounting, base, &at)?;
         Ok(Self {
             planner,
             server,
@@ -107,6 +114,7 @@ impl DaemonConfig {
             store,
             metrics,
             web,
+            accounting,
             path: None,
         })
     }
@@ -181,6 +189,12 @@ weight = 2
         assert_eq!(cfg.planner.maintenance.len(), 1);
         assert_eq!(cfg.planner.preemption.grace, 30);
         assert_eq!(cfg.planner.preemption.of(Some("urgent")), (1000, false));
+        let physics = cfg
+            .planner
+            .accounts
+            .find("physics")
+            .map(|i| cfg.planner.accounts.get(i));
+        assert_eq!(physics.map(|a| a.parent.as_deref()), Some(Some("science")));
         Ok(())
     }
 

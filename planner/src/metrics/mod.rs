@@ -64,6 +64,10 @@ pub struct Metrics {
     pub commit_batch: Histogram,
     pub agents: Gauge,
     pub leader: Gauge,
+    /// Seconds since the oldest ended job accounting has not written ended (0: up to date).
+    pub accounting_behind: Gauge,
+    /// 1 while the accounting database takes what is written, 0 while it fails.
+    pub accounting_up: Gauge,
     jobs: Family<Labels, Gauge>,
     pending: Family<Labels, Gauge>,
     nodes: Family<Labels, Gauge>,
@@ -101,6 +105,8 @@ impl Metrics {
             commit_batch: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
             agents: Gauge::default(),
             leader: Gauge::default(),
+            accounting_behind: Gauge::default(),
+            accounting_up: Gauge::default(),
             jobs: Family::default(),
             pending: Family::default(),
             nodes: Family::default(),
@@ -172,6 +178,17 @@ impl Metrics {
             "hyperplan_leader",
             "1 on the planner that leads (a lone planner leads), 0 on a standby",
             m.leader.clone(),
+        );
+        r.register_with_unit(
+            "hyperplan_accounting_behind",
+            "Since when the oldest ended job not yet in the accounting database ended (0: up to date)",
+            s.clone(),
+            m.accounting_behind.clone(),
+        );
+        r.register(
+            "hyperplan_accounting_up",
+            "1 while the accounting database takes what the leader writes, 0 while it fails",
+            m.accounting_up.clone(),
         );
         r.register("hyperplan_jobs", "Live jobs by queue and status", m.jobs.clone());
         r.register(

@@ -4,13 +4,15 @@
 //! to every node, each node's output and exit back, tagged with the node. When the
 //! asking side goes away (its process killed, its connection lost), the streams to the
 //! nodes are reset and their agents kill the command: a dying `mpirun` takes its daemons
-//! with it.
+//! with it. However the session ends, its step's end (the first failure over the nodes'
+//! exits) goes to the driver for the job's record (`ToCore::StepEnded`).
 
+use hyperplan_core::model::jobstate::StepEnd;
 use hyperplan_net::messages::{ExecFrame, ExecRequest};
 use hyperplan_net::{read_frame, write_frame};
 use tokio::sync::{mpsc, oneshot};
 
-use super::driver::{ExecAsk, ExecCaller, ToCore};
+use super::driver::{ExecAsk, ExecCaller, StepEnded, ToCore};
 
 /// Frames buffered between a node and the person.
 const QUEUE: usize = 64;
@@ -48,6 +50,17 @@ pub async fn session(
         Err(_) => return, // the planner is stopping
     };
     tracing::info!(job = %request.job, nodes = ?plan.nodes, who, argv = ?request.argv, "exec");
+    // Told to the driver however the session ends (this function returning, or the
+    // task dropped with the planner stopping).
+    let mut watch = StepWatch {
+        to_core,
+        ended: plan.step.map(|step| StepEnded {
+            job: plan.job.clone(),
+            job_id: plan.job_id,
+            step,
+            end: StepEnd::default(),
+        }),
+    };
     let (out_tx, mut out_rx) = mpsc::channel::<ExecFrame>(QUEUE);
     let mut to_nodes: Vec<Option<quinn::SendStream>> = Vec::new();
     let mut failed = Vec::new();
@@ -109,6 +122,9 @@ pub async fn session(
             },
             frame = out_rx.recv() => {
                 let Some(frame) = frame else { break };
+                if let ExecFrame::Exit { code, signal, .. } = &frame {
+                    watch.node_exited(*code, *signal);
+                }
                 if let ExecFrame::Exit { node, .. } | ExecFrame::Error { node: Some(node), .. } = &frame
                     && let Some(s) = to_nodes.get_mut(*node as usize)
                     && let Some(mut stream) = s.take()
@@ -122,7 +138,32 @@ pub async fn session(
             }
         }
     }
+    drop(watch); // the step is over: its end is told before the person's stream closes
     finish(send).await;
+}
+
+/// A session's step and how its nodes' commands ended so far; its end goes to the
+/// driver when this is dropped, that is, when the session is over whichever way.
+struct StepWatch {
+    to_core: mpsc::UnboundedSender<ToCore>,
+    /// `None` for an exec that is no step (its job's record was not found).
+    ended: Option<StepEnded>,
+}
+
+impl StepWatch {
+    fn node_exited(&mut self, code: Option<i32>, signal: Option<i32>) {
+        if let Some(e) = &mut self.ended {
+            e.end.node_exited(code, signal);
+        }
+    }
+}
+
+impl Drop for StepWatch {
+    fn drop(&mut self) {
+        if let Some(ended) = self.ended.take() {
+            let _ = self.to_core.send(ToCore::StepEnded(ended));
+        }
+    }
 }
 
 /// Ends the person's stream and waits (a little) until they have read it: the

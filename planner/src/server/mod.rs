@@ -272,9 +272,14 @@ impl Server {
         };
         let (to_core, from_conns) = mpsc::unbounded_channel();
         let (failed_tx, mut failed) = watch::channel(None::<String>);
-        let (writer, writer_thread) =
-            crate::store::writer::Writer::spawn(self.store.clone(), failed_tx, self.metrics.clone())
-                .map_err(ServerError::Writer)?;
+        let (accounting, exporter) = self.start_accounting().map_err(ServerError::Writer)?.unzip();
+        let (writer, writer_thread) = crate::store::writer::Writer::spawn(
+            self.store.clone(),
+            failed_tx,
+            self.metrics.clone(),
+            exporter.as_ref().map(crate::accounting::Exporter::waker),
+        )
+        .map_err(ServerError::Writer)?;
         let start = driver::Start {
             store: self.store.clone(),
             loaded,
@@ -282,6 +287,7 @@ impl Server {
             advertise: self.advertise.clone(),
             describe: self.config.store.describe(),
             metrics: self.metrics.clone(),
+            accounting,
         };
         self.leading.send_replace(Some(to_core.clone()));
         let (stopping, stop_driver) = watch::channel(false);
@@ -356,6 +362,10 @@ impl Server {
         // closes the file (a clean close spares the next start a recovery).
         let _ = driver.await;
         let _ = tokio::task::spawn_blocking(move || writer_thread.join()).await;
+        // Then accounting: what the last commit ended is written, unless its database is down.
+        if let Some(e) = exporter {
+            let _ = tokio::task::spawn_blocking(move || e.stop()).await;
+        }
         // A clean stop, or a leader no agent reaches, hands the lead over at once instead
         // of after the lease.
         if let (Store::Etcd(e), Ok(()) | Err(ServerError::HandedOver(_))) = (&self.store, &outcome) {
@@ -363,6 +373,42 @@ impl Server {
             let _ = tokio::task::spawn_blocking(move || e.resign()).await;
         }
         outcome
+    }
+}
+
+impl Server {
+    /// Accounting's exporter and reader, for a planner that leads (`None` with
+    /// `[accounting] enabled = false`).
+    fn start_accounting(&self) -> std::io::Result<Option<(driver::Accounting, crate::accounting::Exporter)>> {
+        let config = &self.config.accounting;
+        if !config.enabled {
+            return Ok(None);
+        }
+        let target = config.target_beside(&self.config.store.path);
+        let status = std::sync::Arc::new(crate::accounting::Status::new(target.describe()));
+        let (topology, topology_rx) = watch::channel(None);
+        let exporter = crate::accounting::Exporter::spawn(crate::accounting::exporter::Setup {
+            target: target.clone(),
+            cluster: config.cluster.clone(),
+            keep: config.keep,
+            store: self.store.clone(),
+            status: status.clone(),
+            topology: topology_rx,
+        })?;
+        let reader = crate::accounting::Reader::spawn(target, config.cluster.clone(), status.clone())?;
+        tracing::info!(
+            database = status.database(),
+            cluster = config.cluster,
+            "accounting: ended jobs are copied there"
+        );
+        Ok(Some((
+            driver::Accounting {
+                status,
+                topology,
+                reader,
+            },
+            exporter,
+        )))
     }
 }
 

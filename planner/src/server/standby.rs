@@ -91,6 +91,7 @@ pub async fn respond(
                     epoch: v.epoch,
                     leader: v.leader.clone(),
                     store: store.clone(),
+                    accounting: None,
                 };
                 let _ = reply.send(serde_json::to_value(&info).map_err(|e| ResponseError::new(e.to_string())));
             }

@@ -712,6 +712,20 @@ impl Embedded {
         Ok(out)
     }
 
+    /// At most `limit` ended jobs from `from` (end time, id) on, in key order: a page of
+    /// what accounting has not written yet.
+    pub fn finished_after_from(&self, from: (u64, u64), limit: usize) -> Result<Vec<JobRecord>, StoreError> {
+        let e = self.err("reading its ended jobs");
+        let txn = self.reader.begin_read().map_err(|x| e(x.into()))?;
+        let table = txn.open_table(FINISHED).map_err(|x| e(x.into()))?;
+        let mut out = Vec::new();
+        for row in table.range(from..).map_err(|x| e(x.into()))?.take(limit) {
+            let (k, v) = row.map_err(|x| e(x.into()))?;
+            out.push(self.decode(&format!("ended job {}", k.value().1), v.value())?);
+        }
+        Ok(out)
+    }
+
     /// Deletes the ended jobs that ended before `before` (Unix seconds); how many.
     pub fn purge(&self, before: u64) -> Result<u64, StoreError> {
         let e = self.err("deleting old ended jobs");

@@ -904,6 +904,35 @@ impl Etcd {
             .collect()
     }
 
+    /// At most `limit` ended jobs from `from` (end time, id) on, in key order: a page of
+    /// what accounting has not written yet.
+    pub fn finished_after_from(&self, from: (u64, u64), limit: usize) -> Result<Vec<JobRecord>, StoreError> {
+        let format = self.format()?;
+        let from = self.key(&format!("finished/{:020}/{:020}", from.0, from.1));
+        let to = Self::end_of(&self.key("finished/"));
+        let me = self.clone();
+        let got = self
+            .call(async move {
+                me.any(Duration::ZERO, |mut c| {
+                    let options = GetOptions::new().with_range(to.clone()).with_limit(limit as i64);
+                    let from = from.clone();
+                    async move { c.kv.get(from, Some(options)).await }
+                })
+                .await
+            })
+            .map_err(self.io("reading its ended jobs"))?;
+        got.kvs()
+            .iter()
+            .map(|kv| {
+                self.decode(
+                    &format!("ended job {}", String::from_utf8_lossy(kv.key())),
+                    kv.value(),
+                    format,
+                )
+            })
+            .collect()
+    }
+
     /// How many keys there are from `from` up to (not including) `to`.
     fn count(&self, doing: &str, from: String, to: String) -> Result<u64, StoreError> {
         let me = self.clone();

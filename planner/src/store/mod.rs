@@ -106,6 +106,14 @@ impl Store {
         }
     }
 
+    /// At most `limit` ended jobs from `from` (end time, id) on, oldest first.
+    pub fn finished_after_from(&self, from: (u64, u64), limit: usize) -> Result<Vec<JobRecord>, StoreError> {
+        match self {
+            Self::Embedded(s) => s.finished_after_from(from, limit),
+            Self::Etcd(s) => s.finished_after_from(from, limit),
+        }
+    }
+
     pub fn purge(&self, before: u64) -> Result<u64, StoreError> {
         match self {
             Self::Embedded(s) => s.purge(before),

@@ -54,15 +54,17 @@ impl Writer {
     /// Starts the thread. A commit that fails sends its error on `failed`. The thread
     /// ends once every `Writer` is dropped and what was queued is written; join it so
     /// the store file is closed cleanly.
+    /// `ended`: woken after each commit that ended jobs (accounting's exporter).
     pub fn spawn(
         store: Store,
         failed: watch::Sender<Option<String>>,
         metrics: crate::metrics::Metrics,
+        ended: Option<mpsc::Sender<()>>,
     ) -> std::io::Result<(Self, std::thread::JoinHandle<()>)> {
         let (tx, rx) = mpsc::channel::<Work>();
         let thread = std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || run(&store, &rx, &failed, &metrics))?;
+            .spawn(move || run(&store, &rx, &failed, &metrics, ended.as_ref()))?;
         Ok((Self { tx }, thread))
     }
 
@@ -84,6 +86,7 @@ fn run(
     rx: &mpsc::Receiver<Work>,
     failed: &watch::Sender<Option<String>>,
     metrics: &crate::metrics::Metrics,
+    ended: Option<&mpsc::Sender<()>>,
 ) {
     let (mut commits, mut records, mut since) = (0u64, 0u64, Instant::now());
     loop {
@@ -140,6 +143,11 @@ fn run(
             }
             commits += 1;
             records += batch.jobs.len() as u64;
+            if let Some(wake) = ended
+                && batch.jobs.iter().any(|p| !p.live)
+            {
+                let _ = wake.send(());
+            }
         }
         for a in after {
             match a {

@@ -3,6 +3,7 @@
 //! starts the command there, and hands that to the exec session, which carries the bytes
 //! (`server::exec`).
 
+use hyperplan_core::model::jobstate::StepEnd;
 use hyperplan_core::requests::exec::{ExecWhere, ExecWho};
 use hyperplan_net::messages::{ExecNodes, ExecRequest, ExecStart, TaskRef};
 use tokio::sync::oneshot;
@@ -22,6 +23,9 @@ pub enum ExecCaller {
 /// Where an exec runs: each node's link and the frame to start it with.
 #[derive(Debug)]
 pub struct ExecPlan {
+    /// The job's name and id (the step's end names them, see [`StepEnded`]).
+    pub job: String,
+    pub job_id: u64,
     pub nodes: Vec<String>,
     /// The step's number in its job.
     pub step: Option<u32>,
@@ -36,13 +40,45 @@ pub struct ExecAsk {
     pub reply: oneshot::Sender<Result<ExecPlan, String>>,
 }
 
+/// An exec session is over (every node's command ended, or the person went away, or
+/// the nodes could not be reached): its step's end, for the job's record.
+#[derive(Debug)]
+pub struct StepEnded {
+    pub job: String,
+    pub job_id: u64,
+    pub step: u32,
+    pub end: StepEnd,
+}
+
 impl Driver {
+    pub(super) fn step_ended(&mut self, ended: StepEnded) {
+        let StepEnded { job, job_id, step, end } = ended;
+        if self.planner.end_step(&job, job_id, step, end, self.clock.now_secs()) {
+            self.dirty = true; // written at the next commit
+        }
+    }
+
     pub(super) fn exec(&mut self, ask: ExecAsk) {
         let ExecAsk { caller, request, reply } = ask;
         if self.dirty {
             self.tick(); // from a world that has seen everything received
         }
-        let _ = reply.send(self.plan_exec(&caller, &request));
+        let plan = self.plan_exec(&caller, &request);
+        let step = plan
+            .as_ref()
+            .ok()
+            .and_then(|p| Some((p.job.clone(), p.job_id, p.step?)));
+        if reply.send(plan).is_err()
+            && let Some((job, job_id, step)) = step
+        {
+            // Its session went away before it was told: the step ends as it began.
+            self.step_ended(StepEnded {
+                job,
+                job_id,
+                step,
+                end: StepEnd::default(),
+            });
+        }
     }
 
     fn plan_exec(&mut self, caller: &ExecCaller, request: &ExecRequest) -> Result<ExecPlan, String> {
@@ -87,9 +123,13 @@ impl Driver {
         }
         // A step of the job, numbered and kept with it (committed at the next tick).
         let nodes: Vec<String> = target.places.iter().map(|p| p.node.clone()).collect();
-        let step = self.planner.begin_step(&target.job, target.job_id, nodes);
+        let step = self
+            .planner
+            .begin_step(&target.job, target.job_id, nodes, &request.argv, self.clock.now_secs());
         self.dirty = true;
         let mut plan = ExecPlan {
+            job: target.job.clone(),
+            job_id: target.job_id,
             nodes: Vec::new(),
             step,
             targets: Vec::new(),

@@ -29,7 +29,7 @@ use hyperplan_net::messages::{PlannerToAgent, TaskRef};
 use tokio::sync::{mpsc, watch};
 
 pub use self::clock::Clock;
-pub use self::exec::{ExecAsk, ExecCaller};
+pub use self::exec::{ExecAsk, ExecCaller, StepEnded};
 pub use self::links::{AgentLink, FromAgent};
 pub use self::requests::Request;
 use crate::config::DaemonConfig;
@@ -50,6 +50,8 @@ pub enum ToCore {
     Request(Request),
     /// `hyperplan exec`: where it may run (see `exec`).
     Exec(ExecAsk),
+    /// An exec session ended: its step's end (see `exec`).
+    StepEnded(StepEnded),
     /// planner.toml read again on SIGHUP: its queues, fair share, priority, scheduler
     /// and maintenance sections (see `server::policy`).
     Policy(Box<hyperplan_core::PlannerConfig>),
@@ -68,6 +70,16 @@ pub struct Start {
     pub advertise: String,
     pub describe: String,
     pub metrics: crate::metrics::Metrics,
+    /// `None`: `[accounting] enabled = false`.
+    pub accounting: Option<Accounting>,
+}
+
+/// The driver's part in accounting: its clock and the topology out, `history` and
+/// `report` to the reader, and how far the store may purge in.
+pub struct Accounting {
+    pub status: std::sync::Arc<crate::accounting::Status>,
+    pub topology: watch::Sender<Option<std::sync::Arc<hyperplan_accounting::Topology>>>,
+    pub reader: crate::accounting::Reader,
 }
 
 struct Driver {
@@ -122,7 +134,13 @@ struct Driver {
     /// submit, Unix ms) and the driver's clock then: purges count from it, so that a
     /// clock set ahead deletes no history (see `purge_now_ms`).
     store_time: Option<(u64, u64)>,
+    accounting: Option<Accounting>,
+    /// When (driver's clock, Unix ms) the topology is next handed to accounting.
+    next_topology_ms: u64,
 }
+
+/// How often accounting gets the nodes and HyperNodes (when they changed).
+const TOPOLOGY_EVERY_MS: u64 = 60_000;
 
 /// How often ended jobs older than `keepFinished` are deleted.
 const PURGE_EVERY_MS: u64 = 3_600_000;
@@ -268,6 +286,8 @@ impl Driver {
             keep_finished_ms: u64::try_from(config.store.keep_finished.as_millis()).unwrap_or(u64::MAX),
             next_purge_ms: 0,
             store_time: None,
+            accounting: start.accounting,
+            next_topology_ms: 0,
         };
         d.store_time = d.store_time_at_start(&start.loaded);
         d.restore(start.loaded);
@@ -359,7 +379,31 @@ impl Driver {
         let now = self.clock.now_ms();
         if now >= self.next_purge_ms {
             self.next_purge_ms = now.saturating_add(PURGE_EVERY_MS);
-            self.work.purge_before = Some(self.purge_now_ms(now).saturating_sub(self.keep_finished_ms) / 1000);
+            let before = self.purge_now_ms(now).saturating_sub(self.keep_finished_ms) / 1000;
+            // Never an ended job accounting does not have yet: the store is its backlog.
+            self.work.purge_before = match &self.accounting {
+                Some(a) => a.status.purge_limit().map(|written| before.min(written)),
+                None => Some(before),
+            };
+        }
+        if let Some(a) = &self.accounting {
+            a.status.set_now(now / 1000);
+            let info = a.status.info();
+            self.metrics
+                .accounting_behind
+                .set(i64::try_from(info.behind_secs).unwrap_or(i64::MAX));
+            self.metrics.accounting_up.set(i64::from(info.error.is_none()));
+            if now >= self.next_topology_ms {
+                self.next_topology_ms = now.saturating_add(TOPOLOGY_EVERY_MS);
+                let topology = crate::accounting::topology::of(&self.planner);
+                a.topology.send_if_modified(|t| {
+                    let changed = t.as_deref() != Some(&topology);
+                    if changed {
+                        *t = Some(std::sync::Arc::new(topology));
+                    }
+                    changed
+                });
+            }
         }
         self.writer.send(std::mem::take(&mut self.work));
     }
@@ -386,6 +430,7 @@ impl Driver {
             }
             ToCore::Request(r) => self.request(r),
             ToCore::Exec(ask) => self.exec(ask),
+            ToCore::StepEnded(ended) => self.step_ended(ended),
             ToCore::WebState(reply) => {
                 if self.dirty {
                     self.tick();

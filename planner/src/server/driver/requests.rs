@@ -99,6 +99,10 @@ impl Driver {
             self.logs.ask(link, task, asked.step, stderr, max_bytes, piece, reply);
             return;
         }
+        if let RequestCommand::History(_) | RequestCommand::Report(_) = command {
+            self.accounting_question(caller, command, reply);
+            return;
+        }
         let answer = self.answer(caller, peer, command);
         if durable {
             self.work.after.push(After::Reply(reply, answer));
@@ -123,6 +127,7 @@ impl Driver {
                 begin,
                 array,
                 dependency,
+                account,
             } => {
                 let submit_dir = submit_dir.map(checked_submit_dir).transpose()?;
                 let mut jobs = hyperplan_shared::parse_jobs(&text, Path::new(&file_name)).map_err(|e| e.to_string())?;
@@ -140,6 +145,10 @@ impl Driver {
                     if dependency.is_some() {
                         j.depends_on.clone_from(&dependency);
                     }
+                    // `--account` over the file's.
+                    if account.is_some() {
+                        j.account.clone_from(&account);
+                    }
                     j.credential = Some(
                         super::super::credential::new()
                             .map_err(|e| format!("cannot make the job's credential: {e}"))?,
@@ -155,6 +164,7 @@ impl Driver {
                     }
                     Err(
                         e @ (SubmitRefused::Queue(_)
+                        | SubmitRefused::Account(_)
                         | SubmitRefused::User { .. }
                         | SubmitRefused::Dependency(_)
                         | SubmitRefused::ArrayTooLarge { .. }),
@@ -273,7 +283,9 @@ impl Driver {
                 epoch: self.epoch,
                 leader: Some(self.advertise.clone()),
                 store: self.describe.clone(),
+                accounting: self.accounting.as_ref().map(|a| a.status.info()),
             }),
+            RequestCommand::History(_) | RequestCommand::Report(_) => Err("answered by accounting's reader".into()),
             RequestCommand::Explain { job: asked } => {
                 // An array: its first waiting element.
                 let job = self.planner.explained_job(&asked);
@@ -289,6 +301,54 @@ impl Driver {
 }
 
 impl Driver {
+    /// `history` and `report`: narrowed to the caller's own jobs where `privateData`
+    /// says so, then handed to accounting's reader, which answers.
+    fn accounting_question(
+        &mut self,
+        caller: Caller<'_>,
+        command: RequestCommand,
+        reply: oneshot::Sender<Result<Value, ResponseError>>,
+    ) {
+        let Some(a) = &self.accounting else {
+            let _ = reply.send(Err(ResponseError::new(
+                "accounting is off on this planner ([accounting] enabled = false in planner.toml)",
+            )));
+            return;
+        };
+        let own_only = caller.private_data && !caller.admin;
+        let others = |users: &[String]| users.iter().any(|u| u != caller.user);
+        let ask = match command {
+            RequestCommand::History(mut q) => {
+                if own_only {
+                    if others(&q.users) {
+                        let _ = reply.send(Err(ResponseError::new(format!(
+                            "privateData: you see your own jobs only (user {}); an admin sees everyone's",
+                            caller.user
+                        ))));
+                        return;
+                    }
+                    q.users = vec![caller.user.to_string()];
+                }
+                crate::accounting::reader::Ask::History(q, reply)
+            }
+            RequestCommand::Report(mut q) => {
+                if own_only {
+                    if others(&q.users) {
+                        let _ = reply.send(Err(ResponseError::new(format!(
+                            "privateData: your reports count your own jobs only (user {}); an admin's count everyone's",
+                            caller.user
+                        ))));
+                        return;
+                    }
+                    q.users = vec![caller.user.to_string()];
+                }
+                crate::accounting::reader::Ask::Report(q, reply)
+            }
+            _ => return,
+        };
+        a.reader.ask(ask);
+    }
+
     /// The answer to a hold or release: applied, and its records in this commit, before
     /// the answer; a refusal of another user's job is logged.
     fn holds_changed(

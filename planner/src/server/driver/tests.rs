@@ -130,7 +130,7 @@ impl Rig {
         let loaded = s.load().unwrap();
         let (failed, _) = watch::channel(None);
         let (writer, thread) =
-            crate::store::writer::Writer::spawn(store.clone(), failed, crate::metrics::Metrics::new()).unwrap();
+            crate::store::writer::Writer::spawn(store.clone(), failed, crate::metrics::Metrics::new(), None).unwrap();
         let start = Start {
             store,
             loaded,
@@ -138,6 +138,7 @@ impl Rig {
             advertise: "127.0.0.1:7070".into(),
             describe: "test store".into(),
             metrics: crate::metrics::Metrics::new(),
+            accounting: None,
         };
         self.d = Some(Driver::new(config, start, self.clock.clone()));
         self.writer = Some(thread);
@@ -229,6 +230,7 @@ impl Rig {
             begin: None,
             array: None,
             dependency: None,
+            account: None,
         };
         self.answer(user, false, command).await
     }
@@ -600,6 +602,7 @@ async fn a_refused_submission_names_the_file_and_admits_nothing() {
                 begin: None,
                 array: None,
                 dependency: None,
+                account: None,
             },
         )
         .await
@@ -667,6 +670,7 @@ async fn holds_are_answered_once_committed_and_kept_across_a_restart() {
         begin: Some(4_102_444_800),
         array: None,
         dependency: None,
+        account: None,
     };
     rig.answer("alice", false, submit).await.unwrap();
     rig.step();
@@ -950,4 +954,37 @@ fn a_submit_directory_is_absolute_short_and_printable() {
         assert!(e.contains("must be an absolute path"), "{bad:?}: {e}");
         assert!(!e.contains('\u{1b}') && e.len() < 400, "{e}");
     }
+}
+
+#[tokio::test]
+async fn a_steps_end_from_its_exec_session_is_kept_in_the_jobs_record() {
+    use hyperplan_core::model::jobstate::StepEnd;
+    let mut rig = Rig::new("");
+    let a = train_placed(&mut rig, 1).await;
+    rig.handle(started(&a, "train", 1, "w-0"));
+    rig.step();
+    // What `exec` does when it plans a step, then what its session says at its end.
+    let argv = vec!["sh".to_string(), "-c".into(), "exit 3".into()];
+    let now = rig.clock.now_secs();
+    let step = rig.d().planner.begin_step("train", 1, vec!["n1".into()], &argv, now);
+    assert_eq!(step, Some(0));
+    rig.clock.advance(Duration::from_secs(5));
+    let mut end = StepEnd::default();
+    end.node_exited(Some(3), None);
+    rig.handle(ToCore::StepEnded(StepEnded {
+        job: "train".into(),
+        job_id: 1,
+        step: 0,
+        end,
+    }));
+    rig.step();
+    // Kept across a restart: it is in the stored record.
+    restart(&mut rig);
+    let v = rig.status("alice", "train").await.unwrap();
+    let s = &v["jobs"][0]["steps"][0];
+    assert_eq!(s["exitCode"], 3, "{v}");
+    assert_eq!(s["startTime"], now, "{v}");
+    assert_eq!(s["endTime"], now + 5, "{v}");
+    assert_eq!(s["command"], "sh -c exit 3", "{v}");
+    assert_eq!(s["nodes"], serde_json::json!(["n1"]), "{v}");
 }
