@@ -302,6 +302,15 @@ fn postgres_stopped_for_a_while_loses_and_doubles_nothing() {
         )
         .unwrap();
     assert_eq!(rows, "8|8");
+    // Every report reads PostgreSQL's types right.
+    for kind in ["usage", "utilisation", "waits"] {
+        let out = c.ok("root", &["report", kind, "--since", "1d", "--output", "json"]);
+        let r: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(r["kind"], kind, "{r:#}");
+    }
+    let waits: Value =
+        serde_json::from_str(&c.ok("root", &["report", "waits", "--since", "1d", "--output", "json"])).unwrap();
+    assert_eq!(waits["waits"][0]["jobs"], 8, "{waits:#}");
     // The shipped Grafana dashboard's queries run on these tables and find the jobs.
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/grafana-accounting.json");
     let dash: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();

@@ -79,7 +79,7 @@ impl Db {
     /// it is in the database or none (and the next try writes it again, changing nothing
     /// that is already there).
     pub fn write(&mut self, cluster: &str, jobs: &[Rows], cursor: Cursor) -> Result<(), AccountingError> {
-        let mut statements: Vec<Sql> = jobs.iter().flat_map(|r| r.statements(cluster)).collect();
+        let mut statements = crate::rows::statements(cluster, jobs);
         statements.push(upsert(
             "ingest_cursor",
             &["cluster", "end_time", "job_id"],

@@ -183,7 +183,9 @@ impl Db {
         for (i, (max, _)) in WAIT_SIZES.iter().enumerate().take(WAIT_SIZES.len() - 1) {
             bucket.push_str(&format!(" WHEN j.nnodes <= {max} THEN {i}"));
         }
-        bucket.push_str(&format!(" ELSE {} END", WAIT_SIZES.len() - 1));
+        // BIGINT: PostgreSQL's integer literals are INT4.
+        bucket.insert_str(0, "CAST(");
+        bucket.push_str(&format!(" ELSE {} END AS BIGINT)", WAIT_SIZES.len() - 1));
         let mut s = Sql::new(&format!(
             "SELECT j.queue, {bucket}, j.start_time - j.eligible_time FROM jobs j WHERE j.cluster = "
         ));

@@ -3,7 +3,7 @@
 
 use hyperplan_shared::history::{HistoryJob, HistoryStep};
 
-use crate::sql::{Sql, Value, upsert};
+use crate::sql::{Sql, Value, upsert_many};
 
 /// A job's row.
 pub type JobRow = HistoryJob;
@@ -117,9 +117,27 @@ pub(crate) const STEP_COLUMNS: &[&str] = &[
 ];
 const STEP_KEY: &[&str] = &["cluster", "job_id", "attempt", "step"];
 
+/// The upserts that write `jobs` for `cluster`: a few multi-row statements per table.
+pub fn statements(cluster: &str, jobs: &[Rows]) -> Vec<Sql> {
+    let (mut j, mut t, mut s) = (Vec::new(), Vec::new(), Vec::new());
+    for r in jobs {
+        r.values(cluster, &mut j, &mut t, &mut s);
+    }
+    let mut out = upsert_many("jobs", JOB_COLUMNS, JOB_KEY, j);
+    out.extend(upsert_many("tasks", TASK_COLUMNS, TASK_KEY, t));
+    out.extend(upsert_many("steps", STEP_COLUMNS, STEP_KEY, s));
+    out
+}
+
 impl Rows {
-    /// The upserts that write these rows for `cluster`.
-    pub fn statements(&self, cluster: &str) -> Vec<Sql> {
+    /// This job's rows' values: its own, its tasks', its steps'.
+    fn values(
+        &self,
+        cluster: &str,
+        jobs: &mut Vec<Vec<Value>>,
+        tasks: &mut Vec<Vec<Value>>,
+        steps: &mut Vec<Vec<Value>>,
+    ) {
         let j = &self.job;
         let key = || vec![Value::text(cluster), Value::int(j.job_id), Value::int(j.attempt)];
         let mut job = key();
@@ -158,7 +176,7 @@ impl Rows {
             Value::int(j.restarts),
             Value::Text(j.preempted_by.clone()),
         ]);
-        let mut out = vec![upsert("jobs", JOB_COLUMNS, JOB_KEY, job)];
+        jobs.push(job);
         for t in &self.tasks {
             let mut v = key();
             v.extend([
@@ -177,7 +195,7 @@ impl Rows {
                 Value::Real(Some(t.cpu_seconds)),
                 Value::int(t.max_rss),
             ]);
-            out.push(upsert("tasks", TASK_COLUMNS, TASK_KEY, v));
+            tasks.push(v);
         }
         for s in &j.steps {
             let mut v = key();
@@ -192,8 +210,7 @@ impl Rows {
                 Value::Text(s.command.clone()),
                 Value::int(j.end),
             ]);
-            out.push(upsert("steps", STEP_COLUMNS, STEP_KEY, v));
+            steps.push(v);
         }
-        out
     }
 }

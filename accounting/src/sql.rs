@@ -134,6 +134,44 @@ pub fn upsert(table: &str, columns: &[&str], key: &[&str], values: Vec<Value>) -
     sql
 }
 
+/// Rows per multi-row upsert, largest first: a page of jobs is written in few statements
+/// (a round trip each on PostgreSQL) of few distinct shapes (each prepared once).
+const CHUNKS: [usize; 5] = [256, 64, 16, 4, 1];
+
+/// [`upsert`] of many rows: `INSERT … VALUES (…), (…), … ON CONFLICT …`, in chunks of
+/// [`CHUNKS`] rows. Keys must not repeat among `rows` (one statement may not update a row
+/// twice).
+pub fn upsert_many(table: &str, columns: &[&str], key: &[&str], rows: Vec<Vec<Value>>) -> Vec<Sql> {
+    let set: Vec<String> = columns
+        .iter()
+        .filter(|c| !key.contains(c))
+        .map(|c| format!("{c} = excluded.{c}"))
+        .collect();
+    let tail = format!(" ON CONFLICT ({}) DO UPDATE SET {}", key.join(", "), set.join(", "));
+    let mut out = Vec::new();
+    let mut rows = rows.into_iter().peekable();
+    let mut left = rows.len();
+    while left > 0 {
+        let n = CHUNKS.into_iter().find(|&c| c <= left).unwrap_or(1);
+        let mut sql = Sql::new(&format!("INSERT INTO {table} ({}) VALUES ", columns.join(", ")));
+        for (r, values) in rows.by_ref().take(n).enumerate() {
+            debug_assert_eq!(columns.len(), values.len());
+            sql.push(if r == 0 { "(" } else { ", (" });
+            for (i, v) in values.into_iter().enumerate() {
+                if i > 0 {
+                    sql.push(", ");
+                }
+                sql.bind(v);
+            }
+            sql.push(")");
+        }
+        sql.push(&tail);
+        out.push(sql);
+        left -= n;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +183,19 @@ mod tests {
         s.bind_list([Value::text("x"), Value::text("y")]);
         assert_eq!(s.text, "SELECT 1 WHERE a = $1 AND b IN ($2, $3)");
         assert_eq!(s.params.len(), 3);
+    }
+
+    #[test]
+    fn many_rows_go_in_chunks_of_few_shapes() {
+        let rows: Vec<Vec<Value>> = (0..7).map(|i| vec![Value::int(i), Value::int(i * 2)]).collect();
+        let s = upsert_many("t", &["k", "a"], &["k"], rows);
+        assert_eq!(s.len(), 4, "4 + 1 + 1 + 1");
+        assert_eq!(
+            s[0].text,
+            "INSERT INTO t (k, a) VALUES ($1, $2), ($3, $4), ($5, $6), ($7, $8) ON CONFLICT (k) DO UPDATE SET a = excluded.a"
+        );
+        assert_eq!(s[0].params.len(), 8);
+        assert_eq!(s[3].params[0], Value::int(6));
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! | `topology/` | the HyperNode index, its rebuild (`reindex`) and what decides it (`invalidate`) |
 //! | `cache/` | capacity, NUMA state and the ledger of what each task holds, and their refresh |
 //! | `queues/` | the queue table, each queue's and user's use (`account`), the checks at submit and the limits of the walk, reloads |
-//! | `fairshare/` | usage per queue and user, decayed exactly (`accrue`), and the fair-share factor |
+//! | `fairshare/` | usage per queue and user and per (account, user), decayed exactly (`accrue`), and the fair-share factor: classic, or Fair Tree over the accounts (`tree`) |
 //! | `order/` | the multifactor rank that orders the walk |
 //! | `jobs/` | admission, ownership and limits, the task lifecycle, `recover`, `replace`, `retire` |
 //! | `nodes/` | link claims, health, lost nodes, refused agents, admins' drains and removals |
@@ -125,6 +125,7 @@ impl Planner {
         world.insert_resource(queues::Users::default());
         world.insert_resource(queues::QueueUse::default());
         world.insert_resource(fairshare::Usage::default());
+        world.insert_resource(fairshare::tree::FairTree::default());
         world.insert_resource(order::OrderState::default());
         world.insert_resource(config);
         world.insert_resource(Inbox::default());

@@ -178,6 +178,7 @@ fn usage(user: &str, usage: f64, at: u64) -> Arc<[u8]> {
             user: user.into(),
             usage,
         }],
+        associations: Vec::new(),
     }
     .encode()
     .unwrap()

@@ -15,6 +15,7 @@
 //! defaultFor = ["alice"]       # a job of alice's that names no account is charged here
 //! maxRunningJobs = 100         # jobs running at once, physics and its descendants
 //! maxGpus = 64                 # running GPUs, physics and its descendants
+//! shares = 2                   # its weight among its siblings in Fair Tree (default 1)
 //! ```
 //!
 //! Without any `[[account]]` a job's `account` is free text (a name) and nothing is
@@ -51,6 +52,9 @@ pub struct AccountConfig {
     pub max_cpus: Option<u64>,
     /// The most GPUs its and its descendants' running tasks hold; `None`: no limit.
     pub max_gpus: Option<u64>,
+    /// Its shares among its sibling accounts and users for Slurm's Fair Tree (`[fairshare]
+    /// tree = "accounts"`); 1 unless set (a user has 1).
+    pub shares: u32,
 }
 
 impl AccountConfig {
@@ -128,6 +132,7 @@ pub struct AccountSection {
     max_running_jobs: Option<Spanned<i64>>,
     max_cpus: Option<Spanned<i64>>,
     max_gpus: Option<Spanned<i64>>,
+    shares: Option<Spanned<i64>>,
 }
 
 /// Checks the `[[account]]` sections: unique names, parents that exist and make a tree
@@ -211,6 +216,7 @@ pub fn accounts_from_sections(
             max_running_jobs: whole(&s.max_running_jobs, "maxRunningJobs", 1)?.map(|n| n as u32),
             max_cpus: whole(&s.max_cpus, "maxCpus", 1)?,
             max_gpus: whole(&s.max_gpus, "maxGpus", 0)?,
+            shares: whole(&s.shares, "shares", 1)?.map_or(1, |n| n as u32),
         });
     }
     let position = |name: &str| list.binary_search_by(|a| a.name.as_str().cmp(name)).ok();
@@ -363,7 +369,20 @@ parent = "physics"
         insta::assert_snapshot!(error("[[account]]\nname = \"a b\"\n"), @r#"planner.toml:2:8: account.name: expected an account name of 1-63 letters, digits, `.`, `_` or `-` starting with a letter or digit, got "a b": a space is not allowed"#);
         insta::assert_snapshot!(error("[[account]]\nname = \"a\"\n[[account]]\nname = \"a\"\n"), @r#"planner.toml:4:8: account.name: "a" is defined twice; account names must be unique"#);
         insta::assert_snapshot!(error("[[account]]\nname = \"a\"\nmaxRunningJobs = 0\n"), @r#"planner.toml:3:18: account "a": maxRunningJobs: expected a whole number from 1 to 4294967295, got 0"#);
-        insta::assert_snapshot!(error("[[account]]\nname = \"a\"\nmaxCpu = 4\n"), @"planner.toml:3:1: unknown field `maxCpu`, expected one of `name`, `parent`, `users`, `defaultFor`, `maxRunningJobs`, `maxCpus`, `maxGpus`");
+        insta::assert_snapshot!(error("[[account]]\nname = \"a\"\nmaxCpu = 4\n"), @"planner.toml:3:1: unknown field `maxCpu`, expected one of `name`, `parent`, `users`, `defaultFor`, `maxRunningJobs`, `maxCpus`, `maxGpus`, `shares`");
+    }
+
+    #[test]
+    fn shares_are_one_unless_set_and_a_positive_whole_number() {
+        let c = PlannerConfig::parse(
+            "[[account]]\nname = \"a\"\nshares = 3\n[[account]]\nname = \"b\"\n",
+            "planner.toml",
+        )
+        .unwrap();
+        assert_eq!((c.accounts.get(0).shares, c.accounts.get(1).shares), (3, 1));
+        insta::assert_snapshot!(error("[[account]]\nname = \"a\"\nshares = 0\n"), @r#"planner.toml:3:10: account "a": shares: expected a whole number from 1 to 4294967295, got 0"#);
+        insta::assert_snapshot!(error("[[account]]\nname = \"a\"\nshares = -2\n"), @r#"planner.toml:3:10: account "a": shares: expected a whole number from 1 to 4294967295, got -2"#);
+        insta::assert_snapshot!(error("[[account]]\nname = \"a\"\nshares = 1.5\n"), @"planner.toml:3:10: invalid type: floating point `1.5`, expected i64");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! [fairshare]
 //! halfLife = "7d"                                # usage halves every 7 days
 //! weights = { cpu = 1, "nvidia.com/gpu" = 100 }  # per core-second, GPU-second, GiB-second of memory
+//! tree = "queues"                                # or "accounts": Slurm's Fair Tree over [[account]]
 //!
 //! [priority]
 //! weightPriority = 1       # points per unit of the job's own `priority`
@@ -21,7 +22,19 @@ use hyperplan_shared::timelimit::parse_time_limit;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::ConfigError;
+use super::{Accounts, ConfigError};
+
+/// Which tree the fair-share factor of a user is worked out over (`[fairshare] tree`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FairshareTree {
+    /// Slurm's classic factor per (queue, user): `2^(-usage/share)` among the queue's
+    /// users (`tree = "queues"`, the default).
+    #[default]
+    Queues,
+    /// Slurm's Fair Tree over the `[[account]]` tree: every (account, user) association
+    /// ranked by level fair share (`tree = "accounts"`; see `fairshare::tree`).
+    Accounts,
+}
 
 /// How usage is counted and decays.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,6 +44,8 @@ pub struct FairshareConfig {
     /// Usage per second per unit of each resource (a core, a GiB of memory, one of any
     /// other); resources not named count nothing.
     pub weights: BTreeMap<String, f64>,
+    /// Which tree a user's factor comes from.
+    pub tree: FairshareTree,
 }
 
 impl Default for FairshareConfig {
@@ -43,6 +58,7 @@ impl Default for FairshareConfig {
             ]
             .into_iter()
             .collect(),
+            tree: FairshareTree::Queues,
         }
     }
 }
@@ -86,6 +102,7 @@ impl Default for PriorityConfig {
 pub struct FairshareSection {
     half_life: Option<Spanned<toml::Value>>,
     weights: Option<BTreeMap<String, Spanned<f64>>>,
+    tree: Option<Spanned<String>>,
 }
 
 /// `[priority]` as written.
@@ -147,9 +164,11 @@ fn weight(
 }
 
 impl FairshareConfig {
-    /// Checks `[fairshare]`.
+    /// Checks `[fairshare]`; `accounts` are the `[[account]]` sections, checked (`tree =
+    /// "accounts"` needs some).
     pub fn from_section(
         s: Option<&FairshareSection>,
+        accounts: &Accounts,
         at: &dyn Fn(usize, String) -> ConfigError,
     ) -> Result<Self, ConfigError> {
         let mut c = Self::default();
@@ -162,6 +181,24 @@ impl FairshareConfig {
                 .iter()
                 .map(|(k, v)| Ok((k.clone(), weight(v, &format!("fairshare.weights.{k}"), false, at)?)))
                 .collect::<Result<_, ConfigError>>()?;
+        }
+        if let Some(t) = &s.tree {
+            c.tree = match t.get_ref().as_str() {
+                "queues" => FairshareTree::Queues,
+                "accounts" if accounts.is_empty() => {
+                    return Err(at(
+                        t.span().start,
+                        "fairshare.tree: \"accounts\" ranks users over the [[account]] tree, and there is no [[account]]; add [[account]] sections or use tree = \"queues\"".to_string(),
+                    ));
+                }
+                "accounts" => FairshareTree::Accounts,
+                other => {
+                    return Err(at(
+                        t.span().start,
+                        format!("fairshare.tree: expected \"queues\" or \"accounts\", got {other:?}"),
+                    ));
+                }
+            };
         }
         Ok(c)
     }
@@ -194,5 +231,34 @@ impl PriorityConfig {
             c.recalc_interval = duration(v, "priority.recalcInterval", at)?;
         }
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::FairshareTree;
+    use crate::config::PlannerConfig;
+
+    fn error(text: &str) -> String {
+        PlannerConfig::parse(text, "planner.toml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_tree_is_queues_unless_accounts_is_asked_with_accounts() {
+        let tree = |text: &str| PlannerConfig::parse(text, "planner.toml").unwrap().fairshare.tree;
+        assert_eq!(tree(""), FairshareTree::Queues);
+        assert_eq!(tree("[fairshare]\ntree = \"queues\"\n"), FairshareTree::Queues);
+        assert_eq!(
+            tree("[[account]]\nname = \"a\"\n[fairshare]\ntree = \"accounts\"\n"),
+            FairshareTree::Accounts
+        );
+    }
+
+    #[test]
+    fn an_unknown_tree_or_accounts_without_any_is_refused() {
+        insta::assert_snapshot!(error("[fairshare]\ntree = \"users\"\n"), @r#"planner.toml:2:8: fairshare.tree: expected "queues" or "accounts", got "users""#);
+        insta::assert_snapshot!(error("[fairshare]\nhalfLife = \"1d\"\ntree = \"accounts\"\n"), @r#"planner.toml:3:8: fairshare.tree: "accounts" ranks users over the [[account]] tree, and there is no [[account]]; add [[account]] sections or use tree = "queues""#);
     }
 }

@@ -20,7 +20,7 @@ use bevy_ecs::prelude::Resource;
 
 pub use accounts::{AccountConfig, AccountSection, Accounts, accounts_from_sections};
 pub use error::{ConfigError, parse_error};
-pub use fairshare::{FairshareConfig, FairshareSection, PriorityConfig, PrioritySection};
+pub use fairshare::{FairshareConfig, FairshareSection, FairshareTree, PriorityConfig, PrioritySection};
 pub use limits::{LimitsConfig, LimitsSection};
 pub use maintenance::{MaintenanceSection, MaintenanceWindow, windows_from_sections};
 pub use numa::{NumaConfig, NumaSection};
@@ -123,8 +123,8 @@ impl PlannerConfig {
             limits: LimitsConfig::from_section(raw.limits.as_ref(), &at)?,
             scheduler: SchedulerConfig::from_section(raw.scheduler.as_ref(), &at)?,
             queues: queues_from_sections(&raw.queue, &accounts, &at)?,
+            fairshare: FairshareConfig::from_section(raw.fairshare.as_ref(), &accounts, &at)?,
             accounts,
-            fairshare: FairshareConfig::from_section(raw.fairshare.as_ref(), &at)?,
             priority: PriorityConfig::from_section(raw.priority.as_ref(), &at)?,
             maintenance: windows_from_sections(&raw.reservation, &at)?,
             preemption: PreemptionConfig::from_sections(raw.preemption.as_ref(), &raw.priority_class, &at)?,

@@ -2,7 +2,7 @@
 //! tick has its usage brought up to now at the old rate and takes the new one; usage read
 //! from the store is applied once the queue table stands; every `[priority]
 //! recalcInterval` the whole table goes to the store (the daemon writes it with the
-//! tick's job records).
+//! tick's job records). (Account, user) associations are kept alike, for Fair Tree.
 
 use std::sync::Arc;
 
@@ -38,7 +38,17 @@ pub fn accrue(
             }
         }
         usage.queue_names = table.queues.iter().map(|q| q.name.clone()).collect();
+        // Associations follow their account by name likewise.
+        let old: Vec<String> = std::mem::take(&mut usage.account_names);
+        let associations = std::mem::take(&mut usage.associations);
+        for ((ac, u), a) in associations {
+            if let Some(na) = old.get(ac).and_then(|n| table.accounts.find(n)) {
+                usage.associations.insert((na, u), a);
+            }
+        }
+        usage.account_names = table.accounts.list.iter().map(|a| a.name.clone()).collect();
         usage.generation = Some(table.generation);
+        usage.epoch += 1;
     }
     if let Some(record) = usage.restored.take() {
         for row in record.rows {
@@ -59,12 +69,42 @@ pub fn accrue(
             };
             a.usage += then.at(a.at.max(record.at), half_life);
         }
+        for row in record.associations {
+            let Some(ac) = table.accounts.find(&row.account) else {
+                continue;
+            };
+            let u = users.intern(&Arc::from(row.user.as_str()));
+            let a = usage.associations.entry((ac, u)).or_insert(Account {
+                usage: 0.0,
+                rate: 0.0,
+                at: now,
+            });
+            let then = Account {
+                usage: row.usage,
+                rate: 0.0,
+                at: record.at,
+            };
+            a.usage += then.at(a.at.max(record.at), half_life);
+        }
+        usage.epoch += 1;
     }
     let changed = std::mem::take(&mut used.changed);
     let mut any = !changed.is_empty();
     for (q, u) in changed {
         let rate = used.of_user(q, u).map_or(0.0, |v| table.rate(v));
         let a = usage.accounts.entry((q, u)).or_insert(Account {
+            usage: 0.0,
+            rate: 0.0,
+            at: now,
+        });
+        a.advance(now, half_life);
+        a.rate = rate;
+    }
+    let changed = std::mem::take(&mut used.changed_associations);
+    let mut moved = !changed.is_empty();
+    for (ac, u) in changed {
+        let rate = used.of_association(ac, u).map_or(0.0, |v| table.rate(v));
+        let a = usage.associations.entry((ac, u)).or_insert(Account {
             usage: 0.0,
             rate: 0.0,
             at: now,
@@ -79,9 +119,20 @@ pub fn accrue(
         .accounts
         .retain(|_, a| a.rate > 0.0 || a.at(now, half_life) > 1e-6);
     any |= usage.accounts.len() != before;
+    let before = usage.associations.len();
+    usage
+        .associations
+        .retain(|_, a| a.rate > 0.0 || a.at(now, half_life) > 1e-6);
+    moved |= usage.associations.len() != before;
+    if moved {
+        usage.epoch += 1;
+    }
+    any |= moved;
     let interval = config.priority.recalc_interval.max(1);
     let due = usage.persisted_at.is_none_or(|t| now >= t.saturating_add(interval));
-    if due && (any || usage.accounts.values().any(|a| a.rate > 0.0)) {
+    if due
+        && (any || usage.accounts.values().any(|a| a.rate > 0.0) || usage.associations.values().any(|a| a.rate > 0.0))
+    {
         usage.persisted_at = Some(now);
         match usage.record(&table, &users, now, half_life).encode() {
             Ok(bytes) => out.0.push(Command::PersistUsage(bytes.into())),

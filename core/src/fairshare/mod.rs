@@ -5,15 +5,18 @@
 //! queues. The `accrue` system keeps the sums exact between recalculations: a running
 //! task adds its weighted request every second, integrated in closed form whenever its
 //! (queue, user)'s rate changes, so the result does not depend on how often it ticks.
+//! Usage is kept per (account, user) association too, the same way, for Slurm's Fair
+//! Tree over the `[[account]]` tree (`[fairshare] tree = "accounts"`, [`tree`]).
 
 pub mod accrue;
+pub mod tree;
 
 use std::collections::BTreeMap;
 
 use bevy_ecs::prelude::*;
 
 use crate::model::ids::{QueueIdx, UserIdx};
-use crate::model::usage::{UsageRecord, UsageRow};
+use crate::model::usage::{AssociationRow, UsageRecord, UsageRow};
 use crate::queues::{QueueTable, Users};
 
 /// One (queue, user)'s usage.
@@ -55,6 +58,15 @@ pub struct Usage {
     pub generation: Option<u64>,
     /// The names of that table's queues, by index (to follow them through a reload).
     pub queue_names: Vec<String>,
+    /// By (account, user) association, the account by position in the table's
+    /// `[[account]]` list (empty without accounts).
+    pub associations: BTreeMap<(usize, UserIdx), Account>,
+    /// The names of that table's accounts, by position (to follow them through a reload).
+    pub account_names: Vec<String>,
+    /// Bumped whenever an association's usage changes other than by decay (a rate
+    /// changes, one is restored, added or dropped): Fair Tree's ranking is worked out
+    /// again.
+    pub epoch: u64,
     /// When usage was last written to the store (Unix seconds).
     pub persisted_at: Option<u64>,
     /// Usage read from the store, by names, waiting for the table and the users it
@@ -75,6 +87,19 @@ impl Usage {
                     let queue = table.queues.get(q.ix())?.name.clone();
                     (usage > 0.0 || a.rate > 0.0).then(|| UsageRow {
                         queue,
+                        user: users.name(u).to_string(),
+                        usage,
+                    })
+                })
+                .collect(),
+            associations: self
+                .associations
+                .iter()
+                .filter_map(|(&(ac, u), a)| {
+                    let usage = a.at(now, half_life);
+                    let account = table.accounts.list.get(ac)?.name.clone();
+                    (usage > 0.0 || a.rate > 0.0).then(|| AssociationRow {
+                        account,
                         user: users.name(u).to_string(),
                         usage,
                     })

@@ -1,5 +1,6 @@
 //! What the store keeps of fair share: every (queue, user)'s decayed usage at one moment,
-//! by name (indices change with a reload or a restart). One record, rewritten whole.
+//! by name (indices change with a reload or a restart), and every (account, user)
+//! association's for Fair Tree. One record, rewritten whole.
 
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +14,10 @@ pub struct UsageRecord {
     pub at: u64,
     /// One row per (queue, user) with usage.
     pub rows: Vec<UsageRow>,
+    /// One row per (account, user) association with usage (`[[account]]` configured;
+    /// absent from records written before associations were kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub associations: Vec<AssociationRow>,
 }
 
 /// One (queue, user)'s usage.
@@ -21,6 +26,18 @@ pub struct UsageRecord {
 pub struct UsageRow {
     /// The queue's name.
     pub queue: String,
+    /// The user's name.
+    pub user: String,
+    /// Weighted resource-seconds, decayed to `at`.
+    pub usage: f64,
+}
+
+/// One (account, user) association's usage.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssociationRow {
+    /// The account's name.
+    pub account: String,
     /// The user's name.
     pub user: String,
     /// Weighted resource-seconds, decayed to `at`.

@@ -3,7 +3,9 @@
 //!
 //! ```text
 //! score = weightPriority · priority          (the job's own; ≤ 0 for plain users)
-//!       + weightFairshare · fairshare        (0..1, see `fairshare`)
+//!       + weightFairshare · fairshare        (0..1, see `fairshare`; with `[fairshare]
+//!                                             tree = "accounts"` the queue's factor
+//!                                             times the association's Fair Tree factor)
 //!       + weightAge · min(age / maxAge, 1)   (age: seconds since submit)
 //!       + weightSize · size                  (0..1: its CPUs over the cluster's)
 //! ```
@@ -18,11 +20,13 @@ use std::cmp::Reverse;
 use bevy_ecs::prelude::*;
 
 use crate::cache::capacity::Capacity;
+use crate::config::FairshareTree;
 use crate::config::PlannerConfig;
+use crate::fairshare::tree::FairTree;
 use crate::fairshare::{Shares, Usage};
 use crate::model::components::{Job, JobId, JobPhase, JobQueue, JobState, Retired};
 use crate::model::tick::Now;
-use crate::queues::QueueTable;
+use crate::queues::{QueueTable, Users};
 use crate::topology::TopologyIndex;
 
 /// A job's factors and the score they make, as of `at`.
@@ -79,6 +83,8 @@ pub fn rank(
     config: Res<PlannerConfig>,
     table: Res<QueueTable>,
     usage: Res<Usage>,
+    users: Res<Users>,
+    mut tree: ResMut<FairTree>,
     cap: Res<Capacity>,
     index: Res<TopologyIndex>,
     now: Res<Now>,
@@ -103,6 +109,27 @@ pub fn rank(
         .filter(|(_, st, _, _)| st.phase == JobPhase::Pending)
         .map(|(_, _, jq, _)| (jq.queue, jq.user));
     let shares = Shares::at(&usage, &table, now, half_life, waiting);
+    let by_tree = config.fairshare.tree == FairshareTree::Accounts;
+    if by_tree {
+        // Fair Tree ranks every association at once: again only when the tree or usage
+        // changed, a waiting association is new, or the order is recalculated.
+        let waiting = || {
+            jobs.iter()
+                .filter(|(_, st, _, _)| st.phase == JobPhase::Pending)
+                .filter_map(|(job, _, jq, _)| Some((table.account_of(job.spec.account.as_deref())?, jq.user)))
+        };
+        if all || tree.stale(table.generation, usage.epoch, waiting()) {
+            let mut now_usage: std::collections::BTreeMap<_, f64> = usage
+                .associations
+                .iter()
+                .map(|(&k, a)| (k, a.at(now, half_life)))
+                .collect();
+            for k in waiting() {
+                now_usage.entry(k).or_insert(0.0);
+            }
+            tree.update(table.generation, usage.epoch, &table.accounts, &users, &now_usage);
+        }
+    }
     let cpu_dim = cap.dims.iter().position(|d| d == hyperplan_shared::CPU);
     let cluster_cpu = cpu_dim.map_or(0, |k| {
         cap.hn_alloc.get(index.root.ix() * cap.d + k).copied().unwrap_or(0)
@@ -117,7 +144,13 @@ pub fn rank(
             return;
         }
         let spec = &job.spec;
-        let fairshare = shares.factor(&usage, jq.queue, jq.user, now, half_life);
+        let fairshare = if by_tree {
+            // The queue's factor among queues stays; the user's within it is Fair Tree's.
+            shares.queue_factor.get(jq.queue.ix()).copied().unwrap_or(1.0)
+                * tree.factor(table.account_of(spec.account.as_deref()), jq.user)
+        } else {
+            shares.factor(&usage, jq.queue, jq.user, now, half_life)
+        };
         let age = if p.max_age == 0 {
             1.0
         } else {

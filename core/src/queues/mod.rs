@@ -184,6 +184,11 @@ pub struct QueueUse {
     pub changed: BTreeSet<(QueueIdx, UserIdx)>,
     /// What each account and everything below it runs.
     pub accounts: crate::accounts::usage::AccountUse,
+    /// Per (account, user) association (the account by position in the table's
+    /// accounts), per dimension: what its running tasks hold (Fair Tree's usage).
+    pub by_association: BTreeMap<(usize, UserIdx), Vec<u64>>,
+    /// Associations whose use changed since fair share last looked.
+    pub changed_associations: BTreeSet<(usize, UserIdx)>,
 }
 
 impl QueueUse {
@@ -195,6 +200,8 @@ impl QueueUse {
         self.running_jobs = vec![0; table.queues.len()];
         self.changed.extend(self.by_user.keys().copied());
         self.by_user.clear();
+        self.changed_associations.extend(self.by_association.keys().copied());
+        self.by_association.clear();
         self.charged.clear();
         self.tasks_of.clear();
         self.accounts.reset(&table.accounts);
@@ -227,6 +234,15 @@ impl QueueUse {
             *r += 1;
         }
         self.accounts.charge(&c.account, first);
+        if let Some(a) = c.account.account {
+            add(
+                self.by_association
+                    .entry((a, c.user))
+                    .or_insert_with(|| vec![0; c.req.len()]),
+                &c.req,
+            );
+            self.changed_associations.insert((a, c.user));
+        }
         self.changed.insert((c.queue, c.user));
         self.charged.insert(task, c);
     }
@@ -258,6 +274,15 @@ impl QueueUse {
             }
         }
         self.accounts.uncharge(&c.account, last);
+        if let Some(a) = c.account.account {
+            if let Some(u) = self.by_association.get_mut(&(a, c.user)) {
+                sub(u, &c.req);
+                if u.iter().all(|v| *v == 0) {
+                    self.by_association.remove(&(a, c.user));
+                }
+            }
+            self.changed_associations.insert((a, c.user));
+        }
         self.changed.insert((c.queue, c.user));
         true
     }
@@ -265,6 +290,11 @@ impl QueueUse {
     /// What `user` uses in queue `q` (zeros when nothing).
     pub fn of_user(&self, q: QueueIdx, user: UserIdx) -> Option<&[u64]> {
         self.by_user.get(&(q, user)).map(Vec::as_slice)
+    }
+
+    /// What `user` uses charged to account `a` (by position in the table's accounts).
+    pub fn of_association(&self, a: usize, user: UserIdx) -> Option<&[u64]> {
+        self.by_association.get(&(a, user)).map(Vec::as_slice)
     }
 
     /// Whether job `job` has a task running.

@@ -162,7 +162,8 @@ pub fn accounting_config(
             toml::Value::Table(t) => {
                 let mut keep = Keep::default();
                 for (name, v) in t {
-                    let secs = duration(&v).map_err(|why| at(start, format!("accounting.keep.{name}: {why}")))?;
+                    let secs =
+                        duration(&v).ok_or_else(|| at(start, format!("accounting.keep.{name}: {}", expected(&v))))?;
                     match name.as_str() {
                         "jobs" => keep.jobs = Some(secs),
                         "tasks" => keep.tasks = Some(secs),
@@ -178,7 +179,7 @@ pub fn accounting_config(
                 keep
             }
             v => {
-                let secs = duration(&v).map_err(|why| at(start, format!("accounting.keep: {why}")))?;
+                let secs = duration(&v).ok_or_else(|| at(start, format!("accounting.keep: {}", expected(&v))))?;
                 Keep {
                     jobs: Some(secs),
                     tasks: Some(secs),
@@ -190,10 +191,9 @@ pub fn accounting_config(
     Ok(out)
 }
 
-/// `"2y"`, `"26w"`, `"180d"`, `"12h"`, or a number of days.
-fn duration(v: &toml::Value) -> Result<u64, String> {
+/// `"2y"`, `"26w"`, `"180d"`, `"12h"`, or a number of days; an hour to a century.
+fn duration(v: &toml::Value) -> Option<u64> {
     const DAY: u64 = 86_400;
-    let expected = "expected a duration such as \"2y\", \"26w\", \"180d\" or \"12h\" (at least an hour)";
     let secs = match v {
         toml::Value::Integer(d) if *d > 0 => u64::try_from(*d).ok().and_then(|d| d.checked_mul(DAY)),
         toml::Value::String(s) => {
@@ -210,13 +210,16 @@ fn duration(v: &toml::Value) -> Result<u64, String> {
         }
         _ => None,
     };
-    match secs {
-        Some(s) if (3600..=100 * 365 * DAY).contains(&s) => Ok(s),
-        _ => Err(match v {
-            toml::Value::String(s) => format!("{expected}, got {s:?}"),
-            toml::Value::Integer(i) => format!("{expected}, got {i}"),
-            other => format!("{expected}, got a {}", other.type_str()),
-        }),
+    secs.filter(|s| (3600..=100 * 365 * DAY).contains(s))
+}
+
+/// What a `keep` value should have been, and what it was.
+fn expected(v: &toml::Value) -> String {
+    let expected = "expected a duration such as \"2y\", \"26w\", \"180d\" or \"12h\" (an hour to a century)";
+    match v {
+        toml::Value::String(s) => format!("{expected}, got {s:?}"),
+        toml::Value::Integer(i) => format!("{expected}, got {i}"),
+        other => format!("{expected}, got a {}", other.type_str()),
     }
 }
 

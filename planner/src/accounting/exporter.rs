@@ -224,7 +224,8 @@ impl State {
                 self.written_in_second
                     .extend(new.iter().filter(|r| r.ended_at() == next.end_time).map(|r| r.id));
                 self.cursor = Some(next);
-                status.written(next, new.len() as u64, None);
+                // A full page: more wait, ended at or after this one's last.
+                status.written(next, new.len() as u64, full.then_some(next.end_time));
             }
             if !full {
                 break;

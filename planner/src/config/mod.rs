@@ -95,7 +95,8 @@ impl DaemonConfig {
         planner.scheduler = SchedulerConfig::from_section(raw.scheduler.as_ref(), &at)?;
         planner.accounts = hyperplan_core::config::accounts_from_sections(&raw.account, &at)?;
         planner.queues = hyperplan_core::config::queues_from_sections(&raw.queue, &planner.accounts, &at)?;
-        planner.fairshare = hyperplan_core::config::FairshareConfig::from_section(raw.fairshare.as_ref(), &at)?;
+        planner.fairshare =
+            hyperplan_core::config::FairshareConfig::from_section(raw.fairshare.as_ref(), &planner.accounts, &at)?;
         planner.priority = hyperplan_core::config::PriorityConfig::from_section(raw.priority.as_ref(), &at)?;
         planner.maintenance = hyperplan_core::config::windows_from_sections(&raw.reservation, &at)?;
         planner.preemption =

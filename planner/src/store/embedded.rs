@@ -1348,6 +1348,7 @@ pub(crate) mod tests {
                 user: user.into(),
                 usage: value,
             }],
+            associations: Vec::new(),
         }
         .encode()
         .unwrap()
