@@ -109,19 +109,21 @@ fn listen_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, 
 /// A metrics listen address, `--metrics-listen` or `[metrics] listen`: `HOST:PORT` (an
 /// IP address, `[IPv6]` or a host name, resolved when the agent binds; port 0 for any
 /// free one) is `Some`, the empty string `None` (off).
-pub fn parse_listen(text: &str) -> Result<Option<String>, String> {
+pub fn parse_listen(text: &str) -> Result<Option<String>, BadListen> {
     let text = text.trim();
     if text.is_empty() {
         return Ok(None);
     }
     if !hyperplan_shared::names::is_host_port(text) {
-        return Err(format!(
-            "expected HOST:PORT such as \"127.0.0.1:9401\" or \"0.0.0.0:9401\" (or \"\" for none), got {:?}",
-            hyperplan_shared::names::shorten(text, 100)
-        ));
+        return Err(BadListen(hyperplan_shared::names::shorten(text, 100)));
     }
     Ok(Some(text.to_string()))
 }
+
+/// A metrics listen address that is not `HOST:PORT` (the text, shortened).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected HOST:PORT such as \"127.0.0.1:9401\" or \"0.0.0.0:9401\" (or \"\" for none), got {0:?}")]
+pub struct BadListen(pub String);
 
 /// `[exec]`: what a task starts with beyond its spec.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -164,6 +166,11 @@ pub const DEFAULT_OUTPUT_MODE: u32 = 0o600;
 #[error("[exec] outputMode: expected octal permissions the owner may write, like \"0600\" or \"0640\", got {0:?}")]
 pub struct BadOutputMode(pub String);
 
+/// `[exec] defaultMpi` that is not a mode the agent serves (the text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("[exec] defaultMpi: expected \"pmi\" or \"none\", got {0:?}")]
+pub struct BadDefaultMpi(pub String);
+
 impl ExecSection {
     /// `outputMode`, checked: octal permission bits, owner-writable, no set-id or sticky bit.
     pub fn output_mode(&self) -> Result<u32, BadOutputMode> {
@@ -177,11 +184,10 @@ impl ExecSection {
     }
 
     /// `defaultMpi`, checked.
-    pub fn default_mpi(&self) -> Result<hyperplan_shared::job::MpiMode, String> {
+    pub fn default_mpi(&self) -> Result<hyperplan_shared::job::MpiMode, BadDefaultMpi> {
         match self.default_mpi.as_deref() {
             None => Ok(hyperplan_shared::job::MpiMode::None),
-            Some(text) => hyperplan_shared::job::MpiMode::parse(text)
-                .ok_or_else(|| format!("[exec] defaultMpi: expected \"pmi\" or \"none\", got {text:?}")),
+            Some(text) => hyperplan_shared::job::MpiMode::parse(text).ok_or_else(|| BadDefaultMpi(text.to_string())),
         }
     }
 }
@@ -342,7 +348,7 @@ mod tests {
         assert!(matches!(get(""), Ok(Ok(hyperplan_shared::job::MpiMode::None))));
         let bad = get("[exec]\ndefaultMpi = \"pmix\"\n");
         assert!(
-            matches!(&bad, Ok(Err(e)) if e.contains("defaultMpi") && e.contains("\"pmix\"")),
+            matches!(&bad, Ok(Err(e)) if e.to_string().contains("defaultMpi") && e.to_string().contains("\"pmix\"")),
             "{bad:?}"
         );
     }

@@ -245,7 +245,9 @@ enum PrivateTmpArg {
 struct MetricsListen(Option<String>);
 
 fn parse_metrics_listen(s: &str) -> Result<MetricsListen, String> {
-    hyperplan_agent::config::parse_listen(s).map(MetricsListen)
+    hyperplan_agent::config::parse_listen(s)
+        .map(MetricsListen)
+        .map_err(|e| e.to_string())
 }
 
 /// `--task-pids-max`: a count, or no limit.

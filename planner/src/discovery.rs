@@ -380,14 +380,47 @@ fn read_text(path: &Path) -> Result<String, SourceError> {
 /// Runs `argv` (no shell) with stdin closed and returns its stdout; killed after
 /// `timeout`. A failure says how it ended and the last of what it wrote to stderr.
 async fn run_command(argv: &[String], timeout: Duration) -> Result<Vec<u8>, SourceError> {
-    run(argv, timeout).await.map_err(SourceError::Unreadable)
+    run(argv, timeout)
+        .await
+        .map_err(|e| SourceError::Unreadable(e.to_string()))
 }
 
-/// [`run_command`], its failure as text.
-async fn run(argv: &[String], timeout: Duration) -> Result<Vec<u8>, String> {
+/// Why a discovery command gave no fabric; `shown` is the command as run.
+#[derive(Debug, thiserror::Error)]
+enum CommandError {
+    #[error("an empty command")]
+    Empty,
+    #[error("{shown}: cannot start: {source}")]
+    Start { shown: String, source: std::io::Error },
+    #[error("{shown}: {source}")]
+    Wait { shown: String, source: std::io::Error },
+    #[error("{shown} did not finish within {secs} s and was killed; expected it to print the fabric (raise `timeout`)")]
+    TimedOut { shown: String, secs: f64 },
+    /// It exited unsuccessfully; `stderr` holds the last lines it wrote there.
+    #[error("{shown} failed ({status}){}", last_words(.stderr))]
+    Failed {
+        shown: String,
+        status: std::process::ExitStatus,
+        stderr: Vec<String>,
+    },
+    #[error("{shown} printed more than {mib} MiB")]
+    TooMuch { shown: String, mib: u64 },
+}
+
+/// `: A / B` for the lines a failed command wrote last; nothing when it wrote none.
+fn last_words(lines: &[String]) -> String {
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", lines.join(" / "))
+    }
+}
+
+/// [`run_command`], its failure said by [`CommandError`].
+async fn run(argv: &[String], timeout: Duration) -> Result<Vec<u8>, CommandError> {
     let shown = format!("`{}`", argv.join(" "));
     let Some((program, args)) = argv.split_first() else {
-        return Err("an empty command".into());
+        return Err(CommandError::Empty);
     };
     let child = tokio::process::Command::new(program)
         .args(args)
@@ -396,33 +429,35 @@ async fn run(argv: &[String], timeout: Duration) -> Result<Vec<u8>, String> {
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("{shown}: cannot start: {e}"))?;
+        .map_err(|source| CommandError::Start {
+            shown: shown.clone(),
+            source,
+        })?;
     let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(Ok(out)) => out,
-        Ok(Err(e)) => return Err(format!("{shown}: {e}")),
+        Ok(Err(source)) => return Err(CommandError::Wait { shown, source }),
         Err(_) => {
-            return Err(format!(
-                "{shown} did not finish within {} s and was killed; expected it to print the fabric (raise `timeout`)",
-                timeout.as_secs_f64()
-            ));
+            return Err(CommandError::TimedOut {
+                shown,
+                secs: timeout.as_secs_f64(),
+            });
         }
     };
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let tail: Vec<&str> = stderr.lines().rev().take(3).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        return Err(format!(
-            "{shown} failed ({}){}",
-            output.status,
-            if tail.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", tail.join(" / "))
-            }
-        ));
+        let stderr = tail.into_iter().rev().map(str::to_string).collect();
+        return Err(CommandError::Failed {
+            shown,
+            status: output.status,
+            stderr,
+        });
     }
     if output.stdout.len() as u64 > MAX_INPUT_BYTES {
-        return Err(format!("{shown} printed more than {} MiB", MAX_INPUT_BYTES >> 20));
+        return Err(CommandError::TooMuch {
+            shown,
+            mib: MAX_INPUT_BYTES >> 20,
+        });
     }
     Ok(output.stdout)
 }

@@ -88,10 +88,17 @@ impl<S> Planners<S> {
             .map(|i| format!("{}:{}", hosts[i % hosts.len()], free_udp_port()))
             .collect();
         for (i, a) in addrs.iter().enumerate() {
+            // Each planner's accounting file in the test's directory, not the default
+            // beside /var/lib/hyperplan/state.redb (etcd planners keep no state file).
+            let accounting = if more.contains("[accounting]") {
+                String::new()
+            } else {
+                format!("\n[accounting]\npath = \"accounting-{i}.db\"\n")
+            };
             c.write(
                 &format!("planner-{i}.toml"),
                 &format!(
-                    "[server]\nlisten = \"{a}\"\n{}[ha]\nleaseTtl = {ttl}\n{more}",
+                    "[server]\nlisten = \"{a}\"\n{}[ha]\nleaseTtl = {ttl}\n{more}{accounting}",
                     store_tomls[i]
                 ),
             );

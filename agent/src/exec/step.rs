@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use hyperplan_net::frame::{DEFAULT_MAX_FRAME, read_frame, write_frame};
 use hyperplan_net::messages::{ExecFrame, ExecStart};
+use hyperplan_shared::names::NameError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -13,6 +14,7 @@ use super::kept::Kept;
 use crate::launcher::Step;
 use crate::shepherd::TaskDir;
 use crate::shepherd::exec::Prepared;
+use crate::shepherd::step::StepError;
 
 /// How long the planner has to send the `ExecStart`.
 const START_WITHIN: Duration = Duration::from_secs(10);
@@ -23,6 +25,23 @@ const DRAIN: Duration = Duration::from_secs(2);
 const KILL_GRACE: Duration = Duration::from_secs(2);
 /// Output read at once.
 const CHUNK: usize = 32 * 1024;
+
+/// Why a command of `hyperplan exec` did not start here; the words go back to the
+/// planner, and on to who asked.
+#[derive(Debug, thiserror::Error)]
+enum ExecError {
+    #[error("job name: {0}")]
+    JobName(NameError),
+    #[error("task name: {0}")]
+    TaskName(NameError),
+    #[error(transparent)]
+    Step(#[from] StepError),
+    /// The launcher refused the step, or could not be asked.
+    #[error("{0}")]
+    Launcher(std::io::Error),
+    #[error("starting the command: {0}")]
+    Join(tokio::task::JoinError),
+}
 
 /// Where step `step` of job `job` (id `job_id`) keeps its output on this node: the
 /// agent's own directory, written and read by the agent alone.
@@ -54,18 +73,19 @@ pub async fn serve(
     let task = &start.task;
     let process = match launcher {
         None => prepare(&start, &state_dir, allow_root)
-            .and_then(|p| p.spawn_piped())
+            .and_then(|p| p.spawn_piped().map_err(ExecError::from))
             .map(Process::forked),
         Some(socket) => {
             let (start, state_dir) = (start.clone(), state_dir.clone());
             tokio::task::spawn_blocking(move || through_launcher(&socket, &start, &state_dir))
                 .await
-                .unwrap_or_else(|e| Err(format!("starting the command: {e}")))
+                .unwrap_or_else(|e| Err(ExecError::Join(e)))
         }
     };
     let process = match process {
         Ok(p) => p,
-        Err(message) => {
+        Err(e) => {
+            let message = e.to_string();
             tracing::info!(job = %task.job, task = %task.task, "exec refused: {message}");
             let _ = write_frame(
                 &mut send,
@@ -110,9 +130,9 @@ impl Process {
 
 /// Starts the command through the launcher: pipes made here, their far ends handed
 /// over; the launcher says when it ends.
-fn through_launcher(socket: &Path, start: &ExecStart, state_dir: &Path) -> Result<Process, String> {
+fn through_launcher(socket: &Path, start: &ExecStart, state_dir: &Path) -> Result<Process, ExecError> {
     let dir = task_dir(start, state_dir)?;
-    let pipes = || std::io::pipe().map_err(|e| format!("cannot start the command: creating a pipe failed: {e}"));
+    let pipes = || std::io::pipe().map_err(StepError::Pipe);
     let ((in_read, in_write), (out_read, out_write), (err_read, err_write)) = (pipes()?, pipes()?, pipes()?);
     let step = Step {
         argv: start.argv.clone(),
@@ -124,7 +144,7 @@ fn through_launcher(socket: &Path, start: &ExecStart, state_dir: &Path) -> Resul
         OwnedFd::from(out_write),
         OwnedFd::from(err_write),
     ];
-    let running = crate::launcher::client::start_step(socket, &dir.spec(), step, far).map_err(|e| e.to_string())?;
+    let running = crate::launcher::client::start_step(socket, &dir.spec(), step, far).map_err(ExecError::Launcher)?;
     let pid = running.pid;
     // A launcher that stops while the command runs takes its end with it: the command
     // is killed rather than left running unheard.
@@ -147,19 +167,26 @@ fn through_launcher(socket: &Path, start: &ExecStart, state_dir: &Path) -> Resul
 
 /// The task directory `start` names, its names checked (they place the files read,
 /// whatever the planner sent).
-fn task_dir(start: &ExecStart, state_dir: &Path) -> Result<TaskDir, String> {
+fn task_dir(start: &ExecStart, state_dir: &Path) -> Result<TaskDir, ExecError> {
     let t = &start.task;
     use hyperplan_shared::names::{NameKind, check_name};
-    hyperplan_shared::names::check_job_name(&t.job).map_err(|e| format!("job name: {e}"))?;
-    check_name(NameKind::Task, &t.task).map_err(|e| format!("task name: {e}"))?;
+    hyperplan_shared::names::check_job_name(&t.job).map_err(ExecError::JobName)?;
+    check_name(NameKind::Task, &t.task).map_err(ExecError::TaskName)?;
     Ok(TaskDir::new(state_dir, &t.job, t.job_id, &t.task))
 }
 
 /// The command as the task's spec says to run it, with `start`'s argv.
-fn prepare(start: &ExecStart, state_dir: &Path, allow_root: bool) -> Result<Prepared, String> {
+fn prepare(start: &ExecStart, state_dir: &Path, allow_root: bool) -> Result<Prepared, ExecError> {
     let dir = task_dir(start, state_dir)?;
     let task = format!("{}/{}", start.task.job, start.task.task);
-    crate::shepherd::step::prepare(&dir, &task, &start.argv, start.shell, &start.user, allow_root)
+    Ok(crate::shepherd::step::prepare(
+        &dir,
+        &task,
+        &start.argv,
+        start.shell,
+        &start.user,
+        allow_root,
+    )?)
 }
 
 /// Carries the command's input and output until it ends, or kills it when the planner's

@@ -270,13 +270,13 @@ fn handle(conn: &UnixStream, rules: &Rules, shepherd: &Path) -> Result<Started, 
         let task = format!("{}/{}", spec.job, spec.task);
         let prepared =
             crate::shepherd::step::prepare(&dir, &task, &step.argv, step.shell, &step.user, rules.allow_root)
-                .map_err(|reason| (reason, None))?;
+                .map_err(|reason| (reason.to_string(), None))?;
         let [stdin, stdout, stderr]: [OwnedFd; 3] = descriptors
             .try_into()
             .map_err(|_| ("three descriptors expected".to_string(), None))?;
         let child = prepared
             .spawn_with(stdin, stdout, stderr)
-            .map_err(|reason| (reason, None))?;
+            .map_err(|reason| (reason.to_string(), None))?;
         return Ok(Started::Step(child));
     }
     check::pmi_matches(&spec, &request.spec, request.pmi).map_err(|e| (e.to_string(), None))?;

@@ -20,7 +20,21 @@ use tokio::sync::{Notify, oneshot};
 use super::space::{Barrier, JobShape, PutError, Refusal, Room, Space};
 
 /// How a rank's wait in a barrier ends: `Ok` out, `Err` with why.
-pub type Released = Result<(), String>;
+pub type Released = Result<(), BarrierError>;
+
+/// Why a barrier failed.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BarrierError {
+    /// The job's space went before the rank entered.
+    #[error("the job's PMI space is gone")]
+    Gone,
+    /// The fence's answer did not fit here.
+    #[error(transparent)]
+    Here(PutError),
+    /// The planner failed the fence (`FenceFailed`), with its reason.
+    #[error("{0}")]
+    Planner(String),
+}
 
 /// The most all jobs' spaces hold on a node (as [`Space::bytes`] counts): what PMI may
 /// cost the agent at most, whoever runs there. A job's own bound
@@ -262,7 +276,7 @@ impl Hub {
             }
         });
         if let Some(tx) = tx {
-            let _ = tx.send(Err("the job's PMI space is gone".into()));
+            let _ = tx.send(Err(BarrierError::Gone));
         }
         rx
     }
@@ -296,7 +310,7 @@ impl Hub {
                 Err(e) => {
                     if let Some(ranks) = entry.space.failed(seq) {
                         tracing::warn!(job = %entry.space.shape.job, job_id, seq, uid = entry.uid, "a PMI fence failed here: {e}");
-                        release(entry, &ranks, Err(e.to_string()));
+                        release(entry, &ranks, Err(BarrierError::Here(e)));
                     }
                 }
             }
@@ -308,7 +322,7 @@ impl Hub {
         self.lock().change(self.bounds, job_id, |entry, _, _| {
             if let Some(ranks) = entry.space.failed(seq) {
                 tracing::warn!(job = %entry.space.shape.job, job_id, seq, "a PMI fence failed: {reason}");
-                release(entry, &ranks, Err(reason.to_string()));
+                release(entry, &ranks, Err(BarrierError::Planner(reason.to_string())));
             }
         });
     }
@@ -509,7 +523,7 @@ mod tests {
             all.pairs.push((format!("bc-{i}"), "v".repeat(200)));
         }
         hub.done(all);
-        let why = waiting.await.unwrap().unwrap_err();
+        let why = waiting.await.unwrap().unwrap_err().to_string();
         assert!(why.contains("user") && why.contains("10000"), "{why}");
         // Nothing of the answer is kept; the part out is let go.
         assert_eq!(hub.get(1, "bc-1"), None);

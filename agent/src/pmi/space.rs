@@ -52,7 +52,7 @@ impl JobShape {
 }
 
 /// Why a put was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PutError {
     #[error("key of {len} bytes, longer than {KEYLEN_MAX}")]
     KeyTooLong { len: usize },

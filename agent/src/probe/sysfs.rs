@@ -48,15 +48,25 @@ pub(crate) fn list_dir(dir: &Path) -> Result<Option<Vec<String>>, ProbeError> {
 
 /// Reads one sysfs attribute, trimmed. `Ok(None)`: the file is not there (attributes vary
 /// by driver and kernel, that is no news). `Err`: there but unreadable or not text.
-pub(crate) fn read_attr_raw(path: &Path) -> Result<Option<String>, String> {
+pub(crate) fn read_attr_raw(path: &Path) -> Result<Option<String>, AttrError> {
     match fs::read(path) {
         Ok(bytes) => match String::from_utf8(bytes) {
             Ok(text) => Ok(Some(clean(&text).to_owned())),
-            Err(e) => Err(format!("not text ({e})")),
+            Err(e) => Err(AttrError::NotText(e)),
         },
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("cannot read: {e}")),
+        Err(e) => Err(AttrError::Read(e)),
     }
+}
+
+/// Why an attribute that is there could not be had ([`read_attr_raw`]); the caller
+/// names the file.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AttrError {
+    #[error("not text ({0})")]
+    NotText(std::string::FromUtf8Error),
+    #[error("cannot read: {0}")]
+    Read(std::io::Error),
 }
 
 /// An attribute parsed by `parse`; `what` says what was expected. Missing file: `None`.

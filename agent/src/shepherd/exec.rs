@@ -43,6 +43,7 @@ use std::process::{Command, Stdio};
 use super::jobtmp::{self, JobTmpError};
 use super::record::describe_errno;
 use super::spec::{Checked, MemoryPolicy};
+use super::step::StepError;
 use super::user::Identity;
 use crate::probe::live::format_cpu_list;
 
@@ -254,7 +255,7 @@ impl Prepared {
     /// Forks and execs the command with its standard input, output and error as pipes
     /// to the caller, set up as a task is otherwise (cgroups, CPUs, memory, limits, user,
     /// working directory): a step of `hyperplan exec`. `Err`: why it did not start.
-    pub fn spawn_piped(&self) -> Result<std::process::Child, String> {
+    pub fn spawn_piped(&self) -> Result<std::process::Child, StepError> {
         let mut setup = self.setup.clone();
         setup.stdout = None;
         setup.stderr = None;
@@ -268,18 +269,18 @@ impl Prepared {
         stdin: std::os::fd::OwnedFd,
         stdout: std::os::fd::OwnedFd,
         stderr: std::os::fd::OwnedFd,
-    ) -> Result<std::process::Child, String> {
+    ) -> Result<std::process::Child, StepError> {
         let mut setup = self.setup.clone();
         setup.stdout = None;
         setup.stderr = None;
         self.spawn_step(setup, [Stdio::from(stdin), Stdio::from(stdout), Stdio::from(stderr)])
     }
 
-    fn spawn_step(&self, setup: Setup, stdio: [Stdio; 3]) -> Result<std::process::Child, String> {
+    fn spawn_step(&self, setup: Setup, stdio: [Stdio; 3]) -> Result<std::process::Child, StepError> {
         match self.spawn(setup, stdio) {
             Ok((Ok(child), _)) => Ok(child),
-            Ok((Err(e), said)) => Err(self.reason(&said, &e)),
-            Err(e) => Err(format!("cannot start the command: creating a pipe failed: {e}")),
+            Ok((Err(e), said)) => Err(StepError::Start(self.reason(&said, &e))),
+            Err(e) => Err(StepError::Pipe(e)),
         }
     }
 

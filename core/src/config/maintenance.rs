@@ -94,8 +94,8 @@ pub fn windows_from_sections(
 
 /// `2026-12-01T08:00:00Z`, `2026-12-01T09:00:00+01:00` (or a space for `T`) as Unix
 /// seconds; or whole seconds as digits.
-pub fn parse_instant(text: &str) -> Result<u64, String> {
-    let expected = || format!("expected an RFC 3339 time like 2026-12-01T08:00:00Z, or Unix seconds, got {text:?}");
+pub fn parse_instant(text: &str) -> Result<u64, InstantError> {
+    let expected = || InstantError::NotATime(text.to_string());
     let t = text.trim();
     if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
         return t.parse().map_err(|_| expected());
@@ -104,7 +104,7 @@ pub fn parse_instant(text: &str) -> Result<u64, String> {
     if b.len() < 20 || !matches!(b[10], b'T' | b't' | b' ') {
         return Err(expected());
     }
-    let num = |r: std::ops::Range<usize>| -> Result<i64, String> {
+    let num = |r: std::ops::Range<usize>| -> Result<i64, InstantError> {
         t.get(r)
             .filter(|s| s.bytes().all(|c| c.is_ascii_digit()))
             .and_then(|s| s.parse().ok())
@@ -132,7 +132,7 @@ pub fn parse_instant(text: &str) -> Result<u64, String> {
     let offset = match rest {
         "Z" | "z" => 0,
         o if o.len() == 6 && (o.starts_with('+') || o.starts_with('-')) && o.get(3..4) == Some(":") => {
-            let part = |r: std::ops::Range<usize>| -> Result<i64, String> {
+            let part = |r: std::ops::Range<usize>| -> Result<i64, InstantError> {
                 o.get(r)
                     .filter(|p| p.bytes().all(|c| c.is_ascii_digit()))
                     .and_then(|p| p.parse().ok())
@@ -145,7 +145,18 @@ pub fn parse_instant(text: &str) -> Result<u64, String> {
         _ => return Err(expected()),
     };
     let secs = hyperplan_shared::civil::days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s - offset;
-    u64::try_from(secs).map_err(|_| format!("{text:?} is before 1970"))
+    u64::try_from(secs).map_err(|_| InstantError::Before1970(text.to_string()))
+}
+
+/// Why a text is not an instant [`parse_instant`] takes (the text, as given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InstantError {
+    /// Neither an RFC 3339 time nor whole seconds.
+    #[error("expected an RFC 3339 time like 2026-12-01T08:00:00Z, or Unix seconds, got {0:?}")]
+    NotATime(String),
+    /// A time, but before the Unix epoch.
+    #[error("{0:?} is before 1970")]
+    Before1970(String),
 }
 
 #[cfg(test)]

@@ -48,10 +48,9 @@ impl NumaConfig {
         let mut numa = NumaConfig::default();
         if let Some(n) = section {
             if let Some(p) = &n.default_policy {
-                numa.default_policy = p
-                    .get_ref()
-                    .parse()
-                    .map_err(|e: String| at(p.span().start, format!("numa.defaultPolicy: {e}")))?;
+                numa.default_policy = p.get_ref().parse().map_err(|e: crate::numa::hints::UnknownPolicy| {
+                    at(p.span().start, format!("numa.defaultPolicy: {e}"))
+                })?;
             }
             if let Some(w) = &n.weight {
                 if w.get_ref().is_nan() || *w.get_ref() < 0.0 {

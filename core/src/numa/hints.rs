@@ -52,17 +52,20 @@ impl fmt::Display for Policy {
     }
 }
 
+/// A topology policy name that is none of [`Policy`]'s (the text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown topology policy {0:?} (expected none, best-effort, restricted or single-numa-node)")]
+pub struct UnknownPolicy(pub String);
+
 impl FromStr for Policy {
-    type Err = String;
+    type Err = UnknownPolicy;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "none" => Ok(Policy::None),
             "best-effort" => Ok(Policy::BestEffort),
             "restricted" => Ok(Policy::Restricted),
             "single-numa-node" => Ok(Policy::SingleNumaNode),
-            _ => Err(format!(
-                "unknown topology policy {s:?} (expected none, best-effort, restricted or single-numa-node)"
-            )),
+            _ => Err(UnknownPolicy(s.to_string())),
         }
     }
 }

@@ -10,11 +10,32 @@ use hyperplan_shared::TaskSpec;
 
 use super::assign::TaskNuma;
 use super::cpus::CpuPlacement;
-use super::hints::Policy;
+use super::hints::{Policy, UnknownPolicy};
 use super::node::gpus_requested;
 
+/// Why a task spec makes no NUMA request; each names the field and says what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NumaRequestError {
+    /// `topologyPolicy` names no policy.
+    #[error(transparent)]
+    Policy(#[from] UnknownPolicy),
+    /// `cpuPlacement` is neither `packed` nor `spread` (the text).
+    #[error("cpuPlacement: expected packed or spread, got {0:?}")]
+    Placement(String),
+    /// `cpu` is not whole under a policy that pins PUs.
+    #[error("resources.cpu: {why} ({origin} is {policy})")]
+    NotWholeCpus {
+        /// How it is not whole.
+        why: String,
+        /// Where the policy came from: the task's own or the planner's default.
+        origin: &'static str,
+        /// The policy that pins PUs.
+        policy: Policy,
+    },
+}
+
 /// The NUMA request of one task spec; `Err` names the field and says what is wrong.
-pub fn task_numa(spec: &TaskSpec, default_policy: Policy) -> Result<Option<TaskNuma>, String> {
+pub fn task_numa(spec: &TaskSpec, default_policy: Policy) -> Result<Option<TaskNuma>, NumaRequestError> {
     let policy = match &spec.topology_policy {
         Some(p) => p.parse::<Policy>()?,
         None => default_policy,
@@ -22,7 +43,7 @@ pub fn task_numa(spec: &TaskSpec, default_policy: Policy) -> Result<Option<TaskN
     let placement = match spec.cpu_placement.as_deref() {
         None | Some("packed") => CpuPlacement::Packed,
         Some("spread") => CpuPlacement::Spread,
-        Some(other) => return Err(format!("cpuPlacement: expected packed or spread, got {other:?}")),
+        Some(other) => return Err(NumaRequestError::Placement(other.to_string())),
     };
     let gpus = gpus_requested(&spec.resources);
     if policy == Policy::None {
@@ -41,7 +62,7 @@ pub fn task_numa(spec: &TaskSpec, default_policy: Policy) -> Result<Option<TaskN
         } else {
             "the planner's default topology policy"
         };
-        return Err(format!("resources.cpu: {why} ({origin} is {policy})"));
+        return Err(NumaRequestError::NotWholeCpus { why, origin, policy });
     }
     Ok(Some(TaskNuma {
         policy,

@@ -116,15 +116,24 @@ pub fn replay(log: &SwfLog, cluster: &ClusterSpec, opts: &SwfOptions) -> Result<
     for j in &log.jobs {
         match job_of(j, per_proc, &sizes, opts) {
             Ok(spec) => out.jobs.push(spec),
-            Err(why) => out.skipped.push((j.line, why)),
+            Err(why) => out.skipped.push((j.line, why.to_string())),
         }
     }
     Ok(out)
 }
 
-fn job_of(j: &SwfJob, per_proc: u64, sizes: &BTreeMap<u32, u32>, opts: &SwfOptions) -> Result<JobSpec, String> {
-    let procs = j.procs.filter(|&p| p > 0).ok_or("no processor count")?;
-    let runtime = j.runtime.ok_or("no run time")?.max(1);
+/// Why a job of the log is left out of the replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum Skip {
+    #[error("no processor count")]
+    NoProcs,
+    #[error("no run time")]
+    NoRunTime,
+}
+
+fn job_of(j: &SwfJob, per_proc: u64, sizes: &BTreeMap<u32, u32>, opts: &SwfOptions) -> Result<JobSpec, Skip> {
+    let procs = j.procs.filter(|&p| p > 0).ok_or(Skip::NoProcs)?;
+    let runtime = j.runtime.ok_or(Skip::NoRunTime)?.max(1);
     let limit = j.requested_time.filter(|&t| t > 0).unwrap_or(runtime);
     let nodes = procs.div_ceil(opts.procs_per_node.max(1));
     let tier = sizes.iter().find(|(_, size)| **size >= nodes).map(|(t, _)| *t);

@@ -60,15 +60,17 @@ pub struct RawWeb {
 }
 
 /// An `IP:PORT`, or `""` for off.
-pub fn listen_address(text: &str) -> Result<Option<SocketAddr>, String> {
+pub fn listen_address(text: &str) -> Result<Option<SocketAddr>, BadListen> {
     if text.trim().is_empty() {
         return Ok(None);
     }
-    text.trim()
-        .parse()
-        .map(Some)
-        .map_err(|_| format!("expected IP:PORT (e.g. 127.0.0.1:9400) or \"\" for off, got {text:?}"))
+    text.trim().parse().map(Some).map_err(|_| BadListen(text.to_string()))
 }
+
+/// A listen address that is not `IP:PORT` (the text, as given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected IP:PORT (e.g. 127.0.0.1:9400) or \"\" for off, got {0:?}")]
+pub struct BadListen(pub String);
 
 /// Checks `[metrics]` and `[web]`; `at` names the line; relative paths are taken from
 /// `base` (planner.toml's directory).
@@ -105,6 +107,7 @@ mod tests {
         assert!(
             listen_address("localhost:9400")
                 .unwrap_err()
+                .to_string()
                 .contains("expected IP:PORT")
         );
         assert_eq!(MetricsConfig::default().listen, "127.0.0.1:9400".parse().ok());

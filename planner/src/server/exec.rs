@@ -42,7 +42,8 @@ pub async fn session(
     }
     let plan = match answer.await {
         Ok(Ok(plan)) => plan,
-        Ok(Err(message)) => {
+        Ok(Err(refused)) => {
+            let message = refused.to_string();
             tracing::info!(job = %request.job, who, "exec refused: {message}");
             let _ = write_frame(&mut send, &ExecFrame::Error { node: None, message }, max_frame).await;
             return finish(send).await;

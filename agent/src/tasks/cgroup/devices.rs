@@ -197,18 +197,18 @@ pub fn program(allowed: &[u32]) -> Vec<Insn> {
 /// Runs `prog` on one access as the kernel would, for the tests: only the instructions
 /// [`program`] emits are known; anything else, a jump out of the program or a missing
 /// exit is an error. Returns r0.
-pub fn run(prog: &[Insn], access_type: u32, major: u32, minor: u32) -> Result<u64, String> {
+pub fn run(prog: &[Insn], access_type: u32, major: u32, minor: u32) -> Result<u64, RunError> {
     let ctx = [access_type, major, minor];
     let mut r = [0u64; 11];
     let mut pc = 0usize;
     // A program of n instructions that only jumps forward runs at most n of them.
     for _ in 0..=prog.len() {
         let Some(i) = prog.get(pc) else {
-            return Err(format!("pc {pc} is past the program's end"));
+            return Err(RunError::PastEnd { pc });
         };
         let (dst, src) = ((i.regs & 0xf) as usize, (i.regs >> 4) as usize);
         if dst > 10 || src > 10 {
-            return Err(format!("pc {pc}: bad register"));
+            return Err(RunError::BadRegister { pc });
         }
         let jump = |taken: bool| {
             if taken {
@@ -220,7 +220,7 @@ pub fn run(prog: &[Insn], access_type: u32, major: u32, minor: u32) -> Result<u6
         let next = match i.code {
             LDX_MEM_W => {
                 if src != 1 || i.off < 0 || i.off % 4 != 0 || i.off > 8 {
-                    return Err(format!("pc {pc}: load outside the context"));
+                    return Err(RunError::LoadOutside { pc });
                 }
                 r[dst] = u64::from(ctx[(i.off / 4) as usize]);
                 pc as i64 + 1
@@ -237,11 +237,28 @@ pub fn run(prog: &[Insn], access_type: u32, major: u32, minor: u32) -> Result<u6
             JNE_K => jump(r[dst] != i.imm as i64 as u64),
             JGT_K => jump(r[dst] > i.imm as i64 as u64),
             EXIT => return Ok(r[0]),
-            other => return Err(format!("pc {pc}: opcode {other:#04x} is not one this program uses")),
+            other => return Err(RunError::Opcode { pc, code: other }),
         };
-        pc = usize::try_from(next).map_err(|_| format!("pc {pc}: jump before the start"))?;
+        pc = usize::try_from(next).map_err(|_| RunError::BeforeStart { pc })?;
     }
-    Err("no exit".into())
+    Err(RunError::NoExit)
+}
+
+/// Why [`run`] could not run a program to its exit.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RunError {
+    #[error("pc {pc} is past the program's end")]
+    PastEnd { pc: usize },
+    #[error("pc {pc}: bad register")]
+    BadRegister { pc: usize },
+    #[error("pc {pc}: load outside the context")]
+    LoadOutside { pc: usize },
+    #[error("pc {pc}: opcode {code:#04x} is not one this program uses")]
+    Opcode { pc: usize, code: u8 },
+    #[error("pc {pc}: jump before the start")]
+    BeforeStart { pc: usize },
+    #[error("no exit")]
+    NoExit,
 }
 
 /// Why the device program could not be put on a task's cgroup.

@@ -4,7 +4,7 @@
 //! (`server::exec`).
 
 use hyperplan_core::model::jobstate::StepEnd;
-use hyperplan_core::requests::exec::{ExecWhere, ExecWho};
+use hyperplan_core::requests::exec::{ExecError, ExecWhere, ExecWho};
 use hyperplan_net::messages::{ExecNodes, ExecRequest, ExecStart, TaskRef};
 use tokio::sync::oneshot;
 
@@ -37,7 +37,21 @@ pub struct ExecPlan {
 pub struct ExecAsk {
     pub caller: ExecCaller,
     pub request: ExecRequest,
-    pub reply: oneshot::Sender<Result<ExecPlan, String>>,
+    pub reply: oneshot::Sender<Result<ExecPlan, ExecRefused>>,
+}
+
+/// Why the driver refused an exec (the texts are what the caller sees).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecRefused {
+    #[error("a task's exec needs the job's credential (HYPERPLAN_CREDENTIAL)")]
+    NoCredential,
+    /// The core's refusal: no such job, not the person's, not running, …
+    #[error(transparent)]
+    Core(#[from] ExecError),
+    #[error("node {node} holds no task of job {job}")]
+    NotJobsNode { node: String, job: String },
+    #[error("node {0} is not connected now; try again")]
+    NotConnected(String),
 }
 
 /// An exec session is over (every node's command ended, or the person went away, or
@@ -81,7 +95,7 @@ impl Driver {
         }
     }
 
-    fn plan_exec(&mut self, caller: &ExecCaller, request: &ExecRequest) -> Result<ExecPlan, String> {
+    fn plan_exec(&mut self, caller: &ExecCaller, request: &ExecRequest) -> Result<ExecPlan, ExecRefused> {
         let nodes = match &request.nodes {
             ExecNodes::Rank0 => ExecWhere::Rank0,
             ExecNodes::Node(n) => ExecWhere::Node(n),
@@ -97,13 +111,10 @@ impl Driver {
             }),
             ExecCaller::Task { .. } => match request.credential.as_deref() {
                 Some(c) => ExecWho::Credential(c),
-                None => return Err("a task's exec needs the job's credential (HYPERPLAN_CREDENTIAL)".into()),
+                None => return Err(ExecRefused::NoCredential),
             },
         };
-        let target = self
-            .planner
-            .authorize_exec(&request.job, nodes, who)
-            .map_err(|e| e.to_string())?;
+        let target = self.planner.authorize_exec(&request.job, nodes, who)?;
         if let ExecCaller::Task { node } = caller {
             // A credential is good only on the job's own nodes.
             if !self
@@ -111,14 +122,17 @@ impl Driver {
                 .job_nodes(&target.job, target.job_id)
                 .is_some_and(|ns| ns.iter().any(|n| **n == **node))
             {
-                return Err(format!("node {node} holds no task of job {}", target.job));
+                return Err(ExecRefused::NotJobsNode {
+                    node: node.clone(),
+                    job: target.job,
+                });
             }
         }
         let mut conns = Vec::with_capacity(target.places.len());
         for place in &target.places {
             match self.links.get(&place.node).and_then(|l| l.quic()) {
                 Some(conn) => conns.push(conn),
-                None => return Err(format!("node {} is not connected now; try again", place.node)),
+                None => return Err(ExecRefused::NotConnected(place.node.clone())),
             }
         }
         // A step of the job, numbered and kept with it (committed at the next tick).
