@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use hyperplan_core::caller::Caller;
-use hyperplan_core::model::commands::KillReason;
+use hyperplan_core::model::kill::KillReason;
 use hyperplan_core::requests::nodes::NodeAdminError;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
 use hyperplan_core::{Command, PlannerConfig};

@@ -9,9 +9,9 @@ use hyperplan_core::sim::SIM_OWNER;
 use std::time::Duration;
 
 use hyperplan_core::config::HealthConfig;
-use hyperplan_core::model::commands::KillReason;
 use hyperplan_core::model::events::TaskOnNode;
 use hyperplan_core::model::jobstate::{StepEnd, StepRecord};
+use hyperplan_core::model::kill::KillReason;
 use hyperplan_core::model::record::JobRecord;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
 use hyperplan_core::{Command, Event, Planner, PlannerConfig};

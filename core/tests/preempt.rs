@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use hyperplan_core::model::commands::KillReason;
+use hyperplan_core::model::kill::KillReason;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
 use hyperplan_core::{Command, Event, PlannerConfig};
 use hyperplan_shared::report::JobStatus;

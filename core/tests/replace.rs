@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use hyperplan_core::config::HealthConfig;
-use hyperplan_core::model::commands::KillReason;
 use hyperplan_core::model::events::TaskOnNode;
+use hyperplan_core::model::kill::KillReason;
 use hyperplan_core::model::record::JobRecord;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
 use hyperplan_core::{Command, Event, PlannerConfig};

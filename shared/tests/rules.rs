@@ -208,3 +208,280 @@ fn the_scan_finds_string_errors_and_only_them() {
     assert_eq!(scan(tests), vec![9], "after the test module, not in it");
     assert!(scan("#[cfg(test)]\nuse x::y;\n#[cfg(test)]\nfn t() -> Result<(), String> { Ok(()) }").is_empty());
 }
+
+/// A module's path in its crate (`["model", "jobstate"]`; `mod.rs` and `lib.rs` are their
+/// directory's module).
+fn module_of(root: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(root).unwrap_or(file).with_extension("");
+    let mut parts: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+        parts.pop();
+    }
+    parts
+}
+
+/// Every path that starts with `crate::` or `super::` in `code`, from `module`'s view, as
+/// segments from the crate's root; `{a, b::c}` groups expanded.
+fn paths_from(module: &[String], code: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let bytes = code.as_bytes();
+    let word_start = |at: usize| at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_');
+    let mut at = 0;
+    while at < code.len() {
+        let rest = &code[at..];
+        let (base, skip) = if rest.starts_with("crate::") && word_start(at) {
+            (Vec::new(), "crate::".len())
+        } else if rest.starts_with("super::") && word_start(at) {
+            (module[..module.len().saturating_sub(1)].to_vec(), "super::".len())
+        } else if rest.starts_with("self::") && word_start(at) {
+            (module.to_vec(), "self::".len())
+        } else if rest.starts_with("use ") && word_start(at) {
+            // `use child::…` (2018 paths): from this module; names that are no child of
+            // it (std, other crates) resolve to nothing and are left out below.
+            (module.to_vec(), "use ".len())
+        } else {
+            at += rest.chars().next().map_or(1, char::len_utf8);
+            continue;
+        };
+        let (tail, used) = path_text(rest[skip..].trim_start());
+        let used = used + (rest[skip..].len() - rest[skip..].trim_start().len());
+        let relative_use = rest.starts_with("use ");
+        if relative_use
+            && ["crate::", "super::", "self::", "::"]
+                .iter()
+                .any(|p| tail.starts_with(p))
+        {
+            // Read again as what it starts with.
+            at += skip;
+            continue;
+        }
+        for p in expand(&tail) {
+            // A relative `use` counts only when it names a child module of this one.
+            if relative_use && p.is_empty() {
+                continue;
+            }
+            let mut full = base.clone();
+            for seg in p {
+                if seg == "super" {
+                    full.pop();
+                } else if seg != "self" {
+                    full.push(seg);
+                }
+            }
+            out.push(full);
+        }
+        at += skip + used.max(1);
+    }
+    out
+}
+
+/// The path text at the start of `s` (segments, `::` and balanced `{…}` groups) and its length.
+fn path_text(s: &str) -> (String, usize) {
+    let mut depth = 0usize;
+    let mut end = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth > 0 => depth -= 1,
+            c if c.is_ascii_alphanumeric() || c == '_' || c == ':' => {}
+            c if depth > 0 && (c == ',' || c.is_whitespace()) => {}
+            _ if depth > 0 => {}
+            _ => {
+                end = i;
+                return (s[..end].to_string(), end);
+            }
+        }
+        end = i + c.len_utf8();
+        if depth == 0 && c == '}' {
+            return (s[..end].to_string(), end);
+        }
+    }
+    (s[..end].to_string(), end)
+}
+
+/// `a::b::{c, d::{e, f}}` as its paths: `a::b::c`, `a::b::d::e`, `a::b::d::f`.
+fn expand(text: &str) -> Vec<Vec<String>> {
+    let Some(open) = text.find('{') else {
+        return vec![text.split("::").filter(|s| !s.is_empty()).map(str::to_string).collect()];
+    };
+    let prefix: Vec<String> = text[..open]
+        .split("::")
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    let inner = text[open + 1..].strip_suffix('}').unwrap_or(&text[open + 1..]);
+    let (mut parts, mut depth, mut start) = (Vec::new(), 0usize, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                parts.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&inner[start..]);
+    parts
+        .into_iter()
+        .map(|p| p.split_whitespace().collect::<String>())
+        .filter(|p| !p.is_empty())
+        .flat_map(|p| expand(&p))
+        .map(|tail| prefix.iter().cloned().chain(tail).collect())
+        .collect()
+}
+
+/// The strongly connected components of more than one node (Tarjan), each sorted.
+fn circles(edges: &[std::collections::BTreeSet<usize>]) -> Vec<Vec<usize>> {
+    struct T<'a> {
+        edges: &'a [std::collections::BTreeSet<usize>],
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        stack: Vec<usize>,
+        on: Vec<bool>,
+        next: usize,
+        out: Vec<Vec<usize>>,
+    }
+    fn visit(t: &mut T<'_>, v: usize) {
+        t.index[v] = Some(t.next);
+        t.low[v] = t.next;
+        t.next += 1;
+        t.stack.push(v);
+        t.on[v] = true;
+        for &w in t.edges[v].iter() {
+            match t.index[w] {
+                None => {
+                    visit(t, w);
+                    t.low[v] = t.low[v].min(t.low[w]);
+                }
+                Some(iw) if t.on[w] => t.low[v] = t.low[v].min(iw),
+                Some(_) => {}
+            }
+        }
+        if Some(t.low[v]) == t.index[v] {
+            let mut c = Vec::new();
+            while let Some(w) = t.stack.pop() {
+                t.on[w] = false;
+                c.push(w);
+                if w == v {
+                    break;
+                }
+            }
+            if c.len() > 1 {
+                c.sort_unstable();
+                t.out.push(c);
+            }
+        }
+    }
+    let n = edges.len();
+    let mut t = T {
+        edges,
+        index: vec![None; n],
+        low: vec![0; n],
+        stack: Vec::new(),
+        on: vec![false; n],
+        next: 0,
+        out: Vec::new(),
+    };
+    for v in 0..n {
+        if t.index[v].is_none() {
+            visit(&mut t, v);
+        }
+    }
+    t.out
+}
+
+/// The import graph of the crate whose sources are `root`: an edge from a file to each
+/// module its code (not its comments or tests) names, the longest module path a name
+/// starts with. A module's use of its own ancestors is left out: a child sees its
+/// parent's room (and a parent re-exporting its children is no circle).
+fn import_circles(root: &Path) -> Vec<Vec<String>> {
+    let mut files = Vec::new();
+    rust_files(root, &mut files);
+    let modules: Vec<Vec<String>> = files.iter().map(|f| module_of(root, f)).collect();
+    let by_path: std::collections::BTreeMap<&[String], usize> =
+        modules.iter().enumerate().map(|(i, m)| (m.as_slice(), i)).collect();
+    let mut edges = vec![std::collections::BTreeSet::new(); files.len()];
+    for (i, file) in files.iter().enumerate() {
+        let code = without_tests(&std::fs::read_to_string(file).unwrap_or_default()).join("\n");
+        let me = &modules[i];
+        for path in paths_from(me, &code) {
+            let Some(target) = (0..=path.len()).rev().find_map(|k| by_path.get(&path[..k]).copied()) else {
+                continue;
+            };
+            let t = &modules[target];
+            if target != i && !me.starts_with(t) {
+                edges[i].insert(target);
+            }
+        }
+    }
+    circles(&edges)
+        .into_iter()
+        .map(|c| {
+            c.into_iter()
+                .map(|i| files[i].strip_prefix(root).unwrap_or(&files[i]).display().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+/// The core's vocabulary sits below its systems and no room imports in a circle: a
+/// circle is where the walls bent (issue 41 found `commands` → `record` → `components` →
+/// `jobstate` → `commands`).
+#[test]
+fn the_core_has_no_import_circle() {
+    let found = import_circles(&workspace_root().join("core/src"));
+    assert!(
+        found.is_empty(),
+        "import circles in core/src, the files of each (break it by moving what they share into a module of its own):\n{}",
+        found.iter().map(|c| c.join(", ")).collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// The circle scan itself, on a crate made for it.
+#[test]
+fn the_circle_scan_finds_circles_and_only_them() {
+    let dir = tempfile_dir();
+    let write = |rel: &str, text: &str| {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap_or(&dir)).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(p, text).unwrap_or_else(|e| panic!("{e}"));
+    };
+    write("lib.rs", "pub mod model;\npub mod sys;\n");
+    write("model/mod.rs", "pub mod a;\npub mod b;\npub use a::A;\n");
+    write("model/a.rs", "use super::b::B;\npub struct A(B);\n");
+    write(
+        "model/b.rs",
+        "use std::fmt;\nuse crate::{sys::S, model}; // sys: the circle\npub struct B;\n",
+    );
+    write(
+        "sys/mod.rs",
+        "use crate::model::a::A;\npub struct S;\n#[cfg(test)]\nmod tests { use crate::model::b::B; }\n",
+    );
+    let found = import_circles(&dir);
+    assert_eq!(found, vec![vec!["model/a.rs", "model/b.rs", "sys/mod.rs"]]);
+    // A room's module using its child (`use a::A`, 2018 paths) closes a circle too.
+    write("model/b.rs", "pub struct B;\n");
+    write("sys/mod.rs", "use crate::model::A;\npub struct S;\n");
+    write("model/a.rs", "use crate::sys::S;\npub struct A(S);\n");
+    assert_eq!(
+        import_circles(&dir),
+        vec![vec!["model/a.rs", "model/mod.rs", "sys/mod.rs"]]
+    );
+    // Without it: none (a child using its parent, `super::`, is no circle).
+    write(
+        "model/a.rs",
+        "use super::b::B;\nuse super::super::model as _;\npub struct A(B);\n",
+    );
+    assert!(import_circles(&dir).is_empty(), "{:?}", import_circles(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fresh directory under the system's temp dir (this test file has no tempfile).
+fn tempfile_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hyperplan-rules-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    dir
+}

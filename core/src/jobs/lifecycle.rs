@@ -24,13 +24,14 @@ use hyperplan_shared::job::OnNodeLost;
 use hyperplan_shared::report::JobStatus;
 use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 
-use crate::model::commands::{Command, KillReason};
+use crate::model::commands::Command;
 use crate::model::components::JobId;
 use crate::model::components::Requeued;
 use crate::model::components::{Job, JobPhase, JobState, Node, SubJobState, Task, TaskPhase, TaskState, Verdict};
 use crate::model::events::TaskOnNode;
 use crate::model::health::Heartbeats;
 use crate::model::jobstate::StateRecord;
+use crate::model::kill::KillReason;
 use crate::model::strays::Strays;
 use crate::model::taskrun::TaskRun;
 use crate::model::tick::{Now, Outbox};

@@ -10,8 +10,9 @@
 use bevy_ecs::prelude::*;
 
 use crate::jobs::lifecycle::{KILL_GRACE_SECS, settle as settle_job, stop_tasks};
-use crate::model::commands::{Command, KillReason};
+use crate::model::commands::Command;
 use crate::model::components::{Job, JobPhase, JobState, Node, Task, TaskPhase, TaskState, Verdict};
+use crate::model::kill::KillReason;
 use crate::model::tick::{Now, Outbox, Replacements};
 
 /// The system (see the module).

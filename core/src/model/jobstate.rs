@@ -5,7 +5,7 @@
 use bevy_ecs::prelude::Component;
 use serde::{Deserialize, Serialize};
 
-use crate::model::commands::KillReason;
+use crate::model::kill::KillReason;
 
 /// How a job ended (or is ending), once decided; `None` on the simulator's jobs, whose
 /// tasks nobody reports.

@@ -18,6 +18,7 @@ pub mod health;
 pub mod held;
 pub mod ids;
 pub mod jobstate;
+pub mod kill;
 pub mod ports;
 pub mod record;
 pub mod strained;

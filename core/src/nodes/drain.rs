@@ -11,9 +11,10 @@ use std::sync::Arc;
 use bevy_ecs::prelude::*;
 
 use crate::jobs::lifecycle::{KILL_GRACE_SECS, kill, lose};
-use crate::model::commands::{Command, KillReason};
+use crate::model::commands::Command;
 use crate::model::components::{Node, Task, TaskState};
 use crate::model::drain::{Drain, Drained, Drains, DrainsRecord};
+use crate::model::kill::KillReason;
 use crate::model::tick::Outbox;
 use crate::names::NodeNames;
 

@@ -528,7 +528,7 @@ impl Driver {
                         "kill: {}",
                         why.as_str()
                     );
-                    if why == hyperplan_core::model::commands::KillReason::Preempted {
+                    if why == hyperplan_core::model::kill::KillReason::Preempted {
                         self.metrics.victims.inc();
                     }
                     if let Some(l) = self.links.get(&*node) {
