@@ -71,7 +71,7 @@ pub struct JobCtx {
     /// The job's recorded AllocatedHyperNode; `None` = none yet.
     pub allocated: Option<HnIdx>,
     /// Per role (task spec): its shape and name.
-    pub shapes: Vec<Shape>,
+    pub shapes: Vec<std::sync::Arc<Shape>>,
     /// Per role: its NUMA request (`None` = nothing to pin).
     pub numa: Vec<Option<TaskNuma>>,
     /// Per role: its task spec's name.

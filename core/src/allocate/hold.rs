@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use bevy_ecs::prelude::Entity;
 
-use crate::cache::capacity::{Capacity, Shape};
+use crate::cache::capacity::Shape;
+use crate::cache::scratch::Scratch;
 use crate::model::ids::NodeIdx;
-use crate::topology::TopologyIndex;
 
 /// A held node and what was taken on it (all of it).
 type HeldNode = (NodeIdx, Arc<Shape>);
@@ -27,20 +27,18 @@ pub struct Holds {
 impl Holds {
     /// Takes the nodes of every nomination (`(job, node names)`) from `cap`; names the
     /// topology does not know (any more) are skipped.
-    pub fn take<'a>(
-        nominations: impl Iterator<Item = (Entity, &'a [String])>,
-        index: &TopologyIndex,
-        cap: &mut Capacity,
-    ) -> Self {
+    pub fn take<'a>(nominations: impl Iterator<Item = (Entity, &'a [String])>, s: &mut Scratch<'_>) -> Self {
+        let index = s.index();
         let mut list = Vec::new();
         for (job, names) in nominations {
             let mut nodes = Vec::new();
             for n in names.iter().filter_map(|n| index.node_by_name.get(n).copied()) {
+                let d = s.cap().d;
                 let shape = Arc::new(Shape {
-                    req: cap.alloc[n.ix() * cap.d..(n.ix() + 1) * cap.d].to_vec(),
+                    req: s.cap().alloc[n.ix() * d..(n.ix() + 1) * d].to_vec(),
                     missing: None,
                 });
-                cap.take(index, n, &shape);
+                s.take(n, &shape, None);
                 nodes.push((n, shape));
             }
             list.push((job, nodes));
@@ -55,32 +53,32 @@ impl Holds {
     }
 
     /// Gives `job`'s own nodes back while it is tried (and takes the last job's again).
-    pub fn trying(&mut self, job: Entity, index: &TopologyIndex, cap: &mut Capacity) {
+    pub fn trying(&mut self, job: Entity, s: &mut Scratch<'_>) {
         let want = self.list.binary_search_by_key(&job, |(e, _)| *e).ok();
         if want == self.released {
             return;
         }
         if let Some(i) = self.released.take() {
-            for (n, s) in &self.list[i].1 {
-                cap.take(index, *n, s);
+            for (n, shape) in &self.list[i].1 {
+                s.take(*n, shape, None);
             }
         }
         if let Some(i) = want {
-            for (n, s) in &self.list[i].1 {
-                cap.give(index, *n, s);
+            for (n, shape) in &self.list[i].1 {
+                s.give(*n, shape, None);
             }
         }
         self.released = want;
     }
 
     /// Gives everything back: the caches hold only what runs.
-    pub fn clear(&mut self, index: &TopologyIndex, cap: &mut Capacity) {
+    pub fn clear(&mut self, s: &mut Scratch<'_>) {
         for (i, (_, nodes)) in self.list.iter().enumerate() {
             if Some(i) == self.released {
                 continue;
             }
-            for (n, s) in nodes {
-                cap.give(index, *n, s);
+            for (n, shape) in nodes {
+                s.give(*n, shape, None);
             }
         }
         self.list.clear();

@@ -25,6 +25,7 @@ use super::topology::{TierCap, TopologyIndex};
 use crate::cache::capacity::Capacity;
 use crate::cache::holdings::{Holdings, ShapeMemo, held_by};
 use crate::cache::numa::NumaState;
+use crate::cache::scratch::Scratch;
 use crate::config::PlannerConfig;
 use crate::jobs::holds;
 use crate::model::awaiting::{Awaiting, Incomplete, Rejoining};
@@ -287,19 +288,21 @@ pub fn allocate(
         let (alloc, used) = (cap.hn_alloc(index.root), cap.hn_used(index.root));
         alloc.iter().zip(used).map(|(a, u)| a.saturating_sub(*u)).collect()
     };
+    // Every take and give of the walk goes through one scratch (see `cache::scratch`).
+    let mut scratch = Scratch::new(&index, &mut cap, &mut numa);
+    let s = &mut scratch;
     // The nodes preemptions freed are held for their jobs (see `hold`).
     let mut holds = hold::Holds::take(
         held.iter().filter_map(|&e| {
             let (_, _, st) = jobs.get(e).ok()?;
             Some((e, st.nomination.as_ref()?.nodes.as_slice()))
         }),
-        &index,
-        &mut cap,
+        s,
     );
     for (key, entity) in order {
         looked_at.push(entity);
         if !holds.is_empty() {
-            holds.trying(entity, &index, &mut cap);
+            holds.trying(entity, s);
         }
         let limit = jobs.get(entity).ok().and_then(|(_, j, _)| j.spec.run.time_limit);
         // A waiting job already looked at on this topology, that wants no reservation
@@ -312,14 +315,14 @@ pub fn allocate(
             && state.checked_generation == Some(index.generation)
             && state.next_rank == 0
             && !(can_reserve && whole && sweeps_left > 0 && reservations.list.len() - reservations.windows < want)
-            && !could_fit(job, &cap, &free_room)
+            && !could_fit(job, s.cap(), &free_room)
         {
             state.failed_epoch = Some(room_epoch);
             continue;
         }
         if !reservations.list.is_empty() {
             let window = Window { from: now_s, limit };
-            active.set(&reservations.list, window, &index, &mut cap, &mut numa, None);
+            active.set(&reservations.list, window, s, None);
         }
         let mut was_rejected = None;
         if let Ok((_, job, mut state)) = jobs.get_mut(entity)
@@ -345,7 +348,7 @@ pub fn allocate(
                 tasks: &tasks,
                 nodes: &nodes,
             };
-            let mut ctx = build_ctx(entity, job, &state, &index, &cap, &parts, &mut out);
+            let mut ctx = build_ctx(entity, job, &state, &index, s.cap(), &parts, &mut out);
             if ctx.pending().next().is_none() {
                 break;
             }
@@ -410,9 +413,9 @@ pub fn allocate(
                 .iter()
                 .filter(|_| sticky && pass == 0 && state.phase == JobPhase::Pending)
                 .find(|r| r.job == entity && r.start <= now_s);
-            let decision = match due.and_then(|r| backfill::reserve::start_as_reserved(&index, &mut cap, &mut ctx, r)) {
+            let decision = match due.and_then(|r| backfill::reserve::start_as_reserved(s, &mut ctx, r)) {
                 Some(d) => Some(d),
-                None => Search::new(&index, &mut cap, &mut numa, &config).allocate_job(&mut ctx),
+                None => Search::new(s, &config).allocate_job(&mut ctx),
             };
             let Some(decision) = decision else {
                 state.failed_epoch = Some(room_epoch);
@@ -425,9 +428,7 @@ pub fn allocate(
                     explain(
                         &mut ctx,
                         &mut state,
-                        &index,
-                        &mut cap,
-                        &numa,
+                        s,
                         &config,
                         &mut out,
                         was_rejected.as_deref(),
@@ -456,8 +457,7 @@ pub fn allocate(
                             .find(|r: &&Reservation| r.job == entity);
                         let found = Sweep {
                             index: &index,
-                            cap: &mut cap,
-                            numa: &mut numa,
+                            s,
                             config: &config,
                         }
                         .earliest(
@@ -523,7 +523,7 @@ pub fn allocate(
                         );
                     }
                     if record {
-                        let held = held_by(&cap, &mut shapes, n, task, &ts);
+                        let held = held_by(s.cap(), &mut shapes, n, task, &ts);
                         if let Some(l) = limit {
                             timeline.push(Release {
                                 end: now_s.saturating_add(l),
@@ -561,8 +561,8 @@ pub fn allocate(
             }
         }
     }
-    holds.clear(&index, &mut cap);
-    active.clear(&reservations.list, &index, &mut cap, &mut numa);
+    holds.clear(s);
+    active.clear(&reservations.list, s);
     // Not while agents are away: the stored reservations stand until it is whole again.
     if whole {
         record_reservations(&reservations, &looked_at, &index, &mut jobs);
@@ -673,30 +673,28 @@ pub struct Unsettled {
 fn explain(
     ctx: &mut JobCtx,
     state: &mut JobState,
-    index: &TopologyIndex,
-    cap: &mut Capacity,
-    numa: &NumaState,
+    s: &mut Scratch<'_>,
     config: &PlannerConfig,
     out: &mut Outbox,
     was_rejected: Option<&str>,
     incomplete: Option<Incomplete>,
 ) {
+    let index = s.index();
     let mut rejected = None;
     if state.checked_generation != Some(index.generation) {
         if incomplete.is_none() {
             state.checked_generation = Some(index.generation);
         }
-        rejected = reason::impossible(ctx, index, cap);
+        rejected = reason::impossible(ctx, index, s.cap());
         if rejected.is_none() {
-            let mut empty = cap.emptied();
-            let mut empty_numa = numa.emptied();
+            let mut empty = s.cap().emptied();
+            let mut empty_numa = s.numa().emptied();
+            let mut on_empty = Scratch::new(index, &mut empty, &mut empty_numa);
             let mut trial = ctx.clone();
-            let fits = Search::new(index, &mut empty, &mut empty_numa, config)
-                .allocate_job(&mut trial)
-                .is_some();
+            let fits = on_empty.trial(|e| Search::new(e, config).allocate_job(&mut trial).is_some());
             if !fits {
-                // A failed attempt rolls back everything: `empty` is still empty.
-                let (code, why) = reason::pending(ctx, index, &mut empty, &empty_numa);
+                let (index, empty, empty_numa) = on_empty.counting();
+                let (code, why) = reason::pending(ctx, index, empty, empty_numa);
                 rejected = Some(format!("{code}: even on the empty cluster: {why}"));
             }
         }
@@ -720,6 +718,7 @@ fn explain(
                     ctx.name
                 )));
             }
+            let (index, cap, numa) = s.counting();
             let (code, why) = reason::pending(ctx, index, cap, numa);
             state.reason = Some(format!("{code}: {why}"));
         }
@@ -900,7 +899,12 @@ pub fn build_ctx(
         trees,
         with_topology,
         allocated: hn(&state.allocated_hyper_node),
-        shapes: job.spec.tasks.iter().map(|t| cap.shape(&t.resources)).collect(),
+        shapes: job
+            .spec
+            .tasks
+            .iter()
+            .map(|t| std::sync::Arc::new(cap.shape(&t.resources)))
+            .collect(),
         numa: job.numa.clone(),
         role_names: job.spec.tasks.iter().map(|t| t.name.clone()).collect(),
         tasks: slots,

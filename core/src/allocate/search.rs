@@ -1,5 +1,5 @@
 //! The two-level search (Volcano allocateForJob / allocateForSubJob /
-//! allocateResourcesForTasks, §4) over live capacity, with an undo log instead of
+//! allocateResourcesForTasks, §4) over live capacity, on a [`Scratch`] instead of
 //! statement copies: a trial places tasks for real and rolls back what it does not keep.
 //! A task with a NUMA request is also admitted per node by the topology manager (a node
 //! that fails its policy is no candidate) and gets its PUs, memory and GPUs as it lands;
@@ -7,8 +7,9 @@
 
 use std::sync::Arc;
 
-use crate::cache::capacity::{Capacity, Shape};
-use crate::cache::numa::{IdealSpans, NumaState};
+use crate::cache::capacity::Shape;
+use crate::cache::numa::IdealSpans;
+use crate::cache::scratch::{Mark, Scratch};
 use crate::config::{PlannerConfig, ScoringConfig, SpanMode};
 use crate::model::ids::{HnIdx, NodeIdx};
 use crate::numa::assign::{Assignment, TaskNuma};
@@ -37,39 +38,32 @@ pub struct Decision {
 const NARROWER_LOOKAHEAD: usize = 32;
 
 /// One job's allocation attempt over the live caches, with its undo log.
-pub struct Search<'a> {
+pub struct Search<'a, 's> {
     /// The topology the attempt places on.
     pub index: &'a TopologyIndex,
-    /// Free resources per node and HyperNode, taken from as tasks are placed.
-    pub cap: &'a mut Capacity,
-    /// Free NUMA state per node, taken from as tasks are pinned.
-    pub numa: &'a mut NumaState,
+    /// The caches, taken from as tasks are placed and pinned.
+    s: &'a mut Scratch<'s>,
     /// Scoring settings (weights, span mode).
     pub cfg: &'a ScoringConfig,
     /// numa-aware plugin weight.
     numa_weight: f64,
     weights: Vec<f64>,
-    /// Undo log: task index placed in this attempt.
-    log: Vec<usize>,
+    /// Undo log: task index placed in this attempt, and where the scratch's log stood
+    /// before it.
+    log: Vec<(usize, Mark)>,
     sub_job_hn: Vec<(usize, HnIdx)>,
     /// The leaf-minimal plan for the HyperNode being filled: where its tasks look for
     /// nodes, planned units first in fill order ([`Slot`]).
     plan: Option<(HnIdx, Vec<Slot>)>,
 }
 
-impl<'a> Search<'a> {
-    /// A search over `cap` and `numa`, with `cfg`'s scoring and numa-aware weight.
-    pub fn new(
-        index: &'a TopologyIndex,
-        cap: &'a mut Capacity,
-        numa: &'a mut NumaState,
-        cfg: &'a PlannerConfig,
-    ) -> Self {
-        let weights = dim_weights(cap, &cfg.scoring);
+impl<'a, 's> Search<'a, 's> {
+    /// A search over the scratch's caches, with `cfg`'s scoring and numa-aware weight.
+    pub fn new(s: &'a mut Scratch<'s>, cfg: &'a PlannerConfig) -> Self {
+        let weights = dim_weights(s.cap(), &cfg.scoring);
         Self {
-            index,
-            cap,
-            numa,
+            index: s.index(),
+            s,
             cfg: &cfg.scoring,
             numa_weight: cfg.numa.weight,
             weights,
@@ -81,33 +75,39 @@ impl<'a> Search<'a> {
 
     fn place(&mut self, job: &mut JobCtx, t: usize, n: NodeIdx, assignment: Option<Arc<Assignment>>) {
         let role = job.tasks[t].role;
-        self.cap.take(self.index, n, &job.shapes[role]);
-        if let Some(a) = &assignment {
-            self.numa.take(n, a);
-        }
+        self.log.push((t, self.s.mark()));
+        self.s.take(n, &job.shapes[role], assignment.as_ref());
         job.tasks[t].node = Some(n);
         job.tasks[t].new = true;
         job.tasks[t].assignment = assignment;
-        self.log.push(t);
     }
 
     fn rollback(&mut self, job: &mut JobCtx, mark: usize, sj_mark: usize) {
-        while self.log.len() > mark {
-            let Some(t) = self.log.pop() else { break };
-            if let Some(n) = job.tasks[t].node.take() {
-                self.cap.give(self.index, n, &job.shapes[job.tasks[t].role]);
-                if let Some(a) = job.tasks[t].assignment.take() {
-                    self.numa.give(n, &a);
-                }
-            }
+        if let Some(&(_, to)) = self.log.get(mark) {
+            self.s.undo_to(to);
+        }
+        for (t, _) in self.log.drain(mark..) {
+            job.tasks[t].node = None;
+            job.tasks[t].assignment = None;
             job.tasks[t].new = false;
         }
         self.sub_job_hn.truncate(sj_mark);
     }
 
     /// One allocation attempt for a job. On success the placements stay applied (to
-    /// `job` and the capacity) and the decision is returned; otherwise nothing changed.
+    /// `job` and the caches: kept by the scratch) and the decision is returned;
+    /// otherwise nothing changed.
     pub fn allocate_job(&mut self, job: &mut JobCtx) -> Option<Decision> {
+        let mark = self.s.begin();
+        let decision = self.attempt(job);
+        if decision.is_none() {
+            self.rollback(job, 0, 0);
+        }
+        self.s.end(mark, decision.is_some());
+        decision
+    }
+
+    fn attempt(&mut self, job: &mut JobCtx) -> Option<Decision> {
         self.log.clear();
         self.sub_job_hn.clear();
         if job.tier.is_none() && !job.has_partitions() {
@@ -134,11 +134,11 @@ impl<'a> Search<'a> {
                     .iter()
                     .map(|&h| {
                         let key = if minimal {
-                            span::plan(self.index, self.cap, h, &job.shapes, &counts, &pending).key
+                            span::plan(self.index, self.s.cap(), h, &job.shapes, &counts, &pending).key
                         } else {
                             SpanKey::default()
                         };
-                        (key, fill_ratio(self.cap, &self.weights, h, &request), h)
+                        (key, fill_ratio(self.s.cap(), &self.weights, h, &request), h)
                     })
                     .collect();
                 keyed.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2)));
@@ -249,7 +249,7 @@ impl<'a> Search<'a> {
             .shapes
             .iter()
             .enumerate()
-            .map(|(r, shape)| (pending[r] > 0).then(|| self.cap.room_per_hn(self.index, shape)))
+            .map(|(r, shape)| (pending[r] > 0).then(|| self.s.room_per_hn(shape)))
             .collect();
         let grads = gradients(self.index, h_job, s.tier, s.allocated, |h| {
             room(&rooms, &pending, h) >= need
@@ -262,7 +262,7 @@ impl<'a> Search<'a> {
             // Volcano's bin-pack score and the tie bonus.
             let plans: Vec<Option<span::SpanPlan>> = tier
                 .iter()
-                .map(|&h| minimal.then(|| span::plan(self.index, self.cap, h, &job.shapes, &rooms, &pending)))
+                .map(|&h| minimal.then(|| span::plan(self.index, self.s.cap(), h, &job.shapes, &rooms, &pending)))
                 .collect();
             let mut keyed: Vec<(Option<&SpanKey>, f64, f64, HnIdx, usize)> = tier
                 .iter()
@@ -279,7 +279,7 @@ impl<'a> Search<'a> {
                         .count() as f64;
                     (
                         plans[i].as_ref().map(|p| &p.key),
-                        fill_ratio(self.cap, &self.weights, h, &request),
+                        fill_ratio(self.s.cap(), &self.weights, h, &request),
                         on_h / total_tasks,
                         h,
                         i,
@@ -332,7 +332,7 @@ impl<'a> Search<'a> {
 
     /// Σ of the requests of every task of the sub-job (Volcano counts running ones too).
     fn sub_job_request(&self, job: &JobCtx, sj: usize) -> Vec<u64> {
-        let mut r = vec![0u64; self.cap.d];
+        let mut r = vec![0u64; self.s.cap().d];
         for &t in &job.sub_jobs[sj].tasks {
             for (k, v) in job.shapes[job.tasks[t].role].req.iter().enumerate() {
                 r[k] = r[k].saturating_add(*v);
@@ -347,7 +347,7 @@ impl<'a> Search<'a> {
         job.shapes
             .iter()
             .enumerate()
-            .map(|(r, s)| (pending[r] > 0).then(|| self.cap.room_per_hn(self.index, s)))
+            .map(|(r, s)| (pending[r] > 0).then(|| self.s.room_per_hn(s)))
             .collect()
     }
 
@@ -363,10 +363,10 @@ impl<'a> Search<'a> {
         want: u32,
     ) -> Option<Candidate> {
         for &n in nodes.iter().skip(pos + 1).take(NARROWER_LOOKAHEAD) {
-            if !self.cap.fits(n, shape) {
+            if !self.s.cap().fits(n, shape) {
                 continue;
             }
-            match self.numa.assign_shared(n, req) {
+            match self.s.numa_mut().assign_shared(n, req) {
                 Ok(a) if a.numa.count() <= want => return Some((n, a)),
                 _ => {}
             }
@@ -449,7 +449,7 @@ impl<'a> Search<'a> {
                 let nodes: &[NodeIdx] = slot.nodes.as_deref().unwrap_or(&index.groups[g.ix()].nodes);
                 let mut pos = cursor[si] as usize;
                 loop {
-                    while pos < nodes.len() && !self.cap.fits(nodes[pos], shape) {
+                    while pos < nodes.len() && !self.s.cap().fits(nodes[pos], shape) {
                         pos += 1;
                         cand[si] = None;
                     }
@@ -459,9 +459,9 @@ impl<'a> Search<'a> {
                     if cand[si].is_some() {
                         break;
                     }
-                    match self.numa.assign_shared(n, req) {
+                    match self.s.numa_mut().assign_shared(n, req) {
                         Ok(a) => {
-                            let want = self.numa.group_ideal_span(g, req, role, &mut ideal);
+                            let want = self.s.numa().group_ideal_span(g, req, role, &mut ideal);
                             let better = if a.numa.count() > want {
                                 self.narrower_after(nodes, pos, shape, req, want)
                             } else {
@@ -498,7 +498,7 @@ impl<'a> Search<'a> {
                     (score, bonus)
                 } else {
                     (
-                        fading_score(index, self.cap, self.cfg, &self.weights, g, &shape.req),
+                        fading_score(index, self.s.cap(), self.cfg, &self.weights, g, &shape.req),
                         0.0,
                     )
                 };

@@ -144,7 +144,7 @@ pub(super) fn plan(
     index: &TopologyIndex,
     cap: &Capacity,
     h: HnIdx,
-    shapes: &[Shape],
+    shapes: &[std::sync::Arc<Shape>],
     rooms: &[Option<Vec<u64>>],
     pending: &[u64],
 ) -> SpanPlan {
@@ -299,7 +299,7 @@ mod tests {
             .busy(13)
             .busy(14)
             .build_index();
-        let shape = cap.shape(&crate::testing::res("cpu=8"));
+        let shape = std::sync::Arc::new(cap.shape(&crate::testing::res("cpu=8")));
         let rooms = vec![Some(cap.room_per_hn(&index, &shape))];
         let spine = |n: &str| index.hn(n).map_or(index.root, |h| h.0);
         let four = plan(
@@ -353,7 +353,7 @@ mod tests {
             .hyper_node(spine)
             .build_index();
         assert_eq!(index.leaf_of(crate::model::ids::NodeIdx(0)), None);
-        let shape = cap.shape(&crate::testing::res("cpu=8"));
+        let shape = std::sync::Arc::new(cap.shape(&crate::testing::res("cpu=8")));
         let rooms = vec![Some(cap.room_per_hn(&index, &shape))];
         let h = index.hn("spine-1").map_or(index.root, |h| h.0);
         let p = plan(&index, &cap, h, &[shape], &rooms, &[4]);

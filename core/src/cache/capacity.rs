@@ -183,12 +183,12 @@ impl Capacity {
 
     /// Takes a task of shape `s` on node `n`: node free capacity, HyperNode use and the
     /// counted shapes all follow.
-    pub fn take(&mut self, index: &TopologyIndex, n: NodeIdx, s: &Shape) {
+    pub(in crate::cache) fn take(&mut self, index: &TopologyIndex, n: NodeIdx, s: &Shape) {
         self.apply(index, n, &s.req, true);
     }
 
     /// Gives back what `take` took.
-    pub fn give(&mut self, index: &TopologyIndex, n: NodeIdx, s: &Shape) {
+    pub(in crate::cache) fn give(&mut self, index: &TopologyIndex, n: NodeIdx, s: &Shape) {
         self.apply(index, n, &s.req, false);
     }
 

@@ -121,7 +121,7 @@ impl NumaState {
     }
 
     /// Takes assignment `a` out of node `n`'s free state.
-    pub fn take(&mut self, n: NodeIdx, a: &Assignment) {
+    pub(in crate::cache) fn take(&mut self, n: NodeIdx, a: &Assignment) {
         if let Some(free) = self.free_mut(n) {
             assign::apply(free, a);
         }
@@ -129,7 +129,7 @@ impl NumaState {
     }
 
     /// Gives assignment `a` back to node `n`'s free state.
-    pub fn give(&mut self, n: NodeIdx, a: &Assignment) {
+    pub(in crate::cache) fn give(&mut self, n: NodeIdx, a: &Assignment) {
         if let Some(free) = self.free_mut(n) {
             assign::release(free, a);
         }

@@ -29,6 +29,7 @@ use crate::allocate::{JobCtx, build_ctx};
 use crate::cache::capacity::Capacity;
 use crate::cache::holdings::{Held, Holdings};
 use crate::cache::numa::NumaState;
+use crate::cache::scratch::Scratch;
 use crate::config::PlannerConfig;
 use crate::model::awaiting::Awaiting;
 use crate::model::commands::Command;
@@ -514,13 +515,11 @@ fn base(
     numa: &NumaState,
 ) -> (Capacity, NumaState) {
     let (mut c, mut n) = (cap.clone(), numa.clone());
+    let mut s = Scratch::new(index, &mut c, &mut n);
     for &(_, job, st, _) in live {
         if st.phase == JobPhase::Ending {
             for h in job.tasks.iter().filter_map(|&t| holdings.get(t)) {
-                c.give(index, h.node, &h.shape);
-                if let Some(a) = &h.numa {
-                    n.give(h.node, a);
-                }
+                s.give_held(h);
             }
         }
     }
@@ -530,7 +529,7 @@ fn base(
         }
         if let Some(nom) = &st.nomination {
             for node in nom.nodes.iter().filter_map(|x| index.node_by_name.get(x)) {
-                trial::mask(index, &mut c, *node);
+                s.mask(*node);
             }
         }
     }

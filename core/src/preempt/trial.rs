@@ -4,12 +4,11 @@
 //! the victims' room are undone after each question, so one copy serves every victim set
 //! and every HyperNode a decision tries.
 
-use std::sync::Arc;
-
 use crate::allocate::{JobCtx, Search};
-use crate::cache::capacity::{Capacity, Shape};
+use crate::cache::capacity::Capacity;
 use crate::cache::holdings::Held;
 use crate::cache::numa::NumaState;
+use crate::cache::scratch::Scratch;
 use crate::config::PlannerConfig;
 use crate::model::ids::{HnIdx, NodeIdx};
 use crate::topology::TopologyIndex;
@@ -17,10 +16,8 @@ use crate::topology::TopologyIndex;
 /// The placement search for one job restricted to one HyperNode, on caches it borrows
 /// (shared by every HyperNode a decision tries: nothing is copied per HyperNode).
 pub struct Trial<'a> {
-    index: &'a TopologyIndex,
     config: &'a PlannerConfig,
-    cap: &'a mut Capacity,
-    numa: &'a mut NumaState,
+    s: Scratch<'a>,
     hn: HnIdx,
     /// Searches run (for the bench's figures).
     pub searches: usize,
@@ -36,10 +33,8 @@ impl<'a> Trial<'a> {
         hn: HnIdx,
     ) -> Self {
         Self {
-            index,
             config,
-            cap: caches.0,
-            numa: caches.1,
+            s: Scratch::new(index, caches.0, caches.1),
             hn,
             searches: 0,
         }
@@ -48,64 +43,30 @@ impl<'a> Trial<'a> {
     /// The nodes the job's tasks land on inside the HyperNode when the `victims`' tasks
     /// there have gone; `None` when it still does not fit. The search keeps inside the
     /// HyperNode as it keeps a running job inside its own: the job's worksheet names it
-    /// as where the job is (its tier the limit), so the gradients start there.
+    /// as where the job is (its tier the limit), so the gradients start there. A trial of
+    /// the scratch: the victims' room and the placement are undone on return.
     pub fn fits(&mut self, ctx: &JobCtx, victims: &[&[Held]]) -> Option<Vec<NodeIdx>> {
-        let (index, hn) = (self.index, self.hn);
+        let (index, hn, config) = (self.s.index(), self.hn, self.config);
         let inside = |n: NodeIdx| hn == index.root || index.hns[hn.ix()].nodes.contains(n.ix());
-        for h in victims.iter().flat_map(|v| v.iter()).filter(|h| inside(h.node)) {
-            self.cap.give(index, h.node, &h.shape);
-            if let Some(a) = &h.numa {
-                self.numa.give(h.node, a);
-            }
-        }
         self.searches += 1;
-        let mut trial = ctx.clone();
-        if hn != index.root {
-            trial.tier = Some(crate::topology::TierCap::Tier(index.hns[hn.ix()].tier));
-            trial.allocated = Some(hn);
-        }
-        let placed = Search::new(index, self.cap, self.numa, self.config)
-            .allocate_job(&mut trial)
-            .is_some();
-        let mut nodes = Vec::new();
-        if placed {
-            for slot in trial.tasks.iter_mut().filter(|s| s.new) {
-                let Some(n) = slot.node else { continue };
-                self.cap.give(index, n, &trial.shapes[slot.role]);
-                if let Some(a) = slot.assignment.take() {
-                    self.numa.give(n, &a);
-                }
-                nodes.push(n);
+        self.s.trial(|s| {
+            for h in victims.iter().flat_map(|v| v.iter()).filter(|h| inside(h.node)) {
+                s.give_held(h);
             }
-        }
-        for h in victims.iter().flat_map(|v| v.iter()).filter(|h| inside(h.node)) {
-            self.cap.take(index, h.node, &h.shape);
-            if let Some(a) = &h.numa {
-                self.numa.take(h.node, a);
+            let mut trial = ctx.clone();
+            if hn != index.root {
+                trial.tier = Some(crate::topology::TierCap::Tier(index.hns[hn.ix()].tier));
+                trial.allocated = Some(hn);
             }
-        }
-        // Only inside: a placement that strayed (it cannot, see above) is no answer.
-        if placed && nodes.iter().all(|&n| inside(n)) {
+            Search::new(s, config).allocate_job(&mut trial)?;
+            let mut nodes: Vec<NodeIdx> = trial.tasks.iter().filter(|s| s.new).filter_map(|s| s.node).collect();
+            // Only inside: a placement that strayed (it cannot, see above) is no answer.
+            if !nodes.iter().all(|&n| inside(n)) {
+                return None;
+            }
             nodes.sort_unstable();
             nodes.dedup();
             Some(nodes)
-        } else {
-            None
-        }
-    }
-}
-
-/// Takes everything node `n` has free, so no search places anything there.
-pub fn mask(index: &TopologyIndex, cap: &mut Capacity, n: NodeIdx) {
-    let free = cap.free[n.ix() * cap.d..(n.ix() + 1) * cap.d].to_vec();
-    if free.iter().any(|&f| f > 0) {
-        cap.take(
-            index,
-            n,
-            &Arc::new(Shape {
-                req: free,
-                missing: None,
-            }),
-        );
+        })
     }
 }

@@ -5,15 +5,13 @@
 //! begin after the job must have ended leave their room usable. The walk moves the set
 //! from job to job and gives everything back at its end.
 
-use crate::cache::capacity::Capacity;
-use crate::cache::numa::NumaState;
+use crate::cache::scratch::Scratch;
 use crate::model::ids::NodeIdx;
-use crate::topology::TopologyIndex;
 
 use super::Reservation;
 
 /// Per reservation (by position in the list): whether its resources are taken now.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct ActiveSet {
     taken: Vec<bool>,
 }
@@ -45,9 +43,7 @@ impl ActiveSet {
         &mut self,
         list: &[Reservation],
         window: Window,
-        index: &TopologyIndex,
-        cap: &mut Capacity,
-        numa: &mut NumaState,
+        s: &mut Scratch<'_>,
         mut freed: Option<&mut Vec<NodeIdx>>,
     ) {
         self.taken.resize(list.len(), false);
@@ -59,15 +55,9 @@ impl ActiveSet {
             *taken = want;
             for h in &r.held {
                 if want {
-                    cap.take(index, h.node, &h.shape);
-                    if let Some(a) = &h.numa {
-                        numa.take(h.node, a);
-                    }
+                    s.take_held(h);
                 } else {
-                    cap.give(index, h.node, &h.shape);
-                    if let Some(a) = &h.numa {
-                        numa.give(h.node, a);
-                    }
+                    s.give_held(h);
                     if let Some(f) = freed.as_deref_mut() {
                         f.push(h.node);
                     }
@@ -77,14 +67,11 @@ impl ActiveSet {
     }
 
     /// Gives back everything taken: the caches hold only what runs.
-    pub fn clear(&mut self, list: &[Reservation], index: &TopologyIndex, cap: &mut Capacity, numa: &mut NumaState) {
+    pub fn clear(&mut self, list: &[Reservation], s: &mut Scratch<'_>) {
         for (r, taken) in list.iter().zip(self.taken.iter_mut()) {
             if std::mem::take(taken) {
                 for h in &r.held {
-                    cap.give(index, h.node, &h.shape);
-                    if let Some(a) = &h.numa {
-                        numa.give(h.node, a);
-                    }
+                    s.give_held(h);
                 }
             }
         }

@@ -1,16 +1,13 @@
 //! The earliest time a blocked job fits, and where: a sweep forward in time over the live
 //! caches. At each time a running task is expected to end, its resources are given back
-//! (in the caches themselves, undone at the end), the reservations overlapping the job's
+//! (in the caches themselves, a trial of the scratch: undone at the end), the reservations overlapping the job's
 //! window from then on are taken, and, when the room of some HyperNode the job may use
 //! has grown enough, the real placement search runs on that future state. The first
 //! success is the reservation: one HyperNode of an allowed tier (the search's own rule),
 //! fewest leaves, best packed, as a placement now would be.
 
-use std::sync::Arc;
-
-use crate::cache::capacity::{Capacity, Shape};
 use crate::cache::holdings::Held;
-use crate::cache::numa::NumaState;
+use crate::cache::scratch::Scratch;
 use crate::config::PlannerConfig;
 use crate::model::ids::{HnIdx, NodeIdx};
 use crate::topology::TopologyIndex;
@@ -37,26 +34,42 @@ pub struct Found {
 }
 
 /// The caches and settings a sweep works on.
-pub struct Sweep<'a> {
+pub struct Sweep<'a, 's> {
     /// The topology.
     pub index: &'a TopologyIndex,
-    /// The live capacity cache (left as it was found).
-    pub cap: &'a mut Capacity,
-    /// The live NUMA state (left as it was found).
-    pub numa: &'a mut NumaState,
+    /// The live caches (left as they were found).
+    pub s: &'a mut Scratch<'s>,
     /// Scoring, as for a placement now.
     pub config: &'a PlannerConfig,
 }
 
-impl Sweep<'_> {
+impl Sweep<'_, '_> {
     /// The earliest time after `now` at which `ctx`'s pending tasks fit for `limit`
     /// seconds, given `releases` (sorted by end) and the reservations already made
     /// (`list`, held per `active`). `previous`: the job's reservation from the last walk,
     /// kept when it still holds at its time (so it does not wander and push others back).
-    /// The caches are left as they were found, except for `active`, which the caller
-    /// sets again for the next job.
+    /// The caches and `active` are left as they were found: the sweep is a trial.
     #[allow(clippy::too_many_arguments)]
     pub fn earliest(
+        &mut self,
+        ctx: &JobCtx,
+        limit: Option<u64>,
+        now: u64,
+        releases: &[Release],
+        list: &[Reservation],
+        active: &mut ActiveSet,
+        previous: Option<&Reservation>,
+    ) -> Option<Found> {
+        let saved = active.clone();
+        let mark = self.s.begin();
+        let found = self.sweep(ctx, limit, now, releases, list, active, previous);
+        self.s.end(mark, false);
+        *active = saved;
+        found
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn sweep(
         &mut self,
         ctx: &JobCtx,
         limit: Option<u64>,
@@ -76,7 +89,7 @@ impl Sweep<'_> {
         // Count the job's shapes from here on, so each room check is a read.
         for (r, shape) in ctx.shapes.iter().enumerate() {
             if pending[r] > 0 {
-                self.cap.room_per_hn(self.index, shape);
+                self.s.room_per_hn(shape);
             }
         }
         let previous =
@@ -105,15 +118,12 @@ impl Sweep<'_> {
             freed.clear();
             while applied < releases.len() && at(&releases[applied]) <= c {
                 let h = &releases[applied].held;
-                self.cap.give(self.index, h.node, &h.shape);
-                if let Some(a) = &h.numa {
-                    self.numa.give(h.node, a);
-                }
+                self.s.give_held(h);
                 freed.push(h.node);
                 applied += 1;
             }
             let window = Window { from: c, limit };
-            active.set(list, window, self.index, self.cap, self.numa, Some(&mut freed));
+            active.set(list, window, self.s, Some(&mut freed));
             if let Some(p) = previous
                 && !sticky_tried
                 && c >= p.start
@@ -140,14 +150,6 @@ impl Sweep<'_> {
                 break;
             }
         }
-        // Undo the sweep: what was given back is taken again.
-        for r in &releases[..applied] {
-            let h = &r.held;
-            self.cap.take(self.index, h.node, &h.shape);
-            if let Some(a) = &h.numa {
-                self.numa.take(h.node, a);
-            }
-        }
         found
     }
 
@@ -160,7 +162,7 @@ impl Sweep<'_> {
                 .iter()
                 .zip(pending)
                 .filter(|(_, p)| **p > 0)
-                .map(|(s, p)| self.cap.counted_room(h, s).unwrap_or(u64::MAX).min(*p))
+                .map(|(s, p)| self.s.cap().counted_room(h, s).unwrap_or(u64::MAX).min(*p))
                 .sum()
         };
         let mut seen_groups: Vec<u32> = Vec::new();
@@ -183,36 +185,29 @@ impl Sweep<'_> {
 
     /// Whether every task of a reservation still fits where it was reserved.
     fn holds(&mut self, held: &[Held]) -> bool {
-        let mut taken = 0;
-        for h in held {
-            if !self.cap.fits(h.node, &h.shape) {
-                break;
-            }
-            self.cap.take(self.index, h.node, &h.shape);
-            taken += 1;
-        }
-        for h in &held[..taken] {
-            self.cap.give(self.index, h.node, &h.shape);
-        }
-        taken == held.len()
+        self.s.trial(|s| {
+            held.iter().all(|h| {
+                let fits = s.cap().fits(h.node, &h.shape);
+                if fits {
+                    s.take(h.node, &h.shape, None);
+                }
+                fits
+            })
+        })
     }
 
     /// The placement search on the caches as they stand at time `c`; its placements are
-    /// given back at once and returned.
+    /// undone at once and returned.
     fn search_at(&mut self, ctx: &JobCtx, c: u64) -> Option<Found> {
         let mut trial = ctx.clone();
-        Search::new(self.index, self.cap, self.numa, self.config).allocate_job(&mut trial)?;
-        let shapes: Vec<Arc<Shape>> = trial.shapes.iter().map(|s| Arc::new(s.clone())).collect();
+        let config = self.config;
+        self.s.trial(|s| Search::new(s, config).allocate_job(&mut trial))?;
         let mut held = Vec::new();
         let mut hyper_node: Option<HnIdx> = None;
         for slot in trial.tasks.iter_mut().filter(|s| s.new) {
             let Some(node) = slot.node else { continue };
-            let shape = shapes[slot.role].clone();
+            let shape = trial.shapes[slot.role].clone();
             let numa = slot.assignment.take();
-            self.cap.give(self.index, node, &shape);
-            if let Some(a) = &numa {
-                self.numa.give(node, a);
-            }
             let lowest = self.index.lowest_of(node).unwrap_or(self.index.root);
             hyper_node = Some(self.index.lca_opt(hyper_node, Some(lowest)).unwrap_or(lowest));
             held.push(Held { node, shape, numa });
@@ -229,11 +224,11 @@ impl Sweep<'_> {
 /// job is a plain gang (one sub-job, nothing pinned) and every one of them fits now; the
 /// caches take them as a search would. `None` (and nothing taken) otherwise.
 pub fn start_as_reserved(
-    index: &TopologyIndex,
-    cap: &mut Capacity,
+    s: &mut Scratch<'_>,
     ctx: &mut JobCtx,
     r: &Reservation,
 ) -> Option<super::super::search::Decision> {
+    let index = s.index();
     let pending: Vec<usize> = (0..ctx.tasks.len()).filter(|&t| ctx.tasks[t].node.is_none()).collect();
     if ctx.has_partitions()
         || ctx.sub_jobs.len() != 1
@@ -243,21 +238,20 @@ pub fn start_as_reserved(
     {
         return None;
     }
-    let mut taken = 0;
-    for (&t, h) in pending.iter().zip(&r.held) {
-        let shape = &ctx.shapes[ctx.tasks[t].role];
-        if *shape != *h.shape || !cap.fits(h.node, shape) {
-            break;
-        }
-        cap.take(index, h.node, shape);
-        taken += 1;
-    }
-    if taken < pending.len() {
-        for (&t, h) in pending.iter().zip(&r.held).take(taken) {
-            cap.give(index, h.node, &ctx.shapes[ctx.tasks[t].role]);
-        }
-        return None;
-    }
+    s.attempt(|s| {
+        pending
+            .iter()
+            .zip(&r.held)
+            .all(|(&t, h)| {
+                let shape = &ctx.shapes[ctx.tasks[t].role];
+                let fits = **shape == *h.shape && s.cap().fits(h.node, shape);
+                if fits {
+                    s.take(h.node, shape, None);
+                }
+                fits
+            })
+            .then_some(())
+    })?;
     for (&t, h) in pending.iter().zip(&r.held) {
         ctx.tasks[t].node = Some(h.node);
         ctx.tasks[t].new = true;
