@@ -20,6 +20,7 @@
 //! the associations changed, or the order is recalculated (`recalcInterval`: usage has
 //! decayed), in O(accounts + associations · log) time.
 
+use crate::model::since::Since;
 use std::collections::BTreeMap;
 
 use bevy_ecs::prelude::*;
@@ -34,10 +35,9 @@ pub struct FairTree {
     /// By (account position in the table's accounts, user): 1 for the first ranked down
     /// to 1/N for the last.
     pub factors: BTreeMap<(usize, UserIdx), f64>,
-    /// The queue table generation it was worked out for (`None`: never).
-    pub generation: Option<u64>,
-    /// The [`super::Usage::epoch`] it was worked out for.
-    pub epoch: u64,
+    /// The queue table generation (`order`) and [`super::Usage::epoch`] (`usage`) it
+    /// was worked out for (`None`: never).
+    pub since: Option<Since>,
     /// How many times it was worked out (for tests and benches).
     pub recomputes: u64,
 }
@@ -46,7 +46,15 @@ impl FairTree {
     /// Whether the ranking must be worked out again: another tree or usage, or an
     /// association of `waiting` it has not ranked.
     pub fn stale(&self, generation: u64, epoch: u64, mut waiting: impl Iterator<Item = (usize, UserIdx)>) -> bool {
-        self.generation != Some(generation) || self.epoch != epoch || waiting.any(|k| !self.factors.contains_key(&k))
+        self.since != Some(Self::key(generation, epoch)) || waiting.any(|k| !self.factors.contains_key(&k))
+    }
+
+    fn key(generation: u64, epoch: u64) -> Since {
+        Since {
+            order: generation,
+            usage: epoch,
+            ..Since::default()
+        }
     }
 
     /// Ranks again, for the tree of `generation` and usage of `epoch` (see [`rank`]).
@@ -59,8 +67,7 @@ impl FairTree {
         usage: &BTreeMap<(usize, UserIdx), f64>,
     ) {
         self.factors = rank(accounts, users, usage);
-        self.generation = Some(generation);
-        self.epoch = epoch;
+        self.since = Some(Self::key(generation, epoch));
         self.recomputes += 1;
     }
 

@@ -21,6 +21,7 @@ pub mod jobstate;
 pub mod kill;
 pub mod ports;
 pub mod record;
+pub mod since;
 pub mod strained;
 pub mod strays;
 pub mod taskrun;

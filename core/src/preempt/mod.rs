@@ -35,6 +35,7 @@ use crate::model::awaiting::Awaiting;
 use crate::model::commands::Command;
 use crate::model::components::{Job, JobId, JobPhase, JobQueue, JobState, Retired, Task, TaskState};
 use crate::model::ids::{HnIdx, NodeIdx};
+use crate::model::since::Since;
 use crate::model::tick::{CapacityEpoch, Nominated, Now, Outbox};
 use crate::names::JobNames;
 use crate::order::Rank;
@@ -54,15 +55,13 @@ struct Running {
     work: u64,
 }
 
-/// What each job was last looked at with, and what the whole was: (capacity epoch,
-/// topology generation, tasks placed, jobs submitted).
+/// What each job was last looked at with, and what the whole was: capacity epoch,
+/// topology generation, tasks placed, jobs submitted, jobs let go.
 #[derive(Debug, Default)]
 pub struct Memo {
-    jobs: BTreeMap<Entity, Stamp>,
-    last: Option<Stamp>,
+    jobs: BTreeMap<Entity, Since>,
+    last: Option<Since>,
 }
-
-type Stamp = (u64, u64, usize, u64, u64);
 
 /// A preemption found for one job (by [`plan`]), not carried out.
 #[derive(Debug, Clone)]
@@ -93,13 +92,14 @@ pub fn preempt(world: &mut World, mut memo: Local<Memo>) {
     let _span = tracing::info_span!("preempt").entered();
     let now = world.resource::<Now>().secs();
     let generation = world.resource::<TopologyIndex>().generation;
-    let stamp = (
-        world.resource::<CapacityEpoch>().0,
-        generation,
-        world.resource::<Holdings>().len(),
-        world.resource::<crate::jobs::ownership::NextJobId>().0,
-        world.resource::<crate::model::held::Waiting>().unheld,
-    );
+    let stamp = Since {
+        capacity: world.resource::<CapacityEpoch>().0,
+        topology: generation,
+        held: world.resource::<Holdings>().len() as u64,
+        jobs: world.resource::<crate::jobs::ownership::NextJobId>().0,
+        unheld: world.resource::<crate::model::held::Waiting>().unheld,
+        ..Since::default()
+    };
     // Each nomination stands while its job waits and some victim is still ending; one
     // whose victims have all ended, on a job the walk still could not place (it was
     // tried after their ends), is dropped: the job may look again.

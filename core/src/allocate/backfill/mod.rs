@@ -59,7 +59,7 @@ pub struct Reservations {
     pub generation: u64,
     /// The capacity epoch, topology generation, order generation and maintenance
     /// windows closed that the list was computed against.
-    pub basis: Option<(u64, u64, u64, u64)>,
+    pub basis: Option<crate::model::since::Since>,
 }
 
 impl Reservations {
