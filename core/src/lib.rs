@@ -13,14 +13,14 @@
 //! | `model/` | the vocabulary: ids, components, a job's state and its stored record, events, commands, the tick's inbox, outbox, time and invalidation flags, what node health keeps, nodes awaiting their agents; imports no system |
 //! | `config/` | what planner.toml's `[scoring]`, `[numa]`, `[limits]`, health keys, `[scheduler]`, `[[queue]]`, `[fairshare]`, `[priority]` and `[[reservation]]` say |
 //! | `topology/` | the HyperNode index, its rebuild (`reindex`) and what decides it (`invalidate`) |
-//! | `cache/` | capacity, NUMA state and the ledger of what each task holds, and their refresh |
+//! | `cache/` | capacity, NUMA state and the ledger of what each task holds, and their refresh; `scratch`: the one door to take and give room, with undo |
 //! | `queues/` | the queue table, each queue's and user's use (`account`), the checks at submit and the limits of the walk, reloads |
 //! | `fairshare/` | usage per queue and user and per (account, user), decayed exactly (`accrue`), and the fair-share factor: classic, or Fair Tree over the accounts (`tree`) |
 //! | `order/` | the multifactor rank that orders the walk |
 //! | `jobs/` | admission, ownership and limits, the task lifecycle, `recover`, `replace`, `retire` |
 //! | `nodes/` | link claims, health, lost nodes, refused agents, admins' drains and removals |
 //! | `discovery/` | HyperNodes from sources and labels, reconciled with the nodes |
-//! | `allocate/` | gradient search, scoring, NUMA assignment; `backfill/`: reservations and what a job is tried around; `hold`: nodes held for a preemption |
+//! | `allocate/` | the system (an adapter) over `agenda` (what to try), `walk` (one job at a time, answering an outcome) and `commit` (applying it); gradient search, scoring, NUMA assignment; `backfill/`: reservations and what a job is tried around; `hold`: nodes held for a preemption |
 //! | `preempt/` | who may preempt whom (`eligible`), the fewest victims in one HyperNode (`victims`, `trial`), the preemption carried out |
 //! | `dispatch/` | `Place` and `Relaunch` commands |
 //! | `persist/` | the `persist` system and start-up from the store (`restore`, `adopt`) |
