@@ -9,6 +9,7 @@
 
 pub mod classic;
 pub mod serve;
+pub mod snapshot;
 pub mod spans;
 
 use std::sync::LazyLock;

@@ -1,5 +1,5 @@
 //! `GET /metrics` over plain HTTP (`[metrics] listen`). A scrape asks the driver for the
-//! cluster's gauges ([`Snapshot`], read from the core then and there) while this planner
+//! cluster's gauges (`snapshot::Snapshot`, read from the core then and there) while this planner
 //! leads; a standby answers with `hyperplan_leader 0` and no cluster gauges. A port that
 //! cannot be bound is logged and the planner runs on without metrics.
 //!
@@ -15,23 +15,13 @@ use std::time::Duration;
 use hyper::{Method, Request, Response, StatusCode};
 use hyperplan_core::view::gauges::Gauges;
 use hyperplan_net::http::{self, Body, Peer};
-use hyperplan_shared::status::SourceStatus;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::Metrics;
-use crate::server::ToCore;
+use crate::server::inbox::ToCore;
 
 /// The driver's channel while this planner leads (`None`: standing by).
 pub type Leading = watch::Receiver<Option<mpsc::UnboundedSender<ToCore>>>;
-
-/// What the driver answers a scrape with.
-#[derive(Debug)]
-pub struct Snapshot {
-    pub gauges: Gauges,
-    pub sources: Vec<SourceStatus>,
-    /// Agents with an open link.
-    pub agents: usize,
-}
 
 /// The media type of the OpenMetrics exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -177,6 +167,7 @@ async fn answer<B>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::snapshot::Snapshot;
 
     fn get(path: &str) -> Request<()> {
         let mut r = Request::new(());

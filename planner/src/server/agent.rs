@@ -10,7 +10,7 @@ use hyperplan_net::{PROTOCOL_VERSION, read_frame, write_frame};
 use tokio::sync::mpsc;
 
 use super::close;
-use super::driver::{AgentLink, FromAgent, ToCore};
+use super::inbox::{AgentLink, ExecCaller, FromAgent, ToCore};
 use super::link::refuse;
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -181,7 +181,7 @@ pub async fn serve(
                 let first = tokio::time::timeout(REGISTER_TIMEOUT, read_frame::<ExecRequest, _>(&mut recv, max_frame));
                 match first.await {
                     Ok(Ok(Some(request))) => {
-                        let caller = super::driver::ExecCaller::Task { node };
+                        let caller = ExecCaller::Task { node };
                         super::exec::session(to_core, caller, request, send, recv, max_frame).await;
                     }
                     _ => tracing::debug!(node, "an exec stream without a request; dropped"),

@@ -12,7 +12,7 @@ use hyperplan_net::messages::{ExecFrame, ExecRequest};
 use hyperplan_net::{read_frame, write_frame};
 use tokio::sync::{mpsc, oneshot};
 
-use super::driver::{ExecAsk, ExecCaller, StepEnded, ToCore};
+use super::inbox::{ExecAsk, ExecCaller, StepEnded, ToCore};
 
 /// Frames buffered between a node and the person.
 const QUEUE: usize = 64;

@@ -13,7 +13,7 @@ use hyperplan_net::revocation::peer_issued_at;
 use hyperplan_net::{peer_identity, read_frame, write_frame};
 use tokio::sync::mpsc;
 
-use super::driver::ToCore;
+use super::inbox::ToCore;
 use super::link::refuse;
 use super::{agent, client, close, revoked};
 

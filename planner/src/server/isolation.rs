@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::driver::ToCore;
+use super::inbox::ToCore;
 use crate::store::HaView;
 
 /// How often the leader looks.

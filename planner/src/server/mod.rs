@@ -18,6 +18,7 @@ mod exec;
 mod fence;
 mod groups;
 mod handshake;
+pub(crate) mod inbox;
 mod isolation;
 mod launch;
 mod link;
@@ -26,6 +27,7 @@ mod policy;
 pub(crate) mod quiet;
 mod revoked;
 mod standby;
+mod submission;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -39,7 +41,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::DaemonConfig;
 use crate::store::{Loaded, Store};
-pub use driver::ToCore;
+pub use inbox::ToCore;
 
 /// Application close codes (hyperplan-net's, shared by every daemon).
 pub use hyperplan_net::hello::close;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use tokio::sync::{mpsc, watch};
 
-use super::driver::ToCore;
+use super::inbox::ToCore;
 use crate::config::DaemonConfig;
 
 /// Reads `path` again on every reload and hands the policy to the driver.

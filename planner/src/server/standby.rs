@@ -14,7 +14,7 @@ use hyperplan_net::messages::{PlannerToAgent, RequestCommand, ResponseError};
 use hyperplan_shared::status::PlannerInfo;
 use tokio::sync::{mpsc, watch};
 
-use super::driver::{FromAgent, Request, ToCore};
+use super::inbox::{Asked, FromAgent, Request, ToCore};
 use crate::store::HaView;
 
 /// How long a standby keeps an agent's connection open after `NotLeader`, for the frame
@@ -82,7 +82,7 @@ pub async fn respond(
                 });
             }
             ToCore::Request(Request {
-                command: RequestCommand::Planners,
+                asked: Asked::Command(RequestCommand::Planners),
                 reply,
                 ..
             }) => {

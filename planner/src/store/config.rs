@@ -286,7 +286,8 @@ pub fn store_config(
     }
     if let Some(k) = s.keep_finished {
         let v = *k.get_ref();
-        store.keep_finished = crate::config::seconds(v).ok_or_else(|| {
+        // `config::server`'s, not `config`'s: planner.toml's reader uses this module.
+        store.keep_finished = crate::config::server::seconds(v).ok_or_else(|| {
             at(
                 k.span().start,
                 format!("store.keepFinished: expected seconds > 0 and below 1000000000 (604800 is 7 days), got {v}"),

@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use self::state::{Snapshot, Viewer};
 use crate::metrics::serve::Leading;
-use crate::server::ToCore;
+use crate::server::inbox::ToCore;
 
 /// The page, built into the binary.
 pub const PAGE: &str = include_str!("index.html");

@@ -1,6 +1,6 @@
 //! Agents' links as the driver sees them: a channel of frames to the agent and a
 //! [`LinkControl`] to close the link and name its peer (a QUIC connection in the daemon,
-//! a fake in tests). What agents say becomes core events here; whether a node is taken
+//! a fake in tests). What agents say ([`FromAgent`]) becomes core events here; whether a node is taken
 //! (`core::claim`), its health and the tasks its reports start or end are the core's.
 
 use std::collections::BTreeMap;
@@ -10,72 +10,16 @@ use hyperplan_core::Event;
 use hyperplan_core::model::commands::HealthChange;
 use hyperplan_core::model::events::TaskOnNode;
 use hyperplan_core::numa::node::hardware_resources;
-use hyperplan_net::messages::{AgentMessage, Confinement, PlannerToAgent, RunningTask};
+use hyperplan_net::messages::{AgentMessage, Confinement, PlannerToAgent};
 use hyperplan_shared::NodeSpec;
 use hyperplan_shared::topology::{NodeTopology, SharedTopology};
 use tokio::sync::mpsc;
 
 use super::Driver;
 use crate::server::close;
-use crate::server::link::{LinkControl, refuse};
+use crate::server::inbox::{AgentLink, FromAgent, LinkControl};
+use crate::server::link::refuse;
 use crate::store::writer::After;
-
-/// One agent link: frames go out on `frames` (the link's writer sends them in order).
-#[derive(Debug, Clone)]
-pub struct AgentLink {
-    pub frames: mpsc::UnboundedSender<PlannerToAgent>,
-    pub control: Arc<dyn LinkControl>,
-}
-
-/// What an agent's link tells the driver; `link` numbers the connection, so a message
-/// of a link that no longer holds its node is ignored.
-#[derive(Debug)]
-pub enum FromAgent {
-    Register {
-        node: String,
-        link_id: u64,
-        labels: BTreeMap<String, String>,
-        topology: Box<NodeTopology>,
-        /// How the node confines tasks, as its agent said (display only).
-        confinement: Option<Confinement>,
-        /// Its `advertiseAddress` (checked): `MASTER_ADDR` when it holds rank 0.
-        advertise: Option<String>,
-        /// The newest planner epoch the agent has obeyed (0: none or not said).
-        epoch: u64,
-        link: AgentLink,
-    },
-    Heartbeat {
-        node: String,
-        link_id: u64,
-        seq: u64,
-        /// The tasks the node's shepherds run.
-        running: Vec<RunningTask>,
-        /// The ports of the `MASTER_PORT` range bound on the node.
-        ports_in_use: Vec<u16>,
-        /// Why the node cannot start tasks now (`None`: it can).
-        strained: Option<String>,
-    },
-    /// `TaskStarted`, `TaskFinished` or `Log` from a registered agent.
-    Tasks {
-        node: String,
-        link_id: u64,
-        /// Boxed: a Register-sized message would make every `ToCore` that large.
-        message: Box<AgentMessage>,
-    },
-    TopologyChanged {
-        node: String,
-        link_id: u64,
-        topology: Box<NodeTopology>,
-    },
-    /// A node's part of a PMI fence (see `server::fence`).
-    Fence {
-        node: String,
-        link_id: u64,
-        fence: hyperplan_net::messages::PmiFence,
-    },
-    /// The link ended (closed, lost, refused after registering).
-    Gone { node: String, link_id: u64 },
-}
 
 /// A registered agent's link: where to send, and what its agent said that the core
 /// does not keep.

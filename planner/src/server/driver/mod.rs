@@ -6,14 +6,15 @@
 //! job (`core::requests`, `core::ownership`), which tasks to launch again on a node
 //! that registers again (`Command::Relaunch`) are the core's.
 //!
-//! - [`links`]: agents' links (behind `server::link::LinkControl`, so tests use a fake
-//!   one), their
-//!   registrations, heartbeats and task reports;
+//! - [`links`]: agents' links (behind `server::inbox::LinkControl`, so tests use a fake
+//!   one), their registrations, heartbeats and task reports;
 //! - [`requests`]: people's requests, answered from the core's answers;
 //! - [`clock`]: the one clock the core and the pollers read.
 //!
-//! Everything here runs on plain values and channels: `tests` drives a `Driver` in
-//! process with fake links and a virtual clock.
+//! What it receives, and answers with, is the server's inbox (`server::inbox`: `ToCore`
+//! and its messages), below every part of the server. Everything here runs on plain
+//! values and channels: `tests` drives a `Driver` in process with fake links and a
+//! virtual clock.
 
 mod clock;
 mod exec;
@@ -29,38 +30,13 @@ use hyperplan_net::messages::{PlannerToAgent, TaskRef};
 use tokio::sync::{mpsc, watch};
 
 pub use self::clock::Clock;
-pub use self::exec::{ExecAsk, ExecCaller, StepEnded};
-pub use self::links::{AgentLink, FromAgent};
-pub use self::requests::Request;
+use super::inbox::ToCore;
 use crate::config::DaemonConfig;
 use crate::discovery::Polled;
 use crate::store::writer::{After, Work, Writer};
 use crate::store::{Loaded, Store};
 use hyperplan_core::{Command, Event, Planner};
 use links::Link;
-
-/// What connections and pollers tell the driver.
-#[derive(Debug)]
-pub enum ToCore {
-    /// An agent's link: registrations, heartbeats, task reports, its end.
-    Agent(links::FromAgent),
-    /// A discovery source was read (see `crate::discovery`).
-    Discovered(Polled),
-    /// A person's request (see [`Request`]).
-    Request(Request),
-    /// `hyperplan exec`: where it may run (see `exec`).
-    Exec(ExecAsk),
-    /// An exec session ended: its step's end (see `exec`).
-    StepEnded(StepEnded),
-    /// planner.toml read again on SIGHUP: its queues, fair share, priority, scheduler
-    /// and maintenance sections (see `server::policy`).
-    Policy(Box<hyperplan_core::PlannerConfig>),
-    /// A Prometheus scrape: the cluster's gauges now (see `crate::metrics::serve`).
-    Metrics(tokio::sync::oneshot::Sender<crate::metrics::serve::Snapshot>),
-    /// The web view's state now, for each viewer to read as they may (see
-    /// `crate::web::state`).
-    WebState(tokio::sync::oneshot::Sender<crate::web::state::Snapshot>),
-}
 
 /// What the daemon starts from: the store, what it held, and its writer.
 pub struct Start {
@@ -444,7 +420,7 @@ impl Driver {
                 ));
             }
             ToCore::Metrics(reply) => {
-                let _ = reply.send(crate::metrics::serve::Snapshot {
+                let _ = reply.send(crate::metrics::snapshot::Snapshot {
                     gauges: self.planner.gauges(),
                     sources: self.planner.hyper_nodes().sources,
                     agents: self.links.len(),

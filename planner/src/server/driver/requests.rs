@@ -1,10 +1,9 @@
-//! People's requests (`hyperplan submit`, `status`, `cancel`, `logs`, …): parsed and
-//! handed to the core's answers (`core::requests`, the views); what changes state is
-//! answered once it is committed. The only thing decided here is how an answer is
-//! encoded.
+//! People's requests (`hyperplan submit`, `status`, `cancel`, `logs`, …) handed to the
+//! core's answers (`core::requests`, the views); what changes state is answered once it
+//! is committed. A submitted file arrives read into jobs (`server::submission` parses it
+//! on its connection's task). The only thing decided here is how an answer is encoded.
 
 use std::net::SocketAddr;
-use std::path::Path;
 
 use hyperplan_core::caller::Caller;
 use hyperplan_core::jobs::ownership::CancelError;
@@ -19,20 +18,8 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::Driver;
+use crate::server::inbox::{Asked, Request, Submission};
 use crate::store::writer::After;
-
-/// A person's request, with who sent it and where the answer goes.
-#[derive(Debug)]
-pub struct Request {
-    /// Their certificate's user name and whether its role is admin.
-    pub user: String,
-    pub admin: bool,
-    /// Their Unix groups on this host, for a submit (see `server::groups`).
-    pub groups: Vec<String>,
-    pub peer: SocketAddr,
-    pub command: RequestCommand,
-    pub reply: oneshot::Sender<Result<Value, ResponseError>>,
-}
 
 impl Driver {
     pub(super) fn request(&mut self, r: Request) {
@@ -41,23 +28,31 @@ impl Driver {
             admin,
             groups,
             peer,
-            command,
+            asked,
             reply,
         } = r;
-        if self.dirty && !matches!(command, RequestCommand::Submit { .. }) {
-            self.tick(); // answer from a world that has seen everything received
-        }
         let caller = Caller {
             user: &user,
             admin,
             private_data: self.private_data,
             groups: &groups,
         };
+        let command = match asked {
+            Asked::Submit(submission) => {
+                // Answered once it is on disk.
+                let answer = self.submit(caller, submission);
+                self.work.after.push(After::Reply(reply, answer));
+                return;
+            }
+            Asked::Command(command) => command,
+        };
+        if self.dirty {
+            self.tick(); // answer from a world that has seen everything received
+        }
         // What changes state is answered once it is on disk.
         let durable = matches!(
             command,
-            RequestCommand::Submit { .. }
-                | RequestCommand::Cancel { .. }
+            RequestCommand::Cancel { .. }
                 | RequestCommand::Hold { .. }
                 | RequestCommand::Release { .. }
                 | RequestCommand::NodeAdmin { .. }
@@ -119,72 +114,8 @@ impl Driver {
     ) -> Result<Value, ResponseError> {
         let user = caller.user;
         match command {
-            RequestCommand::Submit {
-                file_name,
-                text,
-                submit_dir,
-                hold,
-                begin,
-                array,
-                dependency,
-                account,
-            } => {
-                let submit_dir = submit_dir.map(checked_submit_dir).transpose()?;
-                let mut jobs = hyperplan_shared::parse_jobs(&text, Path::new(&file_name)).map_err(|e| e.to_string())?;
-                for j in &mut jobs {
-                    j.submit_dir.clone_from(&submit_dir);
-                    // `--hold`/`--begin` say it for every job of the file.
-                    j.hold |= hold;
-                    if begin.is_some() {
-                        j.begin = begin;
-                    }
-                    // `--array`/`--dependency` say it for every job of the file, over the file.
-                    if array.is_some() {
-                        j.array.clone_from(&array);
-                    }
-                    if dependency.is_some() {
-                        j.depends_on.clone_from(&dependency);
-                    }
-                    // `--account` over the file's.
-                    if account.is_some() {
-                        j.account.clone_from(&account);
-                    }
-                    j.credential = Some(
-                        super::super::credential::new()
-                            .map_err(|e| format!("cannot make the job's credential: {e}"))?,
-                    );
-                }
-                let admitted = match self.planner.submit(jobs, caller, self.clock.now_ms()) {
-                    Ok(a) => a,
-                    Err(SubmitRefused::Check(e)) => {
-                        if !matches!(e, hyperplan_core::jobs::ownership::SubmitError::Name(_)) {
-                            tracing::warn!(user, "refused a submission: {e}");
-                        }
-                        return Err(format!("{file_name}: {e}").into());
-                    }
-                    Err(
-                        e @ (SubmitRefused::Queue(_)
-                        | SubmitRefused::Account(_)
-                        | SubmitRefused::User { .. }
-                        | SubmitRefused::Dependency(_)
-                        | SubmitRefused::ArrayTooLarge { .. }),
-                    ) => {
-                        return Err(format!("{file_name}: {e}").into());
-                    }
-                    Err(e @ SubmitRefused::Encode { .. }) => return Err(e.to_string().into()),
-                };
-                let mut names = Vec::with_capacity(admitted.len());
-                let mut ids = Vec::with_capacity(admitted.len());
-                for a in admitted {
-                    // Committed before the answer (see `flush`).
-                    self.work.batch.jobs.push(a.record);
-                    names.push(a.name);
-                    ids.push(a.id.0);
-                }
-                tracing::info!(user, jobs = ?names, ids = ?ids, "submitted");
-                self.dirty = true;
-                to_value(&Submitted { submitted: names, ids })
-            }
+            // Read into jobs before the driver (see `server::submission`).
+            RequestCommand::Submit { .. } => Err("submit: its file is read on its connection's task".into()),
             RequestCommand::Cancel { job, grace_secs } => {
                 if let Err(e) = self.planner.cancel(&job, grace_secs, caller) {
                     if let CancelError::NotOwner { owner, .. } | CancelError::Hidden { owner, .. } = &e {
@@ -301,6 +232,45 @@ impl Driver {
 }
 
 impl Driver {
+    /// A submitted file's jobs, admitted by the core (owners, queues, limits, dependencies)
+    /// and in this commit, or its refusal naming the file.
+    fn submit(&mut self, caller: Caller<'_>, submission: Submission) -> Result<Value, ResponseError> {
+        let Submission { file_name, jobs } = submission;
+        let user = caller.user;
+        let admitted = match self.planner.submit(jobs, caller, self.clock.now_ms()) {
+            Ok(a) => a,
+            Err(SubmitRefused::Check(e)) => {
+                if !matches!(e, hyperplan_core::jobs::ownership::SubmitError::Name(_)) {
+                    tracing::warn!(user, "refused a submission: {e}");
+                }
+                return Err(format!("{file_name}: {e}").into());
+            }
+            Err(
+                e @ (SubmitRefused::Queue(_)
+                | SubmitRefused::Account(_)
+                | SubmitRefused::User { .. }
+                | SubmitRefused::Dependency(_)
+                | SubmitRefused::ArrayTooLarge { .. }),
+            ) => {
+                return Err(format!("{file_name}: {e}").into());
+            }
+            Err(e @ SubmitRefused::Encode { .. }) => return Err(e.to_string().into()),
+        };
+        let mut names = Vec::with_capacity(admitted.len());
+        let mut ids = Vec::with_capacity(admitted.len());
+        for a in admitted {
+            // Committed before the answer (see `flush`).
+            self.work.batch.jobs.push(a.record);
+            names.push(a.name);
+            ids.push(a.id.0);
+        }
+        tracing::info!(user, jobs = ?names, ids = ?ids, "submitted");
+        self.dirty = true;
+        to_value(&Submitted { submitted: names, ids })
+    }
+}
+
+impl Driver {
     /// `history` and `report`: narrowed to the caller's own jobs where `privateData`
     /// says so, then handed to accounting's reader, which answers.
     fn accounting_question(
@@ -377,19 +347,4 @@ impl Driver {
 
 fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, ResponseError> {
     serde_json::to_value(v).map_err(|e| ResponseError::new(format!("encoding the reply: {e}")))
-}
-
-/// The submit directory a client sent: an absolute path of at most `PATH_MAX` bytes,
-/// without NUL or control characters (it becomes tasks' working directories).
-pub(super) fn checked_submit_dir(dir: String) -> Result<String, ResponseError> {
-    const PATH_MAX: usize = 4096;
-    if !dir.starts_with('/') || dir.len() > PATH_MAX || dir.chars().any(char::is_control) {
-        // (`escape` shows the control characters; `shorten` keeps the message short.)
-        return Err(format!(
-            "the submit directory must be an absolute path of at most {PATH_MAX} bytes without control characters, got \"{}\"",
-            hyperplan_shared::names::escape(&hyperplan_shared::names::shorten(&dir, 200))
-        )
-        .into());
-    }
-    Ok(dir)
 }
