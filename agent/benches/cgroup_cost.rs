@@ -42,7 +42,7 @@ fn main() {
     for i in 0..tasks {
         let task = format!("w-{i}");
         let start = Instant::now();
-        let paths = cgroups.create("bench", 1, &task, &limits).unwrap();
+        let paths = cgroups.create("bench", 1u64.into(), &task, &limits).unwrap();
         create.push(start.elapsed());
         // One process in them, as a task would be.
         let mut child = Command::new("sleep").arg("60").stdout(Stdio::null()).spawn().unwrap();

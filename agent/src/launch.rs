@@ -60,7 +60,7 @@ pub struct Prepared {
 }
 
 /// Where the job's hostfile lives on this node: beside its tasks' directories.
-pub fn hostfile_path(state_dir: &Path, job: &str, job_id: u64) -> PathBuf {
+pub fn hostfile_path(state_dir: &Path, job: &str, job_id: hyperplan_shared::ids::JobId) -> PathBuf {
     crate::shepherd::layout::job_dir(state_dir, job, job_id).join("hostfile")
 }
 
@@ -208,7 +208,7 @@ pub fn prepare(world: &JobWorld, task: &LaunchTask, node: &NodeContext<'_>) -> R
         .or_insert_with(|| world.restart.to_string());
     let values = PatternValues {
         job: &task.job,
-        job_id: task.job_id,
+        job_id: task.job_id.0,
         task: &task.task,
         rank: task.rank,
         node: node.node,
@@ -267,7 +267,7 @@ mod tests {
     fn world() -> JobWorld {
         JobWorld {
             job: "train".into(),
-            job_id: 7,
+            job_id: 7.into(),
             nodes: vec!["gpu1".into(), "gpu2".into()],
             node_of_rank: vec![0, 0, 1, 1],
             master_addr: "10.0.0.1".into(),
@@ -282,7 +282,7 @@ mod tests {
     fn task(rank: u32) -> LaunchTask {
         LaunchTask {
             job: "train".into(),
-            job_id: 7,
+            job_id: 7.into(),
             task: format!("worker-{rank}"),
             index: rank,
             rank,
@@ -413,7 +413,7 @@ mod tests {
         t.job = "../etc".into();
         assert!(err(world(), t).contains("job name"));
         let mut w = world();
-        w.job_id = 8;
+        w.job_id = 8.into();
         assert!(err(w, task(2)).contains("the job frame is for train (id 8)"));
         let mut t = task(2);
         t.output = "%q".into();

@@ -38,7 +38,7 @@ const PREFIX: &str = "hyperplan_agent";
 /// One running task's use, as the last sample found it (0 before the first).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TaskUse {
-    pub job_id: u64,
+    pub job_id: hyperplan_shared::ids::JobId,
     /// The task's place in its job (`TaskRef::index`).
     pub index: u32,
     /// CPU use in cores (1.0: one PU busy).
@@ -212,7 +212,7 @@ impl Collector for TasksCollector {
         )?;
         for t in &now.running {
             let labels = TaskLabels {
-                job_id: t.job_id,
+                job_id: t.job_id.0,
                 index: t.index,
             };
             ConstGauge::new(t.cpu_cores).encode(cpu.encode_family(&labels)?)?;
@@ -225,7 +225,7 @@ impl Collector for TasksCollector {
         )?;
         for t in &now.running {
             let labels = TaskLabels {
-                job_id: t.job_id,
+                job_id: t.job_id.0,
                 index: t.index,
             };
             ConstGauge::new(t.memory_bytes).encode(memory.encode_family(&labels)?)?;
@@ -324,13 +324,13 @@ mod tests {
         m.set_tasks(TasksNow {
             running: vec![
                 TaskUse {
-                    job_id: 12,
+                    job_id: 12.into(),
                     index: 3,
                     cpu_cores: 1.5,
                     memory_bytes: 4096,
                 },
                 TaskUse {
-                    job_id: 7,
+                    job_id: 7.into(),
                     index: 0,
                     cpu_cores: 0.0,
                     memory_bytes: 0,
@@ -399,7 +399,7 @@ mod tests {
             memory_bytes: 10,
         };
         m.set_tasks(TasksNow {
-            running: vec![task(5, 1.0), task(6, 0.5), task(5, 0.25)],
+            running: vec![task(5.into(), 1.0), task(6.into(), 0.5), task(5.into(), 0.25)],
             unacknowledged_ends: 0,
         });
         let text = m.encode().unwrap();
@@ -413,7 +413,7 @@ mod tests {
         );
         assert!(text.contains("hyperplan_agent_tasks_running 2\n"), "{text}");
         m.set_tasks(TasksNow {
-            running: vec![task(6, 0.5)],
+            running: vec![task(6.into(), 0.5)],
             unacknowledged_ends: 1,
         });
         let text = m.encode().unwrap();

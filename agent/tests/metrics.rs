@@ -28,7 +28,7 @@ async fn serves_the_metrics_over_http_until_dropped() {
     metrics.set_probe_duration(Duration::from_millis(40));
     metrics.set_tasks(TasksNow {
         running: vec![TaskUse {
-            job_id: 42,
+            job_id: 42.into(),
             index: 3,
             cpu_cores: 0.5,
             memory_bytes: 1 << 20,

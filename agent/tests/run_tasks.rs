@@ -302,7 +302,7 @@ impl Setup {
     fn launch(&self, job: &str, job_id: u64, script: &str) -> TaskRef {
         let world = JobWorld {
             job: job.into(),
-            job_id,
+            job_id: job_id.into(),
             nodes: vec![NODE.into()],
             node_of_rank: vec![0],
             master_addr: "127.0.0.1".into(),
@@ -322,7 +322,7 @@ impl Setup {
         ))));
         TaskRef {
             job: job.into(),
-            job_id,
+            job_id: job_id.into(),
             task: "w-0".into(),
             index: 0,
         }
@@ -336,7 +336,7 @@ impl Setup {
 fn launch_task(job: &str, job_id: u64, user: &str, script: &str, work: &Path) -> LaunchTask {
     LaunchTask {
         job: job.into(),
-        job_id,
+        job_id: job_id.into(),
         task: "w-0".into(),
         index: 0,
         rank: 0,
@@ -468,7 +468,7 @@ async fn runs_a_task_reports_its_end_and_forgets_it_when_acknowledged() {
     s.planner.send(PlannerToAgent::Launch(Box::new(lonely)));
     let lonely = TaskRef {
         job: "lonely".into(),
-        job_id: 13,
+        job_id: 13.into(),
         task: "w-0".into(),
         index: 0,
     };
@@ -487,7 +487,7 @@ async fn runs_a_task_reports_its_end_and_forgets_it_when_acknowledged() {
     let _ = stranger;
     let strange = TaskRef {
         job: "stranger".into(),
-        job_id: 15,
+        job_id: 15.into(),
         task: "w-0".into(),
         index: 0,
     };
@@ -503,7 +503,7 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
     s.planner.wait_registered(1).await;
     s.planner.send(PlannerToAgent::Job(Box::new(JobWorld {
         job: "sleepy".into(),
-        job_id: 21,
+        job_id: 21.into(),
         nodes: vec![NODE.into()],
         node_of_rank: vec![0],
         master_addr: "127.0.0.1".into(),
@@ -518,7 +518,7 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
     s.planner.send(PlannerToAgent::Launch(Box::new(launch)));
     let task = TaskRef {
         job: "sleepy".into(),
-        job_id: 21,
+        job_id: 21.into(),
         task: "w-0".into(),
         index: 0,
     };
@@ -583,7 +583,7 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
     s.planner.send(PlannerToAgent::Launch(Box::new(launch)));
     let quick = TaskRef {
         job: "sleepy".into(),
-        job_id: 21,
+        job_id: 21.into(),
         task: "w-1".into(),
         index: 1,
     };
@@ -625,7 +625,7 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
     s.planner.send(PlannerToAgent::Launch(Box::new(launch)));
     let ckpt = TaskRef {
         job: "sleepy".into(),
-        job_id: 21,
+        job_id: 21.into(),
         task: "w-2".into(),
         index: 2,
     };
@@ -651,7 +651,7 @@ async fn kill_cancels_a_task_and_heartbeats_list_running_ones() {
     s.planner.send(PlannerToAgent::Kill {
         task: TaskRef {
             job: "ghost".into(),
-            job_id: 1,
+            job_id: 1.into(),
             task: "w-0".into(),
             index: 0,
         },

@@ -293,7 +293,7 @@ fn repeated_and_foreign_reports_change_nothing() {
     rig.p.push(Event::TaskEnded {
         node: wrong,
         job: "a".into(),
-        job_id: id,
+        job_id: id.into(),
         task: "worker-0".into(),
         index: 0,
         end: exited(4),
@@ -302,7 +302,7 @@ fn repeated_and_foreign_reports_change_nothing() {
     rig.p.push(Event::TaskEnded {
         node: "n01".into(),
         job: "a".into(),
-        job_id: id,
+        job_id: id.into(),
         task: "worker-9".into(),
         index: 9,
         end: exited(5),
@@ -330,7 +330,7 @@ fn on_node(job: &str, id: u64, task: &str) -> TaskOnNode {
     let index = task.rsplit_once('-').and_then(|(_, i)| i.parse().ok()).unwrap_or(0);
     TaskOnNode {
         job: job.into(),
-        job_id: id,
+        job_id: id.into(),
         task: task.into(),
         index,
         pid: 4242,
@@ -365,7 +365,7 @@ fn tasks_a_node_runs_that_the_planner_does_not_are_killed_as_orphans() {
     let ids: Vec<(String, u64)> = cmds
         .iter()
         .filter_map(|c| match c {
-            Command::Kill { job, job_id, .. } => Some((job.to_string(), *job_id)),
+            Command::Kill { job, job_id, .. } => Some((job.to_string(), job_id.0)),
             _ => None,
         })
         .collect();
@@ -661,7 +661,7 @@ fn the_unstarted_tasks_of_a_node_are_there_to_launch_again() {
     let n0 = rig.node_of("a", "worker-0");
     let again = rig.p.unstarted_on(&n0);
     assert_eq!(again.len(), 1);
-    assert_eq!((&*again[0].task, again[0].job_id), ("worker-0", id));
+    assert_eq!((&*again[0].task, again[0].job_id), ("worker-0", id.into()));
     rig.started("a", id, "worker-0", 7);
     rig.step();
     assert!(rig.p.unstarted_on(&n0).is_empty(), "started: not sent again");
@@ -794,14 +794,21 @@ fn steps_are_numbered_per_job_and_kept_across_a_restart() {
     rig.start_all("held", id);
     rig.step();
     let (now, argv) = (rig.now / 1000, words(&["true"]));
-    assert_eq!(rig.p.begin_step("held", id, vec!["n01".into()], &argv, now), Some(0));
+    assert_eq!(
+        rig.p.begin_step("held", id.into(), vec!["n01".into()], &argv, now),
+        Some(0)
+    );
     assert_eq!(
         rig.p
-            .begin_step("held", id, vec!["n01".into(), "n02".into()], &argv, now),
+            .begin_step("held", id.into(), vec!["n01".into(), "n02".into()], &argv, now),
         Some(1)
     );
-    assert_eq!(rig.p.begin_step("held", id + 1, vec![], &argv, now), None, "another id");
-    assert_eq!(rig.p.begin_step("nope", id, vec![], &argv, now), None);
+    assert_eq!(
+        rig.p.begin_step("held", (id + 1).into(), vec![], &argv, now),
+        None,
+        "another id"
+    );
+    assert_eq!(rig.p.begin_step("nope", id.into(), vec![], &argv, now), None);
     rig.step(); // the record is written
     let (mut again, warnings) = rig.restarted(PlannerConfig::default(), 1_000);
     assert!(warnings.is_empty(), "{warnings:?}");
@@ -809,7 +816,7 @@ fn steps_are_numbered_per_job_and_kept_across_a_restart() {
     assert_eq!(
         again
             .p
-            .begin_step("held", id, vec!["n02".into()], &argv, again.now / 1000),
+            .begin_step("held", id.into(), vec!["n02".into()], &argv, again.now / 1000),
         Some(2),
         "numbering goes on"
     );
@@ -832,9 +839,12 @@ fn a_steps_end_is_recorded_with_its_times_exit_code_and_command() {
     let began = rig.now / 1000;
     let both = vec!["n01".to_string(), "n02".to_string()];
     let exit3 = words(&["sh", "-c", "exit 3"]);
-    assert_eq!(rig.p.begin_step("held", id, both.clone(), &exit3, began), Some(0));
+    assert_eq!(
+        rig.p.begin_step("held", id.into(), both.clone(), &exit3, began),
+        Some(0)
+    );
     let long = words(&["echo", &"é".repeat(200)]);
-    assert_eq!(rig.p.begin_step("held", id, both, &long, began), Some(1));
+    assert_eq!(rig.p.begin_step("held", id.into(), both, &long, began), Some(1));
     rig.step();
     let (live, steps) = stored_steps(&rig, id);
     assert!(live);
@@ -863,15 +873,18 @@ fn a_steps_end_is_recorded_with_its_times_exit_code_and_command() {
         }
     );
     let ended = began + 4;
-    assert!(rig.p.end_step("held", id, 0, end, ended));
+    assert!(rig.p.end_step("held", id.into(), 0, end, ended));
     let again = StepEnd {
         exit_code: Some(9),
         signal: None,
     };
-    assert!(!rig.p.end_step("held", id, 0, again, ended + 1), "the first end stands");
-    assert!(!rig.p.end_step("held", id + 1, 1, again, ended), "another id");
-    assert!(!rig.p.end_step("held", id, 7, again, ended), "no such step");
-    assert!(!rig.p.end_step("nope", id, 1, again, ended), "no such job");
+    assert!(
+        !rig.p.end_step("held", id.into(), 0, again, ended + 1),
+        "the first end stands"
+    );
+    assert!(!rig.p.end_step("held", (id + 1).into(), 1, again, ended), "another id");
+    assert!(!rig.p.end_step("held", id.into(), 7, again, ended), "no such step");
+    assert!(!rig.p.end_step("nope", id.into(), 1, again, ended), "no such job");
     let writes = rig.writes;
     rig.step();
     assert!(rig.writes > writes, "the step's end is written");
@@ -907,14 +920,15 @@ fn a_steps_end_is_recorded_with_its_times_exit_code_and_command() {
             signal: Some(15)
         }
     );
-    assert!(rig.p.end_step("held", id, 1, killed, rig.now / 1000));
+    assert!(rig.p.end_step("held", id.into(), 1, killed, rig.now / 1000));
     rig.step();
     let (live, steps) = stored_steps(&rig, id);
     assert!(!live);
     assert_eq!((steps[1].exit_code, steps[1].signal), (Some(0), Some(15)));
     assert!(steps[1].end_time.is_some_and(|t| t >= began));
     assert_eq!(
-        rig.p.begin_step("held", id, vec!["n01".into()], &exit3, rig.now / 1000),
+        rig.p
+            .begin_step("held", id.into(), vec!["n01".into()], &exit3, rig.now / 1000),
         None
     );
 }

@@ -109,7 +109,7 @@ fn a_lost_nodes_task_starts_again_inside_the_leaf_keeping_its_rank() {
         node: "n02".into(),
         tasks: vec![TaskOnNode {
             job: "train".into(),
-            job_id: id,
+            job_id: id.into(),
             task: "worker-1".into(),
             index: 1,
             pid: 4242,

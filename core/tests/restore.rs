@@ -116,7 +116,7 @@ fn the_persist_system_writes_a_job_when_it_changes_and_only_then() {
                 node,
                 tasks: vec![TaskOnNode {
                     job: "run".into(),
-                    job_id: run,
+                    job_id: run.into(),
                     task,
                     index,
                     pid: 100 + index,
@@ -184,7 +184,7 @@ fn unknown_tasks_are_killed_and_tasks_no_longer_listed_are_lost() {
             tasks: vec![
                 TaskOnNode {
                     job: "run".into(),
-                    job_id: run,
+                    job_id: run.into(),
                     task: "worker-0".into(),
                     index: 0,
                     pid: 100,
@@ -193,7 +193,7 @@ fn unknown_tasks_are_killed_and_tasks_no_longer_listed_are_lost() {
                 },
                 TaskOnNode {
                     job: "ghost".into(),
-                    job_id: 99,
+                    job_id: 99.into(),
                     task: "t-0".into(),
                     index: 0,
                     pid: 7,

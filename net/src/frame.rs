@@ -172,7 +172,7 @@ mod tests {
             &crate::messages::PlannerToAgent::Kill {
                 task: crate::messages::TaskRef {
                     job: "j".into(),
-                    job_id: 1,
+                    job_id: 1.into(),
                     task: "t".into(),
                     index: 0,
                 },

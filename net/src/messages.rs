@@ -146,7 +146,7 @@ impl std::fmt::Display for Confinement {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct TaskRef {
     pub job: String,
-    pub job_id: u64,
+    pub job_id: hyperplan_shared::ids::JobId,
     /// `<task name>-<replica>`, for people and file names.
     pub task: String,
     /// The task's place in its job (spec order, then replica): with `job_id`, what the
@@ -258,7 +258,11 @@ pub enum PlannerToAgent {
     FenceDone(PmiFence),
     /// Fence `seq` of the job cannot complete (its key-value space grew past the
     /// planner's bound, the job ended): its ranks get an error from the barrier.
-    FenceFailed { job_id: u64, seq: u64, reason: String },
+    FenceFailed {
+        job_id: hyperplan_shared::ids::JobId,
+        seq: u64,
+        reason: String,
+    },
 }
 
 /// One PMI fence of a job as a node (or, in `FenceDone`, the planner) has it: the
@@ -266,7 +270,7 @@ pub enum PlannerToAgent {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PmiFence {
     pub job: String,
-    pub job_id: u64,
+    pub job_id: hyperplan_shared::ids::JobId,
     /// 1 for a job's first fence, then one more each.
     pub seq: u64,
     pub pairs: Vec<(String, String)>,
@@ -277,7 +281,7 @@ pub struct PmiFence {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobWorld {
     pub job: String,
-    pub job_id: u64,
+    pub job_id: hyperplan_shared::ids::JobId,
     /// The job's nodes, in the order of their first rank.
     pub nodes: Vec<String>,
     /// By rank: the index in `nodes` of the task's node (its length is the world size).
@@ -312,7 +316,7 @@ fn is_zero(n: &u32) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchTask {
     pub job: String,
-    pub job_id: u64,
+    pub job_id: hyperplan_shared::ids::JobId,
     /// `<task name>-<replica>`.
     pub task: String,
     /// The task's place in its job (see [`TaskRef::index`]).
@@ -865,7 +869,7 @@ mod tests {
             running_tasks: vec![RunningTask {
                 task: TaskRef {
                     job: "job-1".into(),
-                    job_id: 1,
+                    job_id: 1.into(),
                     task: "w-0".into(),
                     index: 0,
                 },
@@ -878,7 +882,7 @@ mod tests {
         });
         let task = TaskRef {
             job: "j".into(),
-            job_id: 2,
+            job_id: 2.into(),
             task: "w-1".into(),
             index: 1,
         };
@@ -927,7 +931,7 @@ mod tests {
         roundtrip(&PlannerToAgent::HeartbeatAck { seq: 41 });
         roundtrip(&PlannerToAgent::Job(Box::new(JobWorld {
             job: "j".into(),
-            job_id: 7,
+            job_id: 7.into(),
             nodes: vec!["n1".into(), "n2".into()],
             node_of_rank: vec![0, 0, 1, 1],
             master_addr: "10.0.0.1".into(),
@@ -939,7 +943,7 @@ mod tests {
         })));
         roundtrip(&PlannerToAgent::Launch(Box::new(LaunchTask {
             job: "j".into(),
-            job_id: 7,
+            job_id: 7.into(),
             task: "w-0".into(),
             index: 0,
             rank: 0,
@@ -966,7 +970,7 @@ mod tests {
         })));
         let task = TaskRef {
             job: "j".into(),
-            job_id: 7,
+            job_id: 7.into(),
             task: "w-0".into(),
             index: 0,
         };

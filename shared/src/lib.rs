@@ -18,6 +18,7 @@ pub mod gpufabric;
 pub mod history;
 pub mod hostlist;
 pub mod hypernode;
+pub mod ids;
 pub mod job;
 pub mod limits;
 pub mod names;

@@ -88,7 +88,7 @@ fn job_tasks(state_dir: &Path, job: &str) -> Vec<(TaskDir, LaunchSpec)> {
             let Some(task) = task.file_name().to_str().map(str::to_string) else {
                 continue;
             };
-            let dir = TaskDir::new(state_dir, job, id, &task);
+            let dir = TaskDir::new(state_dir, job, id.into(), &task);
             if let Ok(spec) = LaunchSpec::read(&dir.spec()) {
                 found.push((dir, spec));
             }
@@ -143,7 +143,7 @@ mod tests {
             "no task of job train runs on this node as your user (uid 1234)"
         );
         // A task of the job whose shepherd is not this process' ancestor.
-        let dir = TaskDir::new(state.path(), "train", 7, "w-0");
+        let dir = TaskDir::new(state.path(), "train", 7.into(), "w-0");
         std::fs::create_dir_all(&dir.dir).unwrap();
         let me = crate::shepherd::current_euid();
         let out = std::process::Command::new("id").arg("-un").output().unwrap();

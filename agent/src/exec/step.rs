@@ -45,7 +45,7 @@ enum ExecError {
 
 /// Where step `step` of job `job` (id `job_id`) keeps its output on this node: the
 /// agent's own directory, written and read by the agent alone.
-pub fn output_path(state_dir: &Path, job: &str, job_id: u64, step: u32) -> PathBuf {
+pub fn output_path(state_dir: &Path, job: &str, job_id: hyperplan_shared::ids::JobId, step: u32) -> PathBuf {
     let dir = match hyperplan_shared::names::check_job_name(job) {
         Ok(()) => format!("{job}.{job_id}"),
         Err(_) => "invalid".into(), // never made: nothing to read

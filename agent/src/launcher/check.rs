@@ -38,7 +38,7 @@ pub enum Refusal {
     Misplaced {
         path: PathBuf,
         job: String,
-        job_id: u64,
+        job_id: hyperplan_shared::ids::JobId,
         task: String,
         expected: PathBuf,
     },
@@ -165,7 +165,7 @@ mod tests {
     fn state_with_task(allow_root: bool, pmi: bool) -> (tempfile::TempDir, Rules, PathBuf) {
         let tmp = tempfile::tempdir().unwrap();
         let state = std::fs::canonicalize(tmp.path()).unwrap();
-        let dir = TaskDir::new(&state, "train", 7, "worker-0");
+        let dir = TaskDir::new(&state, "train", 7.into(), "worker-0");
         std::fs::create_dir_all(&dir.dir).unwrap();
         std::fs::set_permissions(&dir.dir, std::fs::Permissions::from_mode(0o700)).unwrap();
         let spec = serde_json::json!({
@@ -188,7 +188,7 @@ mod tests {
     fn a_spec_the_agent_wrote_is_accepted() {
         let (_tmp, rules, spec) = state_with_task(false, false);
         let read = check(&rules, &spec).unwrap();
-        assert_eq!((read.job.as_str(), read.job_id), ("train", 7));
+        assert_eq!((read.job.as_str(), read.job_id), ("train", 7.into()));
         assert!(pmi_matches(&read, &spec, false).is_ok());
         let (_tmp, rules, spec) = state_with_task(false, true);
         let read = check(&rules, &spec).unwrap();

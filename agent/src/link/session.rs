@@ -350,7 +350,7 @@ impl Link {
         match frame {
             PlannerToAgent::Job(world) => {
                 tracing::debug!(
-                    job = %world.job, job_id = world.job_id, ntasks = world.node_of_rank.len(),
+                    job = %world.job, job_id = %world.job_id, ntasks = world.node_of_rank.len(),
                     nnodes = world.nodes.len(), master = %world.master_addr, "the job's ranks and nodes"
                 );
                 self.tasks.on_job(*world);
@@ -373,7 +373,7 @@ impl Link {
                 reports
             }
             PlannerToAgent::FenceDone(fence) => {
-                tracing::debug!(job = %fence.job, job_id = fence.job_id, seq = fence.seq, pairs = fence.pairs.len(), "PMI fence done");
+                tracing::debug!(job = %fence.job, job_id = %fence.job_id, seq = fence.seq, pairs = fence.pairs.len(), "PMI fence done");
                 self.pmi.done(fence);
                 Vec::new()
             }

@@ -17,9 +17,9 @@ static LOGGED: AtomicU64 = AtomicU64::new(0);
 
 fn complain(shape: &JobShape, rank: u32, what: &str) {
     if LOGGED.fetch_add(1, Ordering::Relaxed) < MAX_LOGGED {
-        tracing::warn!(job = %shape.job, job_id = shape.job_id, rank, "PMI: {what}; closed the rank's PMI socket");
+        tracing::warn!(job = %shape.job, job_id = %shape.job_id, rank, "PMI: {what}; closed the rank's PMI socket");
     } else {
-        tracing::debug!(job = %shape.job, job_id = shape.job_id, rank, "PMI: {what}; closed the rank's PMI socket");
+        tracing::debug!(job = %shape.job, job_id = %shape.job_id, rank, "PMI: {what}; closed the rank's PMI socket");
     }
 }
 
@@ -137,7 +137,7 @@ async fn answer(hub: &Hub, shape: &JobShape, kvsname: &str, rank: u32, request: 
         Request::Finalize => Response::FinalizeAck,
         Request::Abort { code, message } => {
             tracing::warn!(
-                job = %shape.job, job_id = shape.job_id, rank, code,
+                job = %shape.job, job_id = %shape.job_id, rank, code,
                 "PMI abort: {}", message.as_deref().unwrap_or("(no message)")
             );
             return None;
@@ -161,7 +161,7 @@ mod tests {
     fn shape() -> JobShape {
         JobShape {
             job: "j".into(),
-            job_id: 1,
+            job_id: 1.into(),
             size: 2,
             local: [0, 1].into_iter().collect(),
             nodes: 1,

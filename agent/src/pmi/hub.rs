@@ -88,7 +88,7 @@ struct JobEntry {
 
 #[derive(Default)]
 struct State {
-    jobs: HashMap<u64, JobEntry>,
+    jobs: HashMap<hyperplan_shared::ids::JobId, JobEntry>,
     outbox: Vec<PmiFence>,
     /// What all spaces hold: the sum of their [`Space::bytes`].
     bytes: usize,
@@ -119,7 +119,7 @@ impl State {
     fn change<R>(
         &mut self,
         bounds: Bounds,
-        job_id: u64,
+        job_id: hyperplan_shared::ids::JobId,
         change: impl FnOnce(&mut JobEntry, Room, &mut Vec<PmiFence>) -> R,
     ) -> Option<R> {
         let uid = self.jobs.get(&job_id)?.uid;
@@ -200,7 +200,7 @@ impl Hub {
 
     /// A rank's socket closed: the job's space goes with its last one, and with a large
     /// one the memory it held.
-    pub fn detach(&self, job_id: u64, rank: u32) {
+    pub fn detach(&self, job_id: hyperplan_shared::ids::JobId, rank: u32) {
         let gone = {
             let mut state = self.lock();
             let Some(entry) = state.jobs.get_mut(&job_id) else {
@@ -238,7 +238,7 @@ impl Hub {
         }
     }
 
-    pub fn put(&self, job_id: u64, key: &str, value: &str) -> Result<(), PutError> {
+    pub fn put(&self, job_id: hyperplan_shared::ids::JobId, key: &str, value: &str) -> Result<(), PutError> {
         let put = self.lock().change(self.bounds, job_id, |entry, room, _| {
             let put = entry.space.put(key, value, room);
             if let Err(e @ (PutError::UserFull { .. } | PutError::NodeFull { .. })) = &put
@@ -246,19 +246,19 @@ impl Hub {
             {
                 entry.refused = true;
                 let job = &entry.space.shape.job;
-                tracing::warn!(job = %job, job_id, uid = entry.uid, "PMI put refused (said once per job): {e}");
+                tracing::warn!(job = %job, job_id = %job_id, uid = entry.uid, "PMI put refused (said once per job): {e}");
             }
             put
         });
         put.unwrap_or(Err(PutError::Gone))
     }
 
-    pub fn get(&self, job_id: u64, key: &str) -> Option<String> {
+    pub fn get(&self, job_id: hyperplan_shared::ids::JobId, key: &str) -> Option<String> {
         self.lock().jobs.get(&job_id)?.space.get(key).map(str::to_string)
     }
 
     /// `rank` enters its job's barrier; the receiver says when it leaves.
-    pub fn barrier_in(&self, job_id: u64, rank: u32) -> Waiting {
+    pub fn barrier_in(&self, job_id: hyperplan_shared::ids::JobId, rank: u32) -> Waiting {
         let (tx, rx) = oneshot::channel();
         let mut tx = Some(tx);
         let wake = &self.wake;
@@ -309,7 +309,7 @@ impl Hub {
                 Ok(None) => {}
                 Err(e) => {
                     if let Some(ranks) = entry.space.failed(seq) {
-                        tracing::warn!(job = %entry.space.shape.job, job_id, seq, uid = entry.uid, "a PMI fence failed here: {e}");
+                        tracing::warn!(job = %entry.space.shape.job, job_id = %job_id, seq, uid = entry.uid, "a PMI fence failed here: {e}");
                         release(entry, &ranks, Err(BarrierError::Here(e)));
                     }
                 }
@@ -318,10 +318,10 @@ impl Hub {
     }
 
     /// The planner's `FenceFailed`.
-    pub fn failed(&self, job_id: u64, seq: u64, reason: &str) {
+    pub fn failed(&self, job_id: hyperplan_shared::ids::JobId, seq: u64, reason: &str) {
         self.lock().change(self.bounds, job_id, |entry, _, _| {
             if let Some(ranks) = entry.space.failed(seq) {
-                tracing::warn!(job = %entry.space.shape.job, job_id, seq, "a PMI fence failed: {reason}");
+                tracing::warn!(job = %entry.space.shape.job, job_id = %job_id, seq, "a PMI fence failed: {reason}");
                 release(entry, &ranks, Err(BarrierError::Planner(reason.to_string())));
             }
         });
@@ -376,7 +376,7 @@ mod tests {
     use super::super::space::{MAX_SPACE_BYTES, charge};
     use super::*;
 
-    fn shape(job_id: u64, local: &[u32], nodes: u32) -> JobShape {
+    fn shape(job_id: hyperplan_shared::ids::JobId, local: &[u32], nodes: u32) -> JobShape {
         JobShape {
             job: format!("j{job_id}"),
             job_id,
@@ -400,7 +400,7 @@ mod tests {
     }
 
     /// Puts distinct 100-byte values into `job_id` until refused: the refusal.
-    fn fill(hub: &Hub, job_id: u64) -> PutError {
+    fn fill(hub: &Hub, job_id: hyperplan_shared::ids::JobId) -> PutError {
         let value = "v".repeat(100);
         for i in 0..1_000_000 {
             if let Err(e) = hub.put(job_id, &format!("k{i}"), &value) {
@@ -428,11 +428,11 @@ mod tests {
             user: 40_000,
         };
         let hub = Hub::new(bounds);
-        let _a = attach(&hub, shape(1, &[0], 1), 0, 1000);
-        let _b = attach(&hub, shape(2, &[0], 1), 0, 1000);
-        let _c = attach(&hub, shape(3, &[0], 1), 0, 1001);
-        let _d = attach(&hub, shape(4, &[0], 1), 0, 1002);
-        assert_eq!(fill(&hub, 1), PutError::UserFull { limit: 40_000 });
+        let _a = attach(&hub, shape(1.into(), &[0], 1), 0, 1000);
+        let _b = attach(&hub, shape(2.into(), &[0], 1), 0, 1000);
+        let _c = attach(&hub, shape(3.into(), &[0], 1), 0, 1001);
+        let _d = attach(&hub, shape(4.into(), &[0], 1), 0, 1002);
+        assert_eq!(fill(&hub, 1.into()), PutError::UserFull { limit: 40_000 });
         let held = hub.user_bytes(1000);
         assert!(
             held <= 40_000 && held + 2 * charge("k0", &"v".repeat(100)) > 40_000,
@@ -440,14 +440,14 @@ mod tests {
         );
         // The user's other job has no room left; nothing was kept.
         assert_eq!(
-            hub.put(2, "x", &"v".repeat(100)),
+            hub.put(2.into(), "x", &"v".repeat(100)),
             Err(PutError::UserFull { limit: 40_000 })
         );
         assert_eq!(hub.user_bytes(1000), held);
-        assert_eq!(hub.get(2, "x"), None);
+        assert_eq!(hub.get(2.into(), "x"), None);
         // Another user has its own, until the node is full.
-        assert_eq!(fill(&hub, 3), PutError::UserFull { limit: 40_000 });
-        assert_eq!(fill(&hub, 4), PutError::NodeFull { limit: 100_000 });
+        assert_eq!(fill(&hub, 3.into()), PutError::UserFull { limit: 40_000 });
+        assert_eq!(fill(&hub, 4.into()), PutError::NodeFull { limit: 100_000 });
         assert!(hub.bytes() <= 100_000);
         assert_eq!(
             hub.bytes(),
@@ -455,21 +455,21 @@ mod tests {
         );
         // A fence lets the part go: the same user puts again. Its job's own bound is
         // still there under roomy node and user bounds.
-        hub.barrier_in(1, 0).await.unwrap().unwrap();
+        hub.barrier_in(1.into(), 0).await.unwrap().unwrap();
         assert!(hub.user_bytes(1000) < held);
         let roomy = Hub::new(Bounds {
             node: usize::MAX,
             user: usize::MAX,
         });
-        let _e = attach(&roomy, shape(5, &[0], 1), 0, 1000);
+        let _e = attach(&roomy, shape(5.into(), &[0], 1), 0, 1000);
         let mut i = 0u32;
         let refused = loop {
-            if let Err(e) = roomy.put(5, &format!("k{i}"), &"v".repeat(1000)) {
+            if let Err(e) = roomy.put(5.into(), &format!("k{i}"), &"v".repeat(1000)) {
                 break e;
             }
             i += 1;
             if i.is_multiple_of(1000) {
-                roomy.barrier_in(5, 0).await.unwrap().unwrap();
+                roomy.barrier_in(5.into(), 0).await.unwrap().unwrap();
             }
         };
         assert_eq!(refused, PutError::Full);
@@ -482,25 +482,25 @@ mod tests {
             node: 8 << 20,
             user: 4 << 20,
         });
-        let a = attach(&hub, shape(1, &[0, 1], 1), 0, 1000);
-        let b = attach(&hub, shape(1, &[0, 1], 1), 1, 1000);
-        let other = attach(&hub, shape(2, &[0], 1), 0, 1001);
+        let a = attach(&hub, shape(1.into(), &[0, 1], 1), 0, 1000);
+        let b = attach(&hub, shape(1.into(), &[0, 1], 1), 1, 1000);
+        let other = attach(&hub, shape(2.into(), &[0], 1), 0, 1001);
         // Past TRIM_AFTER: its end gives the memory back too.
-        assert_eq!(fill(&hub, 1), PutError::UserFull { limit: 4 << 20 });
-        hub.put(2, "k", "v").unwrap();
+        assert_eq!(fill(&hub, 1.into()), PutError::UserFull { limit: 4 << 20 });
+        hub.put(2.into(), "k", "v").unwrap();
         let theirs = hub.user_bytes(1001);
         assert!(hub.user_bytes(1000) > TRIM_AFTER);
         drop(a);
-        until(|| hub.lock().jobs.get(&1).is_some_and(|e| e.open == 1)).await;
-        assert_eq!(hub.get(1, "k0"), Some("v".repeat(100)), "a rank is left");
+        until(|| hub.lock().jobs.get(&1.into()).is_some_and(|e| e.open == 1)).await;
+        assert_eq!(hub.get(1.into(), "k0"), Some("v".repeat(100)), "a rank is left");
         drop(b);
         until(|| hub.jobs() == 1).await;
         assert_eq!(hub.user_bytes(1000), 0);
         assert_eq!(hub.bytes(), theirs, "only the other job's");
-        assert_eq!(hub.put(1, "k", "v"), Err(PutError::Gone));
+        assert_eq!(hub.put(1.into(), "k", "v"), Err(PutError::Gone));
         // The user's next job has the whole bound again.
-        let _c = attach(&hub, shape(3, &[0], 1), 0, 1000);
-        assert_eq!(fill(&hub, 3), PutError::UserFull { limit: 4 << 20 });
+        let _c = attach(&hub, shape(3.into(), &[0], 1), 0, 1000);
+        assert_eq!(fill(&hub, 3.into()), PutError::UserFull { limit: 4 << 20 });
         drop(other);
         until(|| hub.jobs() == 1).await;
         assert_eq!(hub.bytes(), hub.user_bytes(1000));
@@ -512,9 +512,9 @@ mod tests {
             node: 1 << 20,
             user: 10_000,
         });
-        let _a = attach(&hub, shape(1, &[0], 2), 0, 1000);
-        hub.put(1, "bc-0", "here").unwrap();
-        let waiting = hub.barrier_in(1, 0);
+        let _a = attach(&hub, shape(1.into(), &[0], 2), 0, 1000);
+        hub.put(1.into(), "bc-0", "here").unwrap();
+        let waiting = hub.barrier_in(1.into(), 0);
         let [fence] = <[PmiFence; 1]>::try_from(hub.take_outbox()).unwrap();
         let held = hub.bytes();
         assert_eq!(held, 2 * charge("bc-0", "here"), "the value and the part out");
@@ -526,7 +526,7 @@ mod tests {
         let why = waiting.await.unwrap().unwrap_err().to_string();
         assert!(why.contains("user") && why.contains("10000"), "{why}");
         // Nothing of the answer is kept; the part out is let go.
-        assert_eq!(hub.get(1, "bc-1"), None);
+        assert_eq!(hub.get(1.into(), "bc-1"), None);
         assert_eq!(hub.bytes(), charge("bc-0", "here"));
         assert_eq!(hub.unanswered(), []);
     }

@@ -33,7 +33,7 @@ pub const MAX_PART_BYTES: usize = 12 << 20;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobShape {
     pub job: String,
-    pub job_id: u64,
+    pub job_id: hyperplan_shared::ids::JobId,
     /// The job's ranks, all nodes.
     pub size: u32,
     /// Its ranks on this node.
@@ -312,7 +312,7 @@ mod tests {
     fn shape(local: &[u32], nodes: u32) -> JobShape {
         JobShape {
             job: "mpi".into(),
-            job_id: 7,
+            job_id: 7.into(),
             size: 4,
             local: local.iter().copied().collect(),
             nodes,

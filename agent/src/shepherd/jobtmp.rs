@@ -83,7 +83,7 @@ impl Setting {
     }
 
     /// The spec's `privateTmp` for a task of job `job` (id `job_id`); None when off.
-    pub fn job_dirs(&self, state_dir: &Path, job: &str, job_id: u64) -> Option<JobDirs> {
+    pub fn job_dirs(&self, state_dir: &Path, job: &str, job_id: hyperplan_shared::ids::JobId) -> Option<JobDirs> {
         let required = match self.mode {
             Mode::Off => return None,
             Mode::BestEffort => false,
@@ -100,7 +100,7 @@ impl Setting {
 }
 
 /// `<job>.<jobId>`, as the task directories name a job.
-pub fn job_dir_name(job: &str, job_id: u64) -> String {
+pub fn job_dir_name(job: &str, job_id: hyperplan_shared::ids::JobId) -> String {
     format!("{job}.{job_id}")
 }
 
@@ -356,12 +356,12 @@ mod tests {
             "{}",
             root.display()
         );
-        assert_eq!(s.job_dirs(Path::new("/s"), "j", 1), None);
+        assert_eq!(s.job_dirs(Path::new("/s"), "j", 1.into()), None);
         let on = Setting {
             mode: Mode::Required,
             tmp_dir: Some("/scratch/jt".into()),
         };
-        let dirs = on.job_dirs(Path::new("/s"), "train", 7).unwrap();
+        let dirs = on.job_dirs(Path::new("/s"), "train", 7.into()).unwrap();
         assert_eq!(dirs.tmp, Path::new("/scratch/jt/train.7/tmp"));
         assert!(dirs.shm.ends_with("train.7/shm") && dirs.required);
     }

@@ -31,7 +31,7 @@ pub struct TaskDir {
 impl TaskDir {
     /// `STATE/tasks/<job>.<jobId>/<task>`; the names must already be checked
     /// ([`LaunchSpec::check_names`](super::spec::LaunchSpec::check_names)).
-    pub fn new(state_dir: &Path, job: &str, job_id: u64, task: &str) -> TaskDir {
+    pub fn new(state_dir: &Path, job: &str, job_id: hyperplan_shared::ids::JobId, task: &str) -> TaskDir {
         TaskDir {
             dir: job_dir(state_dir, job, job_id).join(task),
         }
@@ -63,7 +63,7 @@ impl TaskDir {
 }
 
 /// `STATE/tasks/<job>.<jobId>`: the directory of one job's tasks on this node.
-pub fn job_dir(state_dir: &Path, job: &str, job_id: u64) -> PathBuf {
+pub fn job_dir(state_dir: &Path, job: &str, job_id: hyperplan_shared::ids::JobId) -> PathBuf {
     state_dir.join("tasks").join(format!("{job}.{job_id}"))
 }
 
@@ -182,7 +182,7 @@ mod tests {
 
     #[test]
     fn paths_follow_the_layout() {
-        let t = TaskDir::new(Path::new("/var/lib/hyperplan-agent"), "j1", 7, "worker-3");
+        let t = TaskDir::new(Path::new("/var/lib/hyperplan-agent"), "j1", 7.into(), "worker-3");
         assert_eq!(
             t.record(),
             Path::new("/var/lib/hyperplan-agent/tasks/j1.7/worker-3/record.json")

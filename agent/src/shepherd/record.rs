@@ -39,7 +39,7 @@ pub enum Outcome {
 pub struct ExitRecord {
     pub job: String,
     #[serde(default)]
-    pub job_id: u64,
+    pub job_id: hyperplan_shared::ids::JobId,
     pub task: String,
     pub rank: u32,
     pub shepherd_pid: u32,
@@ -122,7 +122,7 @@ mod tests {
     fn record_roundtrips_with_camel_case_names() {
         let r = ExitRecord {
             job: "j".into(),
-            job_id: 3,
+            job_id: 3.into(),
             task: "t".into(),
             rank: 0,
             shepherd_pid: 10,

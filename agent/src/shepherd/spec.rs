@@ -62,7 +62,7 @@ pub struct LaunchSpec {
     pub job: String,
     /// The job's id (a job name may be used again, its id not); 0 when not given.
     #[serde(default)]
-    pub job_id: u64,
+    pub job_id: hyperplan_shared::ids::JobId,
     pub task: String,
     /// The task's place in its job (what the planner finds it by; see `TaskRef::index`).
     #[serde(default)]

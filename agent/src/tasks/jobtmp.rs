@@ -215,7 +215,7 @@ impl Cleaner {
     }
 
     /// Job `job` (id `job_id`) has no task left here: its directories go into the trash.
-    pub fn retire(&mut self, job: &str, job_id: u64) {
+    pub fn retire(&mut self, job: &str, job_id: hyperplan_shared::ids::JobId) {
         let name = crate::shepherd::jobtmp::job_dir_name(job, job_id);
         for base in self.bases.clone() {
             match self.move_to_trash(&base, &name) {
@@ -485,7 +485,7 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("shm/j.7/shm")).unwrap();
         std::fs::create_dir_all(dir.path().join("tmp/other.8/tmp")).unwrap();
         let mut c = cleaner(dir.path());
-        c.retire("j", 7);
+        c.retire("j", 7.into());
         assert!(!dir.path().join("tmp/j.7").exists() && !dir.path().join("shm/j.7").exists());
         assert!(c.pending);
         let mut scans = 0;

@@ -176,9 +176,9 @@ impl Entry {
 #[derive(Debug)]
 pub struct Tasks {
     opts: TaskOptions,
-    worlds: BTreeMap<(String, u64), JobWorld>,
+    worlds: BTreeMap<(String, hyperplan_shared::ids::JobId), JobWorld>,
     /// Order the worlds came in, for forgetting the oldest.
-    world_order: VecDeque<(String, u64)>,
+    world_order: VecDeque<(String, hyperplan_shared::ids::JobId)>,
     tasks: BTreeMap<TaskRef, Entry>,
     /// Tasks whose end the planner has, with the placement (`run`) that ended.
     done: HashMap<TaskRef, u32>,
@@ -292,7 +292,7 @@ impl Tasks {
         }
     }
 
-    fn has_tasks(&self, job: &str, job_id: u64) -> bool {
+    fn has_tasks(&self, job: &str, job_id: hyperplan_shared::ids::JobId) -> bool {
         self.tasks.keys().any(|t| t.job == job && t.job_id == job_id)
     }
 
@@ -316,7 +316,7 @@ impl Tasks {
             self.done_logs.remove(&key);
         }
         if self.tasks.contains_key(&key) || self.done.contains_key(&key) || self.homeless.contains_key(&key) {
-            tracing::debug!(job = %key.job, job_id = key.job_id, task = %key.task, "Launch repeated; nothing started");
+            tracing::debug!(job = %key.job, job_id = %key.job_id, task = %key.task, "Launch repeated; nothing started");
             return Vec::new();
         }
         let names_ok = hyperplan_shared::names::check_job_name(&key.job)
@@ -369,7 +369,7 @@ impl Tasks {
         match launched {
             Launched::Spawned(shepherd) => {
                 tracing::info!(
-                    job = %key.job, job_id = key.job_id, task = %key.task, rank = launch.rank, user = %launch.user,
+                    job = %key.job, job_id = %key.job_id, task = %key.task, rank = launch.rank, user = %launch.user,
                     shepherd = shepherd.pid(), "started the task's shepherd"
                 );
                 entry.follow(shepherd);
@@ -378,7 +378,7 @@ impl Tasks {
             Launched::Retry(e) => {
                 self.strain.failed(&e);
                 tracing::warn!(
-                    job = %key.job, job_id = key.job_id, task = %key.task,
+                    job = %key.job, job_id = %key.job_id, task = %key.task,
                     "cannot start the task's shepherd now ({e}); trying again every {} s, {} times",
                     runner::RETRY_EVERY.as_secs(), runner::SPAWN_TRIES - 1
                 );
@@ -391,7 +391,7 @@ impl Tasks {
             }
             Launched::Failed(record) => {
                 tracing::warn!(
-                    job = %key.job, job_id = key.job_id, task = %key.task,
+                    job = %key.job, job_id = %key.job_id, task = %key.task,
                     "cannot start the task: {}", record.reason.as_deref().unwrap_or("")
                 );
                 out.push(finished_message(&key, task_end(&record)));
@@ -432,7 +432,7 @@ impl Tasks {
         let signal = signal.filter(|s| (1..=31).contains(s) && ![libc::SIGKILL, libc::SIGSTOP].contains(s));
         match entry.kill {
             Kill::None => {
-                tracing::info!(job = %task.job, job_id = task.job_id, task = %task.task, grace_secs, "cancelling the task");
+                tracing::info!(job = %task.job, job_id = %task.job_id, task = %task.task, grace_secs, "cancelling the task");
                 entry.kill = Kill::Pending(grace_secs, signal);
             }
             Kill::Pending(grace, warn) => entry.kill = Kill::Pending(grace.min(grace_secs), signal.or(warn)),
@@ -445,7 +445,7 @@ impl Tasks {
                     return;
                 }
                 tracing::info!(
-                    job = %task.job, job_id = task.job_id, task = %task.task, grace_secs,
+                    job = %task.job, job_id = %task.job_id, task = %task.task, grace_secs,
                     "cancelling the task again, with a shorter grace"
                 );
                 if let Some(pid) = entry.shepherd_pid.filter(|&p| p > 0) {
@@ -562,7 +562,7 @@ impl Tasks {
         self.exiting.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
         let tasks = &self.tasks;
         self.jobtmp.work(tasks.is_empty(), |job, job_id| {
-            tasks.keys().any(|t| t.job == job && t.job_id == job_id)
+            tasks.keys().any(|t| t.job == job && t.job_id.0 == job_id)
         });
         let shepherds = self.shepherds();
         let mut out = Vec::new();
@@ -896,7 +896,7 @@ fn vanished(
         }
         let lost = entry.lost.get_or_insert_with(|| {
             tracing::warn!(
-                job = %task.job, job_id = task.job_id, task = %task.task, pid_file = ?entry.shepherd_pid,
+                job = %task.job, job_id = %task.job_id, task = %task.task, pid_file = ?entry.shepherd_pid,
                 "cannot find the task's shepherd (its pid file is missing or names another process); \
                  the task keeps its resources while it is looked for"
             );
@@ -1006,7 +1006,7 @@ fn look_for_shepherd(task: &TaskRef, entry: &mut Entry) -> bool {
     };
     let was = entry.shepherd_pid;
     tracing::info!(
-        job = %task.job, job_id = task.job_id, task = %task.task, shepherd = pid, pid_file = ?was,
+        job = %task.job, job_id = %task.job_id, task = %task.task, shepherd = pid, pid_file = ?was,
         "found the task's shepherd by its command line; its pid file is written again"
     );
     entry.shepherd_pid = Some(pid);
@@ -1035,7 +1035,7 @@ mod tests {
     use super::*;
 
     /// A Launch of task `w-0` of job `j` (id `job_id`), for user `nobody`.
-    fn frame(job_id: u64) -> LaunchTask {
+    fn frame(job_id: hyperplan_shared::ids::JobId) -> LaunchTask {
         LaunchTask {
             job: "j".into(),
             job_id,
@@ -1116,7 +1116,13 @@ mod tests {
     }
 
     /// A job's world on nodes `nodes` (ranks by node index), its restart count.
-    fn world(job: &str, job_id: u64, nodes: &[&str], node_of_rank: &[u32], restart: u32) -> JobWorld {
+    fn world(
+        job: &str,
+        job_id: hyperplan_shared::ids::JobId,
+        nodes: &[&str],
+        node_of_rank: &[u32],
+        restart: u32,
+    ) -> JobWorld {
         JobWorld {
             job: job.into(),
             job_id,
@@ -1136,17 +1142,17 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let state = tempfile::tempdir().unwrap();
         let mut t = tasks(state.path());
-        t.on_job(world("j", 4, &["n1", "n2"], &[0, 0, 0, 1], 0));
+        t.on_job(world("j", 4.into(), &["n1", "n2"], &[0, 0, 0, 1], 0));
         let hostfile = state.path().join("tasks/j.4/hostfile");
         // The shepherd cannot start here; the hostfile is written before it would.
-        t.on_launch("n1", &[], &frame(4));
+        t.on_launch("n1", &[], &frame(4.into()));
         let first = std::fs::metadata(&hostfile).unwrap().ino();
         assert_eq!(std::fs::read_to_string(&hostfile).unwrap(), "n1\nn1\nn1\nn2\n");
         let second = LaunchTask {
             task: "w-1".into(),
             index: 1,
             rank: 1,
-            ..frame(4)
+            ..frame(4.into())
         };
         t.on_launch("n1", &[], &second);
         assert_eq!(std::fs::metadata(&hostfile).unwrap().ino(), first, "not written again");
@@ -1156,28 +1162,28 @@ mod tests {
             task: "w-2".into(),
             index: 2,
             rank: 2,
-            ..frame(4)
+            ..frame(4.into())
         };
         t.on_launch("n1", &[], &third);
         assert_eq!(std::fs::read_to_string(&hostfile).unwrap(), "n1\nn1\nn1\nn2\n");
         // Rank 3 lost with n2 starts again on n3: the job's running tasks here read the
         // new world in their hostfile, and the restart count beside it.
-        t.on_job(world("j", 4, &["n1", "n3"], &[0, 0, 0, 1], 1));
+        t.on_job(world("j", 4.into(), &["n1", "n3"], &[0, 0, 0, 1], 1));
         assert_eq!(std::fs::read_to_string(&hostfile).unwrap(), "n1\nn1\nn1\nn3\n");
         let restart = state.path().join("tasks/j.4/restart");
         assert_eq!(std::fs::read_to_string(&restart).unwrap(), "1\n");
         // The same world again writes nothing; a job with nothing here gets no files.
         let before = std::fs::metadata(&hostfile).unwrap().ino();
-        t.on_job(world("j", 4, &["n1", "n3"], &[0, 0, 0, 1], 1));
+        t.on_job(world("j", 4.into(), &["n1", "n3"], &[0, 0, 0, 1], 1));
         assert_eq!(std::fs::metadata(&hostfile).unwrap().ino(), before);
-        t.on_job(world("other", 5, &["n1"], &[0], 2));
+        t.on_job(world("other", 5.into(), &["n1"], &[0], 2));
         assert!(!state.path().join("tasks/other.5").exists());
     }
 
     #[test]
     fn a_shepherd_that_died_without_a_record_fails_its_task_and_an_ack_forgets_it() {
         let state = tempfile::tempdir().unwrap();
-        let dir = TaskDir::new(state.path(), "j", 3, "w-0");
+        let dir = TaskDir::new(state.path(), "j", 3.into(), "w-0");
         std::fs::create_dir_all(&dir.dir).unwrap();
         std::fs::write(dir.spec(), "{}").unwrap();
         std::fs::write(dir.dir.parent().unwrap().join("hostfile"), "n1\n").unwrap();
@@ -1191,7 +1197,10 @@ mod tests {
         let ends = finished(&t.unacked());
         assert_eq!(ends.len(), 1);
         let (task, end) = &ends[0];
-        assert_eq!((task.job.as_str(), task.job_id, task.task.as_str()), ("j", 3, "w-0"));
+        assert_eq!(
+            (task.job.as_str(), task.job_id, task.task.as_str()),
+            ("j", 3.into(), "w-0")
+        );
         assert_eq!(end.outcome, hyperplan_shared::taskend::TaskOutcome::Failed);
         assert!(
             end.reason.as_deref().unwrap().contains("died without a record"),
@@ -1213,13 +1222,16 @@ mod tests {
             "the job directory and hostfile are gone"
         );
         // A late repeated Launch starts nothing.
-        let launch = frame(3);
+        let launch = frame(3.into());
         assert!(t.on_launch("n1", &[], &launch).is_empty());
         assert!(!dir.dir.exists());
         // The task placed here again (its job requeued): a later run is tried (the shepherd
         // program cannot start here, which its end says), and only once.
-        t.on_job(world("j", 3, &["n1"], &[0], 0));
-        let again = LaunchTask { run: 1, ..frame(3) };
+        t.on_job(world("j", 3.into(), &["n1"], &[0], 0));
+        let again = LaunchTask {
+            run: 1,
+            ..frame(3.into())
+        };
         let ends = finished(&t.on_launch("n1", &[], &again));
         assert_eq!(ends.len(), 1, "{ends:?}");
         assert!(
@@ -1232,7 +1244,7 @@ mod tests {
     fn launches_that_cannot_start_are_failed_records() {
         let state = tempfile::tempdir().unwrap();
         let mut t = tasks(state.path());
-        let mut launch = frame(4);
+        let mut launch = frame(4.into());
         // No Job frame.
         let ends = finished(&t.on_launch("n1", &[], &launch));
         assert!(ends[0].1.reason.as_deref().unwrap().contains("no Job frame"));
@@ -1243,8 +1255,8 @@ mod tests {
         assert!(!state.path().join("etc").exists());
         // The shepherd program cannot be started.
         launch.job = "j".into();
-        launch.job_id = 5;
-        t.on_job(world("j", 5, &["n1"], &[0], 0));
+        launch.job_id = 5.into();
+        t.on_job(world("j", 5.into(), &["n1"], &[0], 0));
         let ends = finished(&t.on_launch("n1", &[], &launch));
         assert!(
             ends[0]
@@ -1287,14 +1299,14 @@ mod tests {
             cli: PathBuf::from("hyperplan"),
         })
         .unwrap();
-        t.on_job(world("j", 6, &["n1"], &[0], 0));
+        t.on_job(world("j", 6.into(), &["n1"], &[0], 0));
         let launch = LaunchTask {
             cpus: "0-1".into(),
             numa_nodes: vec![0],
             bind_memory: true,
             memory_bytes: Some(1 << 20),
             epoch: 1,
-            ..frame(6)
+            ..frame(6.into())
         };
         // The shepherd cannot start here, but the spec naming the cgroup was written first.
         let ends = finished(&t.on_launch("n1", &[], &launch));
@@ -1305,7 +1317,7 @@ mod tests {
             (read("cpuset.cpus"), read("cpuset.mems"), read("memory.max")),
             ("0-1".into(), "0".into(), "1048576".into())
         );
-        let dir = TaskDir::new(state.path(), "j", 6, "w-0");
+        let dir = TaskDir::new(state.path(), "j", 6.into(), "w-0");
         let spec = crate::shepherd::LaunchSpec::read(&dir.spec()).unwrap();
         assert_eq!(spec.cgroups, std::slice::from_ref(&cg));
 
@@ -1329,7 +1341,7 @@ mod tests {
     }
 
     /// A task directory that has started (spec, `started.json`), with no pid file.
-    fn started_task(state: &std::path::Path, job_id: u64, task_pid: u32) -> TaskDir {
+    fn started_task(state: &std::path::Path, job_id: hyperplan_shared::ids::JobId, task_pid: u32) -> TaskDir {
         let dir = TaskDir::new(state, "j", job_id, "w-0");
         std::fs::create_dir_all(&dir.dir).unwrap();
         std::fs::write(dir.spec(), "{}").unwrap();
@@ -1367,7 +1379,7 @@ mod tests {
         // The pid file deleted, then one naming another live process.
         for wrong in [false, true] {
             let state = tempfile::tempdir().unwrap();
-            let dir = started_task(state.path(), 8, 1);
+            let dir = started_task(state.path(), 8.into(), 1);
             let mut shepherd = fake_shepherd(&dir.spec());
             wait_shepherd(shepherd.id(), &dir.spec());
             let mut other = std::process::Command::new("sleep").arg("600").spawn().unwrap();
@@ -1410,11 +1422,11 @@ mod tests {
         let t = tasks_with_grace(state.path(), Duration::from_secs(3600));
         let task = TaskRef {
             job: "l".into(),
-            job_id: 3,
+            job_id: 3.into(),
             task: "t".into(),
             index: 0,
         };
-        let dir = TaskDir::new(state.path(), "l", 3, "t");
+        let dir = TaskDir::new(state.path(), "l", 3.into(), "t");
         std::fs::create_dir_all(&dir.dir).unwrap();
         // A process whose command line does not name the spec (as one just exec'd may
         // not yet): the launcher's shepherd all the same, by pid and start time.
@@ -1436,7 +1448,7 @@ mod tests {
         let mut entry = Entry::new(dir.clone(), 0);
         entry.follow(runner::Shepherd::Launched(other.id()));
         let _ = other.wait();
-        let ended = runner::synthesized("l", 3, "t", 0, other.id(), None, "its own words".into());
+        let ended = runner::synthesized("l", 3.into(), "t", 0, other.id(), None, "its own words".into());
         std::fs::remove_file(dir.record()).unwrap();
         runner::write_record(&dir, &ended);
         let record = vanished(&mut entry).expect("its record");
@@ -1446,7 +1458,7 @@ mod tests {
     #[test]
     fn a_task_whose_shepherd_is_nowhere_is_held_until_its_grace_then_fails() {
         let state = tempfile::tempdir().unwrap();
-        let dir = started_task(state.path(), 9, 1);
+        let dir = started_task(state.path(), 9.into(), 1);
         // Held: listed as running with no pid, no end reported, its pid file not written.
         let mut t = tasks_with_grace(state.path(), Duration::from_secs(3600));
         assert!(finished(&t.unacked()).is_empty());
@@ -1461,7 +1473,7 @@ mod tests {
         assert_eq!(
             now.running,
             [crate::metrics::TaskUse {
-                job_id: 9,
+                job_id: 9.into(),
                 index: running[0].task.index,
                 cpu_cores: 0.0,
                 memory_bytes: 0,

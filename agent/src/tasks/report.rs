@@ -66,7 +66,7 @@ mod tests {
     fn record(outcome: Outcome) -> ExitRecord {
         ExitRecord {
             job: "j".into(),
-            job_id: 4,
+            job_id: 4.into(),
             task: "w-0".into(),
             rank: 0,
             shepherd_pid: 10,

@@ -339,7 +339,7 @@ pub fn failed_record(dir: &TaskDir, task: &LaunchTask, reason: String) -> ExitRe
 /// An exit record the agent makes itself: outcome failed, with `reason`.
 pub fn synthesized(
     job: &str,
-    job_id: u64,
+    job_id: hyperplan_shared::ids::JobId,
     task: &str,
     rank: u32,
     shepherd_pid: u32,
@@ -432,7 +432,7 @@ pub fn rewrite_world(opts: &TaskOptions, world: &JobWorld) {
     }
     tracing::info!(
         job = %world.job,
-        job_id = world.job_id,
+        job_id = %world.job_id,
         restart = world.restart,
         nodes = world.nodes.join(","),
         "the job's world changed: hostfile written again"

@@ -113,12 +113,12 @@ pub fn list(state_dir: &Path) -> Vec<(TaskRef, TaskDir)> {
                 tracing::warn!(max = MAX_TASKS, "too many task directories; the rest are not looked at");
                 return found;
             }
-            let dir = TaskDir::new(state_dir, job, job_id, task);
+            let dir = TaskDir::new(state_dir, job, job_id.into(), task);
             let index = read_index(&dir);
             found.push((
                 TaskRef {
                     job: job.to_string(),
-                    job_id,
+                    job_id: job_id.into(),
                     task: task.to_string(),
                     index,
                 },
@@ -138,7 +138,7 @@ mod tests {
     #[test]
     fn lists_valid_task_directories_and_reads_their_files() {
         let state = tempfile::tempdir().unwrap();
-        let t = TaskDir::new(state.path(), "train.v2", 7, "w-0");
+        let t = TaskDir::new(state.path(), "train.v2", 7.into(), "w-0");
         std::fs::create_dir_all(&t.dir).unwrap();
         std::fs::write(t.dir.parent().unwrap().join("hostfile"), "n1\n").unwrap();
         std::fs::create_dir_all(state.path().join("tasks/nojobid/w-0")).unwrap();
@@ -149,7 +149,7 @@ mod tests {
             listed[0].0,
             TaskRef {
                 job: "train.v2".into(),
-                job_id: 7,
+                job_id: 7.into(),
                 task: "w-0".into(),
                 index: 0,
             }

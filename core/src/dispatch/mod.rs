@@ -88,7 +88,7 @@ pub(crate) fn placement(
     hardware: Option<&NodeHardware>,
     st: &JobState,
 ) -> Placement {
-    let job_id = id.map_or(0, |i| i.0);
+    let job_id = id.copied().unwrap_or_default();
     Placement {
         spec: job.spec.clone(),
         job_id,
@@ -112,6 +112,6 @@ pub(crate) fn placement(
         master_port: st
             .master_port
             .or(job.spec.run.master_port)
-            .unwrap_or_else(|| default_master_port(job_id)),
+            .unwrap_or_else(|| default_master_port(job_id.0)),
     }
 }

@@ -158,7 +158,7 @@ pub(crate) fn task_finished(world: &mut World, job: &str, index: u32, task: &str
 }
 
 /// `Event::TaskStarted`: its pid and start time, once.
-pub(crate) fn task_started(world: &mut World, node: &str, job: (&str, u64), task: (u32, &str), pid: u32, at_ms: u64) {
+pub(crate) fn task_started(world: &mut World, node: &str, job: (&str, JobId), task: (u32, &str), pid: u32, at_ms: u64) {
     let Some((job_e, task_e)) = running_task(world, node, job, task) else {
         return;
     };
@@ -175,7 +175,7 @@ pub(crate) fn task_started(world: &mut World, node: &str, job: (&str, u64), task
 
 /// `Event::TaskEnded`: the task's end from its agent, applied only to the task the core
 /// has running on that node for the job of that id.
-pub(crate) fn task_ended(world: &mut World, node: &str, job: (&str, u64), task: (u32, &str), end: TaskEnd) {
+pub(crate) fn task_ended(world: &mut World, node: &str, job: (&str, JobId), task: (u32, &str), end: TaskEnd) {
     if let Some((job_e, task_e)) = running_task(world, node, job, task) {
         end_task(world, job_e, task_e, end);
     }
@@ -491,7 +491,7 @@ pub(crate) fn kill(world: &mut World, job_e: Entity, task_e: Entity, node: Arc<s
     let cmd = Command::Kill {
         node,
         job: Arc::from(job.spec.name.as_str()),
-        job_id: world.get::<JobId>(job_e).map_or(0, |i| i.0),
+        job_id: world.get::<JobId>(job_e).copied().unwrap_or_default(),
         task: task.name.clone(),
         index: task.index,
         grace_secs,
@@ -583,10 +583,10 @@ fn mark_started(world: &mut World, job_e: Entity) {
 
 /// The job (by name and id) and its task (by its place in the job, its name checked),
 /// when the core has that task running on `node`.
-fn running_task(world: &World, node: &str, job: (&str, u64), task: (u32, &str)) -> Option<(Entity, Entity)> {
+fn running_task(world: &World, node: &str, job: (&str, JobId), task: (u32, &str)) -> Option<(Entity, Entity)> {
     let (job, job_id) = job;
     let &job_e = world.resource::<JobNames>().0.get(job)?;
-    if world.get::<JobId>(job_e).map(|i| i.0) != Some(job_id) {
+    if world.get::<JobId>(job_e).copied() != Some(job_id) {
         return None;
     }
     let task_e = find_task(world, world.get::<Job>(job_e)?, task.0, task.1)?;

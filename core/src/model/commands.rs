@@ -18,7 +18,7 @@ pub struct Placement {
     /// and output files; its limits.
     pub spec: Arc<JobSpec>,
     /// The number the planner gave the job at submit.
-    pub job_id: u64,
+    pub job_id: hyperplan_shared::ids::JobId,
     /// Who submitted it (the CN of their certificate): the task runs as that user.
     pub owner: Arc<str>,
     /// Index of the task's spec in `spec.tasks`.
@@ -151,7 +151,7 @@ pub enum Command {
         /// The job's name.
         job: Arc<str>,
         /// The job's id.
-        job_id: u64,
+        job_id: hyperplan_shared::ids::JobId,
         /// `<task name>-<replica>`.
         task: Arc<str>,
         /// Its place in the job (see `Task::index`).

@@ -318,11 +318,9 @@ pub struct JobQueue {
     pub user: crate::model::ids::UserIdx,
 }
 
-/// A job's number, given at submit: 1, 2, 3, … in the order submissions reach the core
-/// (a refused submission uses its number up too, so [`Planner::next_job_id`](crate::Planner::next_job_id) can say a
-/// queued job's id before the tick that makes it).
-#[derive(Component, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct JobId(pub u64);
+/// A job's number, given at submit (a component of the job's entity); the same typed id
+/// the events, commands and the wire carry.
+pub use hyperplan_shared::ids::JobId;
 
 /// On a job sent back to pending (how many times): the allocator only looks at jobs
 /// submitted since or left unplaced, so it picks this one up when it changes.

@@ -175,7 +175,7 @@ pub enum Event {
         /// The job's name.
         job: String,
         /// The job's id.
-        job_id: u64,
+        job_id: hyperplan_shared::ids::JobId,
         /// `<task name>-<replica>`.
         task: String,
         /// Its place in the job: with `job_id`, what finds it (`task` is checked).
@@ -193,7 +193,7 @@ pub enum Event {
         /// The job's name.
         job: String,
         /// The job's id.
-        job_id: u64,
+        job_id: hyperplan_shared::ids::JobId,
         /// `<task name>-<replica>`.
         task: String,
         /// Its place in the job (see `TaskStarted`).
@@ -233,7 +233,7 @@ pub struct TaskOnNode {
     /// The job's name.
     pub job: String,
     /// The job's id.
-    pub job_id: u64,
+    pub job_id: hyperplan_shared::ids::JobId,
     /// `<task name>-<replica>`.
     pub task: String,
     /// Its place in the job (see `Event::TaskStarted`).

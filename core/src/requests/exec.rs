@@ -50,7 +50,7 @@ pub struct ExecTarget {
     /// The job's name.
     pub job: String,
     /// The job's id.
-    pub job_id: u64,
+    pub job_id: hyperplan_shared::ids::JobId,
     /// The job's owner: the command runs as this user.
     pub user: String,
     /// Its nodes, by their lowest rank.
@@ -166,7 +166,7 @@ impl Planner {
         }
         Ok(ExecTarget {
             job: job.to_string(),
-            job_id: report.id,
+            job_id: report.id.into(),
             user: self.owner_of(job).unwrap_or_default().to_string(),
             places,
         })
@@ -181,7 +181,7 @@ impl Planner {
     pub fn begin_step(
         &mut self,
         job: &str,
-        job_id: u64,
+        job_id: hyperplan_shared::ids::JobId,
         nodes: Vec<String>,
         argv: &[String],
         now_s: u64,
@@ -209,12 +209,19 @@ impl Planner {
     /// again. Whether it was recorded: not for a job the world no longer has (forgotten,
     /// or its name now another job's), a step no longer kept, or one already ended (the
     /// first end stands).
-    pub fn end_step(&mut self, job: &str, job_id: u64, step: u32, end: StepEnd, now_s: u64) -> bool {
+    pub fn end_step(
+        &mut self,
+        job: &str,
+        job_id: hyperplan_shared::ids::JobId,
+        step: u32,
+        end: StepEnd,
+        now_s: u64,
+    ) -> bool {
         let world = self.world_mut();
         let Some(entity) = world.resource::<JobNames>().0.get(job).copied() else {
             return false;
         };
-        if world.get::<JobId>(entity).is_none_or(|id| id.0 != job_id) {
+        if world.get::<JobId>(entity).is_none_or(|id| *id != job_id) {
             return false;
         }
         // Looked at before `get_mut`, which marks the state changed (and so written).
@@ -235,10 +242,14 @@ impl Planner {
     }
 
     /// A live job's state, by name and id, to change (marked changed, so written).
-    fn job_state_mut(&mut self, job: &str, job_id: u64) -> Option<bevy_ecs::world::Mut<'_, JobState>> {
+    fn job_state_mut(
+        &mut self,
+        job: &str,
+        job_id: hyperplan_shared::ids::JobId,
+    ) -> Option<bevy_ecs::world::Mut<'_, JobState>> {
         let world = self.world_mut();
         let entity = world.resource::<JobNames>().0.get(job).copied()?;
-        if world.get::<JobId>(entity).is_none_or(|id| id.0 != job_id) {
+        if world.get::<JobId>(entity).is_none_or(|id| *id != job_id) {
             return None;
         }
         if !world.get::<JobState>(entity)?.is_live() {

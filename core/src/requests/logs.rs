@@ -13,7 +13,7 @@ pub struct LogTarget {
     /// The job's name.
     pub job: String,
     /// The job's id.
-    pub job_id: u64,
+    pub job_id: hyperplan_shared::ids::JobId,
     /// `<task name>-<replica>`.
     pub task: String,
     /// Its place in the job.
@@ -139,7 +139,7 @@ impl Planner {
         })?;
         Ok(LogTarget {
             job: job.to_string(),
-            job_id: report.id,
+            job_id: report.id.into(),
             task: t.name.clone(),
             index: index as u32,
             node,
@@ -200,7 +200,7 @@ impl Planner {
         );
         Ok(LogTarget {
             job: job.to_string(),
-            job_id: report.id,
+            job_id: report.id.into(),
             task: format!("{job}.{step}"),
             index: 0,
             node,

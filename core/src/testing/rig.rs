@@ -214,7 +214,7 @@ impl Rig {
         self.p.push(Event::TaskStarted {
             node,
             job: job.into(),
-            job_id: id,
+            job_id: id.into(),
             task: task.into(),
             index,
             pid,
@@ -285,7 +285,7 @@ impl Rig {
         self.p.push(Event::TaskEnded {
             node,
             job: job.into(),
-            job_id: id,
+            job_id: id.into(),
             task: task.into(),
             index,
             end: TaskEnd {

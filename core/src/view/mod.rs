@@ -111,7 +111,7 @@ impl Planner {
 
     /// The nodes running job `job` (id `job_id`), sorted; `None` when no live job of that
     /// name has that id (PMI fences go only to a job's own nodes).
-    pub fn job_nodes(&self, job: &str, job_id: u64) -> Option<Vec<std::sync::Arc<str>>> {
+    pub fn job_nodes(&self, job: &str, job_id: hyperplan_shared::ids::JobId) -> Option<Vec<std::sync::Arc<str>>> {
         ranks::job_nodes(self.world(), job, job_id)
     }
 

@@ -32,9 +32,9 @@ pub fn job_ranks(world: &World, job: &str) -> Option<Vec<(u32, Arc<str>)>> {
 
 /// The nodes of job `job` (id `job_id`) that run its tasks, sorted; `None` when no live
 /// job of that name has that id (a PMI fence of a job that ended, or of another).
-pub(super) fn job_nodes(world: &World, job: &str, job_id: u64) -> Option<Vec<Arc<str>>> {
+pub(super) fn job_nodes(world: &World, job: &str, job_id: hyperplan_shared::ids::JobId) -> Option<Vec<Arc<str>>> {
     let &e = world.resource::<JobNames>().0.get(job)?;
-    if world.get::<JobId>(e).is_none_or(|id| id.0 != job_id) {
+    if world.get::<JobId>(e).is_none_or(|id| *id != job_id) {
         return None;
     }
     let mut nodes: Vec<Arc<str>> = job_ranks(world, job)?.into_iter().map(|(_, n)| n).collect();

@@ -33,7 +33,7 @@ struct Gather {
 /// Every job's fence under way.
 #[derive(Debug, Default)]
 pub struct FenceRelay {
-    jobs: BTreeMap<u64, Gather>,
+    jobs: BTreeMap<hyperplan_shared::ids::JobId, Gather>,
 }
 
 impl FenceRelay {
@@ -60,7 +60,7 @@ impl FenceRelay {
             return failed(node, format!("no running job {} with id {}", fence.job, fence.job_id));
         };
         let Some(me) = nodes.iter().find(|n| &***n == node).cloned() else {
-            tracing::warn!(node, job = %fence.job, job_id = fence.job_id, "a PMI fence from a node that runs none of the job's tasks; refused");
+            tracing::warn!(node, job = %fence.job, job_id = %fence.job_id, "a PMI fence from a node that runs none of the job's tasks; refused");
             return failed(node, format!("node {node} runs no task of job {}", fence.job));
         };
         if !self.jobs.contains_key(&fence.job_id) && self.jobs.len() >= MAX_JOBS {
@@ -129,7 +129,7 @@ impl FenceRelay {
     }
 
     /// Forgets the jobs `live(name, id)` says have ended.
-    pub fn retain(&mut self, mut live: impl FnMut(&str, u64) -> bool) {
+    pub fn retain(&mut self, mut live: impl FnMut(&str, hyperplan_shared::ids::JobId) -> bool) {
         self.jobs.retain(|&id, g| live(&g.job, id));
     }
 
@@ -147,7 +147,7 @@ mod tests {
     fn part(seq: u64, pairs: &[(&str, &str)]) -> PmiFence {
         PmiFence {
             job: "mpi".into(),
-            job_id: 3,
+            job_id: 3.into(),
             seq,
             pairs: pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         }

@@ -168,7 +168,7 @@ fn slurm_job(p: &Placement) -> Option<SlurmJob> {
         .or_else(|| p.spec.working_dir(p.role))
         .unwrap_or_default();
     Some(SlurmJob {
-        job_id: p.job_id,
+        job_id: p.job_id.0,
         submit_dir,
         cpus_per_task,
         cluster_name: None,
@@ -270,7 +270,7 @@ mod tests {
         assert!(worlds.windows(2).all(|w| w[0] == w[1]));
         let world = &worlds[0];
         assert_eq!(world.node_of_rank.len(), 4);
-        assert_eq!(world.job_id, 1);
+        assert_eq!(world.job_id.0, 1);
         assert_eq!(world.master_port, hyperplan_shared::taskenv::default_master_port(1));
         let master = &world.nodes[world.node_of_rank[0] as usize];
         assert_eq!(world.master_addr, format!("10.0.0.{}", &master[1..]));

@@ -193,7 +193,7 @@ mod tests {
         let (reply, answer) = oneshot::channel();
         let task = TaskRef {
             job: "j".into(),
-            job_id: 1,
+            job_id: 1.into(),
             task: "w-0".into(),
             index: 0,
         };
@@ -224,7 +224,7 @@ mod tests {
         let (reply, answer) = oneshot::channel();
         let task = TaskRef {
             job: "j".into(),
-            job_id: 1,
+            job_id: 1.into(),
             task: "w-1".into(),
             index: 1,
         };

@@ -192,7 +192,7 @@ fn set_up(root: &Path, proc_self_cgroup: &str, pid: u32, name: &str) -> Result<T
 }
 
 /// `<job>.<jobId>.<task>`, the names checked: the leaf of a task's cgroup everywhere.
-pub fn leaf(job: &str, job_id: u64, task: &str) -> Result<String, CgroupError> {
+pub fn leaf(job: &str, job_id: hyperplan_shared::ids::JobId, task: &str) -> Result<String, CgroupError> {
     let bad = |e: hyperplan_shared::names::NameError| CgroupError::Task {
         job: job.to_string(),
         task: task.to_string(),
@@ -205,7 +205,12 @@ pub fn leaf(job: &str, job_id: u64, task: &str) -> Result<String, CgroupError> {
 
 impl TaskCgroups {
     /// The cgroups of one task, one per hierarchy; the names are checked.
-    pub fn paths(&self, job: &str, job_id: u64, task: &str) -> Result<Vec<PathBuf>, CgroupError> {
+    pub fn paths(
+        &self,
+        job: &str,
+        job_id: hyperplan_shared::ids::JobId,
+        task: &str,
+    ) -> Result<Vec<PathBuf>, CgroupError> {
         let leaf = leaf(job, job_id, task)?;
         Ok(match self {
             TaskCgroups::V2 { base, .. } => vec![base.join(leaf)],
@@ -216,7 +221,13 @@ impl TaskCgroups {
     /// Makes the task's cgroups and writes its limits; returns their paths for the spec.
     /// A leftover empty cgroup of the same name is used again; on an error what was made
     /// is removed.
-    pub fn create(&self, job: &str, job_id: u64, task: &str, limits: &Limits<'_>) -> Result<Vec<PathBuf>, CgroupError> {
+    pub fn create(
+        &self,
+        job: &str,
+        job_id: hyperplan_shared::ids::JobId,
+        task: &str,
+        limits: &Limits<'_>,
+    ) -> Result<Vec<PathBuf>, CgroupError> {
         let bad = |what: String| CgroupError::Task {
             job: job.to_string(),
             task: task.to_string(),
@@ -241,7 +252,12 @@ impl TaskCgroups {
     /// The cgroups a task's spec names that are this task's (a `<job>.<jobId>.<task>`
     /// directory with a plain absolute path: a restarted agent's parents may differ), so
     /// that they can be killed and removed. Anything else in the spec is ignored.
-    pub fn named_in_spec(spec_cgroups: &[PathBuf], job: &str, job_id: u64, task: &str) -> Vec<PathBuf> {
+    pub fn named_in_spec(
+        spec_cgroups: &[PathBuf],
+        job: &str,
+        job_id: hyperplan_shared::ids::JobId,
+        task: &str,
+    ) -> Vec<PathBuf> {
         let Ok(leaf) = leaf(job, job_id, task) else {
             return Vec::new();
         };
@@ -381,7 +397,10 @@ mod tests {
         let mut all = bad.clone();
         all.insert(1, ok.clone());
         all.push(v1.clone());
-        assert_eq!(TaskCgroups::named_in_spec(&all, "train", 7, "worker-3"), [ok, v1]);
-        assert!(TaskCgroups::named_in_spec(&all, "../x", 7, "worker-3").is_empty());
+        assert_eq!(
+            TaskCgroups::named_in_spec(&all, "train", 7.into(), "worker-3"),
+            [ok, v1]
+        );
+        assert!(TaskCgroups::named_in_spec(&all, "../x", 7.into(), "worker-3").is_empty());
     }
 }

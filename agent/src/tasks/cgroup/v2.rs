@@ -232,12 +232,12 @@ mod tests {
             ..Limits::default()
         };
         // A plain directory is no cgroup: the device program cannot attach, said once.
-        let made = c.create("train", 7, "worker-5", &limits).unwrap();
+        let made = c.create("train", 7.into(), "worker-5", &limits).unwrap();
         assert_eq!(made, std::slice::from_ref(&path));
         assert_eq!(read(&path.join("memory.swap.max")), "0");
         assert_eq!(read(&path.join("memory.max")), "1073741824");
         // Without swap accounting, no file is made.
-        let other = c.create("train", 7, "worker-6", &limits).unwrap().remove(0);
+        let other = c.create("train", 7.into(), "worker-6", &limits).unwrap().remove(0);
         assert!(!other.join("memory.swap.max").exists());
     }
 
@@ -369,27 +369,30 @@ mod tests {
             pids_max: Some(64),
             gpus: None,
         };
-        let paths = c.create("train", 7, "worker-3", &limits).unwrap();
+        let paths = c.create("train", 7.into(), "worker-3", &limits).unwrap();
         let path = own.join("tasks/train.7.worker-3");
         assert_eq!(paths, std::slice::from_ref(&path));
-        assert_eq!(c.paths("train", 7, "worker-3").unwrap(), paths);
+        assert_eq!(c.paths("train", 7.into(), "worker-3").unwrap(), paths);
         assert_eq!(read(&path.join("cpuset.cpus")), "0-3,8-11");
         assert_eq!(read(&path.join("cpuset.mems")), "0,1");
         assert_eq!(read(&path.join("memory.max")), "1073741824");
         assert_eq!(read(&path.join("pids.max")), "64");
 
         // Nothing asked: only the directory (the parent's CPUs, memory and no limit).
-        let bare = c.create("train", 7, "worker-4", &Limits::default()).unwrap().remove(0);
+        let bare = c
+            .create("train", 7.into(), "worker-4", &Limits::default())
+            .unwrap()
+            .remove(0);
         assert_eq!(std::fs::read_dir(&bare).unwrap().count(), 0);
 
         // A leftover empty cgroup is used again; one with processes refused.
         assert_eq!(
-            c.create("train", 7, "worker-4", &Limits::default()).unwrap(),
+            c.create("train", 7.into(), "worker-4", &Limits::default()).unwrap(),
             std::slice::from_ref(&bare)
         );
         std::fs::write(bare.join("cgroup.procs"), "123\n").unwrap();
         assert!(matches!(
-            c.create("train", 7, "worker-4", &Limits::default()),
+            c.create("train", 7.into(), "worker-4", &Limits::default()),
             Err(CgroupError::InUse { .. })
         ));
 
@@ -411,14 +414,17 @@ mod tests {
             panic!("no cgroups")
         };
         for (job, task) in [("../x", "w-0"), ("j", "a/b"), ("j", ".."), ("", "w-0")] {
-            assert!(c.create(job, 1, task, &Limits::default()).is_err(), "{job:?} {task:?}");
+            assert!(
+                c.create(job, 1.into(), task, &Limits::default()).is_err(),
+                "{job:?} {task:?}"
+            );
         }
         let cpus = Limits {
             cpus: "3-1\n+",
             ..Limits::default()
         };
         assert!(
-            c.create("j", 1, "w-0", &cpus)
+            c.create("j", 1.into(), "w-0", &cpus)
                 .unwrap_err()
                 .to_string()
                 .contains("its CPUs")
@@ -427,7 +433,7 @@ mod tests {
             mems: &[5000],
             ..Limits::default()
         };
-        assert!(c.create("j", 1, "w-0", &mems).is_err());
+        assert!(c.create("j", 1.into(), "w-0", &mems).is_err());
         assert_eq!(
             std::fs::read_dir(own.join("tasks")).unwrap().count(),
             1,
@@ -435,13 +441,13 @@ mod tests {
         );
 
         // A write the kernel refuses (here: the file is a directory) is an error naming it.
-        let path = c.paths("j", 1, "w-1").unwrap().remove(0);
+        let path = c.paths("j", 1.into(), "w-1").unwrap().remove(0);
         std::fs::create_dir_all(path.join("memory.max")).unwrap();
         let limits = Limits {
             memory_max: Some(1),
             ..Limits::default()
         };
-        let e = c.create("j", 1, "w-1", &limits).unwrap_err();
+        let e = c.create("j", 1.into(), "w-1", &limits).unwrap_err();
         assert!(e.to_string().contains("memory.max"), "{e}");
     }
 }

@@ -100,7 +100,7 @@ struct Driver {
     /// reported: `hyperplan_launch_latency_seconds`. A task that never starts (its job
     /// ended first) stays until the map holds [`MAX_LAUNCHES_TIMED`], then goes with every
     /// entry older than 10 minutes.
-    launched: HashMap<(u64, u32), Instant>,
+    launched: HashMap<(hyperplan_shared::ids::JobId, u32), Instant>,
     /// `[store] keepFinished`: ended jobs older than this by the driver's clock are
     /// deleted, at the first commit and then every [`PURGE_EVERY_MS`] of that clock.
     keep_finished_ms: u64,

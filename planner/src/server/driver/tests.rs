@@ -321,7 +321,7 @@ fn started(agent: &Agent, job: &str, job_id: u64, task: &str) -> ToCore {
     agent.says(AgentMessage::TaskStarted(TaskStarted {
         task: TaskRef {
             job: job.into(),
-            job_id,
+            job_id: job_id.into(),
             task: task.into(),
             index: index_of(task),
         },
@@ -334,7 +334,7 @@ fn finished(agent: &Agent, job: &str, job_id: u64, task: &str) -> ToCore {
     agent.says(AgentMessage::TaskFinished(Box::new(TaskFinished {
         task: TaskRef {
             job: job.into(),
-            job_id,
+            job_id: job_id.into(),
             task: task.into(),
             index: index_of(task),
         },
@@ -449,7 +449,7 @@ async fn a_submission_is_answered_with_its_ids_once_committed_and_launched_on_th
             _ => None,
         })
         .await;
-    assert_eq!(world.job_id, 2);
+    assert_eq!(world.job_id.0, 2);
     let mut l = launches(&mut a, 1).await;
     l.sort();
     assert_eq!(l, vec![("w-0".to_string(), epoch)]);
@@ -553,7 +553,7 @@ async fn logs_are_read_on_the_tasks_node_for_its_owner_only() {
         .await;
     assert_eq!(
         (task.job.as_str(), task.job_id, task.task.as_str()),
-        ("train", 1, "w-0")
+        ("train", 1.into(), "w-0")
     );
     rig.handle(a.says(AgentMessage::Log(LogChunk {
         request,
@@ -953,14 +953,17 @@ async fn a_steps_end_from_its_exec_session_is_kept_in_the_jobs_record() {
     // What `exec` does when it plans a step, then what its session says at its end.
     let argv = vec!["sh".to_string(), "-c".into(), "exit 3".into()];
     let now = rig.clock.now_secs();
-    let step = rig.d().planner.begin_step("train", 1, vec!["n1".into()], &argv, now);
+    let step = rig
+        .d()
+        .planner
+        .begin_step("train", 1.into(), vec!["n1".into()], &argv, now);
     assert_eq!(step, Some(0));
     rig.clock.advance(Duration::from_secs(5));
     let mut end = StepEnd::default();
     end.node_exited(Some(3), None);
     rig.handle(ToCore::StepEnded(StepEnded {
         job: "train".into(),
-        job_id: 1,
+        job_id: 1.into(),
         step: 0,
         end,
     }));

@@ -21,7 +21,7 @@ pub enum ExecCaller {
 pub struct ExecPlan {
     /// The job's name and id (the step's end names them, see [`StepEnded`]).
     pub job: String,
-    pub job_id: u64,
+    pub job_id: hyperplan_shared::ids::JobId,
     pub nodes: Vec<String>,
     /// The step's number in its job.
     pub step: Option<u32>,
@@ -55,7 +55,7 @@ pub enum ExecRefused {
 #[derive(Debug)]
 pub struct StepEnded {
     pub job: String,
-    pub job_id: u64,
+    pub job_id: hyperplan_shared::ids::JobId,
     pub step: u32,
     pub end: StepEnd,
 }
