@@ -35,6 +35,7 @@ use crate::model::components::{
 };
 use crate::model::components::{JobId, JobQueue};
 use crate::model::ids::NodeIdx;
+use crate::model::reason::Reason;
 use crate::model::tick::{CapacityEpoch, Nominated, Now, Outbox, Replacements};
 use crate::order::{OrderKey, OrderState, Rank};
 use crate::queues::{self, QueueTable, QueueUse, Users};
@@ -235,7 +236,7 @@ pub fn allocate(
         if st.phase != JobPhase::Pending {
             continue; // a rejected job keeps saying why it was
         }
-        let shows_wait = st.reason.as_deref().is_some_and(holds::is_wait_reason);
+        let shows_wait = st.reason.as_ref().is_some_and(Reason::is_wait);
         if holds::waits(job, &st, now_s) {
             if st.held.is_none()
                 && let Some(b) = job.spec.begin.filter(|&b| b > now_s)
@@ -430,7 +431,7 @@ pub fn allocate(
                         &numa,
                         &config,
                         &mut out,
-                        was_rejected.as_deref(),
+                        was_rejected.as_ref(),
                         incomplete,
                     );
                     if can_reserve
@@ -678,7 +679,7 @@ fn explain(
     numa: &NumaState,
     config: &PlannerConfig,
     out: &mut Outbox,
-    was_rejected: Option<&str>,
+    was_rejected: Option<&Reason>,
     incomplete: Option<Incomplete>,
 ) {
     let mut rejected = None;
@@ -696,19 +697,19 @@ fn explain(
                 .is_some();
             if !fits {
                 // A failed attempt rolls back everything: `empty` is still empty.
-                let (code, why) = reason::pending(ctx, index, &mut empty, &empty_numa);
-                rejected = Some(format!("{code}: even on the empty cluster: {why}"));
+                let (fit, detail) = reason::pending(ctx, index, &mut empty, &empty_numa);
+                rejected = Some(Reason::NoFitEver { fit, detail });
             }
         }
     }
     match (rejected, incomplete) {
-        (Some(why), Some(lacks)) => state.reason = Some(lacks.reason(Some(&why))),
+        (Some(why), Some(lacks)) => state.reason = Some(lacks.reason(Some(why))),
         (Some(why), None) => {
             state.phase = JobPhase::Rejected;
-            if was_rejected != Some(why.as_str()) {
+            if was_rejected != Some(&why) {
                 out.0.push(Command::Reject {
                     job: ctx.name.clone(),
-                    reason: why.clone(),
+                    reason: why.to_string(),
                 });
             }
             state.reason = Some(why);
@@ -720,8 +721,8 @@ fn explain(
                     ctx.name
                 )));
             }
-            let (code, why) = reason::pending(ctx, index, cap, numa);
-            state.reason = Some(format!("{code}: {why}"));
+            let (fit, detail) = reason::pending(ctx, index, cap, numa);
+            state.reason = Some(Reason::NoFit { fit, detail });
         }
     }
 }
