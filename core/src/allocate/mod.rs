@@ -706,7 +706,7 @@ fn explain(
         (Some(why), Some(lacks)) => state.reason = Some(lacks.reason(Some(why))),
         (Some(why), None) => {
             state.phase = JobPhase::Rejected;
-            if was_rejected != Some(&why) {
+            if !was_rejected.is_some_and(|w| w.says_same(&why)) {
                 out.0.push(Command::Reject {
                     job: ctx.name.clone(),
                     reason: why.to_string(),

@@ -350,6 +350,16 @@ impl Reason {
         matches!(self, Reason::Held(_) | Reason::Begins(_) | Reason::Gate(_))
     }
 
+    /// Whether it says what `other` says: the same reason, or one an older build
+    /// stored as the same sentence (a rejection restored from its store is not announced
+    /// again).
+    pub fn says_same(&self, other: &Reason) -> bool {
+        match (self, other) {
+            (Reason::Text(_), _) | (_, Reason::Text(_)) => self.to_string() == other.to_string(),
+            _ => self == other,
+        }
+    }
+
     /// The no-fit it is, waiting or rejected.
     pub fn no_fit(&self) -> Option<NoFit> {
         match self {
@@ -635,6 +645,17 @@ mod tests {
         for (reason, text) in cases {
             assert_eq!(reason.to_string(), text, "{reason:?}");
         }
+    }
+
+    #[test]
+    fn a_sentence_an_older_build_stored_says_the_same_as_its_reason() {
+        let typed = Reason::NoFitEver {
+            fit: NoFit::Topo,
+            detail: "best is spine-1 with 4".into(),
+        };
+        let old = Reason::Text("TopoNoFit: even on the empty cluster: best is spine-1 with 4".into());
+        assert!(old.says_same(&typed) && typed.says_same(&old) && typed.says_same(&typed));
+        assert!(!Reason::Text("TopoNoFit".into()).says_same(&typed));
     }
 
     #[test]
