@@ -667,7 +667,7 @@ mod tests {
             assert_eq!(job_status(&state), want, "{:?} {:?}", state.phase, state.verdict);
         }
         let mut requeued = st(P::Ending, None, true);
-        requeued.requeue = Some("requeued".into());
+        requeued.requeue = Some(Reason::Text("requeued".into()));
         assert_eq!(job_status(&requeued), S::Pending);
     }
 }

@@ -511,18 +511,6 @@ impl fmt::Display for Reason {
     }
 }
 
-impl From<String> for Reason {
-    fn from(s: String) -> Self {
-        Reason::Text(s)
-    }
-}
-
-impl From<&str> for Reason {
-    fn from(s: &str) -> Self {
-        Reason::Text(s.to_string())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
