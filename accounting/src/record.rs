@@ -161,7 +161,7 @@ pub fn rows_of(record: &JobRecord, tiers: &Tiers) -> Rows {
         start: s.start_time,
         end,
         state: state.to_string(),
-        reason: s.reason.clone(),
+        reason: s.reason.as_ref().map(ToString::to_string),
         exit_code: s.exit_code,
         signal,
         nnodes: nodes.len() as u32,

@@ -1,17 +1,14 @@
-//! How a preemption is said in jobs' reasons: made here for `preempt` to set, and read
+//! How a preemption reads in a job's reason as it goes out (a `JobReport`'s text): read
 //! back by `caller` to name no other user's job under `privateData` (a module of its own
-//! so that `caller`, below `preempt`, needs nothing of it).
+//! so that `caller`, below `preempt`, needs nothing of it). The sentences are made by
+//! `model::reason` ([`Reason::Preempting`](crate::model::reason::Reason::Preempting),
+//! [`Reason::PreemptedBy`](crate::model::reason::Reason::PreemptedBy)).
 
-/// A preempting job's reason: how many victims, where, and who (see
-/// [`rename_victims`], which reads it back).
+use crate::model::reason::{preempted_by_text, preempting_text};
+
+/// A preempting job's sentence (see [`Reason::Preempting`](crate::model::reason::Reason::Preempting)).
 pub fn preempting(victims: &[String], hyper_node: Option<&str>) -> String {
-    format!(
-        "preempting {} job{} in {} ({}); it starts when they have ended",
-        victims.len(),
-        if victims.len() == 1 { "" } else { "s" },
-        hyper_node.unwrap_or("the cluster"),
-        victims.join(", ")
-    )
+    preempting_text(victims, hyper_node)
 }
 
 /// A [`preempting`] with each victim named as `name` says instead (`privateData`
@@ -30,5 +27,5 @@ pub fn rename_victims(reason: &str, name: impl Fn(&str) -> String) -> Option<Str
 
 /// How a victim's reason names the job that preempted it (`privateData` replaces it).
 pub fn preempted_by(preemptor: &str) -> String {
-    format!("preempted by job {preemptor}")
+    preempted_by_text(preemptor)
 }

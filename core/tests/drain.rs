@@ -10,6 +10,7 @@
 
 use hyperplan_core::caller::Caller;
 use hyperplan_core::model::kill::KillReason;
+use hyperplan_core::model::reason::Reason;
 use hyperplan_core::requests::nodes::NodeAdminError;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
 use hyperplan_core::{Command, PlannerConfig};
@@ -169,10 +170,10 @@ fn drain_now_replaces_the_ranks_inside_the_leaf_and_requeues_or_fails_the_others
     assert_eq!(again.status, JobStatus::Pending, "{:?}", again.reason);
     let once = rig.job("once");
     assert_eq!(once.status, JobStatus::Failed);
-    let why = once.reason.unwrap_or_default();
+    let why = rig.reason("once");
     assert!(
-        why.contains(&format!("node {once_on} was drained at once by root")),
-        "{why}"
+        matches!(&why, Some(Reason::TaskEnded { how, .. }) if how.contains(&format!("node {once_on} was drained at once by root"))),
+        "{why:?}"
     );
     let lost: Vec<_> = once
         .tasks

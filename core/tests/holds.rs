@@ -7,6 +7,7 @@
 
 use hyperplan_core::PlannerConfig;
 use hyperplan_core::caller::Caller;
+use hyperplan_core::model::reason::{NoFit, Reason, ReasonKind};
 use hyperplan_core::requests::hold::HoldError;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
 use hyperplan_shared::report::JobStatus;
@@ -37,6 +38,22 @@ fn finish(rig: &mut Rig, job: &str, id: u64) {
 
 fn reason(rig: &Rig, job: &str) -> Option<String> {
     rig.job(job).reason
+}
+
+/// `hyperplan_pending_jobs`: pending jobs by the kind of their reason (`Reason::kind`).
+#[test]
+fn pending_jobs_are_counted_by_the_kind_of_their_reason() {
+    let mut rig = rig();
+    block(&mut rig);
+    rig.submit_as(JobBuilder::gang("held", 1, "cpu=4").hold().build(), "alice");
+    let later = rig.now / 1000 + 3600;
+    rig.submit_as(JobBuilder::gang("later", 1, "cpu=4").begin(later).build(), "alice");
+    rig.submit_as(JobBuilder::gang("waits", 1, "cpu=4").build(), "alice");
+    rig.step();
+    assert_eq!(rig.reason("held").map(|r| r.kind()), Some(ReasonKind::Held));
+    assert_eq!(rig.reason("waits").and_then(|r| r.no_fit()), Some(NoFit::Resource));
+    let pending: Vec<(&str, u64)> = rig.p.gauges().pending.into_iter().collect();
+    assert_eq!(pending, [("held", 2), ("resources", 1)]);
 }
 
 #[test]
@@ -104,6 +121,7 @@ fn a_job_with_a_begin_time_starts_at_its_time() {
     let begin = rig.now / 1000 + 30;
     rig.submit_as(JobBuilder::gang("later", 1, "cpu=4").begin(begin).build(), "alice");
     rig.step();
+    assert_eq!(rig.reason("later"), Some(Reason::Begins(begin)));
     let why = reason(&rig, "later").unwrap();
     assert!(why.starts_with("begins 1970-01-01T00:00:"), "{why}");
     while rig.now / 1000 < begin {
@@ -159,7 +177,7 @@ fn a_hold_and_a_begin_time_survive_a_restart() {
     assert_eq!(back.job("held").status, JobStatus::Pending);
     assert_eq!(reason(&back, "held").as_deref(), Some("held by an admin (root)"));
     assert_eq!(back.job("later").status, JobStatus::Pending);
-    assert!(reason(&back, "later").unwrap().starts_with("begins "));
+    assert!(matches!(back.reason("later"), Some(Reason::Begins(_))));
     assert!(back.p.release(&["held".into()], Caller::user("alice")).is_err());
 }
 
@@ -211,7 +229,7 @@ fn under_private_data_another_users_job_reads_as_missing() {
         .unwrap_err();
     assert_eq!(e, HoldError::NoSuchJob("nope".into()));
     rig.step();
-    assert_ne!(reason(&rig, "mine").as_deref(), Some("held by alice"));
+    assert!(!matches!(rig.reason("mine"), Some(Reason::Held(_))));
 }
 
 #[test]

@@ -12,6 +12,7 @@ use hyperplan_core::config::HealthConfig;
 use hyperplan_core::model::events::TaskOnNode;
 use hyperplan_core::model::jobstate::{StepEnd, StepRecord};
 use hyperplan_core::model::kill::KillReason;
+use hyperplan_core::model::reason::Reason;
 use hyperplan_core::model::record::JobRecord;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
 use hyperplan_core::{Command, Event, Planner, PlannerConfig};
@@ -582,7 +583,11 @@ fn requeue_sends_the_job_back_to_pending_once_its_tasks_ended_and_places_it_agai
     );
     let r = rig.job("a");
     assert_eq!(r.status, JobStatus::Pending, "requeued, waiting for its tasks to end");
-    assert!(r.reason.as_deref().unwrap().starts_with("requeued: "), "{:?}", r.reason);
+    assert!(
+        matches!(rig.reason("a"), Some(Reason::Requeued(why)) if matches!(*why, Reason::TaskLost { .. })),
+        "{:?}",
+        r.reason
+    );
     assert!(rig.p.check_job_names(["a"]).is_err());
     rig.ended("a", id, "worker-0", signaled(TaskOutcome::Cancelled, 15));
     let cmds = rig.step();
@@ -987,7 +992,10 @@ fn a_task_that_ran_and_left_no_exit_status_is_not_said_to_have_never_run() {
         };
         rig.ended("a", id, "worker-1", end);
         rig.step();
-        let reason = rig.job("a").reason.unwrap_or_default();
-        assert!(reason.contains(&format!("{says}{why}")), "{reason}");
+        let reason = rig.reason("a");
+        assert!(
+            matches!(&reason, Some(Reason::TaskEnded { task, how }) if task == "worker-1" && how.contains(&format!("{says}{why}"))),
+            "{reason:?}"
+        );
     }
 }

@@ -8,8 +8,9 @@
 
 use hyperplan_core::PlannerConfig;
 use hyperplan_core::config::NumaConfig;
+use hyperplan_core::model::reason::{NoFit, Reason};
 use hyperplan_core::numa::hints::Policy;
-use hyperplan_core::testing::{ClusterBuilder, JobBuilder, MachineBuilder, run};
+use hyperplan_core::testing::{ClusterBuilder, JobBuilder, MachineBuilder, run, run_with_reasons};
 use hyperplan_shared::report::{JobReport, JobStatus, Report, TaskReport};
 
 fn job<'a>(r: &'a Report, name: &str) -> &'a JobReport {
@@ -85,7 +86,7 @@ fn each_policy_on_a_task_wider_than_a_numa_node() {
     ] {
         let cluster = ClusterBuilder::flat(1).hardware(two_socket().build()).build();
         let jobs = vec![JobBuilder::gang("j", 1, "cpu=20").numa(policy).build()];
-        let r = run(&cluster, &jobs, cfg());
+        let (r, reasons) = run_with_reasons(&cluster, &jobs, cfg());
         let j = job(&r, "j");
         if placed {
             assert_eq!(j.status, JobStatus::Placed, "{policy}");
@@ -94,10 +95,11 @@ fn each_policy_on_a_task_wider_than_a_numa_node() {
             assert_eq!(pinned, policy != "none", "{policy}: exclusive PUs only with a policy");
         } else {
             assert_eq!(j.status, JobStatus::Rejected, "{policy}");
-            let reason = j.reason.as_deref().unwrap();
+            let reason = &reasons["j"];
             assert!(
-                reason.contains("n01: single-numa-node: no NUMA node has 20 free PUs"),
-                "{reason}"
+                matches!(reason, Some(Reason::NoFitEver { fit: NoFit::Numa, detail })
+                    if detail.contains("n01: single-numa-node: no NUMA node has 20 free PUs")),
+                "{reason:?}"
             );
         }
     }
@@ -156,7 +158,7 @@ fn each_policy_with_gpus_split_across_numa_nodes() {
                 .submit(1)
                 .build(),
         ];
-        let r = run(&cluster, &jobs, cfg());
+        let (r, reasons) = run_with_reasons(&cluster, &jobs, cfg());
         let w = job(&r, "wide");
         let first_gpu = &tasks(&r, "first")[0].gpus;
         if admitted {
@@ -166,9 +168,11 @@ fn each_policy_with_gpus_split_across_numa_nodes() {
         } else {
             // No NUMA node has 6 GPUs even when empty: it can never run.
             assert_eq!(w.status, JobStatus::Rejected, "{policy}");
-            let reason = w.reason.as_deref().unwrap();
-            assert!(reason.contains(&format!("n01: {policy}: ")), "{reason}");
-            println!("{policy}: {reason}");
+            let reason = &reasons["wide"];
+            assert!(
+                matches!(reason, Some(Reason::NoFitEver { fit: NoFit::Numa, detail }) if detail.contains(&format!("n01: {policy}: "))),
+                "{reason:?}"
+            );
         }
     }
 }

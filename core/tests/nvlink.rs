@@ -9,9 +9,10 @@
 
 use std::collections::BTreeSet;
 
+use hyperplan_core::model::reason::{NoFit, Reason};
 use hyperplan_core::sim::{SIM_OWNER, planner_for};
 use hyperplan_core::testing::nvl::{WHOLE_RACK_CLIQUE, gpu_in, rack_uuid, tray_in};
-use hyperplan_core::testing::{ClusterBuilder, JobBuilder, hn, run};
+use hyperplan_core::testing::{ClusterBuilder, JobBuilder, hn, run, run_with_reasons};
 use hyperplan_core::{Command, Event, Planner, PlannerConfig};
 use hyperplan_shared::MemberType;
 use hyperplan_shared::gpufabric::FabricState;
@@ -121,12 +122,15 @@ fn a_job_held_to_nvlink_stays_in_one_rack_and_a_wider_one_says_why() {
         held("too-wide", 19, "nvidia.com/gpu=4", "nvlink"),
         held("leaf", 36, "nvidia.com/gpu=4", "leaf"),
     ];
-    let r = run(&cluster, &jobs, PlannerConfig::default());
+    let (r, reasons) = run_with_reasons(&cluster, &jobs, PlannerConfig::default());
     assert_eq!(racks(&r, "rack").len(), 1, "{:?}", racks(&r, "rack"));
     assert_eq!(racks(&r, "numeric").len(), 1);
     let (st, why) = status(&r, "too-wide");
     assert_eq!(st, JobStatus::Rejected, "{why}");
-    assert!(why.contains("no HyperNode up to tier 1"), "{why}");
+    assert!(
+        matches!(&reasons["too-wide"], Some(Reason::NoFitEver { fit: NoFit::Topo, detail }) if detail.starts_with("no HyperNode up to tier 1")),
+        "{why}"
+    );
     // Leaf means tier 2 here: two racks of one leaf.
     assert_eq!(racks(&r, "leaf").len(), 2, "{:?}", racks(&r, "leaf"));
 }
@@ -374,7 +378,7 @@ fn a_queue_with_trees_keeps_its_jobs_in_them() {
         JobBuilder::gang("too-big", 5, "cpu=64").queue("h100").build(),
         JobBuilder::gang("anywhere", 1, "cpu=1").build(),
     ];
-    let r = run(&cluster, &jobs, config);
+    let (r, reasons) = run_with_reasons(&cluster, &jobs, config);
     assert!(
         nodes_of(&r, "on-trays").iter().all(|n| n.starts_with('r')),
         "{:?}",
@@ -387,7 +391,11 @@ fn a_queue_with_trees_keeps_its_jobs_in_them() {
     );
     let (st, why) = status(&r, "too-big");
     assert_ne!(st, JobStatus::Placed);
-    assert!(why.starts_with("TopoNoFit") || why.contains("TopoNoFit"), "{why}");
+    assert_eq!(
+        reasons["too-big"].as_ref().and_then(Reason::no_fit),
+        Some(NoFit::Topo),
+        "{why}"
+    );
     assert!(why.contains("best is h-"), "{why}");
     assert_eq!(nodes_of(&r, "anywhere"), ["h1".to_string()].into());
 }

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use hyperplan_core::model::kill::KillReason;
+use hyperplan_core::model::reason::Reason;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
 use hyperplan_core::{Command, Event, PlannerConfig};
 use hyperplan_shared::report::JobStatus;
@@ -130,7 +131,7 @@ fn a_leaf_sized_job_frees_one_leaf_with_the_fewest_victims() {
     }
     assert_eq!(nodes_of(&rig, "w1"), ["n13", "n14"]);
     let big = JobBuilder::gang("big", 4, "cpu=8").hard(1).class("urgent").build();
-    rig.submit_as(big, "bob");
+    let big_id = rig.submit_as(big, "bob");
     let cmds = rig.step();
     // Two victims (leaf-4) rather than four anywhere else.
     assert_eq!(
@@ -153,15 +154,25 @@ fn a_leaf_sized_job_frees_one_leaf_with_the_fewest_victims() {
     assert_eq!(nom.hyper_node.as_deref(), Some("leaf-4"));
     assert_eq!(nom.nodes, ["n13", "n14", "n15", "n16"]);
     assert_eq!(nom.victims, ["w1", "w2"]);
-    assert!(big.reason.unwrap().contains("preempting 2 jobs in leaf-4 (w1, w2)"));
+    // The victims by id (and name, for the sentence).
+    let Some(Reason::Preempting { hyper_node, victims }) = rig.reason("big") else {
+        panic!("{:?}", big.reason)
+    };
+    assert_eq!(hyper_node.as_deref(), Some("leaf-4"));
+    let victims: Vec<(u64, &str)> = victims.iter().map(|v| (v.id, v.name.as_str())).collect();
+    assert_eq!(victims, [(ids[12], "w1"), (ids[13], "w2")]);
+    assert_eq!(
+        big.reason.as_deref(),
+        Some("preempting 2 jobs in leaf-4 (w1, w2); it starts when they have ended")
+    );
     let w1 = rig.job("w1");
     assert_eq!(w1.status, JobStatus::Preempted);
     assert_eq!(w1.preempted_by.as_deref(), Some("big"));
     assert!(
-        w1.reason
-            .as_deref()
-            .unwrap()
-            .contains("preempted by job big: its priority"),
+        matches!(
+            rig.reason("w1"),
+            Some(Reason::PreemptedBy { by, why }) if by.id == big_id && why.starts_with("its priority")
+        ),
         "{:?}",
         w1.reason
     );
@@ -513,8 +524,11 @@ fn a_queue_under_its_quota_reclaims_what_another_borrowed() {
     let cmds = rig.step();
     let victims: Vec<String> = preempted(&cmds).into_iter().map(|(v, _)| v).collect();
     assert_eq!(victims, ["f13", "f14", "f15", "f16"]);
-    let why = rig.job("f13").reason.unwrap();
-    assert!(why.contains("queue owner reclaims its quota from queue lo"), "{why}");
+    let why = rig.reason("f13");
+    assert!(
+        matches!(&why, Some(Reason::Requeued(w)) if matches!(&**w, Reason::PreemptedBy { by, why } if by.name == "mine" && why.starts_with("queue owner reclaims its quota from queue lo"))),
+        "{why:?}"
+    );
     // Beyond its quota it may not: a second such job preempts nothing.
     rig.submit_as(
         JobBuilder::gang("more", 8, "cpu=8").hard(2).queue("owner").build(),

@@ -12,6 +12,7 @@ use std::time::Duration;
 use hyperplan_core::config::HealthConfig;
 use hyperplan_core::model::events::TaskOnNode;
 use hyperplan_core::model::kill::KillReason;
+use hyperplan_core::model::reason::Reason;
 use hyperplan_core::model::record::JobRecord;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
 use hyperplan_core::{Command, Event, PlannerConfig};
@@ -163,7 +164,16 @@ fn no_spare_in_the_leaf_means_requeue_or_failure_saying_why() {
         let job = rig.job("train");
         let want = if requeue { JobStatus::Pending } else { JobStatus::Failed };
         assert_eq!(job.status, want, "requeue {requeue}: {:?}", job.reason);
-        assert!(job.reason.unwrap().contains("no spare node in leaf-1"));
+        let reason = rig.reason("train");
+        let lost = match &reason {
+            Some(Reason::Requeued(why)) if requeue => Some(&**why),
+            Some(why) if !requeue => Some(why),
+            _ => None,
+        };
+        assert!(
+            matches!(lost, Some(Reason::NoSpareNode { within, tasks }) if within == "leaf-1" && tasks == &["worker-1"]),
+            "{reason:?}"
+        );
     }
 }
 

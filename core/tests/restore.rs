@@ -12,6 +12,7 @@ use std::time::Duration;
 use hyperplan_core::config::HealthConfig;
 use hyperplan_core::model::events::TaskOnNode;
 use hyperplan_core::model::kill::KillReason;
+use hyperplan_core::model::reason::{NoFit, Reason};
 use hyperplan_core::model::record::JobRecord;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, MachineBuilder, Rig};
 use hyperplan_core::{Command, Event, PlannerConfig};
@@ -312,10 +313,10 @@ fn restarted_with_one_node_busy() -> (Rig, u64, String) {
     (rig, run, busy)
 }
 
-fn pending_reason(rig: &Rig, job: &str) -> String {
+fn pending_reason(rig: &Rig, job: &str) -> Reason {
     let j = rig.job(job);
     assert_eq!(j.status, JobStatus::Pending, "{j:?}");
-    j.reason.unwrap_or_default()
+    rig.reason(job).unwrap_or_else(|| panic!("{job} says no reason"))
 }
 
 #[test]
@@ -325,27 +326,23 @@ fn a_job_waiting_for_agents_after_a_restart_stays_pending_saying_so_and_runs_onc
     // Two whole nodes: one runs `run`, the other's agent is not back yet.
     rig.submit_as(JobBuilder::gang("wide", 2, "cpu=8").build(), "alice");
     rig.tick();
+    assert_eq!(pending_reason(&rig, "wide"), Reason::AwaitingAgents(1));
     assert_eq!(
-        pending_reason(&rig, "wide"),
-        "waiting for 1 agent(s) known from the store to register"
+        rig.job("wide").reason.as_deref(),
+        Some("waiting for 1 agent(s) known from the store to register")
     );
     // The agent the store knew is back; the idle node's is not: the nodes so far could
     // never hold `wide`, yet it is not rejected.
     rig.register(&busy);
     rig.step();
     let reason = pending_reason(&rig, "wide");
-    assert!(
-        reason.starts_with(
-            "waiting for agents to register after the planner restarted: the nodes registered so far could not hold it"
-        ),
-        "{reason}"
-    );
+    assert!(matches!(&reason, Reason::Rejoining { cannot: Some(_) }), "{reason:?}");
     let cmds = rig.step();
     assert!(!cmds.iter().any(|c| matches!(c, Command::Reject { .. })), "{cmds:?}");
     // The idle node's agent comes: `wide` waits for `run`'s node, then runs.
     rig.register(idle);
     rig.step();
-    assert!(pending_reason(&rig, "wide").starts_with("ResourceNoFit:"));
+    assert_eq!(pending_reason(&rig, "wide").no_fit(), Some(NoFit::Resource));
     end(&mut rig, "run", run, "worker-0", TaskOutcome::Exited, Some(0));
     let cmds = rig.step();
     assert_eq!(placed(&cmds).len(), 2, "{:?}", placed(&cmds));
@@ -368,10 +365,9 @@ fn after_a_restart_with_nothing_running_a_job_waits_for_the_agents_then_runs() {
     rig.submit_as(JobBuilder::gang("early", 2, "cpu=4").build(), "alice");
     rig.tick();
     let reason = pending_reason(&rig, "early");
-    assert!(reason.contains("bigger than every node"), "{reason}");
     assert!(
-        reason.starts_with("waiting for agents to register after the planner restarted"),
-        "{reason}"
+        matches!(&reason, Reason::Rejoining { cannot: Some(why) } if matches!(**why, Reason::TooBig { .. })),
+        "{reason:?}"
     );
     rig.step();
     rig.register_all();
@@ -387,7 +383,11 @@ fn a_job_that_can_never_fit_is_still_rejected_once_the_agents_had_their_time() {
     rig.submit_as(JobBuilder::gang("huge", 1, "cpu=64").build(), "alice");
     let restarted_at = rig.now;
     rig.step();
-    assert!(pending_reason(&rig, "huge").contains("bigger than every node"));
+    let reason = pending_reason(&rig, "huge");
+    assert!(
+        matches!(&reason, Reason::Rejoining { cannot: Some(why) } if matches!(**why, Reason::TooBig { .. })),
+        "{reason:?}"
+    );
     // Rejected once `nodeLostAfter` (10 s) has passed since the start, with nothing else
     // changed meanwhile.
     let cmds = rig.drive_until(20, |r| r.job("huge").status == JobStatus::Rejected);
@@ -398,8 +398,8 @@ fn a_job_that_can_never_fit_is_still_rejected_once_the_agents_had_their_time() {
             .any(|c| matches!(c, Command::Reject { job, .. } if job == "huge")),
         "{cmds:?}"
     );
-    let reason = rig.job("huge").reason.unwrap();
-    assert!(reason.contains("bigger than every node"), "{reason}");
+    let reason = rig.reason("huge");
+    assert!(matches!(reason, Some(Reason::TooBig { .. })), "{reason:?}");
     // A planner that never restarted rejects at once, as before.
     let mut fresh = new_rig();
     fresh.register_all();

@@ -5,7 +5,8 @@ use hyperplan_core::sim::SIM_OWNER;
 use std::collections::BTreeSet;
 
 use hyperplan_core::PlannerConfig;
-use hyperplan_core::testing::{ClusterBuilder, JobBuilder, hn, run};
+use hyperplan_core::model::reason::{NoFit, Reason};
+use hyperplan_core::testing::{ClusterBuilder, JobBuilder, hn, run, run_with_reasons};
 use hyperplan_shared::MemberType;
 use hyperplan_shared::report::{JobReport, JobStatus, Report};
 
@@ -66,11 +67,14 @@ fn hard_limit_is_never_crossed_but_soft_falls_back_to_the_root() {
         JobBuilder::gang("hard", 5, "cpu=8").hard(2).build(),
         JobBuilder::gang("soft", 5, "cpu=8").soft().build(),
     ];
-    let r = run(&c, &jobs, cfg());
+    let (r, reasons) = run_with_reasons(&c, &jobs, cfg());
     let hard = job(&r, "hard");
     assert_eq!(hard.status, JobStatus::Rejected, "{hard:#?}");
-    let reason = hard.reason.clone().unwrap_or_default();
-    assert!(reason.contains("best is spine-1 with 4"), "{reason}");
+    let reason = &reasons["hard"];
+    assert!(
+        matches!(reason, Some(Reason::NoFitEver { fit: NoFit::Topo, detail }) if detail.ends_with("best is spine-1 with 4")),
+        "{reason:?}"
+    );
     let soft = job(&r, "soft");
     assert_eq!(soft.status, JobStatus::Placed);
     assert_eq!(soft.allocated_hyper_node.as_deref(), Some("pod-1"));
@@ -259,7 +263,7 @@ fn virtual_root_alone_serves_hard_jobs_and_tier_zero_is_rejected() {
         JobBuilder::gang("t1", 2, "cpu=8").hard(1).build(),
         JobBuilder::gang("t0", 1, "cpu=1").hard(0).build(),
     ];
-    let r = run(&c, &jobs, cfg());
+    let (r, reasons) = run_with_reasons(&c, &jobs, cfg());
     assert_eq!(job(&r, "t1").status, JobStatus::Placed);
     assert_eq!(
         job(&r, "t1").allocated_hyper_node.as_deref(),
@@ -268,7 +272,7 @@ fn virtual_root_alone_serves_hard_jobs_and_tier_zero_is_rejected() {
     let t0 = job(&r, "t0");
     assert_eq!(t0.status, JobStatus::Rejected);
     assert!(
-        t0.reason.clone().unwrap_or_default().contains("below every tier"),
+        matches!(reasons["t0"], Some(Reason::TierTooLow { tier: 0, .. })),
         "{t0:#?}"
     );
 }
@@ -378,17 +382,18 @@ fn pending_reason_names_the_best_hypernode() {
     assert_eq!(job(&r, "j").start_time, Some(100));
     // Without runtimes, j stays pending with a reason that names the best leaf.
     let c2 = tree().busy(0).busy(2).busy(4).busy(6).build();
-    let r = run(
+    let (r, reasons) = run_with_reasons(
         &c2,
         &[JobBuilder::gang("j", 2, "cpu=8,nvidia.com/gpu=8").hard(1).build()],
         cfg(),
     );
     let j = job(&r, "j");
     assert_eq!(j.status, JobStatus::Pending);
-    let reason = j.reason.clone().unwrap_or_default();
+    let reason = &reasons["j"];
     assert!(
-        reason.contains("no HyperNode up to tier 1") && reason.contains("best is leaf-1 with 1"),
-        "{reason}"
+        matches!(reason, Some(Reason::NoFit { fit: NoFit::Topo, detail })
+            if detail.starts_with("no HyperNode up to tier 1") && detail.ends_with("best is leaf-1 with 1")),
+        "{reason:?}"
     );
 }
 
@@ -399,21 +404,21 @@ fn a_task_bigger_than_every_node_or_an_unknown_resource_is_rejected() {
         JobBuilder::gang("huge", 1, "cpu=64").build(),
         JobBuilder::gang("fpga", 1, "cpu=1,xilinx.com/fpga=1").build(),
     ];
-    let r = run(&c, &jobs, cfg());
+    let (r, reasons) = run_with_reasons(&c, &jobs, cfg());
     assert_eq!(job(&r, "huge").status, JobStatus::Rejected);
     assert!(
-        job(&r, "huge")
-            .reason
-            .clone()
-            .unwrap_or_default()
-            .contains("bigger than every node")
+        matches!(&reasons["huge"], Some(Reason::TooBig { task, .. }) if task == "worker"),
+        "{:?}",
+        reasons["huge"]
     );
     assert!(
-        job(&r, "fpga")
-            .reason
-            .clone()
-            .unwrap_or_default()
-            .contains("no node offers resource xilinx.com/fpga")
+        matches!(&reasons["fpga"], Some(Reason::NoSuchResource { resource, .. }) if resource == "xilinx.com/fpga"),
+        "{:?}",
+        reasons["fpga"]
+    );
+    assert_eq!(
+        job(&r, "fpga").reason.as_deref(),
+        Some("task worker: no node offers resource xilinx.com/fpga")
     );
 }
 

@@ -9,8 +9,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use hyperplan_core::PlannerConfig;
+use hyperplan_core::model::reason::{NoFit, Reason};
 use hyperplan_core::testing::nvl::{gpu_in, rack_uuid};
-use hyperplan_core::testing::{ClusterBuilder, JobBuilder, run};
+use hyperplan_core::testing::{ClusterBuilder, JobBuilder, run, run_with_reasons};
 use hyperplan_shared::report::{JobReport, JobStatus, Report};
 
 fn job<'a>(r: &'a Report, name: &str) -> &'a JobReport {
@@ -175,12 +176,13 @@ fn a_segment_that_fits_nowhere_says_which_and_the_best_rack() {
             .segment(16, "nvlink")
             .build(),
     );
-    let r = run(&cluster, &jobs, PlannerConfig::default());
+    let (r, reasons) = run_with_reasons(&cluster, &jobs, PlannerConfig::default());
     let wide = job(&r, "wide");
     assert_ne!(wide.status, JobStatus::Placed);
-    let why = wide.reason.clone().unwrap_or_default();
+    let why = &reasons["wide"];
+    assert_eq!(why.as_ref().and_then(Reason::no_fit), Some(NoFit::Segment), "{why:?}");
     assert!(
-        why.contains("SegmentNoFit: segment wide/segment-0 (ranks 0-15): no HyperNode up to tier 1 has free room for 16 tasks; best is nvl-6b8d0001 with 15"),
-        "{why}"
+        wide.reason.as_deref().unwrap_or_default().contains("SegmentNoFit: segment wide/segment-0 (ranks 0-15): no HyperNode up to tier 1 has free room for 16 tasks; best is nvl-6b8d0001 with 15"),
+        "{why:?}"
     );
 }

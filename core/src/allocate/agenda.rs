@@ -212,7 +212,7 @@ fn settle_waits(w: &mut Jobs<'_, '_>, memory: &mut Memory<'_, '_>, now_s: u64) {
         if st.phase != JobPhase::Pending {
             continue; // a rejected job keeps saying why it was
         }
-        let shows_wait = st.reason.as_deref().is_some_and(holds::is_wait_reason);
+        let shows_wait = st.reason.as_ref().is_some_and(crate::model::reason::Reason::is_wait);
         if holds::waits(job, &st, now_s) {
             if st.held.is_none()
                 && let Some(b) = job.spec.begin.filter(|&b| b > now_s)

@@ -9,6 +9,7 @@ use hyperplan_shared::report::ReservationReport;
 use crate::cache::holdings::{ShapeMemo, held_by};
 use crate::model::commands::Command;
 use crate::model::components::{JobPhase, JobState, TaskPhase};
+use crate::model::reason::Reason;
 use crate::model::tick::{Nominated, Outbox};
 use crate::queues;
 
@@ -22,7 +23,7 @@ use super::world::{Jobs, Policy};
 /// A rejected job the topology changed for is pending again while it is tried; the
 /// reason it was rejected with is returned (to tell whether it is rejected again for
 /// the same reason, or can run now).
-pub fn reopen(entity: Entity, w: &mut Jobs<'_, '_>) -> Option<String> {
+pub fn reopen(entity: Entity, w: &mut Jobs<'_, '_>) -> Option<Reason> {
     let (_, job, mut state) = w.jobs.get_mut(entity).ok()?;
     if state.phase != JobPhase::Rejected {
         return None;
@@ -47,7 +48,7 @@ pub fn apply(
     policy: &mut Policy<'_, '_>,
     nominated: &mut Nominated,
     out: &mut Outbox,
-    was_rejected: &mut Option<String>,
+    was_rejected: &mut Option<Reason>,
 ) -> bool {
     let generation = walk.index.generation;
     let Ok((_, job, mut state)) = w.jobs.get_mut(entity) else {
@@ -73,7 +74,7 @@ pub fn apply(
             if checked {
                 state.checked_generation = Some(generation);
             }
-            if let Some(before) = was_rejected.as_deref().filter(|_| reopened) {
+            if let Some(before) = was_rejected.as_ref().filter(|_| reopened) {
                 out.0.push(Command::Info(format!(
                     "job {name}: the topology changed and it can run now; pending again (it was rejected: {before})"
                 )));
@@ -85,10 +86,10 @@ pub fn apply(
             state.failed_epoch = Some(walk.room_epoch);
             state.checked_generation = Some(generation);
             state.phase = JobPhase::Rejected;
-            if was_rejected.as_deref() != Some(reason.as_str()) {
+            if !was_rejected.as_ref().is_some_and(|w| w.says_same(&reason)) {
                 out.0.push(Command::Reject {
                     job: name.clone(),
-                    reason: reason.clone(),
+                    reason: reason.to_string(),
                 });
             }
             state.reason = Some(reason);

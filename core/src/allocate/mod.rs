@@ -85,7 +85,7 @@ pub fn allocate(
         }
         let mut was_rejected = commit::reopen(entity, &mut w);
         for pass in 0..walk::PASSES_PER_JOB {
-            let outcome = walk.try_job(key, entity, pass, &w, &policy, out, was_rejected.as_deref());
+            let outcome = walk.try_job(key, entity, pass, &w, &policy, out, was_rejected.as_ref());
             if !commit::apply(
                 outcome,
                 entity,

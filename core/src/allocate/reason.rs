@@ -4,59 +4,41 @@
 use crate::cache::capacity::Capacity;
 use crate::cache::numa::NumaState;
 use crate::model::ids::{HnIdx, NodeIdx};
+use crate::model::reason::{NoFit, Reason};
 use crate::topology::{TierCap, TopologyIndex};
 
 use super::gang::JobCtx;
 use super::search::{role_pending, room};
 
-/// The codes a waiting job's reason starts with (`SegmentNoFit: segment …`), stable for
-/// scripts to match; a rejected job's reason starts with one too (`TopoNoFit: even on
-/// the empty cluster: …`).
-pub(super) mod code {
-    /// The cluster has too little free room for the gang, in all.
-    pub(crate) const RESOURCE: &str = "ResourceNoFit";
-    /// No HyperNode within the job's tier limit has room for the gang.
-    pub(crate) const TOPO: &str = "TopoNoFit";
-    /// Nodes with room refuse a task under its NUMA policy.
-    pub(crate) const NUMA: &str = "NumaNoFit";
-    /// A partition has no HyperNode within its limit with room.
-    pub(crate) const PARTITION: &str = "PartitionNoFit";
-    /// A segment has no HyperNode of its tier with room.
-    pub(crate) const SEGMENT: &str = "SegmentNoFit";
-    /// Room enough everywhere it is looked for, but not for the whole gang at once.
-    pub(crate) const GANG: &str = "GangNoFit";
-    /// Every code.
-    #[cfg(test)]
-    pub(crate) const ALL: [&str; 6] = [RESOURCE, TOPO, NUMA, PARTITION, SEGMENT, GANG];
-}
-
 /// Reasons that do not depend on what is running: a task no node can ever hold.
-pub(super) fn impossible(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> Option<String> {
+pub(super) fn impossible(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) -> Option<Reason> {
     let pending = role_pending(job, None);
     for (role, shape) in job.shapes.iter().enumerate() {
         if pending[role] == 0 {
             continue;
         }
         if let Some(m) = &shape.missing {
-            return Some(format!("task {}: no node offers resource {m}", job.role_names[role]));
+            return Some(Reason::NoSuchResource {
+                task: job.role_names[role].to_string(),
+                resource: m.to_string(),
+            });
         }
         let fits_somewhere =
             (0..index.node_count()).any(|n| cap.fits_empty(crate::model::ids::NodeIdx(n as u32), shape));
         if !fits_somewhere {
-            return Some(format!(
-                "task {} ({}) is bigger than every node",
-                job.role_names[role],
-                cap.describe(shape)
-            ));
+            return Some(Reason::TooBig {
+                task: job.role_names[role].to_string(),
+                asks: cap.describe(shape),
+            });
         }
     }
     if let Some(TierCap::Tier(t)) = job.tier
         && t < index.min_tier()
     {
-        return Some(format!(
-            "highestTierAllowed {t} is below every tier (the lowest is {})",
-            index.min_tier()
-        ));
+        return Some(Reason::TierTooLow {
+            tier: t,
+            lowest: index.min_tier(),
+        });
     }
     None
 }
@@ -65,12 +47,7 @@ pub(super) fn impossible(job: &JobCtx, index: &TopologyIndex, cap: &Capacity) ->
 /// how many of the job's tasks it could take, or the NUMA policy that turns nodes away.
 /// The room per HyperNode comes from the cache's counted shapes (the search has just
 /// counted them): a pending job costs its HyperNodes, not every node, each time it fails.
-pub(super) fn pending(
-    job: &JobCtx,
-    index: &TopologyIndex,
-    cap: &mut Capacity,
-    numa: &NumaState,
-) -> (&'static str, String) {
+pub(super) fn pending(job: &JobCtx, index: &TopologyIndex, cap: &mut Capacity, numa: &NumaState) -> (NoFit, String) {
     let need = job.gang_min.saturating_sub(job.placed()).max(1) as u64;
     let pending = role_pending(job, None);
     let counts: Vec<Option<Vec<u64>>> = job
@@ -86,7 +63,7 @@ pub(super) fn pending(
         let have = room(&counts, &pending, index.root);
         if have < need {
             return (
-                code::RESOURCE,
+                NoFit::Resource,
                 format!("the cluster has free room for {have} of the {need} tasks needed ({what})"),
             );
         }
@@ -95,7 +72,7 @@ pub(super) fn pending(
             && have < need
         {
             return (
-                code::TOPO,
+                NoFit::Topo,
                 format!(
                     "no HyperNode up to {} has free room for {need} tasks ({what}); best is {} with {have}",
                     index.cap_label(limit),
@@ -105,7 +82,7 @@ pub(super) fn pending(
         }
     }
     if let Some(why) = numa_refusal(job, index, cap, numa, &pending) {
-        return (code::NUMA, why);
+        return (NoFit::Numa, why);
     }
     // Enough room in total: the partitions, the segments or the gang shape do not fit
     // together.
@@ -126,16 +103,16 @@ pub(super) fn pending(
                     let first = s.tasks.iter().min().copied().unwrap_or(0);
                     let last = s.tasks.iter().max().copied().unwrap_or(0);
                     return (
-                        code::SEGMENT,
+                        NoFit::Segment,
                         format!("segment {} (ranks {first}-{last}): {room}", s.id),
                     );
                 }
-                return (code::PARTITION, format!("partition {}: {room}", s.id));
+                return (NoFit::Partition, format!("partition {}: {room}", s.id));
             }
         }
     }
     (
-        code::GANG,
+        NoFit::Gang,
         format!(
             "the gang of {} tasks ({what}) does not fit within one allowed HyperNode at once",
             job.gang_min
@@ -228,19 +205,4 @@ fn numa_refusal(
         }
     }
     None
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn codes_are_distinct_single_words_scripts_can_split_off() {
-        let mut seen = std::collections::BTreeSet::new();
-        for c in super::code::ALL {
-            assert!(
-                c.ends_with("NoFit") && c.chars().all(|ch| ch.is_ascii_alphanumeric()),
-                "{c}"
-            );
-            assert!(seen.insert(c), "{c} twice");
-        }
-    }
 }

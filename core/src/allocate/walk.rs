@@ -14,6 +14,7 @@ use crate::cache::scratch::Scratch;
 use crate::config::PlannerConfig;
 use crate::model::awaiting::Incomplete;
 use crate::model::components::{Job, JobPhase, JobState};
+use crate::model::reason::Reason;
 use crate::model::tick::Outbox;
 use crate::order::OrderKey;
 use crate::topology::TopologyIndex;
@@ -47,7 +48,7 @@ pub enum Outcome {
     /// it got, if it got one.
     Waiting {
         /// Why it waits.
-        reason: String,
+        reason: Reason,
         /// Whether it was checked against the emptied cluster of this topology.
         checked: bool,
         /// It could not run on the topology before, and can now.
@@ -58,7 +59,7 @@ pub enum Outcome {
     /// It can never run on this topology.
     Rejected {
         /// Why.
-        reason: String,
+        reason: Reason,
     },
     /// Nothing left to place.
     Done,
@@ -204,7 +205,7 @@ impl<'a> Walk<'a> {
         w: &Jobs<'_, '_>,
         policy: &Policy<'_, '_>,
         out: &mut Outbox,
-        was_rejected: Option<&str>,
+        was_rejected: Option<&Reason>,
     ) -> Outcome {
         let Ok((_, job, state)) = w.jobs.get(entity) else {
             return Outcome::Done;
@@ -283,7 +284,7 @@ impl<'a> Walk<'a> {
     /// emptied cluster (checked once per topology generation: it costs a whole search).
     /// While agents may still register after a restart, a job the nodes so far could
     /// never hold waits for them, and is checked again once they had their time.
-    fn explain(&mut self, ctx: &mut JobCtx, state: &JobState, was_rejected: Option<&str>) -> Outcome {
+    fn explain(&mut self, ctx: &mut JobCtx, state: &JobState, was_rejected: Option<&Reason>) -> Outcome {
         let (index, config, incomplete) = (self.index, self.config, self.incomplete);
         let mut rejected = None;
         let mut checked = false;
@@ -298,14 +299,14 @@ impl<'a> Walk<'a> {
                 let fits = on_empty.trial(|e| Search::new(e, config).allocate_job(&mut trial).is_some());
                 if !fits {
                     let (index, empty, empty_numa) = on_empty.counting();
-                    let (code, why) = reason::pending(ctx, index, empty, empty_numa);
-                    rejected = Some(format!("{code}: even on the empty cluster: {why}"));
+                    let (fit, detail) = reason::pending(ctx, index, empty, empty_numa);
+                    rejected = Some(Reason::NoFitEver { fit, detail });
                 }
             }
         }
         match (rejected, incomplete) {
             (Some(why), Some(lacks)) => Outcome::Waiting {
-                reason: lacks.reason(Some(&why)),
+                reason: lacks.reason(Some(why)),
                 checked,
                 reopened: false,
                 reserved: None,
@@ -313,9 +314,9 @@ impl<'a> Walk<'a> {
             (Some(why), None) => Outcome::Rejected { reason: why },
             (None, _) => {
                 let (index, cap, numa) = self.s.counting();
-                let (code, why) = reason::pending(ctx, index, cap, numa);
+                let (fit, detail) = reason::pending(ctx, index, cap, numa);
                 Outcome::Waiting {
-                    reason: format!("{code}: {why}"),
+                    reason: Reason::NoFit { fit, detail },
                     checked,
                     reopened: was_rejected.is_some(),
                     reserved: None,
@@ -387,7 +388,7 @@ impl<'a> Walk<'a> {
 /// Why the job's queue or account does not let it have more now: the queue's limits
 /// first, then its account's quotas and those of the accounts above it. A job over them
 /// waits without a reservation.
-fn limits(job: &Job, entity: Entity, ctx: &JobCtx, policy: &Policy<'_, '_>) -> Option<String> {
+fn limits(job: &Job, entity: Entity, ctx: &JobCtx, policy: &Policy<'_, '_>) -> Option<Reason> {
     let (jq, _, _) = policy.meta.get(entity).ok()?;
     let table = &*policy.queue_table;
     let mut req = vec![0u64; table.dims.len()];

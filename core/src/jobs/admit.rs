@@ -16,6 +16,7 @@ use crate::model::components::{
     Job, JobId, JobOwner, JobPhase, JobQueue, JobState, SubJob, SubJobState, Task, TaskState,
 };
 use crate::model::ids::QueueIdx;
+use crate::model::reason::Reason;
 use crate::model::tick::Outbox;
 use crate::names::JobNames;
 use crate::numa::request::task_numa;
@@ -88,7 +89,7 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
         });
         let mut state = JobState::new();
         state.phase = JobPhase::Rejected;
-        state.reason = Some(reason);
+        state.reason = Some(Reason::Refused(reason));
         let gang_min = spec.gang_minimum();
         let name = spec.name.clone();
         let job = Job {

@@ -25,6 +25,7 @@ use crate::model::arrays::Arrays;
 use crate::model::components::{Job, JobId, JobOwner, JobPhase, JobState};
 use crate::model::gate::{Gate, Settled};
 use crate::model::jobstate::Verdict;
+use crate::model::reason::Reason;
 use crate::model::tick::Now;
 use crate::names::{JobIds, JobNames};
 use hyperplan_shared::job::TopologyMode;
@@ -325,9 +326,7 @@ fn apply(world: &mut World, entities: &[Entity], decided: Decided<'_>, now_s: u6
             st.phase = JobPhase::Cancelled;
             st.verdict = Some(Verdict::Cancelled);
             st.end_time = Some(now_s);
-            st.reason = Some(format!(
-                "Dependency never met: {why}; cancelled (keepOnFailedDependency: true keeps such a job waiting)"
-            ));
+            st.reason = Some(Reason::DependencyNeverMet(why));
             continue;
         }
         if st.gate != d.gate {

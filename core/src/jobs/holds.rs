@@ -10,6 +10,7 @@ use hyperplan_shared::JobSpec;
 use crate::model::commands::Command;
 use crate::model::components::{Job, JobPhase, JobState};
 pub use crate::model::held::{Held, Waiting};
+use crate::model::reason::Reason;
 use crate::model::tick::Outbox;
 use crate::names::JobNames;
 
@@ -33,26 +34,20 @@ pub fn held_or_early(spec: &JobSpec, st: &JobState, now_s: u64) -> bool {
     st.held.is_some() || spec.begin.is_some_and(|b| b > now_s)
 }
 
-/// Whether `reason` is one [`not_yet`] gave: a job that shows it and no longer
-/// [`waits`] was released, reached its begin time or passed its gate.
-pub fn is_wait_reason(reason: &str) -> bool {
-    reason.starts_with("held by ") || reason.starts_with("begins ") || crate::model::gate::is_gate_reason(reason)
-}
-
 /// Why [`waits`] says it waits, in the words `status` and `explain` show.
-pub fn not_yet(job: &Job, st: &JobState, now_s: u64) -> Option<String> {
+pub fn not_yet(job: &Job, st: &JobState, now_s: u64) -> Option<Reason> {
     spec_not_yet(&job.spec, st, now_s)
 }
 
 /// [`not_yet`], from the job's spec.
-pub fn spec_not_yet(spec: &JobSpec, st: &JobState, now_s: u64) -> Option<String> {
+pub fn spec_not_yet(spec: &JobSpec, st: &JobState, now_s: u64) -> Option<Reason> {
     if !spec_waits(spec, st, now_s) {
         return None;
     }
     Some(match (&st.held, spec.begin.filter(|&b| b > now_s), &st.gate) {
-        (Some(h), _, _) => h.reason(),
-        (None, Some(b), _) => format!("begins {}", hyperplan_shared::begin::format_begin(b)),
-        (None, None, Some(g)) => g.reason(),
+        (Some(h), _, _) => Reason::Held(h.clone()),
+        (None, Some(b), _) => Reason::Begins(b),
+        (None, None, Some(g)) => Reason::Gate(g.clone()),
         (None, None, None) => return None,
     })
 }
@@ -70,7 +65,7 @@ pub(crate) fn hold(world: &mut World, name: &str, by: String, admin: bool) {
         return;
     }
     let held = Held { by, admin };
-    st.reason = Some(held.reason());
+    st.reason = Some(Reason::Held(held.clone()));
     st.reservation = None;
     st.held = Some(held);
 }
@@ -82,7 +77,7 @@ pub(crate) fn release(world: &mut World, name: &str) {
     };
     if st.held.take().is_some() {
         st.failed_epoch = None;
-        if st.reason.as_deref().is_some_and(is_wait_reason) {
+        if st.reason.as_ref().is_some_and(Reason::is_wait) {
             st.reason = None;
         }
         world.resource_mut::<Waiting>().unheld += 1;

@@ -32,6 +32,7 @@ use crate::model::events::TaskOnNode;
 use crate::model::health::Heartbeats;
 use crate::model::jobstate::StateRecord;
 use crate::model::kill::KillReason;
+use crate::model::reason::Reason;
 use crate::model::strays::Strays;
 use crate::model::taskrun::TaskRun;
 use crate::model::tick::{Now, Outbox};
@@ -118,7 +119,7 @@ pub(crate) fn cancel(world: &mut World, name: &str, grace_secs: u64, by_admin: b
 /// once they ended when it asks `requeue` (keeping its submit time, so its priority and
 /// age), or ends `preempted`. `why` is the reason it shows. A job that is not running
 /// (already ending, or pending) is left as it is.
-pub(crate) fn preempt(world: &mut World, job_e: Entity, by: &str, why: String, grace_secs: u64) {
+pub(crate) fn preempt(world: &mut World, job_e: Entity, by: &str, why: Reason, grace_secs: u64) {
     let requeue = world.get::<Job>(job_e).is_some_and(|j| j.spec.run.requeue);
     let Some(mut st) = world.get_mut::<JobState>(job_e) else {
         return;
@@ -128,7 +129,7 @@ pub(crate) fn preempt(world: &mut World, job_e: Entity, by: &str, why: String, g
     }
     st.preempted_by = Some(by.to_string());
     if requeue {
-        let why = format!("requeued: {why}");
+        let why = Reason::Requeued(Box::new(why));
         st.reason = Some(why.clone());
         st.requeue = Some(why);
     } else {
@@ -342,19 +343,28 @@ pub(crate) fn end_task(world: &mut World, job_e: Entity, task_e: Entity, end: Ta
         match end.outcome {
             TaskOutcome::Timeout => {
                 st.verdict = Some(Verdict::Timeout);
-                st.reason = Some(format!("task {name} {what}"));
+                st.reason = Some(Reason::TaskEnded {
+                    task: name.to_string(),
+                    how: what,
+                });
                 stop = Some(KillReason::Timeout);
             }
             TaskOutcome::Lost if requeue => {
                 let why = end.reason.clone().unwrap_or_else(|| "its node was lost".into());
-                let why = format!("requeued: task {name} lost ({why})");
+                let why = Reason::Requeued(Box::new(Reason::TaskLost {
+                    task: name.to_string(),
+                    why,
+                }));
                 st.reason = Some(why.clone());
                 st.requeue = Some(why);
                 stop = Some(KillReason::TaskFailed);
             }
             _ => {
                 st.verdict = Some(Verdict::Failed);
-                st.reason = Some(format!("task {name} {what}"));
+                st.reason = Some(Reason::TaskEnded {
+                    task: name.to_string(),
+                    how: what,
+                });
                 if policy == OnTaskFailure::KillJob {
                     stop = Some(KillReason::TaskFailed);
                 }
@@ -545,7 +555,7 @@ pub(crate) fn settle(world: &mut World, job_e: Entity) {
 
 /// Back to pending, as if just submitted: every task unplaced with no run, ranks and
 /// AllocatedHyperNodes cleared; the allocator looks at it again (see [`Requeued`]).
-fn requeue(world: &mut World, job_e: Entity, why: String) {
+fn requeue(world: &mut World, job_e: Entity, why: Reason) {
     let Some(job) = world.get::<Job>(job_e) else { return };
     let (tasks, sub_jobs) = (job.tasks.clone(), job.sub_jobs.clone());
     for t in tasks {
@@ -657,7 +667,7 @@ mod tests {
             assert_eq!(job_status(&state), want, "{:?} {:?}", state.phase, state.verdict);
         }
         let mut requeued = st(P::Ending, None, true);
-        requeued.requeue = Some("requeued".into());
+        requeued.requeue = Some(Reason::Text("requeued".into()));
         assert_eq!(job_status(&requeued), S::Pending);
     }
 }

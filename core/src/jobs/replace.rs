@@ -13,6 +13,7 @@ use crate::jobs::lifecycle::{KILL_GRACE_SECS, settle as settle_job, stop_tasks};
 use crate::model::commands::Command;
 use crate::model::components::{Job, JobPhase, JobState, Node, Task, TaskPhase, TaskState, Verdict};
 use crate::model::kill::KillReason;
+use crate::model::reason::Reason;
 use crate::model::tick::{Now, Outbox, Replacements};
 
 /// The system (see the module).
@@ -89,15 +90,11 @@ pub fn settle(world: &mut World) {
             .filter_map(|&t| world.get::<Task>(t).map(|t| t.name.to_string()))
             .collect();
         let within = st.flatten().unwrap_or_else(|| "the cluster".into());
-        let why = format!(
-            "no spare node in {within} to start its lost task{} {} again",
-            if names.len() == 1 { "" } else { "s" },
-            names.join(", ")
-        );
+        let why = Reason::NoSpareNode { within, tasks: names };
         if let Some(mut st) = world.get_mut::<JobState>(e) {
             st.replacing.clear();
             if requeue {
-                let why = format!("requeued: {why}");
+                let why = Reason::Requeued(Box::new(why.clone()));
                 st.reason = Some(why.clone());
                 st.requeue = Some(why);
             } else {

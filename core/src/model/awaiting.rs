@@ -9,6 +9,7 @@
 
 use bevy_ecs::prelude::*;
 
+use super::reason::Reason;
 use super::record::AssignmentRecord;
 
 /// On a node known only from the store: the restored tasks running on it, with the NUMA
@@ -58,12 +59,6 @@ pub enum Incomplete {
     Rejoining,
 }
 
-/// The start of [`Incomplete::Rejoining`]'s reason.
-const REJOINING: &str = "waiting for agents to register after the planner restarted";
-
-/// The end of [`Incomplete::Known`]'s reason (after "waiting for N").
-const KNOWN: &str = "agent(s) known from the store to register";
-
 impl Incomplete {
     /// What the cluster lacks at `now_ms`; `None` once it is whole.
     pub fn at(awaiting: Option<&Awaiting>, rejoining: Option<&Rejoining>, now_ms: u64) -> Option<Self> {
@@ -76,20 +71,14 @@ impl Incomplete {
 
     /// A waiting job's reason. `cannot`: why the nodes registered so far could never
     /// hold it (what would reject it on a whole cluster), if that is known.
-    pub fn reason(self, cannot: Option<&str>) -> String {
-        match (self, cannot) {
-            (Self::Known(n), _) => format!("waiting for {n} {KNOWN}"),
-            (Self::Rejoining, None) => REJOINING.to_string(),
-            (Self::Rejoining, Some(why)) => {
-                format!("{REJOINING}: the nodes registered so far could not hold it ({why})")
-            }
+    pub fn reason(self, cannot: Option<Reason>) -> Reason {
+        match self {
+            Self::Known(n) => Reason::AwaitingAgents(n),
+            Self::Rejoining => Reason::Rejoining {
+                cannot: cannot.map(Box::new),
+            },
         }
     }
-}
-
-/// Whether a pending job's reason is one [`Incomplete::reason`] made.
-pub fn is_awaiting_reason(reason: &str) -> bool {
-    reason.starts_with(REJOINING) || (reason.starts_with("waiting for ") && reason.ends_with(KNOWN))
 }
 
 #[cfg(test)]
@@ -110,15 +99,16 @@ mod tests {
         );
         assert_eq!(Incomplete::at(Some(&none), Some(&window), 10_000), None);
         assert_eq!(Incomplete::at(None, None, 0), None, "a planner that never restarted");
-        let reasons = [
-            Incomplete::Known(2).reason(None),
-            Incomplete::Rejoining.reason(None),
-            Incomplete::Rejoining.reason(Some("task t (cpu=4) is bigger than every node")),
-        ];
-        assert_eq!(reasons[0], "waiting for 2 agent(s) known from the store to register");
-        assert!(reasons.iter().all(|r| is_awaiting_reason(r)), "{reasons:?}");
-        assert!(!is_awaiting_reason(
-            "ResourceNoFit: the cluster has free room for 1 of the 2 tasks"
-        ));
+        let cannot = Reason::TooBig {
+            task: "t".into(),
+            asks: "cpu=4".into(),
+        };
+        assert_eq!(Incomplete::Known(2).reason(None), Reason::AwaitingAgents(2));
+        assert_eq!(
+            Incomplete::Rejoining.reason(Some(cannot.clone())),
+            Reason::Rejoining {
+                cannot: Some(Box::new(cannot))
+            }
+        );
     }
 }

@@ -13,8 +13,10 @@ pub enum Settled {
     Never(String),
 }
 
-/// Why a pending job is not tried now.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Why a pending job is not tried now (its reason, `Reason::Gate`, is stored with an
+/// ended job's).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum Gate {
     /// Its dependency is not met: the conditions left, with their targets' states
     /// (`afterok:prep (running)`).
@@ -33,36 +35,6 @@ pub enum Gate {
         /// That job.
         other: String,
     },
-}
-
-impl Gate {
-    /// What `status` and `explain` say of it.
-    pub fn reason(&self) -> String {
-        match self {
-            Gate::Dependency(what) => format!("{DEPENDENCY}{what}"),
-            Gate::NeverMet(what) => {
-                format!("{NEVER_MET}{what}; kept waiting (keepOnFailedDependency): cancel it")
-            }
-            Gate::ArrayLimit { array, limit } => {
-                format!("{ARRAY_LIMIT}{limit} elements of {array} run at once (%{limit})")
-            }
-            Gate::Singleton { other } => {
-                format!("{SINGLETON}waits for {other} (same name and user) to end")
-            }
-        }
-    }
-}
-
-const DEPENDENCY: &str = "Dependency: ";
-const NEVER_MET: &str = "Dependency never met: ";
-const ARRAY_LIMIT: &str = "array limit: ";
-const SINGLETON: &str = "singleton: ";
-
-/// Whether `reason` is one [`Gate::reason`] gave.
-pub fn is_gate_reason(reason: &str) -> bool {
-    [DEPENDENCY, NEVER_MET, ARRAY_LIMIT, SINGLETON]
-        .iter()
-        .any(|p| reason.starts_with(p))
 }
 
 /// Jobs a gate let go that the walk would not look at by itself (one rejected for its

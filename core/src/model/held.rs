@@ -30,14 +30,3 @@ pub struct Held {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub admin: bool,
 }
-
-impl Held {
-    /// What `status` and `explain` say of it.
-    pub fn reason(&self) -> String {
-        if self.admin {
-            format!("held by an admin ({})", self.by)
-        } else {
-            format!("held by {}", self.by)
-        }
-    }
-}

@@ -6,6 +6,7 @@ use bevy_ecs::prelude::Component;
 use serde::{Deserialize, Serialize};
 
 use crate::model::kill::KillReason;
+use crate::model::reason::Reason;
 
 /// How a job ended (or is ending), once decided; `None` on the simulator's jobs, whose
 /// tasks nobody reports.
@@ -122,7 +123,7 @@ pub struct StateRecord {
     pub phase: JobPhase,
     /// Why it waits or how it ended; stored once the job is ending or ended (a waiting
     /// job's reason is worked out again).
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     /// When its gang minimum was placed (Unix seconds); `None` until then.
     pub start_time: Option<u64>,
     /// When it ended (Unix seconds): finished, or cancelled; `None` until then.
@@ -147,7 +148,7 @@ pub struct StateRecord {
     pub kill: Option<(KillReason, u64)>,
     /// Back to pending once its tasks ended (a node with its tasks was lost and the job
     /// asks `requeue`); the reason it will show.
-    pub requeue: Option<String>,
+    pub requeue: Option<Reason>,
     /// Rejected by the allocator (looked at again when nodes join), not at submit. Set
     /// in the record only (`persist`, from `JobState::checked_generation`).
     pub rejected_for_topology: bool,

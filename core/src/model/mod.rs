@@ -2,7 +2,7 @@
 //! ECS components (`components`, `taskrun`), what drivers send in (`events`, with what
 //! a discovery source found: `discovered`) and get back (`commands`), a tick's inputs,
 //! outputs and invalidation flags (`tick`), and what the store keeps of a job
-//! (`record`), of fair-share usage (`usage`) and of admins' drains (`drain`) and of a job's hold (`held`); tasks the planner no longer counts still running on a node (`strays`); a node that cannot start tasks now (`strained`). Nothing here imports a system; every system imports from here. Besides
+//! (`record`), of fair-share usage (`usage`) and of admins' drains (`drain`) and of a job's hold (`held`); why a job waits, was rejected or ended (`reason`); tasks the planner no longer counts still running on a node (`strays`); a node that cannot start tasks now (`strained`). Nothing here imports a system; every system imports from here. Besides
 //! the crate's plain libraries (`numa`, `checksum`), it stands on `hyperplan-shared`
 //! and `hyperplan-fabric` only.
 
@@ -20,6 +20,7 @@ pub mod ids;
 pub mod jobstate;
 pub mod kill;
 pub mod ports;
+pub mod reason;
 pub mod record;
 pub mod since;
 pub mod strained;

@@ -318,6 +318,39 @@ mod tests {
         assert!(e.starts_with("checksum mismatch"), "{e}");
     }
 
+    /// A reason is a `Reason` now; a store written when it was a sentence still loads,
+    /// the sentence as `Reason::Text`, and a typed reason reads back as it went.
+    #[test]
+    fn a_record_with_a_sentence_for_its_reason_still_loads() {
+        use crate::model::reason::{JobRef, Reason};
+        let said = "requeued: preempted by job big: its priority is below";
+        let mut old = serde_json::to_value(sample()).unwrap();
+        old["state"]["phase"] = serde_json::json!("ending");
+        old["state"]["reason"] = serde_json::json!(said);
+        old["state"]["requeue"] = serde_json::json!(said);
+        let bytes = rmp_serde::to_vec_named(&old).unwrap();
+        let rec = JobRecord::decode(&bytes).unwrap();
+        assert_eq!(rec.state.reason, Some(Reason::Text(said.into())));
+        assert_eq!(rec.state.requeue, Some(Reason::Text(said.into())));
+        assert_eq!(
+            rec.state.reason.as_ref().map(ToString::to_string).as_deref(),
+            Some(said)
+        );
+        let mut typed = sample();
+        typed.state.reason = Some(Reason::Requeued(Box::new(Reason::PreemptedBy {
+            by: JobRef {
+                id: 3,
+                name: "big".into(),
+            },
+            why: "its priority is below".into(),
+        })));
+        assert_eq!(JobRecord::decode_checked(&typed.encode().unwrap()).unwrap(), typed);
+        assert_eq!(typed.state.reason.as_ref().unwrap().to_string(), said);
+        // `state export` writes JSON lines: the same.
+        let line = serde_json::to_string(&typed).unwrap();
+        assert_eq!(serde_json::from_str::<JobRecord>(&line).unwrap(), typed);
+    }
+
     #[test]
     fn format_1_records_are_read_by_decode_and_refused_by_decode_checked() {
         let rec = sample();

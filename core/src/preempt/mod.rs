@@ -35,6 +35,7 @@ use crate::model::awaiting::Awaiting;
 use crate::model::commands::Command;
 use crate::model::components::{Job, JobId, JobPhase, JobQueue, JobState, Retired, Task, TaskState};
 use crate::model::ids::{HnIdx, NodeIdx};
+use crate::model::reason::{JobRef, Reason};
 use crate::model::since::Since;
 use crate::model::tick::{CapacityEpoch, Nominated, Now, Outbox};
 use crate::names::JobNames;
@@ -168,8 +169,20 @@ pub fn preempt(world: &mut World, mut memo: Local<Memo>) {
         let hyper_node = (found.hn != index.root).then(|| index.hns[found.hn.ix()].name.clone());
         let nodes: Vec<String> = found.nodes.iter().map(|n| index.node_names[n.ix()].clone()).collect();
         let victims: Vec<String> = found.victims.iter().map(|v| v.1.clone()).collect();
+        let victim_refs: Vec<JobRef> = found
+            .victims
+            .iter()
+            .map(|v| JobRef {
+                id: world.get::<JobId>(v.0).map_or(0, |i| i.0),
+                name: v.1.clone(),
+            })
+            .collect();
         let Some(name) = world.get::<Job>(e).map(|j| j.spec.name.clone()) else {
             continue;
+        };
+        let by = JobRef {
+            id: world.get::<JobId>(e).map_or(0, |i| i.0),
+            name: name.clone(),
         };
         tracing::info!(
             job = name,
@@ -178,7 +191,10 @@ pub fn preempt(world: &mut World, mut memo: Local<Memo>) {
             "preempting"
         );
         if let Some(mut st) = world.get_mut::<JobState>(e) {
-            st.reason = Some(crate::preempt_reason::preempting(&victims, hyper_node.as_deref()));
+            st.reason = Some(Reason::Preempting {
+                hyper_node: hyper_node.clone(),
+                victims: victim_refs,
+            });
             st.nomination = Some(Nomination {
                 hyper_node: hyper_node.clone(),
                 nodes,
@@ -192,7 +208,10 @@ pub fn preempt(world: &mut World, mut memo: Local<Memo>) {
             let requeued = job.spec.run.requeue;
             // A job admitted before the site lowered maxGrace gets no more than it now.
             let grace = job.spec.run.preempt_grace.unwrap_or(grace).min(max_grace);
-            let reason = format!("{}: {why}", crate::preempt_reason::preempted_by(&name));
+            let reason = Reason::PreemptedBy {
+                by: by.clone(),
+                why: why.clone(),
+            };
             crate::jobs::lifecycle::preempt(world, v, &name, reason, grace);
             world.resource_mut::<Outbox>().0.push(Command::Preempted {
                 victim,

@@ -16,6 +16,7 @@ use hyperplan_shared::topology::{Core, Gpu, InfinibandHca, NodeTopology, NumaNod
 use crate::cache::capacity::Capacity;
 use crate::config::PlannerConfig;
 use crate::invariants;
+use crate::model::reason::Reason;
 use crate::topology::TopologyIndex;
 
 /// `cpu=8,memory=32Gi,nvidia.com/gpu=8` → resources. Test input: panics on bad text.
@@ -481,6 +482,28 @@ pub fn run(cluster: &ClusterSpec, jobs: &[JobSpec], config: PlannerConfig) -> Re
         let bad = invariants::check(planner.world_mut());
         assert!(bad.is_empty(), "invariants broken: {bad:#?}");
     })
+}
+
+/// As [`run`], with each job's reason as the core held it when last seen (a job that
+/// ended and was retired keeps its last): the [`Reason`]s to match where the report
+/// has their sentences.
+pub fn run_with_reasons(
+    cluster: &ClusterSpec,
+    jobs: &[JobSpec],
+    config: PlannerConfig,
+) -> (Report, BTreeMap<String, Option<Reason>>) {
+    use crate::model::components::{Job, JobState};
+    let mut reasons = BTreeMap::new();
+    let report = crate::sim::simulate_with(cluster, jobs, config, |planner| {
+        let bad = invariants::check(planner.world_mut());
+        assert!(bad.is_empty(), "invariants broken: {bad:#?}");
+        let world = planner.world_mut();
+        let mut q = world.query::<(&Job, &JobState)>();
+        for (job, st) in q.iter(world) {
+            reasons.insert(job.spec.name.clone(), st.reason.clone());
+        }
+    });
+    (report, reasons)
 }
 
 pub use crate::numa::node::hardware_resources;

@@ -11,6 +11,7 @@ use hyperplan_shared::report::JobReport;
 use hyperplan_shared::taskend::TaskEnd;
 
 use crate::config::PlannerConfig;
+use crate::model::reason::Reason;
 use crate::model::record::JobRecord;
 use crate::{Command, Event, Planner};
 
@@ -188,6 +189,18 @@ impl Rig {
     /// The job's report (the test fails when there is none).
     pub fn job(&self, name: &str) -> JobReport {
         self.p.job(name).unwrap_or_else(|| panic!("no job {name}"))
+    }
+
+    /// The job's reason as the core holds it (a [`Reason`] to match, where [`Rig::job`]
+    /// gives the sentence `status` shows).
+    pub fn reason(&self, name: &str) -> Option<Reason> {
+        let world = self.p.world_for_tests();
+        let e = *world
+            .resource::<crate::names::JobNames>()
+            .0
+            .get(name)
+            .unwrap_or_else(|| panic!("no job {name}"));
+        world.get::<crate::model::components::JobState>(e)?.reason.clone()
     }
 
     /// The node of a placed task.

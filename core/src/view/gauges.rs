@@ -14,6 +14,7 @@ use crate::cache::capacity::Capacity;
 use crate::jobs::lifecycle::job_status;
 use crate::model::components::{Job, JobQueue, JobState, Node, Retired, TaskState};
 use crate::model::drain::Drained;
+use crate::model::reason::{Reason, ReasonKind};
 use crate::numa::node::is_gpu_resource;
 use crate::queues::QueueTable;
 use crate::topology::TopologyIndex;
@@ -23,7 +24,8 @@ use crate::topology::TopologyIndex;
 pub struct Gauges {
     /// (queue, status in lower case) → live jobs.
     pub jobs: BTreeMap<(String, &'static str), u64>,
-    /// Reason kind ([`reason_kind`]) → pending jobs.
+    /// Reason kind ([`ReasonKind::label`]; a pending job with no reason yet counts as
+    /// `resources`) → pending jobs.
     pub pending: BTreeMap<&'static str, u64>,
     /// `ready`, `not_ready`, `draining`, `drained` → nodes.
     pub nodes: BTreeMap<&'static str, u64>,
@@ -47,32 +49,6 @@ pub struct HyperNodeUse {
     pub gpus: (f64, f64),
     /// Memory bytes, allocated and in all.
     pub memory: (f64, f64),
-}
-
-/// The kind of a pending job's reason, a label with a few values: `held` (a hold or a
-/// begin time), `dependency` (also `singleton`), `array_limit`, `queue_limit`,
-/// `awaiting_agents`, `preemption`, `reservation`, `requeued` or `resources` (no room
-/// that fits, the common case).
-pub fn reason_kind(reason: &str) -> &'static str {
-    if reason.starts_with("held by ") || reason.starts_with("begins ") {
-        "held"
-    } else if reason.starts_with("array limit: ") {
-        "array_limit"
-    } else if crate::model::gate::is_gate_reason(reason) {
-        "dependency"
-    } else if reason.starts_with("queue ") || reason.starts_with("user ") {
-        "queue_limit"
-    } else if crate::model::awaiting::is_awaiting_reason(reason) {
-        "awaiting_agents"
-    } else if reason.contains("preempt") {
-        "preemption"
-    } else if reason.contains("reserv") || reason.contains("maintenance") {
-        "reservation"
-    } else if reason.contains("requeued") {
-        "requeued"
-    } else {
-        "resources"
-    }
 }
 
 fn status_label(s: JobStatus) -> &'static str {
@@ -102,7 +78,7 @@ pub fn gauges(world: &World) -> Gauges {
             *g.jobs.entry((queue.to_string(), status_label(status))).or_default() += 1;
             if status == JobStatus::Pending {
                 *g.pending
-                    .entry(reason_kind(st.reason.as_deref().unwrap_or("")))
+                    .entry(st.reason.as_ref().map_or(ReasonKind::Resources, Reason::kind).label())
                     .or_default() += 1;
             }
         }
@@ -152,45 +128,4 @@ pub fn gauges(world: &World) -> Gauges {
     let reservations = world.resource::<Reservations>();
     g.reservations = reservations.list.len().saturating_sub(reservations.windows) as u64;
     g
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reasons_fall_into_a_few_kinds() {
-        assert_eq!(
-            reason_kind("queue gpu runs its maxRunningJobs (4) jobs already"),
-            "queue_limit"
-        );
-        assert_eq!(
-            reason_kind("user alice would use cpu 9 in queue default, above"),
-            "queue_limit"
-        );
-        assert_eq!(
-            reason_kind("waiting for 2 agent(s) known from the store to register"),
-            "awaiting_agents"
-        );
-        assert_eq!(
-            reason_kind("waiting for agents to register after the planner restarted"),
-            "awaiting_agents"
-        );
-        assert_eq!(
-            reason_kind("no HyperNode of tier 1 has room: leaf-2 could take 3 of 4"),
-            "resources"
-        );
-        assert_eq!(reason_kind(""), "resources");
-        assert_eq!(reason_kind("held by alice"), "held");
-        assert_eq!(reason_kind("begins 2026-12-24T08:00Z"), "held");
-        assert_eq!(reason_kind("Dependency: afterok:preempt-me (running)"), "dependency");
-        assert_eq!(
-            reason_kind("singleton: waits for nightly (same name and user) to end"),
-            "dependency"
-        );
-        assert_eq!(
-            reason_kind("array limit: 3 elements of sweep run at once (%3)"),
-            "array_limit"
-        );
-    }
 }

@@ -206,7 +206,7 @@ fn head(
         id: id.map_or(0, |i| i.0),
         name: job.spec.name.clone(),
         status,
-        reason: st.reason.clone(),
+        reason: st.reason.as_ref().map(ToString::to_string),
         submit_time: job.spec.submit_time,
         start_time: st.start_time,
         end_time: st.end_time,

@@ -77,7 +77,7 @@ pub(crate) fn stored_head(rec: &JobRecord) -> JobReport {
         id: rec.id,
         name: rec.spec.name.clone(),
         status: job_status(&st),
-        reason: s.reason.clone(),
+        reason: s.reason.as_ref().map(ToString::to_string),
         submit_time: rec.spec.submit_time,
         start_time: s.start_time,
         end_time: s.end_time,
