@@ -277,7 +277,7 @@ fn explain_names_the_reservation_that_keeps_a_job_off_room_it_could_use() {
         whole("wide", 4, 0, 100, 100),
         whole("long", 1, 0, 1000, 1000),
     ] {
-        planner.push(hyperplan_core::Event::submit(j, "sim"));
+        hyperplan_core::sim::submit::submit(&mut planner, j, "sim");
     }
     planner.tick(2);
     let e = planner.explain("long").unwrap_or_else(|| panic!("no explanation"));

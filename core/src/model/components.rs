@@ -318,9 +318,8 @@ pub struct JobQueue {
     pub user: crate::model::ids::UserIdx,
 }
 
-/// A job's number, given at submit: 1, 2, 3, … in the order submissions reach the core
-/// (a refused submission uses its number up too, so [`Planner::next_job_id`](crate::Planner::next_job_id) can say a
-/// queued job's id before the tick that makes it).
+/// A job's number, given at submit ([`Planner::submit`](crate::Planner::submit)): 1, 2,
+/// 3, … in the order submissions reach the core; a refused one uses none.
 #[derive(Component, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct JobId(pub u64);
 
