@@ -333,6 +333,11 @@ pub fn allocate(
                 "rejected before; the topology changed: looking again"
             );
         }
+        // A job whose reservation is due may need to know when running tasks end.
+        if can_reserve && sticky && !timeline.is_built() && previous.iter().any(|r| r.job == entity && r.start <= now_s)
+        {
+            timeline.build(backfill::timeline::releases(&holdings, &tasks, &jobs));
+        }
         for pass in 0..PASSES_PER_JOB {
             let Ok((_, job, mut state)) = jobs.get_mut(entity) else {
                 break;
@@ -410,7 +415,23 @@ pub fn allocate(
                 .iter()
                 .filter(|_| sticky && pass == 0 && state.phase == JobPhase::Pending)
                 .find(|r| r.job == entity && r.start <= now_s);
-            let decision = match due.and_then(|r| backfill::reserve::start_as_reserved(&index, &mut cap, &mut ctx, r)) {
+            let decision = match due.and_then(|r| {
+                backfill::reserve::start_as_reserved(&index, &mut cap, &mut ctx, r).or_else(|| {
+                    let (window, list) = (Window { from: now_s, limit }, &reservations.list);
+                    let releases = timeline.is_built().then(|| timeline.sorted())?;
+                    backfill::reserve::start_in_time(
+                        &index,
+                        &mut cap,
+                        &mut numa,
+                        &mut ctx,
+                        r,
+                        window,
+                        releases,
+                        list,
+                        &mut active,
+                    )
+                })
+            }) {
                 Some(d) => Some(d),
                 None => Search::new(&index, &mut cap, &mut numa, &config).allocate_job(&mut ctx),
             };
@@ -440,15 +461,7 @@ pub fn allocate(
                     {
                         sweeps_left -= 1;
                         if !timeline.is_built() {
-                            timeline.build(holdings.iter().filter_map(|(e, held)| {
-                                let (task, ts) = tasks.get(e).ok()?;
-                                let (_, job, _) = jobs.get(task.job).ok()?;
-                                let end = ts.start_time?.saturating_add(job.spec.run.time_limit?);
-                                Some(Release {
-                                    end,
-                                    held: held.clone(),
-                                })
-                            }));
+                            timeline.build(backfill::timeline::releases(&holdings, &tasks, &jobs));
                         }
                         let prev = previous
                             .iter()

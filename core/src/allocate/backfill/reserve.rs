@@ -272,3 +272,88 @@ pub fn start_as_reserved(
         sub_job_hn: h.map(|h| vec![(0, h)]).unwrap_or_default(),
     })
 }
+
+/// As [`start_as_reserved`], for a job whose reservation is due but whose nodes the
+/// reservations overlapping its window (all taken from the caches now, per `active`)
+/// leave no room on: it starts there when, at each time within its window that one of
+/// them begins, the tasks still running then (`releases`: each at its expected end), it
+/// and every reservation under way then fit on its nodes. Taken now, a reservation also
+/// counts the room that tasks ending before it begins still hold: a job backfilled
+/// before a later reservation (it ends first, so it delays none) would keep this job,
+/// reserved around both, from its own time. `active` is left as it was found.
+#[allow(clippy::too_many_arguments)]
+pub fn start_in_time(
+    index: &TopologyIndex,
+    cap: &mut Capacity,
+    numa: &mut NumaState,
+    ctx: &mut JobCtx,
+    r: &Reservation,
+    window: Window,
+    releases: &[Release],
+    list: &[Reservation],
+    active: &mut ActiveSet,
+) -> Option<super::super::search::Decision> {
+    let now = window.from;
+    // The times to look at: now, and each start within the window.
+    let mut times: Vec<u64> = list
+        .iter()
+        .filter(|x| window.overlaps(x))
+        .map(|x| x.start.max(now))
+        .chain([now])
+        .collect();
+    times.sort_unstable();
+    times.dedup();
+    let mine: Vec<NodeIdx> = r.held.iter().map(|h| h.node).collect();
+    let pending: Vec<usize> = (0..ctx.tasks.len()).filter(|&t| ctx.tasks[t].node.is_none()).collect();
+    active.clear(list, index, cap, numa);
+    let mut decision = start_as_reserved(index, cap, ctx, r);
+    if decision.is_some() {
+        let at = |x: &Release| x.end.max(now + 1);
+        let mut applied = 0;
+        for &t in &times {
+            while applied < releases.len() && at(&releases[applied]) <= t {
+                let h = &releases[applied].held;
+                cap.give(index, h.node, &h.shape);
+                applied += 1;
+            }
+            // Every reservation under way at `t`, on this job's nodes.
+            let under_way = list
+                .iter()
+                .filter(|x| x.start <= t && x.end.is_none_or(|e| t < e))
+                .flat_map(|x| &x.held)
+                .filter(|h| mine.contains(&h.node));
+            let mut taken: Vec<&Held> = Vec::new();
+            let mut fits = true;
+            for h in under_way {
+                if !cap.fits(h.node, &h.shape) {
+                    fits = false;
+                    break;
+                }
+                cap.take(index, h.node, &h.shape);
+                taken.push(h);
+            }
+            for h in taken {
+                cap.give(index, h.node, &h.shape);
+            }
+            if !fits {
+                decision = None;
+                break;
+            }
+        }
+        for x in &releases[..applied] {
+            cap.take(index, x.held.node, &x.held.shape);
+        }
+        if decision.is_none() {
+            // Nothing of it taken: the tasks it was given go back.
+            for t in pending {
+                let slot = &mut ctx.tasks[t];
+                if let Some(n) = slot.node.take() {
+                    cap.give(index, n, &ctx.shapes[slot.role]);
+                }
+                slot.new = false;
+            }
+        }
+    }
+    active.set(list, window, index, cap, numa, None);
+    decision
+}
