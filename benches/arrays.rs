@@ -100,7 +100,7 @@ fn full() -> Bench {
         rng ^= rng << 17;
         let limit = HOUR + rng % (47 * HOUR);
         let job = JobBuilder::gang(&format!("run-{i:05}"), 1, NODE).limit(limit).build();
-        b.planner.push(Event::submit(job, SIM_OWNER));
+        hyperplan_core::sim::submit::submit(&mut b.planner, job, SIM_OWNER);
     }
     b.now = 0;
     let cmds = b.planner.tick(0);

@@ -17,10 +17,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use hyperplan_core::PlannerConfig;
 use hyperplan_core::sim::{SIM_OWNER, planner_for};
 use hyperplan_core::testing::nvl::TRAYS_PER_RACK;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder};
-use hyperplan_core::{Event, PlannerConfig};
 use hyperplan_shared::ClusterSpec;
 use hyperplan_shared::report::JobStatus;
 
@@ -95,7 +95,7 @@ fn segments(cluster: &ClusterSpec) -> Duration {
     let job = JobBuilder::gang("train", 64, "cpu=32,nvidia.com/gpu=4")
         .segment(16, "nvlink")
         .build();
-    p.push(Event::submit(job, SIM_OWNER));
+    hyperplan_core::sim::submit::submit(&mut p, job, SIM_OWNER);
     let t0 = Instant::now();
     p.tick(3);
     let took = t0.elapsed();

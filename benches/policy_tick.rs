@@ -222,7 +222,7 @@ impl Bench {
     }
 
     fn submit(&mut self, spec: JobSpec) {
-        self.planner.push(Event::submit(spec, SIM_OWNER));
+        hyperplan_core::sim::submit::submit(&mut self.planner, spec, SIM_OWNER);
     }
 
     fn submit_pending(&mut self, spec: JobSpec) {

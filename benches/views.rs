@@ -11,9 +11,9 @@
 
 use std::time::Instant;
 
+use hyperplan_core::PlannerConfig;
 use hyperplan_core::sim::{SIM_OWNER, planner_for};
 use hyperplan_core::testing::JobBuilder;
-use hyperplan_core::{Event, PlannerConfig};
 use hyperplan_shared::fattree::{self, FatTreeParams};
 use hyperplan_shared::quantity::parse_resource_list;
 
@@ -50,10 +50,11 @@ fn main() {
     // 2,000 jobs of 1 to 8 whole nodes: most of the cluster placed.
     for i in 0..2000u32 {
         let nodes = 1 + i % 8;
-        p.push(Event::submit(
+        hyperplan_core::sim::submit::submit(
+            &mut p,
             JobBuilder::gang(&format!("job{i:04}"), nodes, NODE).build(),
             SIM_OWNER,
-        ));
+        );
     }
     let t = Instant::now();
     p.tick(2);

@@ -1,22 +1,21 @@
 //! The ingest system: applies queued events to the world (nodes, their links and
-//! heartbeats (see `health`), HyperNode sources, jobs with their owners, sub-jobs and
-//! tasks); task starts, ends, cancellations and what nodes run go to `lifecycle`.
+//! heartbeats (see `health`), HyperNode sources, drains, holds); task starts, ends,
+//! cancellations and what nodes run go to `lifecycle`. Jobs come in by
+//! [`Planner::submit`](crate::Planner::submit), not by an event.
 
 use bevy_ecs::prelude::*;
-use hyperplan_shared::{JobSpec, NodeSpec};
+use hyperplan_shared::NodeSpec;
 
 use super::discovery::{self, Found};
 use super::numa::node::{HardwareCache, NodeHardware};
 use crate::jobs::lifecycle;
-use crate::jobs::ownership::{MAX_JOB_ID, NextJobId};
 use crate::model::awaiting::StandIn;
 use crate::model::commands::Command;
-use crate::model::components::JobId;
 use crate::model::components::SourceKind;
 use crate::model::components::{Node, set_node_ready};
 use crate::model::events::Event;
 use crate::model::health::Heartbeats;
-use crate::model::tick::{Inbox, LabelTypes, Now, Outbox, QueuedSubmits, Reregistered};
+use crate::model::tick::{Inbox, LabelTypes, Now, Outbox, Reregistered};
 use crate::nodes::health;
 use crate::nodes::refusals::Refusals;
 
@@ -25,7 +24,6 @@ use super::names::NodeNames;
 pub(crate) fn ingest(world: &mut World) {
     let _span = tracing::info_span!("ingest").entered();
     let events = std::mem::take(&mut world.resource_mut::<Inbox>().0);
-    world.resource_mut::<QueuedSubmits>().0 = 0;
     for event in events {
         match event {
             Event::NodeUp(spec) => node_up(world, spec),
@@ -78,7 +76,6 @@ pub(crate) fn ingest(world: &mut World) {
             }
             Event::Heartbeat { node, at_ms } => health::heartbeat(world, &node, at_ms),
             Event::LinkDown { node, link, at_ms } => health::link_down(world, &node, link, at_ms),
-            Event::Submit { spec, owner } => submit(world, *spec, owner),
             Event::Drain { nodes, drain, now } => crate::nodes::drain::drain(world, nodes, drain, now),
             Event::Resume { nodes } => crate::nodes::drain::resume(world, nodes),
             Event::Remove { nodes } => crate::nodes::drain::remove(world, nodes),
@@ -169,34 +166,4 @@ fn node_up(world: &mut World, spec: NodeSpec) {
             world.resource_mut::<NodeNames>().0.insert(name, e);
         }
     }
-}
-
-fn submit(world: &mut World, spec: JobSpec, owner: String) {
-    // An array comes as its elements, each with the next id.
-    if spec.array.is_some() {
-        let first = world.resource::<NextJobId>().0;
-        for element in crate::jobs::arrays::expand_one(spec, first) {
-            submit(world, element, owner.clone());
-        }
-        return;
-    }
-    // Every submission uses its id up, refused or not (see `Planner::next_job_id`).
-    let id = {
-        let mut next = world.resource_mut::<NextJobId>();
-        let id = next.0;
-        match id.checked_add(1).filter(|_| id <= MAX_JOB_ID) {
-            Some(n) => next.0 = n,
-            // Drivers refuse the submit first (`check_submission`); ids never wrap.
-            None => {
-                let msg = format!(
-                    "job {}: no job id is left (the largest is {MAX_JOB_ID}); submission ignored",
-                    spec.name
-                );
-                world.resource_mut::<Outbox>().0.push(Command::Warn(msg));
-                return;
-            }
-        }
-        JobId(id)
-    };
-    crate::jobs::admit::admit(world, spec, owner, id, crate::jobs::admit::UnknownQueue::RejectAsOwner);
 }

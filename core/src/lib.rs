@@ -129,7 +129,6 @@ impl Planner {
         world.insert_resource(order::OrderState::default());
         world.insert_resource(config);
         world.insert_resource(Inbox::default());
-        world.insert_resource(model::tick::QueuedSubmits::default());
         world.insert_resource(Outbox::default());
         world.insert_resource(Now::default());
         world.insert_resource(model::tick::Reregistered::default());
@@ -201,9 +200,6 @@ impl Planner {
 
     /// Queues an event for the next tick.
     pub fn push(&mut self, event: Event) {
-        if matches!(event, Event::Submit { .. }) {
-            self.world.resource_mut::<model::tick::QueuedSubmits>().0 += 1;
-        }
         self.world.resource_mut::<Inbox>().0.push(event);
     }
 

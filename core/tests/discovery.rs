@@ -158,10 +158,11 @@ fn a_superpod_dump_gives_leaf_and_spine_hypernodes_and_a_gang_stays_under_one_le
     assert!(s.unknown_hosts.is_empty() && s.error.is_none());
 
     // A leaf-bound gang of 12 nodes lands under one leaf HyperNode.
-    p.push(Event::submit(
+    hyperplan_core::sim::submit::submit(
+        &mut p,
         JobBuilder::gang("train", 12, "cpu=64").hard(1).build(),
         SIM_OWNER,
-    ));
+    );
     let placed: Vec<String> = tick(&mut p, 101)
         .into_iter()
         .filter_map(|c| match c {
@@ -455,10 +456,7 @@ fn the_live_tree_exports_as_resolved_manifests() {
 fn a_job_submitted_before_any_agent_registered_runs_once_they_do() {
     // The planner has just started: no node, no HyperNode yet.
     let mut p = Planner::new(PlannerConfig::default());
-    p.push(Event::submit(
-        JobBuilder::gang("pair", 2, "cpu=64").hard(1).build(),
-        SIM_OWNER,
-    ));
+    hyperplan_core::sim::submit::submit(&mut p, JobBuilder::gang("pair", 2, "cpu=64").hard(1).build(), SIM_OWNER);
     let cmds = tick(&mut p, 0);
     let rejected: Vec<&String> = cmds
         .iter()

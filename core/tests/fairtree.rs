@@ -265,7 +265,7 @@ fn status_scenario(text: &str) -> ((u32, f64), (u32, f64)) {
             .build(),
     ] {
         let owner = j.user.clone().unwrap_or_default();
-        planner.push(hyperplan_core::Event::submit(j, &owner));
+        hyperplan_core::sim::submit::submit(&mut planner, j, &owner);
     }
     planner.tick(0);
     planner.tick(600);

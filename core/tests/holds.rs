@@ -235,10 +235,11 @@ fn under_private_data_another_users_job_reads_as_missing() {
 #[test]
 fn a_begin_time_is_a_deadline_and_the_simulator_waits_for_it() {
     let mut p = hyperplan_core::Planner::new(PlannerConfig::default());
-    p.push(hyperplan_core::Event::submit(
+    hyperplan_core::sim::submit::submit(
+        &mut p,
         JobBuilder::gang("later", 1, "cpu=4").begin(500).build(),
         "alice",
-    ));
+    );
     p.tick(10);
     assert_eq!(p.next_deadline(), Some(500_000), "a tick is due at its begin time");
     let cluster = ClusterBuilder::flat(1).build();

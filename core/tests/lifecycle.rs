@@ -226,8 +226,7 @@ fn cancel_kills_with_its_grace_and_frees_only_on_the_ends() {
     assert!(placed_jobs(&cmds).is_empty(), "the tasks still hold their nodes");
     // The name is not free yet: a new `a` is refused.
     assert!(rig.p.check_job_names(["a"]).is_err());
-    rig.p
-        .push(Event::submit(JobBuilder::gang("a", 1, "cpu=1").build(), SIM_OWNER));
+    hyperplan_core::sim::submit::submit(&mut rig.p, JobBuilder::gang("a", 1, "cpu=1").build(), SIM_OWNER);
     let cmds = rig.step();
     assert!(
         cmds.iter()
@@ -620,11 +619,12 @@ fn nodes_without_an_agent_free_at_once_and_say_nothing_new() {
     for n in ClusterBuilder::flat(2).node_resources("cpu=8").build().nodes {
         p.push(Event::NodeUp(n));
     }
-    p.push(Event::submit(JobBuilder::gang("a", 2, "cpu=8").build(), SIM_OWNER));
-    p.push(Event::submit(
+    hyperplan_core::sim::submit::submit(&mut p, JobBuilder::gang("a", 2, "cpu=8").build(), SIM_OWNER);
+    hyperplan_core::sim::submit::submit(
+        &mut p,
         JobBuilder::gang("b", 2, "cpu=8").priority(-1).build(),
         SIM_OWNER,
-    ));
+    );
     p.tick(0);
     p.push(Event::Cancel {
         job: "a".into(),

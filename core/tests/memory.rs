@@ -168,7 +168,7 @@ fn explain_says_what_a_rejected_job_needs_and_where_there_is_room_from_its_spec(
         p.push(Event::NodeUp(n));
     }
     p.push(Event::StaticHyperNodes(cluster.hyper_nodes));
-    p.push(Event::submit(JobBuilder::gang("five", 5, "cpu=8").build(), "alice"));
+    hyperplan_core::sim::submit::submit(&mut p, JobBuilder::gang("five", 5, "cpu=8").build(), "alice");
     p.tick(1);
     assert_eq!(p.job("five").unwrap().status, JobStatus::Rejected);
     assert_eq!(count::<Task>(&mut p), 0);

@@ -356,7 +356,7 @@ fn turned_off_the_source_takes_its_hypernodes_and_the_tiers_fall_back() {
     assert_eq!(tier_of(&p, "leaf-1"), 1);
     assert!(p.hyper_nodes().sources.iter().all(|s| s.name != "nvlink"));
     p.push(Event::NvlinkDiscovery(true));
-    p.push(Event::submit(held("j", 18, "nvidia.com/gpu=4", "nvlink"), SIM_OWNER));
+    hyperplan_core::sim::submit::submit(&mut p, held("j", 18, "nvidia.com/gpu=4", "nvlink"), SIM_OWNER);
     p.tick(3);
     assert_eq!(hn_names(&p, "nvl-").len(), 2);
     assert!(p.violations().is_empty(), "{:?}", p.violations());

@@ -286,7 +286,7 @@ fn push_step(
                 _ => b.hard(2),
             };
             *jobs += 1;
-            planner.push(Event::submit(b.build(), SIM_OWNER));
+            hyperplan_core::sim::submit::submit(planner, b.build(), SIM_OWNER);
         }
         Step::Cancel(j) => planner.push(Event::Cancel {
             job: format!("job-{j:02}"),

@@ -57,7 +57,7 @@ fn a_queue_borrows_idle_quota_up_to_its_limit_and_no_further() {
     // While it waited, it said why.
     let mut planner = planner_for(&cluster, cfg(TWO_QUEUES));
     for j in &jobs {
-        planner.push(hyperplan_core::Event::submit(j.clone(), "alice"));
+        hyperplan_core::sim::submit::submit(&mut planner, j.clone(), "alice");
     }
     planner.tick(0);
     let a4 = planner.job("a4").unwrap_or_else(|| panic!("a4"));
@@ -141,10 +141,7 @@ fn status_shows_the_factors_and_the_rank() {
         one("alice-next", "default", "alice", 8, 0, 100),
         one("bob-first", "default", "bob", 8, 0, 100),
     ] {
-        planner.push(hyperplan_core::Event::submit(
-            j.clone(),
-            j.user.as_deref().unwrap_or("sim"),
-        ));
+        hyperplan_core::sim::submit::submit(&mut planner, j.clone(), j.user.as_deref().unwrap_or("sim"));
     }
     planner.tick(0);
     planner.tick(600);
@@ -216,10 +213,7 @@ fn jobs_for_a_missing_queue_or_over_its_time_limit_are_rejected_saying_why() {
 fn a_reload_renumbers_queues_and_refuses_to_drop_one_in_use() {
     let cluster = ClusterBuilder::flat(2).node_resources("cpu=8").build();
     let mut planner = planner_for(&cluster, cfg(TWO_QUEUES));
-    planner.push(hyperplan_core::Event::submit(
-        one("in-b", "b", "bob", 8, 0, 1000),
-        "bob",
-    ));
+    hyperplan_core::sim::submit::submit(&mut planner, one("in-b", "b", "bob", 8, 0, 1000), "bob");
     planner.tick(0);
     let without_b = cfg("[[queue]]\nname = \"a\"\n");
     let e = planner.reload_policy(&without_b).unwrap_err();
@@ -238,10 +232,7 @@ fn a_reload_renumbers_queues_and_refuses_to_drop_one_in_use() {
     assert_eq!(q.queues[3].used.get("cpu"), Some(&8000));
     assert_eq!(q.queues[3].running_jobs, 1);
     // Its new limit holds: a second job in b waits.
-    planner.push(hyperplan_core::Event::submit(
-        one("in-b-2", "b", "bob", 8, 2, 10),
-        "bob",
-    ));
+    hyperplan_core::sim::submit::submit(&mut planner, one("in-b-2", "b", "bob", 8, 2, 10), "bob");
     planner.tick(2);
     assert_eq!(planner.job("in-b-2").map(|j| j.status), Some(JobStatus::Pending));
     assert!(planner.violations().is_empty(), "{:?}", planner.violations());

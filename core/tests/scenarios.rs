@@ -515,14 +515,14 @@ fn same_inputs_give_the_same_report() {
 
 #[test]
 fn allocated_hypernode_is_removed_when_gone_and_recovered_from_running_tasks() {
-    use hyperplan_core::Event;
     use hyperplan_core::model::components::{Job, JobState, SubJob, SubJobState};
     let c = tree().build();
     let mut planner = hyperplan_core::sim::planner_for(&c, cfg());
-    planner.push(Event::submit(
+    hyperplan_core::sim::submit::submit(
+        &mut planner,
         JobBuilder::gang("j", 3, "cpu=8").hard(2).build(),
         SIM_OWNER,
-    ));
+    );
     planner.tick(0);
     let allocated = |p: &mut hyperplan_core::Planner| {
         let w = p.world_mut_for_tests();

@@ -22,7 +22,7 @@ use crate::topology::TopologyIndex;
 use super::agenda::Agenda;
 use super::backfill::active::{ActiveSet, Window};
 use super::backfill::reserve::Sweep;
-use super::backfill::timeline::{Release, Timeline};
+use super::backfill::timeline::Timeline;
 use super::backfill::{self, Reservation, Reservations};
 use super::hold::Holds;
 use super::search::{Decision, Search};
@@ -233,17 +233,29 @@ impl<'a> Walk<'a> {
             };
         }
         // A job whose reservation is due starts on the nodes kept for it when they are
-        // all free: another search could pick other nodes, ones reserved for the jobs
-        // behind it, and push them back.
-        let due = self
-            .previous
-            .iter()
-            .filter(|_| self.sticky && pass == 0 && pending)
-            .find(|r| r.job == entity && r.start <= self.now_s);
-        let decision = match due.and_then(|r| backfill::reserve::start_as_reserved(&mut self.s, &mut ctx, r)) {
-            Some(d) => Some(d),
-            None => Search::new(&mut self.s, self.config).allocate_job(&mut ctx),
+        // all free, or free in time (see `backfill::reserve::start_in_time`): another
+        // search could pick other nodes, ones reserved for the jobs behind it, and push
+        // them back.
+        let now_s = self.now_s;
+        let is_due = move |r: &Reservation| r.job == entity && r.start <= now_s;
+        let due_now = self.sticky && pass == 0 && pending && self.previous.iter().any(is_due);
+        if due_now && self.can_reserve {
+            self.build_timeline(w);
+        }
+        let due = self.previous.iter().filter(|_| due_now).find(|r| is_due(r));
+        let window = Window {
+            from: self.now_s,
+            limit: job.spec.run.time_limit,
         };
+        let decision = due
+            .and_then(|r| {
+                backfill::reserve::start_as_reserved(&mut self.s, &mut ctx, r).or_else(|| {
+                    let releases = self.timeline.is_built().then(|| self.timeline.sorted())?;
+                    let list = &self.reservations.list;
+                    backfill::reserve::start_in_time(&mut self.s, &mut ctx, r, window, releases, list, &mut self.active)
+                })
+            })
+            .or_else(|| Search::new(&mut self.s, self.config).allocate_job(&mut ctx));
         if let Some(decision) = decision {
             return Outcome::Placed {
                 ctx: Box::new(ctx),
@@ -325,6 +337,14 @@ impl<'a> Walk<'a> {
         }
     }
 
+    /// When running tasks end, from the ledger (once per walk; commits add to it).
+    fn build_timeline(&mut self, w: &Jobs<'_, '_>) {
+        if !self.timeline.is_built() {
+            self.timeline
+                .build(backfill::timeline::releases(self.holdings, &w.tasks, &w.jobs));
+        }
+    }
+
     /// A reservation for a blocked job, while the walk may make more: the earliest time
     /// and place its gang fits (see `backfill::reserve`). Returns its start.
     fn reserve(&mut self, key: OrderKey, entity: Entity, job: &Job, ctx: &JobCtx, w: &Jobs<'_, '_>) -> Option<u64> {
@@ -332,17 +352,7 @@ impl<'a> Walk<'a> {
             return None;
         }
         self.sweeps_left -= 1;
-        if !self.timeline.is_built() {
-            self.timeline.build(self.holdings.iter().filter_map(|(e, held)| {
-                let (task, ts) = w.tasks.get(e).ok()?;
-                let (_, job, _) = w.jobs.get(task.job).ok()?;
-                let end = ts.start_time?.saturating_add(job.spec.run.time_limit?);
-                Some(Release {
-                    end,
-                    held: held.clone(),
-                })
-            }));
-        }
+        self.build_timeline(w);
         let limit = job.spec.run.time_limit;
         let prev = self
             .previous

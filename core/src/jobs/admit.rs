@@ -1,8 +1,9 @@
 //! Admission: a job's entities made from its spec (the job, its sub-jobs and tasks,
 //! pending; or the job alone, rejected, saying why: a job refused here never has an entity
-//! per replica). A submission (`ingest`) and a job brought back from the store (`restore`)
-//! both come in this way; a job rejected by the allocator gets its sub-jobs and tasks
-//! again from `spawn_parts` when the cluster changes (see `jobs::shed`).
+//! per replica). A submission (`requests::submit`; the refused ones the simulator keeps,
+//! `sim::submit`) and a job brought back from the store (`restore`) both come in this
+//! way; a job rejected by the allocator gets its sub-jobs and tasks again from
+//! `spawn_parts` when the cluster changes (see `jobs::shed`).
 
 use bevy_ecs::prelude::*;
 use hyperplan_shared::JobSpec;
@@ -39,8 +40,9 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
     let user = world
         .resource_mut::<Users>()
         .intern(&std::sync::Arc::from(owner.as_str()));
-    // A simulated submission is checked as its owner would be (who may use the queue);
-    // a real one was checked for its caller already, a stored one when it came.
+    // A refused submission the simulator keeps is checked as its owner would be (who may
+    // use the queue), to say why; a real one was checked for its caller already, a stored
+    // one when it came.
     let caller = (unknown_queue == UnknownQueue::RejectAsOwner).then(|| Caller::user(&owner));
     let preemption = &world.resource::<PlannerConfig>().preemption;
     let table = world.resource::<QueueTable>();
@@ -365,7 +367,7 @@ pub enum UnknownQueue {
     /// Reject the job, saying why (a submission checked for its caller already).
     Reject,
     /// Reject the job, saying why, checking also that its owner may use the queue (the
-    /// simulator's submissions, which no caller checked).
+    /// refused submissions the simulator keeps, `sim::submit`).
     RejectAsOwner,
     /// Keep it in the `default` queue, with a warning.
     Default,

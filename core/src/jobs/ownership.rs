@@ -1,8 +1,9 @@
 //! Who submitted each job, who may cancel it, which job names are taken, each job's id
 //! and what a submission may ask (`[limits]`, the priority cap). The core decides these,
-//! not a driver: the owner arrives with the submission ([`Planner::submit`](crate::Planner::submit), or
-//! [`Event::Submit`]) and stays on the job entity, so the daemon's
-//! answers and the job views read the same record.
+//! not a driver: the owner arrives with the submission
+//! ([`Planner::submit`](crate::Planner::submit), the daemon's and the simulator's one way
+//! in) and stays on the job entity, so the daemon's answers and the job views read the
+//! same record.
 //!
 //! A job name is unique among the jobs that have not ended (pending or running): once a
 //! job finished, was cancelled or rejected, its name may be used again, and the name
@@ -17,8 +18,6 @@ use crate::Planner;
 use crate::caller::Caller;
 use crate::config::PlannerConfig;
 use crate::model::components::{JobOwner, JobState, LiveChanged};
-use crate::model::events::Event;
-use crate::model::tick::{Inbox, QueuedSubmits};
 use crate::names::JobNames;
 
 /// The priority of a job whose file names none (`JobSpec::priority`'s default), and the
@@ -69,7 +68,7 @@ pub fn count_live(
 /// submit is refused, never given an id twice) and `state import` refuses larger ids.
 pub const MAX_JOB_ID: u64 = (1 << 53) - 1;
 
-/// The id the next submission the core ingests gets.
+/// The id the next submission the core admits gets.
 #[derive(Resource, Debug)]
 pub struct NextJobId(pub u64);
 
@@ -108,7 +107,7 @@ pub enum SubmitError {
     TooManyJobs {
         /// The user submitting.
         owner: String,
-        /// Their jobs that have not ended, those queued for the next tick included.
+        /// Their jobs that have not ended.
         live: u64,
         /// Jobs in this batch.
         more: u64,
@@ -159,7 +158,7 @@ pub fn task_count(spec: &JobSpec) -> u64 {
 /// the file name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameClash {
-    /// A job of that name has not ended (or is queued for the next tick).
+    /// A job of that name has not ended.
     #[error(
         "job {name:?} exists (submitted by {owner}) and has not ended; job names must be unique among jobs that have not ended"
     )]
@@ -251,8 +250,8 @@ pub fn check_job_names<'a>(
     Ok(())
 }
 
-/// The owner of the live job called `name`: a job in the world that has not ended, or
-/// one queued for the next tick (two quick submissions of one name must not both pass).
+/// The owner of the live job called `name`: a job in the world that has not ended (a
+/// submission is admitted at once, so two quick ones of one name cannot both pass).
 fn owner_in(world: &World, name: &str) -> Option<String> {
     if let Some(&e) = world.resource::<JobNames>().0.get(name)
         && world.get::<JobState>(e).is_some_and(is_live)
@@ -268,19 +267,13 @@ fn owner_in(world: &World, name: &str) -> Option<String> {
     {
         return world.get::<JobOwner>(e).map(|o| o.0.to_string());
     }
-    if world.resource::<QueuedSubmits>().0 == 0 {
-        return None;
-    }
-    world.resource::<Inbox>().0.iter().rev().find_map(|e| match e {
-        Event::Submit { spec, owner } if spec.name == name => Some(owner.clone()),
-        _ => None,
-    })
+    None
 }
 
 impl Planner {
     /// Whether `caller` may submit `jobs` now, all of them or none: each within `[limits]
     /// maxTasksPerJob` and, unless the caller is an admin, at most [`DEFAULT_PRIORITY`];
-    /// the caller's jobs that have not ended (queued ones included) plus these within
+    /// the caller's jobs that have not ended plus these within
     /// `maxJobsPerUser`; and names free (see [`check_job_names`]; under `privateData` a
     /// clash with another user's job does not name them).
     pub fn check_submission(&mut self, jobs: &[JobSpec], caller: Caller<'_>) -> Result<(), SubmitError> {
@@ -316,16 +309,7 @@ impl Planner {
         if next.saturating_add(more.saturating_sub(1)) > MAX_JOB_ID {
             return Err(SubmitError::NoIdsLeft { next, max: MAX_JOB_ID });
         }
-        let mut live = self.world.resource::<LiveByOwner>().0.get(owner).copied().unwrap_or(0);
-        if self.world.resource::<QueuedSubmits>().0 > 0 {
-            live += self
-                .world
-                .resource::<Inbox>()
-                .0
-                .iter()
-                .filter(|e| matches!(e, Event::Submit { owner: o, .. } if o == owner))
-                .count() as u64;
-        }
+        let live = self.world.resource::<LiveByOwner>().0.get(owner).copied().unwrap_or(0);
         if live + more > limits.max_jobs_per_user {
             return Err(SubmitError::TooManyJobs {
                 owner: owner.to_string(),
@@ -342,11 +326,10 @@ impl Planner {
         Ok(())
     }
 
-    /// The id the next submission gets ([`Planner::submit`] now, or an [`Event::Submit`]
-    /// pushed now at the next tick).
+    /// The id the next submission ([`Planner::submit`]) gets: what the daemon keeps in
+    /// its store, so a restarted planner never gives an id twice.
     pub fn next_job_id(&self) -> u64 {
-        let queued = self.world.resource::<QueuedSubmits>().0;
-        self.world.resource::<NextJobId>().0.saturating_add(queued)
+        self.world.resource::<NextJobId>().0
     }
 
     /// Whether jobs called `names` may be submitted now (see [`check_job_names`]).
@@ -405,13 +388,11 @@ mod tests {
 
     use super::*;
     use crate::config::PlannerConfig;
+    use crate::model::events::Event;
     use crate::testing::JobBuilder;
 
     fn submit_by(p: &mut Planner, name: &str, owner: &str) {
-        p.push(Event::Submit {
-            spec: Box::new(JobBuilder::gang(name, 1, "cpu=1").build()),
-            owner: owner.into(),
-        });
+        crate::sim::submit::submit(p, JobBuilder::gang(name, 1, "cpu=1").build(), owner);
     }
 
     #[test]
@@ -443,10 +424,7 @@ mod tests {
     #[test]
     fn a_bare_submit_belongs_to_the_simulator() {
         let mut p = Planner::new(PlannerConfig::default());
-        p.push(Event::submit(
-            JobBuilder::gang("j", 1, "cpu=1").build(),
-            crate::sim::SIM_OWNER,
-        ));
+        crate::sim::submit::submit(&mut p, JobBuilder::gang("j", 1, "cpu=1").build(), crate::sim::SIM_OWNER);
         p.tick(0);
         assert_eq!(p.owner_of("j"), Some(crate::sim::SIM_OWNER));
     }
@@ -462,7 +440,7 @@ mod tests {
     }
 
     #[test]
-    fn a_name_taken_by_a_job_or_a_queued_submission_is_refused_with_its_owner() {
+    fn a_name_taken_by_a_job_or_a_submission_not_yet_ticked_is_refused_with_its_owner() {
         let mut p = planner_with_a_node(PlannerConfig::default());
         submit_by(&mut p, "a", "alice");
         p.tick(0);
@@ -478,7 +456,7 @@ mod tests {
             err.to_string(),
             "job \"a\" exists (submitted by alice) and has not ended; job names must be unique among jobs that have not ended"
         );
-        // Queued, not yet ticked: taken all the same.
+        // Admitted, not yet ticked: taken all the same.
         submit_by(&mut p, "b", "bob");
         assert!(matches!(p.check_job_names(["b"]), Err(NameClash::Exists { owner, .. }) if owner == "bob"));
         assert_eq!(p.check_job_names(["c", "d"]), Ok(()));
@@ -503,7 +481,7 @@ mod tests {
         let mut p = planner_with_a_node(PlannerConfig::default());
         assert_eq!(p.next_job_id(), 1);
         submit_by(&mut p, "j", "alice");
-        assert_eq!(p.next_job_id(), 2, "a queued submission has its id");
+        assert_eq!(p.next_job_id(), 2, "a submission has its id at once");
         p.tick(0);
         assert!(p.check_job_names(["j"]).is_err());
         p.push(Event::Cancel {
@@ -533,14 +511,8 @@ mod tests {
     fn a_cancelled_pending_job_shows_cancelled_without_a_reason() {
         use hyperplan_shared::report::JobStatus;
         let mut p = planner_with_a_node(PlannerConfig::default());
-        p.push(Event::Submit {
-            spec: Box::new(JobBuilder::gang("hog", 1, "cpu=8").build()),
-            owner: "alice".into(),
-        });
-        p.push(Event::Submit {
-            spec: Box::new(JobBuilder::gang("waiter", 1, "cpu=4").build()),
-            owner: "alice".into(),
-        });
+        crate::sim::submit::submit(&mut p, JobBuilder::gang("hog", 1, "cpu=8").build(), "alice");
+        crate::sim::submit::submit(&mut p, JobBuilder::gang("waiter", 1, "cpu=4").build(), "alice");
         p.tick(0);
         let status = |p: &mut Planner| {
             crate::view::job_reports(p.world())
@@ -574,11 +546,8 @@ mod tests {
             err.to_string(),
             "job \"big\" has 5 tasks, more than [limits] maxTasksPerJob = 4"
         );
-        // Pushed anyway (a driver that did not ask): rejected, no task spawned.
-        p.push(Event::Submit {
-            spec: Box::new(big),
-            owner: "alice".into(),
-        });
+        // The simulator keeps it, rejected, no task spawned.
+        crate::sim::submit::submit(&mut p, big, "alice");
         let cmds = p.tick(0);
         assert!(
             cmds.iter()

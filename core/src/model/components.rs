@@ -318,8 +318,9 @@ pub struct JobQueue {
     pub user: crate::model::ids::UserIdx,
 }
 
-/// A job's number, given at submit (a component of the job's entity); the same typed id
-/// the events, commands and the wire carry.
+/// A job's number, given at submit ([`Planner::submit`](crate::Planner::submit)): 1, 2,
+/// 3, … in the order submissions reach the core; a refused one uses none. A component of
+/// the job's entity, and the same typed id the events, commands and the wire carry.
 pub use hyperplan_shared::ids::JobId;
 
 /// On a job sent back to pending (how many times): the allocator only looks at jobs

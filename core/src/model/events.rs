@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use hyperplan_shared::taskend::TaskEnd;
-use hyperplan_shared::{HyperNodeSpec, JobSpec, NodeSpec};
+use hyperplan_shared::{HyperNodeSpec, NodeSpec};
 
 use crate::model::components::SourceKind;
 pub use crate::model::discovered::Found;
@@ -98,15 +98,6 @@ pub enum Event {
         at: u64,
         /// What it found, or why the poll failed.
         result: Result<Found, SourceError>,
-    },
-    /// A job `owner` submitted: they (and admins) may cancel it. The simulator submits
-    /// as [`SIM_OWNER`](crate::sim::SIM_OWNER); the daemon admits at once
-    /// instead ([`Planner::submit`](crate::Planner::submit)), so the id it answers is the job's.
-    Submit {
-        /// The job as submitted (boxed: a spec is large next to the other events).
-        spec: Box<JobSpec>,
-        /// Who submitted it (the CN of their certificate).
-        owner: String,
     },
     /// Cancel a job: its tasks that run on agents' nodes are killed (SIGTERM, SIGKILL
     /// `grace_secs` later) and hold their resources until their ends are reported; the
@@ -244,14 +235,4 @@ pub struct TaskOnNode {
     pub cpu_cores: f32,
     /// Resident memory now, in bytes.
     pub rss_bytes: u64,
-}
-
-impl Event {
-    /// [`Event::Submit`] of `spec` by `owner`.
-    pub fn submit(spec: JobSpec, owner: &str) -> Self {
-        Self::Submit {
-            spec: Box::new(spec),
-            owner: owner.to_string(),
-        }
-    }
 }

@@ -9,12 +9,6 @@ use crate::model::events::Event;
 #[derive(Debug, Default, Resource)]
 pub struct Inbox(pub Vec<Event>);
 
-/// How many of the [`Inbox`]'s events are `Submit`s: the checks at submit look through
-/// the inbox only when some are (a daemon's inbox is heartbeats, thousands a second, and
-/// it submits at once rather than through events).
-#[derive(Debug, Default, Resource)]
-pub struct QueuedSubmits(pub u64);
-
 /// Commands produced by this tick, drained by the driver.
 #[derive(Debug, Default, Resource)]
 pub struct Outbox(pub Vec<Command>);

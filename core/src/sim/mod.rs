@@ -5,6 +5,7 @@
 
 pub mod easy;
 pub mod metrics;
+pub mod submit;
 pub mod swf;
 mod table;
 
@@ -87,7 +88,7 @@ pub fn simulate_with(
     };
     if !timed {
         for j in jobs {
-            planner.push(Event::submit(j.clone(), j.user.as_deref().unwrap_or(SIM_OWNER)));
+            submit::submit(&mut planner, j.clone(), j.user.as_deref().unwrap_or(SIM_OWNER));
         }
         // Once, and again at the same time while preemptions free room (each frees
         // room for a job that waits; a bounded number of rounds).
@@ -111,7 +112,7 @@ pub fn simulate_with(
         loop {
             while next_sub < submissions.len() && submissions[next_sub].submit_time <= now {
                 let j = submissions[next_sub];
-                planner.push(Event::submit(j.clone(), j.user.as_deref().unwrap_or(SIM_OWNER)));
+                submit::submit(&mut planner, j.clone(), j.user.as_deref().unwrap_or(SIM_OWNER));
                 next_sub += 1;
             }
             if let Some(done) = completions.remove(&now) {

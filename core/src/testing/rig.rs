@@ -179,10 +179,11 @@ impl Rig {
             .collect())
     }
 
-    /// Submits `spec` as `owner` (admitted at the next tick); its id.
+    /// Submits `spec` as `owner` the simulator's way (`sim::submit`: admitted at once, as
+    /// of its `submit_time`; a refusal kept as a rejected job): its id.
     pub fn submit_as(&mut self, spec: hyperplan_shared::JobSpec, owner: &str) -> u64 {
         let id = self.p.next_job_id();
-        self.p.push(Event::submit(spec, owner));
+        crate::sim::submit::submit(&mut self.p, spec, owner);
         id
     }
 

@@ -129,7 +129,7 @@ mod tests {
                 ready: false,
             });
         }
-        p.push(Event::submit(JobBuilder::gang("j", 1, "cpu=4").build(), SIM_OWNER));
+        crate::sim::submit::submit(&mut p, JobBuilder::gang("j", 1, "cpu=4").build(), SIM_OWNER);
         assert_eq!(placed(&p.tick(3)), 0);
         assert_eq!(generation(&p), g, "readiness is not a new node set");
         // One back: the job runs on it at once.
@@ -147,7 +147,7 @@ mod tests {
         let mut fresh = cluster.nodes[1].clone();
         fresh.name = "n-new".into();
         p.push(Event::NodeUp(fresh));
-        p.push(Event::submit(JobBuilder::gang("k", 1, "cpu=4").build(), SIM_OWNER));
+        crate::sim::submit::submit(&mut p, JobBuilder::gang("k", 1, "cpu=4").build(), SIM_OWNER);
         assert_eq!(placed(&p.tick(6)), 1, "the new node takes the next job");
         assert_eq!(generation(&p), g + 2);
         assert!(p.violations().is_empty());

@@ -216,7 +216,7 @@ fn launch(p: &Placement, hyper_nodes: &[String]) -> LaunchTask {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use hyperplan_core::testing::{ClusterBuilder, JobBuilder, MachineBuilder};
-    use hyperplan_core::{Command, Event, Planner, PlannerConfig};
+    use hyperplan_core::{Command, Planner, PlannerConfig};
 
     use super::*;
 
@@ -244,7 +244,7 @@ mod tests {
         spec.tasks[0].command = vec!["torchrun".into(), "train.py".into()];
         spec.tasks[0].exec.env.insert("NCCL_DEBUG".into(), "INFO".into());
         spec.run.time_limit = Some(90);
-        planner.push(Event::submit(spec, "alice"));
+        hyperplan_core::sim::submit::submit(&mut planner, spec, "alice");
         let placements = placed(&mut planner, 1);
         assert_eq!(placements.len(), 4);
         let frames = frames(&planner, placements, |n| Some(format!("10.0.0.{}", &n[1..])));
@@ -307,7 +307,7 @@ mod tests {
             .hardware(MachineBuilder::new(2, 1, 4, 1).memory_per_numa(8 << 30).build())
             .build();
         let mut planner = hyperplan_core::sim::planner_for(&cluster, PlannerConfig::default());
-        planner.push(Event::submit(spec, "alice"));
+        hyperplan_core::sim::submit::submit(&mut planner, spec, "alice");
         let placements = placed(&mut planner, 1);
         frames(&planner, placements, |_| None)
             .into_iter()

@@ -5,7 +5,10 @@
 //! ONE HyperNode of a tier its topology allows, counting running tasks as ending at
 //! start + time limit ([`timeline`]). A later job may start now only where it cannot
 //! delay any of them: every reservation that begins before the job's time limit would end
-//! holds its resources while the job is tried ([`active`]).
+//! holds its resources while the job is tried ([`active`]). A job whose reservation is due
+//! and finds no room that way is looked at more closely: its room is counted at the time
+//! each of those reservations begins, tasks ending before then gone
+//! ([`reserve::start_in_time`]).
 //!
 //! Reservations are recomputed only when room may have grown (a task ended, nodes
 //! changed), a holder left the pending jobs, or a job arrived ahead of a reserved one;

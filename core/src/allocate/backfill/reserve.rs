@@ -266,3 +266,74 @@ pub fn start_as_reserved(
         sub_job_hn: h.map(|h| vec![(0, h)]).unwrap_or_default(),
     })
 }
+
+/// As [`start_as_reserved`], for a job whose reservation is due but whose nodes the
+/// reservations overlapping its window (all taken from the caches now, per `active`)
+/// leave no room on: it starts there when, at each time within its window that one of
+/// them begins, the tasks still running then (`releases`: each at its expected end), it
+/// and every reservation under way then fit on its nodes. Taken now, a reservation also
+/// counts the room that tasks ending before it begins still hold: a job backfilled
+/// before a later reservation (it ends first, so it delays none) would keep this job,
+/// reserved around both, from its own time. `active` is left as it was found.
+pub fn start_in_time(
+    s: &mut Scratch<'_>,
+    ctx: &mut JobCtx,
+    r: &Reservation,
+    window: Window,
+    releases: &[Release],
+    list: &[Reservation],
+    active: &mut ActiveSet,
+) -> Option<super::super::search::Decision> {
+    let now = window.from;
+    // The times to look at: now, and each start within the window.
+    let mut times: Vec<u64> = list
+        .iter()
+        .filter(|x| window.overlaps(x))
+        .map(|x| x.start.max(now))
+        .chain([now])
+        .collect();
+    times.sort_unstable();
+    times.dedup();
+    let mine: Vec<NodeIdx> = r.held.iter().map(|h| h.node).collect();
+    let pending: Vec<usize> = (0..ctx.tasks.len()).filter(|&t| ctx.tasks[t].node.is_none()).collect();
+    active.clear(list, s);
+    let decision = s.attempt(|s| {
+        let decision = start_as_reserved(s, ctx, r)?;
+        // A question: releases given back and reservations taken are undone on return.
+        let fits = s.trial(|s| {
+            let at = |x: &Release| x.end.max(now + 1);
+            let mut applied = 0;
+            times.iter().all(|&t| {
+                while applied < releases.len() && at(&releases[applied]) <= t {
+                    let h = &releases[applied].held;
+                    s.give(h.node, &h.shape, None);
+                    applied += 1;
+                }
+                // Every reservation under way at `t`, on this job's nodes.
+                s.trial(|s| {
+                    list.iter()
+                        .filter(|x| x.start <= t && x.end.is_none_or(|e| t < e))
+                        .flat_map(|x| &x.held)
+                        .filter(|h| mine.contains(&h.node))
+                        .all(|h| {
+                            let fits = s.cap().fits(h.node, &h.shape);
+                            if fits {
+                                s.take(h.node, &h.shape, None);
+                            }
+                            fits
+                        })
+                })
+            })
+        });
+        fits.then_some(decision)
+    });
+    if decision.is_none() {
+        // Nothing of it kept: the tasks it was given are pending again.
+        for t in pending {
+            ctx.tasks[t].node = None;
+            ctx.tasks[t].new = false;
+        }
+    }
+    active.set(list, window, s, None);
+    decision
+}

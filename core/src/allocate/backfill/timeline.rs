@@ -3,7 +3,10 @@
 //! estimate is an upper bound). Tasks without a time limit never release in it, and a
 //! task already past its limit is counted as releasing a second from now.
 
-use crate::cache::holdings::Held;
+use bevy_ecs::prelude::*;
+
+use crate::cache::holdings::{Held, Holdings};
+use crate::model::components::{Job, JobState, Retired, Task, TaskState};
 
 /// One running task's expected release.
 #[derive(Clone, Debug)]
@@ -53,4 +56,22 @@ impl Timeline {
         }
         &self.releases
     }
+}
+
+/// Every running task's release, from the ledger: at its start plus its job's time limit
+/// (a task without either never releases).
+pub fn releases<'a>(
+    holdings: &'a Holdings,
+    tasks: &'a Query<(&'static Task, &'static mut TaskState)>,
+    jobs: &'a Query<(Entity, &Job, &mut JobState), Without<Retired>>,
+) -> impl Iterator<Item = Release> + 'a {
+    holdings.iter().filter_map(|(e, held)| {
+        let (task, ts) = tasks.get(e).ok()?;
+        let (_, job, _) = jobs.get(task.job).ok()?;
+        let end = ts.start_time?.saturating_add(job.spec.run.time_limit?);
+        Some(Release {
+            end,
+            held: held.clone(),
+        })
+    })
 }
