@@ -12,6 +12,7 @@ use hyperplan_core::model::events::TaskOnNode;
 use hyperplan_core::numa::node::hardware_resources;
 use hyperplan_net::messages::{AgentMessage, Confinement, PlannerToAgent};
 use hyperplan_shared::NodeSpec;
+use hyperplan_shared::ids::TaskId;
 use hyperplan_shared::topology::{NodeTopology, SharedTopology};
 use tokio::sync::mpsc;
 
@@ -236,7 +237,10 @@ impl Driver {
         match message {
             AgentMessage::TaskStarted(s) => {
                 tracing::info!(job = s.task.job, task = s.task.task, node, pid = s.pid, "task started");
-                if let Some(sent) = self.launched.remove(&(s.task.job_id, s.task.index)) {
+                if let Some(sent) = self.launched.remove(&TaskId {
+                    job: s.task.job_id,
+                    index: s.task.index,
+                }) {
                     self.metrics.launch_latency.observe(sent.elapsed().as_secs_f64());
                 }
                 let ack = PlannerToAgent::Ack {

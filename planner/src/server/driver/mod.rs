@@ -27,6 +27,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use hyperplan_net::messages::{PlannerToAgent, TaskRef};
+use hyperplan_shared::ids::TaskId;
 use tokio::sync::{mpsc, watch};
 
 pub use self::clock::Clock;
@@ -100,7 +101,7 @@ struct Driver {
     /// reported: `hyperplan_launch_latency_seconds`. A task that never starts (its job
     /// ended first) stays until the map holds [`MAX_LAUNCHES_TIMED`], then goes with every
     /// entry older than 10 minutes.
-    launched: HashMap<(hyperplan_shared::ids::JobId, u32), Instant>,
+    launched: HashMap<TaskId, Instant>,
     /// `[store] keepFinished`: ended jobs older than this by the driver's clock are
     /// deleted, at the first commit and then every [`PURGE_EVERY_MS`] of that clock.
     keep_finished_ms: u64,
@@ -545,7 +546,13 @@ impl Driver {
                     // Starts never reported (their jobs ended first): forgotten.
                     self.launched.retain(|_, t| t.elapsed() < Duration::from_secs(600));
                 }
-                self.launched.insert((l.job_id, l.index), Instant::now());
+                self.launched.insert(
+                    TaskId {
+                        job: l.job_id,
+                        index: l.index,
+                    },
+                    Instant::now(),
+                );
             }
             if let Some(l) = self.links.get(&*node) {
                 self.work.after.push(After::Frame(l.frames.clone(), frame));
