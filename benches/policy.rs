@@ -68,8 +68,13 @@ fn main() {
         };
         replay(&log, &cluster, &opts).unwrap()
     };
-    let hard = mk(TopologyAsk::Hard);
-    let soft = mk(TopologyAsk::Soft);
+    let (mut hard, mut soft) = (mk(TopologyAsk::Hard), mk(TopologyAsk::Soft));
+    // `POLICY_NO_USERS`: every job one user's (no fair share: the order is by age).
+    if std::env::var("POLICY_NO_USERS").is_ok() {
+        for j in hard.jobs.iter_mut().chain(soft.jobs.iter_mut()) {
+            j.user = None;
+        }
+    }
     println!(
         "KTH SP2, first {} jobs ({} replayed, {} skipped), {nodes} nodes, {leaf} per leaf, 5 leaves per spine\n",
         log.jobs.len(),
@@ -137,6 +142,9 @@ fn main() {
         Err(_) => PlannerConfig::default(),
     };
     let soft_m = sim("hyperplan, soft", &soft.jobs, ours.clone());
+    let mut unbounded = ours.clone();
+    unbounded.scheduler.starvation = 0;
+    sim("hyperplan, hard, no starvation bound", &hard.jobs, unbounded);
     let hard_m = sim("hyperplan, hard", &hard.jobs, ours);
     println!();
     let verdict = |name: &str, m: &TraceMetrics| {

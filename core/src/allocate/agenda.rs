@@ -9,6 +9,7 @@ use std::cmp::Reverse;
 
 use bevy_ecs::prelude::*;
 
+use crate::config::SchedulerConfig;
 use crate::model::awaiting::Incomplete;
 use crate::model::commands::Command;
 use crate::model::components::{Job, JobPhase};
@@ -39,8 +40,27 @@ pub struct Agenda {
     pub room_epoch: u64,
 }
 
-/// The order key of job `e` (see [`Agenda::order`]).
-pub fn key_of(policy: &Policy<'_, '_>, e: Entity, job: &Job) -> OrderKey {
+/// When a job may first run: its submit time, or its begin time when later.
+pub fn eligible(job: &Job) -> u64 {
+    job.spec
+        .begin
+        .map_or(job.spec.submit_time, |b| b.max(job.spec.submit_time))
+}
+
+/// The order key of job `e` (see [`Agenda::order`]). A job waiting past `[scheduler]
+/// starvation` at `now` goes before every other, oldest first: priorities and fair share
+/// reorder the queue, but never starve a job.
+pub fn key_of(policy: &Policy<'_, '_>, e: Entity, job: &Job, scheduler: &SchedulerConfig, now: u64) -> OrderKey {
+    let id = policy.meta.get(e).map_or(u64::MAX, |(_, _, id)| id.0);
+    if scheduler.starves(eligible(job), now) {
+        return (
+            Reverse(i32::MAX),
+            Reverse(i32::MAX),
+            Reverse(i64::MAX),
+            eligible(job),
+            id,
+        );
+    }
     policy.meta.get(e).map_or(
         (Reverse(0), Reverse(0), Reverse(0), job.spec.submit_time, u64::MAX),
         |(_, rank, id)| rank.key(job.spec.submit_time, *id),
@@ -94,6 +114,9 @@ pub fn agenda(
     // go (see `jobs::gates`).
     unsettled.jobs.extend(arrivals.replacements.jobs.iter().copied());
     unsettled.jobs.extend(arrivals.revisit.0.drain(..));
+    // Held jobs say why; jobs waiting past `starvation` are counted (when one more starves,
+    // the order changed: the reservations are worked out again).
+    let starving = settle_waits(w, memory, now_s, &config.scheduler);
     let reservations = &mut *memory.reservations;
     // Reservations stand until room may have grown, a holder stopped waiting, or a job
     // arrived ahead of one; then they are all worked out again in this walk.
@@ -122,6 +145,7 @@ pub fn agenda(
         topology: index.generation,
         order: policy.order_state.generation,
         windows_closed: closed,
+        starving,
         ..Since::default()
     };
     let holder_gone = reservations
@@ -138,7 +162,7 @@ pub fn agenda(
         fresh
             .iter()
             .filter_map(|&e| w.jobs.get(e).ok())
-            .any(|(e, job, _)| key_of(policy, e, job) < last.key)
+            .any(|(e, job, _)| key_of(policy, e, job, &config.scheduler, now_s) < last.key)
     });
     let mut previous = Vec::new();
     // The old list's nodes mean the same only within one topology generation.
@@ -172,7 +196,7 @@ pub fn agenda(
                     let r = st.reservation.as_ref()?;
                     Some(backfill::maintenance::stored(
                         e,
-                        key_of(policy, e, job),
+                        key_of(policy, e, job, &config.scheduler, now_s),
                         r,
                         job.spec.run.time_limit,
                         index,
@@ -187,8 +211,14 @@ pub fn agenda(
     // A job that failed with this much room fails again: retried only when capacity may
     // have grown or the reservations were worked out again (both only ever count up).
     let room_epoch = at.epoch.0.wrapping_add(reservations.generation);
-    settle_waits(w, memory, now_s);
-    let order = order(w, policy, &memory.unsettled.jobs, now_s, room_epoch, index.generation);
+    let order = order(
+        w,
+        policy,
+        &memory.unsettled.jobs,
+        (now_s, &config.scheduler),
+        room_epoch,
+        index.generation,
+    );
     Agenda {
         order,
         previous,
@@ -202,15 +232,20 @@ pub fn agenda(
 
 /// A held job, or one whose begin time has not come, is not tried (nor reserved for): it
 /// says why (worked out once, not each tick), and stays unsettled until it may be tried.
-fn settle_waits(w: &mut Jobs<'_, '_>, memory: &mut Memory<'_, '_>, now_s: u64) {
+/// Returns how many pending jobs starve (see [`key_of`]).
+fn settle_waits(w: &mut Jobs<'_, '_>, memory: &mut Memory<'_, '_>, now_s: u64, scheduler: &SchedulerConfig) -> u64 {
     use crate::jobs::holds;
     let mut next_begin: Option<u64> = None;
+    let mut starving = 0u64;
     for &e in &memory.unsettled.jobs {
         let Ok((_, job, mut st)) = w.jobs.get_mut(e) else {
             continue;
         };
         if st.phase != JobPhase::Pending {
             continue; // a rejected job keeps saying why it was
+        }
+        if scheduler.starves(eligible(job), now_s) {
+            starving += 1;
         }
         let shows_wait = st.reason.as_ref().is_some_and(crate::model::reason::Reason::is_wait);
         if holds::waits(job, &st, now_s) {
@@ -233,6 +268,7 @@ fn settle_waits(w: &mut Jobs<'_, '_>, memory: &mut Memory<'_, '_>, now_s: u64) {
     if memory.waiting.next_begin != next_begin {
         memory.waiting.next_begin = next_begin;
     }
+    starving
 }
 
 /// The unsettled jobs to try, in order: not waiting, and not failed at `room_epoch`.
@@ -240,7 +276,7 @@ fn order(
     w: &Jobs<'_, '_>,
     policy: &Policy<'_, '_>,
     unsettled: &std::collections::BTreeSet<Entity>,
-    now_s: u64,
+    (now_s, scheduler): (u64, &SchedulerConfig),
     room_epoch: u64,
     generation: u64,
 ) -> Vec<(OrderKey, Entity)> {
@@ -257,7 +293,7 @@ fn order(
             JobPhase::Rejected => st.checked_generation.is_some_and(|g| g != generation),
             JobPhase::Ending | JobPhase::Finished | JobPhase::Cancelled => false,
         })
-        .map(|(e, j, _)| (key_of(policy, e, j), e))
+        .map(|(e, j, _)| (key_of(policy, e, j, scheduler, now_s), e))
         .collect();
     order.sort();
     order

@@ -3,9 +3,14 @@
 //! with them the first blocked jobs in order each hold the earliest room one HyperNode of
 //! their tier will have, and later jobs start only where they cannot delay it.
 //!
+//! A job that has waited longer than `starvation` goes first, whatever its priority, so
+//! it gets a reservation and keeps it (Maui's reservation by wait): fair share and
+//! priorities reorder the queue, but never starve a job.
+//!
 //! ```toml
 //! [scheduler]
 //! reservations = 16   # blocked jobs, in order, that get a reservation (0 = greedy)
+//! starvation = "1d"   # after this long waiting a job goes first, oldest first (0 = never)
 //! ```
 
 use serde::Deserialize;
@@ -18,11 +23,16 @@ pub struct SchedulerConfig {
     /// How many blocked jobs, first in order, get a reservation (Slurm's `bf_max_job_test`
     /// idea, Volcano has none); 0 turns backfill off: the walk is greedy.
     pub reservations: u32,
+    /// Seconds a job may wait (since it was submitted, or its begin time) before it goes
+    /// first in the walk, whatever its priority; 0: never.
+    pub starvation: u64,
 }
 
 impl SchedulerConfig {
     /// `reservations` when `[scheduler]` does not set it.
     pub const DEFAULT_RESERVATIONS: u32 = 16;
+    /// `starvation` when `[scheduler]` does not set it: a day.
+    pub const DEFAULT_STARVATION: u64 = 86_400;
     /// More would make a tick's reservations cost more than the jobs they protect gain.
     pub const MAX_RESERVATIONS: u32 = 1024;
 }
@@ -31,6 +41,7 @@ impl Default for SchedulerConfig {
     fn default() -> Self {
         Self {
             reservations: Self::DEFAULT_RESERVATIONS,
+            starvation: Self::DEFAULT_STARVATION,
         }
     }
 }
@@ -41,6 +52,8 @@ impl Default for SchedulerConfig {
 pub struct SchedulerSection {
     /// `reservations`; None: the default.
     pub reservations: Option<toml::Spanned<i64>>,
+    /// `starvation` (`"1d"`, `"12h"`, seconds; 0: never); None: the default.
+    pub starvation: Option<toml::Spanned<toml::Value>>,
 }
 
 impl SchedulerConfig {
@@ -66,7 +79,15 @@ impl SchedulerConfig {
                     )
                 })?;
         }
+        if let Some(v) = &s.starvation {
+            config.starvation = super::fairshare::duration_or_zero(v, "scheduler.starvation", at)?;
+        }
         Ok(config)
+    }
+
+    /// Whether a job eligible since `eligible` (Unix seconds) starves at `now`.
+    pub fn starves(&self, eligible: u64, now: u64) -> bool {
+        self.starvation > 0 && now.saturating_sub(eligible) >= self.starvation
     }
 }
 
@@ -87,5 +108,22 @@ mod tests {
             "p.toml:2:16: scheduler.reservations: expected a whole number from 0 (greedy, no backfill) to 1024, got -1"
         );
         assert!(PlannerConfig::parse("[scheduler]\nreserve = 1\n", "p.toml").is_err());
+    }
+
+    #[test]
+    fn starvation_is_a_duration_a_day_by_default_and_0_turns_it_off() {
+        let s = PlannerConfig::parse("", "p.toml").unwrap().scheduler;
+        assert_eq!(s.starvation, 86_400);
+        assert!(s.starves(100, 100 + 86_400) && !s.starves(100, 100 + 86_399));
+        let s = PlannerConfig::parse("[scheduler]\nstarvation = \"12h\"\n", "p.toml")
+            .unwrap()
+            .scheduler;
+        assert_eq!(s.starvation, 12 * 3600);
+        let s = PlannerConfig::parse("[scheduler]\nstarvation = 0\n", "p.toml")
+            .unwrap()
+            .scheduler;
+        assert!(!s.starves(0, u64::MAX), "0: never");
+        let e = PlannerConfig::parse("[scheduler]\nstarvation = \"soon\"\n", "p.toml").unwrap_err();
+        assert!(e.to_string().starts_with("p.toml:2:14: scheduler.starvation: "), "{e}");
     }
 }

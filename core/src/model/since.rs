@@ -22,4 +22,6 @@ pub struct Since {
     pub windows_closed: u64,
     /// The usage's epoch (fair share).
     pub usage: u64,
+    /// Jobs waiting past `[scheduler] starvation` (they go first).
+    pub starving: u64,
 }
