@@ -51,17 +51,15 @@ pub fn eligible(job: &Job) -> u64 {
 /// starvation` at `now` goes before every other, oldest first: priorities and fair share
 /// reorder the queue, but never starve a job.
 pub fn key_of(policy: &Policy<'_, '_>, e: Entity, job: &Job, scheduler: &SchedulerConfig, now: u64) -> OrderKey {
-    let id = policy.meta.get(e).map_or(u64::MAX, |(_, _, id)| id.0);
-    if scheduler.starves(eligible(job), now) {
-        return (
-            Reverse(i32::MAX),
-            Reverse(i32::MAX),
-            Reverse(i64::MAX),
-            eligible(job),
-            id,
-        );
+    let meta = policy.meta.get(e).ok();
+    if scheduler.starvation > 0 {
+        let since = eligible(job);
+        if scheduler.starves(since, now) {
+            let id = meta.map_or(u64::MAX, |(_, _, id)| id.0);
+            return (Reverse(i32::MAX), Reverse(i32::MAX), Reverse(i64::MAX), since, id);
+        }
     }
-    policy.meta.get(e).map_or(
+    meta.map_or(
         (Reverse(0), Reverse(0), Reverse(0), job.spec.submit_time, u64::MAX),
         |(_, rank, id)| rank.key(job.spec.submit_time, *id),
     )
