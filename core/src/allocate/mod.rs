@@ -79,7 +79,7 @@ pub fn allocate(
         &w,
     );
     for (key, entity) in order {
-        if let Some(skip) = walk.enter(entity, &w) {
+        if let Some(skip) = walk.enter(entity, &mut w) {
             commit::apply(skip, entity, &mut walk, &mut w, &mut policy, nominated, out, &mut None);
             continue;
         }

@@ -14,6 +14,7 @@ use crate::cache::scratch::Scratch;
 use crate::config::PlannerConfig;
 use crate::model::awaiting::Incomplete;
 use crate::model::components::{Job, JobPhase, JobState};
+use crate::model::jobstate::RoomNeed;
 use crate::model::reason::Reason;
 use crate::model::tick::Outbox;
 use crate::order::OrderKey;
@@ -170,17 +171,17 @@ impl<'a> Walk<'a> {
     /// in all the free room there is (on a busy cluster a freed node fits only a few of
     /// thousands of waiting jobs, and the walk must not pay a search and a reason for each
     /// of the others; its reason stays the one it had).
-    pub fn enter(&mut self, entity: Entity, w: &Jobs<'_, '_>) -> Option<Outcome> {
+    pub fn enter(&mut self, entity: Entity, w: &mut Jobs<'_, '_>) -> Option<Outcome> {
         self.looked_at.push(entity);
         if !self.holds.is_empty() {
             self.holds.trying(entity, &mut self.s);
         }
-        let (_, job, state) = w.jobs.get(entity).ok()?;
+        let (_, job, mut state) = w.jobs.get_mut(entity).ok()?;
         if state.phase == JobPhase::Pending
             && state.checked_generation == Some(self.index.generation)
             && state.next_rank == 0
             && !(self.whole && self.may_reserve())
-            && !could_fit(job, self.s.cap(), &self.free_room)
+            && !could_fit(job, &mut state, self.s.cap(), &self.free_room)
         {
             return Some(Outcome::Unchanged);
         }
@@ -439,26 +440,17 @@ fn limits(job: &Job, entity: Entity, ctx: &JobCtx, policy: &Policy<'_, '_>) -> O
 /// reservation taken, per dimension) at all: a necessary condition, in sums over the whole
 /// cluster (a gang of every task needs their sum; one of fewer needs at least that many of
 /// its smallest task).
-fn could_fit(job: &Job, cap: &Capacity, free: &[u64]) -> bool {
-    let whole_gang = job.gang_min >= job.spec.replicas();
-    let mut sum = vec![0u64; cap.d];
-    let mut smallest: Vec<Option<u64>> = vec![None; cap.d];
-    for t in &job.spec.tasks {
-        let shape = cap.shape(&t.resources);
-        if shape.missing.is_some() {
-            return false;
-        }
-        for (k, &r) in shape.req.iter().enumerate() {
-            sum[k] = sum[k].saturating_add(r.saturating_mul(u64::from(t.replicas)));
-            smallest[k] = Some(smallest[k].map_or(r, |m| m.min(r)));
-        }
+fn could_fit(job: &Job, state: &mut JobState, cap: &Capacity, free: &[u64]) -> bool {
+    let fresh = state
+        .room_need
+        .as_ref()
+        .is_some_and(|m| std::sync::Arc::ptr_eq(&m.dims, &cap.dims));
+    if !fresh {
+        state.room_need = Some(RoomNeed {
+            dims: cap.dims.clone(),
+            need: cap.gang_need(&job.spec, job.gang_min),
+        });
     }
-    (0..cap.d).all(|k| {
-        let need = if whole_gang {
-            sum[k]
-        } else {
-            smallest[k].unwrap_or(0).saturating_mul(u64::from(job.gang_min))
-        };
-        need <= free.get(k).copied().unwrap_or(0)
-    })
+    let need = state.room_need.as_ref().and_then(|m| m.need.as_deref());
+    need.is_some_and(|need| need.iter().zip(free).all(|(n, f)| n <= f) && need.len() <= free.len())
 }

@@ -4,7 +4,7 @@
 //! ticks it follows the tasks that started and stopped (see `holdings`).
 
 use bevy_ecs::prelude::*;
-use hyperplan_shared::Resources;
+use hyperplan_shared::{JobSpec, Resources};
 
 use crate::model::ids::{HnIdx, NodeIdx};
 use crate::topology::TopologyIndex;
@@ -30,7 +30,7 @@ impl Shape {
 #[derive(Clone, Debug, Default, Resource)]
 pub struct Capacity {
     /// Resource names, sorted; position = dimension.
-    pub dims: Vec<String>,
+    pub dims: std::sync::Arc<[String]>,
     /// Number of dimensions: the stride of every per-node and per-HyperNode vector.
     pub d: usize,
     /// Per node: allocatable.
@@ -101,7 +101,7 @@ impl Capacity {
             }
         }
         Self {
-            dims,
+            dims: dims.into(),
             d,
             alloc,
             used,
@@ -126,6 +126,31 @@ impl Capacity {
             counted: Vec::new(),
             uses: 0,
         }
+    }
+
+    /// What a gang of `job` needs of the whole cluster per dimension, at least: the sum
+    /// of its tasks when the gang is every task, else `gang_min` of its smallest task.
+    /// `None`: a task asks for a resource no node has.
+    pub fn gang_need(&self, job: &JobSpec, gang_min: u32) -> Option<Box<[u64]>> {
+        let whole_gang = gang_min >= job.replicas();
+        let mut sum = vec![0u64; self.d];
+        let mut smallest: Vec<Option<u64>> = vec![None; self.d];
+        for t in &job.tasks {
+            let shape = self.shape(&t.resources);
+            if shape.missing.is_some() {
+                return None;
+            }
+            for (k, &r) in shape.req.iter().enumerate() {
+                sum[k] = sum[k].saturating_add(r.saturating_mul(u64::from(t.replicas)));
+                smallest[k] = Some(smallest[k].map_or(r, |m| m.min(r)));
+            }
+        }
+        if !whole_gang {
+            for (s, m) in sum.iter_mut().zip(smallest) {
+                *s = m.unwrap_or(0).saturating_mul(u64::from(gang_min));
+            }
+        }
+        Some(sum.into())
     }
 
     /// A request over the cache's dimensions.
@@ -374,7 +399,28 @@ impl Capacity {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{ClusterBuilder, res};
+    use crate::testing::{ClusterBuilder, JobBuilder, res};
+
+    /// A whole gang needs the sum of its tasks; a smaller one that many of its smallest
+    /// task; a resource no node has, nothing fits.
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn gang_need_sums_a_whole_gang_and_counts_the_smallest_task_of_a_partial_one() {
+        let (_, cap) = ClusterBuilder::fat_tree(&[2], 2)
+            .node_resources("cpu=8,nvidia.com/gpu=4")
+            .build_index();
+        let gpu = cap.dims.iter().position(|d| d == "nvidia.com/gpu").unwrap();
+        let cpu = cap.dims.iter().position(|d| d == "cpu").unwrap();
+        let job = JobBuilder::gang("j", 2, "cpu=2,nvidia.com/gpu=1")
+            .task("ps", 1, "cpu=3")
+            .build();
+        let whole = cap.gang_need(&job, 3).unwrap();
+        assert_eq!((whole[cpu], whole[gpu]), (7000, 2), "cpu in millicores");
+        let partial = cap.gang_need(&job, 2).unwrap();
+        assert_eq!((partial[cpu], partial[gpu]), (4000, 0));
+        let odd = JobBuilder::gang("k", 1, "cpu=1,example.com/fpga=1").build();
+        assert_eq!(cap.gang_need(&odd, 1), None);
+    }
 
     /// The counted shapes, kept by take/give, always equal a fresh count.
     #[test]

@@ -95,6 +95,7 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
         let gang_min = spec.gang_minimum();
         let name = spec.name.clone();
         let job = Job {
+            cpus: cpus_of(&spec),
             spec: std::sync::Arc::new(spec),
             gang_min,
             sub_jobs: Vec::new(),
@@ -131,10 +132,12 @@ pub(crate) fn admit(world: &mut World, mut spec: JobSpec, owner: String, id: Job
             admin: false,
         });
     }
+    let cpus = cpus_of(&spec);
     let spec = std::sync::Arc::new(spec);
     crate::jobs::arrays::register(world, job_e, &spec, id);
     world.entity_mut(job_e).insert((
         Job {
+            cpus,
             spec,
             gang_min,
             sub_jobs: parts.sub_jobs,
@@ -371,4 +374,16 @@ pub enum UnknownQueue {
     RejectAsOwner,
     /// Keep it in the `default` queue, with a warning.
     Default,
+}
+
+/// The CPUs `spec`'s tasks ask for in all ([`Job::cpus`]).
+fn cpus_of(spec: &JobSpec) -> u64 {
+    spec.tasks
+        .iter()
+        .map(|t| {
+            t.resources
+                .get(hyperplan_shared::CPU)
+                .saturating_mul(u64::from(t.replicas))
+        })
+        .sum()
 }

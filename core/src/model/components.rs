@@ -177,6 +177,9 @@ pub struct Job {
     /// The gang minimum: how many tasks must be placed before any is (`minAvailable`; by
     /// default every task, a partitioned role counting `minPartitions` partitions).
     pub gang_min: u32,
+    /// The CPUs its tasks ask for in all (the priority's size factor reads it for every
+    /// job at each recalculation: summed once here, not looked up in the spec each time).
+    pub cpus: u64,
     /// Its sub-jobs, in the order made: one per partition of a partitioned role, and one
     /// default sub-job for the tasks outside partitions.
     pub sub_jobs: Vec<Entity>,

@@ -62,6 +62,19 @@ pub struct JobState {
     /// What keeps it from being tried besides a hold or a begin time (a dependency, its
     /// array's limit, `singleton`): worked out each tick by `jobs::gates`.
     pub gate: Option<super::gate::Gate>,
+    /// What its gang needs of the whole cluster, for the walk's cheap "cannot fit" skip:
+    /// worked out once per set of resource dimensions, not from the spec's resource maps
+    /// on every walk (string lookups in the walk's inner loop).
+    pub room_need: Option<RoomNeed>,
+}
+
+/// A job's gang need per resource dimension (see [`JobState::room_need`]).
+#[derive(Clone, Debug)]
+pub struct RoomNeed {
+    /// The dimensions it was worked out for (the capacity cache's, compared by pointer).
+    pub dims: std::sync::Arc<[String]>,
+    /// Per dimension; `None`: a task asks for a resource no node has.
+    pub need: Option<Box<[u64]>>,
 }
 
 impl JobState {

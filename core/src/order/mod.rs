@@ -156,15 +156,7 @@ pub fn rank(
         } else {
             (now.saturating_sub(spec.submit_time) as f64 / p.max_age as f64).min(1.0)
         };
-        let cpus: u64 = spec
-            .tasks
-            .iter()
-            .map(|t| {
-                t.resources
-                    .get(hyperplan_shared::CPU)
-                    .saturating_mul(u64::from(t.replicas))
-            })
-            .sum();
+        let cpus = job.cpus;
         let size = if cluster_cpu == 0 {
             0.0
         } else {
