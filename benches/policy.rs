@@ -1,12 +1,24 @@
-//! Scheduling policy on a real workload (issue 23; see `benches/README.md`).
+//! Scheduling policy on real workloads (issues 23 and 42; see `benches/README.md`).
 //!
-//! Replays the first 2,000 jobs (`POLICY_JOBS` to change) of the KTH SP2 log
-//! (`testdata/traces`, Parallel Workloads Archive) on 100 nodes, 10 per leaf, 5 leaves per
-//! spine: one log processor = one node, `timeLimit` = the log's requested time, hard
-//! topology = the lowest tier that can hold each job. Prints every figure of
-//! `sim::metrics` for: greedy (`[scheduler] reservations = 0`, the walk before issue 23),
-//! EASY (topology-oblivious, `sim::easy`, on the same jobs), and hyperplan with soft and
-//! with hard topology.
+//! Replays the first jobs of real logs of the Parallel Workloads Archive
+//! (`testdata/traces`) on two fat trees each, with and without the logs' users, and puts
+//! beside hyperplan, on the same jobs in the same run, the two yardsticks: EASY backfill,
+//! topology-oblivious (`sim::easy`), and a topology-aware EASY (`sim::topo_easy`: one
+//! domain of the lowest tier that holds the job, the first blocked job reserved, the rest
+//! backfilled around it). One log processor = one node of `cpu=8`; `timeLimit` = the
+//! log's requested time, runtimes as logged; hyperplan asks for hard topology at the
+//! lowest tier that holds each job (`hyperplan simulate --swf` with its defaults).
+//!
+//! Environment:
+//! - `POLICY_LOGS`: which logs (comma-separated names from the list in `LOGS`: `kth`,
+//!   `sdsc-sp2`, `ctc-sp2`, `hpc2n`, `lanl-cm5`); all by default.
+//! - `POLICY_JOBS`: jobs per log (default 2,000; the files hold 10,000, KTH all of it).
+//! - `POLICY_USERS`: `both` (default), `with` or `without` (every job one user's: the
+//!   order is by age).
+//! - `POLICY_SHAPES`: `both` (default), `small` or `large` leaves.
+//! - `POLICY_CONFIG`: planner.toml text for the hyperplan runs (experiments).
+//! - `POLICY_EXTRA`: also greedy (`reservations = 0`), soft topology and no starvation
+//!   bound. `POLICY_CLASSES`: mean waits by job width.
 //!
 //! Run: `cargo bench --bench policy` (one core is enough: `taskset -c 0`).
 
@@ -19,6 +31,7 @@ use hyperplan_core::PlannerConfig;
 use hyperplan_core::sim::easy::{TraceJob, easy_backfill};
 use hyperplan_core::sim::metrics::{Outcome, TraceMetrics, outcomes, trace_metrics};
 use hyperplan_core::sim::swf::{SwfOptions, TopologyAsk, replay};
+use hyperplan_core::sim::topo_easy::{TreeShape, topo_easy_backfill};
 use hyperplan_core::testing::ClusterBuilder;
 use hyperplan_shared::JobSpec;
 
@@ -26,10 +39,53 @@ use hyperplan_shared::JobSpec;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const KTH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/traces/KTH-SP2-1996-2.1-cln.swf");
+/// A log and the two fat trees (small and large leaves) of its machine's node count.
+struct Log {
+    name: &'static str,
+    file: &'static str,
+    shapes: [TreeShape; 2],
+}
 
-fn config(reservations: u32) -> PlannerConfig {
-    PlannerConfig::parse(&format!("[scheduler]\nreservations = {reservations}\n"), "bench").unwrap()
+const fn tree(leaf: u32, per_spine: u32, spines: u32) -> TreeShape {
+    TreeShape {
+        leaf,
+        per_spine,
+        spines,
+    }
+}
+
+const LOGS: &[Log] = &[
+    Log {
+        name: "kth",
+        file: "KTH-SP2-1996-2.1-cln.swf",
+        shapes: [tree(10, 5, 2), tree(25, 2, 2)],
+    },
+    Log {
+        name: "sdsc-sp2",
+        file: "SDSC-SP2-1998-4.2-cln.first10000.swf",
+        shapes: [tree(16, 4, 2), tree(32, 2, 2)],
+    },
+    Log {
+        name: "ctc-sp2",
+        file: "CTC-SP2-1996-3.1-cln.first10000.swf",
+        shapes: [tree(13, 13, 2), tree(26, 13, 1)],
+    },
+    Log {
+        name: "hpc2n",
+        file: "HPC2N-2002-2.2-cln.first10000.swf",
+        shapes: [tree(16, 5, 3), tree(24, 5, 2)],
+    },
+    Log {
+        name: "lanl-cm5",
+        file: "LANL-CM5-1994-4.1-cln.first10000.swf",
+        shapes: [tree(16, 8, 8), tree(32, 8, 4)],
+    },
+];
+
+fn env_list(key: &str) -> Option<Vec<String>> {
+    std::env::var(key)
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_lowercase()).collect())
 }
 
 fn row(name: &str, m: &TraceMetrics, secs: f64) {
@@ -52,34 +108,125 @@ fn row(name: &str, m: &TraceMetrics, secs: f64) {
     );
 }
 
+/// One line of the summary: hyperplan against both yardsticks on one log, tree and
+/// user setting.
+struct Verdict {
+    case: String,
+    easy: TraceMetrics,
+    topo: TraceMetrics,
+    ours: TraceMetrics,
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
     let jobs: usize = std::env::var("POLICY_JOBS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000);
-    let log = hyperplan_shared::swf::load_swf_file(Path::new(KTH), Some(jobs)).unwrap();
-    let cluster = ClusterBuilder::fat_tree(&[10, 5], 2).node_resources("cpu=8").build();
-    let (nodes, leaf) = (cluster.nodes.len() as u32, 10);
+    let wanted = env_list("POLICY_LOGS");
+    let users: &[bool] = match std::env::var("POLICY_USERS").as_deref() {
+        Ok("with") => &[true],
+        Ok("without") => &[false],
+        _ => &[true, false],
+    };
+    let shapes: &[usize] = match std::env::var("POLICY_SHAPES").as_deref() {
+        Ok("small") => &[0],
+        Ok("large") => &[1],
+        _ => &[0, 1],
+    };
+    let ours = match std::env::var("POLICY_CONFIG") {
+        Ok(text) => PlannerConfig::parse(&text, "POLICY_CONFIG").unwrap(),
+        Err(_) => PlannerConfig::default(),
+    };
+    let extra = std::env::var("POLICY_EXTRA").is_ok();
+    let mut verdicts = Vec::new();
+    for log in LOGS {
+        if wanted.as_ref().is_some_and(|w| !w.iter().any(|n| n == log.name)) {
+            continue;
+        }
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("testdata/traces")
+            .join(log.file);
+        let swf = hyperplan_shared::swf::load_swf_file(&path, Some(jobs)).unwrap();
+        for &k in shapes {
+            let shape = log.shapes[k];
+            for &with_users in users {
+                verdicts.push(one(log, &swf, shape, with_users, &ours, extra));
+            }
+        }
+    }
+    println!(
+        "\nSummary: hyperplan hard against EASY (oblivious) and topology-aware EASY, mean / max wait in seconds\n"
+    );
+    println!("| log, tree, users | EASY | topology-aware EASY | hyperplan | mean ≤ EASY | max ≤ EASY |");
+    println!("|---|---|---|---|---|---|");
+    for v in &verdicts {
+        let mark = |ok: bool| if ok { "yes" } else { "**no**" };
+        println!(
+            "| {} | {:.0} / {} | {:.0} / {} | {:.0} / {} | {} ({:+.1} %) | {} ({:+.1} %) |",
+            v.case,
+            v.easy.mean_wait,
+            v.easy.max_wait,
+            v.topo.mean_wait,
+            v.topo.max_wait,
+            v.ours.mean_wait,
+            v.ours.max_wait,
+            mark(v.ours.mean_wait <= v.easy.mean_wait),
+            (v.ours.mean_wait / v.easy.mean_wait.max(1e-9) - 1.0) * 100.0,
+            mark(v.ours.max_wait <= v.easy.max_wait),
+            (v.ours.max_wait as f64 / v.easy.max_wait.max(1) as f64 - 1.0) * 100.0,
+        );
+    }
+}
+
+/// Every run of one log on one tree, with or without its users.
+fn one(
+    log: &Log,
+    swf: &hyperplan_shared::swf::SwfLog,
+    shape: TreeShape,
+    with_users: bool,
+    ours: &PlannerConfig,
+    extra: bool,
+) -> Verdict {
+    let cluster = ClusterBuilder::fat_tree(&[shape.leaf, shape.per_spine], shape.spines)
+        .node_resources("cpu=8")
+        .build();
+    let nodes = shape.nodes();
     let mk = |topology| {
         let opts = SwfOptions {
             topology,
             ..SwfOptions::default()
         };
-        replay(&log, &cluster, &opts).unwrap()
-    };
-    let (mut hard, mut soft) = (mk(TopologyAsk::Hard), mk(TopologyAsk::Soft));
-    // `POLICY_NO_USERS`: every job one user's (no fair share: the order is by age).
-    if std::env::var("POLICY_NO_USERS").is_ok() {
-        for j in hard.jobs.iter_mut().chain(soft.jobs.iter_mut()) {
-            j.user = None;
+        let mut r = replay(swf, &cluster, &opts).unwrap();
+        if !with_users {
+            for j in &mut r.jobs {
+                j.user = None;
+            }
         }
-    }
+        r
+    };
+    let hard = mk(TopologyAsk::Hard);
+    let case = format!(
+        "{}, {} nodes in leaves of {}, {}",
+        log.name,
+        nodes,
+        shape.leaf,
+        if with_users { "users" } else { "no users" }
+    );
     println!(
-        "KTH SP2, first {} jobs ({} replayed, {} skipped), {nodes} nodes, {leaf} per leaf, 5 leaves per spine\n",
-        log.jobs.len(),
+        "\n{} ({} jobs read, {} replayed, {} skipped): {nodes} nodes, {} per leaf, {} leaves per spine, {} spines, {}\n",
+        log.file,
+        swf.jobs.len(),
         hard.jobs.len(),
-        hard.skipped.len()
+        hard.skipped.len(),
+        shape.leaf,
+        shape.per_spine,
+        shape.spines,
+        if with_users {
+            "with the log's users"
+        } else {
+            "without users (order by age)"
+        },
     );
     println!(
         "| run | mean wait (s) | p95 wait (s) | max wait (s) | bounded slowdown | utilisation | leaves per multi-node job | leaf-sized jobs in one leaf | started | time |"
@@ -90,7 +237,7 @@ fn main() {
         let report = hyperplan_core::sim::simulate(&cluster, jobs, cfg);
         let secs = t.elapsed().as_secs_f64();
         let oc = outcomes(&report);
-        let m = trace_metrics(&oc, nodes, leaf);
+        let m = trace_metrics(&oc, nodes, shape.leaf);
         row(name, &m, secs);
         if std::env::var("POLICY_CLASSES").is_ok() {
             classes(
@@ -103,7 +250,6 @@ fn main() {
         }
         m
     };
-    let greedy = sim("greedy (reservations = 0), hard", &hard.jobs, config(0));
     let trace: Vec<TraceJob> = hard
         .jobs
         .iter()
@@ -114,53 +260,55 @@ fn main() {
             limit: j.run.time_limit.unwrap_or(1),
         })
         .collect();
+    let outcome = |j: &TraceJob, start: Option<u64>, leaves: Option<u32>| Outcome {
+        submit: j.submit,
+        start,
+        end: start.map(|s| s + j.runtime.min(j.limit.max(1))),
+        nodes: j.nodes,
+        leaves,
+    };
     let t = Instant::now();
     let starts = easy_backfill(nodes, &trace);
     let easy_secs = t.elapsed().as_secs_f64();
-    let easy_outcomes: Vec<Outcome> = trace
+    let easy_outcomes: Vec<Outcome> = trace.iter().zip(&starts).map(|(j, s)| outcome(j, *s, None)).collect();
+    let easy = trace_metrics(&easy_outcomes, nodes, shape.leaf);
+    row("EASY, topology-oblivious", &easy, easy_secs);
+    let t = Instant::now();
+    let topo_starts = topo_easy_backfill(shape, &trace);
+    let topo_secs = t.elapsed().as_secs_f64();
+    let topo_outcomes: Vec<Outcome> = trace
         .iter()
-        .zip(&starts)
-        .map(|(j, s)| Outcome {
-            submit: j.submit,
-            start: *s,
-            end: s.map(|s| s + j.runtime.min(j.limit.max(1))),
-            nodes: j.nodes,
-            leaves: None,
-        })
+        .zip(&topo_starts)
+        .map(|(j, s)| outcome(j, s.as_ref().map(|s| s.start), s.as_ref().map(|s| s.leaves)))
         .collect();
-    let easy = trace_metrics(&easy_outcomes, nodes, leaf);
+    let topo = trace_metrics(&topo_outcomes, nodes, shape.leaf);
+    row("EASY, topology-aware", &topo, topo_secs);
     if std::env::var("POLICY_CLASSES").is_ok() {
         classes(
             "easy",
             &easy_outcomes.iter().map(|o| (o.clone(), o.nodes)).collect::<Vec<_>>(),
         );
-    }
-    row("EASY, topology-oblivious", &easy, easy_secs);
-    // Experiments: `POLICY_CONFIG` is planner.toml text for the hyperplan runs.
-    let ours = match std::env::var("POLICY_CONFIG") {
-        Ok(text) => PlannerConfig::parse(&text, "POLICY_CONFIG").unwrap(),
-        Err(_) => PlannerConfig::default(),
-    };
-    let soft_m = sim("hyperplan, soft", &soft.jobs, ours.clone());
-    let mut unbounded = ours.clone();
-    unbounded.scheduler.starvation = 0;
-    sim("hyperplan, hard, no starvation bound", &hard.jobs, unbounded);
-    let hard_m = sim("hyperplan, hard", &hard.jobs, ours);
-    println!();
-    let verdict = |name: &str, m: &TraceMetrics| {
-        println!(
-            "{name}: mean wait {} EASY's ({:.0} vs {:.0}), max wait {} EASY's ({} vs {})",
-            if m.mean_wait <= easy.mean_wait { "≤" } else { "ABOVE" },
-            m.mean_wait,
-            easy.mean_wait,
-            if m.max_wait <= easy.max_wait { "≤" } else { "ABOVE" },
-            m.max_wait,
-            easy.max_wait
+        classes(
+            "topology-aware easy",
+            &topo_outcomes.iter().map(|o| (o.clone(), o.nodes)).collect::<Vec<_>>(),
         );
-    };
-    verdict("hyperplan hard", &hard_m);
-    verdict("hyperplan soft", &soft_m);
-    verdict("greedy", &greedy);
+    }
+    if extra {
+        let mut greedy = ours.clone();
+        greedy.scheduler.reservations = 0;
+        sim("greedy (reservations = 0), hard", &hard.jobs, greedy);
+        sim("hyperplan, soft", &mk(TopologyAsk::Soft).jobs, ours.clone());
+        let mut unbounded = ours.clone();
+        unbounded.scheduler.starvation = 0;
+        sim("hyperplan, hard, no starvation bound", &hard.jobs, unbounded);
+    }
+    let m = sim("hyperplan, hard", &hard.jobs, ours.clone());
+    Verdict {
+        case,
+        easy,
+        topo,
+        ours: m,
+    }
 }
 
 fn classes(name: &str, jobs: &[(Outcome, u32)]) {

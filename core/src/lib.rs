@@ -135,6 +135,8 @@ impl Planner {
         world.insert_resource(CapacityEpoch::default());
         world.insert_resource(model::held::Waiting::default());
         world.insert_resource(allocate::backfill::Reservations::default());
+        world.insert_resource(model::runtimes::RuntimeHistory::default());
+        world.insert_resource(model::runtimes::Overruns::default());
         world.insert_resource(model::tick::Nominated::default());
         world.insert_resource(model::tick::Replacements::default());
         world.insert_resource(TopologyDirty(true));

@@ -92,3 +92,54 @@ fn the_oldest_starving_job_goes_first() {
     assert!(a < b, "wide (submitted first) at {a}, wide2 at {b}");
     assert_eq!(b, a + 600, "wide2 right after wide");
 }
+
+/// Every job waiting past the bound gets a reservation, beyond `[scheduler]
+/// reservations`: with room for one, the second starving wide job has one too.
+#[test]
+fn every_starving_job_gets_a_reservation() {
+    let cluster = ClusterBuilder::flat(4).node_resources("cpu=8").build();
+    let jobs = vec![
+        JobBuilder::gang("big", 3, "cpu=8")
+            .submit(0)
+            .runtime(10_000)
+            .limit(10_000)
+            .build(),
+        JobBuilder::gang("wide1", 4, "cpu=8")
+            .submit(100)
+            .runtime(100)
+            .limit(100)
+            .build(),
+        JobBuilder::gang("wide2", 4, "cpu=8")
+            .submit(200)
+            .runtime(100)
+            .limit(100)
+            .build(),
+        JobBuilder::gang("poke", 1, "cpu=8")
+            .submit(5_000)
+            .runtime(10)
+            .limit(10)
+            .build(),
+    ];
+    let reserved = |scheduler: &str| {
+        let mut reserved = std::collections::BTreeSet::new();
+        hyperplan_core::sim::simulate_with(&cluster, &jobs, config(scheduler), |p| {
+            let bad = p.violations();
+            assert!(bad.is_empty(), "invariants broken: {bad:#?}");
+            // While big runs (both wide jobs wait for it).
+            let jobs = p.jobs();
+            if jobs
+                .iter()
+                .any(|j| j.name == "big" && j.start_time.is_some() && j.end_time.is_none())
+            {
+                for j in jobs.iter().filter(|j| j.reservation.is_some()) {
+                    reserved.insert(j.name.clone());
+                }
+            }
+        });
+        reserved
+    };
+    let r = reserved("[scheduler]\nreservations = 1\nstarvation = \"1h\"");
+    assert!(r.contains("wide1") && r.contains("wide2"), "reserved: {r:?}");
+    let r = reserved("[scheduler]\nreservations = 1\nstarvation = 0");
+    assert!(r.contains("wide1") && !r.contains("wide2"), "reserved: {r:?}");
+}

@@ -29,11 +29,18 @@ impl Drop for Etcd {
 
 /// A TCP port nobody listens on now (the kernel's pick, released at once).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_ports::<1>()[0]
+}
+
+/// `N` different TCP ports nobody listens on now: all bound at once before any is
+/// released, since the kernel may hand the port it just released out again (two
+/// members on one port left a 3-member cluster with 2, which lost its quorum when the
+/// test killed one).
+fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<std::net::TcpListener> = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
 }
 
 /// The `etcd` binary: `$ETCD`, or `etcd` on PATH, or Debian's /usr/bin/etcd.
@@ -91,7 +98,7 @@ impl Etcd {
         // it: then this etcd exits, and a new pair of ports is tried. Ready means its
         // own log says so (a port that answers may be someone else's).
         for attempt in 1..=5 {
-            let (client, peer) = (free_port(), free_port());
+            let [client, peer] = free_ports::<2>();
             let endpoint = format!("{scheme}://127.0.0.1:{client}");
             let peer_url = format!("http://127.0.0.1:{peer}");
             let data = dir.path().join(format!("data-{attempt}"));
@@ -204,11 +211,12 @@ impl Cluster {
             return None;
         };
         let dir = tempfile::tempdir().unwrap();
+        let ports = free_ports::<6>();
         let members: Vec<Member> = (0..3)
             .map(|i| Member {
                 name: format!("m{i}"),
-                client: free_port(),
-                peer_url: format!("http://127.0.0.1:{}", free_port()),
+                client: ports[2 * i],
+                peer_url: format!("http://127.0.0.1:{}", ports[2 * i + 1]),
                 child: None,
             })
             .collect();
@@ -304,9 +312,13 @@ impl Cluster {
         answer.contains("\"health\":\"true\"")
     }
 
-    fn wait_healthy(&self, i: usize) {
+    fn wait_healthy(&mut self, i: usize) {
         let start = Instant::now();
         while !self.healthy(i) {
+            // A member that exited (its port taken by someone else after all) is not
+            // waited for: the answer on its port would be another's.
+            let exited = self.members[i].child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+            assert!(exited.is_none(), "etcd member {i} exited ({exited:?}): {}", self.log(i));
             assert!(
                 start.elapsed() < Duration::from_secs(30),
                 "etcd member {i} was not healthy within 30 s: {}",

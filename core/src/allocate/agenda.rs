@@ -144,6 +144,15 @@ pub fn agenda(
         order: policy.order_state.generation,
         windows_closed: closed,
         starving,
+        overran: {
+            // A running job past its runtime estimate is counted at its limit from now on:
+            // the reservations built on its estimate are worked out again.
+            let jobs = &w.jobs;
+            memory.overruns.settle(now_s, |e| {
+                jobs.get(e).is_ok_and(|(_, _, st)| st.phase == JobPhase::Running)
+            });
+            memory.overruns.passed
+        },
         ..Since::default()
     };
     let holder_gone = reservations

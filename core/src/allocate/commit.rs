@@ -96,14 +96,17 @@ pub fn apply(
             false
         }
         Outcome::Placed { ctx, decision } => {
+            let run = walk.expected_run(entity, job, policy);
             let limit = job.spec.run.time_limit;
-            place(walk, w, policy, entity, ctx, decision, limit);
+            place(walk, w, policy, entity, ctx, decision, run);
             let Ok((_, job, mut state)) = w.jobs.get_mut(entity) else {
                 return false;
             };
             if state.phase == JobPhase::Pending {
                 state.phase = JobPhase::Running;
                 state.start_time = Some(walk.now_s);
+                state.expected_run = run;
+                walk.overruns.started(entity, walk.now_s, run, limit);
                 state.reason = None;
                 if state.nomination.take().is_some() {
                     nominated.jobs.remove(&entity);
@@ -131,7 +134,7 @@ fn place(
     entity: Entity,
     mut ctx: Box<JobCtx>,
     decision: super::search::Decision,
-    limit: Option<u64>,
+    run: Option<u64>,
 ) {
     let index = walk.index;
     let now_s = walk.now_s;
@@ -176,7 +179,7 @@ fn place(
         }
         if record {
             let held = held_by(walk.s.cap(), &mut shapes, n, task, &ts);
-            if let Some(l) = limit {
+            if let Some(l) = run {
                 walk.timeline.push(Release {
                     end: now_s.saturating_add(l),
                     held: held.clone(),

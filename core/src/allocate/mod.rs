@@ -61,6 +61,7 @@ pub fn allocate(
     let Caches { cap, numa, holdings } = &mut caches;
     let Memory {
         reservations,
+        overruns,
         nominated,
         out,
         unsettled,
@@ -75,11 +76,12 @@ pub fn allocate(
         scratch,
         holdings,
         reservations,
+        overruns,
         &mut agenda,
         &w,
     );
     for (key, entity) in order {
-        if let Some(skip) = walk.enter(entity, &mut w) {
+        if let Some(skip) = walk.enter(entity, &mut w, &policy) {
             commit::apply(skip, entity, &mut walk, &mut w, &mut policy, nominated, out, &mut None);
             continue;
         }

@@ -22,6 +22,7 @@ use crate::topology::TopologyIndex;
 
 use super::agenda::Agenda;
 use super::backfill::active::{ActiveSet, Window};
+use super::backfill::estimate;
 use super::backfill::reserve::Sweep;
 use super::backfill::timeline::Timeline;
 use super::backfill::{self, Reservation, Reservations};
@@ -29,6 +30,7 @@ use super::hold::Holds;
 use super::search::{Decision, Search};
 use super::world::{Jobs, Policy};
 use super::{JobCtx, build_ctx, reason};
+use crate::model::runtimes::Overruns;
 
 /// What trying a job answered (see the module).
 #[derive(Debug)]
@@ -66,6 +68,10 @@ pub enum Outcome {
     Done,
 }
 
+/// The most reservations a walk makes for jobs waiting past `[scheduler] starvation`
+/// (each one costs a sweep).
+pub const MAX_STARVING_RESERVATIONS: usize = crate::config::SchedulerConfig::MAX_RESERVATIONS as usize;
+
 /// A job that had tasks left after a commit (minAvailable < replicas) is tried again in
 /// the same walk, from its allocated HyperNode; this bounds the passes.
 pub const PASSES_PER_JOB: usize = 2;
@@ -84,6 +90,8 @@ pub struct Walk<'a> {
     /// The reservations: maintenance windows, then the jobs', worked out in this walk
     /// when the agenda says so.
     pub reservations: &'a mut Reservations,
+    /// Running jobs that will pass their runtime estimate (commits add the jobs started).
+    pub overruns: &'a mut Overruns,
     holds: Holds,
     active: ActiveSet,
     /// When running tasks end (built at the first sweep; commits add to it).
@@ -120,6 +128,7 @@ impl<'a> Walk<'a> {
         mut s: Scratch<'a>,
         holdings: &'a mut Holdings,
         reservations: &'a mut Reservations,
+        overruns: &'a mut Overruns,
         agenda: &mut Agenda,
         w: &Jobs<'_, '_>,
     ) -> Self {
@@ -145,6 +154,7 @@ impl<'a> Walk<'a> {
             can_reserve: want > 0 && holdings.generation == Some(index.generation),
             holdings,
             reservations,
+            overruns,
             holds,
             active: ActiveSet::default(),
             timeline: Timeline::default(),
@@ -160,9 +170,32 @@ impl<'a> Walk<'a> {
         }
     }
 
+    /// How long backfill expects `job` to run: its time limit, or its owner's estimate
+    /// (see `backfill::estimate`).
+    pub fn expected_run(&self, entity: Entity, job: &Job, policy: &Policy<'_, '_>) -> Option<u64> {
+        let user = policy.meta.get(entity).ok().map(|(jq, _, _)| jq.user);
+        estimate::expected_run(
+            self.config.scheduler.estimates,
+            &policy.history,
+            user,
+            job.spec.run.time_limit,
+        )
+    }
+
     /// Whether a reservation could still be made in this walk.
     fn may_reserve(&self) -> bool {
         self.can_reserve && self.sweeps_left > 0 && self.reservations.list.len() - self.reservations.windows < self.want
+    }
+
+    /// Whether a job that starves may still get a reservation: every one does, beyond
+    /// `[scheduler] reservations` (they go first in the walk), up to the most a walk makes.
+    fn may_reserve_starving(&self) -> bool {
+        self.can_reserve && self.reservations.list.len() - self.reservations.windows < MAX_STARVING_RESERVATIONS
+    }
+
+    /// Whether `job` waits past `[scheduler] starvation` now.
+    fn starves(&self, job: &Job) -> bool {
+        self.config.scheduler.starves(super::agenda::eligible(job), self.now_s)
     }
 
     /// Sets the caches up for trying `entity`: its own held nodes given back, the
@@ -171,7 +204,7 @@ impl<'a> Walk<'a> {
     /// in all the free room there is (on a busy cluster a freed node fits only a few of
     /// thousands of waiting jobs, and the walk must not pay a search and a reason for each
     /// of the others; its reason stays the one it had).
-    pub fn enter(&mut self, entity: Entity, w: &mut Jobs<'_, '_>) -> Option<Outcome> {
+    pub fn enter(&mut self, entity: Entity, w: &mut Jobs<'_, '_>, policy: &Policy<'_, '_>) -> Option<Outcome> {
         self.looked_at.push(entity);
         if !self.holds.is_empty() {
             self.holds.trying(entity, &mut self.s);
@@ -180,7 +213,7 @@ impl<'a> Walk<'a> {
         if state.phase == JobPhase::Pending
             && state.checked_generation == Some(self.index.generation)
             && state.next_rank == 0
-            && !(self.whole && self.may_reserve())
+            && !(self.whole && (self.may_reserve() || self.starves(job) && self.may_reserve_starving()))
             && !could_fit(job, &mut state, self.s.cap(), &self.free_room)
         {
             return Some(Outcome::Unchanged);
@@ -188,7 +221,8 @@ impl<'a> Walk<'a> {
         if !self.reservations.list.is_empty() {
             let window = Window {
                 from: self.now_s,
-                limit: job.spec.run.time_limit,
+                limit: self.expected_run(entity, job, policy),
+                bound: job.spec.run.time_limit,
             };
             self.active.set(&self.reservations.list, window, &mut self.s, None);
         }
@@ -246,7 +280,8 @@ impl<'a> Walk<'a> {
         let due = self.previous.iter().filter(|_| due_now).find(|r| is_due(r));
         let window = Window {
             from: self.now_s,
-            limit: job.spec.run.time_limit,
+            limit: self.expected_run(entity, job, policy),
+            bound: job.spec.run.time_limit,
         };
         let decision = due
             .and_then(|r| {
@@ -281,7 +316,9 @@ impl<'a> Walk<'a> {
                 reopened,
                 reserved: _,
             } => {
-                let reserved = self.reserve(key, entity, job, &ctx, w);
+                let run = self.expected_run(entity, job, policy);
+                let strict = self.starves(job);
+                let reserved = self.reserve(key, entity, (run, job.spec.run.time_limit, strict), &ctx, w);
                 Outcome::Waiting {
                     reason,
                     checked,
@@ -341,20 +378,34 @@ impl<'a> Walk<'a> {
     /// When running tasks end, from the ledger (once per walk; commits add to it).
     fn build_timeline(&mut self, w: &Jobs<'_, '_>) {
         if !self.timeline.is_built() {
-            self.timeline
-                .build(backfill::timeline::releases(self.holdings, &w.tasks, &w.jobs));
+            self.timeline.build(backfill::timeline::releases(
+                self.holdings,
+                &w.tasks,
+                &w.jobs,
+                self.now_s,
+            ));
         }
     }
 
     /// A reservation for a blocked job, while the walk may make more: the earliest time
-    /// and place its gang fits (see `backfill::reserve`). Returns its start.
-    fn reserve(&mut self, key: OrderKey, entity: Entity, job: &Job, ctx: &JobCtx, w: &Jobs<'_, '_>) -> Option<u64> {
-        if !self.may_reserve() {
+    /// and place its gang fits (see `backfill::reserve`). Returns its start. `run`: how
+    /// long it is expected to run, its time limit, and whether it starves (its
+    /// reservation is then strict: see [`Reservation::strict`]).
+    fn reserve(
+        &mut self,
+        key: OrderKey,
+        entity: Entity,
+        run: (Option<u64>, Option<u64>, bool),
+        ctx: &JobCtx,
+        w: &Jobs<'_, '_>,
+    ) -> Option<u64> {
+        let (limit, bound, strict) = run;
+        if self.may_reserve() {
+            self.sweeps_left -= 1;
+        } else if !(strict && self.may_reserve_starving()) {
             return None;
         }
-        self.sweeps_left -= 1;
         self.build_timeline(w);
-        let limit = job.spec.run.time_limit;
         let prev = self
             .previous
             .iter()
@@ -368,6 +419,7 @@ impl<'a> Walk<'a> {
         .earliest(
             ctx,
             limit,
+            bound,
             self.now_s,
             self.timeline.sorted(),
             &self.reservations.list,
@@ -382,6 +434,7 @@ impl<'a> Walk<'a> {
             hyper_node: found.hyper_node,
             held: found.held,
             window: None,
+            strict,
         });
         Some(found.start)
     }

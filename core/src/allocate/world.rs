@@ -28,6 +28,7 @@ use crate::topology::TopologyIndex;
 
 use super::Parts;
 use super::backfill::Reservations;
+use crate::model::runtimes::{Overruns, RuntimeHistory};
 
 /// The topology, the configuration and the time the walk works at.
 #[derive(SystemParam)]
@@ -114,6 +115,8 @@ pub struct Policy<'w, 's> {
     pub order_state: Res<'w, OrderState>,
     /// Each job's queue, rank and id.
     pub meta: Query<'w, 's, (&'static JobQueue, &'static Rank, &'static JobId)>,
+    /// Users' last runtimes (`[scheduler] estimates = "history"`).
+    pub history: Res<'w, RuntimeHistory>,
 }
 
 /// What the walk leaves behind for the next one and the rest of the tick: its reservations,
@@ -122,6 +125,8 @@ pub struct Policy<'w, 's> {
 pub struct Memory<'w, 's> {
     /// The reservations of the last walk.
     pub reservations: ResMut<'w, Reservations>,
+    /// Running jobs that will pass their runtime estimate.
+    pub overruns: ResMut<'w, Overruns>,
     /// Jobs whose preemption's nodes are held.
     pub nominated: ResMut<'w, Nominated>,
     /// Held jobs and the next begin time.

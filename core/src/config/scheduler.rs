@@ -7,10 +7,15 @@
 //! it gets a reservation and keeps it (Maui's reservation by wait): fair share and
 //! priorities reorder the queue, but never starve a job.
 //!
+//! Backfill plans with each job's time limit, or with `estimates = "history"` with the
+//! mean of its owner's last two runtimes capped by the limit (never to end a job; see
+//! `allocate::backfill::estimate`).
+//!
 //! ```toml
 //! [scheduler]
 //! reservations = 16   # blocked jobs, in order, that get a reservation (0 = greedy)
 //! starvation = "1d"   # after this long waiting a job goes first, oldest first (0 = never)
+//! estimates = "limit" # how long backfill takes a job to run: "limit" or "history"
 //! ```
 
 use serde::Deserialize;
@@ -26,6 +31,18 @@ pub struct SchedulerConfig {
     /// Seconds a job may wait (since it was submitted, or its begin time) before it goes
     /// first in the walk, whatever its priority; 0: never.
     pub starvation: u64,
+    /// How long backfill takes a job to run.
+    pub estimates: Estimates,
+}
+
+/// How long backfill takes a job to run (`[scheduler] estimates`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Estimates {
+    /// Its time limit: an upper bound (`"limit"`).
+    #[default]
+    Limit,
+    /// The mean of its owner's last two runtimes, capped by the limit (`"history"`).
+    History,
 }
 
 impl SchedulerConfig {
@@ -42,6 +59,7 @@ impl Default for SchedulerConfig {
         Self {
             reservations: Self::DEFAULT_RESERVATIONS,
             starvation: Self::DEFAULT_STARVATION,
+            estimates: Estimates::default(),
         }
     }
 }
@@ -54,6 +72,8 @@ pub struct SchedulerSection {
     pub reservations: Option<toml::Spanned<i64>>,
     /// `starvation` (`"1d"`, `"12h"`, seconds; 0: never); None: the default.
     pub starvation: Option<toml::Spanned<toml::Value>>,
+    /// `estimates` (`"limit"` or `"history"`); None: the default.
+    pub estimates: Option<toml::Spanned<String>>,
 }
 
 impl SchedulerConfig {
@@ -82,6 +102,20 @@ impl SchedulerConfig {
         if let Some(v) = &s.starvation {
             config.starvation = super::fairshare::duration_or_zero(v, "scheduler.starvation", at)?;
         }
+        if let Some(v) = &s.estimates {
+            config.estimates = match v.get_ref().as_str() {
+                "limit" => Estimates::Limit,
+                "history" => Estimates::History,
+                other => {
+                    return Err(at(
+                        v.span().start,
+                        format!(
+                            "scheduler.estimates: expected \"limit\" (each job's time limit) or \"history\" (its owner's last two runtimes, capped by the limit), got {other:?}"
+                        ),
+                    ));
+                }
+            };
+        }
         Ok(config)
     }
 
@@ -96,6 +130,22 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use crate::config::PlannerConfig;
+
+    #[test]
+    fn estimates_are_the_limit_by_default_or_history() {
+        use crate::config::scheduler::Estimates;
+        let s = PlannerConfig::parse("", "p.toml").unwrap().scheduler;
+        assert_eq!(s.estimates, Estimates::Limit);
+        let s = PlannerConfig::parse("[scheduler]\nestimates = \"history\"\n", "p.toml")
+            .unwrap()
+            .scheduler;
+        assert_eq!(s.estimates, Estimates::History);
+        let e = PlannerConfig::parse("[scheduler]\nestimates = \"guess\"\n", "p.toml").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "p.toml:2:13: scheduler.estimates: expected \"limit\" (each job's time limit) or \"history\" (its owner's last two runtimes, capped by the limit), got \"guess\""
+        );
+    }
 
     #[test]
     fn default_value_and_bad_values() {

@@ -27,7 +27,9 @@ use hyperplan_shared::taskend::{TaskEnd, TaskOutcome};
 use crate::model::commands::Command;
 use crate::model::components::JobId;
 use crate::model::components::Requeued;
-use crate::model::components::{Job, JobPhase, JobState, Node, SubJobState, Task, TaskPhase, TaskState, Verdict};
+use crate::model::components::{
+    Job, JobPhase, JobQueue, JobState, Node, SubJobState, Task, TaskPhase, TaskState, Verdict,
+};
 use crate::model::events::TaskOnNode;
 use crate::model::health::Heartbeats;
 use crate::model::jobstate::StateRecord;
@@ -550,6 +552,13 @@ pub(crate) fn settle(world: &mut World, job_e: Entity) {
     st.kill = None;
     if st.reported {
         st.exit_code = Some(st.first_failure.map_or(0, |(_, code)| code));
+    }
+    // How long it ran, for its owner's runtime estimates (`[scheduler] estimates`).
+    let ran = st.start_time.map(|s| now.saturating_sub(s));
+    if let (Some(secs), Some(user)) = (ran, world.get::<JobQueue>(job_e).map(|q| q.user)) {
+        world
+            .resource_mut::<crate::model::runtimes::RuntimeHistory>()
+            .record(user, secs);
     }
 }
 

@@ -66,6 +66,9 @@ pub struct JobState {
     /// worked out once per set of resource dimensions, not from the spec's resource maps
     /// on every walk (string lookups in the walk's inner loop).
     pub room_need: Option<RoomNeed>,
+    /// How long backfill expects it to run, from its start (its time limit, or a runtime
+    /// estimate: `allocate::backfill::estimate`); set when it starts.
+    pub expected_run: Option<u64>,
 }
 
 /// A job's gang need per resource dimension (see [`JobState::room_need`]).

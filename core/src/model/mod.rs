@@ -22,6 +22,7 @@ pub mod kill;
 pub mod ports;
 pub mod reason;
 pub mod record;
+pub mod runtimes;
 pub mod since;
 pub mod strained;
 pub mod strays;

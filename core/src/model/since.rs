@@ -24,4 +24,6 @@ pub struct Since {
     pub usage: u64,
     /// Jobs waiting past `[scheduler] starvation` (they go first).
     pub starving: u64,
+    /// Running jobs that passed their runtime estimate (counted at their limit since).
+    pub overran: u64,
 }

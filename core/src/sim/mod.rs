@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod submit;
 pub mod swf;
 mod table;
+pub mod topo_easy;
 
 use std::collections::BTreeMap;
 
@@ -158,14 +159,13 @@ pub fn simulate_with(
                 .resource::<crate::model::held::Waiting>()
                 .next_begin
                 .filter(|&t| t > now);
+            // What the core decides by time alone (a maintenance window closing, a begin
+            // time) comes between, when it comes first; a window closing while jobs wait
+            // for its nodes is an event of its own.
+            let deadline = planner.next_deadline().map(|ms| ms.div_ceil(1000)).filter(|&t| t > now);
             match (next_submission, next_completion) {
-                (None, None) if next_begin.is_none() => break,
-                (a, b) => {
-                    // What the core decides by time alone (a maintenance window closing,
-                    // a begin time) comes between, when it comes first.
-                    let deadline = planner.next_deadline().map(|ms| ms.div_ceil(1000)).filter(|&t| t > now);
-                    now = a.into_iter().chain(b).chain(deadline).min().unwrap_or(now);
-                }
+                (None, None) if next_begin.is_none() && deadline.is_none() => break,
+                (a, b) => now = a.into_iter().chain(b).chain(deadline).min().unwrap_or(now),
             }
         }
     }

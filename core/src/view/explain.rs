@@ -92,7 +92,7 @@ pub fn explain_naming(world: &World, name: &str, other: &dyn Fn(&str) -> String)
     // maintenance windows) its time limit would run into (see `allocate::backfill`).
     let now = world.resource::<crate::model::tick::Now>().secs();
     let limit = job.spec.run.time_limit;
-    let window = Window { from: now, limit };
+    let window = Window::of(now, limit);
     let past = match limit {
         Some(l) => format!("this job's timeLimit {} would run past it", format_time_limit(l)),
         None => "this job has no timeLimit, so it could not be sure to end first".to_string(),

@@ -16,21 +16,33 @@ pub struct ActiveSet {
     taken: Vec<bool>,
 }
 
-/// The window of time a job would occupy: from `from` for `limit` seconds (`None`: for
-/// ever).
+/// The window of time a job would occupy: from `from` for `limit` seconds, as backfill
+/// expects it to run (`None`: for ever), and at most `bound` (its time limit).
 #[derive(Clone, Copy, Debug)]
 pub struct Window {
     /// Its start (Unix seconds).
     pub from: u64,
-    /// Its length; `None` = without end.
+    /// Its expected length (a runtime estimate, or its time limit); `None` = without end.
     pub limit: Option<u64>,
+    /// Its longest length: its time limit, what [`Reservation::strict`] ones are judged by.
+    pub bound: Option<u64>,
 }
 
 impl Window {
+    /// A window whose expected and longest lengths are both `limit`.
+    pub fn of(from: u64, limit: Option<u64>) -> Self {
+        Self {
+            from,
+            limit,
+            bound: limit,
+        }
+    }
+
     /// Whether reservation `r` overlaps the window: it begins before the window ends and
-    /// ends after the window begins.
+    /// ends after the window begins (the longest window for a strict one).
     pub fn overlaps(&self, r: &Reservation) -> bool {
-        let begins_before_end = self.limit.is_none_or(|l| r.start < self.from.saturating_add(l));
+        let length = if r.strict { self.bound } else { self.limit };
+        let begins_before_end = length.is_none_or(|l| r.start < self.from.saturating_add(l));
         let ends_after_start = r.end.is_none_or(|e| self.from < e);
         begins_before_end && ends_after_start
     }

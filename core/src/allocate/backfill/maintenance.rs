@@ -54,6 +54,7 @@ pub fn stored(
         hyper_node: r.hyper_node.as_ref().and_then(|h| index.hn_by_name.get(h).copied()),
         held: whole_nodes(nodes, cap),
         window: None,
+        strict: false,
     }
 }
 
@@ -112,6 +113,7 @@ pub fn windows(windows: &[MaintenanceWindow], now: u64, index: &TopologyIndex, c
                 hyper_node: None,
                 held,
                 window: Some(w.name.clone()),
+                strict: true,
             }
         })
         .collect()

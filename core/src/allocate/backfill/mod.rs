@@ -17,6 +17,7 @@
 //! one job moving does not push another back.
 
 pub mod active;
+pub mod estimate;
 pub mod maintenance;
 pub mod reserve;
 pub mod timeline;
@@ -45,6 +46,11 @@ pub struct Reservation {
     pub held: Vec<Held>,
     /// The maintenance window's name, for one (`job` is then a placeholder).
     pub window: Option<String>,
+    /// A job may use its room before it begins only if the job's time limit (not its
+    /// runtime estimate) ends it first: maintenance windows, and the reservations of
+    /// jobs waiting past `[scheduler] starvation`, which estimates that run over must
+    /// not push back again and again.
+    pub strict: bool,
 }
 
 /// The reservations of the last walk, in job order.

@@ -54,6 +54,7 @@ impl Sweep<'_, '_> {
         &mut self,
         ctx: &JobCtx,
         limit: Option<u64>,
+        bound: Option<u64>,
         now: u64,
         releases: &[Release],
         list: &[Reservation],
@@ -62,7 +63,7 @@ impl Sweep<'_, '_> {
     ) -> Option<Found> {
         let saved = active.clone();
         let mark = self.s.begin();
-        let found = self.sweep(ctx, limit, now, releases, list, active, previous);
+        let found = self.sweep(ctx, limit, bound, now, releases, list, active, previous);
         self.s.end(mark, false);
         *active = saved;
         found
@@ -73,6 +74,7 @@ impl Sweep<'_, '_> {
         &mut self,
         ctx: &JobCtx,
         limit: Option<u64>,
+        bound: Option<u64>,
         now: u64,
         releases: &[Release],
         list: &[Reservation],
@@ -122,7 +124,7 @@ impl Sweep<'_, '_> {
                 freed.push(h.node);
                 applied += 1;
             }
-            let window = Window { from: c, limit };
+            let window = Window { from: c, limit, bound };
             active.set(list, window, self.s, Some(&mut freed));
             if let Some(p) = previous
                 && !sticky_tried

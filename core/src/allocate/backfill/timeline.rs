@@ -1,6 +1,6 @@
 //! When running tasks will have given their resources back: each at its start plus its
-//! job's time limit (the runtime estimate; a task past it is ended `timeout`, so the
-//! estimate is an upper bound). Tasks without a time limit never release in it, and a
+//! job's time limit (a task past it is ended `timeout`, so that is an upper bound), or
+//! plus its runtime estimate (`estimate`) until it runs past it. Tasks without a time limit never release in it, and a
 //! task already past its limit is counted as releasing a second from now.
 
 use bevy_ecs::prelude::*;
@@ -58,17 +58,25 @@ impl Timeline {
     }
 }
 
-/// Every running task's release, from the ledger: at its start plus its job's time limit
-/// (a task without either never releases).
+/// Every running task's release, from the ledger: at its start plus how long its job is
+/// expected to run (`JobState::expected_run`: its time limit, or a runtime estimate; once
+/// `now` is past the estimate, the limit again). A task without either never releases.
 pub fn releases<'a>(
     holdings: &'a Holdings,
     tasks: &'a Query<(&'static Task, &'static mut TaskState)>,
     jobs: &'a Query<(Entity, &Job, &mut JobState), Without<Retired>>,
+    now: u64,
 ) -> impl Iterator<Item = Release> + 'a {
-    holdings.iter().filter_map(|(e, held)| {
+    holdings.iter().filter_map(move |(e, held)| {
         let (task, ts) = tasks.get(e).ok()?;
-        let (_, job, _) = jobs.get(task.job).ok()?;
-        let end = ts.start_time?.saturating_add(job.spec.run.time_limit?);
+        let (_, job, st) = jobs.get(task.job).ok()?;
+        let start = ts.start_time?;
+        let limit = job.spec.run.time_limit?;
+        let expected = st.expected_run.map_or(limit, |r| r.min(limit));
+        let end = match start.saturating_add(expected) {
+            end if end > now => end,
+            _ => start.saturating_add(limit),
+        };
         Some(Release {
             end,
             held: held.clone(),
