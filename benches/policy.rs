@@ -28,10 +28,10 @@ use std::path::Path;
 use std::time::Instant;
 
 use hyperplan_core::PlannerConfig;
-use hyperplan_core::sim::easy::{TraceJob, easy_backfill};
+use hyperplan_core::sim::baselines::baselines;
 use hyperplan_core::sim::metrics::{Outcome, TraceMetrics, outcomes, trace_metrics};
 use hyperplan_core::sim::swf::{SwfOptions, TopologyAsk, replay};
-use hyperplan_core::sim::topo_easy::{TreeShape, topo_easy_backfill};
+use hyperplan_core::sim::topo_easy::TreeShape;
 use hyperplan_core::testing::ClusterBuilder;
 use hyperplan_shared::JobSpec;
 
@@ -250,39 +250,14 @@ fn one(
         }
         m
     };
-    let trace: Vec<TraceJob> = hard
-        .jobs
-        .iter()
-        .map(|j| TraceJob {
-            submit: j.submit_time,
-            nodes: j.replicas(),
-            runtime: j.tasks[0].runtime.unwrap_or(0),
-            limit: j.run.time_limit.unwrap_or(1),
-        })
-        .collect();
-    let outcome = |j: &TraceJob, start: Option<u64>, leaves: Option<u32>| Outcome {
-        submit: j.submit,
-        start,
-        end: start.map(|s| s + j.runtime.min(j.limit.max(1))),
-        nodes: j.nodes,
-        leaves,
-    };
     let t = Instant::now();
-    let starts = easy_backfill(nodes, &trace);
-    let easy_secs = t.elapsed().as_secs_f64();
-    let easy_outcomes: Vec<Outcome> = trace.iter().zip(&starts).map(|(j, s)| outcome(j, *s, None)).collect();
-    let easy = trace_metrics(&easy_outcomes, nodes, shape.leaf);
-    row("EASY, topology-oblivious", &easy, easy_secs);
-    let t = Instant::now();
-    let topo_starts = topo_easy_backfill(shape, &trace);
-    let topo_secs = t.elapsed().as_secs_f64();
-    let topo_outcomes: Vec<Outcome> = trace
-        .iter()
-        .zip(&topo_starts)
-        .map(|(j, s)| outcome(j, s.as_ref().map(|s| s.start), s.as_ref().map(|s| s.leaves)))
-        .collect();
-    let topo = trace_metrics(&topo_outcomes, nodes, shape.leaf);
-    row("EASY, topology-aware", &topo, topo_secs);
+    let base = baselines(&hard.jobs, &cluster, shape.leaf);
+    let base_secs = t.elapsed().as_secs_f64();
+    let (topo_shape, topo, topo_outcomes) = base.topology_aware.expect("a regular fat tree");
+    assert_eq!(topo_shape, shape, "the tree read back from the cluster");
+    let (easy, easy_outcomes) = (base.easy, base.easy_outcomes);
+    row("EASY, topology-oblivious", &easy, base_secs);
+    row("EASY, topology-aware", &topo, base_secs);
     if std::env::var("POLICY_CLASSES").is_ok() {
         classes(
             "easy",

@@ -90,6 +90,7 @@ impl Topology {
                   hyperplan simulate --cluster examples/cluster.yaml --jobs examples/jobs.yaml --output json\n  \
                   hyperplan simulate --cluster examples/numa-cluster.yaml --jobs examples/numa-jobs.yaml --output tasks\n  \
                   hyperplan simulate --swf testdata/traces/KTH-SP2-1996-2.1-cln.swf --cluster examples/kth-sp2-cluster.yaml --jobs 2000\n  \
+                  hyperplan simulate --swf LOG --cluster CLUSTER --jobs 2000 --baselines\n  \
                   hyperplan simulate --swf LOG --cluster CLUSTER --jobs 2000 --topology none --time-scale 0.8 --output json")]
 pub struct Args {
     /// Cluster file (nodes, hyperNodes, hyperNodeFiles, discovery).
@@ -113,6 +114,11 @@ pub struct Args {
     /// With --swf: log processors per node [default: 1, one processor is one node].
     #[arg(long, value_name = "P", requires = "swf", value_parser = clap::value_parser!(u32).range(1..))]
     procs_per_node: Option<u32>,
+    /// With --swf: replay the same jobs under EASY backfill, topology-oblivious, and (on a
+    /// regular fat tree) a topology-aware EASY, one domain of the lowest tier per job, and
+    /// show their figures beside hyperplan's (one log processor per node).
+    #[arg(long, requires = "swf")]
+    baselines: bool,
     #[arg(long, value_enum, default_value = "table")]
     output: Output,
     /// Planner configuration (TOML): [scoring] takes Volcano's network-topology-aware
@@ -151,6 +157,14 @@ impl Args {
                         .into(),
                 ));
             }
+        }
+        if self.baselines && self.procs_per_node.is_some_and(|p| p != 1) {
+            return Err((
+                ErrorKind::ArgumentConflict,
+                "the argument '--baselines' cannot be used with '--procs-per-node' above 1: the baselines count \
+                 whole nodes, one log processor each"
+                    .into(),
+            ));
         }
         if matches!(self.output, Output::Tasks) {
             return Err((
@@ -255,7 +269,21 @@ pub struct SwfRun {
     pub replayed: usize,
     pub skipped: Vec<Skipped>,
     pub metrics: TraceMetrics,
+    /// With `--baselines`: the same jobs under the two yardsticks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baselines: Option<SwfBaselines>,
     pub warnings: Vec<String>,
+}
+
+/// `--baselines`: EASY's figures, and the topology-aware EASY's on the fat tree it read
+/// from the cluster (`None` where the cluster is not a regular fat tree).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SwfBaselines {
+    pub easy: TraceMetrics,
+    pub topology_aware_easy: Option<TraceMetrics>,
+    /// The tree: nodes per leaf, leaves per spine, spines.
+    pub tree: Option<[u32; 3]>,
 }
 
 /// A log job left out, and why.
@@ -313,6 +341,17 @@ fn run_swf(args: &Args, log_path: &Path) -> anyhow::Result<()> {
             .map(|(line, reason)| Skipped { line, reason })
             .collect(),
         metrics: trace_metrics(&runs, nodes, leaf_size.unwrap_or(1)),
+        baselines: args.baselines.then(|| {
+            let b = sim::baselines::baselines(&replayed.jobs, &cluster, leaf_size.unwrap_or(1));
+            SwfBaselines {
+                easy: b.easy,
+                tree: b
+                    .topology_aware
+                    .as_ref()
+                    .map(|(s, _, _)| [s.leaf, s.per_spine, s.spines]),
+                topology_aware_easy: b.topology_aware.map(|(_, m, _)| m),
+            }
+        }),
         warnings: report.warnings,
     };
     let text = match args.output {
@@ -378,7 +417,6 @@ pub fn render_swf(run: &SwfRun) -> String {
         "cluster: {}, {} nodes, {leaves}; topology {}; {procs}; time scale {}\n\n",
         run.cluster, run.nodes, run.topology, run.time_scale
     ));
-    let m = &run.metrics;
     let secs = |s: f64| {
         let whole = s.round() as u64;
         if whole >= 60 {
@@ -388,27 +426,62 @@ pub fn render_swf(run: &SwfRun) -> String {
         }
     };
     let share = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{:.1} %", v * 100.0));
-    let rows: Vec<[String; 2]> = vec![
-        ["FIGURE".into(), "VALUE".into()],
-        ["jobs started".into(), format!("{} of {}", m.started, m.jobs)],
-        ["mean wait".into(), secs(m.mean_wait)],
-        ["p95 wait".into(), secs(m.p95_wait as f64)],
-        ["max wait".into(), secs(m.max_wait as f64)],
+    let figures = |m: &TraceMetrics| -> [String; 8] {
         [
-            format!("bounded slowdown (τ = {SLOWDOWN_BOUND_SECS} s)"),
+            format!("{} of {}", m.started, m.jobs),
+            secs(m.mean_wait),
+            secs(m.p95_wait as f64),
+            secs(m.max_wait as f64),
             format!("{:.2}", m.bounded_slowdown),
-        ],
-        ["utilisation".into(), format!("{:.1} %", m.utilisation * 100.0)],
-        [
-            "leaves per multi-node job".into(),
+            format!("{:.1} %", m.utilisation * 100.0),
             m.leaves_per_job.map_or_else(|| "-".into(), |v| format!("{v:.2}")),
-        ],
-        [
-            "leaf-sized multi-node jobs in one leaf".into(),
             share(m.leaf_sized_in_one_leaf),
-        ],
+        ]
+    };
+    let labels = [
+        "jobs started".to_string(),
+        "mean wait".into(),
+        "p95 wait".into(),
+        "max wait".into(),
+        format!("bounded slowdown (τ = {SLOWDOWN_BOUND_SECS} s)"),
+        "utilisation".into(),
+        "leaves per multi-node job".into(),
+        "leaf-sized multi-node jobs in one leaf".into(),
     ];
-    out.push_str(&hyperplan_shared::columns::columns(&rows));
+    let mut columns = vec![figures(&run.metrics)];
+    let mut header = vec!["FIGURE".to_string(), "VALUE".into()];
+    if let Some(b) = &run.baselines {
+        header = vec![
+            "FIGURE".into(),
+            "HYPERPLAN".into(),
+            "EASY".into(),
+            "TOPOLOGY-AWARE EASY".into(),
+        ];
+        columns.push(figures(&b.easy));
+        columns.push(
+            b.topology_aware_easy
+                .as_ref()
+                .map_or_else(|| std::array::from_fn(|_| "-".to_string()), figures),
+        );
+    }
+    let mut rows = vec![header];
+    for (k, label) in labels.into_iter().enumerate() {
+        let mut row = vec![label];
+        row.extend(columns.iter().map(|c| c[k].clone()));
+        rows.push(row);
+    }
+    out.push_str(&hyperplan_shared::columns::columns_of(&rows));
+    if let Some(b) = &run.baselines {
+        out.push_str(&match b.tree {
+            Some([leaf, per, spines]) => format!(
+                "baselines: the same jobs, one node per log processor; topology-aware EASY on {spines} \
+                 spine(s) of {per} leaves of {leaf} nodes, one leaf (or spine) per job as hard topology asks\n"
+            ),
+            None => "baselines: the same jobs, one node per log processor; no topology-aware EASY: the \
+                     cluster is not a regular fat tree (equal leaves under equal spines)\n"
+                .into(),
+        });
+    }
     for w in &run.warnings {
         out.push_str(&format!("warning: {w}\n"));
     }
@@ -454,6 +527,7 @@ mod tests {
                 leaf_sized_in_one_leaf: None,
                 makespan: 99,
             },
+            baselines: None,
             warnings: vec![],
         };
         insta::assert_snapshot!(render_swf(&run), @r"
@@ -472,5 +546,52 @@ mod tests {
         leaves per multi-node job               1.25
         leaf-sized multi-node jobs in one leaf  -
         ");
+    }
+
+    /// `--baselines`: three columns, and the tree the topology-aware EASY ran on (or why
+    /// it did not run).
+    #[test]
+    fn swf_table_with_baselines() {
+        let m = |mean: f64, max: u64, leaves: Option<f64>| TraceMetrics {
+            jobs: 2,
+            started: 2,
+            mean_wait: mean,
+            p95_wait: max,
+            max_wait: max,
+            bounded_slowdown: 1.5,
+            utilisation: 0.5,
+            leaves_per_job: leaves,
+            leaf_sized_in_one_leaf: leaves.map(|_| 1.0),
+            makespan: 99,
+        };
+        let mut run = SwfRun {
+            log: "kth.swf".into(),
+            computer: None,
+            installation: None,
+            acknowledge: None,
+            cluster: "kth.yaml".into(),
+            nodes: 100,
+            leaf_size: Some(10),
+            topology: "hard",
+            procs_per_node: 1,
+            time_scale: 1.0,
+            jobs_read: 2,
+            replayed: 2,
+            skipped: vec![],
+            metrics: m(100.0, 300, Some(1.0)),
+            baselines: Some(SwfBaselines {
+                easy: m(90.0, 400, None),
+                topology_aware_easy: Some(m(120.0, 500, Some(1.5))),
+                tree: Some([10, 5, 2]),
+            }),
+            warnings: vec![],
+        };
+        insta::assert_snapshot!("swf_table_with_baselines", render_swf(&run));
+        run.baselines = Some(SwfBaselines {
+            easy: m(90.0, 400, None),
+            topology_aware_easy: None,
+            tree: None,
+        });
+        insta::assert_snapshot!("swf_table_with_baselines_no_tree", render_swf(&run));
     }
 }

@@ -271,3 +271,44 @@ fn help_teaches_the_replay() {
         assert!(help.contains(needle), "missing {needle} in:\n{help}");
     }
 }
+
+/// `--baselines`: EASY and the topology-aware EASY on the same jobs, beside hyperplan, in
+/// the table and in JSON; the tree is read from the cluster. Without it the JSON has no
+/// `baselines`, and it does not mix with several log processors per node.
+#[test]
+fn baselines_replay_the_same_jobs_under_easy_and_a_topology_aware_easy() {
+    let args = [
+        "simulate",
+        "--swf",
+        KTH,
+        "--cluster",
+        CLUSTER,
+        "--jobs",
+        "300",
+        "--baselines",
+    ];
+    let out = hyperplan(&args);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let table = text(&out.stdout);
+    for needle in [
+        "FIGURE                                  HYPERPLAN",
+        "EASY",
+        "TOPOLOGY-AWARE EASY",
+        "topology-aware EASY on 2 spine(s) of 5 leaves of 10 nodes",
+    ] {
+        assert!(table.contains(needle), "missing {needle:?} in:\n{table}");
+    }
+    let v = json(&hyperplan(&[&args[..], &["--output", "json"]].concat()));
+    let b = &v["baselines"];
+    assert_eq!(b["easy"]["started"], 300, "{b}");
+    assert_eq!(b["topologyAwareEasy"]["started"], 300, "{b}");
+    assert_eq!(b["topologyAwareEasy"]["leafSizedInOneLeaf"], 1.0, "{b}");
+    assert_eq!(b["tree"], serde_json::json!([10, 5, 2]));
+    assert!(b["easy"]["leavesPerJob"].is_null(), "EASY knows no leaves: {b}");
+    assert!(replay("hard").get("baselines").is_none());
+    let err = failure(&hyperplan(&[&args[..], &["--procs-per-node", "2"]].concat()), 2);
+    assert!(
+        err.contains("'--baselines' cannot be used with '--procs-per-node' above 1"),
+        "{err}"
+    );
+}

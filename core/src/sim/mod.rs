@@ -3,6 +3,7 @@
 //! event to event (submissions, completions) until every job has finished or can never
 //! run. It runs the very Schedule the daemon runs.
 
+pub mod baselines;
 pub mod easy;
 pub mod metrics;
 pub mod submit;
