@@ -68,9 +68,11 @@ pub enum Outcome {
     Done,
 }
 
-/// The most reservations a walk makes for jobs waiting past `[scheduler] starvation`
-/// (each one costs a sweep).
-pub const MAX_STARVING_RESERVATIONS: usize = crate::config::SchedulerConfig::MAX_RESERVATIONS as usize;
+/// The most reservations a walk makes, counting those for jobs waiting past `[scheduler]
+/// starvation` beyond `reservations`: each costs a sweep of the timeline, and a backlog of
+/// thousands of starving jobs must not make a tick cost seconds (the oldest go first, so
+/// these are the oldest).
+pub const MAX_STARVING_RESERVATIONS: usize = 64;
 
 /// A job that had tasks left after a commit (minAvailable < replicas) is tried again in
 /// the same walk, from its allocated HyperNode; this bounds the passes.
