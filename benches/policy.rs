@@ -6,8 +6,9 @@
 //! topology-oblivious (`sim::easy`), and a topology-aware EASY (`sim::topo_easy`: one
 //! domain of the lowest tier that holds the job, the first blocked job reserved, the rest
 //! backfilled around it). One log processor = one node of `cpu=8`; `timeLimit` = the
-//! log's requested time, runtimes as logged; hyperplan asks for hard topology at the
-//! lowest tier that holds each job (`hyperplan simulate --swf` with its defaults).
+//! log's requested time, runtimes as logged; a job that fits a leaf must have one leaf
+//! (hard, tier 1), and a wider one asks softly for as few leaves as it can get
+//! (`hyperplan simulate --swf --topology leaf`); the topology-aware EASY asks the same.
 //!
 //! Environment:
 //! - `POLICY_LOGS`: which logs (comma-separated names from the list in `LOGS`: `kth`,
@@ -17,8 +18,13 @@
 //!   order is by age).
 //! - `POLICY_SHAPES`: `both` (default), `small` or `large` leaves.
 //! - `POLICY_CONFIG`: planner.toml text for the hyperplan runs (experiments).
+//! - `POLICY_ASK`: `leaf` (default, above), `hard` (every job hard at the lowest tier
+//!   that holds it: a 40-node job in one spine, `--topology hard`) or `none`.
 //! - `POLICY_EXTRA`: also greedy (`reservations = 0`), soft topology and no starvation
 //!   bound. `POLICY_CLASSES`: mean waits by job width.
+//! - `POLICY_DIVERGE=K`: the first K jobs that start at another time than under the
+//!   yardstick that asks the same (EASY with `none`), and the planner's pending jobs and
+//!   reservations at the first of those times: where a gap starts.
 //!
 //! Run: `cargo bench --bench policy` (one core is enough: `taskset -c 0`).
 
@@ -31,7 +37,7 @@ use hyperplan_core::PlannerConfig;
 use hyperplan_core::sim::baselines::baselines;
 use hyperplan_core::sim::metrics::{Outcome, TraceMetrics, outcomes, trace_metrics};
 use hyperplan_core::sim::swf::{SwfOptions, TopologyAsk, replay};
-use hyperplan_core::sim::topo_easy::TreeShape;
+use hyperplan_core::sim::topo_easy::{TreeShape, Wide};
 use hyperplan_core::testing::ClusterBuilder;
 use hyperplan_shared::JobSpec;
 
@@ -139,6 +145,11 @@ fn main() {
         Err(_) => PlannerConfig::default(),
     };
     let extra = std::env::var("POLICY_EXTRA").is_ok();
+    let ask = match std::env::var("POLICY_ASK").as_deref() {
+        Ok("hard") => TopologyAsk::Hard,
+        Ok("none") => TopologyAsk::None,
+        _ => TopologyAsk::Leaf,
+    };
     let mut verdicts = Vec::new();
     for log in LOGS {
         if wanted.as_ref().is_some_and(|w| !w.iter().any(|n| n == log.name)) {
@@ -151,12 +162,12 @@ fn main() {
         for &k in shapes {
             let shape = log.shapes[k];
             for &with_users in users {
-                verdicts.push(one(log, &swf, shape, with_users, &ours, extra));
+                verdicts.push(one(log, &swf, shape, with_users, &ours, extra, ask));
             }
         }
     }
     println!(
-        "\nSummary: hyperplan hard against EASY (oblivious) and topology-aware EASY, mean / max wait in seconds\n"
+        "\nSummary ({ask:?} topology): hyperplan against EASY (oblivious) and topology-aware EASY, mean / max wait in seconds\n"
     );
     println!("| log, tree, users | EASY | topology-aware EASY | hyperplan | mean ≤ EASY | max ≤ EASY |");
     println!("|---|---|---|---|---|---|");
@@ -187,6 +198,7 @@ fn one(
     with_users: bool,
     ours: &PlannerConfig,
     extra: bool,
+    ask: TopologyAsk,
 ) -> Verdict {
     let cluster = ClusterBuilder::fat_tree(&[shape.leaf, shape.per_spine], shape.spines)
         .node_resources("cpu=8")
@@ -205,7 +217,11 @@ fn one(
         }
         r
     };
-    let hard = mk(TopologyAsk::Hard);
+    let asked = mk(ask);
+    let wide = match ask {
+        TopologyAsk::Leaf => Wide::Anywhere,
+        _ => Wide::OneDomain,
+    };
     let case = format!(
         "{}, {} nodes in leaves of {}, {}",
         log.name,
@@ -217,8 +233,8 @@ fn one(
         "\n{} ({} jobs read, {} replayed, {} skipped): {nodes} nodes, {} per leaf, {} leaves per spine, {} spines, {}\n",
         log.file,
         swf.jobs.len(),
-        hard.jobs.len(),
-        hard.skipped.len(),
+        asked.jobs.len(),
+        asked.skipped.len(),
         shape.leaf,
         shape.per_spine,
         shape.spines,
@@ -251,7 +267,7 @@ fn one(
         m
     };
     let t = Instant::now();
-    let base = baselines(&hard.jobs, &cluster, shape.leaf);
+    let base = baselines(&asked.jobs, &cluster, shape.leaf, wide);
     let base_secs = t.elapsed().as_secs_f64();
     let (topo_shape, topo, topo_outcomes) = base.topology_aware.expect("a regular fat tree");
     assert_eq!(topo_shape, shape, "the tree read back from the cluster");
@@ -271,13 +287,107 @@ fn one(
     if extra {
         let mut greedy = ours.clone();
         greedy.scheduler.reservations = 0;
-        sim("greedy (reservations = 0), hard", &hard.jobs, greedy);
+        sim("greedy (reservations = 0)", &asked.jobs, greedy);
         sim("hyperplan, soft", &mk(TopologyAsk::Soft).jobs, ours.clone());
         let mut unbounded = ours.clone();
         unbounded.scheduler.starvation = 0;
-        sim("hyperplan, hard, no starvation bound", &hard.jobs, unbounded);
+        sim("hyperplan, no starvation bound", &asked.jobs, unbounded);
     }
-    let m = sim("hyperplan, hard", &hard.jobs, ours.clone());
+    let m = sim("hyperplan", &asked.jobs, ours.clone());
+    if let Ok(k) = std::env::var("POLICY_DIVERGE") {
+        let report = hyperplan_core::sim::simulate(&cluster, &asked.jobs, ours.clone());
+        let oc = outcomes(&report);
+        // Against the yardstick that asks as hyperplan's jobs ask.
+        let easy_outcomes = if ask == TopologyAsk::None {
+            &easy_outcomes
+        } else {
+            &topo_outcomes
+        };
+        let mut order: Vec<usize> = (0..oc.len()).collect();
+        order.sort_by_key(|&i| (easy_outcomes[i].start, i));
+        let first: Vec<usize> = order
+            .into_iter()
+            .filter(|&i| oc[i].start != easy_outcomes[i].start)
+            .take(k.parse().unwrap_or(5))
+            .collect();
+        if let Some(t) = first.first().and_then(|&i| easy_outcomes[i].start) {
+            // The planner's view just after its tick at the first divergence's time.
+            let upto = (first[0] + 200).min(asked.jobs.len());
+            hyperplan_core::sim::simulate_with(&cluster, &asked.jobs[..upto], ours.clone(), |p| {
+                let now = p
+                    .world_for_tests()
+                    .resource::<hyperplan_core::model::tick::Now>()
+                    .secs();
+                if now != t {
+                    return;
+                }
+                let idle: std::collections::BTreeSet<String> = p
+                    .nodes()
+                    .into_iter()
+                    .filter(|n| n.running_tasks == 0)
+                    .map(|n| n.name)
+                    .collect();
+                println!("at {now}: free nodes {}", idle.len());
+                for j in p.jobs() {
+                    if let Some(r) = &j.reservation {
+                        let on_idle = r.nodes.iter().filter(|n| idle.contains(*n)).count();
+                        let limits: std::collections::BTreeMap<&str, u64> = asked
+                            .jobs
+                            .iter()
+                            .map(|j| (j.name.as_str(), j.run.time_limit.unwrap_or(0)))
+                            .collect();
+                        let freed: usize = p
+                            .jobs()
+                            .iter()
+                            .filter(|x| x.start_time.is_some() && x.end_time.is_none_or(|e| e > now))
+                            .filter(|x| x.start_time.unwrap() + limits[x.name.as_str()] <= r.start)
+                            .map(|x| x.tasks.len())
+                            .sum();
+                        println!(
+                            "  reservation {} at {}: {} nodes, {on_idle} of them idle now; {freed} nodes free by then",
+                            j.name,
+                            r.start,
+                            r.nodes.len()
+                        );
+                    }
+                }
+                for j in p.jobs() {
+                    if matches!(j.status, hyperplan_shared::report::JobStatus::Pending) {
+                        println!(
+                            "  pending {} n={} submit={} score={:?} reason={:?} resv={:?}",
+                            j.name,
+                            j.tasks.len(),
+                            j.submit_time,
+                            j.priority.as_ref().map(|p| p.score),
+                            j.reason,
+                            j.reservation.as_ref().map(|r| (r.start, r.nodes.len()))
+                        );
+                    } else if j.start_time.is_some() && j.end_time.is_none_or(|e| e > now) {
+                        println!(
+                            "  running {} n={} start={:?} end={:?}",
+                            j.name,
+                            j.tasks.len(),
+                            j.start_time,
+                            j.end_time
+                        );
+                    }
+                }
+            });
+        }
+        for i in first {
+            println!(
+                "diverge: {} nodes={} submit={} limit={:?} runtime={:?} easy={:?} topo={:?} ours={:?}",
+                asked.jobs[i].name,
+                oc[i].nodes,
+                oc[i].submit,
+                asked.jobs[i].run.time_limit,
+                asked.jobs[i].tasks[0].runtime,
+                easy_outcomes[i].start,
+                topo_outcomes[i].start,
+                oc[i].start
+            );
+        }
+    }
     Verdict {
         case,
         easy,

@@ -33,6 +33,10 @@ pub enum Topology {
     /// Required: each job gets the lowest tier one of whose HyperNodes can hold it
     /// (networkTopology mode hard, highestTierAllowed).
     Hard,
+    /// Required for the jobs that fit a leaf (tier 1: one leaf each); wider jobs ask for
+    /// their lowest tier softly, packed into as few leaves as the free nodes allow but
+    /// never held back for it.
+    Leaf,
     /// The same tier, preferred but not required (mode soft).
     Soft,
     /// No networkTopology: anywhere (the placement a topology-oblivious scheduler makes).
@@ -43,14 +47,24 @@ impl Topology {
     fn ask(self) -> TopologyAsk {
         match self {
             Topology::Hard => TopologyAsk::Hard,
+            Topology::Leaf => TopologyAsk::Leaf,
             Topology::Soft => TopologyAsk::Soft,
             Topology::None => TopologyAsk::None,
+        }
+    }
+
+    /// How the topology-aware EASY yardstick places a job wider than a leaf.
+    fn wide(self) -> sim::topo_easy::Wide {
+        match self {
+            Topology::Leaf => sim::topo_easy::Wide::Anywhere,
+            Topology::Hard | Topology::Soft | Topology::None => sim::topo_easy::Wide::OneDomain,
         }
     }
 
     fn as_str(self) -> &'static str {
         match self {
             Topology::Hard => "hard",
+            Topology::Leaf => "leaf",
             Topology::Soft => "soft",
             Topology::None => "none",
         }
@@ -115,7 +129,8 @@ pub struct Args {
     #[arg(long, value_name = "P", requires = "swf", value_parser = clap::value_parser!(u32).range(1..))]
     procs_per_node: Option<u32>,
     /// With --swf: replay the same jobs under EASY backfill, topology-oblivious, and (on a
-    /// regular fat tree) a topology-aware EASY, one domain of the lowest tier per job, and
+    /// regular fat tree) a topology-aware EASY, one leaf per leaf-sized job and one domain
+    /// of the lowest tier per wider job (anywhere with --topology leaf), and
     /// show their figures beside hyperplan's (one log processor per node).
     #[arg(long, requires = "swf")]
     baselines: bool,
@@ -342,7 +357,7 @@ fn run_swf(args: &Args, log_path: &Path) -> anyhow::Result<()> {
             .collect(),
         metrics: trace_metrics(&runs, nodes, leaf_size.unwrap_or(1)),
         baselines: args.baselines.then(|| {
-            let b = sim::baselines::baselines(&replayed.jobs, &cluster, leaf_size.unwrap_or(1));
+            let b = sim::baselines::baselines(&replayed.jobs, &cluster, leaf_size.unwrap_or(1), topology.wide());
             SwfBaselines {
                 easy: b.easy,
                 tree: b

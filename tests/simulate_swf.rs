@@ -80,7 +80,12 @@ fn failure(out: &Output, code: i32) -> String {
 }
 
 fn replay(topology: &str) -> Value {
-    json(&hyperplan(&[
+    replay_with(topology, &[])
+}
+
+/// As [`replay`], with more arguments.
+fn replay_with(topology: &str, more: &[&str]) -> Value {
+    let args = [
         "simulate",
         "--swf",
         KTH,
@@ -92,7 +97,8 @@ fn replay(topology: &str) -> Value {
         topology,
         "--output",
         "json",
-    ]))
+    ];
+    json(&hyperplan(&[&args[..], more].concat()))
 }
 
 #[test]
@@ -159,6 +165,27 @@ fn without_topology_jobs_spread_over_more_leaves() {
         in_one(&none),
         in_one(&hard)
     );
+}
+
+/// `--topology leaf`: every leaf-sized job still gets one leaf, as with `hard`, and the
+/// wider jobs are not held to one spine; the yardstick asks the same.
+#[test]
+fn leaf_topology_keeps_leaf_sized_jobs_in_one_leaf_and_lets_wide_jobs_span_spines() {
+    let (hard, leaf) = (replay("hard"), replay("leaf"));
+    assert_eq!(leaf["topology"], "leaf");
+    assert_eq!(leaf["metrics"]["leafSizedInOneLeaf"], 1.0, "{leaf}");
+    assert_eq!(leaf["metrics"]["started"], 300, "{leaf}");
+    let wait = |v: &Value| v["metrics"]["meanWait"].as_f64().unwrap_or_else(|| panic!("{v}"));
+    assert!(
+        wait(&leaf) <= wait(&hard),
+        "leaf {} vs hard {}",
+        wait(&leaf),
+        wait(&hard)
+    );
+    let v = replay_with("leaf", &["--baselines"]);
+    let b = &v["baselines"]["topologyAwareEasy"];
+    assert_eq!(b["leafSizedInOneLeaf"], 1.0, "{b}");
+    assert_eq!(b["started"], 300, "{b}");
 }
 
 #[test]

@@ -105,6 +105,49 @@ fn a_job_may_start_past_a_reservation_on_nodes_it_does_not_hold() {
 }
 
 #[test]
+fn a_reservation_takes_room_that_frees_later_and_leaves_free_room_to_backfill() {
+    // 8 nodes. `a` holds 2 until 10, `b` 4 until 100, `c` 2 until 1000. At 11 the wide
+    // job waits for 4 nodes: at 100 it could have the two `a` left free (first by name)
+    // or `b`'s four. Reserved on `b`'s, the two free now stay free for the long job, as
+    // EASY's "extra nodes" would.
+    let cluster = ClusterBuilder::flat(8).build();
+    let jobs = vec![
+        whole("a", 2, 0, 10, 10),
+        whole("b", 4, 0, 100, 100),
+        whole("c", 2, 0, 1000, 1000),
+        whole("wide", 4, 11, 100, 100),
+        whole("long", 2, 12, 1000, 1000),
+    ];
+    let r = run_checked(&cluster, &jobs, PlannerConfig::default());
+    assert_eq!(start(&r, "wide"), 100);
+    assert_eq!(start(&r, "long"), 12, "{:?}", job(&r, "long"));
+    let mut wide = job(&r, "wide").tasks.iter().map(|t| t.node.clone()).collect::<Vec<_>>();
+    let mut b = job(&r, "b").tasks.iter().map(|t| t.node.clone()).collect::<Vec<_>>();
+    wide.sort();
+    b.sort();
+    assert_eq!(wide, b, "the wide job runs where `b` ran");
+}
+
+#[test]
+fn a_reservation_that_needs_some_free_room_takes_no_more_of_it_than_it_must() {
+    // 8 nodes. `a` holds 2 until 10, `b` 3 until 100, `c` 3 until 1000. At 100 the wide
+    // job has `b`'s three and one of the two free now: the other is the long job's.
+    let cluster = ClusterBuilder::flat(8).build();
+    let jobs = vec![
+        whole("a", 2, 0, 10, 10),
+        whole("b", 3, 0, 100, 100),
+        whole("c", 3, 0, 1000, 1000),
+        whole("wide", 4, 11, 100, 100),
+        whole("long", 1, 12, 1000, 1000),
+        whole("long2", 1, 13, 1000, 1000),
+    ];
+    let r = run_checked(&cluster, &jobs, PlannerConfig::default());
+    assert_eq!(start(&r, "wide"), 100);
+    assert_eq!(start(&r, "long"), 12, "{:?}", job(&r, "long"));
+    assert!(start(&r, "long2") >= 200, "{:?}", job(&r, "long2"));
+}
+
+#[test]
 fn the_reservation_is_inside_one_leaf_and_backfill_uses_the_other() {
     // Two leaves of 4 nodes. Leaf 1 is busy until 100 (3 nodes), leaf 2 until 500 (2
     // nodes). A 4-node job that must stay in one leaf reserves leaf 1 at 100; a long

@@ -167,6 +167,12 @@ impl Capacity {
         Shape { req, missing }
     }
 
+    /// Node `n`'s free resources, per dimension.
+    #[inline]
+    pub fn free_of(&self, n: NodeIdx) -> &[u64] {
+        &self.free[n.ix() * self.d..(n.ix() + 1) * self.d]
+    }
+
     /// Whether one task of shape `s` fits in node `n`'s free resources now.
     #[inline]
     pub fn fits(&self, n: NodeIdx, s: &Shape) -> bool {

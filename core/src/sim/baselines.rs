@@ -7,7 +7,7 @@ use hyperplan_shared::{ClusterSpec, JobSpec};
 
 use super::easy::{TraceJob, easy_backfill};
 use super::metrics::{Outcome, TraceMetrics, trace_metrics};
-use super::topo_easy::{TreeShape, topo_easy_backfill};
+use super::topo_easy::{TreeShape, Wide, topo_easy_backfill};
 
 /// Both yardsticks' figures, and the outcomes they came from.
 #[derive(Clone, Debug)]
@@ -16,8 +16,9 @@ pub struct Baselines {
     pub easy: TraceMetrics,
     /// Its jobs, in the order given.
     pub easy_outcomes: Vec<Outcome>,
-    /// EASY with one domain of the lowest tier per job, on `shape`; `None` where the
-    /// cluster is not a regular fat tree.
+    /// EASY with one leaf per leaf-sized job (and one domain of the lowest tier per wider
+    /// job, or anywhere, as asked), on `shape`; `None` where the cluster is not a regular
+    /// fat tree.
     pub topology_aware: Option<(TreeShape, TraceMetrics, Vec<Outcome>)>,
 }
 
@@ -35,8 +36,9 @@ pub fn trace_jobs(jobs: &[JobSpec]) -> Vec<TraceJob> {
 }
 
 /// Both yardsticks on `jobs` (one node per replica) on `cluster`, judged with leaves of
-/// `leaf_size` nodes.
-pub fn baselines(jobs: &[JobSpec], cluster: &ClusterSpec, leaf_size: u32) -> Baselines {
+/// `leaf_size` nodes; `wide` says where the topology-aware EASY may put a job wider than
+/// a leaf (as the jobs ask: `--topology hard` or `leaf`).
+pub fn baselines(jobs: &[JobSpec], cluster: &ClusterSpec, leaf_size: u32, wide: Wide) -> Baselines {
     let nodes = u32::try_from(cluster.nodes.len()).unwrap_or(u32::MAX);
     let trace = trace_jobs(jobs);
     let outcome = |j: &TraceJob, start: Option<u64>, leaves: Option<u32>| Outcome {
@@ -54,7 +56,7 @@ pub fn baselines(jobs: &[JobSpec], cluster: &ClusterSpec, leaf_size: u32) -> Bas
     let topology_aware = tree_shape(cluster).map(|shape| {
         let out: Vec<Outcome> = trace
             .iter()
-            .zip(topo_easy_backfill(shape, &trace))
+            .zip(topo_easy_backfill(shape, wide, &trace))
             .map(|(j, s)| outcome(j, s.as_ref().map(|s| s.start), s.as_ref().map(|s| s.leaves)))
             .collect();
         (shape, trace_metrics(&out, nodes, leaf_size), out)
@@ -155,7 +157,7 @@ mod tests {
                 .limit(10)
                 .build(),
         ];
-        let b = baselines(&jobs, &c, 2);
+        let b = baselines(&jobs, &c, 2, Wide::OneDomain);
         assert_eq!(b.easy.started, 3);
         let (shape, topo, out) = b.topology_aware.unwrap();
         assert_eq!(shape.nodes(), 4);

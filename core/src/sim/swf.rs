@@ -22,6 +22,10 @@ pub enum TopologyAsk {
     Hard,
     /// The same tier, soft: preferred, not required.
     Soft,
+    /// Hard for the jobs that fit a leaf (tier 1: one leaf, full bisection among their
+    /// ranks); wider jobs ask soft for their lowest tier, so they are packed into as few
+    /// leaves and spines as the free nodes allow, never held back for it.
+    Leaf,
     /// No topology: anywhere.
     None,
 }
@@ -144,7 +148,12 @@ fn job_of(j: &SwfJob, per_proc: u64, sizes: &BTreeMap<u32, u32>, opts: &SwfOptio
             highest_tier_allowed: Some(t),
             highest_tier_name: None,
         }),
-        (TopologyAsk::Soft, Some(t)) => Some(NetworkTopology {
+        (TopologyAsk::Leaf, Some(1)) => Some(NetworkTopology {
+            mode: TopologyMode::Hard,
+            highest_tier_allowed: Some(1),
+            highest_tier_name: None,
+        }),
+        (TopologyAsk::Soft | TopologyAsk::Leaf, Some(t)) => Some(NetworkTopology {
             mode: TopologyMode::Soft,
             highest_tier_allowed: Some(t),
             highest_tier_name: None,

@@ -36,17 +36,28 @@ impl TreeShape {
         (self.per_spine * self.spines) as usize
     }
 
-    /// The leaves of each domain of the lowest tier that holds `width` nodes.
-    fn domains(&self, width: u32) -> Vec<std::ops::Range<usize>> {
+    /// The leaves of each domain a job of `width` nodes may have.
+    fn domains(&self, width: u32, wide: Wide) -> Vec<std::ops::Range<usize>> {
         let span = if width <= self.leaf {
             1
-        } else if width <= self.leaf * self.per_spine {
+        } else if wide == Wide::OneDomain && width <= self.leaf * self.per_spine {
             self.per_spine as usize
         } else {
             self.leaves()
         };
         (0..self.leaves()).step_by(span).map(|a| a..a + span).collect()
     }
+}
+
+/// Where a job wider than a leaf may go (a job that fits a leaf always gets one leaf).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wide {
+    /// One domain of the lowest tier that holds it: one spine, or the whole tree
+    /// (`hyperplan simulate --swf --topology hard`).
+    OneDomain,
+    /// Anywhere in the tree, in as few leaves as the free nodes allow
+    /// (`--topology leaf`).
+    Anywhere,
 }
 
 /// One job's start and the leaves it ran in.
@@ -59,14 +70,15 @@ pub struct TopoStart {
 }
 
 /// Start per job (same order as `jobs`); `None` for a job wider than the tree.
-pub fn topo_easy_backfill(shape: TreeShape, jobs: &[TraceJob]) -> Vec<Option<TopoStart>> {
-    let mut sim = Sim::new(shape, jobs);
+pub fn topo_easy_backfill(shape: TreeShape, wide: Wide, jobs: &[TraceJob]) -> Vec<Option<TopoStart>> {
+    let mut sim = Sim::new(shape, wide, jobs);
     sim.run();
     sim.start
 }
 
 struct Sim<'a> {
     shape: TreeShape,
+    wide: Wide,
     jobs: &'a [TraceJob],
     start: Vec<Option<TopoStart>>,
     arrivals: Vec<usize>,
@@ -82,11 +94,12 @@ struct Sim<'a> {
 }
 
 impl<'a> Sim<'a> {
-    fn new(shape: TreeShape, jobs: &'a [TraceJob]) -> Self {
+    fn new(shape: TreeShape, wide: Wide, jobs: &'a [TraceJob]) -> Self {
         let mut arrivals: Vec<usize> = (0..jobs.len()).filter(|&i| width(&jobs[i]) <= shape.nodes()).collect();
         arrivals.sort_by_key(|&i| (jobs[i].submit, i));
         Self {
             shape,
+            wide,
             jobs,
             start: vec![None; jobs.len()],
             arrivals,
@@ -141,7 +154,7 @@ impl<'a> Sim<'a> {
     fn place(&self, width: u32, usable: &[u32]) -> Option<Vec<(usize, u32)>> {
         let domain = self
             .shape
-            .domains(width)
+            .domains(width, self.wide)
             .into_iter()
             .map(|d| (usable[d.clone()].iter().sum::<u32>(), d))
             .filter(|(room, _)| *room >= width)
@@ -223,7 +236,7 @@ impl<'a> Sim<'a> {
     /// The head's reservation: the first estimated end at which one domain of its tier
     /// has `need` nodes free, that domain's leaves, and its nodes free then beyond `need`.
     fn reservation(&self, need: u32) -> (u64, std::ops::Range<usize>, u32) {
-        let domains = self.shape.domains(need);
+        let domains = self.shape.domains(need, self.wide);
         let span = domains.first().map_or(1, |d| d.len());
         let mut room: Vec<u32> = domains.iter().map(|d| self.free[d.clone()].iter().sum()).collect();
         let mut ends = self.estimates.iter().peekable();
@@ -273,10 +286,12 @@ mod tests {
         /// than the tree has.
         #[test]
         fn random_jobs_start_and_never_overfill_the_tree(
-            raw in proptest::collection::vec((0u64..500, 1u32..20, 1u64..200, 0u64..200), 1..40)
+            raw in proptest::collection::vec((0u64..500, 1u32..20, 1u64..200, 0u64..200), 1..40),
+            anywhere in any::<bool>(),
         ) {
             let jobs: Vec<TraceJob> = raw.iter().map(|&(s, n, r, extra)| job(s, n, r, r + extra)).collect();
-            let starts = topo_easy_backfill(TREE, &jobs);
+            let wide = if anywhere { Wide::Anywhere } else { Wide::OneDomain };
+            let starts = topo_easy_backfill(TREE, wide, &jobs);
             let mut edges = Vec::new();
             for (j, s) in jobs.iter().zip(&starts) {
                 if j.nodes > TREE.nodes() {
@@ -328,7 +343,7 @@ mod tests {
             job(0, 4, 50, 50),
             job(0, 4, 50, 50),
         ];
-        let s = topo_easy_backfill(TREE, &jobs);
+        let s = topo_easy_backfill(TREE, Wide::OneDomain, &jobs);
         // Four 2-node jobs fill two leaves (best fit packs them), then two 4-node jobs
         // take the other two leaves; the third waits for a leaf at 50.
         assert_eq!(s[6].as_ref().unwrap().start, 50);
@@ -351,17 +366,40 @@ mod tests {
             job(2, 2, 100, 100), // would hold leaf 1 past 50: waits
             job(3, 2, 40, 40),   // ends by 50: starts now in leaf 1
         ];
-        let s = topo_easy_backfill(tree, &jobs);
+        let s = topo_easy_backfill(tree, Wide::OneDomain, &jobs);
         assert_eq!(s[2].as_ref().unwrap().start, 50);
         assert_eq!(s[4].as_ref().unwrap().start, 3);
         assert!(s[3].as_ref().unwrap().start >= 60);
+    }
+
+    /// Two spines of two leaves of 4, with 1, 1, 2 and 1 nodes free until 100: a 5-node
+    /// job waits for a spine with `OneDomain`, and starts at once in four leaves with
+    /// `Anywhere`.
+    #[test]
+    fn a_wide_job_spans_spines_only_when_asked_for_leaves_only() {
+        let tree = TreeShape {
+            leaf: 4,
+            per_spine: 2,
+            spines: 2,
+        };
+        let jobs = [
+            job(0, 3, 100, 100),
+            job(0, 3, 100, 100),
+            job(0, 2, 100, 100),
+            job(0, 3, 100, 100),
+            job(1, 5, 10, 10),
+        ];
+        let s = topo_easy_backfill(tree, Wide::OneDomain, &jobs);
+        assert_eq!(s[4].as_ref().unwrap().start, 100);
+        let s = topo_easy_backfill(tree, Wide::Anywhere, &jobs);
+        assert_eq!(s[4], Some(TopoStart { start: 1, leaves: 4 }));
     }
 
     /// A spine-sized job goes under one spine; a job wider than the tree never starts.
     #[test]
     fn tiers_above_the_leaf() {
         let jobs = [job(0, 6, 10, 10), job(0, 16, 10, 10), job(0, 17, 10, 10)];
-        let s = topo_easy_backfill(TREE, &jobs);
+        let s = topo_easy_backfill(TREE, Wide::OneDomain, &jobs);
         assert_eq!(s[0].as_ref().unwrap().leaves, 2);
         assert_eq!(s[1].as_ref().unwrap().start, 10);
         assert_eq!(s[1].as_ref().unwrap().leaves, 4);

@@ -6,6 +6,9 @@
 //! success is the reservation: one HyperNode of an allowed tier (the search's own rule),
 //! fewest leaves, best packed, as a placement now would be.
 
+use std::sync::Arc;
+
+use crate::cache::capacity::Shape;
 use crate::cache::holdings::Held;
 use crate::cache::scratch::Scratch;
 use crate::config::PlannerConfig;
@@ -96,6 +99,7 @@ impl Sweep<'_, '_> {
         }
         let previous =
             previous.filter(|p| p.held.len() as u64 == pending_total && p.held.iter().all(|h| h.numa.is_none()));
+        let free_now = self.free_now(ctx, &pending);
         let mut applied = 0usize;
         let mut searches = 0usize;
         let mut sticky_tried = false;
@@ -132,6 +136,9 @@ impl Sweep<'_, '_> {
             {
                 sticky_tried = true;
                 if self.holds(&p.held) {
+                    // Kept as it was, though it may hold room free now: moved, it would
+                    // free room that a job after it could reserve sooner, taking the room
+                    // of a reservation made after that one, and push it back.
                     found = Some(Found {
                         start: c,
                         held: p.held.clone(),
@@ -144,7 +151,7 @@ impl Sweep<'_, '_> {
                 continue;
             }
             searches += 1;
-            if let Some(f) = self.search_at(ctx, c) {
+            if let Some(f) = self.search_at(ctx, c, &free_now) {
                 found = Some(f);
                 break;
             }
@@ -198,27 +205,142 @@ impl Sweep<'_, '_> {
         })
     }
 
+    /// What each node with room for one of `ctx`'s pending tasks has free now.
+    fn free_now(&self, ctx: &JobCtx, pending: &[u64]) -> Vec<(NodeIdx, Arc<Shape>)> {
+        let cap = self.s.cap();
+        let d = cap.d.max(1);
+        let shapes: Vec<&Shape> = ctx
+            .shapes
+            .iter()
+            .zip(pending)
+            .filter(|(_, p)| **p > 0)
+            .map(|(s, _)| &**s)
+            .collect();
+        cap.free
+            .chunks(d)
+            .enumerate()
+            .filter(|(n, _)| shapes.iter().any(|s| cap.fits(NodeIdx(*n as u32), s)))
+            .map(|(n, f)| {
+                let shape = Shape {
+                    req: f.to_vec(),
+                    missing: None,
+                };
+                (NodeIdx(n as u32), Arc::new(shape))
+            })
+            .collect()
+    }
+
     /// The placement search on the caches as they stand at time `c`; its placements are
-    /// undone at once and returned.
-    fn search_at(&mut self, ctx: &JobCtx, c: u64) -> Option<Found> {
-        let mut trial = ctx.clone();
+    /// undone at once and returned. It looks first in the room that frees between now and
+    /// `c` only, leaving `free_now` out: the room free now is what later jobs backfill
+    /// into (EASY's "extra nodes"), so a reservation that can do without it leaves it
+    /// to them. Only when that finds nothing does it search everything.
+    fn search_at(&mut self, ctx: &JobCtx, c: u64, free_now: &[(NodeIdx, Arc<Shape>)]) -> Option<Found> {
+        if let Some(f) = self.search_later(ctx, c, free_now) {
+            return Some(f);
+        }
         let config = self.config;
+        let mut trial = ctx.clone();
         self.s.trial(|s| Search::new(s, config).allocate_job(&mut trial))?;
-        let mut held = Vec::new();
+        let mut found = self.found(trial, c);
+        found.hyper_node = self.prefer_later(&mut found.held, found.hyper_node, free_now);
+        Some(found)
+    }
+
+    /// Moves reserved tasks off nodes with room free now onto nodes within the same
+    /// HyperNode `within` (so the tier the job allows still holds) whose room only frees
+    /// later, nodes of the groups it already uses first (no leaf added): the room free now
+    /// stays for backfill, as EASY's "extra nodes" do. Then its lowest HyperNode again.
+    fn prefer_later(
+        &mut self,
+        held: &mut [Held],
+        within: Option<HnIdx>,
+        free_now: &[(NodeIdx, Arc<Shape>)],
+    ) -> Option<HnIdx> {
+        let free = |n: NodeIdx| free_now.binary_search_by_key(&n, |f| f.0).is_ok();
+        if free_now.is_empty() || !held.iter().any(|h| free(h.node)) || held.iter().any(|h| h.numa.is_some()) {
+            return within;
+        }
+        let index = self.index;
+        let used: std::collections::BTreeSet<u32> = held.iter().map(|h| index.node_group[h.node.ix()].0).collect();
+        let mut targets: Vec<NodeIdx> = index.hns[within.unwrap_or(index.root).ix()]
+            .nodes
+            .ones()
+            .map(|n| NodeIdx(n as u32))
+            .filter(|&n| !free(n))
+            .collect();
+        targets.sort_by_key(|n| (!used.contains(&index.node_group[n.ix()].0), *n));
+        self.s.trial(|s| {
+            for h in held.iter() {
+                s.take_held(h);
+            }
+            // A node without room for one task has none for the next of the same shape
+            // (the trial only takes); for another shape, a node passed over is only a
+            // move not made.
+            let mut at = 0;
+            for h in held.iter_mut().filter(|h| free(h.node)) {
+                while let Some(&m) = targets.get(at) {
+                    if s.cap().fits(m, &h.shape) {
+                        s.give(h.node, &h.shape, None);
+                        s.take(m, &h.shape, None);
+                        h.node = m;
+                        break;
+                    }
+                    at += 1;
+                }
+            }
+        });
+        self.lowest(held)
+    }
+
+    /// The lowest HyperNode holding every node of `held` (`None`: the whole cluster).
+    fn lowest(&self, held: &[Held]) -> Option<HnIdx> {
         let mut hyper_node: Option<HnIdx> = None;
+        for h in held {
+            let lowest = self.index.lowest_of(h.node).unwrap_or(self.index.root);
+            hyper_node = Some(self.index.lca_opt(hyper_node, Some(lowest)).unwrap_or(lowest));
+        }
+        hyper_node.filter(|h| *h != self.index.root)
+    }
+
+    /// The search in the room freed between now and `c` only (`free_now` left out).
+    fn search_later(&mut self, ctx: &JobCtx, c: u64, free_now: &[(NodeIdx, Arc<Shape>)]) -> Option<Found> {
+        if free_now.is_empty() {
+            return None;
+        }
+        let config = self.config;
+        let mut trial = ctx.clone();
+        let later = self.s.trial(|s| {
+            for (n, f) in free_now {
+                let req: Vec<u64> = f
+                    .req
+                    .iter()
+                    .zip(s.cap().free_of(*n))
+                    .map(|(&was, &is)| was.min(is))
+                    .collect();
+                if req.iter().any(|&x| x > 0) {
+                    s.take(*n, &Arc::new(Shape { req, missing: None }), None);
+                }
+            }
+            Search::new(s, config).allocate_job(&mut trial).is_some()
+        });
+        later.then(|| self.found(trial, c))
+    }
+
+    /// A search's trial placement as a reservation at `c`.
+    fn found(&self, mut trial: JobCtx, c: u64) -> Found {
+        let mut held = Vec::new();
         for slot in trial.tasks.iter_mut().filter(|s| s.new) {
             let Some(node) = slot.node else { continue };
             let shape = trial.shapes[slot.role].clone();
             let numa = slot.assignment.take();
-            let lowest = self.index.lowest_of(node).unwrap_or(self.index.root);
-            hyper_node = Some(self.index.lca_opt(hyper_node, Some(lowest)).unwrap_or(lowest));
             held.push(Held { node, shape, numa });
         }
-        Some(Found {
+        Found {
             start: c,
+            hyper_node: self.lowest(&held),
             held,
-            hyper_node: hyper_node.filter(|h| *h != self.index.root),
-        })
+        }
     }
 }
 
