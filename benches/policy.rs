@@ -374,6 +374,22 @@ fn one(
                 }
             });
         }
+        let longest = |o: &[Outcome]| {
+            (0..o.len())
+                .filter_map(|i| Some((o[i].start? - o[i].submit, i)))
+                .max()
+                .map(|(w, i)| {
+                    format!(
+                        "{} ({} nodes, limit {:?}, user {:?}) waited {w}",
+                        asked.jobs[i].name, o[i].nodes, asked.jobs[i].run.time_limit, asked.jobs[i].user
+                    )
+                })
+        };
+        println!(
+            "longest wait: ours {:?}; yardstick {:?}",
+            longest(&oc),
+            longest(easy_outcomes)
+        );
         for i in first {
             println!(
                 "diverge: {} nodes={} submit={} limit={:?} runtime={:?} easy={:?} topo={:?} ours={:?}",

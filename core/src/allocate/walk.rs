@@ -408,11 +408,10 @@ impl<'a> Walk<'a> {
             return None;
         }
         self.build_timeline(w);
-        let prev = self
-            .previous
-            .iter()
-            .filter(|_| self.sticky)
-            .find(|r: &&Reservation| r.job == entity);
+        let at = self.previous.iter().position(|r| self.sticky && r.job == entity);
+        // The last job reservation of the last walk may move (see `Sweep::earliest`).
+        let last = at.is_some() && at == self.previous.iter().rposition(|r| r.window.is_none());
+        let prev = at.map(|i| (&self.previous[i], last));
         let found = Sweep {
             index: self.index,
             s: &mut self.s,

@@ -13,7 +13,7 @@
 //!
 //! ```toml
 //! [scheduler]
-//! reservations = 16   # blocked jobs, in order, that get a reservation (0 = greedy)
+//! reservations = 1    # blocked jobs, in order, that get a reservation (0 = greedy)
 //! starvation = "1d"   # after this long waiting a job goes first, oldest first (0 = never)
 //! estimates = "limit" # how long backfill takes a job to run: "limit" or "history"
 //! ```
@@ -47,7 +47,7 @@ pub enum Estimates {
 
 impl SchedulerConfig {
     /// `reservations` when `[scheduler]` does not set it.
-    pub const DEFAULT_RESERVATIONS: u32 = 16;
+    pub const DEFAULT_RESERVATIONS: u32 = 1;
     /// `starvation` when `[scheduler]` does not set it: a day.
     pub const DEFAULT_STARVATION: u64 = 86_400;
     /// More would make a tick's reservations cost more than the jobs they protect gain.
@@ -149,7 +149,7 @@ mod tests {
 
     #[test]
     fn default_value_and_bad_values() {
-        assert_eq!(PlannerConfig::parse("", "p.toml").unwrap().scheduler.reservations, 16);
+        assert_eq!(PlannerConfig::parse("", "p.toml").unwrap().scheduler.reservations, 1);
         let c = PlannerConfig::parse("[scheduler]\nreservations = 0\n", "p.toml").unwrap();
         assert_eq!(c.scheduler.reservations, 0);
         let e = PlannerConfig::parse("[scheduler]\nreservations = -1\n", "p.toml").unwrap_err();

@@ -186,7 +186,7 @@ weight = 2
         let gpu = cfg.planner.queues.iter().find(|q| q.name == "gpu");
         let gpu = gpu.unwrap_or_else(|| panic!("no gpu queue in {:?}", cfg.planner.queues));
         assert_eq!((gpu.priority, gpu.max_time_limit), (10, Some(2 * 86_400)));
-        assert_eq!(cfg.planner.scheduler.reservations, 16);
+        assert_eq!(cfg.planner.scheduler.reservations, 1);
         assert_eq!(cfg.planner.maintenance.len(), 1);
         assert_eq!(cfg.planner.preemption.grace, 30);
         assert_eq!(cfg.planner.preemption.of(Some("urgent")), (1000, false));

@@ -50,7 +50,8 @@ impl Sweep<'_, '_> {
     /// The earliest time after `now` at which `ctx`'s pending tasks fit for `limit`
     /// seconds, given `releases` (sorted by end) and the reservations already made
     /// (`list`, held per `active`). `previous`: the job's reservation from the last walk,
-    /// kept when it still holds at its time (so it does not wander and push others back).
+    /// kept when it still holds at its time (so it does not wander and push others back),
+    /// and whether it was the last one made (it may then move off room free now).
     /// The caches and `active` are left as they were found: the sweep is a trial.
     #[allow(clippy::too_many_arguments)]
     pub fn earliest(
@@ -62,7 +63,7 @@ impl Sweep<'_, '_> {
         releases: &[Release],
         list: &[Reservation],
         active: &mut ActiveSet,
-        previous: Option<&Reservation>,
+        previous: Option<(&Reservation, bool)>,
     ) -> Option<Found> {
         let saved = active.clone();
         let mark = self.s.begin();
@@ -82,7 +83,7 @@ impl Sweep<'_, '_> {
         releases: &[Release],
         list: &[Reservation],
         active: &mut ActiveSet,
-        previous: Option<&Reservation>,
+        previous: Option<(&Reservation, bool)>,
     ) -> Option<Found> {
         let mut pending = vec![0u64; ctx.shapes.len()];
         ctx.pending().for_each(|t| pending[t.role] += 1);
@@ -97,6 +98,10 @@ impl Sweep<'_, '_> {
                 self.s.room_per_hn(shape);
             }
         }
+        let (previous, movable) = match previous {
+            Some((p, movable)) => (Some(p), movable),
+            None => (None, false),
+        };
         let previous =
             previous.filter(|p| p.held.len() as u64 == pending_total && p.held.iter().all(|h| h.numa.is_none()));
         let free_now = self.free_now(ctx, &pending);
@@ -136,13 +141,22 @@ impl Sweep<'_, '_> {
             {
                 sticky_tried = true;
                 if self.holds(&p.held) {
-                    // Kept as it was, though it may hold room free now: moved, it would
-                    // free room that a job after it could reserve sooner, taking the room
-                    // of a reservation made after that one, and push it back.
-                    found = Some(Found {
-                        start: c,
-                        held: p.held.clone(),
-                        hyper_node: p.hyper_node,
+                    // Kept as it was, unless it is the last and holds room free now that
+                    // room freed by then could replace. One made after it in the last walk
+                    // stays put: moved, it would free room that a job after it could
+                    // reserve sooner, taking the room of a reservation made after that
+                    // one, and push it back.
+                    let moved = if movable {
+                        self.relocate(ctx, p, c, &free_now)
+                    } else {
+                        None
+                    };
+                    found = moved.or_else(|| {
+                        Some(Found {
+                            start: c,
+                            held: p.held.clone(),
+                            hyper_node: p.hyper_node,
+                        })
                     });
                     break;
                 }
@@ -205,6 +219,28 @@ impl Sweep<'_, '_> {
         })
     }
 
+    /// Reservation `p` of the last walk, still holding at `c`, moved off the room free
+    /// now where room freed by then will do (see [`Sweep::search_at`]); `None`: where it
+    /// is serves as well.
+    fn relocate(&mut self, ctx: &JobCtx, p: &Reservation, c: u64, free_now: &[(NodeIdx, Arc<Shape>)]) -> Option<Found> {
+        if !p
+            .held
+            .iter()
+            .any(|h| free_now.binary_search_by_key(&h.node, |f| f.0).is_ok())
+        {
+            return None;
+        }
+        self.search_later(ctx, c, free_now).or_else(|| {
+            let mut held = p.held.clone();
+            let within = self.scope(ctx, p.hyper_node);
+            self.prefer_later(&mut held, within, free_now).then(|| Found {
+                start: c,
+                hyper_node: self.lowest(&held),
+                held,
+            })
+        })
+    }
+
     /// What each node with room for one of `ctx`'s pending tasks has free now.
     fn free_now(&self, ctx: &JobCtx, pending: &[u64]) -> Vec<(NodeIdx, Arc<Shape>)> {
         let cap = self.s.cap();
@@ -243,23 +279,36 @@ impl Sweep<'_, '_> {
         let mut trial = ctx.clone();
         self.s.trial(|s| Search::new(s, config).allocate_job(&mut trial))?;
         let mut found = self.found(trial, c);
-        found.hyper_node = self.prefer_later(&mut found.held, found.hyper_node, free_now);
+        let within = self.scope(ctx, found.hyper_node);
+        if self.prefer_later(&mut found.held, within, free_now) {
+            found.hyper_node = self.lowest(&found.held);
+        }
         Some(found)
     }
 
-    /// Moves reserved tasks off nodes with room free now onto nodes within the same
-    /// HyperNode `within` (so the tier the job allows still holds) whose room only frees
-    /// later, nodes of the groups it already uses first (no leaf added): the room free now
-    /// stays for backfill, as EASY's "extra nodes" do. Then its lowest HyperNode again.
-    fn prefer_later(
-        &mut self,
-        held: &mut [Held],
-        within: Option<HnIdx>,
-        free_now: &[(NodeIdx, Arc<Shape>)],
-    ) -> Option<HnIdx> {
+    /// The highest HyperNode above `h` (the lowest holding a placement) that the job's
+    /// tier limit allows: where its tasks may move without breaking it (`None`: the
+    /// whole cluster).
+    fn scope(&self, ctx: &JobCtx, h: Option<HnIdx>) -> Option<HnIdx> {
+        let index = self.index;
+        let mut h = h?;
+        while let Some(up) = index.hns[h.ix()].parent {
+            if !(ctx.tier.is_none_or(|t| index.allows(t, up)) && ctx.in_trees(index, up)) {
+                return Some(h);
+            }
+            h = up;
+        }
+        None
+    }
+
+    /// Moves reserved tasks off nodes with room free now onto nodes within HyperNode
+    /// `within` (so the tier the job allows still holds) whose room only frees later,
+    /// nodes of the groups it already uses first (no leaf added): the room free now stays
+    /// for backfill, as EASY's "extra nodes" do. Returns whether any task moved.
+    fn prefer_later(&mut self, held: &mut [Held], within: Option<HnIdx>, free_now: &[(NodeIdx, Arc<Shape>)]) -> bool {
         let free = |n: NodeIdx| free_now.binary_search_by_key(&n, |f| f.0).is_ok();
         if free_now.is_empty() || !held.iter().any(|h| free(h.node)) || held.iter().any(|h| h.numa.is_some()) {
-            return within;
+            return false;
         }
         let index = self.index;
         let used: std::collections::BTreeSet<u32> = held.iter().map(|h| index.node_group[h.node.ix()].0).collect();
@@ -271,6 +320,7 @@ impl Sweep<'_, '_> {
             .collect();
         targets.sort_by_key(|n| (!used.contains(&index.node_group[n.ix()].0), *n));
         self.s.trial(|s| {
+            let mut moved = false;
             for h in held.iter() {
                 s.take_held(h);
             }
@@ -284,13 +334,14 @@ impl Sweep<'_, '_> {
                         s.give(h.node, &h.shape, None);
                         s.take(m, &h.shape, None);
                         h.node = m;
+                        moved = true;
                         break;
                     }
                     at += 1;
                 }
             }
-        });
-        self.lowest(held)
+            moved
+        })
     }
 
     /// The lowest HyperNode holding every node of `held` (`None`: the whole cluster).
