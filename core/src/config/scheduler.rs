@@ -3,9 +3,9 @@
 //! with them the first blocked jobs in order each hold the earliest room one HyperNode of
 //! their tier will have, and later jobs start only where they cannot delay it.
 //!
-//! A job that has waited longer than `starvation` goes first, whatever its priority, so
-//! it gets a reservation and keeps it (Maui's reservation by wait): fair share and
-//! priorities reorder the queue, but never starve a job.
+//! A job that has waited longer than `starvation` goes first, whatever its priority,
+//! oldest first, so the reservations go to the starving jobs first (Maui's reservation
+//! depth by wait): fair share and priorities reorder the queue, but never starve a job.
 //!
 //! Backfill plans with each job's time limit, or with `estimates = "history"` with the
 //! mean of its owner's last two runtimes capped by the limit (never to end a job; see
@@ -14,7 +14,7 @@
 //! ```toml
 //! [scheduler]
 //! reservations = 1    # blocked jobs, in order, that get a reservation (0 = greedy)
-//! starvation = "1d"   # after this long waiting a job goes first, oldest first (0 = never)
+//! starvation = "6h"   # after this long waiting a job goes first, oldest first (0 = never)
 //! estimates = "limit" # how long backfill takes a job to run: "limit" or "history"
 //! ```
 
@@ -48,8 +48,9 @@ pub enum Estimates {
 impl SchedulerConfig {
     /// `reservations` when `[scheduler]` does not set it.
     pub const DEFAULT_RESERVATIONS: u32 = 1;
-    /// `starvation` when `[scheduler]` does not set it: a day.
-    pub const DEFAULT_STARVATION: u64 = 86_400;
+    /// `starvation` when `[scheduler]` does not set it: six hours, chosen on the policy
+    /// table of five logs (`benches/README.md`): the longest waits nearest EASY's.
+    pub const DEFAULT_STARVATION: u64 = 6 * 3_600;
     /// More would make a tick's reservations cost more than the jobs they protect gain.
     pub const MAX_RESERVATIONS: u32 = 1024;
 }
@@ -161,10 +162,10 @@ mod tests {
     }
 
     #[test]
-    fn starvation_is_a_duration_a_day_by_default_and_0_turns_it_off() {
+    fn starvation_is_a_duration_six_hours_by_default_and_0_turns_it_off() {
         let s = PlannerConfig::parse("", "p.toml").unwrap().scheduler;
-        assert_eq!(s.starvation, 86_400);
-        assert!(s.starves(100, 100 + 86_400) && !s.starves(100, 100 + 86_399));
+        assert_eq!(s.starvation, 21_600);
+        assert!(s.starves(100, 100 + 21_600) && !s.starves(100, 100 + 21_599));
         let s = PlannerConfig::parse("[scheduler]\nstarvation = \"12h\"\n", "p.toml")
             .unwrap()
             .scheduler;
