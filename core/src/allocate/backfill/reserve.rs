@@ -1,10 +1,14 @@
 //! The earliest time a blocked job fits, and where: a sweep forward in time over the live
 //! caches. At each time a running task is expected to end, its resources are given back
-//! (in the caches themselves, a trial of the scratch: undone at the end), the reservations overlapping the job's
-//! window from then on are taken, and, when the room of some HyperNode the job may use
-//! has grown enough, the real placement search runs on that future state. The first
-//! success is the reservation: one HyperNode of an allowed tier (the search's own rule),
-//! fewest leaves, best packed, as a placement now would be.
+//! (in the caches themselves, a trial of the scratch: undone at the end), the reservations
+//! overlapping the job's window from then on are taken, and, when the room of some
+//! HyperNode the job may use has grown enough, the real placement search runs on that
+//! future state. The first success is the reservation: one HyperNode of an allowed tier
+//! (the search's own rule), fewest leaves, best packed, as a placement now would be.
+//!
+//! The search looks first in the room that frees between now and then, leaving the room
+//! free now to backfill (EASY's "extra nodes"), and when it must use some of that, moves
+//! its tasks within the HyperNode its tier allows onto nodes that free later.
 
 use std::sync::Arc;
 
