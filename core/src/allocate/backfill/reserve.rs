@@ -373,7 +373,10 @@ impl Sweep<'_, '_> {
                     .zip(s.cap().free_of(*n))
                     .map(|(&was, &is)| was.min(is))
                     .collect();
-                if req.iter().any(|&x| x > 0) {
+                // Mostly the node still has what it had free now: that shape, no new one.
+                if req == f.req {
+                    s.take(*n, f, None);
+                } else if req.iter().any(|&x| x > 0) {
                     s.take(*n, &Arc::new(Shape { req, missing: None }), None);
                 }
             }
