@@ -363,12 +363,14 @@ fn one(
                             j.reservation.as_ref().map(|r| (r.start, r.nodes.len()))
                         );
                     } else if j.start_time.is_some() && j.end_time.is_none_or(|e| e > now) {
+                        let on: Vec<String> = j.tasks.iter().filter_map(|t| t.node.clone()).collect();
                         println!(
-                            "  running {} n={} start={:?} end={:?}",
+                            "  running {} n={} start={:?} end={:?} on {}",
                             j.name,
                             j.tasks.len(),
                             j.start_time,
-                            j.end_time
+                            j.end_time,
+                            on.join(",")
                         );
                     }
                 }
