@@ -400,6 +400,7 @@ mod worker {
                                     running_tasks: vec![],
                                     ports_in_use: vec![],
                                     strained: None,
+                                    health: None,
                                 };
                                 if write_frame(&mut send, &hb, 1 << 24).await.is_err() {
                                     break;

@@ -47,6 +47,7 @@ fn node_list() -> NodeList {
                 reason: None,
                 drain: None,
                 nvlink: None,
+                health: Vec::new(),
             },
             NodeStatus {
                 name: "n001".into(),
@@ -63,6 +64,7 @@ fn node_list() -> NodeList {
                 reason: None,
                 drain: None,
                 nvlink: None,
+                health: Vec::new(),
             },
         ],
     }

@@ -227,6 +227,7 @@ fn refusals_close_only_the_offending_connection() {
             running_tasks: vec![],
             ports_in_use: vec![],
             strained: None,
+            health: None,
         };
         write_frame(&mut send, &hb, 1 << 20).await.unwrap();
         let reason = closed_reason(&conn).await;

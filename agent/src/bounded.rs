@@ -29,10 +29,17 @@ impl BoundedReadError {
 
 /// The bytes of the regular file `path`, of at most `limit` bytes.
 pub fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>, BoundedReadError> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
+    read_with(path, limit, libc::O_NONBLOCK)
+}
+
+/// [`read_regular`], refusing a symbolic link as the file itself (`ELOOP`): for the
+/// attributes of a tree (sysfs, a saved copy of one) that must not lead out of it.
+pub fn read_regular_no_link(path: &Path, limit: u64) -> Result<Vec<u8>, BoundedReadError> {
+    read_with(path, limit, libc::O_NONBLOCK | libc::O_NOFOLLOW)
+}
+
+fn read_with(path: &Path, limit: u64, flags: i32) -> Result<Vec<u8>, BoundedReadError> {
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path)?;
     if !file.metadata()?.is_file() {
         return Err(BoundedReadError::NotAFile);
     }
@@ -63,5 +70,11 @@ mod tests {
         let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
         assert!(made.success());
         assert!(matches!(read_regular(&fifo, 5), Err(BoundedReadError::NotAFile)));
+        // A link as the file itself: followed by one, refused by the other.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(read_regular(&link, 5).unwrap(), b"12345");
+        assert!(matches!(read_regular_no_link(&link, 5), Err(BoundedReadError::Read(_))));
+        assert_eq!(read_regular_no_link(&file, 5).unwrap(), b"12345");
     }
 }

@@ -23,6 +23,21 @@
 //! # privateTmpDir = "/var/lib/hyperplan-agent/jobtmp"   # where jobs' /tmp directories go
 //! [metrics]
 //! # listen = "127.0.0.1:9401"          # the agent's own Prometheus /metrics; default off
+//! [health]                             # node health checks, sent in the heartbeat
+//! # enabled = true                     # false: no checks at all
+//! # interval = 60                      # seconds between two runs of each built-in check
+//! # timeout = 30                       # seconds a check may take before it fails "timeout"
+//! # paths = ["/scratch", "/tmp"]       # free space and inodes checked here, and on stateDir
+//! # minFreePercent = 5                 # less free space fails the path ("disk-space")
+//! # minFreeInodesPercent = 5           # fewer free inodes fail it ("disk-inodes")
+//! # mounts = ["/scratch", "/home"]     # must be mounted ("mount-missing")
+//! # script = ["/usr/sbin/nhc"]         # a site command, no shell: exit 0 healthy, else its first line
+//! # scriptInterval = 300               # default: interval
+//! # scriptTimeout = 120                # default: timeout; then its process group is killed
+//! # ibErrorThreshold = 0               # IB error counters may rise this much between checks
+//! # ibWidth = "4x"                     # every IB port's width (default: as first seen ACTIVE)
+//! # ibSpeed = "HDR"                    # every IB port's lane speed (default: as first seen)
+//! # gpu = true                         # GPUs through NVML, where the library is
 //! [labels]
 //! rack = "r7"
 //! leaf = "ib-leaf-12"
@@ -88,6 +103,177 @@ pub struct AgentConfig {
     /// `run`: the agent's own Prometheus endpoint (`[metrics]`).
     #[serde(default)]
     pub metrics: MetricsSection,
+    /// `run`: node health checks (`[health]`, see `crate::health`).
+    #[serde(default)]
+    pub health: HealthSection,
+}
+
+/// `[health]`: which checks run on the node and how (`crate::health::HealthOptions`
+/// resolves them with their defaults). Each key is checked as it is read: a bad value is
+/// an error at its line that names the key and says what it takes.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HealthSection {
+    /// false: no checks, and heartbeats carry none (default true).
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// Seconds between two runs of each built-in check (default 60).
+    #[serde(default, deserialize_with = "health_interval")]
+    pub interval: Option<u64>,
+    /// Seconds a built-in check may take; past them it fails `timeout` (default 30).
+    #[serde(default, deserialize_with = "health_timeout")]
+    pub timeout: Option<u64>,
+    /// Paths whose file systems are checked for free space and inodes, beside the state
+    /// directory (always checked).
+    #[serde(default, deserialize_with = "health_paths")]
+    pub paths: Option<Vec<PathBuf>>,
+    /// Free space below this percentage fails a path (default 5).
+    #[serde(default, deserialize_with = "health_min_free")]
+    pub min_free_percent: Option<f64>,
+    /// Free inodes below this percentage fail a path (default 5).
+    #[serde(default, deserialize_with = "health_min_free_inodes")]
+    pub min_free_inodes_percent: Option<f64>,
+    /// Mount points that must be mounted.
+    #[serde(default, deserialize_with = "health_mounts")]
+    pub mounts: Option<Vec<PathBuf>>,
+    /// The site script's argv, run without a shell: `["/usr/sbin/nhc"]` (default none).
+    #[serde(default, deserialize_with = "health_script")]
+    pub script: Option<Vec<String>>,
+    /// Seconds between two runs of the script (default: `interval`).
+    #[serde(default, deserialize_with = "health_script_interval")]
+    pub script_interval: Option<u64>,
+    /// Seconds the script may run before its process group is killed (default: `timeout`).
+    #[serde(default, deserialize_with = "health_script_timeout")]
+    pub script_timeout: Option<u64>,
+    /// How much an InfiniBand error counter may rise between two checks (default 0).
+    #[serde(default, deserialize_with = "health_count")]
+    pub ib_error_threshold: Option<u64>,
+    /// Lanes every InfiniBand port should have, `"4x"` (default: as first seen active).
+    #[serde(default, deserialize_with = "health_ib_width")]
+    pub ib_width: Option<u32>,
+    /// Lane speed every InfiniBand port should have, `"HDR"` (default: as first seen).
+    #[serde(default, deserialize_with = "health_ib_speed")]
+    pub ib_speed: Option<crate::health::ib::IbSpeed>,
+    /// GPUs checked through NVML where the library is (default true).
+    #[serde(default)]
+    pub gpu: Option<bool>,
+}
+
+/// A `[health]` value as the key's error shows it.
+fn shown(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(s) => format!("{:?}", hyperplan_shared::names::shorten(s, 100)),
+        toml::Value::Integer(n) => n.to_string(),
+        toml::Value::Float(f) => f.to_string(),
+        toml::Value::Boolean(b) => b.to_string(),
+        toml::Value::Datetime(_) => "a date".into(),
+        toml::Value::Array(_) => "a list".into(),
+        toml::Value::Table(_) => "a table".into(),
+    }
+}
+
+/// Reads a `[health]` key's value with `check`, which says what it expected when the
+/// value will not do; the error names the key (serde gives the field's name only to
+/// its own errors, so the caller passes it through `key`).
+fn health_key<'de, D, T>(
+    d: D,
+    key: &str,
+    expected: &str,
+    check: impl FnOnce(&toml::Value) -> Option<T>,
+) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let value = toml::Value::deserialize(d)?;
+    check(&value)
+        .map(Some)
+        .ok_or_else(|| serde::de::Error::custom(format!("[health] {key}: expected {expected}, got {}", shown(&value))))
+}
+
+/// Seconds, at least 1.
+fn seconds<'de, D: serde::Deserializer<'de>>(d: D, key: &str) -> Result<Option<u64>, D::Error> {
+    health_key(d, key, "a number of seconds, at least 1", |v| {
+        v.as_integer().and_then(|n| u64::try_from(n).ok()).filter(|n| *n >= 1)
+    })
+}
+
+/// A percentage, 0 to 100.
+fn percent<'de, D: serde::Deserializer<'de>>(d: D, key: &str) -> Result<Option<f64>, D::Error> {
+    health_key(d, key, "a percentage from 0 to 100", |v| {
+        let n = v.as_float().or_else(|| v.as_integer().map(|i| i as f64))?;
+        (0.0..=100.0).contains(&n).then_some(n)
+    })
+}
+
+/// Absolute paths.
+fn abs_paths<'de, D: serde::Deserializer<'de>>(d: D, key: &str) -> Result<Option<Vec<PathBuf>>, D::Error> {
+    health_key(d, key, "a list of absolute paths, like [\"/scratch\"]", |v| {
+        v.as_array()?
+            .iter()
+            .map(|p| p.as_str().filter(|s| s.starts_with('/')).map(PathBuf::from))
+            .collect()
+    })
+}
+
+/// One `deserialize_with` function per `[health]` key, so that its errors name it.
+macro_rules! health_keys {
+    ($($fn_name:ident: $key:literal => $read:ident -> $t:ty;)*) => {$(
+        fn $fn_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<$t>, D::Error> {
+            $read(d, $key)
+        }
+    )*};
+}
+
+health_keys! {
+    health_interval: "interval" => seconds -> u64;
+    health_timeout: "timeout" => seconds -> u64;
+    health_script_interval: "scriptInterval" => seconds -> u64;
+    health_script_timeout: "scriptTimeout" => seconds -> u64;
+    health_min_free: "minFreePercent" => percent -> f64;
+    health_min_free_inodes: "minFreeInodesPercent" => percent -> f64;
+    health_paths: "paths" => abs_paths -> Vec<PathBuf>;
+    health_mounts: "mounts" => abs_paths -> Vec<PathBuf>;
+}
+
+/// A count, 0 or more (`ibErrorThreshold`).
+fn health_count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    health_key(d, "ibErrorThreshold", "a count, 0 or more", |v| {
+        v.as_integer().and_then(|n| u64::try_from(n).ok())
+    })
+}
+
+/// A command's argv, its program an absolute path (`script`); `[]` for none.
+fn health_script<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    health_key(
+        d,
+        "script",
+        "the command as a list, its program an absolute path, like [\"/usr/sbin/nhc\"] (run without a shell)",
+        |v| {
+            let argv: Vec<String> = v
+                .as_array()?
+                .iter()
+                .map(|a| a.as_str().filter(|s| !s.contains('\0')).map(str::to_string))
+                .collect::<Option<_>>()?;
+            (argv.first().is_none_or(|p| p.starts_with('/'))).then_some(argv)
+        },
+    )
+}
+
+/// `"4x"` (`ibWidth`).
+fn health_ib_width<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    health_key(d, "ibWidth", "\"1x\", \"2x\", \"4x\", \"8x\" or \"12x\"", |v| {
+        v.as_str().and_then(crate::health::ib::parse_width)
+    })
+}
+
+/// `"HDR"` (`ibSpeed`).
+fn health_ib_speed<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<crate::health::ib::IbSpeed>, D::Error> {
+    health_key(
+        d,
+        "ibSpeed",
+        "an InfiniBand speed: SDR, DDR, QDR, FDR10, FDR, EDR, HDR, NDR or XDR",
+        |v| v.as_str().and_then(crate::health::ib::IbSpeed::parse),
+    )
 }
 
 /// `[metrics]`: the agent's `/metrics` (see `crate::metrics`).
@@ -385,6 +571,96 @@ mod tests {
             "{unknown:?}"
         );
         assert!(AgentConfig::parse("[metrics]\nlisten = 9401\n", p).is_err());
+    }
+
+    #[test]
+    fn health_keys_parse_and_a_bad_value_names_its_key() {
+        let p = Path::new("agent.toml");
+        let text = "[health]\nenabled = true\ninterval = 60\ntimeout = 30\npaths = [\"/scratch\"]\n\
+                    minFreePercent = 5\nminFreeInodesPercent = 2.5\nmounts = [\"/scratch\"]\n\
+                    script = [\"/usr/sbin/nhc\", \"-t\", \"60\"]\nscriptInterval = 300\nscriptTimeout = 120\n\
+                    ibErrorThreshold = 10\nibWidth = \"4X\"\nibSpeed = \"hdr\"\ngpu = false\n";
+        let h = AgentConfig::parse(text, p).map(|c| c.health);
+        assert_eq!(
+            h.ok(),
+            Some(HealthSection {
+                enabled: Some(true),
+                interval: Some(60),
+                timeout: Some(30),
+                paths: Some(vec![PathBuf::from("/scratch")]),
+                min_free_percent: Some(5.0),
+                min_free_inodes_percent: Some(2.5),
+                mounts: Some(vec![PathBuf::from("/scratch")]),
+                script: Some(vec!["/usr/sbin/nhc".into(), "-t".into(), "60".into()]),
+                script_interval: Some(300),
+                script_timeout: Some(120),
+                ib_error_threshold: Some(10),
+                ib_width: Some(4),
+                ib_speed: Some(crate::health::ib::IbSpeed::Hdr),
+                gpu: Some(false),
+            })
+        );
+        assert_eq!(
+            AgentConfig::parse("", p).ok().map(|c| c.health),
+            Some(HealthSection::default())
+        );
+        assert_eq!(
+            AgentConfig::parse("[health]\nscript = []\n", p)
+                .ok()
+                .map(|c| c.health.script),
+            Some(Some(Vec::new()))
+        );
+        for (bad, key) in [
+            ("interval = 0", "interval"),
+            ("timeout = \"30s\"", "timeout"),
+            ("scriptInterval = -5", "scriptInterval"),
+            ("scriptTimeout = 0", "scriptTimeout"),
+            ("minFreePercent = 101", "minFreePercent"),
+            ("minFreeInodesPercent = \"5%\"", "minFreeInodesPercent"),
+            ("paths = [\"scratch\"]", "paths"),
+            ("mounts = \"/scratch\"", "mounts"),
+            ("script = \"/usr/sbin/nhc\"", "script"),
+            ("script = [\"nhc\"]", "script"),
+            ("ibErrorThreshold = -1", "ibErrorThreshold"),
+            ("ibWidth = \"3x\"", "ibWidth"),
+            ("ibSpeed = \"fast\"", "ibSpeed"),
+        ] {
+            let err = AgentConfig::parse(&format!("[health]\n{bad}\n"), p)
+                .err()
+                .map(|e| e.to_string());
+            assert!(
+                err.as_deref().is_some_and(
+                    |e| e.starts_with("agent.toml:2:") && e.contains(&format!("[health] {key}: expected "))
+                ),
+                "{bad}: {err:?}"
+            );
+        }
+        assert!(AgentConfig::parse("[health]\nintervall = 5\n", p).is_err());
+        assert!(AgentConfig::parse("[health]\nenabled = \"yes\"\n", p).is_err());
+    }
+
+    /// The example in this module's header, uncommented, is a configuration the agent
+    /// takes.
+    #[test]
+    fn the_header_example_parses_uncommented() {
+        let source = include_str!("config.rs");
+        let example: String = source
+            .lines()
+            .skip_while(|l| !l.starts_with("//! ```toml"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("//! ```"))
+            .map(|l| l.trim_start_matches("//!").trim_start())
+            .map(|l| l.strip_prefix("# ").unwrap_or(l))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(example.contains("[health]"), "{example}");
+        let parsed = AgentConfig::parse(&example, Path::new("example.toml"));
+        assert!(
+            parsed
+                .as_ref()
+                .is_ok_and(|c| c.health.script.is_some() && c.health.ib_width == Some(4)),
+            "{parsed:?}"
+        );
     }
 
     #[test]

@@ -76,6 +76,12 @@ enum Command {
     /// however it left its session; `affinity` where pinning is on without such cgroups
     /// (pinned, processes found by ancestry and session); `none` with pinning off.
     ///
+    /// Health checks (`[health]` in agent.toml, on by default) run on threads of their
+    /// own, each with an interval and a timeout: InfiniBand ports, GPUs through NVML,
+    /// free space and inodes of the state directory and `paths`, `mounts`, memory the
+    /// kernel reports as hardware-corrupted, and a site `script` such as NHC. Heartbeats
+    /// carry their results (all of them on a link's first, then when one changes).
+    ///
     /// Every option is also an agent.toml key (in parentheses); flags win. Stops cleanly
     /// on SIGTERM or SIGINT. Under systemd (Type=notify) it reports READY=1 once first
     /// registered, STATUS= lines, and WATCHDOG=1 when WatchdogSec= is set. With
@@ -292,7 +298,7 @@ struct SourceArgs {
     gpu_fabric: Option<PathBuf>,
     /// Agent configuration (TOML: `[labels]`, `sysfsRoot`, and for `run` `planner`,
     /// `certDir`, `nodeName`, `reprobeInterval`, `stateDir`, `pin`, `allowRoot`, `[exec]`,
-    /// `[metrics]`). Default: /etc/hyperplan/agent.toml when it exists.
+    /// `[metrics]`, `[health]`). Default: /etc/hyperplan/agent.toml when it exists.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 }
@@ -469,6 +475,12 @@ fn run_agent(
         .unwrap_or(DEFAULT_REPROBE_INTERVAL.as_secs());
     let probe = probe_options(source, &config)?;
     let live = probe.source == Source::Local && probe.sysfs_root.is_none();
+    // The checks look at the machine the agent runs on: its sysfs, or the tree
+    // `sysfsRoot` names (a saved one in tests and demos).
+    let health_sysfs = probe
+        .sysfs_root
+        .as_deref()
+        .map_or_else(|| PathBuf::from("/sys"), probe::sysfs_dir_of);
     let pin = match tasks.pin.or(config.pin).unwrap_or_default() {
         Pin::Auto => live,
         Pin::On => true,
@@ -566,7 +578,9 @@ fn run_agent(
     hyperplan_agent::oom::protect_self();
     // Before the runtime's threads: this may move the process into its cgroup's leaf.
     let confinement = Confinement::detect(Path::new(CGROUP_ROOT), pin, &cgroup_name);
+    let health = hyperplan_agent::health::HealthOptions::from_section(&config.health, &state_dir, &health_sysfs);
     let opts = LinkOptions {
+        health,
         planners,
         cert_dir,
         node,

@@ -603,3 +603,95 @@ async fn a_malformed_xml_is_an_error_at_start_and_a_warning_on_reprobe() {
     agent.signal("TERM");
     assert!(agent.exit().await.success());
 }
+
+/// The health checks' results in heartbeats: none until every check ran once, then all
+/// of them once, then only when a check's state or code changes, and all again on a new
+/// connection.
+#[tokio::test]
+async fn heartbeats_carry_health_results_first_then_changes() {
+    use hyperplan_shared::health::{CheckResult, CheckState};
+
+    let dir = tempfile::tempdir().unwrap();
+    cluster(dir.path(), &["n005"]);
+    let healthy = dir.path().join("healthy");
+    // An empty sysfs: no InfiniBand port of the machine running the test moves a result.
+    let sys = dir.path().join("sys-empty");
+    std::fs::create_dir(&sys).unwrap();
+    let config = dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "sysfsRoot = \"{}\"\n[health]\ninterval = 1\ngpu = false\nmounts = [\"/nonexistent/hyperplan-mount\"]\n\
+             script = [\"/bin/sh\", \"-c\", \"test -e {} || {{ echo 'ERROR: nhc: broken'; exit 1; }}\"]\n",
+            sys.display(),
+            healthy.display()
+        ),
+    )
+    .unwrap();
+    let mut planner = Planner::start(dir.path(), loopback());
+    let config_arg = config.to_string_lossy().to_string();
+    let mut agent = Agent::spawn(
+        dir.path(),
+        planner.addr,
+        "n005",
+        &[
+            "--synthetic",
+            SYNTHETIC,
+            "--reprobe-interval",
+            "0",
+            "--config",
+            &config_arg,
+        ],
+        &[],
+    );
+    let health_of = |message: &AgentMessage| match message {
+        AgentMessage::Heartbeat { health, .. } => health.clone(),
+        other => panic!("expected a heartbeat, got {other:?}"),
+    };
+    let find = |checks: &[CheckResult], name: &str| checks.iter().find(|c| c.check == name).cloned();
+    let (conn, _, _) = planner.registration().await;
+    agent.log("health checks start").await;
+    // The first heartbeat with results has them all.
+    let first = loop {
+        let beat = planner.heartbeats(conn, 1).await.remove(0);
+        if let Some(h) = health_of(&beat.2) {
+            break h;
+        }
+    };
+    let mount = find(&first, "mount:/nonexistent/hyperplan-mount").unwrap();
+    assert_eq!(
+        (mount.state, mount.code.as_str()),
+        (CheckState::Failed, "mount-missing")
+    );
+    let script = find(&first, "script").unwrap();
+    assert_eq!(
+        (script.state, script.text.as_str()),
+        (CheckState::Failed, "ERROR: nhc: broken")
+    );
+    assert!(first.iter().any(|c| c.check.starts_with("disk:")), "{first:?}");
+    assert!(find(&first, "memory").is_some(), "{first:?}");
+    // Nothing changed: the next heartbeats carry none (checks run every second meanwhile).
+    for beat in planner.heartbeats(conn, 8).await {
+        assert_eq!(health_of(&beat.2), None, "seq {}", beat.0);
+    }
+    // The script passes now: the next results say so, with everything else again.
+    std::fs::write(&healthy, b"").unwrap();
+    let changed = loop {
+        let beat = planner.heartbeats(conn, 1).await.remove(0);
+        if let Some(h) = health_of(&beat.2) {
+            break h;
+        }
+    };
+    assert_eq!(find(&changed, "script"), Some(CheckResult::ok("script")));
+    assert_eq!(changed.len(), first.len());
+    // A new connection: everything on its first heartbeat.
+    planner
+        .connection(conn)
+        .close(quinn::VarInt::from_u32(7), b"planner restarting");
+    let (conn2, _, _) = planner.registration().await;
+    let beat = planner.heartbeats(conn2, 1).await.remove(0);
+    let again = health_of(&beat.2).unwrap_or_default();
+    assert_eq!(again.len(), first.len(), "{again:?}");
+    agent.signal("TERM");
+    assert!(agent.exit().await.success());
+}

@@ -107,6 +107,7 @@ pub(crate) fn ingest(world: &mut World) {
             Event::TasksOnNode { node, tasks } => lifecycle::tasks_on_node(world, &node, tasks),
             Event::PortsInUse { node, ports } => crate::nodes::ports::ports_in_use(world, &node, ports),
             Event::NodeStrained { node, reason } => crate::nodes::strained::node_strained(world, &node, reason),
+            Event::NodeChecks { node, checks } => crate::nodes::checks::node_checks(world, &node, checks),
         }
     }
 }
@@ -144,6 +145,10 @@ fn node_up(world: &mut World, spec: NodeSpec) {
         .filter(|&e| world.get::<Heartbeats>(e).is_some())
         .and_then(|e| world.get::<Node>(e))
         .is_none_or(|n| n.ready);
+    // What its health checks said stands until they say otherwise.
+    let degraded_by_health = known
+        .and_then(|e| world.get::<Node>(e))
+        .is_some_and(|n| n.degraded_by_health);
     let node = Node {
         name: spec.name.into(),
         labels: spec.labels,
@@ -153,6 +158,7 @@ fn node_up(world: &mut World, spec: NodeSpec) {
         ib_ports,
         ib_guids,
         nvlink,
+        degraded_by_health,
     };
     match known {
         Some(e) => {

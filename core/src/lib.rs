@@ -32,9 +32,10 @@
 //!
 //! | # | system | does |
 //! |---|---|---|
-//! | 1 | `ingest::ingest` | applies events: nodes, links and heartbeats (`nodes::health`), drains (`nodes::drain`), sources, jobs, task starts, ends and cancels (`jobs::lifecycle`) |
+//! | 1 | `ingest::ingest` | applies events: nodes, links and heartbeats (`nodes::health`), drains (`nodes::drain`), health checks' results (`nodes::checks`), sources, jobs, task starts, ends and cancels (`jobs::lifecycle`) |
 //! | 2 | `persist::restore::adopt` | nodes from the store whose agent registered take their tasks' NUMA assignments again |
 //! | 3 | `nodes::health::check_silence` | silent nodes turn NotReady |
+//! | 3a | `nodes::checks::return_healthy` | nodes drained by health whose checks have all passed for `[health] returnAfter` take work again |
 //! | 4 | `nodes::lost::lost` | tasks of nodes NotReady too long, and tasks their agent stopped listing, are lost |
 //! | 5 | `topology::invalidate::invalidate` | from what changed: the node set's generation, whether the index must be rebuilt |
 //! | 6 | `discovery::discovery` | HyperNodes from labels and polled sources, reconciled |
@@ -169,7 +170,7 @@ impl Planner {
             (
                 ingest::ingest,
                 persist::restore::adopt,
-                nodes::health::check_silence,
+                (nodes::health::check_silence, nodes::checks::return_healthy).chain(),
                 nodes::lost::lost,
                 topology::invalidate::invalidate,
                 discovery::discovery,
@@ -258,6 +259,8 @@ fn register_components(world: &mut World) {
     world.register_component::<model::drain::Drained>();
     world.register_component::<model::strays::Strays>();
     world.register_component::<model::strained::Strained>();
+    world.register_component::<model::checks::NodeChecks>();
+    world.register_component::<model::checks::Returning>();
     world.register_component::<model::ports::PortsInUse>();
     world.register_component::<c::HyperNode>();
     world.register_component::<c::Job>();

@@ -96,6 +96,11 @@ pub enum AgentMessage {
         /// places nothing new there meanwhile. (Missing from an agent that does not say.)
         #[serde(default)]
         strained: Option<String>,
+        /// Every health check's result, sent on a link's first heartbeat and whenever a
+        /// check's state or code changed; `None`: nothing changed (or an agent that does
+        /// not check).
+        #[serde(default)]
+        health: Option<Vec<hyperplan_shared::health::CheckResult>>,
     },
     /// The probe saw a real change (the hash moved), e.g. an IB port went down.
     TopologyChanged { topology: NodeTopology, topology_hash: u64 },
@@ -879,6 +884,12 @@ mod tests {
             }],
             ports_in_use: vec![29500, 30499],
             strained: Some("cannot start a shepherd: Resource temporarily unavailable".into()),
+            health: Some(vec![hyperplan_shared::health::CheckResult::bad(
+                "ib:mlx5_0/1",
+                hyperplan_shared::health::CheckState::Failed,
+                "ib-width",
+                "mlx5_0 port 1 width 1x (expected 4x)",
+            )]),
         });
         let task = TaskRef {
             job: "j".into(),

@@ -84,6 +84,7 @@ async fn heartbeat_exchange(connection: &quinn::Connection, node: &str, seqs: st
             running_tasks: vec![],
             ports_in_use: vec![],
             strained: None,
+            health: None,
         };
         write_frame(&mut send, &beat, DEFAULT_MAX_FRAME).await.unwrap();
         let reply: PlannerToAgent = read_frame(&mut recv, DEFAULT_MAX_FRAME).await.unwrap().unwrap();

@@ -15,6 +15,7 @@ pub mod dependency;
 pub mod error;
 pub mod fattree;
 pub mod gpufabric;
+pub mod health;
 pub mod history;
 pub mod hostlist;
 pub mod hypernode;

@@ -58,6 +58,9 @@ pub struct NodeStatus {
     /// fabric information).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvlink: Option<NvlinkStatus>,
+    /// Its health checks that are not ok (degraded or failed), as its agent last said.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health: Vec<crate::health::CheckResult>,
 }
 
 /// A node's NVLink domain as `hyperplan nodes` shows it.

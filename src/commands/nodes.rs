@@ -243,6 +243,25 @@ pub fn render(list: &NodeList, clock: &Clock) -> String {
         out.push_str("\nnvlink:\n");
         out.push_str(&nvlink.concat());
     }
+    // Health checks that are not ok: failed ones drain their node, degraded ones make it
+    // placed on last.
+    let health: Vec<String> = nodes
+        .iter()
+        .flat_map(|n| {
+            n.health.iter().map(move |c| {
+                let code = if c.code.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", c.code)
+                };
+                format!("  {}: {} {}{code}: {}\n", n.name, c.check, c.state.as_str(), c.text)
+            })
+        })
+        .collect();
+    if !health.is_empty() {
+        out.push_str("\nhealth:\n");
+        out.push_str(&health.concat());
+    }
     out
 }
 
@@ -288,6 +307,7 @@ mod tests {
 
     use std::collections::BTreeMap;
 
+    use hyperplan_shared::health::{CheckResult, CheckState};
     use hyperplan_shared::status::{DrainState, FreeTotal};
 
     use super::*;
@@ -314,6 +334,7 @@ mod tests {
             reason: None,
             drain: None,
             nvlink: None,
+            health: Vec::new(),
         }
     }
 
@@ -348,6 +369,20 @@ mod tests {
         draining.drain = drain(DrainState::Draining, Some("firmware update, ticket 4411"));
         let mut drained_away = node("gpu-b04", NodeState::NotReady, &[]);
         drained_away.drain = drain(DrainState::Drained, None);
+        let mut sick = node("gpu-b05", NodeState::Ready, &[]);
+        sick.drain = drain(DrainState::Drained, Some("ib:mlx5_0/1: width 1x (expected 4x)"));
+        if let Some(d) = sick.drain.as_mut() {
+            d.by = "health".into();
+        }
+        sick.health = vec![
+            CheckResult::bad("ib:mlx5_0/1", CheckState::Failed, "ib-width", "width 1x (expected 4x)"),
+            CheckResult::bad(
+                "ib:mlx5_1/1",
+                CheckState::Degraded,
+                "ib-errors",
+                "symbol errors +12 since the last check",
+            ),
+        ];
         let list = NodeList {
             nodes: vec![
                 refused,
@@ -357,6 +392,7 @@ mod tests {
                 node("gpu-b01", NodeState::Ready, &[("rack", "r2")]),
                 draining,
                 drained_away,
+                sick,
             ],
         };
         let clock = Clock {

@@ -336,13 +336,16 @@ impl Cluster {
             synthetic,
             "--cert-dir",
         ])
-        .arg(self.certs())
-        .args(["--config", "/dev/null"])
-        .arg("--state-dir")
-        .arg(self.dir.path().join(format!("state-{node}")))
-        .stdout(Stdio::null())
-        .stderr(log)
-        .env("RUST_LOG", "info");
+        .arg(self.certs());
+        // An agent.toml of the test's own (`--config` in `extra`), else none.
+        if !extra.contains(&"--config") {
+            cmd.args(["--config", "/dev/null"]);
+        }
+        cmd.arg("--state-dir")
+            .arg(self.dir.path().join(format!("state-{node}")))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .env("RUST_LOG", "info");
         for (k, v) in labels {
             cmd.args(["--label", &format!("{k}={v}")]);
         }

@@ -21,6 +21,9 @@
 //! - [`session`]: one connection, from handshake to its end.
 //! - [`figures`]: the live figures a heartbeat carries.
 //!
+//! Heartbeats also carry the node's health check results ([`crate::health`]): all of
+//! them on a session's first heartbeat, then only when one changed state or code.
+//!
 //! With `[metrics] listen` it serves its own `/metrics` ([`crate::metrics`]) and
 //! publishes there what it knows: the link's state, each probe's duration, its tasks and
 //! their use (sampled at each heartbeat, and every [`METRICS_SAMPLE_INTERVAL`] while the
@@ -94,6 +97,8 @@ pub struct LinkOptions {
     pub tasks: TaskOptions,
     /// Where to serve `/metrics` (`[metrics] listen`); `None`: nowhere.
     pub metrics: Option<crate::metrics::Listen>,
+    /// The node's health checks (`[health]`); `None`: none, and heartbeats carry none.
+    pub health: Option<crate::health::HealthOptions>,
 }
 
 /// How often task directories are looked at.
@@ -144,6 +149,9 @@ pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
     })?;
     let signals = Signals::install().map_err(LinkError::Signals)?;
     let tasks = Tasks::new(opts.tasks.clone())?;
+    // On threads of their own from the start (before any task can use up the node's
+    // processes); they run whether the planner is there or not.
+    let health = opts.health.as_ref().map(crate::health::Health::start);
     // Pinned: `Confinement::detect` said how (cgroup or affinity), and why not by cgroup.
     if !opts.tasks.pin {
         if opts.probe.source == Source::Local && opts.probe.sysfs_root.is_none() {
@@ -197,10 +205,16 @@ pub async fn run(opts: LinkOptions) -> Result<(), LinkError> {
         pmi: crate::pmi::Hub::default(),
         current: Default::default(),
         deadman: crate::deadman::Deadman::new(&opts_state_dir),
+        health,
     };
     let span = tracing::info_span!("link", node = %link.opts.node);
     link.publish_tasks();
     link.run().instrument(span).await;
+    // A running site script is killed and reaped; a check stuck in the kernel is left
+    // to end with the process (the wait for it is bounded).
+    if let Some(health) = link.health.take() {
+        let _ = tokio::task::spawn_blocking(move || health.stop()).await;
+    }
     drop(metrics_server);
     Ok(())
 }
@@ -302,6 +316,8 @@ struct Link {
     current: crate::exec::local::Current,
     /// When the planner last heard the node: the deadline fenced tasks stop at.
     deadman: crate::deadman::Deadman,
+    /// The node's health checks, on their own threads; `None`: `[health] enabled = false`.
+    health: Option<crate::health::Health>,
 }
 
 impl Link {

@@ -1,7 +1,8 @@
 //! One connection to the planner: QUIC handshake, one bidirectional stream, hellos,
-//! Register / Registered, then heartbeats (with the running tasks), topology changes and
-//! task reports out, while a reader task passes on what the planner sends (task frames
-//! go to [`Tasks`](crate::tasks::Tasks)), until either side ends it.
+//! Register / Registered, then heartbeats (with the running tasks, and the health check
+//! results when they changed), topology changes and task reports out, while a reader
+//! task passes on what the planner sends (task frames go to
+//! [`Tasks`](crate::tasks::Tasks)), until either side ends it.
 //!
 //! Failures come back as a [`LinkDown`], one sentence for the log and systemd's STATUS. When the
 //! planner closed the connection its own reason wins (e.g. "closed by peer: hello
@@ -234,6 +235,9 @@ impl Link {
         let mut resend = ticker(super::RESEND_INTERVAL);
         let mut seq = 0u64;
         let mut announced = self.hash;
+        // What this connection's planner was last told of the node's health: all of it
+        // on the first heartbeat, then changes.
+        let mut health_sent = crate::health::Sent::default();
         if let Ok(mut current) = self.current.lock() {
             *current = Some(connection.clone());
         }
@@ -254,7 +258,8 @@ impl Link {
                     let running_tasks = self.running_tasks().await;
                     let ports_in_use = crate::ports::in_use(std::path::Path::new("/proc/net"));
                     let strained = self.tasks.strained();
-                    let message = AgentMessage::Heartbeat { seq, load, free_memory, running_tasks, ports_in_use, strained };
+                    let health = self.health.as_ref().and_then(|h| h.for_heartbeat(&mut health_sent));
+                    let message = AgentMessage::Heartbeat { seq, load, free_memory, running_tasks, ports_in_use, strained, health };
                     self.deadman.sending(seq);
                     if let Err(e) = write_frame(&mut send, &message, DEFAULT_MAX_FRAME).await {
                         break Outcome::Lost(fail(&connection, LinkDown::SendHeartbeat { seq, error: e }));

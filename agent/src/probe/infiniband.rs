@@ -37,7 +37,7 @@ pub enum RdmaKind {
 
 /// Driver name prefixes of real InfiniBand HCAs, for ports that do not say their link
 /// layer (old kernels, trimmed saved trees).
-const IB_PREFIXES: &[&str] = &["mlx4_", "mlx5_", "mthca", "qib", "ipath", "ehca", "ib_"];
+pub(crate) const IB_PREFIXES: &[&str] = &["mlx4_", "mlx5_", "mthca", "qib", "ipath", "ehca", "ib_"];
 
 /// Reads `<sysfs_root>/class/infiniband/*` (sysfs_root is normally `/sys`), devices sorted
 /// by name, ports by number.
@@ -248,14 +248,14 @@ fn read_port(dir: &Path, number: u32, warnings: &mut Vec<String>) -> IbPort {
 }
 
 /// `4: ACTIVE` → `ACTIVE` (the kernel writes `"%d: %s"`).
-fn numbered_text(s: &str) -> Option<String> {
+pub(crate) fn numbered_text(s: &str) -> Option<String> {
     let (number, text) = s.split_once(':')?;
     let text = text.trim();
     (parse_decimal(number.trim()).is_some() && !text.is_empty()).then(|| text.to_owned())
 }
 
 /// `40 Gb/sec (4X QDR)` → 40, `2.5 Gb/sec (1X SDR)` → 2.5.
-fn parse_rate(s: &str) -> Option<f64> {
+pub(crate) fn parse_rate(s: &str) -> Option<f64> {
     let mut words = s.split_whitespace();
     let number = words.next()?;
     if words.next()? != "Gb/sec" {

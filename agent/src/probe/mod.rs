@@ -13,7 +13,7 @@ pub mod isolate;
 pub mod live;
 pub mod nvlink;
 mod size;
-mod sysfs;
+pub(crate) mod sysfs;
 mod text;
 
 use std::collections::BTreeMap;

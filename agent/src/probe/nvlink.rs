@@ -551,17 +551,26 @@ fn check(call: impl FnOnce() -> String, code: Ret) -> Result<(), NvlinkError> {
     }
 }
 
-impl FabricReader for Nvml {
-    fn read(&self) -> Result<Option<Vec<GpuFabric>>, NvlinkError> {
+impl Nvml {
+    /// The library, loaded; `None` where it is not there (no NVIDIA driver).
+    fn load(&self) -> Option<libloading::Library> {
         // SAFETY: loading runs the library's initialisers. libnvidia-ml is the driver's
         // management library, made to be loaded at run time by monitoring tools; its
         // initialisers require nothing of the caller.
-        let lib = match unsafe { libloading::Library::new(&self.library) } {
-            Ok(lib) => lib,
+        match unsafe { libloading::Library::new(&self.library) } {
+            Ok(lib) => Some(lib),
             Err(e) => {
                 tracing::debug!("NVML not loaded ({}): {e}", self.library.display());
-                return Ok(None);
+                None
             }
+        }
+    }
+}
+
+impl FabricReader for Nvml {
+    fn read(&self) -> Result<Option<Vec<GpuFabric>>, NvlinkError> {
+        let Some(lib) = self.load() else {
+            return Ok(None);
         };
         let init: libloading::Symbol<InitFn> = self.symbol(&lib, "nvmlInit_v2")?;
         let shutdown: libloading::Symbol<InitFn> = self.symbol(&lib, "nvmlShutdown")?;
@@ -650,6 +659,187 @@ fn read_one(fabric_fn: &FabricFn, device: Device, index: c_uint) -> Result<GpuFa
         health_mask: Some(info.health_mask),
         health_summary: v3.then_some(info.health_summary),
     }))
+}
+
+/// One GPU's health as NVML reports it, for the health checks (`crate::health::gpu`
+/// judges it). `None`: not supported by this GPU or driver.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuHealth {
+    /// NVML's index.
+    pub index: u32,
+    /// `0000:41:00.0`; empty when unknown.
+    pub pci_bus_id: String,
+    /// NVML cannot reach it (`NVML_ERROR_GPU_IS_LOST`: off the bus), with NVML's word.
+    pub lost: Option<String>,
+    /// Uncorrectable ECC errors since the driver loaded (volatile).
+    pub ecc_uncorrected: Option<u64>,
+    /// A page retirement waits for the next driver load or reset (before Ampere).
+    pub retired_pages_pending: Option<bool>,
+    /// A row remap waits for a reset, and whether one ever failed (Ampere and later).
+    pub remap_pending: Option<bool>,
+    pub remap_failed: Option<bool>,
+    /// Each NVLink the GPU has: its number and whether it is active.
+    pub nvlinks: Vec<(u32, bool)>,
+    /// Its NVLink fabric information (multi-node NVLink systems), when it has one.
+    pub fabric: Option<GpuFabric>,
+}
+
+/// Where the GPUs' health comes from: NVML on a node, a fake in tests.
+pub trait HealthReader: Send {
+    /// `Ok(None)`: no NVML on this node (no GPUs to check); `Ok(Some)`: one entry per
+    /// GPU; `Err`: NVML is there but did not answer.
+    fn read_health(&self) -> Result<Option<Vec<GpuHealth>>, NvlinkError>;
+}
+
+/// `NVML_ERROR_INVALID_ARGUMENT`: an NVLink number past the GPU's last.
+const NVML_ERROR_INVALID_ARGUMENT: Ret = 2;
+/// `NVML_ERROR_GPU_IS_LOST`.
+const NVML_ERROR_GPU_IS_LOST: Ret = 15;
+/// `NVML_NVLINK_MAX_LINKS` (nvml.h, CUDA 12).
+const NVLINK_MAX_LINKS: c_uint = 18;
+/// `NVML_MEMORY_ERROR_TYPE_UNCORRECTED`, `NVML_VOLATILE_ECC`.
+const MEMORY_ERROR_TYPE_UNCORRECTED: c_uint = 1;
+const VOLATILE_ECC: c_uint = 0;
+/// `NVML_FEATURE_ENABLED` (`nvmlEnableState_t`).
+const FEATURE_ENABLED: c_uint = 1;
+
+/// `nvmlDeviceGetTotalEccErrors(device, nvmlMemoryErrorType_t, nvmlEccCounterType_t,
+/// unsigned long long *)`; both enums are C `int`s.
+type EccFn = unsafe extern "C" fn(Device, c_uint, c_uint, *mut u64) -> Ret;
+/// `nvmlDeviceGetRetiredPagesPendingStatus(device, nvmlEnableState_t *)`.
+type PendingFn = unsafe extern "C" fn(Device, *mut c_uint) -> Ret;
+/// `nvmlDeviceGetRemappedRows(device, unsigned int *corrRows, unsigned int *uncRows,
+/// unsigned int *isPending, unsigned int *failureOccurred)`.
+type RemapFn = unsafe extern "C" fn(Device, *mut c_uint, *mut c_uint, *mut c_uint, *mut c_uint) -> Ret;
+/// `nvmlDeviceGetNvLinkState(device, unsigned int link, nvmlEnableState_t *isActive)`.
+type LinkStateFn = unsafe extern "C" fn(Device, c_uint, *mut c_uint) -> Ret;
+
+impl HealthReader for Nvml {
+    fn read_health(&self) -> Result<Option<Vec<GpuHealth>>, NvlinkError> {
+        let Some(lib) = self.load() else {
+            return Ok(None);
+        };
+        let init: libloading::Symbol<InitFn> = self.symbol(&lib, "nvmlInit_v2")?;
+        let shutdown: libloading::Symbol<InitFn> = self.symbol(&lib, "nvmlShutdown")?;
+        let count_fn: libloading::Symbol<CountFn> = self.symbol(&lib, "nvmlDeviceGetCount_v2")?;
+        let handle_fn: libloading::Symbol<HandleFn> = self.symbol(&lib, "nvmlDeviceGetHandleByIndex_v2")?;
+        // The rest may be missing from an older driver: that figure is then unknown.
+        let pci_fn: Option<libloading::Symbol<PciFn>> = self.symbol(&lib, "nvmlDeviceGetPciInfo_v3").ok();
+        let ecc_fn: Option<libloading::Symbol<EccFn>> = self.symbol(&lib, "nvmlDeviceGetTotalEccErrors").ok();
+        let pending_fn: Option<libloading::Symbol<PendingFn>> =
+            self.symbol(&lib, "nvmlDeviceGetRetiredPagesPendingStatus").ok();
+        let remap_fn: Option<libloading::Symbol<RemapFn>> = self.symbol(&lib, "nvmlDeviceGetRemappedRows").ok();
+        let link_fn: Option<libloading::Symbol<LinkStateFn>> = self.symbol(&lib, "nvmlDeviceGetNvLinkState").ok();
+        let fabric_fn: Option<libloading::Symbol<FabricFn>> = self.symbol(&lib, "nvmlDeviceGetGpuFabricInfoV").ok();
+        // SAFETY: `nvmlInit_v2` is `nvmlReturn_t (void)`, paired with `Session`'s shutdown.
+        check(|| "nvmlInit_v2".into(), unsafe { init() })?;
+        let _session = Session { shutdown };
+        let mut count: c_uint = 0;
+        // SAFETY: `count` is a valid, writable `unsigned int` for the call's duration.
+        check(|| "nvmlDeviceGetCount_v2".into(), unsafe { count_fn(&mut count) })?;
+        let count = count.min(MAX_GPUS as c_uint);
+        let mut gpus = Vec::with_capacity(count as usize);
+        for index in 0..count {
+            let mut gpu = GpuHealth {
+                index,
+                ..GpuHealth::default()
+            };
+            let mut device: Device = std::ptr::null_mut();
+            // SAFETY: `device` is a valid, writable `nvmlDevice_t`; `index` < the count.
+            let code = unsafe { handle_fn(index, &mut device) };
+            if code != NVML_SUCCESS {
+                gpu.lost = Some(gpufabric::nvml_return_name(code));
+                gpus.push(gpu);
+                continue;
+            }
+            if let Some(pci_fn) = &pci_fn {
+                let mut pci = PciInfo {
+                    bus_id_legacy: [0; 16],
+                    domain: 0,
+                    bus: 0,
+                    device: 0,
+                    pci_device_id: 0,
+                    pci_sub_system_id: 0,
+                    bus_id: [0; 32],
+                };
+                // SAFETY: `device` is the handle NVML returned; `pci` is a writable
+                // `nvmlPciInfo_t` of the layout nvml.h declares.
+                if answered(unsafe { pci_fn(device, &mut pci) }, &mut gpu.lost) {
+                    let end = pci.bus_id.iter().position(|&b| b == 0).unwrap_or(pci.bus_id.len());
+                    gpu.pci_bus_id = std::str::from_utf8(&pci.bus_id[..end])
+                        .ok()
+                        .and_then(gpufabric::normalize_pci_bus_id)
+                        .unwrap_or_default();
+                }
+            }
+            let mut ecc: u64 = 0;
+            // SAFETY: `device` is NVML's handle, the two enums are in range, and `ecc` is a
+            // writable `unsigned long long` for the call.
+            if let Some(f) = &ecc_fn
+                && answered(
+                    unsafe { f(device, MEMORY_ERROR_TYPE_UNCORRECTED, VOLATILE_ECC, &mut ecc) },
+                    &mut gpu.lost,
+                )
+            {
+                gpu.ecc_uncorrected = Some(ecc);
+            }
+            let mut pending: c_uint = 0;
+            // SAFETY: `device` is NVML's handle; `pending` is a writable `nvmlEnableState_t`.
+            if let Some(f) = &pending_fn
+                && answered(unsafe { f(device, &mut pending) }, &mut gpu.lost)
+            {
+                gpu.retired_pages_pending = Some(pending == FEATURE_ENABLED);
+            }
+            let (mut corrected, mut uncorrected, mut remap_pending, mut failed) = (0, 0, 0, 0);
+            // SAFETY: `device` is NVML's handle; the four are writable `unsigned int`s.
+            if let Some(f) = &remap_fn
+                && answered(
+                    unsafe {
+                        f(
+                            device,
+                            &mut corrected,
+                            &mut uncorrected,
+                            &mut remap_pending,
+                            &mut failed,
+                        )
+                    },
+                    &mut gpu.lost,
+                )
+            {
+                gpu.remap_pending = Some(remap_pending != 0);
+                gpu.remap_failed = Some(failed != 0);
+            }
+            if let Some(f) = &link_fn {
+                for link in 0..NVLINK_MAX_LINKS {
+                    let mut active: c_uint = 0;
+                    // SAFETY: `device` is NVML's handle, `link` below NVML's maximum, and
+                    // `active` a writable `nvmlEnableState_t`.
+                    let code = unsafe { f(device, link, &mut active) };
+                    if code == NVML_ERROR_INVALID_ARGUMENT || code == NVML_ERROR_NOT_SUPPORTED {
+                        break; // past its last link, or no NVLink
+                    }
+                    if answered(code, &mut gpu.lost) {
+                        gpu.nvlinks.push((link, active == FEATURE_ENABLED));
+                    }
+                }
+            }
+            if let Some(f) = &fabric_fn {
+                gpu.fabric = read_one(f, device, index)
+                    .ok()
+                    .filter(|g| g.state != gpufabric::FabricState::NotSupported);
+            }
+            gpus.push(gpu);
+        }
+        Ok(Some(gpus))
+    }
+}
+
+/// Whether an NVML call succeeded; a GPU it says is lost is marked so.
+fn answered(code: Ret, lost: &mut Option<String>) -> bool {
+    if code == NVML_ERROR_GPU_IS_LOST && lost.is_none() {
+        *lost = Some(gpufabric::nvml_return_name(code));
+    }
+    code == NVML_SUCCESS
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! the whole file and hands these sections here; nothing in this module reads a file.
 
 pub mod accounts;
+pub mod checks;
 mod error;
 pub mod fairshare;
 pub mod limits;
@@ -19,6 +20,7 @@ use std::time::Duration;
 use bevy_ecs::prelude::Resource;
 
 pub use accounts::{AccountConfig, AccountSection, Accounts, accounts_from_sections};
+pub use checks::{ChecksConfig, ChecksSection};
 pub use error::{ConfigError, parse_error};
 pub use fairshare::{FairshareConfig, FairshareSection, FairshareTree, PriorityConfig, PrioritySection};
 pub use limits::{LimitsConfig, LimitsSection};
@@ -56,6 +58,8 @@ pub struct PlannerConfig {
     pub maintenance: Vec<MaintenanceWindow>,
     /// `[preemption]` and `[[priorityClass]]`.
     pub preemption: PreemptionConfig,
+    /// `[health]`: what failed health checks do to their node.
+    pub checks: ChecksConfig,
 }
 
 impl Default for PlannerConfig {
@@ -72,6 +76,7 @@ impl Default for PlannerConfig {
             priority: PriorityConfig::default(),
             maintenance: Vec::new(),
             preemption: PreemptionConfig::default(),
+            checks: ChecksConfig::default(),
         }
     }
 }
@@ -95,6 +100,7 @@ struct CoreSections {
     preemption: Option<PreemptionSection>,
     #[serde(default, rename = "priorityClass")]
     priority_class: Vec<PriorityClassSection>,
+    health: Option<ChecksSection>,
 }
 
 impl PlannerConfig {
@@ -128,6 +134,7 @@ impl PlannerConfig {
             priority: PriorityConfig::from_section(raw.priority.as_ref(), &at)?,
             maintenance: windows_from_sections(&raw.reservation, &at)?,
             preemption: PreemptionConfig::from_sections(raw.preemption.as_ref(), &raw.priority_class, &at)?,
+            checks: ChecksConfig::from_section(raw.health.as_ref(), &at)?,
             ..Self::from_sections(&raw.scoring, raw.numa.as_ref(), &at)?
         })
     }

@@ -33,6 +33,10 @@ pub struct Node {
     /// What its GPUs say of their NVLink fabric (`None`: no GPU reported any): the
     /// `nvlink` source makes HyperNodes of the domains, `hyperplan nodes` shows the rest.
     pub nvlink: Option<NodeNvlink>,
+    /// A health check of its agent says degraded (an IB port counting errors): it
+    /// scores lower, as a node with NVLink trouble does (see `nodes::checks`). Changed by
+    /// inserting the node anew, so the topology index hears it.
+    pub degraded_by_health: bool,
 }
 
 /// What a node's GPUs say of their NVLink fabric, as ingest read it from the probe.

@@ -24,6 +24,10 @@ pub struct Drain {
     pub by: String,
     /// Since when (Unix seconds, the driver's clock).
     pub since: u64,
+    /// Drained by a failed health check (`by` is then `health`): it returns by itself
+    /// once every check passes (see `nodes::checks`). An admin's drain never is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_health: bool,
 }
 
 /// Every drained node, by name: present, away or not yet registered since a restart;
@@ -99,6 +103,7 @@ mod tests {
                 reason: Some("firmware".into()),
                 by: "root".into(),
                 since: 7,
+                by_health: false,
             },
         );
         let bytes = DrainsRecord::of(&drains).encode().unwrap();

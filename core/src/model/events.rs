@@ -216,6 +216,14 @@ pub enum Event {
         /// Why it cannot, in its agent's words; `None`: it can.
         reason: Option<String>,
     },
+    /// Every health check's result on a node, as its agent last sent them (on a new link,
+    /// and when one changed): a failed check drains the node (see `nodes::checks`).
+    NodeChecks {
+        /// The node's name.
+        node: String,
+        /// The results, as sent (bounded again on arrival).
+        checks: Vec<hyperplan_shared::health::CheckResult>,
+    },
 }
 
 /// One task a node's agent runs, with its use (sampled by the agent).

@@ -8,6 +8,7 @@
 
 pub mod arrays;
 pub mod awaiting;
+pub mod checks;
 pub mod commands;
 pub mod components;
 pub mod discovered;

@@ -116,7 +116,7 @@ fn end_tasks_on(world: &mut World, e: Entity, name: &str, drain: &Drain) {
 }
 
 /// The whole record, for the store.
-fn write(world: &mut World) {
+pub(crate) fn write(world: &mut World) {
     let record = DrainsRecord::of(world.resource::<Drains>());
     match record.encode() {
         Ok(bytes) => world

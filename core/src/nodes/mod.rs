@@ -3,6 +3,7 @@
 //! away for a reason their retries cannot fix ([`refusals`]), and admins' drains and
 //! removals ([`drain`]), the ports bound in the `MASTER_PORT` range (`ports`).
 
+pub mod checks;
 pub mod claim;
 mod deadline;
 pub mod drain;

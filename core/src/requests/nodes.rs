@@ -102,6 +102,7 @@ impl Planner {
                 reason,
                 by: caller.user.to_string(),
                 since: at,
+                by_health: false,
             },
             now,
         });

@@ -426,7 +426,8 @@ impl TopologyIndex {
         let (tier_names, trees) = tree_tiers(&hns, tops, &mut warnings);
 
         // 5. Node groups: nodes with the same set of HyperNodes.
-        // Nodes whose GPUs report fabric trouble are a group of their own, scored lower.
+        // Nodes whose GPUs report fabric trouble, or whose health checks say degraded, are
+        // a group of their own, scored lower.
         let mut node_hns: Vec<(Vec<HnIdx>, bool)> = nodes.iter().map(|(_, n)| (Vec::new(), degraded(n))).collect();
         for (h, info) in hns.iter().enumerate() {
             for n in info.nodes.ones() {
@@ -498,9 +499,9 @@ impl TopologyIndex {
     }
 }
 
-/// Whether a node's GPUs report NVLink fabric trouble.
+/// Whether a node's GPUs report NVLink fabric trouble, or a health check says degraded.
 fn degraded(node: &Node) -> bool {
-    node.nvlink.as_ref().is_some_and(|v| v.degraded())
+    node.degraded_by_health || node.nvlink.as_ref().is_some_and(|v| v.degraded())
 }
 
 /// Tier names and what each means per tree: ids in name order, and per tree the tier of

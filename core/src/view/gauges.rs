@@ -1,6 +1,7 @@
 //! What the planner's `/metrics` reports of the cluster at one moment ([`Gauges`]): live
 //! jobs by queue and status, pending jobs by the kind of their reason, nodes by state,
-//! what is allocated of each HyperNode of tier 1 and up, and the backfill reservations.
+//! what is allocated of each HyperNode of tier 1 and up, the backfill reservations, and
+//! the nodes' health checks by state and the nodes drained by health.
 //! Labels come from bounded sets only (queues, statuses, reason kinds, node states,
 //! HyperNodes): never a job's or a task's name. Read at scrape time, not every tick.
 
@@ -12,8 +13,9 @@ use hyperplan_shared::report::JobStatus;
 use crate::allocate::backfill::Reservations;
 use crate::cache::capacity::Capacity;
 use crate::jobs::lifecycle::job_status;
+use crate::model::checks::NodeChecks;
 use crate::model::components::{Job, JobQueue, JobState, Node, Retired, TaskState};
-use crate::model::drain::Drained;
+use crate::model::drain::{Drained, Drains};
 use crate::model::reason::{Reason, ReasonKind};
 use crate::numa::node::is_gpu_resource;
 use crate::queues::QueueTable;
@@ -33,6 +35,10 @@ pub struct Gauges {
     pub hyper_nodes: Vec<HyperNodeUse>,
     /// Jobs holding a backfill reservation now (maintenance windows left out).
     pub reservations: u64,
+    /// `ok`, `degraded`, `failed` → health checks of all nodes in that state.
+    pub checks: BTreeMap<&'static str, u64>,
+    /// Nodes drained by a failed health check (not by an admin).
+    pub drained_by_health: u64,
 }
 
 /// One HyperNode's allocation: in use (tasks, work outside hyperplan, and nodes that
@@ -98,6 +104,17 @@ pub fn gauges(world: &World) -> Gauges {
             *g.nodes.entry(state).or_default() += 1;
         }
     }
+    if let Some(mut q) = world.try_query::<&NodeChecks>() {
+        for c in q.iter(world).flat_map(|c| c.0.iter()) {
+            *g.checks.entry(c.state.as_str()).or_default() += 1;
+        }
+    }
+    g.drained_by_health = world
+        .resource::<Drains>()
+        .nodes
+        .values()
+        .filter(|d| d.by_health)
+        .count() as u64;
     let index = world.resource::<TopologyIndex>();
     let cap = world.resource::<Capacity>();
     if cap.hn_alloc.len() == index.hns.len() * cap.d {

@@ -7,10 +7,12 @@ use std::collections::HashMap;
 
 use bevy_ecs::prelude::*;
 use hyperplan_shared::gpufabric::NodeDomain;
+use hyperplan_shared::health::CheckState;
 use hyperplan_shared::status::{DrainState, DrainStatus, FreeTotal, NodeState, NodeStatus, NvlinkState, NvlinkStatus};
 
 use crate::cache::capacity::Capacity;
 use crate::discovery::nvlink::{DOMAIN_TIER, PARTITION_TIER};
+use crate::model::checks::NodeChecks;
 use crate::model::components::{Node, NodeNvlink, NodeSlot, TaskState};
 use crate::model::drain::{Drain, Drains};
 use crate::model::ids::NodeIdx;
@@ -96,6 +98,9 @@ pub fn node_statuses(world: &World) -> Vec<NodeStatus> {
                     }),
                 drain: None,
                 nvlink: node.nvlink.as_ref().map(|v| nvlink_status(v, slot.map(|s| s.0), index)),
+                health: world.get::<NodeChecks>(e).map_or_else(Vec::new, |c| {
+                    c.0.iter().filter(|r| r.state != CheckState::Ok).cloned().collect()
+                }),
             }
         })
         .collect();
@@ -207,5 +212,6 @@ fn absent(name: &str, reason: String) -> NodeStatus {
         reason: Some(reason),
         drain: None,
         nvlink: None,
+        health: Vec::new(),
     }
 }

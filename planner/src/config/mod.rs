@@ -63,6 +63,7 @@ struct RawConfig {
     preemption: Option<hyperplan_core::config::PreemptionSection>,
     #[serde(default, rename = "priorityClass")]
     priority_class: Vec<hyperplan_core::config::PriorityClassSection>,
+    health: Option<hyperplan_core::config::ChecksSection>,
     server: Option<RawServer>,
     store: Option<crate::store::config::RawStore>,
     ha: Option<crate::store::config::RawHa>,
@@ -101,6 +102,7 @@ impl DaemonConfig {
         planner.maintenance = hyperplan_core::config::windows_from_sections(&raw.reservation, &at)?;
         planner.preemption =
             hyperplan_core::config::PreemptionConfig::from_sections(raw.preemption.as_ref(), &raw.priority_class, &at)?;
+        planner.checks = hyperplan_core::config::ChecksConfig::from_section(raw.health.as_ref(), &at)?;
         let server = server::server_config(raw.server, &at)?;
         planner.health = server.health();
         let base = Path::new(origin).parent().unwrap_or(Path::new(""));

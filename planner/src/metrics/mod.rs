@@ -79,6 +79,8 @@ pub struct Metrics {
     hn_memory: Family<Labels, FloatGauge>,
     hn_memory_allocated: Family<Labels, FloatGauge>,
     reservations: Gauge,
+    checks: Family<Labels, Gauge>,
+    drained_by_health: Gauge,
     source_up: Family<Labels, Gauge>,
     source_last_success: Family<Labels, Gauge>,
     registry: std::sync::Arc<Registry>,
@@ -118,6 +120,8 @@ impl Metrics {
             hn_memory: Family::default(),
             hn_memory_allocated: Family::default(),
             reservations: Gauge::default(),
+            checks: Family::default(),
+            drained_by_health: Gauge::default(),
             source_up: Family::default(),
             source_last_success: Family::default(),
             registry: std::sync::Arc::new(Registry::default()),
@@ -240,6 +244,16 @@ impl Metrics {
             m.reservations.clone(),
         );
         r.register(
+            "hyperplan_health_checks",
+            "Nodes' health checks by state (ok, degraded, failed), as their agents last said",
+            m.checks.clone(),
+        );
+        r.register(
+            "hyperplan_nodes_drained_by_health",
+            "Nodes drained by a failed health check (they return by themselves once healthy)",
+            m.drained_by_health.clone(),
+        );
+        r.register(
             "hyperplan_discovery_source_up",
             "1 when a discovery source's last read worked",
             m.source_up.clone(),
@@ -296,6 +310,14 @@ impl Metrics {
             self.hn_memory_allocated.get_or_create(&labels).set(h.memory.0);
         }
         self.reservations.set(gauge(g.reservations));
+        self.checks.clear();
+        for state in ["ok", "degraded", "failed"] {
+            let n = g.checks.get(state).copied().unwrap_or(0);
+            self.checks
+                .get_or_create(&vec![("state", state.to_string())])
+                .set(gauge(n));
+        }
+        self.drained_by_health.set(gauge(g.drained_by_health));
         self.source_up.clear();
         self.source_last_success.clear();
         for s in sources {
@@ -406,6 +428,8 @@ mod tests {
             "hyperplan_jobs{queue=\"default\",status=\"running\"} 2",
             "hyperplan_nodes{state=\"ready\"} 3",
             "hyperplan_nodes{state=\"drained\"} 0",
+            "hyperplan_health_checks{state=\"failed\"} 0",
+            "hyperplan_nodes_drained_by_health 0",
             "# UNIT hyperplan_hypernode_memory_bytes bytes",
             "hyperplan_hypernode_cpus_allocated{hypernode=\"leaf-1\",tier=\"1\"} 4.0",
             "# EOF",

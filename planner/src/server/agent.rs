@@ -101,6 +101,7 @@ pub async fn serve(
                     running_tasks,
                     ports_in_use,
                     strained,
+                    health,
                     ..
                 })) => {
                     if to_core
@@ -111,6 +112,7 @@ pub async fn serve(
                             running: running_tasks,
                             ports_in_use,
                             strained,
+                            health,
                         }))
                         .is_err()
                     {

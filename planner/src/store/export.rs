@@ -441,6 +441,7 @@ mod tests {
                     reason: Some("firmware".into()),
                     by: "root".into(),
                     since: 1_795_737_000,
+                    by_health: false,
                 },
             )],
             removed: vec!["gpu-b09".into()],

@@ -162,6 +162,9 @@ struct Node {
     name: String,
     state: &'static str,
     drain: Option<DrainStatus>,
+    /// Health checks that are not ok (omitted when all are).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    health: Vec<hyperplan_shared::health::CheckResult>,
     cpus: FreeTotal,
     gpus: FreeTotal,
     memory: FreeTotal,
@@ -238,6 +241,7 @@ pub fn snapshot(planner: &Planner, advertise: &str, now: u64, private_data: bool
             },
             name: n.name,
             drain: n.drain,
+            health: n.health,
             cpus: n.cpus,
             gpus: n.gpus,
             memory: n.memory,

@@ -73,6 +73,7 @@ impl Driver {
                 running,
                 ports_in_use,
                 strained,
+                health,
             } => {
                 let Some(l) = self.links.get_mut(&node).filter(|l| l.link_id == link_id) else {
                     return;
@@ -106,6 +107,12 @@ impl Driver {
                     node: node.clone(),
                     reason: strained,
                 });
+                if let Some(checks) = health {
+                    self.planner.push(Event::NodeChecks {
+                        node: node.clone(),
+                        checks,
+                    });
+                }
                 // No tick for it: the core reads the time it arrived, and the timer ticks
                 // at least once per heartbeat interval.
                 self.planner.push(Event::Heartbeat {

@@ -380,6 +380,7 @@ async fn a_registered_agent_hears_its_interval_epoch_and_fence_and_its_node_is_r
         running: Vec::new(),
         ports_in_use: Vec::new(),
         strained: None,
+        health: None,
     }));
     assert_eq!(a.next().await, PlannerToAgent::HeartbeatAck { seq: 7 });
     rig.step();

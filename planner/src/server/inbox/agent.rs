@@ -35,6 +35,8 @@ pub enum FromAgent {
         ports_in_use: Vec<u16>,
         /// Why the node cannot start tasks now (`None`: it can).
         strained: Option<String>,
+        /// Every health check's result, when one changed or the link is new.
+        health: Option<Vec<hyperplan_shared::health::CheckResult>>,
     },
     /// `TaskStarted`, `TaskFinished` or `Log` from a registered agent.
     Tasks {

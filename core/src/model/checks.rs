@@ -1,0 +1,20 @@
+//! What a node's health checks last said ([`NodeChecks`], from its agent's heartbeats),
+//! and whether a node drained by health is on its way back ([`Returning`]). The
+//! `nodes::checks` handler writes them; the drain itself is an ordinary
+//! [`Drain`](super::drain::Drain) marked `by_health`, so it outlives a restart as an
+//! admin's does, and an admin's drain is never taken for one.
+
+use bevy_ecs::prelude::*;
+use hyperplan_shared::health::CheckResult;
+
+/// On a node whose agent reported its checks: every result, sorted by check name.
+#[derive(Component, Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeChecks(pub Vec<CheckResult>);
+
+/// On a node drained by health whose checks all pass: since when (seconds, the tick's
+/// clock). It returns `[health] returnAfter` later unless a check fails again.
+#[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Returning {
+    /// When every check passed again.
+    pub since: u64,
+}
