@@ -9,6 +9,11 @@
 //!   changes;
 //! - `recover`: every check passes again on all 2,000 (the drained start their way back).
 //!
+//! And the agent's side: what one round of its built-in checks costs (the IB ports of the
+//! procfs fixture tree, the state directory's file system, /proc/meminfo, GPUs without a
+//! driver, and a site script `/bin/true`), as a share of one core at the default interval
+//! of 60 s (wall time over 200 rounds: an upper bound on CPU time on a quiet machine).
+//!
 //! A harness, not a criterion bench: it prints the figures in `benches/README.md`.
 //! `cargo bench --bench health` (`HEALTH_REPS`, default 10).
 
@@ -83,7 +88,58 @@ fn storm(p: &mut Planner, nodes: &[String], state: Option<CheckState>) {
     }
 }
 
+/// One round of every built-in check (and a site script), wall time per round, per kind:
+/// an upper bound on the CPU time on a quiet machine (the script's wait for its child
+/// included).
+fn agent_checks() {
+    use hyperplan_agent::config::HealthSection;
+    use hyperplan_agent::health::{Context, HealthOptions};
+    let state = tempfile::tempdir().unwrap();
+    let sysfs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/sysfs/procfs/fixtures/sys");
+    let section = HealthSection {
+        script: Some(vec!["/bin/true".into()]),
+        ..HealthSection::default()
+    };
+    let opts = HealthOptions::from_section(&section, state.path(), &sysfs).unwrap();
+    let interval = opts.interval;
+    let rounds = 200u32;
+    let ctx = Context::detached();
+    let mut total = Duration::ZERO;
+    println!();
+    println!("agent: one round of each check, wall time ({rounds} rounds, an upper bound on CPU time)");
+    println!(
+        "| check | per round (µs) | share of a core every {} s |",
+        interval.as_secs()
+    );
+    println!("|---|---|---|");
+    for mut s in opts.checks() {
+        let results = s.check.run(&ctx).len();
+        let t = Instant::now();
+        for _ in 0..rounds {
+            s.check.run(&ctx);
+        }
+        let per = t.elapsed() / rounds;
+        total += per;
+        let every = s.interval.as_secs_f64();
+        println!(
+            "| `{}` ({results} results) | {:.1} | {:.5} % |",
+            s.check.kind(),
+            per.as_secs_f64() * 1e6,
+            per.as_secs_f64() / every * 100.0
+        );
+    }
+    println!(
+        "| all | {:.1} | {:.5} % |",
+        total.as_secs_f64() * 1e6,
+        total.as_secs_f64() / interval.as_secs_f64() * 100.0
+    );
+}
+
 fn main() {
+    if std::env::var("HEALTH_AGENT_ONLY").is_ok() {
+        agent_checks();
+        return;
+    }
     // `HEALTH_PROFILE=N`: one setup, then N ticks that each fail or recover one node, for
     // a profiler to see the tick alone.
     if let Some(n) = std::env::var("HEALTH_PROFILE").ok().and_then(|v| v.parse::<u32>().ok()) {
@@ -145,4 +201,5 @@ fn main() {
         let m = median(v);
         println!("| `{name}`: 1,000 nodes' results | {m:.2} | {:.2} |", m - q);
     }
+    agent_checks();
 }

@@ -154,6 +154,7 @@ impl Planner {
         world.insert_resource(model::health::Away::default());
         world.insert_resource(nodes::refusals::Refusals::default());
         world.insert_resource(model::drain::Drains::default());
+        world.insert_resource(model::checks::DrainsTouched::default());
         world.insert_resource(NodeSetGeneration::default());
         world.insert_resource(discovery::Sources::default());
         world.insert_resource(discovery::ReportedGuids::default());

@@ -224,7 +224,7 @@ pub fn agenda(
         &memory.unsettled.jobs,
         (now_s, &config.scheduler),
         room_epoch,
-        index.generation,
+        index.feasibility,
     );
     Agenda {
         order,

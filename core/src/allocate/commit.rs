@@ -50,7 +50,8 @@ pub fn apply(
     out: &mut Outbox,
     was_rejected: &mut Option<Reason>,
 ) -> bool {
-    let generation = walk.index.generation;
+    // "Could it ever run?" was answered against what could ever run, not this rebuild.
+    let generation = walk.index.feasibility;
     let Ok((_, job, mut state)) = w.jobs.get_mut(entity) else {
         return false;
     };

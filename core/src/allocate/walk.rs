@@ -208,7 +208,7 @@ impl<'a> Walk<'a> {
         }
         let (_, job, mut state) = w.jobs.get_mut(entity).ok()?;
         if state.phase == JobPhase::Pending
-            && state.checked_generation == Some(self.index.generation)
+            && state.checked_generation == Some(self.index.feasibility)
             && state.next_rank == 0
             && !(self.whole && self.may_reserve())
             && !could_fit(job, &mut state, self.s.cap(), &self.free_room)
@@ -335,7 +335,7 @@ impl<'a> Walk<'a> {
         let (index, config, incomplete) = (self.index, self.config, self.incomplete);
         let mut rejected = None;
         let mut checked = false;
-        if state.checked_generation != Some(index.generation) {
+        if state.checked_generation != Some(index.feasibility) {
             checked = incomplete.is_none();
             rejected = reason::impossible(ctx, index, self.s.cap());
             if rejected.is_none() {

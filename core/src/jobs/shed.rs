@@ -39,7 +39,7 @@ pub(crate) fn shed(mut jobs: Query<(Entity, &mut Job, &JobState), LiveChanged<Jo
 /// again (rejected on another topology than this one) gets its sub-jobs and tasks back,
 /// pending, from its spec. Costs nothing while the topology stays the same.
 pub(crate) fn revive(world: &mut World, mut seen: Local<Option<u64>>) {
-    let generation = world.resource::<TopologyIndex>().generation;
+    let generation = world.resource::<TopologyIndex>().feasibility;
     if *seen == Some(generation) {
         return;
     }

@@ -11,6 +11,12 @@ use hyperplan_shared::health::CheckResult;
 #[derive(Component, Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeChecks(pub Vec<CheckResult>);
 
+/// The drains changed by health checks in this tick: written to the store once, at the
+/// tick's `return_healthy`, not once per node (a storm of a thousand results would write
+/// the whole record a thousand times).
+#[derive(Resource, Clone, Copy, Debug, Default)]
+pub struct DrainsTouched(pub bool);
+
 /// On a node drained by health whose checks all pass: since when (seconds, the tick's
 /// clock). It returns `[health] returnAfter` later unless a check fails again.
 #[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use bevy_ecs::prelude::*;
 use hyperplan_shared::health::{CheckResult, CheckState, bounded};
 
 use crate::config::PlannerConfig;
-use crate::model::checks::{NodeChecks, Returning};
+use crate::model::checks::{DrainsTouched, NodeChecks, Returning};
 use crate::model::commands::Command;
 use crate::model::components::Node;
 use crate::model::drain::{Drain, Drained, Drains, MAX_REASON_BYTES};
@@ -66,7 +66,7 @@ pub(crate) fn node_checks(world: &mut World, node: &str, checks: Vec<CheckResult
                         by_health: true,
                     },
                 );
-                crate::nodes::drain::write(world);
+                world.resource_mut::<DrainsTouched>().0 = true;
                 lines.push(Command::Warn(format!(
                     "node {node} drained by health: {reason}; it takes no new task, its running tasks run on"
                 )));
@@ -76,7 +76,7 @@ pub(crate) fn node_checks(world: &mut World, node: &str, checks: Vec<CheckResult
                 if let Some(d) = world.resource_mut::<Drains>().nodes.get_mut(node) {
                     d.reason = Some(reason.clone());
                 }
-                crate::nodes::drain::write(world);
+                world.resource_mut::<DrainsTouched>().0 = true;
                 lines.push(Command::Warn(format!("node {node} drained by health: {reason}")));
             }
             // An admin's drain stands; a node an admin resumed waits for a new failure.
@@ -127,23 +127,21 @@ fn reason_of(failed: &[&CheckResult]) -> String {
 }
 
 /// Nodes drained by health whose checks have all passed for `[health] returnAfter` take
-/// work again. Runs every tick; only the nodes on their way back are looked at.
+/// work again; the drains health changed in this tick are written once. Runs every tick;
+/// only the nodes on their way back are looked at.
 pub fn return_healthy(world: &mut World) {
     let now = world.resource::<Now>().secs();
     let after = world.resource::<PlannerConfig>().checks.return_after;
-    let Some(mut q) = world.try_query::<(Entity, &Node, &Returning)>() else {
-        return;
+    let mut changed = std::mem::take(&mut world.resource_mut::<DrainsTouched>().0);
+    let mut due: Vec<(Entity, String)> = match world.try_query::<(Entity, &Node, &Returning)>() {
+        Some(mut q) => q
+            .iter(world)
+            .filter(|(_, _, r)| r.since.saturating_add(after) <= now)
+            .map(|(e, n, _)| (e, n.name.to_string()))
+            .collect(),
+        None => Vec::new(),
     };
-    let mut due: Vec<(Entity, String)> = q
-        .iter(world)
-        .filter(|(_, _, r)| r.since.saturating_add(after) <= now)
-        .map(|(e, n, _)| (e, n.name.to_string()))
-        .collect();
-    if due.is_empty() {
-        return;
-    }
     due.sort_by(|a, b| a.1.cmp(&b.1));
-    let mut changed = false;
     for (e, name) in due {
         world.entity_mut(e).remove::<Returning>();
         let by_health = world.resource::<Drains>().nodes.get(&name).is_some_and(|d| d.by_health);

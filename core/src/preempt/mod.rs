@@ -93,6 +93,7 @@ pub fn preempt(world: &mut World, mut memo: Local<Memo>) {
     let _span = tracing::info_span!("preempt").entered();
     let now = world.resource::<Now>().secs();
     let generation = world.resource::<TopologyIndex>().generation;
+    let feasibility = world.resource::<TopologyIndex>().feasibility;
     let stamp = Since {
         capacity: world.resource::<CapacityEpoch>().0,
         topology: generation,
@@ -147,7 +148,7 @@ pub fn preempt(world: &mut World, mut memo: Local<Memo>) {
             && st.next_rank == 0
             && !crate::jobs::holds::waits(job, st, now_s)
             && st.reason.is_some()
-            && st.checked_generation == Some(generation)
+            && st.checked_generation == Some(feasibility)
             && memo.jobs.get(&e) != Some(&stamp)
         {
             waiting.push((rank.key(job.spec.submit_time, *id), e));

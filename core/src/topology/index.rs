@@ -73,6 +73,14 @@ pub struct Group {
 pub struct TopologyIndex {
     /// Bumped on every rebuild; cached per-topology results compare against it.
     pub generation: u64,
+    /// The generation of the last rebuild that changed what could ever run: the nodes,
+    /// what they offer, their hardware, the HyperNodes. A rebuild for a drain, a node's
+    /// readiness or its health keeps it, so the jobs' "could it ever run here?" answers
+    /// (`JobState::checked_generation`) stand: after a storm of health changes on 10,000
+    /// nodes, a thousand waiting jobs are not each searched again on the emptied cluster.
+    pub feasibility: u64,
+    /// What [`Self::feasibility`] was worked out from (see `reindex`).
+    pub fingerprint: u64,
     /// Node names by `NodeIdx`, sorted.
     pub node_names: Vec<String>,
     /// Node entities by `NodeIdx`.
@@ -482,6 +490,8 @@ impl TopologyIndex {
         let group_order = group_order(&groups, root);
         TopologyIndex {
             generation,
+            feasibility: generation,
+            fingerprint: 0,
             node_names,
             node_entities,
             node_by_name,

@@ -1,12 +1,38 @@
 //! The topology-index system: rebuilds the `TopologyIndex` when nodes or HyperNodes
 //! changed and gives every node its dense slot.
 
+use std::sync::Arc;
+
 use bevy_ecs::prelude::*;
 
 use crate::model::commands::Command;
 use crate::model::components::{HyperNode, Node, NodeSlot};
 use crate::model::tick::{Outbox, TopologyDirty};
+use crate::numa::node::NodeHardware;
 use crate::topology::TopologyIndex;
+
+/// A hash of what decides whether a job could ever run: each node (by name, in index
+/// order) with what it offers and its hardware (by identity: the hardware cache shares
+/// one per kind of machine), and each HyperNode with its tier, parent and nodes. Not
+/// readiness, drains or health: those only change what is free now.
+fn fingerprint<'a>(
+    index: &TopologyIndex,
+    allocatable: impl Fn(Entity) -> Option<&'a hyperplan_shared::Resources>,
+    hardware: impl Fn(Entity) -> usize,
+) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    index.node_names.hash(&mut h);
+    for &e in &index.node_entities {
+        allocatable(e).hash(&mut h);
+        hardware(e).hash(&mut h);
+    }
+    for hn in &index.hns {
+        (&hn.name, hn.tier, &hn.tier_name, hn.tree, hn.parent.map(|p| p.0)).hash(&mut h);
+        hn.nodes.as_slice().hash(&mut h);
+    }
+    h.finish()
+}
 
 pub(crate) fn reindex(world: &mut World) {
     if !world.resource::<TopologyDirty>().0 {
@@ -19,7 +45,16 @@ pub(crate) fn reindex(world: &mut World) {
     let nodes: Vec<(Entity, &Node)> = nq.iter(world).collect();
     let hns: Vec<&HyperNode> = hq.iter(world).collect();
     let removed = &world.resource::<crate::model::drain::Drains>().removed;
-    let index = TopologyIndex::build(&nodes, &hns, generation, removed);
+    let mut index = TopologyIndex::build(&nodes, &hns, generation, removed);
+    // The same nodes, offers, hardware and HyperNodes as before: what could ever run is
+    // what it was (see `TopologyIndex::feasibility`).
+    let hardware = |e: Entity| world.get::<NodeHardware>(e).map_or(0, |h| Arc::as_ptr(&h.0) as usize);
+    let allocatable = |e: Entity| world.get::<Node>(e).map(|n| &n.allocatable);
+    index.fingerprint = fingerprint(&index, allocatable, hardware);
+    let before = world.resource::<TopologyIndex>();
+    if before.generation > 0 && before.fingerprint == index.fingerprint {
+        index.feasibility = before.feasibility;
+    }
     tracing::debug!(
         nodes = index.node_count(),
         hyper_nodes = index.hns.len(),
