@@ -146,9 +146,9 @@ fn node_up(world: &mut World, spec: NodeSpec) {
         .and_then(|e| world.get::<Node>(e))
         .is_none_or(|n| n.ready);
     // What its health checks said stands until they say otherwise.
-    let degraded_by_health = known
+    let (degraded_by_health, fabric_degraded) = known
         .and_then(|e| world.get::<Node>(e))
-        .is_some_and(|n| n.degraded_by_health);
+        .map_or((false, false), |n| (n.degraded_by_health, n.fabric_degraded));
     let node = Node {
         name: spec.name.into(),
         labels: spec.labels,
@@ -159,6 +159,7 @@ fn node_up(world: &mut World, spec: NodeSpec) {
         ib_guids,
         nvlink,
         degraded_by_health,
+        fabric_degraded,
     };
     match known {
         Some(e) => {

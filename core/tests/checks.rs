@@ -264,3 +264,55 @@ fn a_flood_of_results_is_bounded() {
     report(&mut rig, "nobody", vec![narrow_port()]);
     assert!(rig.p.nodes().iter().all(|n| n.name != "nobody"));
 }
+
+/// Two leaves of four nodes (cpu=8), agents registered.
+fn two_leaves() -> Rig {
+    let cluster = ClusterBuilder::fat_tree(&[4, 2], 1).node_resources("cpu=8").build();
+    let mut rig = Rig::new(config(), cluster.nodes);
+    rig.p.push(Event::StaticHyperNodes(cluster.hyper_nodes));
+    rig.register_all();
+    rig.tick();
+    rig
+}
+
+/// The nodes of a job of four tasks, sorted.
+fn nodes_of(rig: &Rig, job: &str) -> Vec<String> {
+    let mut on: Vec<String> = (0..4).map(|i| rig.node_of(job, &format!("worker-{i}"))).collect();
+    on.sort();
+    on
+}
+
+#[test]
+fn a_hard_topology_job_takes_a_leaf_whose_fabric_is_healthy_first() {
+    // Healthy: a job of four one-node tasks in one leaf goes to the first leaf by name.
+    let mut rig = two_leaves();
+    rig.submit_as(JobBuilder::gang("first", 4, "cpu=8").hard(1).build(), "alice");
+    rig.step();
+    let first = nodes_of(&rig, "first");
+
+    // One node of that leaf counts symbol errors: the job goes to the other leaf.
+    let mut rig = two_leaves();
+    let errors = CheckResult::bad(
+        "ib:mlx5_0/1",
+        CheckState::Degraded,
+        "ib-errors",
+        "symbol errors +40 since the last check",
+    );
+    report(&mut rig, &first[0], vec![errors]);
+    let tree = rig.p.hyper_nodes();
+    let sick: Vec<(&str, u32)> = tree
+        .hyper_nodes
+        .iter()
+        .filter(|h| h.fabric_degraded > 0)
+        .map(|h| (h.name.as_str(), h.fabric_degraded))
+        .collect();
+    assert_eq!(sick.len(), 2, "the leaf and the spine above it: {sick:?}");
+    rig.submit_as(JobBuilder::gang("second", 4, "cpu=8").hard(1).build(), "alice");
+    rig.step();
+    let second = nodes_of(&rig, "second");
+    assert!(second.iter().all(|n| !first.contains(n)), "{first:?} {second:?}");
+    // With the healthy leaf full, the degraded one still takes work.
+    rig.submit_as(JobBuilder::gang("third", 4, "cpu=8").hard(1).build(), "alice");
+    rig.step();
+    assert_eq!(nodes_of(&rig, "third"), first);
+}

@@ -179,6 +179,10 @@ pub struct HyperNodeStatus {
     /// Real nodes under it, and how many of them are Ready.
     pub nodes: u32,
     pub ready_nodes: u32,
+    /// Its nodes whose health checks find an InfiniBand port degraded or down: hard-topology
+    /// jobs take a healthy HyperNode of the same tier first.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub fabric_degraded: u32,
     /// Per resource (`cpu` in millicores, `memory` in bytes, `nvidia.com/gpu`, …).
     pub free: BTreeMap<String, u64>,
     pub allocatable: BTreeMap<String, u64>,
@@ -448,4 +452,8 @@ pub struct UserShare {
     pub fairshare: f64,
     /// What they hold now.
     pub used: BTreeMap<String, u64>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

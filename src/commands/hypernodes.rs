@@ -77,8 +77,9 @@ pub fn render(tree: &HyperNodeTree, now: u64) -> String {
                 Some(name) => format!("{} {name}", h.tier),
                 None => h.tier.to_string(),
             };
+            let sick = if h.fabric_degraded > 0 { " (degraded)" } else { "" };
             rows.push([
-                format!("{}{}", "  ".repeat(depth), h.name),
+                format!("{}{}{sick}", "  ".repeat(depth), h.name),
                 tier,
                 h.source.clone(),
                 ratio(h.ready_nodes, h.nodes),
@@ -87,6 +88,20 @@ pub fn render(tree: &HyperNodeTree, now: u64) -> String {
             ]);
         }
         out.push_str(&columns(&rows));
+        let sick: Vec<String> = tree_order(&tree.hyper_nodes)
+            .into_iter()
+            .filter(|(_, h)| h.fabric_degraded > 0)
+            .map(|(_, h)| {
+                format!(
+                    "  {}: {} of {} nodes report an InfiniBand port degraded or down\n",
+                    h.name, h.fabric_degraded, h.nodes
+                )
+            })
+            .collect();
+        if !sick.is_empty() {
+            out.push_str("\ndegraded fabric (hard-topology jobs take a healthy HyperNode of the tier first):\n");
+            out.push_str(&sick.concat());
+        }
     }
     for w in &tree.warnings {
         out.push_str(&format!("warning: {w}\n"));
@@ -275,6 +290,7 @@ mod tests {
             children: children.iter().map(|c| c.to_string()).collect(),
             nodes: nodes.1,
             ready_nodes: nodes.0,
+            fabric_degraded: 0,
             free: BTreeMap::from([
                 (CPU.to_string(), u64::from(nodes.0) * 64_000),
                 ("nvidia.com/gpu".to_string(), gpus / 2),
@@ -294,13 +310,23 @@ mod tests {
         let tree = HyperNodeTree {
             // Children listed before parents and out of name order: the renderer orders them.
             hyper_nodes: vec![
-                hn("leaf-1", 1, Some("spine-0"), &[], (3, 4)),
+                HyperNodeStatus {
+                    fabric_degraded: 1,
+                    ..hn("leaf-1", 1, Some("spine-0"), &[], (3, 4))
+                },
                 hn("leaf-0", 1, Some("spine-0"), &[], (4, 4)),
                 leaf_cpu,
-                hn("spine-0", 2, Some("core"), &["leaf-0", "leaf-1", "leaf-cpu"], (11, 12)),
+                // One node of leaf-1 reports a port degraded: so do the HyperNodes above.
+                HyperNodeStatus {
+                    fabric_degraded: 1,
+                    ..hn("spine-0", 2, Some("core"), &["leaf-0", "leaf-1", "leaf-cpu"], (11, 12))
+                },
                 hn("leaf-2", 1, Some("spine-1"), &[], (2, 2)),
                 hn("spine-1", 2, Some("core"), &["leaf-2"], (2, 2)),
-                hn("core", 3, None, &["spine-0", "spine-1"], (13, 14)),
+                HyperNodeStatus {
+                    fabric_degraded: 1,
+                    ..hn("core", 3, None, &["spine-0", "spine-1"], (13, 14))
+                },
                 hn("lonely-leaf", 1, None, &[], (0, 1)),
             ],
             warnings: vec![

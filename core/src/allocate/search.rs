@@ -22,6 +22,10 @@ use super::gradient::gradients;
 use super::lca_score::{degraded_penalty, lca_score};
 use super::span::{self, Slot, SpanKey};
 
+/// A sub-job's candidate HyperNode as it is ranked: fabric degraded, its minimal-span
+/// key, bin-pack score, tie bonus, the HyperNode, its position in the gradient.
+type Ranked<'a> = (bool, Option<&'a SpanKey>, f64, f64, HnIdx, usize);
+
 /// A node a task would get, with its NUMA assignment there.
 type Candidate = (NodeIdx, Arc<Assignment>);
 /// What a committed attempt decided, for the AllocatedHyperNode bookkeeping (§4.2.5).
@@ -127,10 +131,11 @@ impl<'a, 's> Search<'a, 's> {
         for mut tier in grads {
             if single {
                 // The only sub-job scores H itself (every lower HyperNode already failed
-                // in an earlier gradient), so try in order and keep the first fit: fewest
-                // leaves first (minimal span), then bin-pack score, then name.
+                // in an earlier gradient), so try in order and keep the first fit: those
+                // whose fabric is healthy first, then fewest leaves (minimal span), then
+                // bin-pack score, then name.
                 let request = self.sub_job_request(job, 0);
-                let mut keyed: Vec<(SpanKey, f64, HnIdx)> = tier
+                let mut keyed: Vec<(bool, SpanKey, f64, HnIdx)> = tier
                     .iter()
                     .map(|&h| {
                         let key = if minimal {
@@ -138,11 +143,17 @@ impl<'a, 's> Search<'a, 's> {
                         } else {
                             SpanKey::default()
                         };
-                        (key, fill_ratio(self.s.cap(), &self.weights, h, &request), h)
+                        let sick = self.index.hns[h.ix()].fabric_degraded > 0;
+                        (sick, key, fill_ratio(self.s.cap(), &self.weights, h, &request), h)
                     })
                     .collect();
-                keyed.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2)));
-                for (_, _, h) in keyed {
+                keyed.sort_by(|a, b| {
+                    a.0.cmp(&b.0)
+                        .then(a.1.cmp(&b.1))
+                        .then(b.2.total_cmp(&a.2))
+                        .then(a.3.cmp(&b.3))
+                });
+                for (_, _, _, h) in keyed {
                     if self.try_job_in(job, h).is_some() {
                         return Some(self.decision(Some(h)));
                     }
@@ -151,13 +162,15 @@ impl<'a, 's> Search<'a, 's> {
             }
             tier.sort();
             // Volcano keeps the best summed sub-job score; minimal span first keeps the
-            // trial that spans the fewest leaves.
-            let mut best: Option<(u32, f64, HnIdx)> = None;
+            // trial that spans the fewest leaves; a HyperNode whose fabric is healthy
+            // before either.
+            let mut best: Option<((bool, u32), f64, HnIdx)> = None;
             for &h in &tier {
                 if let Some(score) = self.try_job_in(job, h) {
                     let leaves = if minimal { self.leaves_spanned(job) } else { 0 };
-                    if best.is_none_or(|(l, s, _)| leaves < l || (leaves == l && score > s)) {
-                        best = Some((leaves, score, h));
+                    let rank = (self.index.hns[h.ix()].fabric_degraded > 0, leaves);
+                    if best.is_none_or(|(r, s, _)| rank < r || (rank == r && score > s)) {
+                        best = Some((rank, score, h));
                     }
                     self.rollback(job, 0, 0);
                 }
@@ -264,7 +277,7 @@ impl<'a, 's> Search<'a, 's> {
                 .iter()
                 .map(|&h| minimal.then(|| span::plan(self.index, self.s.cap(), h, &job.shapes, &rooms, &pending)))
                 .collect();
-            let mut keyed: Vec<(Option<&SpanKey>, f64, f64, HnIdx, usize)> = tier
+            let mut keyed: Vec<Ranked<'_>> = tier
                 .iter()
                 .enumerate()
                 .map(|(i, &h)| {
@@ -278,6 +291,7 @@ impl<'a, 's> Search<'a, 's> {
                         })
                         .count() as f64;
                     (
+                        self.index.hns[h.ix()].fabric_degraded > 0,
                         plans[i].as_ref().map(|p| &p.key),
                         fill_ratio(self.s.cap(), &self.weights, h, &request),
                         on_h / total_tasks,
@@ -286,14 +300,16 @@ impl<'a, 's> Search<'a, 's> {
                     )
                 })
                 .collect();
+            // A HyperNode whose fabric is healthy first (see `HnInfo::fabric_degraded`).
             keyed.sort_by(|a, b| {
                 a.0.cmp(&b.0)
-                    .then(b.1.total_cmp(&a.1))
+                    .then(a.1.cmp(&b.1))
                     .then(b.2.total_cmp(&a.2))
-                    .then(a.3.cmp(&b.3))
+                    .then(b.3.total_cmp(&a.3))
+                    .then(a.4.cmp(&b.4))
             });
-            let max = keyed.iter().map(|k| k.1).max_by(f64::total_cmp);
-            let order: Vec<(f64, f64, HnIdx, usize)> = keyed.iter().map(|k| (k.1, k.2, k.3, k.4)).collect();
+            let max = keyed.iter().map(|k| k.2).max_by(f64::total_cmp);
+            let order: Vec<(f64, f64, HnIdx, usize)> = keyed.iter().map(|k| (k.2, k.3, k.4, k.5)).collect();
             for (ratio, bonus, h, i) in order {
                 let (mark, sj_mark) = (self.log.len(), self.sub_job_hn.len());
                 let placed = if job.has_children(sj) {

@@ -94,9 +94,17 @@ pub(crate) fn node_checks(world: &mut World, node: &str, checks: Vec<CheckResult
     }
     // A degraded node scores lower: a new `Node` makes the topology index regroup it.
     let degraded = checks.iter().any(|c| c.state == CheckState::Degraded);
-    if let Some(n) = world.get::<Node>(e).filter(|n| n.degraded_by_health != degraded) {
+    // Its IB ports: its HyperNodes count it, and hard-topology jobs go elsewhere first.
+    let fabric = checks
+        .iter()
+        .any(|c| c.state != CheckState::Ok && c.check.starts_with("ib:"));
+    if let Some(n) = world
+        .get::<Node>(e)
+        .filter(|n| (n.degraded_by_health, n.fabric_degraded) != (degraded, fabric))
+    {
         let mut n = n.clone();
         n.degraded_by_health = degraded;
+        n.fabric_degraded = fabric;
         world.entity_mut(e).insert(n);
     }
     if before != checks {

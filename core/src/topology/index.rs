@@ -38,6 +38,10 @@ pub struct HnInfo {
     pub nodes: FixedBitSet,
     /// Number of nodes in `nodes`.
     pub node_count: u32,
+    /// Its nodes whose InfiniBand ports a health check finds degraded or down: a job's
+    /// ranks there may not talk at full speed, so hard-topology jobs take a HyperNode of
+    /// the same tier without any first (see `allocate::search`).
+    pub fabric_degraded: u32,
     /// Node groups wholly inside this HyperNode, in node order.
     pub groups: Vec<GroupIdx>,
 }
@@ -370,6 +374,7 @@ impl TopologyIndex {
                 depth: 0,
                 nodes: FixedBitSet::with_capacity(n_nodes),
                 node_count: 0,
+                fabric_degraded: 0,
                 groups: Vec::new(),
             })
             .collect();
@@ -384,6 +389,7 @@ impl TopologyIndex {
             depth: 0,
             nodes: FixedBitSet::with_capacity(n_nodes),
             node_count: 0,
+            fabric_degraded: 0,
             groups: Vec::new(),
         });
         for h in 0..keep.len() {
@@ -424,8 +430,15 @@ impl TopologyIndex {
                 hns[p.ix()].nodes.union_with(&child);
             }
         }
+        let fabric: Vec<usize> = nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, n))| n.fabric_degraded)
+            .map(|(i, _)| i)
+            .collect();
         for h in &mut hns {
             h.node_count = h.nodes.count_ones(..) as u32;
+            h.fabric_degraded = fabric.iter().filter(|&&i| h.nodes.contains(i)).count() as u32;
         }
 
         let mut tiers: Vec<u32> = hns.iter().map(|h| h.tier).collect();

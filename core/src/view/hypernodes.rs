@@ -64,6 +64,7 @@ pub fn hyper_node_tree(world: &World) -> HyperNodeTree {
                 .ones()
                 .filter(|&i| ready.get(i).copied().unwrap_or(false))
                 .count() as u32,
+            fabric_degraded: info.fabric_degraded,
             free: resources(&free),
             allocatable: resources(alloc),
         });
