@@ -316,3 +316,38 @@ fn a_hard_topology_job_takes_a_leaf_whose_fabric_is_healthy_first() {
     rig.step();
     assert_eq!(nodes_of(&rig, "third"), first);
 }
+
+#[test]
+fn a_gpu_gone_from_the_bus_ends_the_nodes_tasks_as_a_lost_nodes() {
+    let mut rig = rig();
+    let mut spec = JobBuilder::gang("train", 1, "cpu=4").build();
+    spec.run.requeue = true;
+    rig.run(spec);
+    let on = rig.node_of("train", "worker-0");
+    let lost = CheckResult::bad("gpu:3", CheckState::Failed, "gpu-lost", "GPU 3 has fallen off the bus");
+    let cmds = report(&mut rig, &on, vec![lost.clone()]);
+    let killed: Vec<String> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            Command::Kill { job, node, .. } => Some(format!("{job}@{node}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(killed, [format!("train@{on}")], "{cmds:?}");
+    assert!(
+        said(&cmds).contains(&format!(
+            "node {on}: gpu:3: GPU 3 has fallen off the bus: its running tasks end now, as a lost node's"
+        )),
+        "{:?}",
+        said(&cmds)
+    );
+    // `requeue: true`: it waits to run again, on the other node.
+    rig.step();
+    let other = if on == "n01" { "n02" } else { "n01" };
+    rig.drive_until(5, |r| r.job("train").status == JobStatus::Placed);
+    assert_eq!(rig.node_of("train", "worker-0"), other);
+    assert_eq!(drain_of(&rig, &on).map(|d| d.1), Some("health".into()));
+    // The same report again ends nothing more.
+    let cmds = report(&mut rig, &on, vec![lost]);
+    assert!(!cmds.iter().any(|c| matches!(c, Command::Kill { .. })), "{cmds:?}");
+}

@@ -45,9 +45,12 @@ pub struct CheckResult {
     pub check: String,
     /// What it found.
     pub state: CheckState,
-    /// A short code that stays the same while the trouble does (`ib-width`, `ib-down`,
-    /// `ib-errors`, `disk-space`, `disk-inodes`, `mount-missing`, `memory-corrupted`,
-    /// `script`, `timeout`); empty when ok. Alert rules and scripts match on it.
+    /// A short code that stays the same while the trouble does: `ib-down`, `ib-width`,
+    /// `ib-speed`, `ib-errors`; `gpu-lost`, `gpu-error`, `gpu-ecc`, `gpu-remap-failed`,
+    /// `gpu-reset-needed`, `gpu-nvlink`, `gpu-fabric`, `gpu-missing`; `disk-space`,
+    /// `disk-inodes`, `disk-missing`, `disk-error`; `mount-missing`; `memory-corrupted`;
+    /// `script`; `timeout`; `check-error` (a check that could not look). Empty when ok.
+    /// `[health] endTasksOn` in planner.toml and alert rules match on it.
     #[serde(default)]
     pub code: String,
     /// What a person reads: `mlx5_0 port 1 width 1x (expected 4x)`.

@@ -6,6 +6,11 @@
 //! A degraded check drains nothing: the node scores lower (the topology index puts it in
 //! a group of its own, as a node with NVLink trouble), so work goes elsewhere first.
 //!
+//! A newly failed check whose code is in `[health] endTasksOn` (by default `gpu-lost`: a
+//! GPU that fell off the bus) also ends the node's running tasks at once, as `hyperplan
+//! nodes drain --now` does: each job's `onNodeLost` decides (replaced inside its
+//! HyperNode, requeued, or failed).
+//!
 //! Health never touches an admin's drain: a node an admin drained stays drained whatever
 //! its checks say, and an admin who drains a node drained by health makes the drain theirs.
 //! A node an admin resumed while a check still fails stays resumed until a check fails
@@ -106,6 +111,29 @@ pub(crate) fn node_checks(world: &mut World, node: &str, checks: Vec<CheckResult
         n.degraded_by_health = degraded;
         n.fabric_degraded = fabric;
         world.entity_mut(e).insert(n);
+    }
+    // A hard failure (`[health] endTasksOn`, a GPU gone) newly reported: the node's
+    // tasks end now, as a lost node's, and their jobs' `onNodeLost` decides.
+    let hard: Vec<&CheckResult> = {
+        let config = &world.resource::<PlannerConfig>().checks;
+        failed
+            .iter()
+            .copied()
+            .filter(|c| !was_failed(c) && config.ends_tasks(&c.code))
+            .collect()
+    };
+    if !hard.is_empty() && !crate::nodes::drain::running_on(world, e).is_empty() {
+        let drain = Drain {
+            reason: Some(reason_of(&hard)),
+            by: BY_HEALTH.to_string(),
+            since: now,
+            by_health: true,
+        };
+        lines.push(Command::Warn(format!(
+            "node {node}: {}: its running tasks end now, as a lost node's",
+            drain.reason.as_deref().unwrap_or_default()
+        )));
+        crate::nodes::drain::end_tasks_on(world, e, node, &drain);
     }
     if before != checks {
         world.entity_mut(e).insert(NodeChecks(checks));

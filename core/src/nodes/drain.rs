@@ -94,11 +94,12 @@ pub fn running_on(world: &World, e: Entity) -> Vec<(Entity, Entity)> {
 
 /// `--now`: each task on the node is killed and ends as lost, so its job's `onNodeLost`
 /// applies.
-fn end_tasks_on(world: &mut World, e: Entity, name: &str, drain: &Drain) {
+pub(crate) fn end_tasks_on(world: &mut World, e: Entity, name: &str, drain: &Drain) {
     let Some(node) = world.get::<Node>(e).map(|n| n.name.clone()) else {
         return;
     };
     let reason = match &drain.reason {
+        Some(r) if drain.by_health => format!("node {name} failed a health check: {r}"),
         Some(r) => format!("node {name} was drained at once by {}: {r}", drain.by),
         None => format!("node {name} was drained at once by {}", drain.by),
     };
