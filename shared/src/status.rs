@@ -179,7 +179,8 @@ pub struct HyperNodeStatus {
     /// Real nodes under it, and how many of them are Ready.
     pub nodes: u32,
     pub ready_nodes: u32,
-    /// Its nodes whose health checks find an InfiniBand port degraded or down: hard-topology
+    /// Its nodes whose health checks find an InfiniBand port degraded (errors rising, a
+    /// slower lane; a port down or narrow drains its node instead): hard-topology
     /// jobs take a healthy HyperNode of the same tier first.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub fabric_degraded: u32,

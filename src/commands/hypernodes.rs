@@ -93,7 +93,7 @@ pub fn render(tree: &HyperNodeTree, now: u64) -> String {
             .filter(|(_, h)| h.fabric_degraded > 0)
             .map(|(_, h)| {
                 format!(
-                    "  {}: {} of {} nodes report an InfiniBand port degraded or down\n",
+                    "  {}: {} of {} nodes report an InfiniBand port degraded\n",
                     h.name, h.fabric_degraded, h.nodes
                 )
             })

@@ -249,14 +249,26 @@ fn maybe_infiniband(dev: &str) -> bool {
         .any(|p| dev.starts_with(p))
 }
 
+/// An attribute that is there but cannot be read as text; said as the port's trouble.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {why}")]
+struct AttrError {
+    path: String,
+    why: String,
+}
+
 /// One attribute: `Ok(None)` when it is not there.
-fn attr(path: &Path) -> Result<Option<String>, String> {
+fn attr(path: &Path) -> Result<Option<String>, AttrError> {
+    let fail = |why: String| AttrError {
+        path: path.display().to_string(),
+        why,
+    };
     match read_regular_no_link(path, MAX_ATTR) {
         Ok(bytes) => String::from_utf8(bytes)
             .map(|t| Some(clean(&t).to_string()))
-            .map_err(|_| format!("{}: not text", path.display())),
+            .map_err(|_| fail("not text".into())),
         Err(e) if e.is_missing() => Ok(None),
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Err(e) => Err(fail(e.to_string())),
     }
 }
 
@@ -289,7 +301,7 @@ fn read_port(dir: &Path, dev: &str) -> Option<Reading> {
         },
         Ok(None) => None,
         Err(e) => {
-            trouble(e);
+            trouble(e.to_string());
             None
         }
     };

@@ -47,6 +47,10 @@ pub struct Holdings {
     /// does not matter, so hashing decides nothing.
     held: bevy_ecs::entity::EntityHashMap<Held>,
     numa_changes: Vec<NumaChange>,
+    /// Closed nodes (not ready, drained, running strays, or strained) and the room their
+    /// closing holds: all they offer beyond work outside hyperplan. Given back when one
+    /// opens without a rebuild (`cache::refresh`).
+    pub closed: std::collections::BTreeMap<NodeIdx, Shape>,
 }
 
 impl Holdings {
@@ -75,6 +79,7 @@ impl Holdings {
         self.generation = Some(generation);
         self.held.clear();
         self.numa_changes.clear();
+        self.closed.clear();
     }
 
     /// Records a task whose resources are already taken from both caches (the allocator

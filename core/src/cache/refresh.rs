@@ -10,7 +10,8 @@ use crate::cache::capacity::Capacity;
 use crate::cache::holdings::{Holdings, NumaChange, ShapeMemo, held_by, running_on};
 use crate::cache::numa::NumaState;
 use crate::model::components::{LiveChanged, Node, NodeSlot, Task, TaskState};
-use crate::model::drain::Drained;
+use crate::model::drain::{DrainChanges, Drained};
+use crate::model::ids::NodeIdx;
 use crate::model::strained::Strained;
 use crate::model::strays::Strays;
 use crate::model::tick::CapacityEpoch;
@@ -39,13 +40,22 @@ pub fn refresh_capacity(
     mut removed: RemovedComponents<TaskState>,
     slots: Query<&NodeSlot>,
     mut epoch: ResMut<CapacityEpoch>,
+    mut drains: ResMut<DrainChanges>,
 ) {
     let _span = tracing::info_span!("resource_cache").entered();
+    let closed_node = |e: Entity| nodes.get(e).ok().map(|(n, d, s, st)| (n, !n.ready || d || s || st));
     if holdings.generation != Some(index.generation) {
         removed.clear();
+        drains.0.clear();
         let per_node = node_inputs(&index, |e| nodes.get(e).ok().map(|(n, d, s, st)| (n, d || s || st)));
         *cap = Capacity::build(&index, &per_node);
         holdings.reset(index.generation);
+        // What each closed node's closing holds, to give back if it opens in place.
+        for (i, &e) in index.node_entities.iter().enumerate() {
+            if let Some((n, true)) = closed_node(e) {
+                holdings.closed.insert(NodeIdx(i as u32), closing(&cap, n));
+            }
+        }
         let mut memo = ShapeMemo::default();
         for (e, task, ts) in &tasks {
             if let Some(n) = running_on(ts, &slots) {
@@ -61,6 +71,26 @@ pub fn refresh_capacity(
     let mut gave = false;
     for e in removed.read() {
         gave |= holdings.give(&mut cap, &index, e);
+    }
+    // Nodes drained or resumed: closed or opened in place. Either way the reservations
+    // are worked out again (a reserved node may have closed), so the epoch counts up.
+    let mut flipped: Vec<Entity> = std::mem::take(&mut drains.0);
+    flipped.sort_unstable();
+    flipped.dedup();
+    for e in flipped {
+        let (Ok(slot), Some((n, closed))) = (slots.get(e), closed_node(e)) else {
+            continue;
+        };
+        let was = holdings.closed.contains_key(&slot.0);
+        if closed && !was {
+            let shape = closing(&cap, n);
+            cap.take(&index, slot.0, &shape);
+            holdings.closed.insert(slot.0, shape);
+            gave = true;
+        } else if !closed && let Some(shape) = holdings.closed.remove(&slot.0) {
+            cap.give(&index, slot.0, &shape);
+            gave = true;
+        }
     }
     // One pass over the changed tasks (a scan of every live task's change tick), then
     // gives before takes: a NUMA PU given back must not free one just taken.
@@ -85,6 +115,17 @@ pub fn refresh_capacity(
     if gave {
         epoch.0 += 1;
     }
+}
+
+/// What closing node `n` takes from the cache: all it offers beyond work outside
+/// hyperplan, so that it is used up whatever its tasks give back (as a fresh build counts
+/// a closed node: all of it used).
+fn closing(cap: &Capacity, n: &Node) -> crate::cache::capacity::Shape {
+    let mut room = Resources::new();
+    for (k, v) in &n.allocatable.0 {
+        room.0.insert(k.clone(), v.saturating_sub(n.external_used.get(k)));
+    }
+    cap.shape(&room)
 }
 
 /// Per node of the index: (allocatable, in use outside hyperplan's tasks). A node that

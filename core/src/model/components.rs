@@ -37,7 +37,8 @@ pub struct Node {
     /// scores lower, as a node with NVLink trouble does (see `nodes::checks`). Changed by
     /// inserting the node anew, so the topology index hears it.
     pub degraded_by_health: bool,
-    /// A health check finds one of its InfiniBand ports degraded or down: its HyperNodes
+    /// A health check finds one of its InfiniBand ports degraded (a failed one drains the
+    /// node, which a drain does in place, with no rebuild): its HyperNodes
     /// count it (`HnInfo::fabric_degraded`). Changed as `degraded_by_health` is.
     pub fabric_degraded: bool,
 }

@@ -45,6 +45,12 @@ pub struct Drains {
 #[derive(Component, Clone, Copy, Debug, Default)]
 pub struct Drained;
 
+/// Nodes whose [`Drained`] marker came or went since the resource cache last looked: it
+/// closes or opens each in place (`cache::refresh`), with no rebuild of the topology
+/// index, so a thousand nodes drained by health in one tick cost that tick little.
+#[derive(Resource, Debug, Default)]
+pub struct DrainChanges(pub Vec<Entity>);
+
 /// What the store keeps of the drains: one record, rewritten whole on every change.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -102,7 +102,7 @@ pub(crate) fn node_checks(world: &mut World, node: &str, checks: Vec<CheckResult
     // Its IB ports: its HyperNodes count it, and hard-topology jobs go elsewhere first.
     let fabric = checks
         .iter()
-        .any(|c| c.state != CheckState::Ok && c.check.starts_with("ib:"));
+        .any(|c| c.state == CheckState::Degraded && c.check.starts_with("ib:"));
     if let Some(n) = world
         .get::<Node>(e)
         .filter(|n| (n.degraded_by_health, n.fabric_degraded) != (degraded, fabric))

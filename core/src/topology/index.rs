@@ -38,7 +38,7 @@ pub struct HnInfo {
     pub nodes: FixedBitSet,
     /// Number of nodes in `nodes`.
     pub node_count: u32,
-    /// Its nodes whose InfiniBand ports a health check finds degraded or down: a job's
+    /// Its nodes whose InfiniBand ports a health check finds degraded: a job's
     /// ranks there may not talk at full speed, so hard-topology jobs take a HyperNode of
     /// the same tier without any first (see `allocate::search`).
     pub fabric_degraded: u32,

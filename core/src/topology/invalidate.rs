@@ -7,9 +7,12 @@
 //!   `NodeHardware` inserted): the node set moved ([`NodeSetGeneration`]; discovery
 //!   sources filter their hosts against it);
 //! - that, or a node's spec or readiness changed (a `Node` inserted again: see
-//!   `model::components::set_node_ready`), a node was drained or resumed (`Drained`), runs tasks the planner no longer counts or no more (`Strays`), its agent cannot start tasks or can again (`Strained`), the label types changed, or a discovery
+//!   `model::components::set_node_ready`), runs tasks the planner no longer counts or no more (`Strays`), its agent cannot start tasks or can again (`Strained`), the label types changed, or a discovery
 //!   source read new input: the HyperNodes and the topology index must be made again
 //!   ([`TopologyDirty`]).
+//!
+//! A node drained or resumed (`Drained`) rebuilds nothing: the resource cache closes or
+//! opens it in place ([`DrainChanges`]).
 //!
 //! Runs after everything that applies events (`ingest`, `adopt`, `health`, `lost`) and
 //! before `discovery`. Capacity that may have grown ([`CapacityEpoch`](crate::model::tick::CapacityEpoch))
@@ -21,7 +24,7 @@ use bevy_ecs::world::DeferredWorld;
 
 use crate::discovery::Sources;
 use crate::model::components::Node;
-use crate::model::drain::Drained;
+use crate::model::drain::{DrainChanges, Drained};
 use crate::model::strained::Strained;
 use crate::model::strays::Strays;
 use crate::model::tick::{LabelTypes, NodeSetGeneration, TopologyDirty};
@@ -46,10 +49,12 @@ pub(crate) fn watch(world: &mut World) {
     world
         .register_component_hooks::<NodeHardware>()
         .on_insert(hardware_inserted);
+    // A drain closes its node in the resource cache in place (`cache::refresh`).
+    world.init_resource::<DrainChanges>();
     world
         .register_component_hooks::<Drained>()
-        .on_insert(node_inserted)
-        .on_remove(node_inserted);
+        .on_insert(drain_changed)
+        .on_remove(drain_changed);
     world
         .register_component_hooks::<Strays>()
         .on_add(node_inserted)
@@ -58,6 +63,10 @@ pub(crate) fn watch(world: &mut World) {
         .register_component_hooks::<Strained>()
         .on_add(node_inserted)
         .on_remove(node_inserted);
+}
+
+fn drain_changed(mut world: DeferredWorld, ctx: HookContext) {
+    world.resource_mut::<DrainChanges>().0.push(ctx.entity);
 }
 
 fn node_inserted(mut world: DeferredWorld, _: HookContext) {
