@@ -27,8 +27,10 @@ type NodeClosed = (&'static Node, Has<Drained>, Has<Strays>, Has<Strained>);
 /// change (appearing, going, new allocatable or external use, readiness) and every
 /// HyperNode change causes. Otherwise it follows the tasks whose state changed since the
 /// last tick, through the ledger of what each task holds: gives back what stopped
-/// running, takes what started outside the allocator. The allocator takes as it places
-/// (and records each placement in the ledger as it commits).
+/// running, takes what started outside the allocator; and the nodes drained or resumed
+/// ([`DrainChanges`]), each closed or opened in place by the room its closing holds
+/// (`Holdings::closed`). The allocator takes as it places (and records each placement in
+/// the ledger as it commits).
 #[allow(clippy::too_many_arguments)]
 pub fn refresh_capacity(
     index: Res<TopologyIndex>,
