@@ -16,7 +16,7 @@
 use std::io::{ErrorKind, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hyperplan_shared::health::{CheckResult, CheckState};
@@ -101,7 +101,7 @@ pub fn run(argv: &[String], timeout: Duration, stop: impl Fn() -> bool) -> Ran {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    let mut child = match spawn(&mut cmd, deadline) {
+    let mut child = match crate::probe::nvlink::spawn_retrying_busy(&mut cmd, deadline) {
         Ok(child) => child,
         Err(e) => {
             let text = format!("cannot run {program}: {e}");
@@ -266,21 +266,6 @@ fn kill_group(pid: u32) {
         // have been reused: the signal reaches only what it started in its group.
         unsafe {
             libc::kill(-pid, libc::SIGKILL);
-        }
-    }
-}
-
-/// Spawns, again for a moment while the program is being replaced (`ETXTBSY`: a
-/// package upgrade writing it).
-fn spawn(cmd: &mut Command, deadline: Instant) -> std::io::Result<Child> {
-    let mut tries = 0;
-    loop {
-        match cmd.spawn() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 10 && Instant::now() < deadline => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            other => return other,
         }
     }
 }

@@ -314,7 +314,7 @@ fn exit_error(binary: &str, done: &Finished) -> NvlinkError {
 
 /// Spawns `cmd`, again for a while when the binary is busy (ETXTBSY): being replaced by a
 /// package upgrade, or, in a test, just written while another thread forked.
-fn spawn_retrying_busy(cmd: &mut Command, deadline: Instant) -> io::Result<std::process::Child> {
+pub(crate) fn spawn_retrying_busy(cmd: &mut Command, deadline: Instant) -> io::Result<std::process::Child> {
     let mut tries = 0;
     loop {
         match cmd.spawn() {
@@ -552,6 +552,26 @@ fn check(call: impl FnOnce() -> String, code: Ret) -> Result<(), NvlinkError> {
 }
 
 impl Nvml {
+    /// NVML initialised (shut down when the session drops), the per-index handle call and
+    /// the GPU count (at most [`MAX_GPUS`]): what both readers start with.
+    fn open<'l>(
+        &self,
+        lib: &'l libloading::Library,
+    ) -> Result<(Session<'l>, libloading::Symbol<'l, HandleFn>, c_uint), NvlinkError> {
+        let init: libloading::Symbol<InitFn> = self.symbol(lib, "nvmlInit_v2")?;
+        let shutdown: libloading::Symbol<InitFn> = self.symbol(lib, "nvmlShutdown")?;
+        let count_fn: libloading::Symbol<CountFn> = self.symbol(lib, "nvmlDeviceGetCount_v2")?;
+        let handle_fn: libloading::Symbol<HandleFn> = self.symbol(lib, "nvmlDeviceGetHandleByIndex_v2")?;
+        // SAFETY: `nvmlInit_v2` is `nvmlReturn_t (void)`; NVML counts initialisations, so
+        // this one is paired with the `nvmlShutdown` of `Session`.
+        check(|| "nvmlInit_v2".into(), unsafe { init() })?;
+        let session = Session { shutdown };
+        let mut count: c_uint = 0;
+        // SAFETY: `count` is a valid, writable `unsigned int` for the call's duration.
+        check(|| "nvmlDeviceGetCount_v2".into(), unsafe { count_fn(&mut count) })?;
+        Ok((session, handle_fn, count.min(MAX_GPUS as c_uint)))
+    }
+
     /// The library, loaded; `None` where it is not there (no NVIDIA driver).
     fn load(&self) -> Option<libloading::Library> {
         // SAFETY: loading runs the library's initialisers. libnvidia-ml is the driver's
@@ -572,20 +592,9 @@ impl FabricReader for Nvml {
         let Some(lib) = self.load() else {
             return Ok(None);
         };
-        let init: libloading::Symbol<InitFn> = self.symbol(&lib, "nvmlInit_v2")?;
-        let shutdown: libloading::Symbol<InitFn> = self.symbol(&lib, "nvmlShutdown")?;
-        let count_fn: libloading::Symbol<CountFn> = self.symbol(&lib, "nvmlDeviceGetCount_v2")?;
-        let handle_fn: libloading::Symbol<HandleFn> = self.symbol(&lib, "nvmlDeviceGetHandleByIndex_v2")?;
         let pci_fn: libloading::Symbol<PciFn> = self.symbol(&lib, "nvmlDeviceGetPciInfo_v3")?;
         let fabric_fn: libloading::Symbol<FabricFn> = self.symbol(&lib, "nvmlDeviceGetGpuFabricInfoV")?;
-        // SAFETY: `nvmlInit_v2` is `nvmlReturn_t (void)`; NVML counts initialisations, so
-        // this one is paired with the `nvmlShutdown` of `Session`.
-        check(|| "nvmlInit_v2".into(), unsafe { init() })?;
-        let _session = Session { shutdown };
-        let mut count: c_uint = 0;
-        // SAFETY: `count` is a valid, writable `unsigned int` for the call's duration.
-        check(|| "nvmlDeviceGetCount_v2".into(), unsafe { count_fn(&mut count) })?;
-        let count = count.min(MAX_GPUS as c_uint);
+        let (_session, handle_fn, count) = self.open(&lib)?;
         let mut gpus = Vec::with_capacity(count as usize);
         for index in 0..count {
             let mut device: Device = std::ptr::null_mut();
@@ -719,11 +728,7 @@ impl HealthReader for Nvml {
         let Some(lib) = self.load() else {
             return Ok(None);
         };
-        let init: libloading::Symbol<InitFn> = self.symbol(&lib, "nvmlInit_v2")?;
-        let shutdown: libloading::Symbol<InitFn> = self.symbol(&lib, "nvmlShutdown")?;
-        let count_fn: libloading::Symbol<CountFn> = self.symbol(&lib, "nvmlDeviceGetCount_v2")?;
-        let handle_fn: libloading::Symbol<HandleFn> = self.symbol(&lib, "nvmlDeviceGetHandleByIndex_v2")?;
-        // The rest may be missing from an older driver: that figure is then unknown.
+        // These may be missing from an older driver: that figure is then unknown.
         let pci_fn: Option<libloading::Symbol<PciFn>> = self.symbol(&lib, "nvmlDeviceGetPciInfo_v3").ok();
         let ecc_fn: Option<libloading::Symbol<EccFn>> = self.symbol(&lib, "nvmlDeviceGetTotalEccErrors").ok();
         let pending_fn: Option<libloading::Symbol<PendingFn>> =
@@ -731,13 +736,7 @@ impl HealthReader for Nvml {
         let remap_fn: Option<libloading::Symbol<RemapFn>> = self.symbol(&lib, "nvmlDeviceGetRemappedRows").ok();
         let link_fn: Option<libloading::Symbol<LinkStateFn>> = self.symbol(&lib, "nvmlDeviceGetNvLinkState").ok();
         let fabric_fn: Option<libloading::Symbol<FabricFn>> = self.symbol(&lib, "nvmlDeviceGetGpuFabricInfoV").ok();
-        // SAFETY: `nvmlInit_v2` is `nvmlReturn_t (void)`, paired with `Session`'s shutdown.
-        check(|| "nvmlInit_v2".into(), unsafe { init() })?;
-        let _session = Session { shutdown };
-        let mut count: c_uint = 0;
-        // SAFETY: `count` is a valid, writable `unsigned int` for the call's duration.
-        check(|| "nvmlDeviceGetCount_v2".into(), unsafe { count_fn(&mut count) })?;
-        let count = count.min(MAX_GPUS as c_uint);
+        let (_session, handle_fn, count) = self.open(&lib)?;
         let mut gpus = Vec::with_capacity(count as usize);
         for index in 0..count {
             let mut gpu = GpuHealth {
