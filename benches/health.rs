@@ -154,6 +154,24 @@ fn main() {
         println!("{n} ticks: {:.2} ms each", ms(t.elapsed()) / f64::from(n.max(1)));
         return;
     }
+    // `HEALTH_PROFILE_FAIL=1`: one setup, then ten failure storms, each on 1,000 nodes
+    // not drained yet, for a profiler started after the setup (`perf record -D`).
+    if std::env::var("HEALTH_PROFILE_FAIL").is_ok() {
+        let t = Instant::now();
+        let (mut p, names, mut now) = planner();
+        println!("setup: {:.0} ms", ms(t.elapsed()));
+        for k in 0..10 {
+            let failing: Vec<String> = names.iter().skip(k).step_by(10).cloned().collect();
+            storm(&mut p, &failing, Some(CheckState::Failed));
+            now += 1;
+            let t = Instant::now();
+            p.tick(now);
+            println!("storm {k}: {:.2} ms", ms(t.elapsed()));
+        }
+        // Not dropped: a profile of the storms alone.
+        std::mem::forget(p);
+        return;
+    }
     let mut quiet = Vec::new();
     let mut runs: [(&str, Vec<f64>); 4] = [
         ("fail", Vec::new()),

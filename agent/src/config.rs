@@ -38,6 +38,7 @@
 //! # ibWidth = "4x"                     # every IB port's width (default: as first seen ACTIVE)
 //! # ibSpeed = "HDR"                    # every IB port's lane speed (default: as first seen)
 //! # gpu = true                         # GPUs through NVML, where the library is
+//! # xid = true                         # NVIDIA XID errors from /dev/kmsg, where it can be read
 //! [labels]
 //! rack = "r7"
 //! leaf = "ib-leaf-12"
@@ -157,6 +158,10 @@ pub struct HealthSection {
     /// GPUs checked through NVML where the library is (default true).
     #[serde(default)]
     pub gpu: Option<bool>,
+    /// NVIDIA XID errors read from the kernel log (`/dev/kmsg`) where it can be opened
+    /// (default true; see `crate::health::xid`).
+    #[serde(default)]
+    pub xid: Option<bool>,
 }
 
 /// A `[health]` value as the key's error shows it.
@@ -579,7 +584,7 @@ mod tests {
         let text = "[health]\nenabled = true\ninterval = 60\ntimeout = 30\npaths = [\"/scratch\"]\n\
                     minFreePercent = 5\nminFreeInodesPercent = 2.5\nmounts = [\"/scratch\"]\n\
                     script = [\"/usr/sbin/nhc\", \"-t\", \"60\"]\nscriptInterval = 300\nscriptTimeout = 120\n\
-                    ibErrorThreshold = 10\nibWidth = \"4X\"\nibSpeed = \"hdr\"\ngpu = false\n";
+                    ibErrorThreshold = 10\nibWidth = \"4X\"\nibSpeed = \"hdr\"\ngpu = false\nxid = false\n";
         let h = AgentConfig::parse(text, p).map(|c| c.health);
         assert_eq!(
             h.ok(),
@@ -598,6 +603,7 @@ mod tests {
                 ib_width: Some(4),
                 ib_speed: Some(crate::health::ib::IbSpeed::Hdr),
                 gpu: Some(false),
+                xid: Some(false),
             })
         );
         assert_eq!(
@@ -637,6 +643,7 @@ mod tests {
         }
         assert!(AgentConfig::parse("[health]\nintervall = 5\n", p).is_err());
         assert!(AgentConfig::parse("[health]\nenabled = \"yes\"\n", p).is_err());
+        assert!(AgentConfig::parse("[health]\nxid = 1\n", p).is_err());
     }
 
     /// The example in this module's header, uncommented, is a configuration the agent

@@ -145,10 +145,6 @@ fn node_up(world: &mut World, spec: NodeSpec) {
         .filter(|&e| world.get::<Heartbeats>(e).is_some())
         .and_then(|e| world.get::<Node>(e))
         .is_none_or(|n| n.ready);
-    // What its health checks said stands until they say otherwise.
-    let (degraded_by_health, fabric_degraded) = known
-        .and_then(|e| world.get::<Node>(e))
-        .map_or((false, false), |n| (n.degraded_by_health, n.fabric_degraded));
     let node = Node {
         name: spec.name.into(),
         labels: spec.labels,
@@ -158,8 +154,6 @@ fn node_up(world: &mut World, spec: NodeSpec) {
         ib_ports,
         ib_guids,
         nvlink,
-        degraded_by_health,
-        fabric_degraded,
     };
     match known {
         Some(e) => {

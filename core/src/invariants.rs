@@ -24,6 +24,7 @@ use crate::cache::capacity::Capacity;
 use crate::cache::holdings::Holdings;
 use crate::cache::numa::NumaState;
 use crate::model::awaiting::AwaitingAgent;
+use crate::model::checks::HealthMarks;
 use crate::model::components::{Job, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
 use crate::model::ids::NodeIdx;
 
@@ -64,6 +65,7 @@ pub fn check(world: &mut World) -> Vec<String> {
 
     check_numa(world, &mut bad);
     check_caches(world, &mut bad);
+    check_marks(world, &mut bad);
 
     let mut jq = world.query::<(&Job, Option<&crate::model::components::JobState>)>();
     let index = world.resource::<TopologyIndex>();
@@ -229,6 +231,28 @@ fn check_caches(world: &mut World, bad: &mut Vec<String>) {
     }
     for d in world.resource::<NumaState>().diff(&numa, index) {
         bad.push(format!("resource cache: {d}"));
+    }
+}
+
+/// The topology index's health marks, kept in place, against the nodes' components and
+/// against themselves (group orders, HyperNode counts).
+fn check_marks(world: &World, bad: &mut Vec<String>) {
+    let index = world.resource::<TopologyIndex>();
+    bad.extend(
+        index
+            .marks_problems()
+            .into_iter()
+            .map(|p| format!("topology index: {p}")),
+    );
+    for (i, &e) in index.node_entities.iter().enumerate() {
+        let want = world.get::<HealthMarks>(e).copied().unwrap_or_default();
+        let Some(m) = index.marks.get(i) else { continue };
+        if (m.health, m.fabric) != (want.degraded, want.fabric) {
+            bad.push(format!(
+                "topology index: node {} marked {m:?}, its checks say {want:?}",
+                index.node_names[i]
+            ));
+        }
     }
 }
 

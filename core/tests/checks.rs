@@ -213,11 +213,14 @@ fn a_degraded_check_is_shown_and_drains_nothing() {
         "ib-errors",
         "symbol errors +12 since the last check",
     );
+    let before = rig.p.index().generation;
     let cmds = report(&mut rig, "n01", vec![errors.clone()]);
     assert_eq!(
         said(&cmds),
         ["node n01: ib:mlx5_0/1: symbol errors +12 since the last check degraded"]
     );
+    // Marked in place: the topology index and the caches on it are not rebuilt.
+    assert_eq!(rig.p.index().generation, before);
     assert_eq!(drain_of(&rig, "n01"), None);
     assert_eq!(node(&rig, "n01").health, [errors]);
     // It scores lower: a one-node job goes to the healthy node (n01 first by name else).

@@ -509,3 +509,80 @@ fn a_job_submitted_before_any_agent_registered_runs_once_they_do() {
     let report = p.jobs();
     assert_eq!(report[0].status, hyperplan_shared::report::JobStatus::Placed);
 }
+
+/// Issue 43: a dump whose host link trained at 1x marks its leaf degraded; a hard tier-1
+/// job takes the healthy leaf first, `hyperplan hypernodes` says which link, and the leaf
+/// still takes work once the healthy one is full.
+#[test]
+fn a_leaf_with_a_host_link_at_1x_is_taken_after_a_healthy_one() {
+    let spec = hyperplan_fabric::synthetic::FatTreeDump {
+        pods: 1,
+        leaves_per_pod: 2,
+        spines_per_pod: 1,
+        cores_per_group: 1,
+        hosts_per_pod: 8,
+        rails: 1,
+        sharp: false,
+    };
+    // gpu00001 (CA 0x40000000) on pod00-leaf00, its cable at 1x as both ends say.
+    let text: String = spec
+        .generate()
+        .lines()
+        .map(|l| {
+            let l = if l.contains("0000000040000000") || l.contains("(40000000)") {
+                l.replace("4xHDR", "1xHDR")
+            } else {
+                l.to_string()
+            };
+            l + "\n"
+        })
+        .collect();
+    let dump = parse_ibnetdiscover(&text, Path::new("fat.out")).unwrap();
+    let mut p = Planner::new(PlannerConfig::default());
+    for i in 1..=8 {
+        p.push(Event::NodeUp(node(&format!("gpu{i:05}"), &[])));
+    }
+    let found = Found::Fabric {
+        fabric: Arc::new(dump),
+        map_file: GuidMap::new(),
+    };
+    p.push(discovered("fabric", SourceKind::Ibnetdiscover, 10, Ok(found)));
+    tick(&mut p, 10);
+    let tree = p.hyper_nodes();
+    let sick: Vec<(String, u32, Vec<String>)> = tree
+        .hyper_nodes
+        .iter()
+        .filter(|h| h.links_degraded > 0)
+        .map(|h| (h.name.clone(), h.links_degraded, h.degraded_links.clone()))
+        .collect();
+    assert_eq!(
+        sick,
+        [
+            ("spine-pod00-spine00".to_string(), 1, vec![]),
+            (
+                "leaf-pod00-leaf00".to_string(),
+                1,
+                vec!["gpu00001 mlx5_0 port 1 – pod00-leaf00 port 1: 1xHDR (expected 4xHDR), line 11".to_string()]
+            ),
+        ]
+    );
+    assert!(status(&mut p, "fabric").summary.contains("1 link(s) below"));
+    let placed = |cmds: Vec<Command>| -> BTreeSet<String> {
+        cmds.iter()
+            .filter_map(|c| match c {
+                Command::Place(pl) => Some(pl.node.to_string()),
+                _ => None,
+            })
+            .collect()
+    };
+    let gang = |name: &str| JobBuilder::gang(name, 4, "cpu=64").hard(1).build();
+    hyperplan_core::sim::submit::submit(&mut p, gang("first"), SIM_OWNER);
+    let healthy: BTreeSet<String> = ["gpu00002", "gpu00004", "gpu00006", "gpu00008"]
+        .map(String::from)
+        .into();
+    assert_eq!(placed(tick(&mut p, 11)), healthy, "the leaf without the 1x link first");
+    hyperplan_core::sim::submit::submit(&mut p, gang("second"), SIM_OWNER);
+    let second = placed(tick(&mut p, 12));
+    assert_eq!(second.len(), 4, "the degraded leaf still takes work: {second:?}");
+    assert!(second.contains("gpu00001"), "{second:?}");
+}

@@ -10,6 +10,7 @@ pub mod error;
 pub mod guidmap;
 pub mod ibnetdiscover;
 pub mod json;
+pub mod links;
 pub mod names;
 pub mod slurm;
 pub mod synthetic;

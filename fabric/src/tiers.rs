@@ -26,6 +26,7 @@ use serde::Serialize;
 use crate::error::FabricError;
 use crate::guidmap::GuidMap;
 use crate::ibnetdiscover::{IbFabric, NodeKind};
+use crate::links::{DegradedLink, End, degraded_links};
 use crate::names::{
     director_chassis, host_from_description, k8s_name, natural_key, switch_from_description, tier_name,
 };
@@ -112,6 +113,8 @@ pub struct Discovery {
     pub hosts: Vec<HostCa>,
     pub unmapped: Vec<UnmappedCa>,
     pub excluded: Vec<ExcludedCa>,
+    /// Links narrower or slower than their neighbours (see [`crate::links`]).
+    pub degraded_links: Vec<DegradedLink>,
     pub warnings: Vec<String>,
 }
 
@@ -139,9 +142,13 @@ impl Discovery {
                 format!("{n} named by {by}")
             })
             .collect();
+        let links = match self.degraded_links.len() {
+            0 => String::new(),
+            n => format!("; {n} link(s) below their neighbours' rate"),
+        };
         format!(
             "{} switches ({}), {} hosts on {} CAs ({}), {} unmapped CA(s), {} switch-internal CA(s) left out; \
-             {} HyperNodes in {} tier(s)",
+             {} HyperNodes in {} tier(s){links}",
             self.switches.len(),
             if levels.is_empty() {
                 "none reach a host".to_string()
@@ -250,6 +257,30 @@ pub fn discover(fabric: &IbFabric, names: &HostNames) -> Result<Discovery, Fabri
     let leaves = leaf_groups(fabric, &roles, &graph, &mut warnings);
     let (hypernodes, switch_group) = build_tiers(leaves, &graph, &mut warnings);
     let switches = switch_reports(fabric, &graph, &switch_group, &mut warnings);
+    let end = |i: usize| -> Option<End> {
+        let n = &fabric.nodes[i];
+        match (n.kind, &roles[i]) {
+            (NodeKind::Switch, _) => {
+                let li = *graph.logical_of.get(i)?;
+                Some(End {
+                    switch: Some(li),
+                    level: graph.level.get(li).copied().flatten()?,
+                    label: graph.logical[li].label.clone(),
+                })
+            }
+            (NodeKind::Ca, Some(CaRole::Host(host, _))) => Some(End {
+                switch: None,
+                level: 0,
+                label: if n.description.is_empty() {
+                    host.clone()
+                } else {
+                    n.description.clone()
+                },
+            }),
+            _ => None,
+        }
+    };
+    let degraded_links = degraded_links(fabric, end, &switch_group);
     let (hosts, unmapped, excluded) = ca_reports(fabric, roles, &graph);
     Ok(Discovery {
         hypernodes,
@@ -257,6 +288,7 @@ pub fn discover(fabric: &IbFabric, names: &HostNames) -> Result<Discovery, Fabri
         hosts,
         unmapped,
         excluded,
+        degraded_links,
         warnings,
     })
 }
@@ -296,6 +328,8 @@ fn classify_cas(fabric: &IbFabric, names: &HostNames, warnings: &mut Vec<String>
 /// so a director chassis counts as one switch layer.
 struct SwitchGraph {
     logical: Vec<Logical>,
+    /// Per node of the dump: its logical switch (`usize::MAX` for non-switches).
+    logical_of: Vec<usize>,
     /// Per logical switch: the other logical switches cabled to it, sorted.
     adj: Vec<Vec<usize>>,
     /// Per node (filled for CAs only): the logical switches its ports are linked to, sorted.
@@ -340,6 +374,7 @@ impl SwitchGraph {
         let level = switch_levels(roles, &adj, &ca_switches);
         SwitchGraph {
             logical,
+            logical_of,
             adj,
             ca_switches,
             level,

@@ -47,7 +47,7 @@ pub struct CheckResult {
     pub state: CheckState,
     /// A short code that stays the same while the trouble does: `ib-down`, `ib-width`,
     /// `ib-speed`, `ib-errors`; `gpu-lost`, `gpu-error`, `gpu-ecc`, `gpu-remap-failed`,
-    /// `gpu-reset-needed`, `gpu-nvlink`, `gpu-fabric`, `gpu-missing`; `disk-space`,
+    /// `gpu-reset-needed`, `gpu-nvlink`, `gpu-fabric`, `gpu-missing`, `gpu-xid`; `disk-space`,
     /// `disk-inodes`, `disk-missing`, `disk-error`; `mount-missing`; `memory-corrupted`;
     /// `script`; `timeout`; `check-error` (a check that could not look). Empty when ok.
     /// `[health] endTasksOn` in planner.toml and alert rules match on it.

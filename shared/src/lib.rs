@@ -19,6 +19,7 @@ pub mod health;
 pub mod history;
 pub mod hostlist;
 pub mod hypernode;
+pub mod ibrate;
 pub mod ids;
 pub mod job;
 pub mod limits;

@@ -184,6 +184,15 @@ pub struct HyperNodeStatus {
     /// jobs take a healthy HyperNode of the same tier first.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub fabric_degraded: u32,
+    /// Links between its members and its own switches that its discovery source found
+    /// narrower or slower than their neighbours (an `ibnetdiscover` dump's rates):
+    /// `gpu017 mlx5_0 port 1 – sw95 port 23: 1xHDR (expected 4xHDR), line 812`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub degraded_links: Vec<String>,
+    /// Such links anywhere inside it, its children's included: hard-topology jobs take a
+    /// HyperNode of the same tier without any first.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub links_degraded: u32,
     /// Per resource (`cpu` in millicores, `memory` in bytes, `nvidia.com/gpu`, …).
     pub free: BTreeMap<String, u64>,
     pub allocatable: BTreeMap<String, u64>,

@@ -77,7 +77,11 @@ pub fn render(tree: &HyperNodeTree, now: u64) -> String {
                 Some(name) => format!("{} {name}", h.tier),
                 None => h.tier.to_string(),
             };
-            let sick = if h.fabric_degraded > 0 { " (degraded)" } else { "" };
+            let sick = if h.fabric_degraded > 0 || h.links_degraded > 0 {
+                " (degraded)"
+            } else {
+                ""
+            };
             rows.push([
                 format!("{}{}{sick}", "  ".repeat(depth), h.name),
                 tier,
@@ -88,16 +92,18 @@ pub fn render(tree: &HyperNodeTree, now: u64) -> String {
             ]);
         }
         out.push_str(&columns(&rows));
-        let sick: Vec<String> = tree_order(&tree.hyper_nodes)
-            .into_iter()
-            .filter(|(_, h)| h.fabric_degraded > 0)
-            .map(|(_, h)| {
-                format!(
+        let mut sick: Vec<String> = Vec::new();
+        for (_, h) in tree_order(&tree.hyper_nodes) {
+            if h.fabric_degraded > 0 {
+                sick.push(format!(
                     "  {}: {} of {} nodes report an InfiniBand port degraded\n",
                     h.name, h.fabric_degraded, h.nodes
-                )
-            })
-            .collect();
+                ));
+            }
+            for l in &h.degraded_links {
+                sick.push(format!("  {}: link {l}\n", h.name));
+            }
+        }
         if !sick.is_empty() {
             out.push_str("\ndegraded fabric (hard-topology jobs take a healthy HyperNode of the tier first):\n");
             out.push_str(&sick.concat());
@@ -291,6 +297,8 @@ mod tests {
             nodes: nodes.1,
             ready_nodes: nodes.0,
             fabric_degraded: 0,
+            degraded_links: Vec::new(),
+            links_degraded: 0,
             free: BTreeMap::from([
                 (CPU.to_string(), u64::from(nodes.0) * 64_000),
                 ("nvidia.com/gpu".to_string(), gpus / 2),
@@ -321,10 +329,21 @@ mod tests {
                     fabric_degraded: 1,
                     ..hn("spine-0", 2, Some("core"), &["leaf-0", "leaf-1", "leaf-cpu"], (11, 12))
                 },
-                hn("leaf-2", 1, Some("spine-1"), &[], (2, 2)),
-                hn("spine-1", 2, Some("core"), &["leaf-2"], (2, 2)),
+                // The dump shows a host link of leaf-2 at 1x: leaf-2 and those above count it.
+                HyperNodeStatus {
+                    degraded_links: vec![
+                        "gpu-9 mlx5_0 port 1 – leaf-2 port 7: 1xHDR (expected 4xHDR), line 212".into(),
+                    ],
+                    links_degraded: 1,
+                    ..hn("leaf-2", 1, Some("spine-1"), &[], (2, 2))
+                },
+                HyperNodeStatus {
+                    links_degraded: 1,
+                    ..hn("spine-1", 2, Some("core"), &["leaf-2"], (2, 2))
+                },
                 HyperNodeStatus {
                     fabric_degraded: 1,
+                    links_degraded: 1,
                     ..hn("core", 3, None, &["spine-0", "spine-1"], (13, 14))
                 },
                 hn("lonely-leaf", 1, None, &[], (0, 1)),

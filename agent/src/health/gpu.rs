@@ -19,8 +19,7 @@
 //! NVIDIA GPUs are on the PCI bus, nothing where there are none (a CPU node whose image
 //! carries the library).
 //!
-//! XID errors are not counted yet: that needs an NVML event set held open between
-//! checks, the next step.
+//! XID errors are not read here: [`super::xid`] reads them from the kernel log.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

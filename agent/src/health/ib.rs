@@ -54,75 +54,7 @@ pub struct IbOptions {
     pub speed: Option<IbSpeed>,
 }
 
-/// An InfiniBand lane speed, as the kernel's `rate` file names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IbSpeed {
-    Sdr,
-    Ddr,
-    Qdr,
-    Fdr10,
-    Fdr,
-    Edr,
-    Hdr,
-    Ndr,
-    Xdr,
-}
-
-impl IbSpeed {
-    const ALL: [IbSpeed; 9] = [
-        IbSpeed::Sdr,
-        IbSpeed::Ddr,
-        IbSpeed::Qdr,
-        IbSpeed::Fdr10,
-        IbSpeed::Fdr,
-        IbSpeed::Edr,
-        IbSpeed::Hdr,
-        IbSpeed::Ndr,
-        IbSpeed::Xdr,
-    ];
-
-    /// `EDR`, as in `100 Gb/sec (4X EDR)`.
-    pub fn name(self) -> &'static str {
-        match self {
-            IbSpeed::Sdr => "SDR",
-            IbSpeed::Ddr => "DDR",
-            IbSpeed::Qdr => "QDR",
-            IbSpeed::Fdr10 => "FDR10",
-            IbSpeed::Fdr => "FDR",
-            IbSpeed::Edr => "EDR",
-            IbSpeed::Hdr => "HDR",
-            IbSpeed::Ndr => "NDR",
-            IbSpeed::Xdr => "XDR",
-        }
-    }
-
-    /// Gb/s of one lane, as the kernel counts it in `rate` (the rate over the width).
-    pub fn lane_gbps(self) -> f64 {
-        match self {
-            IbSpeed::Sdr => 2.5,
-            IbSpeed::Ddr => 5.0,
-            IbSpeed::Qdr | IbSpeed::Fdr10 => 10.0,
-            IbSpeed::Fdr => 14.0,
-            IbSpeed::Edr => 25.0,
-            IbSpeed::Hdr => 50.0,
-            IbSpeed::Ndr => 100.0,
-            IbSpeed::Xdr => 200.0,
-        }
-    }
-
-    /// `EDR`, `edr`: the speed; anything else `None`.
-    pub fn parse(text: &str) -> Option<IbSpeed> {
-        Self::ALL
-            .into_iter()
-            .find(|s| s.name().eq_ignore_ascii_case(text.trim()))
-    }
-}
-
-/// `4x`, `4X`, `12x`: lanes; the widths InfiniBand has only.
-pub fn parse_width(text: &str) -> Option<u32> {
-    let digits = text.trim().strip_suffix(['x', 'X'])?;
-    parse_decimal(digits).filter(|w| [1, 2, 4, 8, 12].contains(w))
-}
+pub use hyperplan_shared::ibrate::{IbSpeed, parse_width};
 
 /// The check: remembers each port's expected width and speed and its last counters.
 pub struct IbCheck {

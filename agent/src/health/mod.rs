@@ -16,8 +16,9 @@
 //!
 //! - [`ib`]: InfiniBand ports (state, width, speed, error counters), from sysfs.
 //! - [`gpu`]: GPUs through NVML, when the library is there (lost GPUs, uncorrectable ECC
-//!   errors, row remapping, NVLinks down, NVLink fabric). XID events are not watched yet:
-//!   they need an NVML event set held open between checks (the next step).
+//!   errors, row remapping, NVLinks down, NVLink fabric).
+//! - [`xid`]: NVIDIA XID errors the driver writes to the kernel log (`/dev/kmsg`) since
+//!   the agent started: the GPU's faults fail or degrade it, the application's do not.
 //! - [`disk`]: free space and inodes of the state directory and the configured paths.
 //! - [`mounts`]: mount points that must be mounted.
 //! - [`memory`]: memory the kernel reports as hardware-corrupted.
@@ -31,6 +32,7 @@ pub mod ib;
 pub mod memory;
 pub mod mounts;
 pub mod script;
+pub mod xid;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -76,6 +78,10 @@ pub struct HealthOptions {
     pub ib: ib::IbOptions,
     /// Whether GPUs are checked through NVML (when the library is there).
     pub gpu: bool,
+    /// Whether XID errors are read from the kernel log.
+    pub xid: bool,
+    /// The kernel log (`/dev/kmsg`).
+    pub kmsg: PathBuf,
     /// The site script, when one is configured.
     pub script: Option<script::ScriptOptions>,
 }
@@ -124,6 +130,8 @@ impl HealthOptions {
                 speed: section.ib_speed,
             },
             gpu: section.gpu.unwrap_or(true),
+            xid: section.xid.unwrap_or(true),
+            kmsg: PathBuf::from(xid::KMSG),
             script,
         })
     }
@@ -146,6 +154,9 @@ impl HealthOptions {
         if self.gpu {
             let nvml = Box::new(crate::probe::nvlink::Nvml::default());
             out.push(every(Box::new(gpu::GpuCheck::new(nvml, self.ib.sysfs_root.clone()))));
+        }
+        if self.xid {
+            out.push(every(Box::new(xid::XidCheck::new(self.kmsg.clone()))));
         }
         if let Some(s) = &self.script {
             out.push(Scheduled {
@@ -725,9 +736,10 @@ mod tests {
         let opts = HealthOptions::from_section(&HealthSection::default(), state, sys).unwrap();
         assert_eq!((opts.interval, opts.timeout), (DEFAULT_INTERVAL, DEFAULT_TIMEOUT));
         assert_eq!(opts.disk.paths, vec![state.to_path_buf()]);
-        assert!(opts.script.is_none() && opts.gpu && opts.mounts.mounts.is_empty());
+        assert!(opts.script.is_none() && opts.gpu && opts.xid && opts.mounts.mounts.is_empty());
+        assert_eq!(opts.kmsg, PathBuf::from("/dev/kmsg"));
         let kinds: Vec<&str> = opts.checks().iter().map(|s| s.check.kind()).collect();
-        assert_eq!(kinds, ["ib", "disk", "memory", "gpu"]);
+        assert_eq!(kinds, ["ib", "disk", "memory", "gpu", "xid"]);
         let section = HealthSection {
             enabled: Some(true),
             interval: Some(10),
@@ -736,6 +748,7 @@ mod tests {
             mounts: Some(vec!["/scratch".into()]),
             paths: Some(vec!["/scratch".into(), state.to_path_buf()]),
             gpu: Some(false),
+            xid: Some(false),
             ..HealthSection::default()
         };
         let opts = HealthOptions::from_section(&section, state, sys).unwrap();

@@ -171,10 +171,18 @@ pub fn agenda(
             .filter_map(|&e| w.jobs.get(e).ok())
             .any(|(e, job, _)| key_of(policy, e, job, &config.scheduler, now_s) < last.key)
     });
+    // A node drained under a reservation: it is worked out again (drains elsewhere take
+    // room no reservation counts on).
+    let closed = &arrivals.closed.0;
+    let reserved_closed = !closed.is_empty()
+        && reservations
+            .list
+            .iter()
+            .any(|r| r.held.iter().any(|h| closed.binary_search(&h.node).is_ok()));
     let mut previous = Vec::new();
     // The old list's nodes mean the same only within one topology generation.
     let mut sticky = false;
-    if want == 0 || reservations.basis != Some(basis) || holder_gone || ahead {
+    if want == 0 || reservations.basis != Some(basis) || holder_gone || ahead || reserved_closed {
         sticky = reservations.basis.is_some_and(|b| b.topology == index.generation);
         previous = std::mem::take(&mut reservations.list);
         previous.retain(|r| r.job != Entity::PLACEHOLDER);

@@ -18,7 +18,7 @@ pub fn tier_score(index: &TopologyIndex, tier: u32) -> f64 {
     }
 }
 
-/// What a node whose GPUs report NVLink fabric trouble (a degraded health mask) loses
+/// What a degraded node (NVLink fabric trouble, or a health check that says degraded) loses
 /// from its score: half a tier step, so that a healthy node as close wins over it, and it
 /// still wins over a healthy node one tier further away.
 pub(super) fn degraded_penalty(index: &TopologyIndex) -> f64 {

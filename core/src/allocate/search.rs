@@ -143,7 +143,7 @@ impl<'a, 's> Search<'a, 's> {
                         } else {
                             SpanKey::default()
                         };
-                        let sick = self.index.hns[h.ix()].fabric_degraded > 0;
+                        let sick = self.index.hns[h.ix()].fabric_sick();
                         (sick, key, fill_ratio(self.s.cap(), &self.weights, h, &request), h)
                     })
                     .collect();
@@ -168,7 +168,7 @@ impl<'a, 's> Search<'a, 's> {
             for &h in &tier {
                 if let Some(score) = self.try_job_in(job, h) {
                     let leaves = if minimal { self.leaves_spanned(job) } else { 0 };
-                    let rank = (self.index.hns[h.ix()].fabric_degraded > 0, leaves);
+                    let rank = (self.index.hns[h.ix()].fabric_sick(), leaves);
                     if best.is_none_or(|(r, s, _)| rank < r || (rank == r && score > s)) {
                         best = Some((rank, score, h));
                     }
@@ -291,7 +291,7 @@ impl<'a, 's> Search<'a, 's> {
                         })
                         .count() as f64;
                     (
-                        self.index.hns[h.ix()].fabric_degraded > 0,
+                        self.index.hns[h.ix()].fabric_sick(),
                         plans[i].as_ref().map(|p| &p.key),
                         fill_ratio(self.s.cap(), &self.weights, h, &request),
                         on_h / total_tasks,
@@ -300,7 +300,7 @@ impl<'a, 's> Search<'a, 's> {
                     )
                 })
                 .collect();
-            // A HyperNode whose fabric is healthy first (see `HnInfo::fabric_degraded`).
+            // A HyperNode whose fabric is healthy first (see `HnInfo::fabric_sick`).
             keyed.sort_by(|a, b| {
                 a.0.cmp(&b.0)
                     .then(a.1.cmp(&b.1))
@@ -369,7 +369,8 @@ impl<'a, 's> Search<'a, 's> {
 
     /// A node after `pos` in the group (at most [`NARROWER_LOOKAHEAD`] on) where the task
     /// spans only `want` NUMA nodes: nodes of a group score alike on topology, so without
-    /// this the numa-aware score could never prefer one of them to the first fit.
+    /// this the numa-aware score could never prefer one of them to the first fit. A
+    /// degraded node never stands in for a healthy one (they come last in the group).
     fn narrower_after(
         &mut self,
         nodes: &[NodeIdx],
@@ -378,8 +379,9 @@ impl<'a, 's> Search<'a, 's> {
         req: &TaskNuma,
         want: u32,
     ) -> Option<Candidate> {
+        let healthy = nodes.get(pos).is_some_and(|&n| !self.index.degraded(n));
         for &n in nodes.iter().skip(pos + 1).take(NARROWER_LOOKAHEAD) {
-            if !self.s.cap().fits(n, shape) {
+            if !self.s.cap().fits(n, shape) || (healthy && self.index.degraded(n)) {
                 continue;
             }
             match self.s.numa_mut().assign_shared(n, req) {
@@ -518,7 +520,7 @@ impl<'a, 's> Search<'a, 's> {
                         0.0,
                     )
                 };
-                let score = if index.groups[g.ix()].degraded {
+                let score = if index.degraded(n) {
                     score - degraded_penalty(index)
                 } else {
                     score

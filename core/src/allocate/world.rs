@@ -99,6 +99,8 @@ pub struct Arrivals<'w, 's> {
     pub awaiting: Option<Res<'w, Awaiting>>,
     /// Agents the store does not name that may still come back.
     pub rejoining: Option<Res<'w, Rejoining>>,
+    /// Nodes closed in place this tick (drained), sorted.
+    pub closed: Res<'w, crate::model::drain::Closed>,
 }
 
 /// What the walk reads of queues and order: the queue table and use (charged as it

@@ -10,7 +10,7 @@ use crate::cache::capacity::Capacity;
 use crate::cache::holdings::{Holdings, NumaChange, ShapeMemo, held_by, running_on};
 use crate::cache::numa::NumaState;
 use crate::model::components::{LiveChanged, Node, NodeSlot, Task, TaskState};
-use crate::model::drain::{DrainChanges, Drained};
+use crate::model::drain::{Closed, DrainChanges, Drained};
 use crate::model::ids::NodeIdx;
 use crate::model::strained::Strained;
 use crate::model::strays::Strays;
@@ -29,8 +29,9 @@ type NodeClosed = (&'static Node, Has<Drained>, Has<Strays>, Has<Strained>);
 /// last tick, through the ledger of what each task holds: gives back what stopped
 /// running, takes what started outside the allocator; and the nodes drained or resumed
 /// ([`DrainChanges`]), each closed or opened in place by the room its closing holds
-/// (`Holdings::closed`). The allocator takes as it places (and records each placement in
-/// the ledger as it commits).
+/// (`Holdings::closed`); the nodes closed are listed for the walk ([`Closed`]). The
+/// allocator takes as it places (and records each placement in the ledger as it
+/// commits).
 #[allow(clippy::too_many_arguments)]
 pub fn refresh_capacity(
     index: Res<TopologyIndex>,
@@ -43,8 +44,10 @@ pub fn refresh_capacity(
     slots: Query<&NodeSlot>,
     mut epoch: ResMut<CapacityEpoch>,
     mut drains: ResMut<DrainChanges>,
+    mut closed_now: ResMut<Closed>,
 ) {
     let _span = tracing::info_span!("resource_cache").entered();
+    closed_now.0.clear();
     let closed_node = |e: Entity| nodes.get(e).ok().map(|(n, d, s, st)| (n, !n.ready || d || s || st));
     if holdings.generation != Some(index.generation) {
         removed.clear();
@@ -74,8 +77,8 @@ pub fn refresh_capacity(
     for e in removed.read() {
         gave |= holdings.give(&mut cap, &index, e);
     }
-    // Nodes drained or resumed: closed or opened in place. Either way the reservations
-    // are worked out again (a reserved node may have closed), so the epoch counts up.
+    // Nodes drained or resumed: closed or opened in place. Opening gives room (the epoch
+    // counts up); closing takes it, and the walk looks at its reservations (`Closed`).
     let mut flipped: Vec<Entity> = std::mem::take(&mut drains.0);
     flipped.sort_unstable();
     flipped.dedup();
@@ -88,12 +91,13 @@ pub fn refresh_capacity(
             let shape = closing(&cap, n);
             cap.take(&index, slot.0, &shape);
             holdings.closed.insert(slot.0, shape);
-            gave = true;
+            closed_now.0.push(slot.0);
         } else if !closed && let Some(shape) = holdings.closed.remove(&slot.0) {
             cap.give(&index, slot.0, &shape);
             gave = true;
         }
     }
+    closed_now.0.sort_unstable();
     // One pass over the changed tasks (a scan of every live task's change tick), then
     // gives before takes: a NUMA PU given back must not free one just taken.
     let mut takes = Vec::new();

@@ -24,6 +24,7 @@ use crate::model::commands::Command;
 use crate::model::components::{Node, Source, SourceKind};
 pub use crate::model::discovered::{Found, SourceError};
 use crate::model::tick::{LabelTypes, NodeSetGeneration, Now, NvlinkDiscovery, Outbox, TopologyDirty};
+use reconcile::NO_LINKS;
 pub use sources::{Good, ReportedGuids, SourceState, Sources};
 
 /// Reconciles each source's HyperNodes when the topology is dirty: label discovery from the
@@ -43,7 +44,7 @@ pub fn discovery(world: &mut World) {
             q.iter(world).map(|n| (n.name.to_string(), n.labels.clone())).collect();
         label::discover(&types, nodes.iter().map(|(n, l)| (n.as_str(), l)), &mut warnings)
     };
-    reconcile::reconcile(world, &Source::of_kind(SourceKind::Label), labelled);
+    reconcile::reconcile(world, &Source::of_kind(SourceKind::Label), labelled, &NO_LINKS);
     world
         .resource_mut::<Outbox>()
         .0
@@ -58,7 +59,7 @@ fn nvlink_source(world: &mut World) {
     let name = SourceKind::Nvlink.as_str();
     let source = Source::of_kind(SourceKind::Nvlink);
     if !world.resource::<NvlinkDiscovery>().0 {
-        reconcile::reconcile(world, &source, Vec::new());
+        reconcile::reconcile(world, &source, Vec::new(), &NO_LINKS);
         world.resource_mut::<Sources>().0.remove(name);
         return;
     }
@@ -82,7 +83,7 @@ fn nvlink_source(world: &mut World) {
         state.summary = found.summary();
         state.discovered = found.hyper_nodes.clone();
     }
-    reconcile::reconcile(world, &source, found.hyper_nodes);
+    reconcile::reconcile(world, &source, found.hyper_nodes, &NO_LINKS);
 }
 
 /// Tiers, filters and reconciles the polled sources whose input or node set changed.
@@ -112,6 +113,10 @@ fn polled(world: &mut World) {
                 if state.changed || state.tiered_with.as_ref() != Some(&names) {
                     match fabric::tier(fabric, map_file, &reported.map) {
                         Ok(t) => {
+                            state.links = BTreeMap::new();
+                            for l in &t.discovery.degraded_links {
+                                state.links.entry(l.hypernode.clone()).or_default().push(l.to_string());
+                            }
                             state.discovered = t.discovery.hypernodes;
                             state.summary = t.summary;
                             state.unmapped = t.unmapped;
@@ -136,7 +141,7 @@ fn polled(world: &mut World) {
         };
         state.changed = false;
         state.filtered_at = Some(generation);
-        reconcile::reconcile(world, &Source::new(state.kind, name.clone()), desired);
+        reconcile::reconcile(world, &Source::new(state.kind, name.clone()), desired, &state.links);
         world.resource_mut::<Sources>().0.insert(name, state);
     }
 }
@@ -233,6 +238,7 @@ pub fn record(world: &mut World, source: &str, kind: SourceKind, at: u64, result
                     state.warnings = warnings;
                     state.summary = summary;
                     state.unmapped.clear();
+                    state.links.clear();
                     true
                 }
                 Found::Fabric { fabric, map_file } => {

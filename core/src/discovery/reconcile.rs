@@ -13,8 +13,21 @@ use crate::model::commands::Command;
 use crate::model::components::{HyperNode, Source};
 use crate::model::tick::Outbox;
 
-/// Makes `source`'s HyperNode entities equal `desired`; returns whether anything changed.
-pub(super) fn reconcile(world: &mut World, source: &Source, desired: Vec<HyperNodeSpec>) -> bool {
+/// No HyperNode with degraded links: for sources that do not see links.
+pub(super) static NO_LINKS: BTreeMap<String, Vec<String>> = BTreeMap::new();
+
+/// At most this many degraded links are kept per HyperNode (a dump of a fabric with a
+/// bad batch of cables must not grow every HyperNode without bound); the count saturates.
+const MAX_LINKS: usize = 64;
+
+/// Makes `source`'s HyperNode entities equal `desired`, each with its degraded links
+/// from `links` (by HyperNode name); returns whether anything changed.
+pub(super) fn reconcile(
+    world: &mut World,
+    source: &Source,
+    desired: Vec<HyperNodeSpec>,
+    links: &BTreeMap<String, Vec<String>>,
+) -> bool {
     let mut kept = Vec::with_capacity(desired.len());
     for spec in desired {
         match check_name(NameKind::HyperNode, &spec.name) {
@@ -34,16 +47,23 @@ pub(super) fn reconcile(world: &mut World, source: &Source, desired: Vec<HyperNo
         .collect();
     let mut changed = false;
     for spec in desired {
+        let degraded_links: Vec<String> = links
+            .get(&spec.name)
+            .map(|l| l.iter().take(MAX_LINKS).cloned().collect())
+            .unwrap_or_default();
         match existing.get_mut(&spec.name) {
             Some((e, seen)) => {
                 *seen = true;
                 let e = *e;
-                let same = world.get::<HyperNode>(e).is_some_and(|h| h.spec == spec);
+                let same = world
+                    .get::<HyperNode>(e)
+                    .is_some_and(|h| h.spec == spec && h.degraded_links == degraded_links);
                 if !same {
                     changed = true;
                     world.entity_mut(e).insert(HyperNode {
                         spec,
                         source: source.clone(),
+                        degraded_links,
                     });
                 }
             }
@@ -52,6 +72,7 @@ pub(super) fn reconcile(world: &mut World, source: &Source, desired: Vec<HyperNo
                 world.spawn(HyperNode {
                     spec,
                     source: source.clone(),
+                    degraded_links,
                 });
             }
         }
@@ -102,6 +123,7 @@ mod tests {
             &mut world,
             &source,
             vec![spec("rack-1"), spec("rack\u{1b}[2J"), spec(&"x".repeat(300))],
+            &NO_LINKS,
         );
         assert!(changed);
         assert_eq!(owned(&mut world, "label"), 1);

@@ -51,6 +51,9 @@ pub struct SourceState {
     pub warnings: Vec<String>,
     /// Fabric CAs nothing names (`H-<guid> "description"`).
     pub unmapped: Vec<String>,
+    /// Per HyperNode it made: links below their neighbours' rate (a dump's; see
+    /// `hyperplan_fabric::links`).
+    pub links: BTreeMap<String, Vec<String>>,
     /// Hosts the source names that are no planner node.
     pub unknown_hosts: Vec<String>,
     /// A new good input arrived: tier (fabric), filter and reconcile again.
@@ -76,6 +79,7 @@ impl SourceState {
             summary: String::new(),
             warnings: Vec::new(),
             unmapped: Vec::new(),
+            links: BTreeMap::new(),
             unknown_hosts: Vec::new(),
             changed: false,
             tiered_with: None,

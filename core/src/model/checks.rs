@@ -11,6 +11,22 @@ use hyperplan_shared::health::CheckResult;
 #[derive(Component, Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeChecks(pub Vec<CheckResult>);
 
+/// On a node whose checks say degraded: it scores lower, and with `fabric` (one of its
+/// InfiniBand ports) its HyperNodes count it. The topology index takes these in place
+/// (`topology::marks`), through [`MarkChanges`].
+#[derive(Component, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HealthMarks {
+    /// A check says degraded.
+    pub degraded: bool,
+    /// A degraded check is one of its InfiniBand ports (`ib:`).
+    pub fabric: bool,
+}
+
+/// Nodes whose [`HealthMarks`] were inserted or removed since the topology index last
+/// took them (its component hooks push here; `topology::reindex` empties it).
+#[derive(Resource, Debug, Default)]
+pub struct MarkChanges(pub Vec<Entity>);
+
 /// The drains changed by health checks in this tick: written to the store once, at the
 /// tick's `return_healthy`, not once per node (a storm of a thousand results would write
 /// the whole record a thousand times).

@@ -33,14 +33,6 @@ pub struct Node {
     /// What its GPUs say of their NVLink fabric (`None`: no GPU reported any): the
     /// `nvlink` source makes HyperNodes of the domains, `hyperplan nodes` shows the rest.
     pub nvlink: Option<NodeNvlink>,
-    /// A health check of its agent says degraded (an IB port counting errors): it
-    /// scores lower, as a node with NVLink trouble does (see `nodes::checks`). Changed by
-    /// inserting the node anew, so the topology index hears it.
-    pub degraded_by_health: bool,
-    /// A health check finds one of its InfiniBand ports degraded (a failed one drains the
-    /// node, which a drain does in place, with no rebuild): its HyperNodes
-    /// count it (`HnInfo::fabric_degraded`). Changed as `degraded_by_health` is.
-    pub fabric_degraded: bool,
 }
 
 /// What a node's GPUs say of their NVLink fabric, as ingest read it from the probe.
@@ -174,6 +166,11 @@ pub struct HyperNode {
     pub spec: HyperNodeSpec,
     /// The source that defined it: only that source updates or deletes it.
     pub source: Source,
+    /// Links between its members and its switches that trained narrower or slower than
+    /// their neighbours, as its source saw them (an `ibnetdiscover` dump's rates:
+    /// `gpu017 mlx5_0 port 1 – sw95 port 23: 1xHDR (expected 4xHDR), line 812`). Hard-
+    /// topology jobs take a HyperNode of the same tier without any first.
+    pub degraded_links: Vec<String>,
 }
 
 /// A submitted job: its spec, gang minimum, sub-jobs and tasks (see `jobs::admit`).

@@ -51,6 +51,13 @@ pub struct Drained;
 #[derive(Resource, Debug, Default)]
 pub struct DrainChanges(pub Vec<Entity>);
 
+/// Nodes the resource cache closed in place this tick, sorted. Closing takes room away,
+/// so it is no news for a job that found none ([`CapacityEpoch`](super::tick::CapacityEpoch)
+/// counts only room that may have grown); the walk works out its reservations again
+/// only when one of them holds such a node.
+#[derive(Resource, Debug, Default)]
+pub struct Closed(pub Vec<crate::model::ids::NodeIdx>);
+
 /// What the store keeps of the drains: one record, rewritten whole on every change.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -84,6 +91,22 @@ impl DrainsRecord {
         encode_framed(self)
     }
 
+    /// The record of `drains`, encoded as [`Self::encode`] would, without copying them
+    /// first: a storm of drains by health on a large cluster writes the whole record.
+    pub fn encode_of(drains: &Drains) -> Result<Vec<u8>, RecordError> {
+        /// [`DrainsRecord`]'s layout, borrowed.
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct View<'a> {
+            nodes: Vec<(&'a str, &'a Drain)>,
+            removed: Vec<&'a str>,
+        }
+        encode_framed(&View {
+            nodes: drains.nodes.iter().map(|(n, d)| (n.as_str(), d)).collect(),
+            removed: drains.removed.iter().map(String::as_str).collect(),
+        })
+    }
+
     /// Read back; a damaged record is an error.
     pub fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
         decode_framed(bytes)
@@ -98,6 +121,26 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn the_borrowed_encoding_is_the_records() {
+        let mut drains = Drains::default();
+        drains.removed.insert("n9".into());
+        for (n, by_health) in [("n1", false), ("n2", true)] {
+            drains.nodes.insert(
+                n.into(),
+                Drain {
+                    reason: Some("fans".into()),
+                    by: "root".into(),
+                    since: 7,
+                    by_health,
+                },
+            );
+        }
+        let bytes = DrainsRecord::encode_of(&drains).unwrap();
+        assert_eq!(bytes, DrainsRecord::of(&drains).encode().unwrap());
+        assert_eq!(DrainsRecord::decode(&bytes).unwrap(), DrainsRecord::of(&drains));
+    }
 
     #[test]
     fn a_record_reads_back_and_a_damaged_one_is_refused() {

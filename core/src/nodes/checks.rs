@@ -3,8 +3,9 @@
 //! drain marked `by_health`: it takes no new task, its running tasks run on, and the drain
 //! outlives a restart). Once every check passes, the node is [`Returning`]; after
 //! `[health] returnAfter` with none failing it takes work again ([`return_healthy`]).
-//! A degraded check drains nothing: the node scores lower (the topology index puts it in
-//! a group of its own, as a node with NVLink trouble), so work goes elsewhere first.
+//! A degraded check drains nothing: the node scores lower and is taken after the healthy
+//! nodes of its group, as a node with NVLink trouble is ([`HealthMarks`], which the
+//! topology index takes in place), so work goes elsewhere first.
 //!
 //! A newly failed check whose code is in `[health] endTasksOn` (by default `gpu-lost`: a
 //! GPU that fell off the bus) also ends the node's running tasks at once, as `hyperplan
@@ -20,7 +21,7 @@ use bevy_ecs::prelude::*;
 use hyperplan_shared::health::{CheckResult, CheckState, bounded};
 
 use crate::config::PlannerConfig;
-use crate::model::checks::{DrainsTouched, NodeChecks, Returning};
+use crate::model::checks::{DrainsTouched, HealthMarks, NodeChecks, Returning};
 use crate::model::commands::Command;
 use crate::model::components::Node;
 use crate::model::drain::{Drain, Drained, Drains, MAX_REASON_BYTES};
@@ -97,20 +98,21 @@ pub(crate) fn node_checks(world: &mut World, node: &str, checks: Vec<CheckResult
             lines.push(Command::Warn(format!("node {node}: {} degraded", c.describe())));
         }
     }
-    // A degraded node scores lower: a new `Node` makes the topology index regroup it.
-    let degraded = checks.iter().any(|c| c.state == CheckState::Degraded);
-    // Its IB ports: its HyperNodes count it, and hard-topology jobs go elsewhere first.
-    let fabric = checks
-        .iter()
-        .any(|c| c.state == CheckState::Degraded && c.check.starts_with("ib:"));
-    if let Some(n) = world
-        .get::<Node>(e)
-        .filter(|n| (n.degraded_by_health, n.fabric_degraded) != (degraded, fabric))
-    {
-        let mut n = n.clone();
-        n.degraded_by_health = degraded;
-        n.fabric_degraded = fabric;
-        world.entity_mut(e).insert(n);
+    // A degraded node scores lower and is taken last in its group; with a degraded IB
+    // port its HyperNodes count it, and hard-topology jobs go elsewhere first. The
+    // topology index takes the marks in place (`topology::marks`).
+    let marks = HealthMarks {
+        degraded: checks.iter().any(|c| c.state == CheckState::Degraded),
+        fabric: checks
+            .iter()
+            .any(|c| c.state == CheckState::Degraded && c.check.starts_with("ib:")),
+    };
+    if world.get::<HealthMarks>(e).copied().unwrap_or_default() != marks {
+        if marks == HealthMarks::default() {
+            world.entity_mut(e).remove::<HealthMarks>();
+        } else {
+            world.entity_mut(e).insert(marks);
+        }
     }
     // A hard failure (`[health] endTasksOn`, a GPU gone) newly reported: the node's
     // tasks end now, as a lost node's, and their jobs' `onNodeLost` decides.

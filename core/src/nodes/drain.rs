@@ -118,8 +118,7 @@ pub(crate) fn end_tasks_on(world: &mut World, e: Entity, name: &str, drain: &Dra
 
 /// The whole record, for the store.
 pub(crate) fn write(world: &mut World) {
-    let record = DrainsRecord::of(world.resource::<Drains>());
-    match record.encode() {
+    match DrainsRecord::encode_of(world.resource::<Drains>()) {
         Ok(bytes) => world
             .resource_mut::<Outbox>()
             .0

@@ -285,8 +285,6 @@ fn node_for(world: &mut World, name: &str, now_ms: u64) -> Entity {
                 ib_ports: (0, 0),
                 ib_guids: Vec::new(),
                 nvlink: None,
-                degraded_by_health: false,
-                fabric_degraded: false,
             },
             hardware,
             // Its agent's link: none yet, silent since the start.

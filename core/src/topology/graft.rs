@@ -183,6 +183,7 @@ fn copy(
     out.push(HyperNode {
         spec,
         source: top.source.clone(),
+        degraded_links: h.degraded_links.clone(),
     });
     copied
 }

@@ -8,6 +8,7 @@ use bevy_ecs::prelude::{Entity, Resource};
 use fixedbitset::FixedBitSet;
 use hyperplan_shared::{MemberType, Selector};
 
+use super::marks::NodeMarks;
 use super::tree::Tree;
 use crate::model::components::{HyperNode, Node};
 use crate::model::ids::{GroupIdx, HnIdx, NodeIdx};
@@ -42,8 +43,21 @@ pub struct HnInfo {
     /// ranks there may not talk at full speed, so hard-topology jobs take a HyperNode of
     /// the same tier without any first (see `allocate::search`).
     pub fabric_degraded: u32,
+    /// Links inside it (between its members and its switches, at any tier below) that
+    /// its sources found narrower or slower than their neighbours
+    /// (`HyperNode::degraded_links`).
+    pub links_degraded: u32,
     /// Node groups wholly inside this HyperNode, in node order.
     pub groups: Vec<GroupIdx>,
+}
+
+impl HnInfo {
+    /// Its fabric is degraded: a node's InfiniBand port, or a link its sources found
+    /// slower than its neighbours. Hard-topology jobs take a HyperNode of the same tier
+    /// without either first.
+    pub fn fabric_sick(&self) -> bool {
+        self.fabric_degraded > 0 || self.links_degraded > 0
+    }
 }
 
 /// Nodes that belong to exactly the same HyperNodes: they score alike, so the allocator
@@ -60,14 +74,12 @@ pub struct Group {
     /// a tie): for a node attached directly to a spine, the spine. `None` for nodes in no
     /// HyperNode.
     pub lowest: Option<HnIdx>,
-    /// Its nodes' GPUs report NVLink fabric trouble: they score lower (`allocate`).
-    pub degraded: bool,
     /// Per position in `TopologyIndex::tiers`: the first (by name) HyperNode of that tier
     /// holding these nodes.
     pub per_tier: Vec<Option<HnIdx>>,
     /// Every HyperNode holding these nodes, the virtual root included.
     pub hyper_nodes: Vec<HnIdx>,
-    /// In name order.
+    /// Healthy first, then degraded (`topology::marks`), each in name order.
     pub nodes: Vec<NodeIdx>,
 }
 
@@ -112,6 +124,8 @@ pub struct TopologyIndex {
     /// by their HyperNodes, highest tier first (the virtual root left out); groups with
     /// the same HyperNodes share a place, so their tasks still order by node.
     pub group_order: Vec<u32>,
+    /// By `NodeIdx`: what marks the node degraded ([`TopologyIndex::mark`]).
+    pub marks: Vec<NodeMarks>,
     /// Why HyperNodes were left out or members ignored.
     pub warnings: Vec<String>,
 }
@@ -375,6 +389,7 @@ impl TopologyIndex {
                 nodes: FixedBitSet::with_capacity(n_nodes),
                 node_count: 0,
                 fabric_degraded: 0,
+                links_degraded: specs[i].degraded_links.len() as u32,
                 groups: Vec::new(),
             })
             .collect();
@@ -390,6 +405,7 @@ impl TopologyIndex {
             nodes: FixedBitSet::with_capacity(n_nodes),
             node_count: 0,
             fabric_degraded: 0,
+            links_degraded: 0,
             groups: Vec::new(),
         });
         for h in 0..keep.len() {
@@ -428,17 +444,13 @@ impl TopologyIndex {
             if let Some(p) = hns[h.ix()].parent {
                 let child = hns[h.ix()].nodes.clone();
                 hns[p.ix()].nodes.union_with(&child);
+                let links = hns[h.ix()].links_degraded;
+                hns[p.ix()].links_degraded += links;
             }
         }
-        let fabric: Vec<usize> = nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, n))| n.fabric_degraded)
-            .map(|(i, _)| i)
-            .collect();
+        // Health marks come after the build (`topology::marks`): no node counts yet.
         for h in &mut hns {
             h.node_count = h.nodes.count_ones(..) as u32;
-            h.fabric_degraded = fabric.iter().filter(|&&i| h.nodes.contains(i)).count() as u32;
         }
 
         let mut tiers: Vec<u32> = hns.iter().map(|h| h.tier).collect();
@@ -446,24 +458,23 @@ impl TopologyIndex {
         tiers.dedup();
         let (tier_names, trees) = tree_tiers(&hns, tops, &mut warnings);
 
-        // 5. Node groups: nodes with the same set of HyperNodes.
-        // Nodes whose GPUs report fabric trouble, or whose health checks say degraded, are
-        // a group of their own, scored lower.
-        let mut node_hns: Vec<(Vec<HnIdx>, bool)> = nodes.iter().map(|(_, n)| (Vec::new(), degraded(n))).collect();
+        // 5. Node groups: nodes with the same set of HyperNodes. Nodes whose GPUs report
+        // fabric trouble are taken last within theirs, and score lower (`topology::marks`).
+        let mut node_hns: Vec<Vec<HnIdx>> = vec![Vec::new(); nodes.len()];
         for (h, info) in hns.iter().enumerate() {
             for n in info.nodes.ones() {
-                node_hns[n].0.push(HnIdx(h as u32));
+                node_hns[n].push(HnIdx(h as u32));
             }
         }
         let min_tier = tiers.first().copied().unwrap_or(1);
-        let mut by_signature: BTreeMap<(Vec<HnIdx>, bool), GroupIdx> = BTreeMap::new();
+        let mut by_signature: BTreeMap<Vec<HnIdx>, GroupIdx> = BTreeMap::new();
         let mut groups: Vec<Group> = Vec::new();
         let mut node_group = Vec::with_capacity(n_nodes);
         for (n, key) in node_hns.into_iter().enumerate() {
             let next = GroupIdx(groups.len() as u32);
             let g = *by_signature.entry(key.clone()).or_insert(next);
             if g == next {
-                let (sig, degraded) = key;
+                let sig = key;
                 // sig is in HnIdx = name order, so the first hit per tier is the first by name.
                 let per_tier = tiers
                     .iter()
@@ -480,7 +491,6 @@ impl TopologyIndex {
                 groups.push(Group {
                     leaf,
                     lowest,
-                    degraded,
                     per_tier,
                     hyper_nodes: sig,
                     nodes: Vec::new(),
@@ -501,7 +511,14 @@ impl TopologyIndex {
             .map(|(i, h)| (h.name.clone(), HnIdx(i as u32)))
             .collect();
         let group_order = group_order(&groups, root);
-        TopologyIndex {
+        let marks = nodes
+            .iter()
+            .map(|(_, n)| NodeMarks {
+                nvlink: n.nvlink.as_ref().is_some_and(|v| v.degraded()),
+                ..NodeMarks::default()
+            })
+            .collect();
+        let mut index = TopologyIndex {
             generation,
             feasibility: generation,
             fingerprint: 0,
@@ -517,14 +534,12 @@ impl TopologyIndex {
             trees,
             groups,
             group_order,
+            marks,
             warnings,
-        }
+        };
+        index.order_groups();
+        index
     }
-}
-
-/// Whether a node's GPUs report NVLink fabric trouble, or a health check says degraded.
-fn degraded(node: &Node) -> bool {
-    node.degraded_by_health || node.nvlink.as_ref().is_some_and(|v| v.degraded())
 }
 
 /// Tier names and what each means per tree: ids in name order, and per tree the tier of

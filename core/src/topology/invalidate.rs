@@ -12,7 +12,8 @@
 //!   ([`TopologyDirty`]).
 //!
 //! A node drained or resumed (`Drained`) rebuilds nothing: the resource cache closes or
-//! opens it in place ([`DrainChanges`]).
+//! opens it in place ([`DrainChanges`]). Nor do health marks ([`HealthMarks`]): the
+//! topology index takes them in place ([`MarkChanges`]).
 //!
 //! Runs after everything that applies events (`ingest`, `adopt`, `health`, `lost`) and
 //! before `discovery`. Capacity that may have grown ([`CapacityEpoch`](crate::model::tick::CapacityEpoch))
@@ -23,6 +24,7 @@ use bevy_ecs::prelude::*;
 use bevy_ecs::world::DeferredWorld;
 
 use crate::discovery::Sources;
+use crate::model::checks::{HealthMarks, MarkChanges};
 use crate::model::components::Node;
 use crate::model::drain::{DrainChanges, Drained};
 use crate::model::strained::Strained;
@@ -49,8 +51,15 @@ pub(crate) fn watch(world: &mut World) {
     world
         .register_component_hooks::<NodeHardware>()
         .on_insert(hardware_inserted);
+    // Health marks change the topology index in place (`reindex`, `topology::marks`).
+    world.init_resource::<MarkChanges>();
+    world
+        .register_component_hooks::<HealthMarks>()
+        .on_insert(marks_changed)
+        .on_remove(marks_changed);
     // A drain closes its node in the resource cache in place (`cache::refresh`).
     world.init_resource::<DrainChanges>();
+    world.init_resource::<crate::model::drain::Closed>();
     world
         .register_component_hooks::<Drained>()
         .on_insert(drain_changed)
@@ -63,6 +72,10 @@ pub(crate) fn watch(world: &mut World) {
         .register_component_hooks::<Strained>()
         .on_add(node_inserted)
         .on_remove(node_inserted);
+}
+
+fn marks_changed(mut world: DeferredWorld, ctx: HookContext) {
+    world.resource_mut::<MarkChanges>().0.push(ctx.entity);
 }
 
 fn drain_changed(mut world: DeferredWorld, ctx: HookContext) {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
 
+use crate::model::checks::{HealthMarks, MarkChanges};
 use crate::model::commands::Command;
 use crate::model::components::{HyperNode, Node, NodeSlot};
 use crate::model::tick::{Outbox, TopologyDirty};
@@ -35,7 +36,12 @@ fn fingerprint<'a>(
 }
 
 pub(crate) fn reindex(world: &mut World) {
+    let changed = std::mem::take(&mut world.resource_mut::<MarkChanges>().0);
     if !world.resource::<TopologyDirty>().0 {
+        // Health marks that came or went: in place (`topology::marks`).
+        if !changed.is_empty() {
+            remark(world, changed);
+        }
         return;
     }
     let _span = tracing::info_span!("topology_index").entered();
@@ -65,6 +71,13 @@ pub(crate) fn reindex(world: &mut World) {
             .entity_mut(e)
             .insert(NodeSlot(crate::model::ids::NodeIdx(i as u32)));
     }
+    // Every node's health marks, on the fresh index.
+    let mut mq = world.query::<(Entity, &NodeSlot, &HealthMarks)>();
+    for (e, slot, m) in mq.iter(world) {
+        if index.node_entities.get(slot.0.ix()) == Some(&e) {
+            index.mark(slot.0, m.degraded, m.fabric);
+        }
+    }
     let warnings = index.warnings.clone();
     world.insert_resource(index);
     world
@@ -72,4 +85,26 @@ pub(crate) fn reindex(world: &mut World) {
         .0
         .extend(warnings.into_iter().map(Command::Warn));
     world.resource_mut::<TopologyDirty>().0 = false;
+}
+
+/// The health marks of `nodes` (inserted or removed since the last tick), taken into the
+/// index in place.
+fn remark(world: &mut World, mut nodes: Vec<Entity>) {
+    let _span = tracing::info_span!("topology_marks").entered();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let index = world.resource::<TopologyIndex>();
+    let marks: Vec<(crate::model::ids::NodeIdx, HealthMarks)> = nodes
+        .into_iter()
+        .filter_map(|e| {
+            let slot = world
+                .get::<NodeSlot>(e)
+                .filter(|s| index.node_entities.get(s.0.ix()) == Some(&e))?;
+            Some((slot.0, world.get::<HealthMarks>(e).copied().unwrap_or_default()))
+        })
+        .collect();
+    let mut index = world.resource_mut::<TopologyIndex>();
+    for (n, m) in marks {
+        index.mark(n, m.degraded, m.fabric);
+    }
 }

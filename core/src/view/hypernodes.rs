@@ -15,10 +15,10 @@ use crate::topology::TopologyIndex;
 
 /// Parents before children (depth-first from the top tier, children by name).
 pub fn hyper_node_tree(world: &World) -> HyperNodeTree {
-    let sources: HashMap<String, String> = super::read::<&HyperNode>(world)
+    let sources: HashMap<String, (String, Vec<String>)> = super::read::<&HyperNode>(world)
         .map(|mut hq| {
             hq.iter(world)
-                .map(|h| (h.spec.name.clone(), h.source.name.clone()))
+                .map(|h| (h.spec.name.clone(), (h.source.name.clone(), h.degraded_links.clone())))
                 .collect()
         })
         .unwrap_or_default();
@@ -65,6 +65,8 @@ pub fn hyper_node_tree(world: &World) -> HyperNodeTree {
                 .filter(|&i| ready.get(i).copied().unwrap_or(false))
                 .count() as u32,
             fabric_degraded: info.fabric_degraded,
+            degraded_links: sources.get(&info.name).map(|s| s.1.clone()).unwrap_or_default(),
+            links_degraded: info.links_degraded,
             free: resources(&free),
             allocatable: resources(alloc),
         });
@@ -79,9 +81,9 @@ pub fn hyper_node_tree(world: &World) -> HyperNodeTree {
 
 /// Every discovery source, by name: what it owns now (from `owner`: HyperNode → source),
 /// when it last worked, its error.
-fn source_statuses(world: &World, owner: &HashMap<String, String>) -> Vec<SourceStatus> {
+fn source_statuses(world: &World, owner: &HashMap<String, (String, Vec<String>)>) -> Vec<SourceStatus> {
     let mut owned: HashMap<&str, u32> = HashMap::new();
-    for source in owner.values() {
+    for (source, _) in owner.values() {
         *owned.entry(source.as_str()).or_default() += 1;
     }
     world
