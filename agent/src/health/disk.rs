@@ -221,6 +221,68 @@ mod tests {
         assert!(usage(&file.join("below")).unwrap_err().is_missing());
     }
 
+    /// Issue 43's "a full tmpfs": a real 1 MiB tmpfs filled to the last block fails
+    /// `disk-space`, one with its inodes used up fails `disk-inodes`, and emptied it
+    /// passes again. Needs root to mount; skipped with the reason otherwise.
+    #[test]
+    fn a_real_tmpfs_filled_up_fails_and_passes_once_emptied() {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("skipped: mounting a small tmpfs needs root");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let mnt = tmp.path().join("scratch");
+        std::fs::create_dir(&mnt).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m,nr_inodes=64", "hyperplan-test"])
+            .arg(&mnt)
+            .status();
+        if !mounted.is_ok_and(|s| s.success()) {
+            println!("skipped: cannot mount a tmpfs here");
+            return;
+        }
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(&self.0).status();
+            }
+        }
+        let _unmount = Unmount(mnt.clone());
+        let mut check = DiskCheck::new(opts(vec![mnt.clone()]));
+        assert_eq!(check.run(&Context::detached())[0].state, CheckState::Ok);
+        // Full: every block written.
+        let fill = mnt.join("fill");
+        let mut f = std::fs::File::create(&fill).unwrap();
+        let block = vec![0u8; 64 * 1024];
+        while std::io::Write::write_all(&mut f, &block).is_ok() {}
+        drop(f);
+        let r = check.run(&Context::detached());
+        assert_eq!(
+            (r[0].state, r[0].code.as_str()),
+            (CheckState::Failed, "disk-space"),
+            "{r:?}"
+        );
+        assert!(r[0].text.starts_with(&format!("{}: ", mnt.display())), "{}", r[0].text);
+        std::fs::remove_file(&fill).unwrap();
+        assert_eq!(check.run(&Context::detached())[0].state, CheckState::Ok);
+        // Out of inodes: empty files until the file system refuses one more.
+        let mut k = 0;
+        while std::fs::File::create(mnt.join(format!("f{k}"))).is_ok() && k < 1000 {
+            k += 1;
+        }
+        let r = check.run(&Context::detached());
+        assert_eq!(
+            (r[0].state, r[0].code.as_str()),
+            (CheckState::Failed, "disk-inodes"),
+            "{r:?}"
+        );
+        for i in 0..k {
+            std::fs::remove_file(mnt.join(format!("f{i}"))).unwrap();
+        }
+        assert_eq!(check.run(&Context::detached())[0].state, CheckState::Ok);
+    }
+
     #[test]
     fn space_and_inodes_below_the_threshold_fail_with_the_numbers() {
         let path = Path::new("/scratch");
