@@ -27,7 +27,10 @@ pub enum Command {
     /// SHARP aggregation nodes and other switch-internal CAs are not hosts. Tier 1 groups the
     /// leaf switches that share a host (multi-rail nodes join their leaves); each higher tier
     /// groups the tier below through the next layer of switches, up to the top. A director
-    /// chassis counts as one switch. Tier names: leaf, spine, core, tier4, ….
+    /// chassis counts as one switch. Tier names: leaf, spine, core, tier4, …. Links that
+    /// trained narrower or slower than most of their switch's links to the same tier (a
+    /// host cable at 1xHDR among 4xHDR ones) are listed on stderr: the planner marks their
+    /// HyperNodes degraded.
     #[command(after_help = "Examples:\n  \
         ibnetdiscover > fabric.out\n  \
         hyperplan topology discover --ibnetdiscover fabric.out > hypernodes.yaml\n  \
@@ -205,6 +208,21 @@ fn summary(d: &Discovery, dump: &Path) -> String {
             out.push_str(&format!(
                 "  … and {} more (all of them: --output json, \"unmapped\")\n",
                 d.unmapped.len() - UNMAPPED_SHOWN
+            ));
+        }
+    }
+    if !d.degraded_links.is_empty() {
+        out.push_str(&format!(
+            "{} link(s) below their neighbours' rate (the planner marks their HyperNodes degraded):\n",
+            d.degraded_links.len()
+        ));
+        for l in d.degraded_links.iter().take(UNMAPPED_SHOWN) {
+            out.push_str(&format!("  {}: {l}\n", l.hypernode));
+        }
+        if d.degraded_links.len() > UNMAPPED_SHOWN {
+            out.push_str(&format!(
+                "  … and {} more (all of them: --output json, \"degradedLinks\")\n",
+                d.degraded_links.len() - UNMAPPED_SHOWN
             ));
         }
     }

@@ -39,6 +39,7 @@ pub(crate) fn ingest(world: &mut World) {
                     summary: format!("{} HyperNode(s) from the cluster file", specs.len()),
                     specs,
                     warnings: Vec::new(),
+                    degraded_links: Vec::new(),
                 };
                 discovery::record(world, SourceKind::Static.as_str(), SourceKind::Static, at, Ok(found));
             }

@@ -276,6 +276,7 @@ fn two_leaves(spine: &str) -> Found {
         ],
         warnings: vec!["UFM: skipped 1 port record with a null system_name (first at index 3)".into()],
         summary: "7 port records".into(),
+        degraded_links: Vec::new(),
     }
 }
 
@@ -380,6 +381,7 @@ fn each_source_reconciles_only_its_own_and_late_nodes_join() {
         ],
         warnings: vec![],
         summary: "2 switches".into(),
+        degraded_links: Vec::new(),
     };
     p.push(discovered("slurm", SourceKind::Slurm, 1, Ok(slurm)));
     tick(&mut p, 1);
@@ -404,6 +406,7 @@ fn each_source_reconciles_only_its_own_and_late_nodes_join() {
         ],
         warnings: vec![],
         summary: String::new(),
+        degraded_links: Vec::new(),
     };
     p.push(discovered("ufm", SourceKind::Ufm, 3, Ok(next)));
     tick(&mut p, 3);

@@ -244,6 +244,7 @@ fn discover(rig: &mut Rig, discovery: Discovery) {
                 specs: labelled().hyper_nodes,
                 warnings: Vec::new(),
                 summary: "2 leaves, 1 spine".into(),
+                degraded_links: Vec::new(),
             }),
         });
     }

@@ -33,16 +33,16 @@ pub struct DegradedLink {
     pub rate: String,
     /// What its neighbours have (`4xHDR`).
     pub expected: String,
-    /// Line of the dump that gives the link.
-    pub line: u64,
+    /// Where the source gives it: `line 812` of a dump, `record 40` of UFM's port list.
+    pub at: String,
 }
 
 impl std::fmt::Display for DegradedLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} – {}: {} (expected {}), line {}",
-            self.lower, self.upper, self.rate, self.expected, self.line
+            "{} – {}: {} (expected {}), {}",
+            self.lower, self.upper, self.rate, self.expected, self.at
         )
     }
 }
@@ -67,9 +67,8 @@ pub(crate) fn degraded_links(
     end: impl Fn(usize) -> Option<End>,
     hypernode_of: &[Option<String>],
 ) -> Vec<DegradedLink> {
-    // Links between adjacent levels: (upper switch, lower level) → (link, rate, ends).
-    let mut judged: Vec<(usize, u32, IbRate, End, End, usize)> = Vec::new();
-    for (k, l) in fabric.links.iter().enumerate() {
+    let mut candidates = Vec::new();
+    for l in &fabric.links {
         let (Some(a), Some(b), Some(rate)) = (end(l.a), end(l.b), IbRate::parse(&l.rate)) else {
             continue;
         };
@@ -81,46 +80,75 @@ pub(crate) fn degraded_links(
         let Some(up) = upper.switch.filter(|_| upper.level == lower.level + 1) else {
             continue;
         };
-        let lower = End {
-            label: format!("{} port {lower_port}", lower.label),
-            ..lower
-        };
-        let upper = End {
-            label: format!("{} port {upper_port}", upper.label),
-            ..upper
-        };
-        judged.push((up, lower.level, rate, lower, upper, k));
-    }
-    let mut per_switch: BTreeMap<(usize, u32), BTreeMap<IbRate, u32>> = BTreeMap::new();
-    let mut per_level: BTreeMap<u32, BTreeMap<IbRate, u32>> = BTreeMap::new();
-    for (up, level, rate, ..) in &judged {
-        *per_switch.entry((*up, *level)).or_default().entry(*rate).or_default() += 1;
-        *per_level.entry(*level).or_default().entry(*rate).or_default() += 1;
-    }
-    let mut out = Vec::new();
-    for (up, level, rate, lower, upper, k) in judged {
-        let mine = &per_switch[&(up, level)];
-        let pool = if mine.values().sum::<u32>() >= 2 {
-            mine
-        } else {
-            &per_level[&level]
-        };
-        let Some(expected) = usual(pool) else { continue };
         let Some(hypernode) = hypernode_of.get(up).cloned().flatten() else {
             continue;
         };
-        if rate.below(expected) {
+        candidates.push(Candidate {
+            upper_switch: up,
+            lower_level: lower.level,
+            rate,
+            lower: format!("{} port {lower_port}", lower.label),
+            upper: format!("{} port {upper_port}", upper.label),
+            hypernode,
+            at: format!("line {}", l.line),
+        });
+    }
+    judge(candidates)
+}
+
+/// A link between two adjacent levels of the tree, to judge by [`judge`].
+#[derive(Clone, Debug)]
+pub(crate) struct Candidate {
+    /// The switch at its upper end (an index the source chose).
+    pub upper_switch: usize,
+    /// The level of its lower end (0: a host).
+    pub lower_level: u32,
+    pub rate: IbRate,
+    /// Its ends as people know them, with their ports.
+    pub lower: String,
+    pub upper: String,
+    /// The HyperNode holding both ends (the upper switch's at its own level).
+    pub hypernode: String,
+    /// Where the source gives it.
+    pub at: String,
+}
+
+/// The candidates below the usual rate of their switch's links to the same level (of
+/// all links between the two levels, for a switch with a single one), sorted by
+/// HyperNode, then lower end.
+pub(crate) fn judge(candidates: Vec<Candidate>) -> Vec<DegradedLink> {
+    let mut per_switch: BTreeMap<(usize, u32), BTreeMap<IbRate, u32>> = BTreeMap::new();
+    let mut per_level: BTreeMap<u32, BTreeMap<IbRate, u32>> = BTreeMap::new();
+    for c in &candidates {
+        *per_switch
+            .entry((c.upper_switch, c.lower_level))
+            .or_default()
+            .entry(c.rate)
+            .or_default() += 1;
+        *per_level.entry(c.lower_level).or_default().entry(c.rate).or_default() += 1;
+    }
+    let mut out = Vec::new();
+    for c in candidates {
+        let (Some(mine), Some(all)) = (
+            per_switch.get(&(c.upper_switch, c.lower_level)),
+            per_level.get(&c.lower_level),
+        ) else {
+            continue;
+        };
+        let pool = if mine.values().sum::<u32>() >= 2 { mine } else { all };
+        let Some(expected) = usual(pool) else { continue };
+        if c.rate.below(expected) {
             out.push(DegradedLink {
-                hypernode,
-                lower: lower.label,
-                upper: upper.label,
-                rate: rate.to_string(),
+                hypernode: c.hypernode,
+                lower: c.lower,
+                upper: c.upper,
+                rate: c.rate.to_string(),
                 expected: expected.to_string(),
-                line: fabric.links[k].line,
+                at: c.at,
             });
         }
     }
-    out.sort_by(|a, b| (&a.hypernode, &a.lower, a.line).cmp(&(&b.hypernode, &b.lower, b.line)));
+    out.sort_by(|a, b| (&a.hypernode, &a.lower, &a.at).cmp(&(&b.hypernode, &b.lower, &b.at)));
     out
 }
 

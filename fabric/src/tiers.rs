@@ -271,10 +271,14 @@ pub fn discover(fabric: &IbFabric, names: &HostNames) -> Result<Discovery, Fabri
             (NodeKind::Ca, Some(CaRole::Host(host, _))) => Some(End {
                 switch: None,
                 level: 0,
+                // `gpu017 mlx5_0` names its host; a generic one (`MT25408 ConnectX
+                // Mellanox Technologies`, the host named by the GUID map) gets it added.
                 label: if n.description.is_empty() {
                     host.clone()
-                } else {
+                } else if n.description.contains(host.as_str()) {
                     n.description.clone()
+                } else {
+                    format!("{host} ({})", n.description)
                 },
             }),
             _ => None,

@@ -100,6 +100,7 @@ pub async fn check(source: SourceConfig) -> Result<String, SourceError> {
             specs,
             warnings,
             summary,
+            ..
         } => Ok(format!(
             "{summary}; {} HyperNode(s){}",
             specs.len(),
@@ -233,6 +234,7 @@ impl Poller {
                     summary: format!("{} HyperNode(s) from {} file(s)", specs.len(), files.len()),
                     specs,
                     warnings: Vec::new(),
+                    degraded_links: Vec::new(),
                 })
             }
             SourceSpec::Ibnetdiscover { input, guid_map } => {
@@ -293,9 +295,16 @@ impl Poller {
                     specs: topology.hypernodes.clone(),
                     warnings: topology.warnings.iter().map(ToString::to_string).collect(),
                     summary: format!(
-                        "{} port records: {} host links, {} switch-to-switch links",
-                        topology.records, topology.host_links, topology.switch_links
+                        "{} port records: {} host links, {} switch-to-switch links{}",
+                        topology.records,
+                        topology.host_links,
+                        topology.switch_links,
+                        match topology.degraded_links.len() {
+                            0 => String::new(),
+                            n => format!("; {n} link(s) below their neighbours' rate"),
+                        }
                     ),
+                    degraded_links: topology.degraded_links.clone(),
                 };
                 self.last_ufm = Some(topology);
                 Ok(found)
@@ -318,6 +327,7 @@ impl Poller {
                     specs: imported.hypernodes,
                     warnings: imported.warnings,
                     summary: format!("{switches} switches"),
+                    degraded_links: Vec::new(),
                 })
             }
         }

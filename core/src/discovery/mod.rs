@@ -113,10 +113,7 @@ fn polled(world: &mut World) {
                 if state.changed || state.tiered_with.as_ref() != Some(&names) {
                     match fabric::tier(fabric, map_file, &reported.map) {
                         Ok(t) => {
-                            state.links = BTreeMap::new();
-                            for l in &t.discovery.degraded_links {
-                                state.links.entry(l.hypernode.clone()).or_default().push(l.to_string());
-                            }
+                            state.links = by_hypernode(&t.discovery.degraded_links);
                             state.discovered = t.discovery.hypernodes;
                             state.summary = t.summary;
                             state.unmapped = t.unmapped;
@@ -144,6 +141,15 @@ fn polled(world: &mut World) {
         reconcile::reconcile(world, &Source::new(state.kind, name.clone()), desired, &state.links);
         world.resource_mut::<Sources>().0.insert(name, state);
     }
+}
+
+/// A source's degraded links by the HyperNode each counts against, as people read them.
+fn by_hypernode(links: &[hyperplan_fabric::links::DegradedLink]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for l in links {
+        out.entry(l.hypernode.clone()).or_default().push(l.to_string());
+    }
+    out
 }
 
 /// Rebuilds the agents' GUID map when the node set moved since it was built.
@@ -233,12 +239,13 @@ pub fn record(world: &mut World, source: &str, kind: SourceKind, at: u64, result
                     specs,
                     warnings,
                     summary,
+                    degraded_links,
                 } => {
                     state.good = Some(Good::HyperNodes(specs));
                     state.warnings = warnings;
                     state.summary = summary;
                     state.unmapped.clear();
-                    state.links.clear();
+                    state.links = by_hypernode(&degraded_links);
                     true
                 }
                 Found::Fabric { fabric, map_file } => {

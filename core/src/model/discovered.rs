@@ -24,6 +24,9 @@ pub enum Found {
         warnings: Vec<String>,
         /// What it held, for people.
         summary: String,
+        /// Links below their neighbours' rate (UFM's `active_width`/`active_speed`),
+        /// each naming its HyperNode; empty for sources that do not see links.
+        degraded_links: Vec<hyperplan_fabric::links::DegradedLink>,
     },
     /// A parsed `ibnetdiscover` dump (with at least one switch) and the GUID map file's
     /// contents; tiered here with the agents' GUIDs as the first host map.

@@ -24,8 +24,11 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 
+use hyperplan_shared::ibrate::IbRate;
 use hyperplan_shared::{HyperNodeSpec, Member, MemberType, Selector};
 use serde_json::Value;
+
+use crate::links::{Candidate, DegradedLink, judge};
 
 /// What the grouping found: the HyperNodes (tier, then index order) and why records
 /// were left out.
@@ -40,6 +43,9 @@ pub struct UfmTopology {
     pub host_links: usize,
     /// Distinct switch-to-switch links used for the upper tiers.
     pub switch_links: usize,
+    /// Links whose `active_width`/`active_speed` fall below their neighbours' (see
+    /// [`crate::links`]), each against the HyperNode holding both its ends.
+    pub degraded_links: Vec<DegradedLink>,
 }
 
 /// Records skipped for one reason. Aggregated so that a fabric with thousands of
@@ -199,11 +205,18 @@ pub fn group_ports(body: &Value) -> UfmTopology {
     let switch_links = adjacency.values().map(BTreeSet::len).sum::<usize>() / 2;
     let leaves_have_uplinks = leaf_hosts.keys().any(|l| adjacency.contains_key(l));
 
+    // Each switch's layer (leaves 1) and the HyperNode it was grouped into there.
+    let mut placed: BTreeMap<&str, (u32, String)> = BTreeMap::new();
+    for (g, h) in leaf_groups.iter().zip(&hypernodes) {
+        for &leaf in &g.leaves {
+            placed.insert(leaf, (1, h.name.clone()));
+        }
+    }
     if !leaf_groups.is_empty() {
         if leaves_have_uplinks {
             let names: Vec<String> = hypernodes.iter().map(|h| h.name.clone()).collect();
             let frontiers: Vec<BTreeSet<&str>> = leaf_groups.iter().map(|g| g.leaves.clone()).collect();
-            upper_tiers(&adjacency, names, frontiers, &mut hypernodes);
+            upper_tiers(&adjacency, names, frontiers, &mut hypernodes, &mut placed);
         } else {
             // Volcano: one spine over all leaf groups.
             let names: Vec<String> = hypernodes.iter().map(|h| h.name.clone()).collect();
@@ -211,6 +224,7 @@ pub fn group_ports(body: &Value) -> UfmTopology {
         }
     }
 
+    let degraded_links = judge(link_candidates(records, &placed));
     tracing::debug!(
         records = records.len(),
         host_links,
@@ -224,7 +238,60 @@ pub fn group_ports(body: &Value) -> UfmTopology {
         records: records.len(),
         host_links,
         switch_links,
+        degraded_links,
     }
+}
+
+/// The records of links between adjacent layers (a host's port and its leaf, a switch
+/// and one a layer above, from the lower end's record only: UFM lists each switch link
+/// from both ends) that give `active_width` and `active_speed`, for [`judge`].
+fn link_candidates(records: &[Value], placed: &BTreeMap<&str, (u32, String)>) -> Vec<Candidate> {
+    let index: BTreeMap<&str, usize> = placed.keys().enumerate().map(|(i, &s)| (s, i)).collect();
+    let mut out = Vec::new();
+    for (i, rec) in records.iter().enumerate() {
+        let Some(rec) = rec.as_object() else { continue };
+        let (Some(description), Some(system), Some(peer)) = (
+            text(rec, "description"),
+            text(rec, "system_name"),
+            text(rec, "peer_node_name"),
+        ) else {
+            continue;
+        };
+        let (Some(width), Some(speed)) = (text(rec, "active_width"), text(rec, "active_speed")) else {
+            continue;
+        };
+        let Some(rate) = IbRate::parse(&format!("{width}{speed}")) else {
+            continue;
+        };
+        let (Some(&up), Some((up_layer, hypernode))) = (index.get(peer), placed.get(peer)) else {
+            continue;
+        };
+        let lower_level = if description.contains("Computer") {
+            0
+        } else {
+            match placed.get(system) {
+                Some((layer, _)) if layer + 1 == *up_layer => *layer,
+                _ => continue,
+            }
+        };
+        if lower_level == 0 && *up_layer != 1 {
+            continue;
+        }
+        let port = |name: &str, key: &str| match text(rec, key) {
+            Some(p) => format!("{name} port {p}"),
+            None => name.to_string(),
+        };
+        out.push(Candidate {
+            upper_switch: up,
+            lower_level,
+            rate,
+            lower: port(system, "dname"),
+            upper: port(peer, "peer_port_dname"),
+            hypernode: hypernode.clone(),
+            at: format!("record {i}"),
+        });
+    }
+    out
 }
 
 struct LeafGroup<'a> {
@@ -267,7 +334,8 @@ fn leaf_components<'a>(
     groups
 }
 
-/// Tiers 2 and up. `frontier[i]` = the switches of tier-k HyperNode `names[i]` that
+/// Tiers 2 and up (each upper switch's layer and HyperNode go in `placed`).
+/// `frontier[i]` = the switches of tier-k HyperNode `names[i]` that
 /// face up (its leaves for tier 1, its layer-k switches above). Layer k+1 = switches not
 /// yet layered that are adjacent to layer k. A component of (tier-k HyperNodes + layer
 /// k+1 switches) holding at least one switch becomes a tier k+1 HyperNode; a HyperNode
@@ -278,6 +346,7 @@ fn upper_tiers<'a>(
     mut names: Vec<String>,
     mut frontiers: Vec<BTreeSet<&'a str>>,
     out: &mut Vec<HyperNodeSpec>,
+    placed: &mut BTreeMap<&'a str, (u32, String)>,
 ) {
     let mut layered: BTreeSet<&str> = frontiers.iter().flatten().copied().collect();
     let mut tier: u32 = 1;
@@ -343,6 +412,9 @@ fn upper_tiers<'a>(
                 MemberType::HyperNode,
                 children.iter().map(|&c| &names[c]),
             ));
+            for &s in &switches {
+                placed.insert(s, (tier, name.clone()));
+            }
             next_names.push(name);
             next_frontiers.push(switches);
         }
@@ -512,6 +584,56 @@ mod tests {
         );
         assert_eq!(t.switch_links, 12);
         assert_eq!(t.hypernodes[6].tier_name.as_deref(), Some("core"));
+    }
+
+    /// Every record of `three_layer_fabric` at `4xHDR`, as UFM gives them, but for
+    /// h1's port at `1xHDR` and L2's record of its link to S2 at EDR.
+    #[test]
+    fn links_below_their_neighbours_rate_count_against_their_hypernode() {
+        let Value::Array(mut v) = three_layer_fabric() else {
+            unreachable!()
+        };
+        for r in &mut v {
+            let o = r.as_object_mut().unwrap();
+            let (sys, peer) = (o["system_name"].clone(), o["peer_node_name"].clone());
+            let slow = sys == "h1" || (sys == "L2" && peer == "S2");
+            o.insert("active_width".into(), json!(if sys == "h1" { "1x" } else { "4x" }));
+            o.insert(
+                "active_speed".into(),
+                json!(if slow && sys == "L2" { "EDR" } else { "HDR" }),
+            );
+            o.insert(
+                "dname".into(),
+                json!(if o["description"] == "Computer IB Port" {
+                    "HCA-1/1"
+                } else {
+                    "3"
+                }),
+            );
+            o.insert("peer_port_dname".into(), json!("7"));
+        }
+        // More hosts on L1, so its own host links say what they should be.
+        for h in ["h1b", "h1c"] {
+            v.push(
+                json!({"description": "Computer IB Port", "system_name": h, "peer_node_name": "L1",
+                "active_width": "4x", "active_speed": "HDR"}),
+            );
+        }
+        let t = group_ports(&Value::Array(v));
+        let said: Vec<String> = t
+            .degraded_links
+            .iter()
+            .map(|l| format!("{}: {l}", l.hypernode))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "leaf-hn-1: h1 port HCA-1/1 – L1 port 7: 1xHDR (expected 4xHDR), record 1",
+                "spine-hn-1: L2 port 3 – S2 port 7: 4xEDR (expected 4xHDR), record 12",
+            ]
+        );
+        // Without rates (Volcano's records), nothing is judged.
+        assert!(group_ports(&three_layer_fabric()).degraded_links.is_empty());
     }
 
     #[test]
