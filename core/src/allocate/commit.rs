@@ -186,6 +186,8 @@ fn place(
                     held: held.clone(),
                 });
             }
+            let end = run.map_or(u64::MAX, |l| now_s.saturating_add(l));
+            walk.horizon.push(index, n, end);
             walk.holdings.record(slot.entity, held);
         }
     }

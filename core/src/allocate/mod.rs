@@ -14,6 +14,7 @@ mod fading;
 mod gang;
 mod gradient;
 pub mod hold;
+pub mod horizon;
 mod lca_score;
 mod rank;
 mod reason;

@@ -19,12 +19,14 @@ use super::binpack::{dim_weights, fill_ratio};
 use super::fading::fading_score;
 use super::gang::JobCtx;
 use super::gradient::gradients;
+use super::horizon::Horizon;
 use super::lca_score::{degraded_penalty, lca_score};
 use super::span::{self, Slot, SpanKey};
 
 /// A sub-job's candidate HyperNode as it is ranked: fabric degraded, its minimal-span
-/// key, bin-pack score, tie bonus, the HyperNode, its position in the gradient.
-type Ranked<'a> = (bool, Option<&'a SpanKey>, f64, f64, HnIdx, usize);
+/// key, how far the job pushes its end out (`alignEnds`), bin-pack score, tie bonus,
+/// the HyperNode, its position in the gradient.
+type Ranked<'a> = (bool, Option<&'a SpanKey>, u64, f64, f64, HnIdx, usize);
 
 /// A node a task would get, with its NUMA assignment there.
 type Candidate = (NodeIdx, Arc<Assignment>);
@@ -59,6 +61,10 @@ pub struct Search<'a, 's> {
     /// The leaf-minimal plan for the HyperNode being filled: where its tasks look for
     /// nodes, planned units first in fill order ([`Slot`]).
     plan: Option<(HnIdx, Vec<Slot>)>,
+    /// `[scoring] alignEnds`: when each HyperNode is busy until, and when this job is
+    /// expected to end. Among the HyperNodes of a tier it goes where it pushes that end
+    /// out least.
+    align: Option<(&'a Horizon, u64)>,
 }
 
 impl<'a, 's> Search<'a, 's> {
@@ -73,8 +79,20 @@ impl<'a, 's> Search<'a, 's> {
             weights,
             log: Vec::new(),
             sub_job_hn: Vec::new(),
+            align: None,
             plan: None,
         }
+    }
+
+    /// With `[scoring] alignEnds`: the HyperNodes' ends, and the job's.
+    pub fn aligned(mut self, align: Option<(&'a Horizon, u64)>) -> Self {
+        self.align = align;
+        self
+    }
+
+    /// How far this job would push `h`'s end out (0 without `alignEnds`).
+    fn extends(&self, h: HnIdx) -> u64 {
+        self.align.map_or(0, |(horizon, end)| horizon.extends(h, end))
     }
 
     fn place(&mut self, job: &mut JobCtx, t: usize, n: NodeIdx, assignment: Option<Arc<Assignment>>) {
@@ -135,7 +153,7 @@ impl<'a, 's> Search<'a, 's> {
                 // whose fabric is healthy first, then fewest leaves (minimal span), then
                 // bin-pack score, then name.
                 let request = self.sub_job_request(job, 0);
-                let mut keyed: Vec<(bool, SpanKey, f64, HnIdx)> = tier
+                let mut keyed: Vec<(bool, SpanKey, u64, f64, HnIdx)> = tier
                     .iter()
                     .map(|&h| {
                         let key = if minimal {
@@ -144,16 +162,18 @@ impl<'a, 's> Search<'a, 's> {
                             SpanKey::default()
                         };
                         let sick = self.index.hns[h.ix()].fabric_sick();
-                        (sick, key, fill_ratio(self.s.cap(), &self.weights, h, &request), h)
+                        let ratio = fill_ratio(self.s.cap(), &self.weights, h, &request);
+                        (sick, key, self.extends(h), ratio, h)
                     })
                     .collect();
                 keyed.sort_by(|a, b| {
                     a.0.cmp(&b.0)
                         .then(a.1.cmp(&b.1))
-                        .then(b.2.total_cmp(&a.2))
-                        .then(a.3.cmp(&b.3))
+                        .then(a.2.cmp(&b.2))
+                        .then(b.3.total_cmp(&a.3))
+                        .then(a.4.cmp(&b.4))
                 });
-                for (_, _, _, h) in keyed {
+                for (_, _, _, _, h) in keyed {
                     if self.try_job_in(job, h).is_some() {
                         return Some(self.decision(Some(h)));
                     }
@@ -293,6 +313,7 @@ impl<'a, 's> Search<'a, 's> {
                     (
                         self.index.hns[h.ix()].fabric_sick(),
                         plans[i].as_ref().map(|p| &p.key),
+                        self.extends(h),
                         fill_ratio(self.s.cap(), &self.weights, h, &request),
                         on_h / total_tasks,
                         h,
@@ -304,12 +325,13 @@ impl<'a, 's> Search<'a, 's> {
             keyed.sort_by(|a, b| {
                 a.0.cmp(&b.0)
                     .then(a.1.cmp(&b.1))
-                    .then(b.2.total_cmp(&a.2))
+                    .then(a.2.cmp(&b.2))
                     .then(b.3.total_cmp(&a.3))
-                    .then(a.4.cmp(&b.4))
+                    .then(b.4.total_cmp(&a.4))
+                    .then(a.5.cmp(&b.5))
             });
-            let max = keyed.iter().map(|k| k.2).max_by(f64::total_cmp);
-            let order: Vec<(f64, f64, HnIdx, usize)> = keyed.iter().map(|k| (k.2, k.3, k.4, k.5)).collect();
+            let max = keyed.iter().map(|k| k.3).max_by(f64::total_cmp);
+            let order: Vec<(f64, f64, HnIdx, usize)> = keyed.iter().map(|k| (k.3, k.4, k.5, k.6)).collect();
             for (ratio, bonus, h, i) in order {
                 let (mark, sj_mark) = (self.log.len(), self.sub_job_hn.len());
                 let placed = if job.has_children(sj) {

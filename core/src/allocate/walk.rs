@@ -28,6 +28,7 @@ use super::backfill::reserve::Sweep;
 use super::backfill::timeline::Timeline;
 use super::backfill::{self, Reservation, Reservations};
 use super::hold::Holds;
+use super::horizon::Horizon;
 use super::search::{Decision, Search};
 use super::world::{Jobs, Policy};
 use super::{JobCtx, build_ctx, reason};
@@ -93,6 +94,9 @@ pub struct Walk<'a> {
     active: ActiveSet,
     /// When running tasks end (built at the first sweep; commits add to it).
     pub timeline: Timeline,
+    /// When each HyperNode is busy until (`[scoring] alignEnds`; built at the first
+    /// search that wants it; commits add to it).
+    pub horizon: Horizon,
     /// The last walk's reservations (see [`Agenda::previous`]).
     previous: Vec<Reservation>,
     sticky: bool,
@@ -160,6 +164,7 @@ impl<'a> Walk<'a> {
             holds,
             active: ActiveSet::default(),
             timeline: Timeline::default(),
+            horizon: Horizon::default(),
             looked_at: previous.iter().map(|r| r.job).collect(),
             previous,
             sticky: agenda.sticky,
@@ -288,7 +293,19 @@ impl<'a> Walk<'a> {
                     backfill::reserve::start_in_time(&mut self.s, &mut ctx, r, window, releases, list, &mut self.active)
                 })
             })
-            .or_else(|| Search::new(&mut self.s, self.config).allocate_job(&mut ctx));
+            .or_else(|| {
+                let align = self.config.scoring.align_ends.then(|| {
+                    if !self.horizon.is_built() {
+                        let ends = backfill::timeline::ends(self.holdings, &w.tasks, &w.jobs, now_s);
+                        self.horizon.build(self.index, ends);
+                    }
+                    let end = window.limit.map_or(u64::MAX, |l| now_s.saturating_add(l));
+                    (&self.horizon, end)
+                });
+                Search::new(&mut self.s, self.config)
+                    .aligned(align)
+                    .allocate_job(&mut ctx)
+            });
         if let Some(decision) = decision {
             return Outcome::Placed {
                 ctx: Box::new(ctx),

@@ -11,11 +11,15 @@
 //! "hypernode.binpack.normal-pod.enable" = true
 //! "hypernode.binpack.normal-pod.fading" = 0.8
 //! span = "minimal"   # or "volcano": see below
+//! alignEnds = true
 //! ```
 //!
 //! `span` is ours, not Volcano's: with `"minimal"` (the default) a topology job gets, in
 //! the lowest tier that can hold it, the HyperNode whose placement spans the fewest
-//! leaves; `"volcano"` keeps Volcano's choice (best bin-pack score) exactly.
+//! leaves; `"volcano"` keeps Volcano's choice (best bin-pack score) exactly. So is
+//! `alignEnds` (default true): among those, before the bin-pack score, the one whose
+//! running tasks' expected end the job pushes out least (`allocate::horizon`); chosen on
+//! the policy table of five real logs (`benches/README.md`, issue 42).
 //!
 //! Where Volcano's plugin quietly falls back to a default (a negative weight becomes 1, a
 //! negative fading 0.8, a non-bool `enable` is ignored), a planner.toml value out of range
@@ -47,6 +51,9 @@ pub struct ScoringConfig {
     pub normal_pod_fading: f64,
     /// How a topology job picks among the HyperNodes of its lowest feasible tier.
     pub span: SpanMode,
+    /// `alignEnds`: among the HyperNodes of a tier, a job goes where it pushes the end of
+    /// the tasks running there out least (see `allocate::horizon`), before bin-pack.
+    pub align_ends: bool,
 }
 
 /// `[scoring] span`: which HyperNode of the lowest tier that can hold a gang it gets.
@@ -92,6 +99,7 @@ impl Default for ScoringConfig {
             normal_pod_enable: true,
             normal_pod_fading: 0.8,
             span: SpanMode::default(),
+            align_ends: true,
         }
     }
 }
@@ -104,6 +112,7 @@ const RESOURCES: &str = "hypernode.binpack.resources";
 const ENABLE: &str = "hypernode.binpack.normal-pod.enable";
 const FADING: &str = "hypernode.binpack.normal-pod.fading";
 const SPAN: &str = "span";
+const ALIGN_ENDS: &str = "alignEnds";
 
 /// A number as TOML writes it, or as Volcano's string arguments do (`"0.8"`).
 fn number(v: &toml::Value) -> Option<f64> {
@@ -232,13 +241,18 @@ impl ScoringConfig {
                     }),
                 };
                 scoring.span = mode.map_err(|e| at(v.span().start, format!("scoring.span: {e}")))?;
+            } else if key == ALIGN_ENDS {
+                scoring.align_ends = match v.get_ref() {
+                    toml::Value::Boolean(b) => *b,
+                    other => return Err(err(v, key, format!("expected true or false, got {}", shown(other)))),
+                };
             } else if key != RESOURCES {
                 return Err(err(
                     v,
                     key,
                     format!(
                         "unknown key; expected one of weight, hypernode.binpack.cpu, hypernode.binpack.memory, \
-                         {RESOURCES}, {RESOURCES}.<name>, {ENABLE}, {FADING}, span"
+                         {RESOURCES}, {RESOURCES}.<name>, {ENABLE}, {FADING}, span, {ALIGN_ENDS}"
                     ),
                 ));
             }

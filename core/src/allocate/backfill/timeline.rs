@@ -70,16 +70,36 @@ pub fn releases<'a>(
     holdings.iter().filter_map(move |(e, held)| {
         let (task, ts) = tasks.get(e).ok()?;
         let (_, job, st) = jobs.get(task.job).ok()?;
-        let start = ts.start_time?;
-        let limit = job.spec.run.time_limit?;
-        let expected = st.expected_run.map_or(limit, |r| r.min(limit));
-        let end = match start.saturating_add(expected) {
-            end if end > now => end,
-            _ => start.saturating_add(limit),
-        };
         Some(Release {
-            end,
+            end: end_of(job, st, ts.start_time?, now)?,
             held: held.clone(),
         })
+    })
+}
+
+/// When a task of `job` started at `start` is expected to end (see [`releases`]); `None`
+/// without a time limit.
+fn end_of(job: &Job, st: &JobState, start: u64, now: u64) -> Option<u64> {
+    let limit = job.spec.run.time_limit?;
+    let expected = st.expected_run.map_or(limit, |r| r.min(limit));
+    Some(match start.saturating_add(expected) {
+        end if end > now => end,
+        _ => start.saturating_add(limit),
+    })
+}
+
+/// Every running task's node and expected end, as [`releases`] has them, a task
+/// without a time limit at `u64::MAX` (for `allocate::horizon`).
+pub fn ends<'a>(
+    holdings: &'a Holdings,
+    tasks: &'a Query<(&'static Task, &'static mut TaskState)>,
+    jobs: &'a Query<(Entity, &Job, &mut JobState), Without<Retired>>,
+    now: u64,
+) -> impl Iterator<Item = (crate::model::ids::NodeIdx, u64)> + 'a {
+    holdings.iter().filter_map(move |(e, held)| {
+        let (task, ts) = tasks.get(e).ok()?;
+        let (_, job, st) = jobs.get(task.job).ok()?;
+        let start = ts.start_time?;
+        Some((held.node, end_of(job, st, start, now).unwrap_or(u64::MAX)))
     })
 }
