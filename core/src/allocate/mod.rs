@@ -69,7 +69,7 @@ pub fn allocate(
         ..
     } = &mut memory;
     let scratch = Scratch::new(index, cap, numa);
-    let order = std::mem::take(&mut agenda.order);
+    let mut order = std::mem::take(&mut agenda.order);
     let mut walk = Walk::new(
         index,
         config,
@@ -81,7 +81,26 @@ pub fn allocate(
         &mut agenda,
         &w,
     );
-    for (key, entity) in order {
+    let mode = config.scheduler.backfill_order;
+    let mut reordered = false;
+    let mut next = 0;
+    while next < order.len() {
+        // Once the reservations are made, the rest go in `backfillOrder`.
+        if !reordered && !walk.may_reserve() {
+            reordered = true;
+            let now_s = at.now.secs();
+            backfill::order::reorder(&mut order[next..], mode, |e| {
+                let (_, job, _) = w.jobs.get(e).ok()?;
+                let since = agenda::eligible(job);
+                Some(backfill::order::Candidate {
+                    starving: config.scheduler.starves(since, now_s),
+                    waited: now_s.saturating_sub(since),
+                    run: walk.expected_run(e, job, &policy),
+                })
+            });
+        }
+        let (key, entity) = order[next];
+        next += 1;
         if let Some(skip) = walk.enter(entity, &mut w, &policy) {
             commit::apply(skip, entity, &mut walk, &mut w, &mut policy, nominated, out, &mut None);
             continue;

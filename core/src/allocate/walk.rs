@@ -190,8 +190,9 @@ impl<'a> Walk<'a> {
         )
     }
 
-    /// Whether a reservation could still be made in this walk.
-    fn may_reserve(&self) -> bool {
+    /// Whether a reservation could still be made in this walk: until it cannot, the
+    /// walk goes in its own order; after, in `[scheduler] backfillOrder`.
+    pub fn may_reserve(&self) -> bool {
         self.can_reserve && self.sweeps_left > 0 && self.reservations.list.len() - self.reservations.windows < self.want
     }
 

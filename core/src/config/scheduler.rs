@@ -11,11 +11,18 @@
 //! mean of its owner's last two runtimes capped by the limit (never to end a job; see
 //! `allocate::backfill::estimate`).
 //!
+//! Once the reservations are made, the jobs after them are tried in `backfillOrder`:
+//! the walk's order (`"priority"`), shortest expected run first (`"shortest"`, SJBF), or
+//! largest expansion factor first (`"xfactor"`: (wait + expected run) ÷ expected run,
+//! so a short job that waited goes early and a long one catches up as it waits). Jobs
+//! waiting past `starvation` stay first in every order.
+//!
 //! ```toml
 //! [scheduler]
 //! reservations = 1    # blocked jobs, in order, that get a reservation (0 = greedy)
 //! starvation = "6h"   # after this long waiting a job goes first, oldest first (0 = never)
 //! estimates = "limit" # how long backfill takes a job to run: "limit" or "history"
+//! backfillOrder = "priority"  # after the reservations: "priority", "shortest" or "xfactor"
 //! ```
 
 use serde::Deserialize;
@@ -33,6 +40,21 @@ pub struct SchedulerConfig {
     pub starvation: u64,
     /// How long backfill takes a job to run.
     pub estimates: Estimates,
+    /// In which order the jobs after the reservations are tried.
+    pub backfill_order: BackfillOrder,
+}
+
+/// In which order the walk tries the jobs after the reservations are made
+/// (`[scheduler] backfillOrder`; see `allocate::backfill::order`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackfillOrder {
+    /// The walk's order: queue priority, fair share, age (`"priority"`).
+    #[default]
+    Priority,
+    /// Shortest expected run first (`"shortest"`, SJBF).
+    Shortest,
+    /// Largest expansion factor first: (wait + expected run) ÷ expected run (`"xfactor"`).
+    Xfactor,
 }
 
 /// How long backfill takes a job to run (`[scheduler] estimates`).
@@ -61,6 +83,7 @@ impl Default for SchedulerConfig {
             reservations: Self::DEFAULT_RESERVATIONS,
             starvation: Self::DEFAULT_STARVATION,
             estimates: Estimates::default(),
+            backfill_order: BackfillOrder::default(),
         }
     }
 }
@@ -75,6 +98,8 @@ pub struct SchedulerSection {
     pub starvation: Option<toml::Spanned<toml::Value>>,
     /// `estimates` (`"limit"` or `"history"`); None: the default.
     pub estimates: Option<toml::Spanned<String>>,
+    /// `backfillOrder` (`"priority"`, `"shortest"` or `"xfactor"`); None: the default.
+    pub backfill_order: Option<toml::Spanned<String>>,
 }
 
 impl SchedulerConfig {
@@ -117,6 +142,21 @@ impl SchedulerConfig {
                 }
             };
         }
+        if let Some(v) = &s.backfill_order {
+            config.backfill_order = match v.get_ref().as_str() {
+                "priority" => BackfillOrder::Priority,
+                "shortest" => BackfillOrder::Shortest,
+                "xfactor" => BackfillOrder::Xfactor,
+                other => {
+                    return Err(at(
+                        v.span().start,
+                        format!(
+                            "scheduler.backfillOrder: expected \"priority\" (the queue's order), \"shortest\" (shortest expected run first) or \"xfactor\" (largest (wait + run) ÷ run first), got {other:?}"
+                        ),
+                    ));
+                }
+            };
+        }
         Ok(config)
     }
 
@@ -130,6 +170,7 @@ impl SchedulerConfig {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use super::BackfillOrder;
     use crate::config::PlannerConfig;
 
     #[test]
@@ -176,5 +217,24 @@ mod tests {
         assert!(!s.starves(0, u64::MAX), "0: never");
         let e = PlannerConfig::parse("[scheduler]\nstarvation = \"soon\"\n", "p.toml").unwrap_err();
         assert!(e.to_string().starts_with("p.toml:2:14: scheduler.starvation: "), "{e}");
+    }
+
+    #[test]
+    fn backfill_order_priority_by_default_and_bad_values_named() {
+        let s = PlannerConfig::parse("", "p.toml").unwrap().scheduler;
+        assert_eq!(s.backfill_order, BackfillOrder::Priority);
+        for (text, want) in [
+            ("shortest", BackfillOrder::Shortest),
+            ("xfactor", BackfillOrder::Xfactor),
+            ("priority", BackfillOrder::Priority),
+        ] {
+            let c = PlannerConfig::parse(&format!("[scheduler]\nbackfillOrder = \"{text}\"\n"), "p.toml").unwrap();
+            assert_eq!(c.scheduler.backfill_order, want);
+        }
+        let e = PlannerConfig::parse("[scheduler]\nbackfillOrder = \"sjbf\"\n", "p.toml").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "p.toml:2:17: scheduler.backfillOrder: expected \"priority\" (the queue's order), \"shortest\" (shortest expected run first) or \"xfactor\" (largest (wait + run) ÷ run first), got \"sjbf\""
+        );
     }
 }

@@ -10,6 +10,8 @@
 //! each of those reservations begins, tasks ending before then gone
 //! ([`reserve::start_in_time`]).
 //!
+//! The jobs after the reservations are tried in `[scheduler] backfillOrder` ([`order`]).
+//!
 //! Reservations are recomputed only when room may have grown (a task ended, nodes
 //! changed), a holder left the pending jobs, or a job arrived ahead of a reserved one;
 //! otherwise they stand, so a submit behind them costs one search. A recomputed
@@ -19,6 +21,7 @@
 pub mod active;
 pub mod estimate;
 pub mod maintenance;
+pub mod order;
 pub mod reserve;
 pub mod timeline;
 
