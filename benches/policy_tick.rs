@@ -46,7 +46,8 @@
 //! cases (comma-separated of `a,b,d,c10k,c1,c2`; default all), `POLICY_TICK_REPS` the
 //! repetitions (default 20). `POLICY_TICK_PERF_CTL=<ctl fifo>,<ack fifo>` writes
 //! `enable`/`disable` to a `perf record -D -1 --control fifo:<ctl>,<ack>` around each
-//! measured tick, so the profile holds the measured ticks only. `POLICY_TICK_NO_FLAT`
+//! measured tick, so the profile holds the measured ticks only. `POLICY_TICK_ORDER`
+//! sets `[scheduler] backfillOrder` (`shortest`, `xfactor`). `POLICY_TICK_NO_FLAT`
 //! (experiment) makes the pending jobs without topology soft instead.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -253,9 +254,11 @@ fn running_job(name: &str, limit: u64) -> JobSpec {
     JobBuilder::gang(name, 1, NODE).limit(limit).build()
 }
 
-/// The default config with 16 reservations (the heavier tick; the default is 1).
+/// The default config with 16 reservations (the heavier tick; the default is 1), and
+/// `backfillOrder` from `POLICY_TICK_ORDER` when set.
 fn sixteen() -> PlannerConfig {
-    PlannerConfig::parse("[scheduler]\nreservations = 16\n", "policy_tick").expect("a valid config")
+    let order = std::env::var("POLICY_TICK_ORDER").map_or(String::new(), |o| format!("backfillOrder = \"{o}\"\n"));
+    PlannerConfig::parse(&format!("[scheduler]\nreservations = 16\n{order}"), "policy_tick").expect("a valid config")
 }
 
 /// Scenario A: 10,000 full nodes, 10,000 pending jobs, 16 reservations.

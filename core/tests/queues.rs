@@ -117,18 +117,24 @@ fn a_higher_priority_queue_goes_first() {
 #[test]
 fn after_usage_the_lighter_user_goes_first() {
     // Alice has used the node for 1,000 s when it frees; her second job came before
-    // Bob's, but Bob has used nothing: fair share puts him first.
+    // Bob's, but Bob has used nothing: fair share puts him first. (With the default
+    // `keepReservations`, Alice's job keeps the reservation it got at 10: see
+    // `keep_reservations.rs`.)
     let cluster = ClusterBuilder::flat(1).node_resources("cpu=8").build();
     let jobs = vec![
         one("alice-long", "default", "alice", 8, 0, 1000),
         one("alice-next", "default", "alice", 8, 10, 100),
         one("bob-first", "default", "bob", 8, 20, 100),
     ];
-    let r = run(&cluster, &jobs, PlannerConfig::default());
+    let r = run(&cluster, &jobs, cfg("[scheduler]\nkeepReservations = false\n"));
     assert_eq!(job(&r, "bob-first").start_time, Some(1000));
     assert_eq!(job(&r, "alice-next").start_time, Some(1100));
     // Without fair share (weight 0) it is first come, first served.
-    let fifo = run(&cluster, &jobs, cfg("[priority]\nweightFairshare = 0\n"));
+    let fifo = run(
+        &cluster,
+        &jobs,
+        cfg("[priority]\nweightFairshare = 0\n[scheduler]\nkeepReservations = false\n"),
+    );
     assert_eq!(job(&fifo, "alice-next").start_time, Some(1000));
 }
 

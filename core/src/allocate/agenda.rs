@@ -12,7 +12,7 @@ use bevy_ecs::prelude::*;
 use crate::config::SchedulerConfig;
 use crate::model::awaiting::Incomplete;
 use crate::model::commands::Command;
-use crate::model::components::{Job, JobPhase};
+use crate::model::components::{Job, JobPhase, JobState};
 use crate::model::since::Since;
 use crate::order::OrderKey;
 
@@ -49,15 +49,35 @@ pub fn eligible(job: &Job) -> u64 {
 
 /// The order key of job `e` (see [`Agenda::order`]). A job waiting past `[scheduler]
 /// starvation` at `now` goes before every other, oldest first: priorities and fair share
-/// reorder the queue, but never starve a job.
-pub fn key_of(policy: &Policy<'_, '_>, e: Entity, job: &Job, scheduler: &SchedulerConfig, now: u64) -> OrderKey {
+/// reorder the queue, but never starve a job. With `[scheduler] keepReservations`, a job
+/// holding a reservation (`st`) goes first among the jobs of its queue priority and
+/// class, oldest first: a better score (fair share, age, size) that comes later does not
+/// take the reservation from it; a higher queue or class still does.
+pub fn key_of(
+    policy: &Policy<'_, '_>,
+    e: Entity,
+    job: &Job,
+    st: &JobState,
+    scheduler: &SchedulerConfig,
+    now: u64,
+) -> OrderKey {
     let meta = policy.meta.get(e).ok();
-    if scheduler.starvation > 0 {
-        let since = eligible(job);
-        if scheduler.starves(since, now) {
-            let id = meta.map_or(u64::MAX, |(_, _, id)| id.0);
-            return (Reverse(i32::MAX), Reverse(i32::MAX), Reverse(i64::MAX), since, id);
-        }
+    let since = eligible(job);
+    let id = || meta.map_or(u64::MAX, |(_, _, id)| id.0);
+    if scheduler.starves(since, now) {
+        return (Reverse(i32::MAX), Reverse(i32::MAX), Reverse(i64::MAX), since, id());
+    }
+    if scheduler.keep_reservations
+        && st.reservation.is_some()
+        && let Some((_, rank, _)) = meta
+    {
+        return (
+            Reverse(rank.queue_priority),
+            Reverse(rank.class),
+            Reverse(i64::MAX),
+            since,
+            id(),
+        );
     }
     meta.map_or(
         (Reverse(0), Reverse(0), Reverse(0), job.spec.submit_time, u64::MAX),
@@ -169,7 +189,7 @@ pub fn agenda(
         fresh
             .iter()
             .filter_map(|&e| w.jobs.get(e).ok())
-            .any(|(e, job, _)| key_of(policy, e, job, &config.scheduler, now_s) < last.key)
+            .any(|(e, job, st)| key_of(policy, e, job, st, &config.scheduler, now_s) < last.key)
     });
     // A node drained under a reservation: it is worked out again (drains elsewhere take
     // room no reservation counts on).
@@ -211,7 +231,7 @@ pub fn agenda(
                     let r = st.reservation.as_ref()?;
                     Some(backfill::maintenance::stored(
                         e,
-                        key_of(policy, e, job, &config.scheduler, now_s),
+                        key_of(policy, e, job, st, &config.scheduler, now_s),
                         r,
                         job.spec.run.time_limit,
                         index,
@@ -308,7 +328,7 @@ fn order(
             JobPhase::Rejected => st.checked_generation.is_some_and(|g| g != generation),
             JobPhase::Ending | JobPhase::Finished | JobPhase::Cancelled => false,
         })
-        .map(|(e, j, _)| (key_of(policy, e, j, scheduler, now_s), e))
+        .map(|(e, j, st)| (key_of(policy, e, j, st, scheduler, now_s), e))
         .collect();
     order.sort();
     order

@@ -11,18 +11,29 @@
 //! mean of its owner's last two runtimes capped by the limit (never to end a job; see
 //! `allocate::backfill::estimate`).
 //!
+//! With `keepReservations` (on by default), a job given a reservation keeps it until it
+//! starts: it goes first among the jobs of its queue priority and class, so a job with a
+//! better score (fair share, age, size) that comes later waits for the next reservation
+//! instead of taking this one (Maui's `RESERVATIONPOLICY HIGHEST`). A job of a higher
+//! queue or class still goes first. Off (Maui's `CURRENTHIGHEST`): the reservation goes
+//! to whichever blocked job is first now, and may pass from job to job as fair share
+//! moves.
+//!
 //! Once the reservations are made, the jobs after them are tried in `backfillOrder`:
 //! the walk's order (`"priority"`), shortest expected run first (`"shortest"`, SJBF), or
-//! largest expansion factor first (`"xfactor"`: (wait + expected run) ÷ expected run,
-//! so a short job that waited goes early and a long one catches up as it waits). Jobs
-//! waiting past `starvation` stay first in every order.
+//! largest expansion factor first (`"xfactor"`, the default: (wait + expected run) ÷
+//! expected run, so a short job that waited goes early and a long one catches up as it
+//! waits). Jobs waiting past `starvation` stay first in every order. Fair share decides
+//! who gets the reservations; who fills the holes around them goes by the wait and the
+//! run.
 //!
 //! ```toml
 //! [scheduler]
 //! reservations = 1    # blocked jobs, in order, that get a reservation (0 = greedy)
 //! starvation = "6h"   # after this long waiting a job goes first, oldest first (0 = never)
 //! estimates = "limit" # how long backfill takes a job to run: "limit" or "history"
-//! backfillOrder = "priority"  # after the reservations: "priority", "shortest" or "xfactor"
+//! backfillOrder = "xfactor"   # after the reservations: "xfactor", "shortest" or "priority"
+//! keepReservations = true     # a job keeps its reservation until it starts
 //! ```
 
 use serde::Deserialize;
@@ -42,6 +53,8 @@ pub struct SchedulerConfig {
     pub estimates: Estimates,
     /// In which order the jobs after the reservations are tried.
     pub backfill_order: BackfillOrder,
+    /// Whether a job given a reservation keeps it (and its place) until it starts.
+    pub keep_reservations: bool,
 }
 
 /// In which order the walk tries the jobs after the reservations are made
@@ -49,11 +62,12 @@ pub struct SchedulerConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BackfillOrder {
     /// The walk's order: queue priority, fair share, age (`"priority"`).
-    #[default]
     Priority,
     /// Shortest expected run first (`"shortest"`, SJBF).
     Shortest,
-    /// Largest expansion factor first: (wait + expected run) ÷ expected run (`"xfactor"`).
+    /// Largest expansion factor first: (wait + expected run) ÷ expected run (`"xfactor"`,
+    /// the default: chosen on the policy table of five logs, `benches/README.md`).
+    #[default]
     Xfactor,
 }
 
@@ -73,6 +87,8 @@ impl SchedulerConfig {
     /// `starvation` when `[scheduler]` does not set it: six hours, chosen on the policy
     /// table of five logs (`benches/README.md`): the longest waits nearest EASY's.
     pub const DEFAULT_STARVATION: u64 = 6 * 3_600;
+    /// `keepReservations` when `[scheduler]` does not set it.
+    pub const DEFAULT_KEEP_RESERVATIONS: bool = true;
     /// More would make a tick's reservations cost more than the jobs they protect gain.
     pub const MAX_RESERVATIONS: u32 = 1024;
 }
@@ -84,6 +100,7 @@ impl Default for SchedulerConfig {
             starvation: Self::DEFAULT_STARVATION,
             estimates: Estimates::default(),
             backfill_order: BackfillOrder::default(),
+            keep_reservations: Self::DEFAULT_KEEP_RESERVATIONS,
         }
     }
 }
@@ -100,6 +117,8 @@ pub struct SchedulerSection {
     pub estimates: Option<toml::Spanned<String>>,
     /// `backfillOrder` (`"priority"`, `"shortest"` or `"xfactor"`); None: the default.
     pub backfill_order: Option<toml::Spanned<String>>,
+    /// `keepReservations`; None: the default.
+    pub keep_reservations: Option<toml::Spanned<toml::Value>>,
 }
 
 impl SchedulerConfig {
@@ -137,6 +156,20 @@ impl SchedulerConfig {
                         v.span().start,
                         format!(
                             "scheduler.estimates: expected \"limit\" (each job's time limit) or \"history\" (its owner's last two runtimes, capped by the limit), got {other:?}"
+                        ),
+                    ));
+                }
+            };
+        }
+        if let Some(v) = &s.keep_reservations {
+            config.keep_reservations = match v.get_ref() {
+                toml::Value::Boolean(b) => *b,
+                other => {
+                    return Err(at(
+                        v.span().start,
+                        format!(
+                            "scheduler.keepReservations: expected true or false, got {}",
+                            super::scoring::shown(other)
                         ),
                     ));
                 }
@@ -220,9 +253,9 @@ mod tests {
     }
 
     #[test]
-    fn backfill_order_priority_by_default_and_bad_values_named() {
+    fn backfill_order_xfactor_by_default_and_bad_values_named() {
         let s = PlannerConfig::parse("", "p.toml").unwrap().scheduler;
-        assert_eq!(s.backfill_order, BackfillOrder::Priority);
+        assert_eq!(s.backfill_order, BackfillOrder::Xfactor);
         for (text, want) in [
             ("shortest", BackfillOrder::Shortest),
             ("xfactor", BackfillOrder::Xfactor),

@@ -161,7 +161,8 @@ fn compact(x: f64) -> String {
     }
 }
 
-fn shown(v: &toml::Value) -> String {
+/// A value as an error message shows it: a string quoted, anything else by its type.
+pub(super) fn shown(v: &toml::Value) -> String {
     match v {
         toml::Value::String(s) => format!("{s:?}"),
         other => other.type_str().to_string(),

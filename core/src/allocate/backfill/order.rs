@@ -8,7 +8,7 @@
 //! - `shortest`: shortest expected run first (SJBF; Tsafrir, Etsion and Feitelson,
 //!   IEEE TPDS 2007, with runtime estimates). The mean wait falls most; a long job may
 //!   be passed over again and again.
-//! - `xfactor`: largest expansion factor first, (wait + expected run) ÷ expected run
+//! - `xfactor` (the default): largest expansion factor first, (wait + expected run) ÷ expected run
 //!   (Chiang, Arpaci-Dusseau and Vernon, JSSPP 2002): a short job that waited a little
 //!   goes before a long one that waited as long, and a long one catches up as it waits.
 //!
