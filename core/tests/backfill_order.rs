@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use hyperplan_core::PlannerConfig;
-use hyperplan_core::testing::{ClusterBuilder, JobBuilder};
+use hyperplan_core::testing::{ClusterBuilder, JobBuilder, run, start_of};
 use hyperplan_shared::JobSpec;
 use hyperplan_shared::report::Report;
 
@@ -36,23 +36,14 @@ fn replay(order: &str, short_at: u64) -> Report {
         "planner.toml",
     )
     .unwrap();
-    let r = hyperplan_core::sim::simulate_with(&cluster, &jobs, config, |p| {
-        let bad = p.violations();
-        assert!(bad.is_empty(), "invariants broken: {bad:#?}");
-    });
-    assert_eq!(start(&r, "wide"), 1_000, "{order}: the reservation is kept");
+    let r = run(&cluster, &jobs, config);
+    assert_eq!(start_of(&r, "wide"), 1_000, "{order}: the reservation is kept");
     r
-}
-
-fn start(r: &Report, name: &str) -> u64 {
-    let j = r.jobs.iter().find(|j| j.name == name).unwrap();
-    j.start_time
-        .unwrap_or_else(|| panic!("{name} never started: {:?}", j.reason))
 }
 
 /// Which of the two took the hole at 50.
 fn first(r: &Report) -> &'static str {
-    match (start(r, "long"), start(r, "short")) {
+    match (start_of(r, "long"), start_of(r, "short")) {
         (50, s) if s > 1_000 => "long",
         (l, 50) if l > 1_000 => "short",
         other => panic!("neither took the hole alone: {other:?}"),

@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use hyperplan_core::PlannerConfig;
-use hyperplan_core::testing::{ClusterBuilder, JobBuilder};
+use hyperplan_core::testing::{ClusterBuilder, JobBuilder, run, start_of};
 use hyperplan_shared::report::Report;
 
 /// Two queues: `hot` goes before `default`, whatever the jobs' ages.
@@ -33,38 +33,29 @@ fn replay(scheduler: &str, other_queue: &str) -> Report {
     ];
     let cluster = ClusterBuilder::flat(1).node_resources("cpu=8").build();
     let config = PlannerConfig::parse(&format!("[scheduler]\n{scheduler}\n{QUEUES}"), "planner.toml").unwrap();
-    hyperplan_core::sim::simulate_with(&cluster, &jobs, config, |p| {
-        let bad = p.violations();
-        assert!(bad.is_empty(), "invariants broken: {bad:#?}");
-    })
-}
-
-fn start(r: &Report, name: &str) -> u64 {
-    let j = r.jobs.iter().find(|j| j.name == name).unwrap();
-    j.start_time
-        .unwrap_or_else(|| panic!("{name} never started: {:?}", j.reason))
+    run(&cluster, &jobs, config)
 }
 
 #[test]
 fn a_reserved_job_keeps_its_reservation_when_a_better_fair_share_comes() {
     let r = replay("", "default");
-    assert_eq!(start(&r, "next"), 1_000, "the default keeps it");
-    assert_eq!(start(&r, "other"), 2_000);
+    assert_eq!(start_of(&r, "next"), 1_000, "the default keeps it");
+    assert_eq!(start_of(&r, "other"), 2_000);
 }
 
 #[test]
 fn without_keeping_the_better_fair_share_takes_it() {
     let r = replay("keepReservations = false", "default");
-    assert_eq!(start(&r, "other"), 1_000);
-    assert_eq!(start(&r, "next"), 2_000);
+    assert_eq!(start_of(&r, "other"), 1_000);
+    assert_eq!(start_of(&r, "next"), 2_000);
 }
 
 #[test]
 fn a_higher_queue_still_goes_first() {
     for keep in ["true", "false"] {
         let r = replay(&format!("keepReservations = {keep}"), "hot");
-        assert_eq!(start(&r, "other"), 1_000, "keepReservations = {keep}");
-        assert_eq!(start(&r, "next"), 2_000, "keepReservations = {keep}");
+        assert_eq!(start_of(&r, "other"), 1_000, "keepReservations = {keep}");
+        assert_eq!(start_of(&r, "next"), 2_000, "keepReservations = {keep}");
     }
 }
 

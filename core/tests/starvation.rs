@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use hyperplan_core::PlannerConfig;
-use hyperplan_core::testing::{ClusterBuilder, JobBuilder};
+use hyperplan_core::testing::{ClusterBuilder, JobBuilder, run, start_of};
 use hyperplan_shared::JobSpec;
 use hyperplan_shared::report::Report;
 
@@ -43,28 +43,23 @@ fn config(scheduler: &str) -> PlannerConfig {
 fn replay(scheduler: &str) -> Report {
     let cluster = ClusterBuilder::flat(4).node_resources("cpu=8").build();
     let config = config(scheduler);
-    hyperplan_core::sim::simulate_with(&cluster, &jobs(), config, |p| {
-        let bad = p.violations();
-        assert!(bad.is_empty(), "invariants broken: {bad:#?}");
-    })
-}
-
-fn start(r: &Report, name: &str) -> u64 {
-    let j = r.jobs.iter().find(|j| j.name == name).unwrap();
-    j.start_time
-        .unwrap_or_else(|| panic!("{name} never started: {:?}", j.reason))
+    run(&cluster, &jobs(), config)
 }
 
 #[test]
 fn without_the_bound_the_wide_job_waits_for_the_stream_to_end() {
     let r = replay("[scheduler]\nreservations = 1\nstarvation = 0");
-    assert!(start(&r, "wide") >= 399 * 90, "wide started at {}", start(&r, "wide"));
+    assert!(
+        start_of(&r, "wide") >= 399 * 90,
+        "wide started at {}",
+        start_of(&r, "wide")
+    );
 }
 
 #[test]
 fn past_the_bound_it_goes_first_and_starts_once_the_running_jobs_end() {
     let r = replay("[scheduler]\nreservations = 1\nstarvation = \"2h\"");
-    let wide = start(&r, "wide");
+    let wide = start_of(&r, "wide");
     // It starves from 7,201 s on; the 1-node jobs running then end within 400 s, and
     // nothing starts on their nodes meanwhile (its reservation holds them).
     assert!((7_201..=7_201 + 400).contains(&wide), "wide started at {wide}");
@@ -88,7 +83,7 @@ fn the_oldest_starving_job_goes_first() {
         &jobs,
         config("[scheduler]\nreservations = 1\nstarvation = \"2h\""),
     );
-    let (a, b) = (start(&r, "wide"), start(&r, "wide2"));
+    let (a, b) = (start_of(&r, "wide"), start_of(&r, "wide2"));
     assert!(a < b, "wide (submitted first) at {a}, wide2 at {b}");
     assert_eq!(b, a + 600, "wide2 right after wide");
 }

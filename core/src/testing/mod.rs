@@ -484,6 +484,16 @@ pub fn run(cluster: &ClusterSpec, jobs: &[JobSpec], config: PlannerConfig) -> Re
     })
 }
 
+/// When job `name` of report `r` started; fails the test, with its reason, when it never
+/// did.
+pub fn start_of(r: &Report, name: &str) -> u64 {
+    let Some(j) = r.jobs.iter().find(|j| j.name == name) else {
+        panic!("no job {name} in the report");
+    };
+    j.start_time
+        .unwrap_or_else(|| panic!("{name} never started: {:?}", j.reason))
+}
+
 /// As [`run`], with each job's reason as the core held it when last seen (a job that
 /// ended and was retired keeps its last): the [`Reason`]s to match where the report
 /// has their sentences.
