@@ -15,7 +15,8 @@
 //!   tasks) and the tick runs: room may have grown, so the reservations are worked out
 //!   again and every pending job is tried again. Restored untimed afterwards: a pending
 //!   job that started on the freed node is submitted again under a new name (same spec);
-//!   when none did, a one-node filler with submit time 0 (first in the order) takes the
+//!   when none did, a one-node filler in queue `filler` (priority 1: first in the order,
+//!   ahead of the jobs that keep their reservations) takes the
 //!   node; then one more tick, so the next repetition starts from a settled, full cluster.
 //! - (b) `idle`: a tick with nothing new (no event).
 //! - (d) `recalc`: the tick at which `recalcInterval` has elapsed: every job is ranked
@@ -254,11 +255,17 @@ fn running_job(name: &str, limit: u64) -> JobSpec {
     JobBuilder::gang(name, 1, NODE).limit(limit).build()
 }
 
-/// The default config with 16 reservations (the heavier tick; the default is 1), and
-/// `backfillOrder` from `POLICY_TICK_ORDER` when set.
+/// The default config with 16 reservations (the heavier tick; the default is 1),
+/// `backfillOrder` from `POLICY_TICK_ORDER` when set, and a queue `filler` that goes
+/// before `default` (for the restore of case (a)).
 fn sixteen() -> PlannerConfig {
     let order = std::env::var("POLICY_TICK_ORDER").map_or(String::new(), |o| format!("backfillOrder = \"{o}\"\n"));
-    PlannerConfig::parse(&format!("[scheduler]\nreservations = 16\n{order}"), "policy_tick").expect("a valid config")
+    let queues = "[[queue]]\nname = \"default\"\n\n[[queue]]\nname = \"filler\"\npriority = 1\n";
+    PlannerConfig::parse(
+        &format!("[scheduler]\nreservations = 16\n{order}\n{queues}"),
+        "policy_tick",
+    )
+    .expect("a valid config")
 }
 
 /// Scenario A: 10,000 full nodes, 10,000 pending jobs, 16 reservations.
@@ -406,7 +413,13 @@ fn task_end(b: &mut Bench, rng: &mut Rng, reps: usize) -> Vec<Sample> {
         }
         if s.placed_tasks == 0 {
             let name = b.fresh_name("filler");
-            b.submit(JobBuilder::gang(&name, 1, NODE).limit(victim.limit).submit(0).build());
+            b.submit(
+                JobBuilder::gang(&name, 1, NODE)
+                    .limit(victim.limit)
+                    .submit(0)
+                    .queue("filler")
+                    .build(),
+            );
             let cmds = b.step();
             assert!(
                 cmds.iter().any(|c| matches!(c, Command::Place(p) if p.job() == name)),

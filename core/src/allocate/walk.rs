@@ -213,12 +213,11 @@ impl<'a> Walk<'a> {
             self.holds.trying(entity, &mut self.s);
         }
         let (_, job, mut state) = w.jobs.get_mut(entity).ok()?;
-        if state.phase == JobPhase::Pending
+        let skippable = state.phase == JobPhase::Pending
             && state.checked_generation == Some(self.index.feasibility)
             && state.next_rank == 0
-            && !(self.whole && self.may_reserve())
-            && !could_fit(job, &mut state, self.s.cap(), &self.free_room)
-        {
+            && !(self.whole && self.may_reserve());
+        if skippable && !could_fit(job, &mut state, self.s.cap(), &self.free_room) {
             return Some(Outcome::Unchanged);
         }
         if !self.reservations.list.is_empty() {
@@ -228,6 +227,21 @@ impl<'a> Walk<'a> {
                 bound: job.spec.run.time_limit,
             };
             self.active.set(&self.reservations.list, window, &mut self.s, None);
+            // The same with the reservations its window overlaps taken: a freed node a
+            // reservation holds fits many waiting jobs, none of which may use it.
+            if skippable {
+                let cap = self.s.cap();
+                let root = self.index.root;
+                let free: Vec<u64> = cap
+                    .hn_alloc(root)
+                    .iter()
+                    .zip(cap.hn_used(root))
+                    .map(|(a, u)| a.saturating_sub(*u))
+                    .collect();
+                if !could_fit(job, &mut state, cap, &free) {
+                    return Some(Outcome::Unchanged);
+                }
+            }
         }
         None
     }
