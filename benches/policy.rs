@@ -22,6 +22,10 @@
 //!   that holds it: a 40-node job in one spine, `--topology hard`) or `none`.
 //! - `POLICY_EXTRA`: also greedy (`reservations = 0`), soft topology and no starvation
 //!   bound. `POLICY_CLASSES`: mean waits by job width.
+//! - `POLICY_WORST=K`: the K longest waits under each run, each with its wait under the
+//!   others: which jobs make the max.
+//! - `POLICY_DUMP=DIR`: each case's jobs and their starts and ends under every run, as
+//!   CSV files in DIR.
 //! - `POLICY_DIVERGE=K`: the first K jobs that start at another time than under the
 //!   yardstick that asks the same (EASY with `none`), and the planner's pending jobs and
 //!   reservations at the first of those times: where a gap starts.
@@ -264,7 +268,7 @@ fn one(
                     .collect::<Vec<_>>(),
             );
         }
-        m
+        (m, oc)
     };
     let t = Instant::now();
     let base = baselines(&asked.jobs, &cluster, shape.leaf, wide);
@@ -293,7 +297,21 @@ fn one(
         unbounded.scheduler.starvation = 0;
         sim("hyperplan, no starvation bound", &asked.jobs, unbounded);
     }
-    let m = sim("hyperplan", &asked.jobs, ours.clone());
+    let (m, ours_outcomes) = sim("hyperplan", &asked.jobs, ours.clone());
+    if let Ok(k) = std::env::var("POLICY_WORST") {
+        worst(
+            k.parse().unwrap_or(5),
+            &asked.jobs,
+            [("hyperplan", &ours_outcomes), ("easy", &easy_outcomes), ("topology-aware easy", &topo_outcomes)],
+        );
+    }
+    if let Ok(dir) = std::env::var("POLICY_DUMP") {
+        dump(
+            &Path::new(&dir).join(format!("{}-{}-{}.csv", log.name, shape.leaf, if with_users { "users" } else { "nousers" })),
+            &asked.jobs,
+            [&ours_outcomes, &easy_outcomes, &topo_outcomes],
+        );
+    }
     if let Ok(k) = std::env::var("POLICY_DIVERGE") {
         let report = hyperplan_core::sim::simulate(&cluster, &asked.jobs, ours.clone());
         let oc = outcomes(&report);
@@ -411,6 +429,54 @@ fn one(
         easy,
         topo,
         ours: m,
+    }
+}
+
+/// One line per job: its ask and its start and end under hyperplan, EASY and the
+/// topology-aware EASY, for a look with other tools.
+fn dump(path: &Path, jobs: &[JobSpec], runs: [&[Outcome]; 3]) {
+    let mut text = String::from("job,nodes,user,submit,limit,runtime,start,end,easy_start,easy_end,topo_start,topo_end\n");
+    let t = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
+    for (i, j) in jobs.iter().enumerate() {
+        let [o, e, p] = runs.map(|r| &r[i]);
+        text += &format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            j.name,
+            o.nodes,
+            j.user.as_deref().unwrap_or(""),
+            o.submit,
+            t(j.run.time_limit),
+            t(j.tasks[0].runtime),
+            t(o.start),
+            t(o.end),
+            t(e.start),
+            t(e.end),
+            t(p.start),
+            t(p.end)
+        );
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// The `k` longest waits under each run, each with its wait under the others.
+fn worst(k: usize, jobs: &[JobSpec], runs: [(&str, &[Outcome]); 3]) {
+    let wait = |o: &Outcome| o.start.map(|s| s - o.submit);
+    for (name, oc) in runs {
+        let mut by: Vec<(u64, usize)> = (0..oc.len()).filter_map(|i| Some((wait(&oc[i])?, i))).collect();
+        by.sort_by(|a, b| b.cmp(a));
+        for &(w, i) in by.iter().take(k) {
+            let others: Vec<String> = runs.iter().map(|(n, o)| format!("{n} {:?}", wait(&o[i]))).collect();
+            println!(
+                "worst under {name}: {} ({} nodes, limit {:?}, runtime {:?}, user {:?}, submit {}) waited {w}; {}",
+                jobs[i].name,
+                oc[i].nodes,
+                jobs[i].run.time_limit,
+                jobs[i].tasks[0].runtime,
+                jobs[i].user,
+                oc[i].submit,
+                others.join(", ")
+            );
+        }
     }
 }
 

@@ -67,3 +67,44 @@ fn keep_reservations_must_be_true_or_false() {
         "planner.toml:2:20: scheduler.keepReservations: expected true or false, got \"yes\""
     );
 }
+
+/// The rank `hyperplan status` shows is the walk's: while `next` holds its reservation,
+/// it is first and Bob's `other` second, though Bob's fair share is better; without
+/// keeping, Bob's job is first.
+#[test]
+fn the_rank_shown_is_the_walks() {
+    for (keep, first) in [("true", "next"), ("false", "other")] {
+        let one = |name: &str, user: &str, submit: u64| {
+            JobBuilder::gang(name, 1, "cpu=8")
+                .user(user)
+                .submit(submit)
+                .runtime(1_000)
+                .limit(1_000)
+                .build()
+        };
+        let jobs = vec![one("busy", "alice", 0), one("next", "alice", 10), one("other", "bob", 20)];
+        let cluster = ClusterBuilder::flat(1).node_resources("cpu=8").build();
+        let config = PlannerConfig::parse(&format!("[scheduler]\nkeepReservations = {keep}\n"), "planner.toml").unwrap();
+        let mut seen = None;
+        hyperplan_core::sim::simulate_with(&cluster, &jobs, config, |p| {
+            let reports = p.jobs();
+            let rank = |name: &str| {
+                reports
+                    .iter()
+                    .find(|j| j.name == name)
+                    .and_then(|j| j.priority.as_ref())
+                    .map(|p| (p.rank, p.of))
+            };
+            if let (Some(a), Some(b)) = (rank("next"), rank("other")) {
+                seen = Some((a, b));
+            }
+        });
+        let (next, other) = seen.expect("both waited together");
+        let (want_next, want_other) = if first == "next" { (1, 2) } else { (2, 1) };
+        assert_eq!(
+            (next, other),
+            ((want_next, 2), (want_other, 2)),
+            "keepReservations = {keep}"
+        );
+    }
+}

@@ -259,7 +259,9 @@ pub struct PriorityReport {
     pub age: f64,
     /// Size factor, 0 to 1.
     pub size: f64,
-    /// Its place among the waiting jobs: 1 goes first.
+    /// Its place among the waiting jobs in the allocate walk's order: 1 goes first.
+    /// Jobs waiting past `[scheduler] starvation`, then holders of kept reservations,
+    /// go before the score's order.
     pub rank: u32,
     /// Of how many waiting jobs.
     pub of: u32,

@@ -12,9 +12,9 @@ use bevy_ecs::prelude::*;
 use crate::config::SchedulerConfig;
 use crate::model::awaiting::Incomplete;
 use crate::model::commands::Command;
-use crate::model::components::{Job, JobPhase, JobState};
+use crate::model::components::{Job, JobId, JobPhase, JobState};
 use crate::model::since::Since;
-use crate::order::OrderKey;
+use crate::order::{OrderKey, Rank};
 
 use super::backfill::{self, Reservation};
 use super::world::{Arrivals, Caches, Jobs, Memory, Policy, Setting};
@@ -61,15 +61,28 @@ pub fn key_of(
     scheduler: &SchedulerConfig,
     now: u64,
 ) -> OrderKey {
-    let meta = policy.meta.get(e).ok();
+    let meta = policy.meta.get(e).ok().map(|(_, rank, id)| (rank, *id));
+    walk_key(meta, job, st, scheduler, now)
+}
+
+/// [`key_of`] from what it reads of the job: `meta`, its rank and id (`None`: not
+/// ranked yet, last). The views rank the waiting jobs with it, so the rank a user sees
+/// is the walk's.
+pub fn walk_key(
+    meta: Option<(&Rank, JobId)>,
+    job: &Job,
+    st: &JobState,
+    scheduler: &SchedulerConfig,
+    now: u64,
+) -> OrderKey {
     let since = eligible(job);
-    let id = || meta.map_or(u64::MAX, |(_, _, id)| id.0);
+    let id = || meta.map_or(u64::MAX, |(_, id)| id.0);
     if scheduler.starves(since, now) {
         return (Reverse(i32::MAX), Reverse(i32::MAX), Reverse(i64::MAX), since, id());
     }
     if scheduler.keep_reservations
         && st.reservation.is_some()
-        && let Some((_, rank, _)) = meta
+        && let Some((rank, _)) = meta
     {
         return (
             Reverse(rank.queue_priority),
@@ -81,7 +94,7 @@ pub fn key_of(
     }
     meta.map_or(
         (Reverse(0), Reverse(0), Reverse(0), job.spec.submit_time, u64::MAX),
-        |(_, rank, id)| rank.key(job.spec.submit_time, *id),
+        |(rank, id)| rank.key(job.spec.submit_time, id),
     )
 }
 

@@ -5,6 +5,7 @@
 use bevy_ecs::prelude::*;
 use hyperplan_shared::report::{JobReport, PriorityReport, TaskReport};
 
+use crate::allocate::agenda::walk_key;
 use crate::jobs::lifecycle::job_status;
 use crate::model::components::{Job, JobState, Node, NodeSlot, SubJob, Task, TaskPhase, TaskState};
 use crate::model::components::{JobId, JobOwner, JobPhase};
@@ -109,10 +110,17 @@ impl WaitingOrder {
         let Some(mut q) = super::read::<(Entity, &Job, &JobState, &Rank, &JobId)>(world) else {
             return Self(Default::default());
         };
+        // The walk's own key: jobs past `starvation` and holders of kept reservations
+        // go first, as they do in the walk.
+        let scheduler = world
+            .get_resource::<crate::config::PlannerConfig>()
+            .map(|c| c.scheduler.clone())
+            .unwrap_or_default();
+        let now = world.get_resource::<crate::model::tick::Now>().map_or(0, |n| n.secs());
         let mut keyed: Vec<_> = q
             .iter(world)
             .filter(|(_, _, st, _, _)| st.phase == JobPhase::Pending)
-            .map(|(e, job, _, rank, id)| (rank.key(job.spec.submit_time, *id), e))
+            .map(|(e, job, st, rank, id)| (walk_key(Some((rank, *id)), job, st, &scheduler, now), e))
             .collect();
         keyed.sort();
         Self(
