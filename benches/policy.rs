@@ -24,6 +24,8 @@
 //!   bound. `POLICY_CLASSES`: mean waits by job width.
 //! - `POLICY_WORST=K`: the K longest waits under each run, each with its wait under the
 //!   others: which jobs make the max.
+//! - `POLICY_LEAVES=T1-T2`: at each tick from T1 to T2 (seconds of the replay), what
+//!   runs in each leaf and what waits.
 //! - `POLICY_DUMP=DIR`: each case's jobs and their starts and ends under every run, as
 //!   CSV files in DIR.
 //! - `POLICY_DIVERGE=K`: the first K jobs that start at another time than under the
@@ -302,12 +304,31 @@ fn one(
         worst(
             k.parse().unwrap_or(5),
             &asked.jobs,
-            [("hyperplan", &ours_outcomes), ("easy", &easy_outcomes), ("topology-aware easy", &topo_outcomes)],
+            [
+                ("hyperplan", &ours_outcomes),
+                ("easy", &easy_outcomes),
+                ("topology-aware easy", &topo_outcomes),
+            ],
         );
+    }
+    if let Some((from, to)) = std::env::var("POLICY_LEAVES")
+        .ok()
+        .and_then(|w| {
+            w.split_once('-')
+                .map(|(a, b)| (a.parse::<u64>().ok(), b.parse::<u64>().ok()))
+        })
+        .and_then(|(a, b)| a.zip(b))
+    {
+        leaves(&cluster, &asked.jobs, ours.clone(), from, to);
     }
     if let Ok(dir) = std::env::var("POLICY_DUMP") {
         dump(
-            &Path::new(&dir).join(format!("{}-{}-{}.csv", log.name, shape.leaf, if with_users { "users" } else { "nousers" })),
+            &Path::new(&dir).join(format!(
+                "{}-{}-{}.csv",
+                log.name,
+                shape.leaf,
+                if with_users { "users" } else { "nousers" }
+            )),
             &asked.jobs,
             [&ours_outcomes, &easy_outcomes, &topo_outcomes],
         );
@@ -432,10 +453,55 @@ fn one(
     }
 }
 
+/// At each tick from `from` to `to`: each leaf's running jobs (name:nodes there) and
+/// the jobs waiting with their widths, to see how backfill fills the leaves.
+fn leaves(cluster: &hyperplan_shared::ClusterSpec, jobs: &[JobSpec], cfg: PlannerConfig, from: u64, to: u64) {
+    let upto = jobs.iter().position(|j| j.submit_time > to).unwrap_or(jobs.len());
+    hyperplan_core::sim::simulate_with(cluster, &jobs[..upto], cfg, |p| {
+        let now = p
+            .world_for_tests()
+            .resource::<hyperplan_core::model::tick::Now>()
+            .secs();
+        if now < from || now > to {
+            return;
+        }
+        let mut by_leaf: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        let mut waiting = Vec::new();
+        for j in p.jobs() {
+            match j.status {
+                hyperplan_shared::report::JobStatus::Pending => waiting.push(format!(
+                    "{}:{}{}",
+                    j.name,
+                    j.tasks.len(),
+                    if j.reservation.is_some() { "R" } else { "" }
+                )),
+                _ if j.start_time.is_some() && j.end_time.is_none_or(|e| e > now) => {
+                    let mut here: std::collections::BTreeMap<String, u32> = Default::default();
+                    for t in &j.tasks {
+                        if let Some(l) = t.hyper_nodes.first() {
+                            *here.entry(l.clone()).or_default() += 1;
+                        }
+                    }
+                    for (l, n) in here {
+                        by_leaf.entry(l).or_default().push(format!("{}:{n}", j.name));
+                    }
+                }
+                _ => {}
+            }
+        }
+        println!("t={now}");
+        for (l, v) in by_leaf {
+            println!("  {l}: {}", v.join(" "));
+        }
+        println!("  waiting: {}", waiting.join(" "));
+    });
+}
+
 /// One line per job: its ask and its start and end under hyperplan, EASY and the
 /// topology-aware EASY, for a look with other tools.
 fn dump(path: &Path, jobs: &[JobSpec], runs: [&[Outcome]; 3]) {
-    let mut text = String::from("job,nodes,user,submit,limit,runtime,start,end,easy_start,easy_end,topo_start,topo_end\n");
+    let mut text =
+        String::from("job,nodes,user,submit,limit,runtime,start,end,easy_start,easy_end,topo_start,topo_end\n");
     let t = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
     for (i, j) in jobs.iter().enumerate() {
         let [o, e, p] = runs.map(|r| &r[i]);

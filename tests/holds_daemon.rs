@@ -75,11 +75,17 @@ fn a_held_job_waits_across_a_restart_until_released() {
     assert!(table.contains(&by), "{table}");
 
     // Kept across a restart.
+    let probe = file("probe", "");
     let addr = c.addr.clone();
     c.stop_planner();
     c.start_planner(&addr);
     c.wait_state("n1", "Ready", LONG);
-    std::thread::sleep(Duration::from_secs(2));
+    // A job submitted now starts in a walk that looked at `held` first (older, and
+    // there is room for both): were the hold lost, `held` would run by then.
+    ok(&c, &user, &["submit", path_str(&probe)]);
+    wait_for(LONG, "probe running", || {
+        all_running(&job(&c, &user, "probe")).then_some(())
+    });
     waits_with(&c, &user, "held", &by);
     waits_with(&c, &user, "later", "begins 2099-01-01T00:00Z");
 
@@ -97,7 +103,7 @@ fn a_held_job_waits_across_a_restart_until_released() {
         all_running(&job(&c, &user, "held")).then_some(())
     });
     assert_eq!(job(&c, &user, "later")["status"], "pending");
-    for j in ["held", "later", "soon"] {
+    for j in ["held", "later", "soon", "probe"] {
         ok(&c, &user, &["cancel", j]);
     }
 }

@@ -336,8 +336,11 @@ fn a_node_that_cannot_fork_takes_no_new_job_until_it_can() {
             .status
             .success()
     );
-    std::thread::sleep(Duration::from_secs(2));
-    let third = live.status("third");
+    // Looked at by a walk (it has a reason), and still not given the node.
+    let third = common::wait_for(common::live::LONG, "third looked at", || {
+        let j = live.status("third");
+        j["reason"].is_string().then_some(j)
+    });
     assert_eq!(third["status"], "pending", "{third}");
     assert!(third["tasks"][0]["node"].is_null(), "{third}");
 

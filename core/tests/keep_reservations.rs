@@ -82,9 +82,14 @@ fn the_rank_shown_is_the_walks() {
                 .limit(1_000)
                 .build()
         };
-        let jobs = vec![one("busy", "alice", 0), one("next", "alice", 10), one("other", "bob", 20)];
+        let jobs = vec![
+            one("busy", "alice", 0),
+            one("next", "alice", 10),
+            one("other", "bob", 20),
+        ];
         let cluster = ClusterBuilder::flat(1).node_resources("cpu=8").build();
-        let config = PlannerConfig::parse(&format!("[scheduler]\nkeepReservations = {keep}\n"), "planner.toml").unwrap();
+        let config =
+            PlannerConfig::parse(&format!("[scheduler]\nkeepReservations = {keep}\n"), "planner.toml").unwrap();
         let mut seen = None;
         hyperplan_core::sim::simulate_with(&cluster, &jobs, config, |p| {
             let reports = p.jobs();

@@ -114,7 +114,7 @@ impl WaitingOrder {
         // go first, as they do in the walk.
         let scheduler = world
             .get_resource::<crate::config::PlannerConfig>()
-            .map(|c| c.scheduler.clone())
+            .map(|c| c.scheduler)
             .unwrap_or_default();
         let now = world.get_resource::<crate::model::tick::Now>().map_or(0, |n| n.secs());
         let mut keyed: Vec<_> = q

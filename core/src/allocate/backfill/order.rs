@@ -52,21 +52,22 @@ impl Candidate {
     }
 }
 
-/// Puts `rest` (the jobs not yet tried) in `mode`'s order; `of` tells what each is
-/// (`None`: a job gone from the world, tried last). The walk's order stands as it is
-/// under `priority`, without a look at any job.
+/// Puts `rest` (the jobs not yet tried, in the walk's order) in `mode`'s order, ties in
+/// the walk's; `of` tells what each is (`None`: a job gone from the world, tried last).
+/// The walk's order stands as it is under `priority`, without a look at any job.
 pub fn reorder(rest: &mut [(OrderKey, Entity)], mode: BackfillOrder, of: impl Fn(Entity) -> Option<Candidate>) {
     if mode == BackfillOrder::Priority || rest.len() < 2 {
         return;
     }
-    rest.sort_by_cached_key(|&(key, e)| {
-        let rank = of(e).map_or(
+    // `rest` is in the walk's order already, and this sort is stable: ties keep it
+    // without comparing the walk's keys again.
+    rest.sort_by_cached_key(|&(_, e)| {
+        of(e).map_or(
             (2u8, u128::MAX),
             |c| {
                 if c.starving { (0, 0) } else { (1, c.rank(mode)) }
             },
-        );
-        (rank, key, e)
+        )
     });
 }
 
