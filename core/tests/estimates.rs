@@ -117,3 +117,95 @@ fn a_starving_jobs_reservation_is_judged_by_the_limit() {
     assert_eq!(start(&r, "short"), 4_000);
     assert_eq!(start(&r, "wide"), 10_200);
 }
+
+/// The history is kept with fair share's usage in the store: a planner restarted from
+/// that record plans with alice's runtimes at once, so her short job starts in front of
+/// her reserved wide one; restarted without it, the job waits behind the reservation.
+#[test]
+fn the_history_survives_a_restart() {
+    use hyperplan_core::Command;
+    use hyperplan_core::model::runtimes::RuntimeHistory;
+    use hyperplan_core::model::usage::UsageRecord;
+    use hyperplan_core::queues::Users;
+    use hyperplan_core::testing::Rig;
+    use hyperplan_shared::report::JobStatus;
+
+    let config = || {
+        PlannerConfig::parse(
+            "[scheduler]\nestimates = \"history\"\n[priority]\nrecalcInterval = \"1s\"\n",
+            "planner.toml",
+        )
+        .unwrap()
+    };
+    let nodes = ClusterBuilder::flat(4).node_resources("cpu=8").build().nodes;
+    let mut rig = Rig::new(config(), nodes).persisting();
+    rig.register_all();
+    rig.tick();
+    // Alice's two jobs run 100 s each of the 10,000 s they ask for.
+    let ids: Vec<(u64, &str)> = ["warm1", "warm2"]
+        .into_iter()
+        .map(|n| (rig.submit_as(one(n, "alice", 1, 0, 100, 10_000), "alice"), n))
+        .collect();
+    rig.step();
+    for &(id, name) in &ids {
+        rig.start_all(name, id);
+    }
+    for _ in 0..100 {
+        rig.step();
+    }
+    for &(_, name) in &ids {
+        rig.exit_all(name, 0);
+    }
+    let mut stored = None;
+    for _ in 0..3 {
+        for c in rig.step() {
+            if let Command::PersistUsage(bytes) = c {
+                stored = Some(bytes);
+            }
+        }
+    }
+    let stored = stored.expect("usage was written");
+    let record = UsageRecord::decode(&stored).unwrap();
+    assert_eq!(record.runtimes.len(), 1, "{record:?}");
+    let row = &record.runtimes[0];
+    assert_eq!(row.user, "alice");
+    assert!((99..=101).contains(&row.last), "{row:?}");
+    assert!(row.before.is_some_and(|b| (99..=101).contains(&b)), "{row:?}");
+
+    for restore in [true, false] {
+        let (mut next, warnings) = rig.restarted(config(), 1_000);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        if restore {
+            next.p.restore_usage(&stored).unwrap();
+        }
+        next.register_all();
+        next.tick();
+        let w = next.p.world_for_tests();
+        let predicted = w
+            .resource::<Users>()
+            .find("alice")
+            .and_then(|u| w.resource::<RuntimeHistory>().predict(u));
+        assert_eq!(predicted.is_some(), restore, "{predicted:?}");
+        // Bob's job holds 3 of the 4 nodes for 1,000 s; alice's wide job is reserved
+        // for its end; then her 1-node job, 10,000 s asked.
+        let big = next.submit_as(one("big", "bob", 3, 0, 1_000, 1_000), "bob");
+        next.step();
+        next.start_all("big", big);
+        next.submit_as(one("wide", "alice", 4, 0, 100, 1_000), "alice");
+        next.step();
+        assert!(next.job("wide").reservation.is_some(), "{:?}", next.job("wide"));
+        next.submit_as(one("short", "alice", 1, 0, 100, 10_000), "alice");
+        next.step();
+        let short = next.job("short");
+        if restore {
+            assert_eq!(
+                short.status,
+                JobStatus::Placed,
+                "expected to run 100 s: {:?}",
+                short.reason
+            );
+        } else {
+            assert_eq!(short.status, JobStatus::Pending, "by its limit it would hold wide back");
+        }
+    }
+}

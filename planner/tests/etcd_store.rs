@@ -179,6 +179,7 @@ fn usage(user: &str, usage: f64, at: u64) -> Arc<[u8]> {
             usage,
         }],
         associations: Vec::new(),
+        runtimes: Vec::new(),
     }
     .encode()
     .unwrap()

@@ -2,7 +2,8 @@
 //! tick has its usage brought up to now at the old rate and takes the new one; usage read
 //! from the store is applied once the queue table stands; every `[priority]
 //! recalcInterval` the whole table goes to the store (the daemon writes it with the
-//! tick's job records). (Account, user) associations are kept alike, for Fair Tree.
+//! tick's job records). (Account, user) associations are kept alike, for Fair Tree, and,
+//! with `[scheduler] estimates = "history"`, the users' last runtimes.
 
 use std::sync::Arc;
 
@@ -10,7 +11,9 @@ use bevy_ecs::prelude::*;
 
 use super::{Account, Usage};
 use crate::config::PlannerConfig;
+use crate::config::scheduler::Estimates;
 use crate::model::commands::Command;
+use crate::model::runtimes::RuntimeHistory;
 use crate::model::tick::{Now, Outbox};
 use crate::queues::{QueueTable, QueueUse, Users};
 
@@ -21,7 +24,7 @@ pub fn accrue(
     now: Res<Now>,
     mut used: ResMut<QueueUse>,
     mut users: ResMut<Users>,
-    mut usage: ResMut<Usage>,
+    (mut usage, mut history): (ResMut<Usage>, ResMut<RuntimeHistory>),
     mut out: ResMut<Outbox>,
 ) {
     let _span = tracing::info_span!("fairshare").entered();
@@ -86,6 +89,10 @@ pub fn accrue(
             };
             a.usage += then.at(a.at.max(record.at), half_life);
         }
+        for row in record.runtimes {
+            let u = users.intern(&Arc::from(row.user.as_str()));
+            history.restore(u, row.last, row.before);
+        }
         usage.epoch += 1;
     }
     let changed = std::mem::take(&mut used.changed);
@@ -134,7 +141,8 @@ pub fn accrue(
         && (any || usage.accounts.values().any(|a| a.rate > 0.0) || usage.associations.values().any(|a| a.rate > 0.0))
     {
         usage.persisted_at = Some(now);
-        match usage.record(&table, &users, now, half_life).encode() {
+        let runtimes = (config.scheduler.estimates == Estimates::History).then_some(&*history);
+        match usage.record(&table, &users, now, half_life, runtimes).encode() {
             Ok(bytes) => out.0.push(Command::PersistUsage(bytes.into())),
             Err(e) => out.0.push(Command::Warn(format!("fair-share usage not written: {e}"))),
         }

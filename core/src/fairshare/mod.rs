@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 use bevy_ecs::prelude::*;
 
 use crate::model::ids::{QueueIdx, UserIdx};
-use crate::model::usage::{AssociationRow, UsageRecord, UsageRow};
+use crate::model::runtimes::RuntimeHistory;
+use crate::model::usage::{AssociationRow, RuntimeRow, UsageRecord, UsageRow};
 use crate::queues::{QueueTable, Users};
 
 /// One (queue, user)'s usage.
@@ -75,9 +76,32 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// Every account by names, brought to `now`, for the store.
-    pub fn record(&self, table: &QueueTable, users: &Users, now: u64, half_life: u64) -> UsageRecord {
+    /// Every account by names, brought to `now`, for the store, with the runtimes of
+    /// `history` of the users who have an account (those who ran something within a few
+    /// half-lives: the record stays bounded as usage is), by name.
+    pub fn record(
+        &self,
+        table: &QueueTable,
+        users: &Users,
+        now: u64,
+        half_life: u64,
+        history: Option<&RuntimeHistory>,
+    ) -> UsageRecord {
+        let runtimes = history.map_or_else(Vec::new, |h| {
+            let with: BTreeMap<&str, UserIdx> = self.accounts.keys().map(|&(_, u)| (users.name(u), u)).collect();
+            with.into_iter()
+                .filter_map(|(name, u)| {
+                    let (last, before) = h.recent(u)?;
+                    Some(RuntimeRow {
+                        user: name.to_string(),
+                        last,
+                        before,
+                    })
+                })
+                .collect()
+        });
         UsageRecord {
+            runtimes,
             at: now,
             rows: self
                 .accounts

@@ -33,6 +33,31 @@ impl RuntimeHistory {
         r.last = Some(secs);
     }
 
+    /// `user`'s last runtime and the one before, for the store; `None` before any.
+    pub fn recent(&self, user: UserIdx) -> Option<(u64, Option<u64>)> {
+        let r = self.by_user.get(user.ix())?;
+        r.last.map(|last| (last, r.before))
+    }
+
+    /// Runtimes read back from the store (`last`, then `before`: older than anything
+    /// recorded since the start). They fill in behind what this run recorded: a user with
+    /// two runs since keeps them, one with one gets the stored last as the one before.
+    pub fn restore(&mut self, user: UserIdx, last: u64, before: Option<u64>) {
+        let i = user.ix();
+        if self.by_user.len() <= i {
+            self.by_user.resize(i + 1, Recent::default());
+        }
+        let r = &mut self.by_user[i];
+        match (r.last, r.before) {
+            (None, _) => {
+                r.last = Some(last);
+                r.before = before;
+            }
+            (Some(_), None) => r.before = Some(last),
+            (Some(_), Some(_)) => {}
+        }
+    }
+
     /// The mean of `user`'s last two runtimes (rounded up; the last alone when there is
     /// one); `None` before any.
     pub fn predict(&self, user: UserIdx) -> Option<u64> {
@@ -93,6 +118,26 @@ mod tests {
         h.record(u, 500);
         assert_eq!(h.predict(u), Some(261), "the last two only");
         assert_eq!(h.predict(UserIdx(0)), None, "another user's history is not used");
+    }
+
+    #[test]
+    fn restored_runtimes_fill_in_behind_what_ran_since() {
+        let (a, b, c) = (UserIdx(0), UserIdx(1), UserIdx(2));
+        let mut h = RuntimeHistory::default();
+        h.record(b, 7);
+        h.record(c, 8);
+        h.record(c, 9);
+        for u in [a, b, c] {
+            h.restore(u, 100, Some(200));
+        }
+        assert_eq!(h.recent(a), Some((100, Some(200))), "nothing since: as stored");
+        assert_eq!(
+            h.recent(b),
+            Some((7, Some(100))),
+            "one since: the stored last before it"
+        );
+        assert_eq!(h.recent(c), Some((9, Some(8))), "two since: the store is older");
+        assert_eq!(h.recent(UserIdx(5)), None);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! What the store keeps of fair share: every (queue, user)'s decayed usage at one moment,
 //! by name (indices change with a reload or a restart), and every (account, user)
-//! association's for Fair Tree. One record, rewritten whole.
+//! association's for Fair Tree; with `[scheduler] estimates = "history"`, the last two
+//! runtimes of each user who has usage. One record, rewritten whole.
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +19,23 @@ pub struct UsageRecord {
     /// absent from records written before associations were kept).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub associations: Vec<AssociationRow>,
+    /// Each user's last two runtimes, for backfill's estimates (written under `[scheduler]
+    /// estimates = "history"` only; absent from records written before they were kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtimes: Vec<RuntimeRow>,
+}
+
+/// One user's last two runtimes (seconds).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeRow {
+    /// The user's name.
+    pub user: String,
+    /// The last.
+    pub last: u64,
+    /// The one before, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<u64>,
 }
 
 /// One (queue, user)'s usage.

@@ -1349,6 +1349,7 @@ pub(crate) mod tests {
                 usage: value,
             }],
             associations: Vec::new(),
+            runtimes: Vec::new(),
         }
         .encode()
         .unwrap()

@@ -429,6 +429,7 @@ mod tests {
             at: 1_795_737_600,
             rows: vec![row("alice", 120.5), row("bob", 0.25)],
             associations: Vec::new(),
+            runtimes: Vec::new(),
         }
     }
 
