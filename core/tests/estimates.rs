@@ -123,7 +123,6 @@ fn a_starving_jobs_reservation_is_judged_by_the_limit() {
 /// her reserved wide one; restarted without it, the job waits behind the reservation.
 #[test]
 fn the_history_survives_a_restart() {
-    use hyperplan_core::Command;
     use hyperplan_core::model::runtimes::RuntimeHistory;
     use hyperplan_core::model::usage::UsageRecord;
     use hyperplan_core::queues::Users;
@@ -156,15 +155,7 @@ fn the_history_survives_a_restart() {
     for &(_, name) in &ids {
         rig.exit_all(name, 0);
     }
-    let mut stored = None;
-    for _ in 0..3 {
-        for c in rig.step() {
-            if let Command::PersistUsage(bytes) = c {
-                stored = Some(bytes);
-            }
-        }
-    }
-    let stored = stored.expect("usage was written");
+    let stored = rig.usage_written(3);
     let record = UsageRecord::decode(&stored).unwrap();
     assert_eq!(record.runtimes.len(), 1, "{record:?}");
     let row = &record.runtimes[0];

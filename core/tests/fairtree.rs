@@ -8,12 +8,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use hyperplan_core::PlannerConfig;
 use hyperplan_core::fairshare::Usage;
 use hyperplan_core::fairshare::tree::FairTree;
 use hyperplan_core::queues::{QueueTable, Users};
 use hyperplan_core::sim::planner_for;
 use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
-use hyperplan_core::{Command, PlannerConfig};
 use hyperplan_shared::JobSpec;
 use hyperplan_shared::report::JobStatus;
 
@@ -305,15 +305,7 @@ fn association_usage_survives_a_restart() {
         rig.step();
     }
     rig.exit_all("alice-1", 0);
-    let mut stored = None;
-    for _ in 0..3 {
-        for c in rig.step() {
-            if let Command::PersistUsage(bytes) = c {
-                stored = Some(bytes);
-            }
-        }
-    }
-    let stored = stored.expect("usage was written");
+    let stored = rig.usage_written(3);
     let record = hyperplan_core::model::usage::UsageRecord::decode(&stored).unwrap();
     let mut rows: Vec<(&str, &str)> = record
         .associations

@@ -162,6 +162,20 @@ impl Rig {
         all
     }
 
+    /// Steps `steps` times: the last fair-share usage record written in them (the test
+    /// fails when none was).
+    pub fn usage_written(&mut self, steps: u32) -> std::sync::Arc<[u8]> {
+        let mut stored = None;
+        for _ in 0..steps {
+            for c in self.step() {
+                if let Command::PersistUsage(bytes) = c {
+                    stored = Some(bytes);
+                }
+            }
+        }
+        stored.unwrap_or_else(|| panic!("no usage written in {steps} steps"))
+    }
+
     /// Submits `jobs` as `owner` the daemon's way ([`Planner::submit`]: admitted now,
     /// arrays split, records stored): the ids and names, or why it was refused.
     pub fn submit_now(
