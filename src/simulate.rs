@@ -490,7 +490,13 @@ pub fn render_swf(run: &SwfRun) -> String {
         out.push_str(&match b.tree {
             Some([leaf, per, spines]) => format!(
                 "baselines: the same jobs, one node per log processor; topology-aware EASY on {spines} \
-                 spine(s) of {per} leaves of {leaf} nodes, one leaf (or spine) per job as hard topology asks\n"
+                 spine(s) of {per} leaves of {leaf} nodes, {}\n",
+                if run.topology == "leaf" {
+                    "one leaf per job that fits one, wider jobs anywhere in as few leaves as the free nodes allow, \
+                     as --topology leaf asks"
+                } else {
+                    "one leaf (or spine) per job as hard topology asks"
+                }
             ),
             None => "baselines: the same jobs, one node per log processor; no topology-aware EASY: the \
                      cluster is not a regular fat tree (equal leaves under equal spines)\n"
@@ -602,6 +608,14 @@ mod tests {
             warnings: vec![],
         };
         insta::assert_snapshot!("swf_table_with_baselines", render_swf(&run));
+        // With `--topology leaf` the yardstick puts wider jobs anywhere, and says so.
+        run.topology = "leaf";
+        let leaf = render_swf(&run);
+        assert!(
+            leaf.contains("10 nodes, one leaf per job that fits one, wider jobs anywhere in as few leaves as the free nodes allow, as --topology leaf asks\n"),
+            "{leaf}"
+        );
+        run.topology = "hard";
         run.baselines = Some(SwfBaselines {
             easy: m(90.0, 400, None),
             topology_aware_easy: None,
