@@ -297,6 +297,7 @@ fn one(
         sim("hyperplan, soft", &mk(TopologyAsk::Soft).jobs, ours.clone());
         let mut unbounded = ours.clone();
         unbounded.scheduler.starvation = 0;
+        unbounded.scheduler.starvation_factor = 0;
         sim("hyperplan, no starvation bound", &asked.jobs, unbounded);
     }
     let (m, ours_outcomes) = sim("hyperplan", &asked.jobs, ours.clone());

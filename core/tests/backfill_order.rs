@@ -21,7 +21,8 @@ fn job(name: &str, nodes: u32, submit: u64, runtime: u64) -> JobSpec {
 /// Three nodes busy until 1,000 and one until 50; `wide` (all four) is reserved at
 /// 1,000. At 50 one node frees, and two waiting jobs could use it before 1,000: `long`
 /// (900 s, waiting since 2) and `short` (100 s, waiting since `short_at`). Whichever goes
-/// first, the other no longer ends before 1,000 and waits for `wide`.
+/// first, the other no longer ends before 1,000 and waits for `wide`. The starvation
+/// factor is off: the orders are the subject, not who starves.
 fn replay(order: &str, short_at: u64) -> Report {
     let jobs = vec![
         job("r1", 3, 0, 1_000),
@@ -32,7 +33,7 @@ fn replay(order: &str, short_at: u64) -> Report {
     ];
     let cluster = ClusterBuilder::flat(4).node_resources("cpu=8").build();
     let config = PlannerConfig::parse(
-        &format!("[scheduler]\nreservations = 1\nbackfillOrder = \"{order}\"\n"),
+        &format!("[scheduler]\nreservations = 1\nbackfillOrder = \"{order}\"\nstarvationFactor = 0\n"),
         "planner.toml",
     )
     .unwrap();

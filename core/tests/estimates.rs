@@ -100,8 +100,9 @@ fn a_maintenance_window_is_judged_by_the_limit() {
 fn a_starving_jobs_reservation_is_judged_by_the_limit() {
     // wide starves from 3,900 on (starvation 1 h after its submit at 300, while big
     // holds 3 nodes until 10,200); alice's job at 4,000 would end by 4,100 as her
-    // history says, but its limit runs past wide's reservation: it waits.
-    let config = "[scheduler]\nestimates = \"history\"\nstarvation = \"1h\"\n";
+    // history says, but its limit runs past wide's reservation: it waits. (The factor
+    // is off: by it wide would starve at 2,300.)
+    let config = "[scheduler]\nestimates = \"history\"\nstarvation = \"1h\"\nstarvationFactor = 0\n";
     let jobs = vec![
         one("warm1", "alice", 1, 0, 100, 10_000),
         one("warm2", "alice", 1, 0, 100, 10_000),
@@ -113,7 +114,10 @@ fn a_starving_jobs_reservation_is_judged_by_the_limit() {
     assert_eq!(start(&r, "wide"), 10_200);
     assert!(start(&r, "short") >= 10_300, "short started at {}", start(&r, "short"));
     // Without the bound the same job goes in front on its estimate.
-    let r = replay("[scheduler]\nestimates = \"history\"\nstarvation = 0\n", &jobs);
+    let r = replay(
+        "[scheduler]\nestimates = \"history\"\nstarvation = 0\nstarvationFactor = 0\n",
+        &jobs,
+    );
     assert_eq!(start(&r, "short"), 4_000);
     assert_eq!(start(&r, "wide"), 10_200);
 }

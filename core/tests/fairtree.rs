@@ -243,10 +243,11 @@ fn ties_go_by_name_the_same_way_every_time() {
 
 /// The queues suite's `status_shows_the_factors_and_the_rank`: alice used the node for
 /// 600 s, bob nothing; (bob's rank, fair share), (alice's rank, fair share). Reservations
-/// are not kept, so the rank is fair share's (kept, alice's reserved job is first).
+/// are not kept and nothing starves, so the rank is fair share's (kept, alice's reserved
+/// job is first; by the starvation factor, alice's 100 s job starves at 200).
 fn status_scenario(text: &str) -> ((u32, f64), (u32, f64)) {
     let cluster = ClusterBuilder::flat(1).node_resources("cpu=8").build();
-    let text = format!("[scheduler]\nkeepReservations = false\n{text}");
+    let text = format!("[scheduler]\nkeepReservations = false\nstarvationFactor = 0\n{text}");
     let config = PlannerConfig::parse(&text, "planner.toml").unwrap_or_else(|e| panic!("{e}"));
     let mut planner = planner_for(&cluster, config);
     for j in [

@@ -119,14 +119,19 @@ fn after_usage_the_lighter_user_goes_first() {
     // Alice has used the node for 1,000 s when it frees; her second job came before
     // Bob's, but Bob has used nothing: fair share puts him first. (With the default
     // `keepReservations`, Alice's job keeps the reservation it got at 10: see
-    // `keep_reservations.rs`.)
+    // `keep_reservations.rs`; with the default `starvationFactor`, both 100 s jobs
+    // starve long before 1,000 and go oldest first: see `starvation.rs`.)
     let cluster = ClusterBuilder::flat(1).node_resources("cpu=8").build();
     let jobs = vec![
         one("alice-long", "default", "alice", 8, 0, 1000),
         one("alice-next", "default", "alice", 8, 10, 100),
         one("bob-first", "default", "bob", 8, 20, 100),
     ];
-    let r = run(&cluster, &jobs, cfg("[scheduler]\nkeepReservations = false\n"));
+    let r = run(
+        &cluster,
+        &jobs,
+        cfg("[scheduler]\nkeepReservations = false\nstarvationFactor = 0\n"),
+    );
     assert_eq!(job(&r, "bob-first").start_time, Some(1000));
     assert_eq!(job(&r, "alice-next").start_time, Some(1100));
     // Without fair share (weight 0) it is first come, first served.

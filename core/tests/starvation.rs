@@ -1,6 +1,8 @@
 //! `[scheduler] starvation`: a job that has waited longer than the bound goes first,
 //! whatever its priority, so a stream of higher-priority jobs cannot keep a wide job out
-//! for ever (issue 42). Replays in virtual time; the invariants are checked after every tick.
+//! for ever (issue 42). `starvationFactor`: so does a job whose (wait + limit) ÷ limit
+//! reaches the factor, a short job sooner than a long one. Replays in virtual time; the
+//! invariants are checked after every tick.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -36,7 +38,13 @@ fn jobs() -> Vec<JobSpec> {
 /// Two queues: `hot` goes before `default`, whatever the jobs' ages.
 const QUEUES: &str = "[[queue]]\nname = \"default\"\n\n[[queue]]\nname = \"hot\"\npriority = 10\n";
 
+/// `scheduler` (a `[scheduler]` table) without the factor: the bound alone.
 fn config(scheduler: &str) -> PlannerConfig {
+    with_factor(&format!("{scheduler}\nstarvationFactor = 0"))
+}
+
+/// `scheduler` as it is: the factor at its default unless it says otherwise.
+fn with_factor(scheduler: &str) -> PlannerConfig {
     PlannerConfig::parse(&format!("{scheduler}\n{QUEUES}"), "planner.toml").unwrap()
 }
 
@@ -44,6 +52,70 @@ fn replay(scheduler: &str) -> Report {
     let cluster = ClusterBuilder::flat(4).node_resources("cpu=8").build();
     let config = config(scheduler);
     run(&cluster, &jobs(), config)
+}
+
+#[test]
+fn past_the_factor_it_goes_first() {
+    let cluster = ClusterBuilder::flat(4).node_resources("cpu=8").build();
+    // The default factor, 3: the wide job (600 s asked, submitted at 1) starves at
+    // 1,201, (1,200 + 600) ÷ 600 = 3, five hours before the bound would.
+    for scheduler in [
+        "[scheduler]\nreservations = 1",
+        "[scheduler]\nreservations = 1\nstarvation = 0",
+    ] {
+        let r = run(&cluster, &jobs(), with_factor(scheduler));
+        let wide = start_of(&r, "wide");
+        assert!(
+            (1_201..=1_201 + 400).contains(&wide),
+            "{scheduler}: wide started at {wide}"
+        );
+    }
+    let r = run(
+        &cluster,
+        &jobs(),
+        with_factor("[scheduler]\nreservations = 1\nstarvation = 0\nstarvationFactor = 5"),
+    );
+    let wide = start_of(&r, "wide");
+    assert!(
+        (2_401..=2_401 + 400).contains(&wide),
+        "factor 5: wide started at {wide}"
+    );
+}
+
+/// Two wide jobs behind the stream: `long` (6,000 s asked, submitted at 1) and `short`
+/// (600 s, at 2). By the factor the short one starves first (at 1,202; the long one at
+/// 12,001) and goes first; by the bound alone the older one does.
+#[test]
+fn by_the_factor_a_short_job_starves_before_a_long_one() {
+    let mut jobs = jobs();
+    jobs[0] = JobBuilder::gang("long", 4, "cpu=8")
+        .submit(1)
+        .runtime(600)
+        .limit(6_000)
+        .build();
+    jobs.push(
+        JobBuilder::gang("short", 4, "cpu=8")
+            .submit(2)
+            .runtime(600)
+            .limit(600)
+            .build(),
+    );
+    let cluster = ClusterBuilder::flat(4).node_resources("cpu=8").build();
+    let r = run(
+        &cluster,
+        &jobs,
+        with_factor("[scheduler]\nreservations = 1\nstarvation = \"2h\""),
+    );
+    let (long, short) = (start_of(&r, "long"), start_of(&r, "short"));
+    assert!((1_202..=1_202 + 400).contains(&short), "short at {short}");
+    assert!(long > short, "long at {long}, short at {short}");
+    let r = run(
+        &cluster,
+        &jobs,
+        config("[scheduler]\nreservations = 1\nstarvation = \"2h\""),
+    );
+    let (long, short) = (start_of(&r, "long"), start_of(&r, "short"));
+    assert!(long < short, "the bound alone: long at {long}, short at {short}");
 }
 
 #[test]

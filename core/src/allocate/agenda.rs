@@ -77,7 +77,7 @@ pub fn walk_key(
 ) -> OrderKey {
     let since = eligible(job);
     let id = || meta.map_or(u64::MAX, |(_, id)| id.0);
-    if scheduler.starves(since, now) {
+    if scheduler.starves(since, job.spec.run.time_limit, now) {
         return (Reverse(i32::MAX), Reverse(i32::MAX), Reverse(i64::MAX), since, id());
     }
     if scheduler.keep_reservations
@@ -292,7 +292,7 @@ fn settle_waits(w: &mut Jobs<'_, '_>, memory: &mut Memory<'_, '_>, now_s: u64, s
         if st.phase != JobPhase::Pending {
             continue; // a rejected job keeps saying why it was
         }
-        if scheduler.starves(eligible(job), now_s) {
+        if scheduler.starves(eligible(job), job.spec.run.time_limit, now_s) {
             starving += 1;
         }
         let shows_wait = st.reason.as_ref().is_some_and(crate::model::reason::Reason::is_wait);

@@ -93,7 +93,7 @@ pub fn allocate(
                 let (_, job, _) = w.jobs.get(e).ok()?;
                 let since = agenda::eligible(job);
                 Some(backfill::order::Candidate {
-                    starving: config.scheduler.starves(since, now_s),
+                    starving: config.scheduler.starves(since, job.spec.run.time_limit, now_s),
                     waited: now_s.saturating_sub(since),
                     run: walk.expected_run(e, job, &policy),
                 })

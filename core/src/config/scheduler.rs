@@ -3,9 +3,13 @@
 //! with them the first blocked jobs in order each hold the earliest room one HyperNode of
 //! their tier will have, and later jobs start only where they cannot delay it.
 //!
-//! A job that has waited longer than `starvation` goes first, whatever its priority,
-//! oldest first, so the reservations go to the starving jobs first (Maui's reservation
-//! depth by wait): fair share and priorities reorder the queue, but never starve a job.
+//! A job that has waited longer than `starvation`, or whose expansion factor, (wait +
+//! time limit) ÷ time limit, has reached `starvationFactor`, starves: it goes first,
+//! whatever its priority, oldest first, so the reservations go to the starving jobs first
+//! (Maui's reservation depth by wait; the factor is the selective reservation of
+//! Srinivasan, Kettimuthu, Subramani and Sadayappan, JSSPP 2002: a short job earns its
+//! reservation after a short wait, a long one after a long wait, and `starvation` bounds
+//! them all). Fair share and priorities reorder the queue, but never starve a job.
 //!
 //! Backfill plans with each job's time limit, or with `estimates = "history"` with the
 //! mean of its owner's last two runtimes capped by the limit (never to end a job; see
@@ -31,6 +35,7 @@
 //! [scheduler]
 //! reservations = 1    # blocked jobs, in order, that get a reservation (0 = greedy)
 //! starvation = "6h"   # after this long waiting a job goes first, oldest first (0 = never)
+//! starvationFactor = 3  # or once (wait + limit) ÷ limit reaches this (0 = never)
 //! estimates = "limit" # how long backfill takes a job to run: "limit" or "history"
 //! backfillOrder = "xfactor"   # after the reservations: "xfactor", "shortest" or "priority"
 //! keepReservations = true     # a job keeps its reservation until it starts
@@ -49,6 +54,9 @@ pub struct SchedulerConfig {
     /// Seconds a job may wait (since it was submitted, or its begin time) before it goes
     /// first in the walk, whatever its priority; 0: never.
     pub starvation: u64,
+    /// Hundredths: a job whose (wait + time limit) ÷ time limit reaches this starves too
+    /// (300 = 3.0); 0: never. Kept whole so that every comparison is exact.
+    pub starvation_factor: u32,
     /// How long backfill takes a job to run.
     pub estimates: Estimates,
     /// In which order the jobs after the reservations are tried.
@@ -87,6 +95,11 @@ impl SchedulerConfig {
     /// `starvation` when `[scheduler]` does not set it: six hours, chosen on the policy
     /// table of five logs (`benches/README.md`): the longest waits nearest EASY's.
     pub const DEFAULT_STARVATION: u64 = 6 * 3_600;
+    /// `starvationFactor` (hundredths) when `[scheduler]` does not set it: 3, chosen on
+    /// the same table (`benches/README.md`, issue 42's seventh step).
+    pub const DEFAULT_STARVATION_FACTOR: u32 = 300;
+    /// The largest `starvationFactor` taken (hundredths).
+    pub const MAX_STARVATION_FACTOR: u32 = 100_000;
     /// `keepReservations` when `[scheduler]` does not set it.
     pub const DEFAULT_KEEP_RESERVATIONS: bool = true;
     /// More would make a tick's reservations cost more than the jobs they protect gain.
@@ -98,6 +111,7 @@ impl Default for SchedulerConfig {
         Self {
             reservations: Self::DEFAULT_RESERVATIONS,
             starvation: Self::DEFAULT_STARVATION,
+            starvation_factor: Self::DEFAULT_STARVATION_FACTOR,
             estimates: Estimates::default(),
             backfill_order: BackfillOrder::default(),
             keep_reservations: Self::DEFAULT_KEEP_RESERVATIONS,
@@ -113,6 +127,8 @@ pub struct SchedulerSection {
     pub reservations: Option<toml::Spanned<i64>>,
     /// `starvation` (`"1d"`, `"12h"`, seconds; 0: never); None: the default.
     pub starvation: Option<toml::Spanned<toml::Value>>,
+    /// `starvationFactor` (a number above 1, or 0: never); None: the default.
+    pub starvation_factor: Option<toml::Spanned<toml::Value>>,
     /// `estimates` (`"limit"` or `"history"`); None: the default.
     pub estimates: Option<toml::Spanned<String>>,
     /// `backfillOrder` (`"priority"`, `"shortest"` or `"xfactor"`); None: the default.
@@ -146,6 +162,30 @@ impl SchedulerConfig {
         }
         if let Some(v) = &s.starvation {
             config.starvation = super::fairshare::duration_or_zero(v, "scheduler.starvation", at)?;
+        }
+        if let Some(v) = &s.starvation_factor {
+            let n = match v.get_ref() {
+                toml::Value::Integer(i) => Some(*i as f64),
+                toml::Value::Float(f) => Some(*f),
+                _ => None,
+            };
+            let max = f64::from(Self::MAX_STARVATION_FACTOR) / 100.0;
+            config.starvation_factor = n
+                .filter(|n| *n == 0.0 || (*n > 1.0 && *n <= max))
+                .map(|n| (n * 100.0).round() as u32)
+                .ok_or_else(|| {
+                    at(
+                        v.span().start,
+                        format!(
+                            "scheduler.starvationFactor: expected 0 (never) or a number above 1 and at most {max} ((wait + time limit) ÷ time limit), got {}",
+                            match v.get_ref() {
+                                toml::Value::Integer(i) => i.to_string(),
+                                toml::Value::Float(f) => f.to_string(),
+                                other => super::scoring::shown(other),
+                            }
+                        ),
+                    )
+                })?;
         }
         if let Some(v) = &s.estimates {
             config.estimates = match v.get_ref().as_str() {
@@ -193,9 +233,20 @@ impl SchedulerConfig {
         Ok(config)
     }
 
-    /// Whether a job eligible since `eligible` (Unix seconds) starves at `now`.
-    pub fn starves(&self, eligible: u64, now: u64) -> bool {
-        self.starvation > 0 && now.saturating_sub(eligible) >= self.starvation
+    /// Whether a job eligible since `eligible` (Unix seconds), with time limit `limit`,
+    /// starves at `now`: it waited `starvation`, or its expansion factor reached
+    /// `starvationFactor` (a job without a limit has none).
+    pub fn starves(&self, eligible: u64, limit: Option<u64>, now: u64) -> bool {
+        let waited = now.saturating_sub(eligible);
+        if self.starvation > 0 && waited >= self.starvation {
+            return true;
+        }
+        let factor = u128::from(self.starvation_factor);
+        factor > 0
+            && limit.is_some_and(|l| {
+                let l = u128::from(l.max(1));
+                (u128::from(waited) + l) * 100 >= factor * l
+            })
     }
 }
 
@@ -239,7 +290,7 @@ mod tests {
     fn starvation_is_a_duration_six_hours_by_default_and_0_turns_it_off() {
         let s = PlannerConfig::parse("", "p.toml").unwrap().scheduler;
         assert_eq!(s.starvation, 21_600);
-        assert!(s.starves(100, 100 + 21_600) && !s.starves(100, 100 + 21_599));
+        assert!(s.starves(100, None, 100 + 21_600) && !s.starves(100, None, 100 + 21_599));
         let s = PlannerConfig::parse("[scheduler]\nstarvation = \"12h\"\n", "p.toml")
             .unwrap()
             .scheduler;
@@ -247,9 +298,44 @@ mod tests {
         let s = PlannerConfig::parse("[scheduler]\nstarvation = 0\n", "p.toml")
             .unwrap()
             .scheduler;
-        assert!(!s.starves(0, u64::MAX), "0: never");
+        assert!(!s.starves(0, None, u64::MAX), "0: never");
         let e = PlannerConfig::parse("[scheduler]\nstarvation = \"soon\"\n", "p.toml").unwrap_err();
         assert!(e.to_string().starts_with("p.toml:2:14: scheduler.starvation: "), "{e}");
+    }
+
+    #[test]
+    fn the_starvation_factor_is_3_by_default_0_turns_it_off() {
+        let s = PlannerConfig::parse("", "p.toml").unwrap().scheduler;
+        assert_eq!(s.starvation_factor, 300);
+        // A 100 s job starves once it waited 200 s: (200 + 100) ÷ 100 = 3.
+        assert!(s.starves(0, Some(100), 200) && !s.starves(0, Some(100), 199));
+        // A 10 h job would at 20 h; six hours come first.
+        assert!(s.starves(0, Some(36_000), 21_600) && !s.starves(0, Some(36_000), 21_599));
+        assert!(!s.starves(0, None, 21_599), "no limit, no factor");
+        let s = PlannerConfig::parse("[scheduler]\nstarvationFactor = 1.5\nstarvation = 0\n", "p.toml")
+            .unwrap()
+            .scheduler;
+        assert_eq!(s.starvation_factor, 150);
+        assert!(s.starves(0, Some(100), 50) && !s.starves(0, Some(100), 49));
+        let s = PlannerConfig::parse("[scheduler]\nstarvationFactor = 0\nstarvation = 0\n", "p.toml")
+            .unwrap()
+            .scheduler;
+        assert!(!s.starves(0, Some(1), u64::MAX), "0 and 0: never");
+        for (bad, shown) in [
+            ("1", "1"),
+            ("0.5", "0.5"),
+            ("-2", "-2"),
+            ("1e9", "1000000000"),
+            ("\"3\"", "\"3\""),
+        ] {
+            let e = PlannerConfig::parse(&format!("[scheduler]\nstarvationFactor = {bad}\n"), "p.toml").unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "p.toml:2:20: scheduler.starvationFactor: expected 0 (never) or a number above 1 and at most 1000 ((wait + time limit) ÷ time limit), got {shown}"
+                ),
+            );
+        }
     }
 
     #[test]
