@@ -5,7 +5,9 @@
 //! asked with the same placement search (`Setting::fits`): it finds a preemption exactly
 //! when one exists, its set fits, no victim in it is needless, and it has at most one
 //! victim more than the fewest possible; the share of cases where it has the fewest is
-//! counted over the run and must stay at or above 90 %.
+//! counted over the run and must stay at or above 90 %. The seed is fixed unless
+//! PROPTEST_CASES is set (a hunt, from a random seed); what a hunt finds is kept as a case
+//! of its own (`two_leaves_of_*`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,7 +19,7 @@ use hyperplan_core::testing::{ClusterBuilder, JobBuilder, Rig};
 use hyperplan_core::{Event, PlannerConfig};
 use hyperplan_shared::report::JobStatus;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 
 const CONFIG: &str = r#"
 [[queue]]
@@ -178,7 +180,7 @@ struct Tally {
     fewest: Cell<usize>,
     /// ...and the least work lost among the fewest too. Not asserted: the greedy ranks a
     /// job by its share of the request before its work, so a bigger job can be chosen
-    /// where a cheaper one alone would do as well (88 % over 10,000 cases).
+    /// where a cheaper one alone would do as well (97 %: 15,275 of 15,722, below).
     least_work: Cell<usize>,
     /// ...where `find` had one victim more than brute force.
     one_more: Cell<usize>,
@@ -260,9 +262,9 @@ fn check(c: &Case, tally: &Tally) -> Result<(), TestCaseError> {
         }
     } else {
         bump(&tally.one_more);
-        // The greedy ranks jobs by what they free summed over the HyperNode, not per node: a
-        // small job that completes an almost free node is tried after bigger ones, which
-        // then need a second victim beside them (about 1 case in 1,000).
+        // The greedy ranks jobs by what they free summed over the HyperNode, not per node;
+        // the exact step after it (`victims::fewest`) finds the fewest unless its budget
+        // runs out, which 10 candidates did not reach: not seen since (below).
         eprintln!(
             "one victim more: {c:?}\n  find {:?} in {:?}: {names:?}; brute force ({min}, {min_work})",
             found.key, found.hn
@@ -271,19 +273,94 @@ fn check(c: &Case, tally: &Tally) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// A filler of `tasks` × `cpu` CPUs in queue `lo` (or `safe`), submitted at once.
+fn f(tasks: u32, cpu: u32, safe: bool) -> Filler {
+    Filler {
+        tasks,
+        cpu,
+        hard: false,
+        safe,
+        wait: 0,
+    }
+}
+
+/// Found by a random hunt (~46,000 cases): 6 victims where 4 do. The greedy chose 6 in
+/// leaf 1; on the spine its first 6 (wide jobs first) made no room and it stopped there
+/// (no fewer than leaf 1's), before the prune could drop any. Now 4 on the spine.
+#[test]
+fn two_leaves_of_4_a_whole_leaf_wanted() {
+    let c = Case {
+        per_leaf: 4,
+        leaves: 2,
+        fillers: vec![
+            f(2, 4, false),
+            f(1, 2, false),
+            f(3, 2, false),
+            f(3, 4, false),
+            f(1, 2, false),
+            f(2, 2, false),
+            f(2, 4, false),
+            f(2, 2, true),
+            f(2, 2, false),
+            f(1, 2, false),
+        ],
+        tasks: 4,
+        cpu: 8,
+        hard: false,
+    };
+    fewest(&c);
+}
+
+/// Found by the same hunt: 5 victims where 3 do (as above: 5 in leaf 1, the greedy on the
+/// spine stopped at 5). Now 3 on the spine, emptying one node beside a free one.
+#[test]
+fn two_leaves_of_3_two_whole_nodes_wanted() {
+    let c = Case {
+        per_leaf: 3,
+        leaves: 2,
+        fillers: vec![
+            f(1, 4, false),
+            f(1, 2, false),
+            f(2, 2, false),
+            f(1, 2, false),
+            f(3, 2, false),
+            f(2, 4, true),
+            f(1, 4, false),
+            f(2, 2, true),
+            f(1, 2, false),
+        ],
+        tasks: 2,
+        cpu: 8,
+        hard: false,
+    };
+    fewest(&c);
+}
+
+/// `c` passes every check, with a preemption of the fewest victims brute force finds.
+fn fewest(c: &Case) {
+    let tally = Tally::default();
+    check(c, &tally).unwrap();
+    assert_eq!((tally.feasible.get(), tally.fewest.get()), (1, 1), "{c:?}");
+}
+
 #[test]
 fn victims_are_few_needed_and_make_room() {
     let tally = Tally::default();
-    // 64 cases unless PROPTEST_CASES says otherwise (a longer hunt).
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64);
+    // By default 64 cases from a fixed seed, the same every run (CI must not pass or fail
+    // by chance); with PROPTEST_CASES that many from a random seed (a hunt: what it finds
+    // becomes a case of its own, like `two_leaves_of_4_a_whole_leaf_wanted`).
+    let hunt: Option<u32> = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok());
     let mut runner = TestRunner::new(Config {
-        cases,
+        cases: hunt.unwrap_or(64),
         failure_persistence: None,
+        rng_seed: if hunt.is_some() {
+            RngSeed::Random
+        } else {
+            RngSeed::Fixed(0x9e_e3_b7)
+        },
         ..Config::default()
     });
+    let cases = runner.config().cases;
     let result = runner.run(&case(), |c| check(&c, &tally));
     if let Err(e) = result {
         panic!("{e}");
@@ -301,8 +378,8 @@ fn victims_are_few_needed_and_make_room() {
         feasible * 4 >= cases as usize,
         "too few cases with a preemption to judge ({feasible})"
     );
-    // (d) The greedy + prune choice has the fewest victims in at least 90 % of cases.
-    // Observed: 100 % in most 64-case runs; 2,172 of 2,174 (99.9 %) with
-    // PROPTEST_CASES=3000, the two others one victim more (node-blind greedy, see above).
+    // (d) The choice has the fewest victims in at least 90 % of cases. Observed, greedy +
+    // prune alone: 2,172 of 2,174 (99.9 %) with PROPTEST_CASES=3000; with the exact step,
+    // all 15,722 with a preemption in 44 runs of PROPTEST_CASES=500.
     assert!(ratio >= 0.9, "fewest victims in only {fewest} of {feasible} cases");
 }

@@ -395,6 +395,8 @@ fn find(
     let mut searches = 0;
     // One copy of the caches for every HyperNode tried (each question undoes itself).
     let (mut cap, mut numa) = (base.0.clone(), base.1.clone());
+    // What the exact step may add to this decision, over every HyperNode.
+    let mut budget = victims::Budget::default();
     for h in hns {
         let inside = &index.hns[h.ix()].nodes;
         let all = h == index.root;
@@ -437,7 +439,11 @@ fn find(
         let at_most = best.as_ref().map(|b| b.key.0);
         let mut trial = Trial::new(index, config, (&mut cap, &mut numa), h);
         let only: Vec<Candidate> = local.iter().map(|(_, c)| c.clone()).collect();
-        let choice: Option<Choice> = victims::choose(&only, &deficit, &need, at_most, |set| {
+        let room = || {
+            let held = local.iter().map(|(i, _)| cands[*i].0.held.as_slice());
+            room(index, base.0, ctx, h, held)
+        };
+        let choice: Option<Choice> = victims::choose(&only, &deficit, &need, at_most, &mut budget, room, |set| {
             let held: Vec<&[Held]> = set.iter().map(|&v| cands[local[v].0].0.held.as_slice()).collect();
             trial.fits(ctx, &held).is_some()
         });
@@ -476,6 +482,63 @@ fn find(
         b.searches = searches;
         b
     })
+}
+
+/// HyperNode `h` for the exact step: what each of `held` (the local candidates' tasks) holds
+/// on each of its nodes there, what is free on every node in `cap`, and the job's pending
+/// roles and the tasks it must place.
+fn room<'a>(
+    index: &TopologyIndex,
+    cap: &Capacity,
+    ctx: &JobCtx,
+    h: HnIdx,
+    held: impl Iterator<Item = &'a [Held]>,
+) -> victims::Room {
+    let all = h == index.root;
+    let inside = &index.hns[h.ix()].nodes;
+    // The nodes candidates hold part of, numbered as first met.
+    let mut nodes: BTreeMap<NodeIdx, usize> = BTreeMap::new();
+    let mut on: Vec<Vec<(usize, Vec<u64>)>> = Vec::new();
+    for tasks in held {
+        let mut per: Vec<(usize, Vec<u64>)> = Vec::new();
+        for t in tasks.iter().filter(|t| all || inside.contains(t.node.ix())) {
+            let next = nodes.len();
+            let n = *nodes.entry(t.node).or_insert(next);
+            let at = per.iter().position(|(m, _)| *m == n).unwrap_or_else(|| {
+                per.push((n, vec![0u64; cap.d]));
+                per.len() - 1
+            });
+            for (f, x) in per[at].1.iter_mut().zip(&t.shape.req) {
+                *f = f.saturating_add(*x);
+            }
+        }
+        on.push(per);
+    }
+    let mut free = vec![Vec::new(); nodes.len()];
+    for (&n, &i) in &nodes {
+        free[i] = cap.free_of(n).to_vec();
+    }
+    let every: Box<dyn Iterator<Item = usize>> = if all {
+        Box::new(0..index.node_names.len())
+    } else {
+        Box::new(inside.ones())
+    };
+    let others = every
+        .map(|i| NodeIdx(i as u32))
+        .filter(|n| !nodes.contains_key(n))
+        .map(|n| cap.free_of(n));
+    let mut roles: Vec<usize> = ctx.pending().map(|s| s.role).collect();
+    roles.sort_unstable();
+    roles.dedup();
+    // A role asking for what no node has places no task: it adds nothing.
+    let shapes = roles
+        .iter()
+        .filter_map(|&r| ctx.shapes.get(r))
+        .filter(|s| s.missing.is_none())
+        .map(|s| s.req.clone())
+        .collect();
+    let tasks = u64::from(ctx.gang_min.saturating_sub(ctx.placed()).max(1));
+    victims::Room::new(free, others, on, shapes, tasks)
 }
 
 /// A live job as [`plan`] reads it.
