@@ -28,6 +28,12 @@
 //!   runs in each leaf and what waits.
 //! - `POLICY_DUMP=DIR`: each case's jobs and their starts and ends under every run, as
 //!   CSV files in DIR.
+//! - `POLICY_JITTER=K` (or `A-B`: copies A to B): EASY (oblivious) again on K copies of
+//!   the jobs, each job submitted 0 or 1 s later (a fixed pseudo-random choice per copy
+//!   and job; the logs' times are rounded to the second): how far EASY's own mean and
+//!   max move under noise below the logs' resolution, and in how many copies both stay
+//!   at or below the unshifted run's (the bar, EASY against itself). With
+//!   `POLICY_JITTER_OURS`, hyperplan too, against the unshifted EASY.
 //! - `POLICY_DIVERGE=K`: the first K jobs that start at another time than under the
 //!   yardstick that asks the same (EASY with `none`), and the planner's pending jobs and
 //!   reservations at the first of those times: where a gap starts.
@@ -280,6 +286,18 @@ fn one(
     let (easy, easy_outcomes) = (base.easy, base.easy_outcomes);
     row("EASY, topology-oblivious", &easy, base_secs);
     row("EASY, topology-aware", &topo, base_secs);
+    if let Some(copies) = std::env::var("POLICY_JITTER")
+        .ok()
+        .and_then(|v| match v.split_once('-') {
+            Some((a, b)) => Some(a.parse::<u64>().ok()?..=b.parse().ok()?),
+            None => Some(1..=v.parse().ok()?),
+        })
+    {
+        let ours_too = std::env::var("POLICY_JITTER_OURS").is_ok().then_some((&cluster, ours));
+        jitter(copies, &case, &asked.jobs, &easy, ours_too, |jobs| {
+            baselines(jobs, &cluster, shape.leaf, wide).easy
+        });
+    }
     if std::env::var("POLICY_CLASSES").is_ok() {
         classes(
             "easy",
@@ -496,6 +514,70 @@ fn leaves(cluster: &hyperplan_shared::ClusterSpec, jobs: &[JobSpec], cfg: Planne
         }
         println!("  waiting: {}", waiting.join(" "));
     });
+}
+
+/// splitmix64: a fixed pseudo-random bit per (copy, job), the same on every machine.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// `POLICY_JITTER` (see the module): EASY on the `copies` of `jobs`, each job 0 or 1 s
+/// later; the ratios to the unshifted EASY's mean and max, and how many copies meet the
+/// issue's bar against it. `ours`: hyperplan on the same copies too.
+fn jitter(
+    copies: std::ops::RangeInclusive<u64>,
+    case: &str,
+    jobs: &[JobSpec],
+    easy: &TraceMetrics,
+    ours: Option<(&hyperplan_shared::ClusterSpec, &PlannerConfig)>,
+    run_easy: impl Fn(&[JobSpec]) -> TraceMetrics,
+) {
+    let mut easy_r = Vec::new();
+    let mut ours_r = Vec::new();
+    for copy in copies {
+        let mut shifted = jobs.to_vec();
+        for (i, j) in shifted.iter_mut().enumerate() {
+            j.submit_time += mix(copy << 32 | i as u64) & 1;
+        }
+        let ratio = |m: &TraceMetrics| {
+            (
+                m.mean_wait / easy.mean_wait.max(1e-9),
+                m.max_wait as f64 / easy.max_wait.max(1) as f64,
+            )
+        };
+        easy_r.push(ratio(&run_easy(&shifted)));
+        if let Some((cluster, cfg)) = ours {
+            let report = hyperplan_core::sim::simulate(cluster, &shifted, cfg.clone());
+            let oc = outcomes(&report);
+            let nodes = u32::try_from(cluster.nodes.len()).unwrap_or(u32::MAX);
+            ours_r.push(ratio(&trace_metrics(&oc, nodes, 1)));
+        }
+    }
+    let show = |name: &str, r: &[(f64, f64)]| {
+        if r.is_empty() {
+            return;
+        }
+        let lo = |f: fn(&(f64, f64)) -> f64| r.iter().map(f).fold(f64::INFINITY, f64::min);
+        let hi = |f: fn(&(f64, f64)) -> f64| r.iter().map(f).fold(0.0, f64::max);
+        let pass = r.iter().filter(|(a, b)| *a <= 1.0 && *b <= 1.0).count();
+        println!(
+            "jitter | {case} | {name} | mean {:.3}–{:.3} | max {:.3}–{:.3} | both ≤ EASY in {pass} of {} | {} (* both ≤)",
+            lo(|x| x.0),
+            hi(|x| x.0),
+            lo(|x| x.1),
+            hi(|x| x.1),
+            r.len(),
+            r.iter()
+                .map(|(a, b)| format!("{a:.4}/{b:.4}{}", if *a <= 1.0 && *b <= 1.0 { "*" } else { "" }))
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+    };
+    show("EASY, 0–1 s later", &easy_r);
+    show("hyperplan, 0–1 s later", &ours_r);
 }
 
 /// One line per job: its ask and its start and end under hyperplan, EASY and the
