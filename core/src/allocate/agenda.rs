@@ -47,6 +47,12 @@ pub fn eligible(job: &Job) -> u64 {
         .map_or(job.spec.submit_time, |b| b.max(job.spec.submit_time))
 }
 
+/// Whether `job` starves at `now` (see [`SchedulerConfig::starves`]): counted from when it
+/// became eligible, by its time limit.
+pub fn starves(job: &Job, scheduler: &SchedulerConfig, now: u64) -> bool {
+    scheduler.starves(eligible(job), job.spec.run.time_limit, now)
+}
+
 /// The order key of job `e` (see [`Agenda::order`]). A job waiting past `[scheduler]
 /// starvation` at `now` goes before every other, oldest first: priorities and fair share
 /// reorder the queue, but never starve a job. With `[scheduler] keepReservations`, a job
@@ -77,7 +83,7 @@ pub fn walk_key(
 ) -> OrderKey {
     let since = eligible(job);
     let id = || meta.map_or(u64::MAX, |(_, id)| id.0);
-    if scheduler.starves(since, job.spec.run.time_limit, now) {
+    if starves(job, scheduler, now) {
         return (Reverse(i32::MAX), Reverse(i32::MAX), Reverse(i64::MAX), since, id());
     }
     if scheduler.keep_reservations
@@ -292,7 +298,7 @@ fn settle_waits(w: &mut Jobs<'_, '_>, memory: &mut Memory<'_, '_>, now_s: u64, s
         if st.phase != JobPhase::Pending {
             continue; // a rejected job keeps saying why it was
         }
-        if scheduler.starves(eligible(job), job.spec.run.time_limit, now_s) {
+        if starves(job, scheduler, now_s) {
             starving += 1;
         }
         let shows_wait = st.reason.as_ref().is_some_and(crate::model::reason::Reason::is_wait);

@@ -91,10 +91,9 @@ pub fn allocate(
             let now_s = at.now.secs();
             backfill::order::reorder(&mut order[next..], mode, |e| {
                 let (_, job, _) = w.jobs.get(e).ok()?;
-                let since = agenda::eligible(job);
                 Some(backfill::order::Candidate {
-                    starving: config.scheduler.starves(since, job.spec.run.time_limit, now_s),
-                    waited: now_s.saturating_sub(since),
+                    starving: agenda::starves(job, &config.scheduler, now_s),
+                    waited: now_s.saturating_sub(agenda::eligible(job)),
                     run: walk.expected_run(e, job, &policy),
                 })
             });

@@ -198,9 +198,7 @@ impl<'a> Walk<'a> {
 
     /// Whether `job` waits past `[scheduler] starvation` now.
     fn starves(&self, job: &Job) -> bool {
-        self.config
-            .scheduler
-            .starves(super::agenda::eligible(job), job.spec.run.time_limit, self.now_s)
+        super::agenda::starves(job, &self.config.scheduler, self.now_s)
     }
 
     /// Sets the caches up for trying `entity`: its own held nodes given back, the
