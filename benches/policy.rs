@@ -516,14 +516,6 @@ fn leaves(cluster: &hyperplan_shared::ClusterSpec, jobs: &[JobSpec], cfg: Planne
     });
 }
 
-/// splitmix64: a fixed pseudo-random bit per (copy, job), the same on every machine.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// `POLICY_JITTER` (see the module): EASY on the `copies` of `jobs`, each job 0 or 1 s
 /// later; the ratios to the unshifted EASY's mean and max, and how many copies meet the
 /// issue's bar against it. `ours`: hyperplan on the same copies too.
@@ -538,10 +530,7 @@ fn jitter(
     let mut easy_r = Vec::new();
     let mut ours_r = Vec::new();
     for copy in copies {
-        let mut shifted = jobs.to_vec();
-        for (i, j) in shifted.iter_mut().enumerate() {
-            j.submit_time += mix(copy << 32 | i as u64) & 1;
-        }
+        let shifted = hyperplan_core::sim::noise::shifted(jobs, copy);
         let ratio = |m: &TraceMetrics| {
             (
                 m.mean_wait / easy.mean_wait.max(1e-9),

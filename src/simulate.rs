@@ -8,6 +8,7 @@ use clap::ValueEnum;
 use clap::error::ErrorKind;
 use hyperplan_core::jobs::ownership::{NameClash, check_job_names};
 use hyperplan_core::sim::metrics::{SLOWDOWN_BOUND_SECS, TraceMetrics, outcomes, trace_metrics};
+use hyperplan_core::sim::noise::{Spread, shifted};
 use hyperplan_core::sim::swf::{SwfOptions, TopologyAsk, replay, tier_sizes};
 use hyperplan_core::{PlannerConfig, sim};
 use hyperplan_shared::ClusterSpec;
@@ -105,6 +106,7 @@ impl Topology {
                   hyperplan simulate --cluster examples/numa-cluster.yaml --jobs examples/numa-jobs.yaml --output tasks\n  \
                   hyperplan simulate --swf testdata/traces/KTH-SP2-1996-2.1-cln.swf --cluster examples/kth-sp2-cluster.yaml --jobs 2000\n  \
                   hyperplan simulate --swf LOG --cluster CLUSTER --jobs 2000 --baselines\n  \
+                  hyperplan simulate --swf LOG --cluster CLUSTER --jobs 2000 --baselines --noise 4 --config planner.toml\n  \
                   hyperplan simulate --swf LOG --cluster CLUSTER --jobs 2000 --topology none --time-scale 0.8 --output json")]
 pub struct Args {
     /// Cluster file (nodes, hyperNodes, hyperNodeFiles, discovery).
@@ -134,6 +136,13 @@ pub struct Args {
     /// show their figures beside hyperplan's (one log processor per node).
     #[arg(long, requires = "swf")]
     baselines: bool,
+    /// With --swf: replay K more copies of the jobs, each job submitted 0 or 1 s later (a
+    /// fixed choice per copy and job: the log's times are whole seconds), and show the
+    /// lowest and highest mean and longest wait over the runs (with --baselines, EASY's
+    /// too). A schedule is a chain: a second early on can move a wait by hours. A
+    /// difference between two configurations inside that spread is chance.
+    #[arg(long, value_name = "K", requires = "swf", value_parser = clap::value_parser!(u32).range(1..=100))]
+    noise: Option<u32>,
     #[arg(long, value_enum, default_value = "table")]
     output: Output,
     /// Planner configuration (TOML): [scoring] takes Volcano's network-topology-aware
@@ -287,7 +296,24 @@ pub struct SwfRun {
     /// With `--baselines`: the same jobs under the two yardsticks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baselines: Option<SwfBaselines>,
+    /// With `--noise`: the spread over the run and its shifted copies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub noise: Option<SwfNoise>,
     pub warnings: Vec<String>,
+}
+
+/// `--noise K`: the lowest and highest mean and longest wait over the run and its K
+/// copies with submits 0–1 s later, per column.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SwfNoise {
+    /// Shifted copies (the runs are one more: the log as it is).
+    pub copies: u32,
+    pub hyperplan: Spread,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub easy: Option<Spread>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topology_aware_easy: Option<Spread>,
 }
 
 /// `--baselines`: EASY's figures, and the topology-aware EASY's on the fat tree it read
@@ -323,19 +349,57 @@ fn run_swf(args: &Args, log_path: &Path) -> anyhow::Result<()> {
     };
     let replayed = replay(&log, &cluster, &opts)
         .with_context(|| format!("{}: cannot replay it on {}", log_path.display(), args.cluster.display()))?;
-    let report = sim::simulate(&cluster, &replayed.jobs, config);
+    let report = sim::simulate(&cluster, &replayed.jobs, config.clone());
     for w in &report.warnings {
         eprintln!("warning: {w}");
     }
     let leaf_size = leaf_size(&cluster);
-    let mut runs = outcomes(&report);
-    if leaf_size.is_none() {
-        // No HyperNodes: leaves are not known, not zero.
-        for r in &mut runs {
-            r.leaves = None;
-        }
-    }
     let nodes = u32::try_from(cluster.nodes.len()).unwrap_or(u32::MAX);
+    let metrics = |report: &hyperplan_shared::report::Report| {
+        let mut runs = outcomes(report);
+        if leaf_size.is_none() {
+            // No HyperNodes: leaves are not known, not zero.
+            for r in &mut runs {
+                r.leaves = None;
+            }
+        }
+        trace_metrics(&runs, nodes, leaf_size.unwrap_or(1))
+    };
+    let ours = metrics(&report);
+    let yardsticks = |jobs: &[hyperplan_shared::JobSpec]| {
+        let b = sim::baselines::baselines(jobs, &cluster, leaf_size.unwrap_or(1), topology.wide());
+        SwfBaselines {
+            easy: b.easy,
+            tree: b
+                .topology_aware
+                .as_ref()
+                .map(|(s, _, _)| [s.leaf, s.per_spine, s.spines]),
+            topology_aware_easy: b.topology_aware.map(|(_, m, _)| m),
+        }
+    };
+    let baselines = args.baselines.then(|| yardsticks(&replayed.jobs));
+    let noise = args.noise.map(|copies| {
+        let mut runs = vec![(
+            ours.clone(),
+            baselines
+                .as_ref()
+                .map(|b| (b.easy.clone(), b.topology_aware_easy.clone())),
+        )];
+        for copy in 1..=u64::from(copies) {
+            let jobs = shifted(&replayed.jobs, copy);
+            let b = baselines.is_some().then(|| yardsticks(&jobs));
+            let report = sim::simulate(&cluster, &jobs, config.clone());
+            runs.push((metrics(&report), b.map(|b| (b.easy, b.topology_aware_easy))));
+        }
+        let easy: Vec<&TraceMetrics> = runs.iter().filter_map(|(_, b)| b.as_ref().map(|b| &b.0)).collect();
+        let topo: Vec<&TraceMetrics> = runs.iter().filter_map(|(_, b)| b.as_ref()?.1.as_ref()).collect();
+        SwfNoise {
+            copies,
+            hyperplan: Spread::of(runs.iter().map(|(m, _)| m)).unwrap_or_else(|| unreachable!("one run at least")),
+            easy: Spread::of(easy),
+            topology_aware_easy: Spread::of(topo),
+        }
+    });
     let header = |key| log.header_value(key).map(str::to_string);
     let run = SwfRun {
         log: log_path.display().to_string(),
@@ -355,18 +419,9 @@ fn run_swf(args: &Args, log_path: &Path) -> anyhow::Result<()> {
             .into_iter()
             .map(|(line, reason)| Skipped { line, reason })
             .collect(),
-        metrics: trace_metrics(&runs, nodes, leaf_size.unwrap_or(1)),
-        baselines: args.baselines.then(|| {
-            let b = sim::baselines::baselines(&replayed.jobs, &cluster, leaf_size.unwrap_or(1), topology.wide());
-            SwfBaselines {
-                easy: b.easy,
-                tree: b
-                    .topology_aware
-                    .as_ref()
-                    .map(|(s, _, _)| [s.leaf, s.per_spine, s.spines]),
-                topology_aware_easy: b.topology_aware.map(|(_, m, _)| m),
-            }
-        }),
+        metrics: ours,
+        baselines,
+        noise,
         warnings: report.warnings,
     };
     let text = match args.output {
@@ -485,6 +540,23 @@ pub fn render_swf(run: &SwfRun) -> String {
         row.extend(columns.iter().map(|c| c[k].clone()));
         rows.push(row);
     }
+    if let Some(n) = &run.noise {
+        let mut spreads = vec![Some(n.hyperplan)];
+        if run.baselines.is_some() {
+            spreads.extend([n.easy, n.topology_aware_easy]);
+        }
+        let range = |s: &Option<Spread>, mean: bool| match s {
+            Some(s) if mean => format!("{:.0}–{:.0} s", s.mean_wait[0], s.mean_wait[1]),
+            Some(s) => format!("{}–{} s", s.max_wait[0], s.max_wait[1]),
+            None => "-".into(),
+        };
+        let runs = n.copies + 1;
+        for (label, mean) in [("mean wait", true), ("max wait", false)] {
+            let mut row = vec![format!("{label}, {runs} runs 0–1 s apart")];
+            row.extend(spreads.iter().map(|s| range(s, mean)));
+            rows.push(row);
+        }
+    }
     out.push_str(&hyperplan_shared::columns::columns_of(&rows));
     if let Some(b) = &run.baselines {
         out.push_str(&match b.tree {
@@ -502,6 +574,13 @@ pub fn render_swf(run: &SwfRun) -> String {
                      cluster is not a regular fat tree (equal leaves under equal spines)\n"
                 .into(),
         });
+    }
+    if let Some(n) = &run.noise {
+        out.push_str(&format!(
+            "noise: the jobs again {} time(s), each job submitted 0 or 1 s later (under the log's resolution); a \
+             difference inside a column's range is chance\n",
+            n.copies
+        ));
     }
     for w in &run.warnings {
         out.push_str(&format!("warning: {w}\n"));
@@ -549,6 +628,7 @@ mod tests {
                 makespan: 99,
             },
             baselines: None,
+            noise: None,
             warnings: vec![],
         };
         insta::assert_snapshot!(render_swf(&run), @r"
@@ -605,6 +685,7 @@ mod tests {
                 topology_aware_easy: Some(m(120.0, 500, Some(1.5))),
                 tree: Some([10, 5, 2]),
             }),
+            noise: None,
             warnings: vec![],
         };
         insta::assert_snapshot!("swf_table_with_baselines", render_swf(&run));
@@ -622,5 +703,23 @@ mod tests {
             tree: None,
         });
         insta::assert_snapshot!("swf_table_with_baselines_no_tree", render_swf(&run));
+        // `--noise`: two rows of ranges, a column each, and a line that says what they are.
+        run.baselines = Some(SwfBaselines {
+            easy: m(90.0, 400, None),
+            topology_aware_easy: Some(m(120.0, 500, Some(1.5))),
+            tree: Some([10, 5, 2]),
+        });
+        let spread = |mean: [f64; 2], max: [u64; 2]| Spread {
+            runs: 4,
+            mean_wait: mean,
+            max_wait: max,
+        };
+        run.noise = Some(SwfNoise {
+            copies: 3,
+            hyperplan: spread([99.6, 104.2], [300, 360]),
+            easy: Some(spread([88.0, 90.0], [399, 400])),
+            topology_aware_easy: Some(spread([120.0, 131.0], [480, 500])),
+        });
+        insta::assert_snapshot!("swf_table_with_noise", render_swf(&run));
     }
 }

@@ -291,6 +291,7 @@ fn help_teaches_the_replay() {
         "--topology <TOPOLOGY>",
         "--time-scale <F>",
         "--procs-per-node <P>",
+        "--noise <K>",
         "Standard Workload Format",
         "job files and `--swf` do not mix",
         "examples/kth-sp2-cluster.yaml",
@@ -338,4 +339,59 @@ fn baselines_replay_the_same_jobs_under_easy_and_a_topology_aware_easy() {
         err.contains("'--baselines' cannot be used with '--procs-per-node' above 1"),
         "{err}"
     );
+}
+
+/// `--noise K`: the run and K copies with submits 0–1 s later, each column's lowest and
+/// highest mean and longest wait, in the table and in JSON; the run's own figures lie
+/// inside them, and 0 or 101 copies are usage errors.
+#[test]
+fn noise_shows_how_far_the_figures_move_by_chance() {
+    let args = [
+        "simulate",
+        "--swf",
+        KTH,
+        "--cluster",
+        CLUSTER,
+        "--jobs",
+        "300",
+        "--baselines",
+        "--noise",
+        "2",
+    ];
+    let out = hyperplan(&args);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let table = text(&out.stdout);
+    for needle in [
+        "mean wait, 3 runs 0–1 s apart",
+        "max wait, 3 runs 0–1 s apart",
+        "noise: the jobs again 2 time(s), each job submitted 0 or 1 s later",
+    ] {
+        assert!(table.contains(needle), "missing {needle:?} in:\n{table}");
+    }
+    let v = json(&hyperplan(&[&args[..], &["--output", "json"]].concat()));
+    let n = &v["noise"];
+    assert_eq!(n["copies"], 2, "{n}");
+    for (column, figures) in [
+        ("hyperplan", &v["metrics"]),
+        ("easy", &v["baselines"]["easy"]),
+        ("topologyAwareEasy", &v["baselines"]["topologyAwareEasy"]),
+    ] {
+        let s = &n[column];
+        assert_eq!(s["runs"], 3, "{column}: {s}");
+        let num = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("{column}: not a number: {v}"));
+        for key in ["meanWait", "maxWait"] {
+            let (lo, hi, at) = (num(&s[key][0]), num(&s[key][1]), num(&figures[key]));
+            assert!(lo <= at && at <= hi, "{column}: {key} {at} outside {s}");
+        }
+    }
+    // Without --baselines, hyperplan's spread alone.
+    let v = json(&hyperplan(
+        &[&args[..7], &["--noise", "1", "--output", "json"]].concat(),
+    ));
+    assert_eq!(v["noise"]["hyperplan"]["runs"], 2, "{}", v["noise"]);
+    assert!(v["noise"].get("easy").is_none(), "{}", v["noise"]);
+    for bad in ["0", "101"] {
+        let err = failure(&hyperplan(&[&args[..8], &["--noise", bad]].concat()), 2);
+        assert!(err.contains("--noise <K>"), "{err}");
+    }
 }

@@ -6,6 +6,7 @@
 pub mod baselines;
 pub mod easy;
 pub mod metrics;
+pub mod noise;
 pub mod submit;
 pub mod swf;
 mod table;
