@@ -300,32 +300,36 @@ fn help_teaches_the_replay() {
     }
 }
 
+/// The first 300 jobs of the KTH log on the bench's cluster.
+const KTH_300: &[&str] = &["simulate", "--swf", KTH, "--cluster", CLUSTER, "--jobs", "300"];
+
+/// Runs `hyperplan ARGS`, which must succeed, and returns its table, which must hold
+/// every one of `needles`.
+fn table_with(args: &[&str], needles: &[&str]) -> String {
+    let out = hyperplan(args);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let table = text(&out.stdout);
+    for needle in needles {
+        assert!(table.contains(needle), "missing {needle:?} in:\n{table}");
+    }
+    table
+}
+
 /// `--baselines`: EASY and the topology-aware EASY on the same jobs, beside hyperplan, in
 /// the table and in JSON; the tree is read from the cluster. Without it the JSON has no
 /// `baselines`, and it does not mix with several log processors per node.
 #[test]
 fn baselines_replay_the_same_jobs_under_easy_and_a_topology_aware_easy() {
-    let args = [
-        "simulate",
-        "--swf",
-        KTH,
-        "--cluster",
-        CLUSTER,
-        "--jobs",
-        "300",
-        "--baselines",
-    ];
-    let out = hyperplan(&args);
-    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
-    let table = text(&out.stdout);
-    for needle in [
-        "FIGURE                                  HYPERPLAN",
-        "EASY",
-        "TOPOLOGY-AWARE EASY",
-        "topology-aware EASY on 2 spine(s) of 5 leaves of 10 nodes",
-    ] {
-        assert!(table.contains(needle), "missing {needle:?} in:\n{table}");
-    }
+    let args = [KTH_300, &["--baselines"]].concat();
+    table_with(
+        &args,
+        &[
+            "FIGURE                                  HYPERPLAN",
+            "EASY",
+            "TOPOLOGY-AWARE EASY",
+            "topology-aware EASY on 2 spine(s) of 5 leaves of 10 nodes",
+        ],
+    );
     let v = json(&hyperplan(&[&args[..], &["--output", "json"]].concat()));
     let b = &v["baselines"];
     assert_eq!(b["easy"]["started"], 300, "{b}");
@@ -346,28 +350,15 @@ fn baselines_replay_the_same_jobs_under_easy_and_a_topology_aware_easy() {
 /// inside them, and 0 or 101 copies are usage errors.
 #[test]
 fn noise_shows_how_far_the_figures_move_by_chance() {
-    let args = [
-        "simulate",
-        "--swf",
-        KTH,
-        "--cluster",
-        CLUSTER,
-        "--jobs",
-        "300",
-        "--baselines",
-        "--noise",
-        "2",
-    ];
-    let out = hyperplan(&args);
-    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
-    let table = text(&out.stdout);
-    for needle in [
-        "mean wait, 3 runs 0–1 s apart",
-        "max wait, 3 runs 0–1 s apart",
-        "noise: the jobs again 2 time(s), each job submitted 0 or 1 s later",
-    ] {
-        assert!(table.contains(needle), "missing {needle:?} in:\n{table}");
-    }
+    let args = [KTH_300, &["--baselines", "--noise", "2"]].concat();
+    table_with(
+        &args,
+        &[
+            "mean wait, 3 runs 0–1 s apart",
+            "max wait, 3 runs 0–1 s apart",
+            "noise: the jobs again 2 time(s), each job submitted 0 or 1 s later",
+        ],
+    );
     let v = json(&hyperplan(&[&args[..], &["--output", "json"]].concat()));
     let n = &v["noise"];
     assert_eq!(n["copies"], 2, "{n}");
