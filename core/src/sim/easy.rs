@@ -8,8 +8,9 @@
 //! time limits users gave. It knows nothing of topology, resources or the ECS world: a small,
 //! independent reference, plain Rust, so that it can be trusted when the planner is not.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::BTreeSet;
+
+use super::events::Events;
 
 /// One job of a trace, in whole nodes and seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,16 +27,18 @@ pub struct TraceJob {
 }
 
 impl TraceJob {
-    fn width(&self) -> u32 {
+    /// Nodes, at least 1.
+    pub(crate) fn width(&self) -> u32 {
         self.nodes.max(1)
     }
 
-    fn limit(&self) -> u64 {
+    /// The time limit, at least 1 s.
+    pub(crate) fn limit(&self) -> u64 {
         self.limit.max(1)
     }
 
     /// How long it runs: its run time, cut at its limit.
-    fn runs(&self) -> u64 {
+    pub(crate) fn runs(&self) -> u64 {
         self.runtime.min(self.limit())
     }
 }
@@ -55,14 +58,10 @@ struct Sim<'a> {
     jobs: &'a [TraceJob],
     backfill: bool,
     start: Vec<Option<u64>>,
-    /// Jobs that fit the cluster, in queue order (submit time, then index).
-    arrivals: Vec<usize>,
-    /// The next of `arrivals` to enter the queue.
-    next: usize,
+    /// Submissions and real ends (run time, cut at the limit) still to come.
+    events: Events,
     /// Waiting jobs, in queue order.
     queue: Vec<usize>,
-    /// Running jobs by real end (their run time, cut at the limit).
-    ends: BinaryHeap<Reverse<(u64, usize)>>,
     /// Running jobs by estimated end (start + limit), as backfilling sees them.
     estimates: BTreeSet<(u64, usize)>,
     free: u32,
@@ -70,44 +69,24 @@ struct Sim<'a> {
 
 impl<'a> Sim<'a> {
     fn new(cluster_nodes: u32, jobs: &'a [TraceJob], backfill: bool) -> Self {
-        let mut arrivals: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].width() <= cluster_nodes).collect();
-        arrivals.sort_by_key(|&i| (jobs[i].submit, i));
         Sim {
             jobs,
             backfill,
             start: vec![None; jobs.len()],
-            arrivals,
-            next: 0,
+            events: Events::new(jobs, |j| j.width() <= cluster_nodes),
             queue: Vec::new(),
-            ends: BinaryHeap::new(),
             estimates: BTreeSet::new(),
             free: cluster_nodes,
         }
     }
 
-    /// From event to event until every job that fits has started and ended. Each turn
-    /// takes at least one submission or completion, so it ends.
+    /// From event to event until every job that fits has started and ended.
     fn run(mut self) -> Vec<Option<u64>> {
-        loop {
-            let submission = self.arrivals.get(self.next).map(|&i| self.jobs[i].submit);
-            let completion = self.ends.peek().map(|Reverse((t, _))| *t);
-            let now = match (submission, completion) {
-                (Some(s), Some(c)) => s.min(c),
-                (Some(t), None) | (None, Some(t)) => t,
-                (None, None) => break,
-            };
-            while let Some(&Reverse((end, i))) = self.ends.peek()
-                && end == now
-            {
-                self.ends.pop();
+        let mut ended = Vec::new();
+        while let Some(now) = self.events.advance(self.jobs, &mut ended, &mut self.queue) {
+            for i in ended.drain(..) {
                 self.free += self.jobs[i].width();
                 self.estimates.remove(&(self.estimate(i), i));
-            }
-            while let Some(&i) = self.arrivals.get(self.next)
-                && self.jobs[i].submit == now
-            {
-                self.queue.push(i);
-                self.next += 1;
             }
             self.schedule(now);
         }
@@ -123,7 +102,7 @@ impl<'a> Sim<'a> {
         let job = &self.jobs[i];
         self.start[i] = Some(now);
         self.free -= job.width();
-        self.ends.push(Reverse((now.saturating_add(job.runs()), i)));
+        self.events.ends_at(now.saturating_add(job.runs()), i);
         self.estimates.insert((now.saturating_add(job.limit()), i));
     }
 

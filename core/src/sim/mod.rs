@@ -5,6 +5,7 @@
 
 pub mod baselines;
 pub mod easy;
+mod events;
 pub mod metrics;
 pub mod noise;
 pub mod submit;

@@ -10,9 +10,10 @@
 //! Plain Rust over counts of free nodes per leaf, like `easy`: small enough to trust.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::BTreeSet;
 
 use super::easy::TraceJob;
+use super::events::Events;
 
 /// A regular fat tree: `leaf` nodes per leaf, `per_spine` leaves per spine, `spines`
 /// spines under the root.
@@ -81,10 +82,10 @@ struct Sim<'a> {
     wide: Wide,
     jobs: &'a [TraceJob],
     start: Vec<Option<TopoStart>>,
-    arrivals: Vec<usize>,
-    next: usize,
+    /// Submissions and real ends still to come.
+    events: Events,
+    /// Waiting jobs, in queue order.
     queue: Vec<usize>,
-    ends: BinaryHeap<Reverse<(u64, usize)>>,
     /// Running jobs by estimated end (start + limit).
     estimates: BTreeSet<(u64, usize)>,
     /// Free nodes per leaf.
@@ -95,47 +96,29 @@ struct Sim<'a> {
 
 impl<'a> Sim<'a> {
     fn new(shape: TreeShape, wide: Wide, jobs: &'a [TraceJob]) -> Self {
-        let mut arrivals: Vec<usize> = (0..jobs.len()).filter(|&i| width(&jobs[i]) <= shape.nodes()).collect();
-        arrivals.sort_by_key(|&i| (jobs[i].submit, i));
         Self {
             shape,
             wide,
             jobs,
             start: vec![None; jobs.len()],
-            arrivals,
-            next: 0,
+            events: Events::new(jobs, |j| j.width() <= shape.nodes()),
             queue: Vec::new(),
-            ends: BinaryHeap::new(),
             estimates: BTreeSet::new(),
             free: vec![shape.leaf; shape.leaves()],
             held: vec![Vec::new(); jobs.len()],
         }
     }
 
+    /// From event to event until every job that fits has started and ended.
     fn run(&mut self) {
-        loop {
-            let submission = self.arrivals.get(self.next).map(|&i| self.jobs[i].submit);
-            let completion = self.ends.peek().map(|Reverse((t, _))| *t);
-            let now = match (submission, completion) {
-                (Some(s), Some(c)) => s.min(c),
-                (Some(t), None) | (None, Some(t)) => t,
-                (None, None) => break,
-            };
-            while let Some(&Reverse((end, i))) = self.ends.peek()
-                && end == now
-            {
-                self.ends.pop();
+        let mut ended = Vec::new();
+        while let Some(now) = self.events.advance(self.jobs, &mut ended, &mut self.queue) {
+            for i in ended.drain(..) {
                 for (leaf, n) in std::mem::take(&mut self.held[i]) {
                     self.free[leaf] += n;
                 }
                 let est = self.estimate(i);
                 self.estimates.remove(&(est, i));
-            }
-            while let Some(&i) = self.arrivals.get(self.next)
-                && self.jobs[i].submit == now
-            {
-                self.queue.push(i);
-                self.next += 1;
             }
             self.schedule(now);
         }
@@ -145,7 +128,7 @@ impl<'a> Sim<'a> {
         self.start[i]
             .as_ref()
             .map_or(0, |s| s.start)
-            .saturating_add(limit(&self.jobs[i]))
+            .saturating_add(self.jobs[i].limit())
     }
 
     /// Where `width` nodes go in one domain of their tier, given each leaf's usable nodes:
@@ -185,9 +168,8 @@ impl<'a> Sim<'a> {
         });
         self.held[i] = nodes;
         let job = &self.jobs[i];
-        self.ends
-            .push(Reverse((now.saturating_add(job.runtime.min(limit(job))), i)));
-        self.estimates.insert((now.saturating_add(limit(job)), i));
+        self.events.ends_at(now.saturating_add(job.runs()), i);
+        self.estimates.insert((now.saturating_add(job.limit()), i));
     }
 
     /// Starts jobs from the head of the queue while the head fits; then later jobs that
@@ -195,18 +177,18 @@ impl<'a> Sim<'a> {
     fn schedule(&mut self, now: u64) {
         let mut k = 0;
         while let Some(&i) = self.queue.get(k) {
-            let Some(nodes) = self.place(width(&self.jobs[i]), &self.free) else {
+            let Some(nodes) = self.place(self.jobs[i].width(), &self.free) else {
                 break;
             };
             self.launch(i, now, nodes);
             k += 1;
         }
         if k < self.queue.len() && self.free.iter().any(|&f| f > 0) {
-            let (shadow, reserved, mut extra) = self.reservation(width(&self.jobs[self.queue[k]]));
+            let (shadow, reserved, mut extra) = self.reservation(self.jobs[self.queue[k]].width());
             for at in k + 1..self.queue.len() {
                 let i = self.queue[at];
-                let w = width(&self.jobs[i]);
-                if now.saturating_add(limit(&self.jobs[i])) <= shadow {
+                let w = self.jobs[i].width();
+                if now.saturating_add(self.jobs[i].limit()) <= shadow {
                     if let Some(nodes) = self.place(w, &self.free) {
                         self.launch(i, now, nodes);
                     }
@@ -264,14 +246,6 @@ impl<'a> Sim<'a> {
         // Not reached while the head fits the tree: once everything ends, a domain holds it.
         (u64::MAX, 0..0, 0)
     }
-}
-
-fn width(j: &TraceJob) -> u32 {
-    j.nodes.max(1)
-}
-
-fn limit(j: &TraceJob) -> u64 {
-    j.limit.max(1)
 }
 
 #[cfg(test)]
