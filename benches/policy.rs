@@ -20,6 +20,9 @@
 //! - `POLICY_CONFIG`: planner.toml text for the hyperplan runs (experiments).
 //! - `POLICY_ASK`: `leaf` (default, above), `hard` (every job hard at the lowest tier
 //!   that holds it: a 40-node job in one spine, `--topology hard`) or `none`.
+//! - `POLICY_SOFT_AFTER=TIME` (`12h`, seconds): hard asks turn soft after the job waited
+//!   TIME (`simulate --soft-after`, Slurm's `--switches=1@TIME`); the summary's last
+//!   column shows the share of leaf-sized jobs that still got one leaf.
 //! - `POLICY_EXTRA`: also greedy (`reservations = 0`), soft topology and no starvation
 //!   bound. `POLICY_CLASSES`: mean waits by job width.
 //! - `POLICY_WORST=K`: the K longest waits under each run, each with its wait under the
@@ -106,9 +109,17 @@ fn env_list(key: &str) -> Option<Vec<String>> {
         .map(|v| v.split(',').map(|s| s.trim().to_lowercase()).collect())
 }
 
+/// A share as a percentage, rounded down: 100.00 % only when it is all.
+fn share(v: Option<f64>) -> String {
+    v.map_or_else(
+        || "–".into(),
+        |v| format!("{:.2} %", (v * 10_000.0 + 1e-6).floor() / 100.0),
+    )
+}
+
 fn row(name: &str, m: &TraceMetrics, secs: f64) {
     let opt = |v: Option<f64>, pct: bool| match v {
-        Some(v) if pct => format!("{:.1} %", v * 100.0),
+        Some(_) if pct => share(v),
         Some(v) => format!("{v:.2}"),
         None => "–".into(),
     };
@@ -181,12 +192,14 @@ fn main() {
     println!(
         "\nSummary ({ask:?} topology): hyperplan against EASY (oblivious) and topology-aware EASY, mean / max wait in seconds\n"
     );
-    println!("| log, tree, users | EASY | topology-aware EASY | hyperplan | mean ≤ EASY | max ≤ EASY |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| log, tree, users | EASY | topology-aware EASY | hyperplan | mean ≤ EASY | max ≤ EASY | leaf-sized jobs in one leaf |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     for v in &verdicts {
         let mark = |ok: bool| if ok { "yes" } else { "**no**" };
         println!(
-            "| {} | {:.0} / {} | {:.0} / {} | {:.0} / {} | {} ({:+.1} %) | {} ({:+.1} %) |",
+            "| {} | {:.0} / {} | {:.0} / {} | {:.0} / {} | {} ({:+.1} %) | {} ({:+.1} %) | {} |",
             v.case,
             v.easy.mean_wait,
             v.easy.max_wait,
@@ -198,6 +211,7 @@ fn main() {
             (v.ours.mean_wait / v.easy.mean_wait.max(1e-9) - 1.0) * 100.0,
             mark(v.ours.max_wait <= v.easy.max_wait),
             (v.ours.max_wait as f64 / v.easy.max_wait.max(1) as f64 - 1.0) * 100.0,
+            share(v.ours.leaf_sized_in_one_leaf),
         );
     }
 }
@@ -216,9 +230,13 @@ fn one(
         .node_resources("cpu=8")
         .build();
     let nodes = shape.nodes();
+    let soft_after = std::env::var("POLICY_SOFT_AFTER")
+        .ok()
+        .map(|t| hyperplan_shared::timelimit::parse_time_limit(&t).unwrap());
     let mk = |topology| {
         let opts = SwfOptions {
             topology,
+            soft_after,
             ..SwfOptions::default()
         };
         let mut r = replay(swf, &cluster, &opts).unwrap();

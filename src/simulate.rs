@@ -123,6 +123,12 @@ pub struct Args {
     /// With --swf: how log jobs ask for topology [default: hard].
     #[arg(long, value_enum, requires = "swf")]
     topology: Option<Topology>,
+    /// With --swf: a job whose hard topology (every job's with --topology hard, the
+    /// leaf-sized jobs' with leaf) is still unmet TIME after its submit is placed as soft
+    /// from then on (networkTopology.softAfter, Slurm's --switches=1@TIME). The row
+    /// "leaf-sized jobs in one leaf" shows what that gave up. TIME: 12h, 90m, 1d or seconds.
+    #[arg(long, value_name = "TIME", requires = "swf", value_parser = soft_after)]
+    soft_after: Option<u64>,
     /// With --swf: submit times are multiplied by F (below 1 packs arrivals closer: a
     /// heavier load) [default: 1].
     #[arg(long, value_name = "F", requires = "swf", value_parser = positive)]
@@ -182,6 +188,14 @@ impl Args {
                 ));
             }
         }
+        if self.soft_after.is_some() && matches!(self.topology, Some(Topology::Soft | Topology::None)) {
+            return Err((
+                ErrorKind::ArgumentConflict,
+                "the argument '--soft-after <TIME>' cannot be used with '--topology soft' or '--topology none': \
+                 it turns hard asks soft, and these ask for none (use --topology hard or leaf)"
+                    .into(),
+            ));
+        }
         if self.baselines && self.procs_per_node.is_some_and(|p| p != 1) {
             return Err((
                 ErrorKind::ArgumentConflict,
@@ -208,6 +222,11 @@ fn positive(text: &str) -> Result<f64, String> {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err("expected a number above 0, such as 0.8 or 1.5".into()),
     }
+}
+
+/// `--soft-after`: a job file's duration (`12h`, `90m`, `1d`, seconds).
+fn soft_after(text: &str) -> Result<u64, String> {
+    hyperplan_shared::timelimit::parse_time_limit(text).map_err(|e| e.to_string())
 }
 
 /// `--jobs N` with `--swf`: a number above 0.
@@ -284,8 +303,11 @@ pub struct SwfRun {
     pub cluster: String,
     pub nodes: usize,
     pub leaf_size: Option<u32>,
-    /// `hard`, `soft` or `none`.
+    /// `hard`, `leaf`, `soft` or `none`.
     pub topology: &'static str,
+    /// `--soft-after`, in seconds: hard asks turn soft after this wait.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soft_after: Option<u64>,
     pub procs_per_node: u32,
     pub time_scale: f64,
     /// Job lines read from the log (at most `--jobs`), those replayed and those skipped.
@@ -346,6 +368,7 @@ fn run_swf(args: &Args, log_path: &Path) -> anyhow::Result<()> {
         topology: topology.ask(),
         procs_per_node: args.procs_per_node.unwrap_or(1),
         time_scale: args.time_scale.unwrap_or(1.0),
+        soft_after: args.soft_after,
     };
     let replayed = replay(&log, &cluster, &opts)
         .with_context(|| format!("{}: cannot replay it on {}", log_path.display(), args.cluster.display()))?;
@@ -410,6 +433,7 @@ fn run_swf(args: &Args, log_path: &Path) -> anyhow::Result<()> {
         nodes: cluster.nodes.len(),
         leaf_size,
         topology: topology.as_str(),
+        soft_after: opts.soft_after,
         procs_per_node: opts.procs_per_node,
         time_scale: opts.time_scale,
         jobs_read: log.jobs.len(),
@@ -483,8 +507,11 @@ pub fn render_swf(run: &SwfRun) -> String {
         1 => "1 log processor per node".to_string(),
         p => format!("{p} log processors per node"),
     };
+    let soft_after = run.soft_after.map_or(String::new(), |t| {
+        format!(" (soft after {})", hyperplan_shared::timelimit::format_time_limit(t))
+    });
     out.push_str(&format!(
-        "cluster: {}, {} nodes, {leaves}; topology {}; {procs}; time scale {}\n\n",
+        "cluster: {}, {} nodes, {leaves}; topology {}{soft_after}; {procs}; time scale {}\n\n",
         run.cluster, run.nodes, run.topology, run.time_scale
     ));
     let secs = |s: f64| {
@@ -495,7 +522,13 @@ pub fn render_swf(run: &SwfRun) -> String {
             format!("{whole} s")
         }
     };
-    let share = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{:.1} %", v * 100.0));
+    // Rounded down: "100.0 %" only when every job got one leaf.
+    let share = |v: Option<f64>| {
+        v.map_or_else(
+            || "-".to_string(),
+            |v| format!("{:.1} %", (v * 1000.0 + 1e-6).floor() / 10.0),
+        )
+    };
     let figures = |m: &TraceMetrics| -> [String; 8] {
         [
             format!("{} of {}", m.started, m.jobs),
@@ -605,6 +638,7 @@ mod tests {
             nodes: 100,
             leaf_size: Some(10),
             topology: "hard",
+            soft_after: None,
             procs_per_node: 1,
             time_scale: 1.0,
             jobs_read: 6,
@@ -674,6 +708,7 @@ mod tests {
             nodes: 100,
             leaf_size: Some(10),
             topology: "hard",
+            soft_after: None,
             procs_per_node: 1,
             time_scale: 1.0,
             jobs_read: 2,

@@ -292,6 +292,7 @@ fn help_teaches_the_replay() {
         "--time-scale <F>",
         "--procs-per-node <P>",
         "--noise <K>",
+        "--soft-after <TIME>",
         "Standard Workload Format",
         "job files and `--swf` do not mix",
         "examples/kth-sp2-cluster.yaml",
@@ -385,4 +386,42 @@ fn noise_shows_how_far_the_figures_move_by_chance() {
         let err = failure(&hyperplan(&[&args[..8], &["--noise", bad]].concat()), 2);
         assert!(err.contains("--noise <K>"), "{err}");
     }
+}
+
+/// `--soft-after TIME`: a leaf-sized job that waited TIME for one leaf takes any nodes,
+/// and the table and JSON say so; it needs hard asks and a duration above zero.
+#[test]
+fn soft_after_lets_long_waiting_jobs_span_leaves_and_shows_what_it_cost() {
+    let hard = replay("leaf");
+    let v = replay_with("leaf", &["--soft-after", "1m"]);
+    assert_eq!(v["softAfter"], 60, "{v}");
+    assert!(hard.get("softAfter").is_none(), "{hard}");
+    let in_one = |v: &Value| {
+        v["metrics"]["leafSizedInOneLeaf"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{v}"))
+    };
+    assert_eq!(in_one(&hard), 1.0, "{hard}");
+    assert!(
+        in_one(&v) < 1.0,
+        "after a minute's wait some leaf-sized jobs span leaves: {v}"
+    );
+    assert_eq!(v["metrics"]["started"], 300, "{v}");
+    table_with(
+        &[KTH_300, &["--topology", "leaf", "--soft-after", "1m"]].concat(),
+        &["topology leaf (soft after 1m)"],
+    );
+    let err = failure(&hyperplan(&[KTH_300, &["--soft-after", "0"]].concat()), 2);
+    assert!(
+        err.contains("--soft-after <TIME>") && err.contains("above 0 seconds"),
+        "{err}"
+    );
+    let err = failure(
+        &hyperplan(&[KTH_300, &["--topology", "none", "--soft-after", "1h"]].concat()),
+        2,
+    );
+    assert!(
+        err.contains("cannot be used with '--topology soft' or '--topology none'"),
+        "{err}"
+    );
 }

@@ -39,6 +39,10 @@ pub struct SwfOptions {
     pub procs_per_node: u32,
     /// Submit times are multiplied by it (1: as logged).
     pub time_scale: f64,
+    /// A job that asks for a hard topology takes it as soft once it has waited this long
+    /// after its submit (`networkTopology.softAfter`, Slurm's `--switches=N@TIME`);
+    /// `None`: hard until it starts.
+    pub soft_after: Option<u64>,
 }
 
 impl Default for SwfOptions {
@@ -47,6 +51,7 @@ impl Default for SwfOptions {
             topology: TopologyAsk::Hard,
             procs_per_node: 1,
             time_scale: 1.0,
+            soft_after: None,
         }
     }
 }
@@ -159,6 +164,7 @@ fn job_of(j: &SwfJob, per_proc: u64, sizes: &BTreeMap<u32, u32>, opts: &SwfOptio
             highest_tier_name: None,
         }),
     };
+    let hard = network_topology.as_ref().is_some_and(|t| t.mode == TopologyMode::Hard);
     let mut resources = Resources::default();
     resources.0.insert(hyperplan_shared::CPU.to_string(), per_proc);
     Ok(JobSpec {
@@ -196,6 +202,45 @@ fn job_of(j: &SwfJob, per_proc: u64, sizes: &BTreeMap<u32, u32>, opts: &SwfOptio
         element: None,
         depends_on: None,
         keep_on_failed_dependency: false,
-        topology_soft_after: None,
+        topology_soft_after: opts.soft_after.filter(|_| hard),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::testing::ClusterBuilder;
+
+    /// Job 1: 2 processors (fits a leaf of 4); job 2: 6 (wider than a leaf).
+    const LOG: &str = "; Computer: test\n1 0 -1 100 2 -1 -1 2 200 -1 1 1 -1 -1 -1 -1 -1 -1\n\
+                       2 5 -1 100 6 -1 -1 6 200 -1 1 2 -1 -1 -1 -1 -1 -1\n";
+
+    fn asks(topology: TopologyAsk, soft_after: Option<u64>) -> Vec<(Option<TopologyMode>, Option<u64>)> {
+        let log = hyperplan_shared::swf::parse_swf(std::path::Path::new("t.swf"), LOG, None).unwrap();
+        let cluster = ClusterBuilder::fat_tree(&[4, 2], 1).node_resources("cpu=4").build();
+        let opts = SwfOptions {
+            topology,
+            soft_after,
+            ..SwfOptions::default()
+        };
+        let r = replay(&log, &cluster, &opts).unwrap();
+        r.jobs
+            .iter()
+            .map(|j| (j.network_topology.as_ref().map(|t| t.mode), j.topology_soft_after))
+            .collect()
+    }
+
+    #[test]
+    fn soft_after_goes_only_to_hard_asks() {
+        let (hard, soft) = (Some(TopologyMode::Hard), Some(TopologyMode::Soft));
+        assert_eq!(asks(TopologyAsk::Leaf, Some(600)), [(hard, Some(600)), (soft, None)]);
+        assert_eq!(
+            asks(TopologyAsk::Hard, Some(600)),
+            [(hard, Some(600)), (hard, Some(600))]
+        );
+        assert_eq!(asks(TopologyAsk::Soft, Some(600)), [(soft, None), (soft, None)]);
+        assert_eq!(asks(TopologyAsk::None, Some(600)), [(None, None), (None, None)]);
+        assert_eq!(asks(TopologyAsk::Leaf, None), [(hard, None), (soft, None)]);
+    }
 }
