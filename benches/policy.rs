@@ -36,7 +36,9 @@
 //!   and job; the logs' times are rounded to the second): how far EASY's own mean and
 //!   max move under noise below the logs' resolution, and in how many copies both stay
 //!   at or below the unshifted run's (the bar, EASY against itself). With
-//!   `POLICY_JITTER_OURS`, hyperplan too, against the unshifted EASY.
+//!   `POLICY_JITTER_OURS`, hyperplan too, against the unshifted EASY, and copy by copy
+//!   against EASY on the same copy (`sim::noise::Pairwise`; copy 0 is the log as it is:
+//!   `POLICY_JITTER=0-8`).
 //! - `POLICY_DIVERGE=K`: the first K jobs that start at another time than under the
 //!   yardstick that asks the same (EASY with `none`), and the planner's pending jobs and
 //!   reservations at the first of those times: where a gap starts.
@@ -547,6 +549,7 @@ fn jitter(
 ) {
     let mut easy_r = Vec::new();
     let mut ours_r = Vec::new();
+    let mut pairs = Vec::new();
     for copy in copies {
         let shifted = hyperplan_core::sim::noise::shifted(jobs, copy);
         let ratio = |m: &TraceMetrics| {
@@ -555,12 +558,15 @@ fn jitter(
                 m.max_wait as f64 / easy.max_wait.max(1) as f64,
             )
         };
-        easy_r.push(ratio(&run_easy(&shifted)));
+        let easy_m = run_easy(&shifted);
+        easy_r.push(ratio(&easy_m));
         if let Some((cluster, cfg)) = ours {
             let report = hyperplan_core::sim::simulate(cluster, &shifted, cfg.clone());
             let oc = outcomes(&report);
             let nodes = u32::try_from(cluster.nodes.len()).unwrap_or(u32::MAX);
-            ours_r.push(ratio(&trace_metrics(&oc, nodes, 1)));
+            let ours_m = trace_metrics(&oc, nodes, 1);
+            ours_r.push(ratio(&ours_m));
+            pairs.push((ours_m, easy_m));
         }
     }
     let show = |name: &str, r: &[(f64, f64)]| {
@@ -585,6 +591,13 @@ fn jitter(
     };
     show("EASY, 0–1 s later", &easy_r);
     show("hyperplan, 0–1 s later", &ours_r);
+    if !pairs.is_empty() {
+        let p = hyperplan_core::sim::noise::Pairwise::of(pairs.iter().map(|(o, e)| (o, e)));
+        println!(
+            "jitter | {case} | hyperplan against EASY on the same copy | mean ≤ in {} of {} | max ≤ in {} | both in {}",
+            p.mean_at_or_below, p.runs, p.max_at_or_below, p.both
+        );
+    }
 }
 
 /// One line per job: its ask and its start and end under hyperplan, EASY and the

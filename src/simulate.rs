@@ -8,7 +8,7 @@ use clap::ValueEnum;
 use clap::error::ErrorKind;
 use hyperplan_core::jobs::ownership::{NameClash, check_job_names};
 use hyperplan_core::sim::metrics::{SLOWDOWN_BOUND_SECS, TraceMetrics, outcomes, trace_metrics};
-use hyperplan_core::sim::noise::{Spread, shifted};
+use hyperplan_core::sim::noise::{Pairwise, Spread, shifted};
 use hyperplan_core::sim::swf::{SwfOptions, TopologyAsk, replay, tier_sizes};
 use hyperplan_core::{PlannerConfig, sim};
 use hyperplan_shared::ClusterSpec;
@@ -336,6 +336,9 @@ pub struct SwfNoise {
     pub easy: Option<Spread>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub topology_aware_easy: Option<Spread>,
+    /// With `--baselines`: hyperplan against EASY on the same jobs, run by run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub against_easy: Option<Pairwise>,
 }
 
 /// `--baselines`: EASY's figures, and the topology-aware EASY's on the fat tree it read
@@ -416,11 +419,15 @@ fn run_swf(args: &Args, log_path: &Path) -> anyhow::Result<()> {
         }
         let easy: Vec<&TraceMetrics> = runs.iter().filter_map(|(_, b)| b.as_ref().map(|b| &b.0)).collect();
         let topo: Vec<&TraceMetrics> = runs.iter().filter_map(|(_, b)| b.as_ref()?.1.as_ref()).collect();
+        let against_easy = baselines
+            .is_some()
+            .then(|| Pairwise::of(runs.iter().filter_map(|(m, b)| Some((m, &b.as_ref()?.0)))));
         SwfNoise {
             copies,
             hyperplan: Spread::of(runs.iter().map(|(m, _)| m)).unwrap_or_else(|| unreachable!("one run at least")),
             easy: Spread::of(easy),
             topology_aware_easy: Spread::of(topo),
+            against_easy,
         }
     });
     let header = |key| log.header_value(key).map(str::to_string);
@@ -614,6 +621,13 @@ pub fn render_swf(run: &SwfRun) -> String {
              difference inside a column's range is chance\n",
             n.copies
         ));
+        if let Some(p) = n.against_easy {
+            out.push_str(&format!(
+                "hyperplan against EASY, run by run: mean wait at or below in {} of {} runs, max wait in {}, both \
+                 in {}\n",
+                p.mean_at_or_below, p.runs, p.max_at_or_below, p.both
+            ));
+        }
     }
     for w in &run.warnings {
         out.push_str(&format!("warning: {w}\n"));
@@ -754,6 +768,12 @@ mod tests {
             hyperplan: spread([99.6, 104.2], [300, 360]),
             easy: Some(spread([88.0, 90.0], [399, 400])),
             topology_aware_easy: Some(spread([120.0, 131.0], [480, 500])),
+            against_easy: Some(Pairwise {
+                runs: 4,
+                mean_at_or_below: 0,
+                max_at_or_below: 4,
+                both: 0,
+            }),
         });
         insta::assert_snapshot!("swf_table_with_noise", render_swf(&run));
     }

@@ -358,6 +358,7 @@ fn noise_shows_how_far_the_figures_move_by_chance() {
             "mean wait, 3 runs 0–1 s apart",
             "max wait, 3 runs 0–1 s apart",
             "noise: the jobs again 2 time(s), each job submitted 0 or 1 s later",
+            "hyperplan against EASY, run by run: mean wait at or below in ",
         ],
     );
     let v = json(&hyperplan(&[&args[..], &["--output", "json"]].concat()));
@@ -376,12 +377,27 @@ fn noise_shows_how_far_the_figures_move_by_chance() {
             assert!(lo <= at && at <= hi, "{column}: {key} {at} outside {s}");
         }
     }
+    // Run by run against EASY on the same copy: counts out of the 3 runs, and the
+    // unshifted run's own comparison among them.
+    let p = &n["againstEasy"];
+    let count = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {p}"));
+    assert_eq!(count("runs"), 3, "{p}");
+    assert!(
+        count("both") <= count("meanAtOrBelow").min(count("maxAtOrBelow")),
+        "{p}"
+    );
+    assert!(count("meanAtOrBelow").max(count("maxAtOrBelow")) <= 3, "{p}");
+    let num = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"));
+    let unshifted_mean = num(&v["metrics"]["meanWait"]) <= num(&v["baselines"]["easy"]["meanWait"]);
+    assert!(count("meanAtOrBelow") >= u64::from(unshifted_mean), "{p}");
+    assert!(count("meanAtOrBelow") < 3 || unshifted_mean, "{p}");
     // Without --baselines, hyperplan's spread alone.
     let v = json(&hyperplan(
         &[&args[..7], &["--noise", "1", "--output", "json"]].concat(),
     ));
     assert_eq!(v["noise"]["hyperplan"]["runs"], 2, "{}", v["noise"]);
     assert!(v["noise"].get("easy").is_none(), "{}", v["noise"]);
+    assert!(v["noise"].get("againstEasy").is_none(), "{}", v["noise"]);
     for bad in ["0", "101"] {
         let err = failure(&hyperplan(&[&args[..8], &["--noise", bad]].concat()), 2);
         assert!(err.contains("--noise <K>"), "{err}");

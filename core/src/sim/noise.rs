@@ -63,6 +63,38 @@ impl Spread {
     }
 }
 
+/// Run by run, on the same jobs (the same copy), how often one schedule's mean and
+/// longest wait were at or below another's: a bar such as "at or below EASY's" counted
+/// over the copies instead of judged on one draw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pairwise {
+    /// Runs compared.
+    pub runs: usize,
+    /// Runs whose mean wait was at or below the other's.
+    pub mean_at_or_below: usize,
+    /// Runs whose longest wait was at or below the other's.
+    pub max_at_or_below: usize,
+    /// Runs with both.
+    pub both: usize,
+}
+
+impl Pairwise {
+    /// Over `(ours, theirs)` per run.
+    pub fn of<'a>(runs: impl IntoIterator<Item = (&'a TraceMetrics, &'a TraceMetrics)>) -> Self {
+        let mut p = Self::default();
+        for (ours, theirs) in runs {
+            let mean = ours.mean_wait <= theirs.mean_wait;
+            let max = ours.max_wait <= theirs.max_wait;
+            p.runs += 1;
+            p.mean_at_or_below += usize::from(mean);
+            p.max_at_or_below += usize::from(max);
+            p.both += usize::from(mean && max);
+        }
+        p
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -116,5 +148,26 @@ mod tests {
             })
         );
         assert_eq!(Spread::of(&[]), None);
+    }
+
+    #[test]
+    fn pairwise_counts_each_run_against_its_own_yardstick() {
+        let m = |mean: f64, max: u64| TraceMetrics {
+            mean_wait: mean,
+            max_wait: max,
+            ..TraceMetrics::default()
+        };
+        let ours = [m(10.0, 300), m(12.5, 200), m(9.0, 250), m(8.0, 100)];
+        let easy = [m(10.0, 290), m(12.0, 200), m(9.5, 250), m(9.0, 100)];
+        assert_eq!(
+            Pairwise::of(ours.iter().zip(&easy)),
+            Pairwise {
+                runs: 4,
+                mean_at_or_below: 3,
+                max_at_or_below: 3,
+                both: 2,
+            }
+        );
+        assert_eq!(Pairwise::of([]), Pairwise::default());
     }
 }
