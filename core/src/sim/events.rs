@@ -6,7 +6,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::easy::TraceJob;
+use super::trace_job::TraceJob;
 
 /// What is still to happen in a replay.
 #[derive(Debug)]

@@ -12,6 +12,7 @@ pub mod submit;
 pub mod swf;
 mod table;
 pub mod topo_easy;
+mod trace_job;
 
 use std::collections::BTreeMap;
 

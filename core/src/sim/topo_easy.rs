@@ -12,8 +12,8 @@
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
-use super::easy::TraceJob;
 use super::events::Events;
+use super::trace_job::TraceJob;
 
 /// A regular fat tree: `leaf` nodes per leaf, `per_spine` leaves per spine, `spines`
 /// spines under the root.
